@@ -1,0 +1,155 @@
+//! The op-level interface that every model is written against, once, for both backends.
+//!
+//! Argument order everywhere (CPU twin, WGSL bindings, this trait): outputs, saved statistics,
+//! inputs, weights, then a dims struct. Backward ops take gradients of outputs first (`d` prefix).
+//! No op may read and write the same buffer: wgpu forbids it, and the CPU backend panics on it.
+
+use crate::{
+    AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, Result,
+};
+use std::future::Future;
+
+pub trait Backend {
+    /// A view of f32 storage (f64 on the CPU backend in gradient checks).
+    type Tensor: Clone;
+    /// A view of u32 storage: tokens, targets, bucket indices.
+    type Index: Clone;
+    /// A recorded step: the same launches over the same buffers, replayed every step.
+    type Plan;
+
+    /// A short human-readable description: "cpu (f32, 2 threads)" or the adapter's name.
+    fn describe(&self) -> String;
+
+    /// A zero-filled tensor of `len` values. Fails with a clear message when it does not fit.
+    fn zeros(&self, what: &str, len: usize) -> Result<Self::Tensor>;
+    /// `len` values of `t` from `offset`. On the GPU, `offset` must be a multiple of 64 values.
+    fn view(&self, t: &Self::Tensor, offset: usize, len: usize) -> Self::Tensor;
+    fn len(&self, t: &Self::Tensor) -> usize;
+    /// Overwrites `t` with `data` (same length). Ordered after all earlier ops.
+    fn write(&self, t: &Self::Tensor, data: &[f32]);
+    fn index(&self, what: &str, len: usize) -> Result<Self::Index>;
+    fn write_index(&self, t: &Self::Index, data: &[u32]);
+    /// Reads `t` back. On the GPU this waits for earlier work; in the browser it never blocks.
+    fn read(&self, t: &Self::Tensor) -> impl Future<Output = Result<Vec<f32>>>;
+    /// Submits the work recorded so far and reports any error the device raised.
+    fn flush(&self) -> Result<()>;
+    /// Runs `record` once and keeps its launches in `plan`; later calls replay the plan without
+    /// calling `record`. The CPU backend has nothing to replay and calls `record` every time.
+    fn record_or_replay(&self, plan: &mut Option<Self::Plan>, record: impl FnOnce());
+
+    // ---- elementwise (ops/elementwise.rs) ----
+    fn fill(&self, out: &Self::Tensor, value: f32);
+    /// out = a + b
+    fn add(&self, out: &Self::Tensor, a: &Self::Tensor, b: &Self::Tensor);
+    /// out += a
+    fn add_assign(&self, out: &Self::Tensor, a: &Self::Tensor);
+    /// out = GELU_tanh(x)
+    fn gelu_forward(&self, out: &Self::Tensor, x: &Self::Tensor);
+    /// dx = dout · GELU'(x)
+    fn gelu_backward(&self, dx: &Self::Tensor, dout: &Self::Tensor, x: &Self::Tensor);
+
+    // ---- matmul (ops/matmul.rs) ----
+    /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N), optionally added to out.
+    fn matmul(&self, out: &Self::Tensor, a: &Self::Tensor, b: &Self::Tensor, dims: MatmulDims);
+
+    // ---- embedding (ops/embedding.rs) ----
+    /// out (BT, C) = wte[tokens] + wpe[position]
+    fn embedding_forward(
+        &self,
+        out: &Self::Tensor,
+        tokens: &Self::Index,
+        wte: &Self::Tensor,
+        wpe: &Self::Tensor,
+        dims: EmbeddingDims,
+    );
+    /// dwte (V, C) and dwpe (T, C) from dout (BT, C); a deterministic per-token reduction that
+    /// walks the rows of each token in the fixed order of `buckets`.
+    fn embedding_backward(
+        &self,
+        dwte: &Self::Tensor,
+        dwpe: &Self::Tensor,
+        dout: &Self::Tensor,
+        bucket_rows: &Self::Index,
+        bucket_start: &Self::Index,
+        dims: EmbeddingDims,
+    );
+
+    // ---- norms (ops/norm.rs) ----
+    /// out (rows, C) = Norm(x) · gain; stats (rows, 2) = (mean, rstd)
+    fn norm_forward(
+        &self,
+        out: &Self::Tensor,
+        stats: &Self::Tensor,
+        x: &Self::Tensor,
+        gain: &Self::Tensor,
+        dims: NormDims,
+    );
+    /// dx += ∂L/∂x, dgain = ∂L/∂gain
+    fn norm_backward(
+        &self,
+        dx: &Self::Tensor,
+        dgain: &Self::Tensor,
+        dout: &Self::Tensor,
+        x: &Self::Tensor,
+        gain: &Self::Tensor,
+        stats: &Self::Tensor,
+        dims: NormDims,
+    );
+
+    // ---- attention (ops/attention.rs) ----
+    /// out (B, T, H·Dh) and att (B, H, T, T) from qkv (B, T, 3·H·Dh), causal.
+    fn attention_forward(
+        &self,
+        out: &Self::Tensor,
+        att: &Self::Tensor,
+        qkv: &Self::Tensor,
+        dims: AttentionDims,
+    );
+    /// dqkv (B, T, 3·H·Dh); dpre (B, H, T, T) is scratch for the gradient of the logits.
+    fn attention_backward(
+        &self,
+        dqkv: &Self::Tensor,
+        dpre: &Self::Tensor,
+        dout: &Self::Tensor,
+        qkv: &Self::Tensor,
+        att: &Self::Tensor,
+        dims: AttentionDims,
+    );
+
+    // ---- loss (ops/cross_entropy.rs) ----
+    /// losses (rows) = scale · CE per row (0 where the target is ignored); lse (rows) = log Z.
+    fn cross_entropy_forward(
+        &self,
+        losses: &Self::Tensor,
+        lse: &Self::Tensor,
+        logits: &Self::Tensor,
+        targets: &Self::Index,
+        scale: &Self::Tensor,
+        dims: CrossEntropyDims,
+    );
+    /// dlogits of scale · Σ (CE + z · lse²) over the rows whose target is not ignored.
+    fn cross_entropy_backward(
+        &self,
+        dlogits: &Self::Tensor,
+        logits: &Self::Tensor,
+        lse: &Self::Tensor,
+        targets: &Self::Index,
+        scale: &Self::Tensor,
+        dims: CrossEntropyDims,
+    );
+
+    // ---- reductions and the optimiser (ops/optim.rs) ----
+    /// out[0] = Σ x, or Σ x² with `squares`; a fixed-order, deterministic reduction.
+    fn sum(&self, out: &Self::Tensor, x: &Self::Tensor, squares: bool);
+    /// One AdamW step over flat parameters, clipping by the global norm √grad_sumsq[0].
+    fn adamw(
+        &self,
+        params: &Self::Tensor,
+        m: &Self::Tensor,
+        v: &Self::Tensor,
+        grads: &Self::Tensor,
+        hyper: &Self::Tensor,
+        grad_sumsq: &Self::Tensor,
+        dims: AdamWDims,
+    );
+}

@@ -1,0 +1,304 @@
+//! The CPU backend: the readable reference every GPU kernel is tested against, and a usable
+//! fallback (`--backend cpu`). Ops run eagerly; rows are split across threads with rayon, and
+//! each output value is summed in a fixed order, so results are deterministic.
+
+use crate::ops::{self, Scalar};
+use crate::{
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims,
+    Result,
+};
+use std::cell::{Ref, RefCell, RefMut};
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+/// A view of values in a shared host vector.
+#[derive(Clone, Debug)]
+pub struct CpuTensor<T> {
+    data: Rc<RefCell<Vec<T>>>,
+    offset: usize,
+    len: usize,
+}
+
+impl<T> CpuTensor<T> {
+    /// Borrows the values. Panics if the same storage is being written: an op read and wrote one
+    /// buffer, which the GPU backend also forbids.
+    pub fn get(&self) -> Ref<'_, [T]> {
+        Ref::map(self.data.borrow(), |v| {
+            &v[self.offset..self.offset + self.len]
+        })
+    }
+    pub fn get_mut(&self) -> RefMut<'_, [T]> {
+        RefMut::map(self.data.borrow_mut(), |v| {
+            &mut v[self.offset..self.offset + self.len]
+        })
+    }
+}
+
+/// u32 values on the host.
+#[derive(Clone, Debug)]
+pub struct CpuIndex(Rc<RefCell<Vec<u32>>>);
+
+impl CpuIndex {
+    pub fn get(&self) -> Ref<'_, [u32]> {
+        Ref::map(self.0.borrow(), |v| v.as_slice())
+    }
+}
+
+/// The CPU backend over `T` (f32, or f64 for gradient checks).
+#[derive(Default)]
+pub struct CpuBackend<T = f32>(PhantomData<T>);
+
+impl<T: Scalar> CpuBackend<T> {
+    pub fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T: Scalar> Backend for CpuBackend<T> {
+    type Tensor = CpuTensor<T>;
+    type Index = CpuIndex;
+    type Plan = ();
+
+    fn describe(&self) -> String {
+        format!(
+            "cpu ({}, {} threads)",
+            std::any::type_name::<T>(),
+            rayon::current_num_threads()
+        )
+    }
+    fn zeros(&self, _what: &str, len: usize) -> Result<CpuTensor<T>> {
+        Ok(CpuTensor {
+            data: Rc::new(RefCell::new(vec![T::zero(); len])),
+            offset: 0,
+            len,
+        })
+    }
+    fn view(&self, t: &CpuTensor<T>, offset: usize, len: usize) -> CpuTensor<T> {
+        assert!(
+            offset + len <= t.len,
+            "view {offset}+{len} past the end of a tensor of {}",
+            t.len
+        );
+        CpuTensor {
+            data: t.data.clone(),
+            offset: t.offset + offset,
+            len,
+        }
+    }
+    fn len(&self, t: &CpuTensor<T>) -> usize {
+        t.len
+    }
+    fn write(&self, t: &CpuTensor<T>, data: &[f32]) {
+        assert_eq!(
+            data.len(),
+            t.len,
+            "write of {} values into a tensor of {}",
+            data.len(),
+            t.len
+        );
+        for (o, &x) in t.get_mut().iter_mut().zip(data) {
+            *o = T::of(x as f64);
+        }
+    }
+    fn index(&self, _what: &str, len: usize) -> Result<CpuIndex> {
+        Ok(CpuIndex(Rc::new(RefCell::new(vec![0; len]))))
+    }
+    fn write_index(&self, t: &CpuIndex, data: &[u32]) {
+        let mut v = t.0.borrow_mut();
+        assert_eq!(
+            data.len(),
+            v.len(),
+            "write of {} indices into an index of {}",
+            data.len(),
+            v.len()
+        );
+        v.copy_from_slice(data);
+    }
+    fn read(&self, t: &CpuTensor<T>) -> impl std::future::Future<Output = Result<Vec<f32>>> {
+        let values: Vec<f32> = t.get().iter().map(|x| x.f64() as f32).collect();
+        std::future::ready(Ok(values))
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn record_or_replay(&self, _plan: &mut Option<()>, record: impl FnOnce()) {
+        record()
+    }
+
+    fn fill(&self, out: &CpuTensor<T>, value: f32) {
+        out.get_mut().fill(T::of(value as f64))
+    }
+    fn add(&self, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>) {
+        ops::elementwise::cpu_add(&mut out.get_mut(), &a.get(), &b.get())
+    }
+    fn add_assign(&self, out: &CpuTensor<T>, a: &CpuTensor<T>) {
+        ops::elementwise::cpu_add_assign(&mut out.get_mut(), &a.get())
+    }
+    fn gelu_forward(&self, out: &CpuTensor<T>, x: &CpuTensor<T>) {
+        ops::elementwise::cpu_gelu_forward(&mut out.get_mut(), &x.get())
+    }
+    fn gelu_backward(&self, dx: &CpuTensor<T>, dout: &CpuTensor<T>, x: &CpuTensor<T>) {
+        ops::elementwise::cpu_gelu_backward(&mut dx.get_mut(), &dout.get(), &x.get())
+    }
+    fn matmul(&self, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>, dims: MatmulDims) {
+        ops::matmul::cpu(&mut out.get_mut(), &a.get(), &b.get(), dims)
+    }
+    fn embedding_forward(
+        &self,
+        out: &CpuTensor<T>,
+        tokens: &CpuIndex,
+        wte: &CpuTensor<T>,
+        wpe: &CpuTensor<T>,
+        dims: EmbeddingDims,
+    ) {
+        ops::embedding::cpu_forward(
+            &mut out.get_mut(),
+            &tokens.get(),
+            &wte.get(),
+            &wpe.get(),
+            dims,
+        )
+    }
+    fn embedding_backward(
+        &self,
+        dwte: &CpuTensor<T>,
+        dwpe: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        bucket_rows: &CpuIndex,
+        bucket_start: &CpuIndex,
+        dims: EmbeddingDims,
+    ) {
+        ops::embedding::cpu_backward(
+            &mut dwte.get_mut(),
+            &mut dwpe.get_mut(),
+            &dout.get(),
+            &bucket_rows.get(),
+            &bucket_start.get(),
+            dims,
+        )
+    }
+    fn norm_forward(
+        &self,
+        out: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        dims: NormDims,
+    ) {
+        ops::norm::cpu_forward(
+            &mut out.get_mut(),
+            &mut stats.get_mut(),
+            &x.get(),
+            &gain.get(),
+            dims,
+        )
+    }
+    fn norm_backward(
+        &self,
+        dx: &CpuTensor<T>,
+        dgain: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        dims: NormDims,
+    ) {
+        ops::norm::cpu_backward(
+            &mut dx.get_mut(),
+            &mut dgain.get_mut(),
+            &dout.get(),
+            &x.get(),
+            &gain.get(),
+            &stats.get(),
+            dims,
+        )
+    }
+    fn attention_forward(
+        &self,
+        out: &CpuTensor<T>,
+        att: &CpuTensor<T>,
+        qkv: &CpuTensor<T>,
+        dims: AttentionDims,
+    ) {
+        ops::attention::cpu_forward(&mut out.get_mut(), &mut att.get_mut(), &qkv.get(), dims)
+    }
+    fn attention_backward(
+        &self,
+        dqkv: &CpuTensor<T>,
+        dpre: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        qkv: &CpuTensor<T>,
+        att: &CpuTensor<T>,
+        dims: AttentionDims,
+    ) {
+        ops::attention::cpu_backward(
+            &mut dqkv.get_mut(),
+            &mut dpre.get_mut(),
+            &dout.get(),
+            &qkv.get(),
+            &att.get(),
+            dims,
+        )
+    }
+    fn cross_entropy_forward(
+        &self,
+        losses: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
+        logits: &CpuTensor<T>,
+        targets: &CpuIndex,
+        scale: &CpuTensor<T>,
+        dims: CrossEntropyDims,
+    ) {
+        let scale = scale.get()[0];
+        ops::cross_entropy::cpu_forward(
+            &mut losses.get_mut(),
+            &mut lse.get_mut(),
+            &logits.get(),
+            &targets.get(),
+            scale,
+            dims,
+        )
+    }
+    fn cross_entropy_backward(
+        &self,
+        dlogits: &CpuTensor<T>,
+        logits: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
+        targets: &CpuIndex,
+        scale: &CpuTensor<T>,
+        dims: CrossEntropyDims,
+    ) {
+        let scale = scale.get()[0];
+        ops::cross_entropy::cpu_backward(
+            &mut dlogits.get_mut(),
+            &logits.get(),
+            &lse.get(),
+            &targets.get(),
+            scale,
+            dims,
+        )
+    }
+    fn sum(&self, out: &CpuTensor<T>, x: &CpuTensor<T>, squares: bool) {
+        out.get_mut()[0] = ops::optim::cpu_sum(&x.get(), squares)
+    }
+    fn adamw(
+        &self,
+        params: &CpuTensor<T>,
+        m: &CpuTensor<T>,
+        v: &CpuTensor<T>,
+        grads: &CpuTensor<T>,
+        hyper: &CpuTensor<T>,
+        grad_sumsq: &CpuTensor<T>,
+        dims: AdamWDims,
+    ) {
+        ops::optim::cpu_adamw(
+            &mut params.get_mut(),
+            &mut m.get_mut(),
+            &mut v.get_mut(),
+            &grads.get(),
+            &hyper.get(),
+            grad_sumsq.get()[0],
+            dims,
+        )
+    }
+}

@@ -1,0 +1,264 @@
+//! The GPU context, built once: device, queue, pipeline cache and the list of pending launches.
+
+use super::{Arg, Dispatch};
+use crate::{shaders, EngineError, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+pub struct GpuBackend {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) description: String,
+    pub(crate) limits: wgpu::Limits,
+    /// Compiled pipelines by (family, entry point): each shader is compiled once per context.
+    pipelines: RefCell<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
+    modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
+    /// Launches recorded since the last flush, encoded into one command buffer by `flush`.
+    pub(crate) pending: RefCell<Vec<Dispatch>>,
+    /// Readback staging buffers by size, reused so that logging a loss allocates nothing.
+    pub(crate) staging: RefCell<HashMap<u64, wgpu::Buffer>>,
+    /// The first error the device raised outside an error scope, reported at the next flush.
+    error: Arc<Mutex<Option<String>>>,
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+impl GpuBackend {
+    /// Finds an adapter and creates a device with the adapter's own limits.
+    pub async fn new() -> Result<Self> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        #[cfg(target_arch = "wasm32")]
+        let desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| EngineError::NoAdapter(e.to_string()))?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("resmem"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| EngineError::NoDevice(e.to_string()))?;
+        let error = Arc::new(Mutex::new(None));
+        let sink = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = sink.lock().unwrap();
+            if slot.is_none() {
+                *slot = Some(e.to_string());
+            }
+        }));
+        let lost = Arc::new(Mutex::new(None));
+        let sink = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            *sink.lock().unwrap() = Some(format!("{reason:?}: {message}"));
+        });
+        let name = if info.name.is_empty() {
+            "WebGPU adapter".to_string()
+        } else {
+            info.name.clone()
+        };
+        Ok(Self {
+            description: format!("gpu ({name}, {:?})", info.backend),
+            device,
+            queue,
+            limits,
+            pipelines: RefCell::default(),
+            modules: RefCell::default(),
+            pending: RefCell::default(),
+            staging: RefCell::default(),
+            error,
+            lost,
+        })
+    }
+
+    /// A zeroed storage buffer of `len` 4-byte values, checked against the device's limits.
+    pub(crate) fn storage_buffer(&self, what: &str, len: usize) -> Result<wgpu::Buffer> {
+        let bytes = (len.max(1) * 4) as u64;
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        if bytes > self.limits.max_buffer_size {
+            return Err(EngineError::TooBig {
+                what: what.into(),
+                needed_mib: mib(bytes),
+                limit_mib: mib(self.limits.max_buffer_size),
+                kind: "buffer",
+            });
+        }
+        if bytes > self.limits.max_storage_buffer_binding_size as u64 {
+            return Err(EngineError::TooBig {
+                what: what.into(),
+                needed_mib: mib(bytes),
+                limit_mib: mib(self.limits.max_storage_buffer_binding_size as u64),
+                kind: "storage binding",
+            });
+        }
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(what),
+            size: bytes.next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// Queue writes land before the next submission, so work already recorded is submitted
+    /// first: a write then means what it says on both backends, "after everything before it".
+    pub(crate) fn write_bytes(&self, buffer: &wgpu::Buffer, offset: u64, bytes: &[u8]) {
+        if !self.pending.borrow().is_empty() {
+            self.submit_pending();
+        }
+        self.queue.write_buffer(buffer, offset, bytes);
+    }
+
+    fn pipeline(&self, family: &'static str, entry: &'static str) -> wgpu::ComputePipeline {
+        if let Some(p) = self.pipelines.borrow().get(&(family, entry)) {
+            return p.clone();
+        }
+        let module = self
+            .modules
+            .borrow_mut()
+            .entry(family)
+            .or_insert_with(|| {
+                self.device
+                    .create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(family),
+                        source: wgpu::ShaderSource::Wgsl(shaders::source(family).into()),
+                    })
+            })
+            .clone();
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        self.pipelines
+            .borrow_mut()
+            .insert((family, entry), pipeline.clone());
+        pipeline
+    }
+
+    /// Records one launch of `family::entry`. `params` become the uniform at binding 0; `args`
+    /// are the storage buffers at bindings 1, 2, … in the op's argument order.
+    pub(crate) fn dispatch(
+        &self,
+        family: &'static str,
+        entry: &'static str,
+        params: &[u32],
+        args: &[Arg<'_>],
+        groups: [u32; 3],
+    ) {
+        let numbered: Vec<(u32, Arg<'_>)> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u32 + 1, *a))
+            .collect();
+        self.dispatch_at(family, entry, params, &numbered, groups)
+    }
+
+    /// Like [`Self::dispatch`], with each storage binding's number given explicitly, for entry
+    /// points that use only some of their family's bindings.
+    pub(crate) fn dispatch_at(
+        &self,
+        family: &'static str,
+        entry: &'static str,
+        params: &[u32],
+        args: &[(u32, Arg<'_>)],
+        groups: [u32; 3],
+    ) {
+        let pipeline = self.pipeline(family, entry);
+        // Uniform structs are padded to 16 bytes.
+        let mut words = params.to_vec();
+        words.resize(params.len().next_multiple_of(4).max(4), 0);
+        let uniform = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(entry),
+                contents: bytemuck::cast_slice(&words),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        for &(binding, a) in args {
+            entries.push(wgpu::BindGroupEntry {
+                binding,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: a.buffer,
+                    offset: a.offset_bytes,
+                    size: std::num::NonZeroU64::new(a.size_bytes),
+                }),
+            });
+        }
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(entry),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        self.pending.borrow_mut().push(Dispatch {
+            pipeline,
+            bind_group,
+            groups,
+        });
+    }
+
+    /// Encodes every pending launch into one compute pass and submits it.
+    pub(crate) fn submit_pending(&self) {
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        if pending.is_empty() {
+            return;
+        }
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("step"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
+            for d in &pending {
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+        }
+        self.queue.submit([encoder.finish()]);
+    }
+
+    pub(crate) fn take_error(&self) -> Result<()> {
+        if let Some(reason) = self.lost.lock().unwrap().clone() {
+            return Err(EngineError::DeviceLost(reason));
+        }
+        match self.error.lock().unwrap().take() {
+            Some(e) => Err(EngineError::Gpu(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The largest number of f32 values one storage binding may hold on this device.
+    pub fn max_binding_values(&self) -> usize {
+        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+            as usize
+            / 4
+    }
+}

@@ -1,0 +1,314 @@
+//! The wgpu backend: the ops of [`Backend`] as WGSL compute shaders, natively and in the browser.
+//!
+//! One context is built once: device, queue, a pipeline cache keyed by (shader, entry point), and
+//! staging buffers for readback. Ops do not run when called: each appends a [`Dispatch`] to the
+//! pending list, and [`Backend::flush`] encodes the list into one command buffer. A training step
+//! is recorded once into a [`GpuPlan`] and replayed, so a step allocates nothing.
+
+mod context;
+mod readback;
+
+use crate::{
+    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError,
+    MatmulDims, NormDims, Result,
+};
+pub use context::GpuBackend;
+use std::future::Future;
+
+/// Values per alignment unit of a view's offset: 256 bytes, WebGPU's largest
+/// `min_storage_buffer_offset_alignment`.
+pub const VIEW_ALIGN: usize = 64;
+
+/// A view of f32 values in a GPU buffer.
+#[derive(Clone, Debug)]
+pub struct GpuTensor {
+    pub(crate) buffer: wgpu::Buffer,
+    /// In values, a multiple of [`VIEW_ALIGN`].
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+/// A view of u32 values in a GPU buffer.
+#[derive(Clone, Debug)]
+pub struct GpuIndex {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) len: usize,
+}
+
+/// One recorded kernel launch: everything needed to encode it again.
+#[derive(Clone)]
+pub struct Dispatch {
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    groups: [u32; 3],
+}
+
+/// A recorded list of launches over fixed buffers, replayed every step.
+pub struct GpuPlan {
+    dispatches: Vec<Dispatch>,
+}
+
+impl GpuPlan {
+    pub fn len(&self) -> usize {
+        self.dispatches.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.dispatches.is_empty()
+    }
+}
+
+/// A storage binding: a buffer range handed to a shader, in the order of its `@binding`s.
+#[derive(Clone, Copy)]
+pub(crate) struct Arg<'a> {
+    buffer: &'a wgpu::Buffer,
+    offset_bytes: u64,
+    size_bytes: u64,
+}
+
+pub(crate) trait AsArg {
+    fn arg(&self) -> Arg<'_>;
+}
+
+impl AsArg for GpuTensor {
+    fn arg(&self) -> Arg<'_> {
+        Arg {
+            buffer: &self.buffer,
+            offset_bytes: (self.offset * 4) as u64,
+            size_bytes: (self.len.max(1) * 4) as u64,
+        }
+    }
+}
+
+impl AsArg for GpuIndex {
+    fn arg(&self) -> Arg<'_> {
+        Arg {
+            buffer: &self.buffer,
+            offset_bytes: 0,
+            size_bytes: (self.len.max(1) * 4) as u64,
+        }
+    }
+}
+
+/// Workgroup counts for `n` items of `per_group` each, folded into 2-D when they exceed the
+/// 65 535 limit of one dimension. Shaders recover the flat index with `flat_index`.
+pub(crate) fn grid_1d(n: usize, per_group: usize) -> [u32; 3] {
+    let groups = n.div_ceil(per_group).max(1);
+    let x = groups.min(65_535);
+    [x as u32, groups.div_ceil(x) as u32, 1]
+}
+
+impl Backend for GpuBackend {
+    type Tensor = GpuTensor;
+    type Index = GpuIndex;
+    type Plan = GpuPlan;
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn zeros(&self, what: &str, len: usize) -> Result<GpuTensor> {
+        let buffer = self.storage_buffer(what, len)?;
+        Ok(GpuTensor {
+            buffer,
+            offset: 0,
+            len,
+        })
+    }
+
+    fn view(&self, t: &GpuTensor, offset: usize, len: usize) -> GpuTensor {
+        assert!(
+            offset % VIEW_ALIGN == 0,
+            "GPU views start at multiples of {VIEW_ALIGN} values, not {offset}"
+        );
+        assert!(
+            offset + len <= t.len,
+            "view {offset}+{len} past the end of a tensor of {}",
+            t.len
+        );
+        GpuTensor {
+            buffer: t.buffer.clone(),
+            offset: t.offset + offset,
+            len,
+        }
+    }
+
+    fn len(&self, t: &GpuTensor) -> usize {
+        t.len
+    }
+
+    fn write(&self, t: &GpuTensor, data: &[f32]) {
+        assert_eq!(
+            data.len(),
+            t.len,
+            "write of {} values into a tensor of {}",
+            data.len(),
+            t.len
+        );
+        self.write_bytes(&t.buffer, (t.offset * 4) as u64, bytemuck::cast_slice(data));
+    }
+
+    fn index(&self, what: &str, len: usize) -> Result<GpuIndex> {
+        let buffer = self.storage_buffer(what, len)?;
+        Ok(GpuIndex { buffer, len })
+    }
+
+    fn write_index(&self, t: &GpuIndex, data: &[u32]) {
+        assert_eq!(
+            data.len(),
+            t.len,
+            "write of {} indices into an index of {}",
+            data.len(),
+            t.len
+        );
+        self.write_bytes(&t.buffer, 0, bytemuck::cast_slice(data));
+    }
+
+    fn read(&self, t: &GpuTensor) -> impl Future<Output = Result<Vec<f32>>> {
+        self.read_tensor(t)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.submit_pending();
+        self.take_error()
+    }
+
+    fn record_or_replay(&self, plan: &mut Option<GpuPlan>, record: impl FnOnce()) {
+        match plan {
+            Some(plan) => self
+                .pending
+                .borrow_mut()
+                .extend(plan.dispatches.iter().cloned()),
+            None => {
+                let start = self.pending.borrow().len();
+                record();
+                let dispatches = self.pending.borrow()[start..].to_vec();
+                *plan = Some(GpuPlan { dispatches });
+            }
+        }
+    }
+
+    fn fill(&self, out: &GpuTensor, value: f32) {
+        ops::elementwise::gpu_fill(self, out, value)
+    }
+    fn add(&self, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor) {
+        ops::elementwise::gpu_add(self, out, a, b)
+    }
+    fn add_assign(&self, out: &GpuTensor, a: &GpuTensor) {
+        ops::elementwise::gpu_add_assign(self, out, a)
+    }
+    fn gelu_forward(&self, out: &GpuTensor, x: &GpuTensor) {
+        ops::elementwise::gpu_gelu_forward(self, out, x)
+    }
+    fn gelu_backward(&self, dx: &GpuTensor, dout: &GpuTensor, x: &GpuTensor) {
+        ops::elementwise::gpu_gelu_backward(self, dx, dout, x)
+    }
+    fn matmul(&self, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, dims: MatmulDims) {
+        ops::matmul::gpu(self, out, a, b, dims)
+    }
+    fn embedding_forward(
+        &self,
+        out: &GpuTensor,
+        tokens: &GpuIndex,
+        wte: &GpuTensor,
+        wpe: &GpuTensor,
+        dims: EmbeddingDims,
+    ) {
+        ops::embedding::gpu_forward(self, out, tokens, wte, wpe, dims)
+    }
+    fn embedding_backward(
+        &self,
+        dwte: &GpuTensor,
+        dwpe: &GpuTensor,
+        dout: &GpuTensor,
+        bucket_rows: &GpuIndex,
+        bucket_start: &GpuIndex,
+        dims: EmbeddingDims,
+    ) {
+        ops::embedding::gpu_backward(self, dwte, dwpe, dout, bucket_rows, bucket_start, dims)
+    }
+    fn norm_forward(
+        &self,
+        out: &GpuTensor,
+        stats: &GpuTensor,
+        x: &GpuTensor,
+        gain: &GpuTensor,
+        dims: NormDims,
+    ) {
+        ops::norm::gpu_forward(self, out, stats, x, gain, dims)
+    }
+    fn norm_backward(
+        &self,
+        dx: &GpuTensor,
+        dgain: &GpuTensor,
+        dout: &GpuTensor,
+        x: &GpuTensor,
+        gain: &GpuTensor,
+        stats: &GpuTensor,
+        dims: NormDims,
+    ) {
+        ops::norm::gpu_backward(self, dx, dgain, dout, x, gain, stats, dims)
+    }
+    fn attention_forward(
+        &self,
+        out: &GpuTensor,
+        att: &GpuTensor,
+        qkv: &GpuTensor,
+        dims: AttentionDims,
+    ) {
+        ops::attention::gpu_forward(self, out, att, qkv, dims)
+    }
+    fn attention_backward(
+        &self,
+        dqkv: &GpuTensor,
+        dpre: &GpuTensor,
+        dout: &GpuTensor,
+        qkv: &GpuTensor,
+        att: &GpuTensor,
+        dims: AttentionDims,
+    ) {
+        ops::attention::gpu_backward(self, dqkv, dpre, dout, qkv, att, dims)
+    }
+    fn cross_entropy_forward(
+        &self,
+        losses: &GpuTensor,
+        lse: &GpuTensor,
+        logits: &GpuTensor,
+        targets: &GpuIndex,
+        scale: &GpuTensor,
+        dims: CrossEntropyDims,
+    ) {
+        ops::cross_entropy::gpu_forward(self, losses, lse, logits, targets, scale, dims)
+    }
+    fn cross_entropy_backward(
+        &self,
+        dlogits: &GpuTensor,
+        logits: &GpuTensor,
+        lse: &GpuTensor,
+        targets: &GpuIndex,
+        scale: &GpuTensor,
+        dims: CrossEntropyDims,
+    ) {
+        ops::cross_entropy::gpu_backward(self, dlogits, logits, lse, targets, scale, dims)
+    }
+    fn sum(&self, out: &GpuTensor, x: &GpuTensor, squares: bool) {
+        ops::optim::gpu_sum(self, out, x, squares)
+    }
+    fn adamw(
+        &self,
+        params: &GpuTensor,
+        m: &GpuTensor,
+        v: &GpuTensor,
+        grads: &GpuTensor,
+        hyper: &GpuTensor,
+        grad_sumsq: &GpuTensor,
+        dims: AdamWDims,
+    ) {
+        ops::optim::gpu_adamw(self, params, m, v, grads, hyper, grad_sumsq, dims)
+    }
+}
+
+impl From<wgpu::BufferAsyncError> for EngineError {
+    fn from(e: wgpu::BufferAsyncError) -> Self {
+        EngineError::Readback(e.to_string())
+    }
+}

@@ -1,0 +1,29 @@
+//! resmem's engine: one op-level [`Backend`] trait with two implementations.
+//!
+//! - [`cpu::CpuBackend`] is the readable reference: plain loops, generic over f32/f64 so that
+//!   gradient checks run in f64, with matmuls through `matrixmultiply` and rows split with rayon.
+//! - [`gpu::GpuBackend`] runs the same ops as the WGSL compute shaders in `shaders/`, natively
+//!   (Vulkan, Metal, DX12) and in the browser (WebGPU).
+//!
+//! Each op family lives in `ops/<family>.rs`: its shape documentation, its parameter struct, its
+//! CPU twin and the host-side wrapper of its shader, side by side.
+//!
+//! Shape alphabet used in every comment: B batch, T sequence length, C model width, V vocabulary,
+//! H heads, Dh head width, F feed-forward width, BT = B·T rows.
+
+#[cfg(feature = "cpu")]
+pub mod cpu;
+mod error;
+pub mod gpu;
+pub mod ops;
+pub mod shaders;
+
+mod backend;
+
+pub use backend::Backend;
+pub use error::{EngineError, Result};
+pub use ops::{
+    attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims,
+    embedding::TokenBuckets, matmul::MatmulDims, norm::NormDims, norm::NormKind, optim::AdamWDims,
+    optim::Hyper,
+};

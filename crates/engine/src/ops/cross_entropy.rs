@@ -1,0 +1,145 @@
+//! Cross-entropy with z-loss (SPEC §1): per row CE + z·(log Z)², averaged over counted rows.
+//! The reported loss is the CE alone; the z-loss only shapes the gradient.
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+
+/// A target that is not counted (a prompt position of a synthetic task, say).
+pub const IGNORE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CrossEntropyDims {
+    pub rows: usize,
+    pub v: usize,
+    /// z-loss weight, 1e-4 by default.
+    pub z: f32,
+}
+
+impl CrossEntropyDims {
+    fn check(&self, logits: usize, rows: usize) {
+        assert_eq!(
+            logits,
+            self.rows * self.v,
+            "cross_entropy: logits has {logits} values for {self:?}"
+        );
+        assert_eq!(
+            rows, self.rows,
+            "cross_entropy: per-row tensor has {rows} values for {self:?}"
+        );
+    }
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    pub fn cpu_forward<T: Scalar>(
+        losses: &mut [T],
+        lse: &mut [T],
+        logits: &[T],
+        targets: &[u32],
+        scale: T,
+        d: CrossEntropyDims,
+    ) {
+        d.check(logits.len(), losses.len());
+        losses
+            .par_iter_mut()
+            .zip(lse.par_iter_mut())
+            .enumerate()
+            .for_each(|(r, (loss, lse))| {
+                let row = &logits[r * d.v..(r + 1) * d.v];
+                let mx = row.iter().copied().fold(T::neg_infinity(), T::max);
+                let l = mx + row.iter().map(|&x| (x - mx).exp()).sum::<T>().ln();
+                *lse = l;
+                *loss = match targets[r] {
+                    IGNORE => T::zero(),
+                    t => scale * (l - row[t as usize]),
+                };
+            });
+    }
+
+    pub fn cpu_backward<T: Scalar>(
+        dlogits: &mut [T],
+        logits: &[T],
+        lse: &[T],
+        targets: &[u32],
+        scale: T,
+        d: CrossEntropyDims,
+    ) {
+        d.check(logits.len(), lse.len());
+        let two_z = T::of(2.0 * d.z as f64);
+        dlogits.par_chunks_mut(d.v).enumerate().for_each(|(r, g)| {
+            if targets[r] == IGNORE {
+                g.fill(T::zero());
+                return;
+            }
+            let l = lse[r];
+            for (c, g) in g.iter_mut().enumerate() {
+                let mut v = (logits[r * d.v + c] - l).exp() * (T::one() + two_z * l);
+                if c == targets[r] as usize {
+                    v = v - T::one();
+                }
+                *g = scale * v;
+            }
+        });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+fn params(d: &CrossEntropyDims) -> [u32; 3] {
+    [d.rows as u32, d.v as u32, d.z.to_bits()]
+}
+
+pub fn gpu_forward(
+    gpu: &GpuBackend,
+    losses: &GpuTensor,
+    lse: &GpuTensor,
+    logits: &GpuTensor,
+    targets: &GpuIndex,
+    scale: &GpuTensor,
+    d: CrossEntropyDims,
+) {
+    d.check(logits.len, losses.len);
+    let args = [
+        losses.arg(),
+        lse.arg(),
+        logits.arg(),
+        targets.arg(),
+        scale.arg(),
+    ];
+    gpu.dispatch(
+        "cross_entropy",
+        "cross_entropy_forward",
+        &params(&d),
+        &args,
+        grid_1d(d.rows, 1),
+    );
+}
+
+pub fn gpu_backward(
+    gpu: &GpuBackend,
+    dlogits: &GpuTensor,
+    logits: &GpuTensor,
+    lse: &GpuTensor,
+    targets: &GpuIndex,
+    scale: &GpuTensor,
+    d: CrossEntropyDims,
+) {
+    d.check(logits.len, lse.len);
+    let args = [
+        dlogits.arg(),
+        logits.arg(),
+        lse.arg(),
+        targets.arg(),
+        scale.arg(),
+    ];
+    gpu.dispatch(
+        "cross_entropy",
+        "cross_entropy_backward",
+        &params(&d),
+        &args,
+        grid_1d(d.rows * d.v, 256),
+    );
+}

@@ -1,0 +1,106 @@
+//! Elementwise ops over flat tensors of n values: fill, add, add_assign, tanh-GELU.
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+
+const GELU_K: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::GELU_K;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    pub fn cpu_add<T: Scalar>(out: &mut [T], a: &[T], b: &[T]) {
+        assert!(
+            out.len() == a.len() && a.len() == b.len(),
+            "add: lengths differ"
+        );
+        out.par_iter_mut()
+            .zip(a)
+            .zip(b)
+            .for_each(|((o, &a), &b)| *o = a + b);
+    }
+
+    pub fn cpu_add_assign<T: Scalar>(out: &mut [T], a: &[T]) {
+        assert_eq!(out.len(), a.len(), "add_assign: lengths differ");
+        out.par_iter_mut().zip(a).for_each(|(o, &a)| *o = *o + a);
+    }
+
+    pub fn cpu_gelu_forward<T: Scalar>(out: &mut [T], x: &[T]) {
+        assert_eq!(out.len(), x.len(), "gelu: lengths differ");
+        let k = T::of(GELU_K);
+        let half = T::of(0.5);
+        out.par_iter_mut().zip(x).for_each(|(o, &x)| {
+            let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
+            *o = half * x * (T::one() + t);
+        });
+    }
+
+    pub fn cpu_gelu_backward<T: Scalar>(dx: &mut [T], dout: &[T], x: &[T]) {
+        assert!(
+            dx.len() == dout.len() && dout.len() == x.len(),
+            "gelu_backward: lengths differ"
+        );
+        let k = T::of(GELU_K);
+        let half = T::of(0.5);
+        dx.par_iter_mut()
+            .zip(dout)
+            .zip(x)
+            .for_each(|((d, &g), &x)| {
+                let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
+                let dt = (T::one() - t * t) * k * (T::one() + T::of(3.0 * 0.044715) * x * x);
+                *d = g * (half * (T::one() + t) + half * x * dt);
+            });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+fn launch(
+    gpu: &GpuBackend,
+    entry: &'static str,
+    n: usize,
+    value: f32,
+    args: &[crate::gpu::Arg<'_>],
+) {
+    gpu.dispatch(
+        "elementwise",
+        entry,
+        &[n as u32, value.to_bits()],
+        args,
+        grid_1d(n, 256),
+    );
+}
+
+pub fn gpu_fill(gpu: &GpuBackend, out: &GpuTensor, value: f32) {
+    launch(gpu, "fill", out.len, value, &[out.arg()]);
+}
+
+pub fn gpu_add(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor) {
+    assert!(out.len == a.len && a.len == b.len, "add: lengths differ");
+    launch(gpu, "add", out.len, 0.0, &[out.arg(), a.arg(), b.arg()]);
+}
+
+pub fn gpu_add_assign(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor) {
+    assert_eq!(out.len, a.len, "add_assign: lengths differ");
+    launch(gpu, "add_assign", out.len, 0.0, &[out.arg(), a.arg()]);
+}
+
+pub fn gpu_gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {
+    assert_eq!(out.len, x.len, "gelu: lengths differ");
+    launch(gpu, "gelu_forward", out.len, 0.0, &[out.arg(), x.arg()]);
+}
+
+pub fn gpu_gelu_backward(gpu: &GpuBackend, dx: &GpuTensor, dout: &GpuTensor, x: &GpuTensor) {
+    assert!(
+        dx.len == dout.len && dout.len == x.len,
+        "gelu_backward: lengths differ"
+    );
+    launch(
+        gpu,
+        "gelu_backward",
+        dx.len,
+        0.0,
+        &[dx.arg(), dout.arg(), x.arg()],
+    );
+}

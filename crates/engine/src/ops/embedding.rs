@@ -1,0 +1,164 @@
+//! Token + position embedding, with a deterministic scatter-add backward.
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EmbeddingDims {
+    /// Rows B·T.
+    pub bt: usize,
+    /// Sequence length T: row r has position r % T.
+    pub t: usize,
+    pub c: usize,
+    pub v: usize,
+}
+
+/// The rows of a batch grouped by token, in row order within each token (a counting sort, as
+/// CSR): rows[start[v]..start[v+1]] are the rows holding token v. Built on the host with the
+/// batch so that the embedding backward sums in a fixed order without atomics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenBuckets {
+    /// (BT)
+    pub rows: Vec<u32>,
+    /// (V + 1)
+    pub start: Vec<u32>,
+}
+
+impl TokenBuckets {
+    pub fn new(tokens: &[u32], vocab: usize) -> Self {
+        let mut start = vec![0u32; vocab + 1];
+        for &t in tokens {
+            start[t as usize + 1] += 1;
+        }
+        for v in 0..vocab {
+            start[v + 1] += start[v];
+        }
+        let mut next = start.clone();
+        let mut rows = vec![0u32; tokens.len()];
+        for (r, &t) in tokens.iter().enumerate() {
+            rows[next[t as usize] as usize] = r as u32;
+            next[t as usize] += 1;
+        }
+        Self { rows, start }
+    }
+}
+
+fn check(d: &EmbeddingDims, out: usize, wte: usize, wpe: usize) {
+    assert_eq!(out, d.bt * d.c, "embedding: out has {out} values for {d:?}");
+    assert_eq!(wte, d.v * d.c, "embedding: wte has {wte} values for {d:?}");
+    assert_eq!(wpe, d.t * d.c, "embedding: wpe has {wpe} values for {d:?}");
+    assert_eq!(
+        d.bt % d.t,
+        0,
+        "embedding: rows {} not a multiple of T {}",
+        d.bt,
+        d.t
+    );
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    pub fn cpu_forward<T: Scalar>(
+        out: &mut [T],
+        tokens: &[u32],
+        wte: &[T],
+        wpe: &[T],
+        d: EmbeddingDims,
+    ) {
+        check(&d, out.len(), wte.len(), wpe.len());
+        out.par_chunks_mut(d.c).enumerate().for_each(|(r, o)| {
+            let tok = tokens[r] as usize;
+            let pos = r % d.t;
+            for c in 0..d.c {
+                o[c] = wte[tok * d.c + c] + wpe[pos * d.c + c];
+            }
+        });
+    }
+
+    pub fn cpu_backward<T: Scalar>(
+        dwte: &mut [T],
+        dwpe: &mut [T],
+        dout: &[T],
+        bucket_rows: &[u32],
+        bucket_start: &[u32],
+        d: EmbeddingDims,
+    ) {
+        check(&d, dout.len(), dwte.len(), dwpe.len());
+        dwte.par_chunks_mut(d.c).enumerate().for_each(|(v, g)| {
+            g.fill(T::zero());
+            for &r in &bucket_rows[bucket_start[v] as usize..bucket_start[v + 1] as usize] {
+                for c in 0..d.c {
+                    g[c] = g[c] + dout[r as usize * d.c + c];
+                }
+            }
+        });
+        dwpe.par_chunks_mut(d.c).enumerate().for_each(|(t, g)| {
+            g.fill(T::zero());
+            for b in 0..d.bt / d.t {
+                for c in 0..d.c {
+                    g[c] = g[c] + dout[(b * d.t + t) * d.c + c];
+                }
+            }
+        });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+fn params(d: &EmbeddingDims) -> [u32; 4] {
+    [d.bt as u32, d.t as u32, d.c as u32, d.v as u32]
+}
+
+pub fn gpu_forward(
+    gpu: &GpuBackend,
+    out: &GpuTensor,
+    tokens: &GpuIndex,
+    wte: &GpuTensor,
+    wpe: &GpuTensor,
+    d: EmbeddingDims,
+) {
+    check(&d, out.len, wte.len, wpe.len);
+    let args = [out.arg(), tokens.arg(), wte.arg(), wpe.arg()];
+    gpu.dispatch(
+        "embedding",
+        "embedding_forward",
+        &params(&d),
+        &args,
+        grid_1d(d.bt * d.c, 256),
+    );
+}
+
+pub fn gpu_backward(
+    gpu: &GpuBackend,
+    dwte: &GpuTensor,
+    dwpe: &GpuTensor,
+    dout: &GpuTensor,
+    bucket_rows: &GpuIndex,
+    bucket_start: &GpuIndex,
+    d: EmbeddingDims,
+) {
+    check(&d, dout.len, dwte.len, dwpe.len);
+    let args = [
+        dwte.arg(),
+        dout.arg(),
+        bucket_rows.arg(),
+        bucket_start.arg(),
+    ];
+    gpu.dispatch(
+        "embedding",
+        "embedding_backward_wte",
+        &params(&d),
+        &args,
+        grid_1d(d.v * d.c, 256),
+    );
+    gpu.dispatch(
+        "embedding",
+        "embedding_backward_wpe",
+        &params(&d),
+        &[dwpe.arg(), dout.arg()],
+        grid_1d(d.t * d.c, 256),
+    );
+}

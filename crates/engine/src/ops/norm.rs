@@ -1,0 +1,163 @@
+//! LayerNorm and RMSNorm over the last axis, with a gain and no bias (SPEC §1: no biases).
+//! The same op normalises a transformer's C values or an RMT's whole D_k×D_v matrix.
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormKind {
+    /// y = (x - mean)/sqrt(var + eps) · g
+    LayerNorm,
+    /// y = x/sqrt(mean(x²) + eps) · g
+    RmsNorm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormDims {
+    pub rows: usize,
+    pub c: usize,
+    pub kind: NormKind,
+    pub eps: f32,
+}
+
+fn check(d: &NormDims, x: usize, gain: usize, stats: usize) {
+    assert_eq!(x, d.rows * d.c, "norm: x has {x} values for {d:?}");
+    assert_eq!(gain, d.c, "norm: gain has {gain} values for {d:?}");
+    assert_eq!(
+        stats,
+        2 * d.rows,
+        "norm: stats has {stats} values for {d:?}"
+    );
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    pub fn cpu_forward<T: Scalar>(
+        out: &mut [T],
+        stats: &mut [T],
+        x: &[T],
+        gain: &[T],
+        d: NormDims,
+    ) {
+        check(&d, x.len(), gain.len(), stats.len());
+        let n = T::of(d.c as f64);
+        out.par_chunks_mut(d.c)
+            .zip(stats.par_chunks_mut(2))
+            .zip(x.par_chunks(d.c))
+            .for_each(|((o, st), x)| {
+                let mean = match d.kind {
+                    NormKind::LayerNorm => x.iter().copied().sum::<T>() / n,
+                    NormKind::RmsNorm => T::zero(),
+                };
+                let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
+                let rstd = T::one() / (var + T::of(d.eps as f64)).sqrt();
+                for i in 0..d.c {
+                    o[i] = (x[i] - mean) * rstd * gain[i];
+                }
+                st[0] = mean;
+                st[1] = rstd;
+            });
+    }
+
+    pub fn cpu_backward<T: Scalar>(
+        dx: &mut [T],
+        dgain: &mut [T],
+        dout: &[T],
+        x: &[T],
+        gain: &[T],
+        stats: &[T],
+        d: NormDims,
+    ) {
+        check(&d, x.len(), gain.len(), stats.len());
+        let n = T::of(d.c as f64);
+        dx.par_chunks_mut(d.c).enumerate().for_each(|(r, dx)| {
+            let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
+            let (x, g) = (&x[r * d.c..(r + 1) * d.c], &dout[r * d.c..(r + 1) * d.c]);
+            let mut mean_dn = (0..d.c).map(|i| g[i] * gain[i]).sum::<T>() / n;
+            let mean_dn_norm = (0..d.c)
+                .map(|i| g[i] * gain[i] * (x[i] - mean) * rstd)
+                .sum::<T>()
+                / n;
+            if d.kind == NormKind::RmsNorm {
+                mean_dn = T::zero();
+            }
+            for i in 0..d.c {
+                let nrm = (x[i] - mean) * rstd;
+                dx[i] = dx[i] + rstd * (g[i] * gain[i] - mean_dn - nrm * mean_dn_norm);
+            }
+        });
+        dgain.par_iter_mut().enumerate().for_each(|(c, dg)| {
+            *dg = (0..d.rows)
+                .map(|r| dout[r * d.c + c] * (x[r * d.c + c] - stats[2 * r]) * stats[2 * r + 1])
+                .sum();
+        });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+fn params(d: &NormDims) -> [u32; 4] {
+    let kind = match d.kind {
+        NormKind::LayerNorm => 0,
+        NormKind::RmsNorm => 1,
+    };
+    [d.rows as u32, d.c as u32, kind, d.eps.to_bits()]
+}
+
+pub fn gpu_forward(
+    gpu: &GpuBackend,
+    out: &GpuTensor,
+    stats: &GpuTensor,
+    x: &GpuTensor,
+    gain: &GpuTensor,
+    d: NormDims,
+) {
+    check(&d, x.len, gain.len, stats.len);
+    let args = [out.arg(), stats.arg(), x.arg(), gain.arg()];
+    gpu.dispatch(
+        "norm",
+        "norm_forward",
+        &params(&d),
+        &args,
+        grid_1d(d.rows, 1),
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_backward(
+    gpu: &GpuBackend,
+    dx: &GpuTensor,
+    dgain: &GpuTensor,
+    dout: &GpuTensor,
+    x: &GpuTensor,
+    gain: &GpuTensor,
+    stats: &GpuTensor,
+    d: NormDims,
+) {
+    check(&d, x.len, gain.len, stats.len);
+    let args = [dx.arg(), dout.arg(), x.arg(), gain.arg(), stats.arg()];
+    gpu.dispatch(
+        "norm",
+        "norm_backward_input",
+        &params(&d),
+        &args,
+        grid_1d(d.rows, 1),
+    );
+    // The gain itself is not needed here, so binding 4 stays empty.
+    let args = [
+        (1, dgain.arg()),
+        (2, dout.arg()),
+        (3, x.arg()),
+        (5, stats.arg()),
+    ];
+    gpu.dispatch_at(
+        "norm",
+        "norm_backward_gain",
+        &params(&d),
+        &args,
+        grid_1d(d.c, 256),
+    );
+}

@@ -1,0 +1,140 @@
+//! Deterministic reductions and AdamW with decay groups and global-norm clipping.
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+
+/// The per-step values AdamW reads from a small tensor, written by the host every step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hyper {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// 1-based step number, for the bias corrections.
+    pub step: u32,
+    pub max_grad_norm: f32,
+}
+
+impl Hyper {
+    pub const LEN: usize = 8;
+    /// The layout `shaders/optim.wgsl` reads.
+    pub fn to_array(self) -> [f32; Self::LEN] {
+        let t = self.step as i32;
+        [
+            self.lr,
+            self.beta1,
+            self.beta2,
+            self.eps,
+            self.weight_decay,
+            1.0 - self.beta1.powi(t),
+            1.0 - self.beta2.powi(t),
+            self.max_grad_norm,
+        ]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWDims {
+    pub n: usize,
+    /// Values [0, decay_end) get weight decay; the rest do not.
+    pub decay_end: usize,
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    /// Σ x or Σ x², in f64 whatever T is: the reference for the GPU's tree order.
+    pub fn cpu_sum<T: Scalar>(x: &[T], squares: bool) -> T {
+        let s: f64 = if squares {
+            x.iter().map(|v| v.f64() * v.f64()).sum()
+        } else {
+            x.iter().map(|v| v.f64()).sum()
+        };
+        T::of(s)
+    }
+
+    pub fn cpu_adamw<T: Scalar>(
+        params: &mut [T],
+        m: &mut [T],
+        v: &mut [T],
+        grads: &[T],
+        hyper: &[T],
+        grad_sumsq: T,
+        d: AdamWDims,
+    ) {
+        assert!(
+            params.len() == d.n && m.len() == d.n && v.len() == d.n && grads.len() == d.n,
+            "adamw: lengths differ from {d:?}"
+        );
+        let h = |i: usize| hyper[i];
+        let norm = grad_sumsq.sqrt();
+        let clip = if norm > h(7) { h(7) / norm } else { T::one() };
+        params
+            .par_iter_mut()
+            .zip(m.par_iter_mut())
+            .zip(v.par_iter_mut())
+            .enumerate()
+            .for_each(|(i, ((p, m), v))| {
+                let g = grads[i] * clip;
+                *m = h(1) * *m + (T::one() - h(1)) * g;
+                *v = h(2) * *v + (T::one() - h(2)) * g * g;
+                let wd = if i < d.decay_end { h(4) } else { T::zero() };
+                let update = (*m / h(5)) / ((*v / h(6)).sqrt() + h(3)) + wd * *p;
+                *p = *p - h(0) * update;
+            });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+pub fn gpu_sum(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor, squares: bool) {
+    assert!(out.len >= 1, "sum: out needs one value");
+    gpu.dispatch(
+        "optim",
+        "sum",
+        &[x.len as u32, squares as u32],
+        &[out.arg(), x.arg()],
+        [1, 1, 1],
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_adamw(
+    gpu: &GpuBackend,
+    params: &GpuTensor,
+    m: &GpuTensor,
+    v: &GpuTensor,
+    grads: &GpuTensor,
+    hyper: &GpuTensor,
+    grad_sumsq: &GpuTensor,
+    d: AdamWDims,
+) {
+    assert!(
+        params.len == d.n && m.len == d.n && v.len == d.n && grads.len == d.n,
+        "adamw: lengths differ from {d:?}"
+    );
+    assert_eq!(
+        hyper.len,
+        Hyper::LEN,
+        "adamw: hyper has {} values",
+        hyper.len
+    );
+    let args = [
+        params.arg(),
+        m.arg(),
+        v.arg(),
+        grads.arg(),
+        hyper.arg(),
+        grad_sumsq.arg(),
+    ];
+    gpu.dispatch(
+        "optim",
+        "adamw",
+        &[d.n as u32, d.decay_end as u32],
+        &args,
+        grid_1d(d.n, 256),
+    );
+}

@@ -1,0 +1,411 @@
+//! Every op on the wgpu backend against the CPU reference, on random inputs whose shapes are not
+//! multiples of any workgroup size. Needs a GPU adapter (lavapipe on CI) and fails without one.
+
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use resmem_engine::cpu::CpuBackend;
+use resmem_engine::gpu::GpuBackend;
+use resmem_engine::ops::cross_entropy::IGNORE;
+use resmem_engine::*;
+
+fn gpu() -> GpuBackend {
+    std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    pollster::block_on(GpuBackend::new())
+        .expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
+}
+
+fn rand_vec(rng: &mut SmallRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| rng.random_range(-1.0..1.0) * scale)
+        .collect()
+}
+
+fn upload<B: Backend>(be: &B, data: &[f32]) -> B::Tensor {
+    let t = be.zeros("test", data.len()).unwrap();
+    be.write(&t, data);
+    t
+}
+
+fn upload_index<B: Backend>(be: &B, data: &[u32]) -> B::Index {
+    let t = be.index("test", data.len()).unwrap();
+    be.write_index(&t, data);
+    t
+}
+
+fn read<B: Backend>(be: &B, t: &B::Tensor) -> Vec<f32> {
+    be.flush().unwrap();
+    pollster::block_on(be.read(t)).unwrap()
+}
+
+/// Compares every output of a case, relative to the largest magnitude of the CPU output.
+fn assert_close(name: &str, gpu: &[Vec<f32>], cpu: &[Vec<f32>], tol: f32) {
+    assert_eq!(gpu.len(), cpu.len());
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        assert_eq!(g.len(), c.len(), "{name} output {i}: lengths differ");
+        let scale = c.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+        let worst = g
+            .iter()
+            .zip(c)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        eprintln!(
+            "{name} output {i}: {} values, max |gpu - cpu| = {worst:.3e} (scale {scale:.3e})",
+            c.len()
+        );
+        assert!(
+            g.iter().all(|x| x.is_finite()),
+            "{name} output {i}: non-finite values on the GPU"
+        );
+        assert!(
+            worst <= tol * scale,
+            "{name} output {i}: max difference {worst} exceeds {tol} × {scale}"
+        );
+    }
+}
+
+macro_rules! both {
+    ($name:expr, $tol:expr, $f:ident ( $($arg:expr),* )) => {{
+        let g = $f(&gpu(), $($arg),*);
+        let c = $f(&CpuBackend::<f32>::new(), $($arg),*);
+        assert_close($name, &g, &c, $tol);
+    }};
+}
+
+fn matmul_case<B: Backend>(
+    be: &B,
+    a: &[f32],
+    b: &[f32],
+    init: &[f32],
+    d: MatmulDims,
+) -> Vec<Vec<f32>> {
+    let (a, b, out) = (upload(be, a), upload(be, b), upload(be, init));
+    be.matmul(&out, &a, &b, d);
+    vec![read(be, &out)]
+}
+
+#[test]
+fn matmul_every_layout() {
+    let mut rng = SmallRng::seed_from_u64(10);
+    for (ta, tb, acc) in [
+        (false, false, false),
+        (false, true, false),
+        (true, false, true),
+        (true, true, false),
+    ] {
+        let (m, n, k, batch) = (67, 45, 93, 3);
+        let mut d = MatmulDims::new(m, n, k).batched(batch, false, ta && tb);
+        d.trans_a = ta;
+        d.trans_b = tb;
+        d.accumulate = acc;
+        let a = rand_vec(&mut rng, batch * m * k, 1.0);
+        let b = rand_vec(&mut rng, batch * k * n, 1.0);
+        let init = rand_vec(&mut rng, batch * m * n, 1.0);
+        both!(
+            &format!("matmul(ta={ta}, tb={tb}, acc={acc})"),
+            1e-5,
+            matmul_case(&a, &b, &init, d)
+        );
+    }
+}
+
+fn elementwise_case<B: Backend>(be: &B, a: &[f32], b: &[f32]) -> Vec<Vec<f32>> {
+    let (ta, tb) = (upload(be, a), upload(be, b));
+    let (sum, acc, gelu, dgelu, filled) = (
+        upload(be, a),
+        upload(be, b),
+        upload(be, a),
+        upload(be, a),
+        upload(be, a),
+    );
+    be.add(&sum, &ta, &tb);
+    be.add_assign(&acc, &ta);
+    be.gelu_forward(&gelu, &ta);
+    be.gelu_backward(&dgelu, &tb, &ta);
+    be.fill(&filled, 0.25);
+    [sum, acc, gelu, dgelu, filled]
+        .iter()
+        .map(|t| read(be, t))
+        .collect()
+}
+
+#[test]
+fn elementwise_ops() {
+    let mut rng = SmallRng::seed_from_u64(11);
+    let (a, b) = (rand_vec(&mut rng, 1000, 4.0), rand_vec(&mut rng, 1000, 1.0));
+    both!(
+        "add, add_assign, gelu, gelu_backward, fill",
+        1e-5,
+        elementwise_case(&a, &b)
+    );
+}
+
+fn embedding_case<B: Backend>(
+    be: &B,
+    tokens: &[u32],
+    wte: &[f32],
+    wpe: &[f32],
+    dout: &[f32],
+    d: EmbeddingDims,
+) -> Vec<Vec<f32>> {
+    let tok = upload_index(be, tokens);
+    let buckets = TokenBuckets::new(tokens, d.v);
+    let (rows, start) = (
+        upload_index(be, &buckets.rows),
+        upload_index(be, &buckets.start),
+    );
+    let (wte, wpe, dout) = (upload(be, wte), upload(be, wpe), upload(be, dout));
+    let out = be.zeros("out", d.bt * d.c).unwrap();
+    let (dwte, dwpe) = (
+        be.zeros("dwte", d.v * d.c).unwrap(),
+        be.zeros("dwpe", d.t * d.c).unwrap(),
+    );
+    be.embedding_forward(&out, &tok, &wte, &wpe, d);
+    be.embedding_backward(&dwte, &dwpe, &dout, &rows, &start, d);
+    vec![read(be, &out), read(be, &dwte), read(be, &dwpe)]
+}
+
+#[test]
+fn embedding_forward_and_backward() {
+    let mut rng = SmallRng::seed_from_u64(12);
+    let d = EmbeddingDims {
+        bt: 3 * 13,
+        t: 13,
+        c: 19,
+        v: 29,
+    };
+    let tokens: Vec<u32> = (0..d.bt).map(|_| rng.random_range(0..7) * 4).collect();
+    let (wte, wpe, dout) = (
+        rand_vec(&mut rng, d.v * d.c, 1.0),
+        rand_vec(&mut rng, d.t * d.c, 1.0),
+        rand_vec(&mut rng, d.bt * d.c, 1.0),
+    );
+    both!(
+        "embedding",
+        1e-5,
+        embedding_case(&tokens, &wte, &wpe, &dout, d)
+    );
+}
+
+fn norm_case<B: Backend>(
+    be: &B,
+    x: &[f32],
+    gain: &[f32],
+    dout: &[f32],
+    dx0: &[f32],
+    d: NormDims,
+) -> Vec<Vec<f32>> {
+    let (xt, g, go, dx) = (
+        upload(be, x),
+        upload(be, gain),
+        upload(be, dout),
+        upload(be, dx0),
+    );
+    let out = be.zeros("out", x.len()).unwrap();
+    let stats = be.zeros("stats", 2 * d.rows).unwrap();
+    let dgain = be.zeros("dgain", d.c).unwrap();
+    be.norm_forward(&out, &stats, &xt, &g, d);
+    be.norm_backward(&dx, &dgain, &go, &xt, &g, &stats, d);
+    vec![
+        read(be, &out),
+        read(be, &stats),
+        read(be, &dx),
+        read(be, &dgain),
+    ]
+}
+
+#[test]
+fn layernorm_and_rmsnorm() {
+    let mut rng = SmallRng::seed_from_u64(13);
+    // C = 300 spans more than one 256-thread workgroup pass; C = 7 leaves most threads idle.
+    for (rows, c) in [(37, 300), (5, 7)] {
+        for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+            let d = NormDims {
+                rows,
+                c,
+                kind,
+                eps: 1e-5,
+            };
+            let x: Vec<f32> = rand_vec(&mut rng, rows * c, 2.0)
+                .iter()
+                .map(|v| v + 0.5)
+                .collect();
+            let (gain, dout, dx0) = (
+                rand_vec(&mut rng, c, 1.0),
+                rand_vec(&mut rng, rows * c, 1.0),
+                rand_vec(&mut rng, rows * c, 1.0),
+            );
+            both!(
+                &format!("{kind:?} rows={rows} c={c}"),
+                2e-5,
+                norm_case(&x, &gain, &dout, &dx0, d)
+            );
+        }
+    }
+}
+
+fn attention_case<B: Backend>(
+    be: &B,
+    qkv: &[f32],
+    dout: &[f32],
+    d: AttentionDims,
+) -> Vec<Vec<f32>> {
+    let (qkv, dout) = (upload(be, qkv), upload(be, dout));
+    let out = be.zeros("out", d.b * d.t * d.h * d.dh).unwrap();
+    let att = be.zeros("att", d.b * d.h * d.t * d.t).unwrap();
+    let dpre = be.zeros("dpre", d.b * d.h * d.t * d.t).unwrap();
+    let dqkv = be.zeros("dqkv", d.b * d.t * 3 * d.h * d.dh).unwrap();
+    be.attention_forward(&out, &att, &qkv, d);
+    be.attention_backward(&dqkv, &dpre, &dout, &qkv, &att, d);
+    vec![read(be, &out), read(be, &att), read(be, &dqkv)]
+}
+
+#[test]
+fn causal_attention() {
+    let mut rng = SmallRng::seed_from_u64(14);
+    let d = AttentionDims {
+        b: 2,
+        t: 19,
+        h: 3,
+        dh: 5,
+        scale: 1.0 / 5f32.sqrt() / 2.0,
+    };
+    let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+    let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+    both!("attention", 2e-5, attention_case(&qkv, &dout, d));
+}
+
+fn cross_entropy_case<B: Backend>(
+    be: &B,
+    logits: &[f32],
+    targets: &[u32],
+    d: CrossEntropyDims,
+) -> Vec<Vec<f32>> {
+    let (lg, tg) = (upload(be, logits), upload_index(be, targets));
+    let counted = targets.iter().filter(|&&t| t != IGNORE).count();
+    let scale = upload(be, &[1.0 / counted as f32]);
+    let (losses, lse) = (
+        be.zeros("losses", d.rows).unwrap(),
+        be.zeros("lse", d.rows).unwrap(),
+    );
+    let dlogits = be.zeros("dlogits", logits.len()).unwrap();
+    let mean = be.zeros("mean", 1).unwrap();
+    be.cross_entropy_forward(&losses, &lse, &lg, &tg, &scale, d);
+    be.cross_entropy_backward(&dlogits, &lg, &lse, &tg, &scale, d);
+    be.sum(&mean, &losses, false);
+    vec![
+        read(be, &losses),
+        read(be, &lse),
+        read(be, &dlogits),
+        read(be, &mean),
+    ]
+}
+
+#[test]
+fn cross_entropy_and_mean() {
+    let mut rng = SmallRng::seed_from_u64(15);
+    // V = 517 is more than two workgroup passes per row.
+    let d = CrossEntropyDims {
+        rows: 23,
+        v: 517,
+        z: 1e-4,
+    };
+    let logits = rand_vec(&mut rng, d.rows * d.v, 5.0);
+    let targets: Vec<u32> = (0..d.rows)
+        .map(|r| {
+            if r % 4 == 1 {
+                IGNORE
+            } else {
+                rng.random_range(0..d.v as u32)
+            }
+        })
+        .collect();
+    both!(
+        "cross_entropy",
+        2e-5,
+        cross_entropy_case(&logits, &targets, d)
+    );
+}
+
+fn optim_case<B: Backend>(
+    be: &B,
+    p: &[f32],
+    g: &[f32],
+    m: &[f32],
+    v: &[f32],
+    hyper: Hyper,
+    d: AdamWDims,
+) -> Vec<Vec<f32>> {
+    let (pt, gt, mt, vt) = (upload(be, p), upload(be, g), upload(be, m), upload(be, v));
+    let h = upload(be, &hyper.to_array());
+    let sumsq = be.zeros("sumsq", 1).unwrap();
+    be.sum(&sumsq, &gt, true);
+    be.adamw(&pt, &mt, &vt, &gt, &h, &sumsq, d);
+    vec![
+        read(be, &sumsq),
+        read(be, &pt),
+        read(be, &mt),
+        read(be, &vt),
+    ]
+}
+
+#[test]
+fn grad_norm_and_adamw() {
+    let mut rng = SmallRng::seed_from_u64(16);
+    let n = 70_001;
+    let (p, g) = (rand_vec(&mut rng, n, 1.0), rand_vec(&mut rng, n, 0.1));
+    let m = rand_vec(&mut rng, n, 0.01);
+    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01)
+        .iter()
+        .map(|x| x.abs())
+        .collect();
+    let hyper = Hyper {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 3,
+        max_grad_norm: 1.0,
+    };
+    both!(
+        "sum of squares + adamw",
+        1e-5,
+        optim_case(
+            &p,
+            &g,
+            &m,
+            &v,
+            hyper,
+            AdamWDims {
+                n,
+                decay_end: 40_000
+            }
+        )
+    );
+}
+
+#[test]
+fn recorded_plans_replay_the_same_work() {
+    let be = gpu();
+    let x = upload(&be, &[1.0, 2.0, 3.0]);
+    let acc = be.zeros("acc", 3).unwrap();
+    let mut plan = None;
+    for _ in 0..3 {
+        be.record_or_replay(&mut plan, || be.add_assign(&acc, &x));
+        be.flush().unwrap();
+    }
+    assert_eq!(plan.as_ref().unwrap().len(), 1);
+    assert_eq!(read(&be, &acc), vec![3.0, 6.0, 9.0]);
+}
+
+#[test]
+fn too_big_a_buffer_is_a_clear_error() {
+    let be = gpu();
+    let err = be
+        .zeros("the logits", be.max_binding_values() + 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("the logits") && err.contains("smaller"),
+        "{err}"
+    );
+}

@@ -1,0 +1,286 @@
+//! Every op's backward against central finite differences, in f64, on the CPU reference.
+//! Each test takes L = Σ w ⊙ op(inputs) with random w, so dL/dout = w.
+
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, norm};
+use resmem_engine::{
+    AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, NormKind, TokenBuckets,
+};
+
+fn rand_vec(rng: &mut SmallRng, n: usize, scale: f64) -> Vec<f64> {
+    (0..n)
+        .map(|_| rng.random_range(-1.0..1.0) * scale)
+        .collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Central differences of `f` at `x`, compared with `analytic`; relative error per value.
+fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
+    let h = 1e-6;
+    let mut worst: f64 = 0.0;
+    for i in 0..x.len() {
+        let (mut xp, mut xm) = (x.to_vec(), x.to_vec());
+        xp[i] += h;
+        xm[i] -= h;
+        let numeric = (f(&xp) - f(&xm)) / (2.0 * h);
+        let err = (numeric - analytic[i]).abs() / (numeric.abs() + analytic[i].abs()).max(1e-6);
+        worst = worst.max(err);
+        assert!(
+            err < 1e-5,
+            "{name}[{i}]: numeric {numeric} vs analytic {}",
+            analytic[i]
+        );
+    }
+    eprintln!(
+        "{name}: {} values, worst relative error {worst:.2e}",
+        x.len()
+    );
+}
+
+#[test]
+fn matmul_all_transposes_and_accumulate() {
+    let mut rng = SmallRng::seed_from_u64(1);
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        let mut d = MatmulDims::new(5, 3, 7).batched(2, false, false);
+        d.trans_a = ta;
+        d.trans_b = tb;
+        let a = rand_vec(&mut rng, 2 * 5 * 7, 1.0);
+        let b = rand_vec(&mut rng, 2 * 7 * 3, 1.0);
+        let w = rand_vec(&mut rng, 2 * 5 * 3, 1.0);
+        let fwd = |a: &[f64], b: &[f64]| {
+            let mut out = vec![0.0; 30];
+            matmul::cpu(&mut out, a, b, d);
+            dot(&out, &w)
+        };
+        // Backward by the transposed products, as the models compute it.
+        let (mut da, mut db) = (vec![0.0; a.len()], vec![0.0; b.len()]);
+        let batched = |m, n, k| MatmulDims::new(m, n, k).batched(2, false, false);
+        match ta {
+            false => matmul::cpu(
+                &mut da,
+                &w,
+                &b,
+                MatmulDims {
+                    trans_b: !tb,
+                    ..batched(5, 7, 3)
+                },
+            ),
+            true => matmul::cpu(
+                &mut da,
+                &b,
+                &w,
+                MatmulDims {
+                    trans_a: tb,
+                    trans_b: true,
+                    ..batched(7, 5, 3)
+                },
+            ),
+        }
+        match tb {
+            false => matmul::cpu(
+                &mut db,
+                &a,
+                &w,
+                MatmulDims {
+                    trans_a: !ta,
+                    ..batched(7, 3, 5)
+                },
+            ),
+            true => matmul::cpu(
+                &mut db,
+                &w,
+                &a,
+                MatmulDims {
+                    trans_a: true,
+                    trans_b: ta,
+                    ..batched(3, 7, 5)
+                },
+            ),
+        }
+        check(&format!("matmul({ta},{tb}).a"), &a, &da, |a| fwd(a, &b));
+        check(&format!("matmul({ta},{tb}).b"), &b, &db, |b| fwd(&a, b));
+    }
+    // accumulate adds to what is there
+    let d = MatmulDims::new(2, 2, 2).accumulate();
+    let mut out = vec![1.0; 4];
+    matmul::cpu(&mut out, &[1.0, 0.0, 0.0, 1.0], &[1.0, 2.0, 3.0, 4.0], d);
+    assert_eq!(out, vec![2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn broadcast_matmul_matches_separate_products() {
+    let mut rng = SmallRng::seed_from_u64(2);
+    let a = rand_vec(&mut rng, 3 * 4 * 5, 1.0);
+    let w = rand_vec(&mut rng, 5 * 6, 1.0);
+    let mut out = vec![0.0; 3 * 4 * 6];
+    matmul::cpu(
+        &mut out,
+        &a,
+        &w,
+        MatmulDims::new(4, 6, 5).batched(3, false, true),
+    );
+    let mut flat = vec![0.0; 3 * 4 * 6];
+    matmul::cpu(&mut flat, &a, &w, MatmulDims::new(12, 6, 5));
+    assert_eq!(out, flat);
+}
+
+#[test]
+fn gelu() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    let x = rand_vec(&mut rng, 37, 3.0);
+    let w = rand_vec(&mut rng, 37, 1.0);
+    let mut dx = vec![0.0; 37];
+    elementwise::cpu_gelu_backward(&mut dx, &w, &x);
+    check("gelu", &x, &dx, |x| {
+        let mut y = vec![0.0; 37];
+        elementwise::cpu_gelu_forward(&mut y, x);
+        dot(&y, &w)
+    });
+    // GELU_tanh(1) by hand: 0.5·(1 + tanh(sqrt(2/π)·1.044715))
+    let mut y = [0.0f64];
+    elementwise::cpu_gelu_forward(&mut y, &[1.0]);
+    assert!((y[0] - 0.841_191_990_607_477_2).abs() < 1e-12, "{}", y[0]);
+}
+
+#[test]
+fn norms() {
+    let mut rng = SmallRng::seed_from_u64(4);
+    for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+        let d = NormDims {
+            rows: 3,
+            c: 11,
+            kind,
+            eps: 1e-5,
+        };
+        let x = rand_vec(&mut rng, 33, 2.0);
+        let gain = rand_vec(&mut rng, 11, 1.0);
+        let w = rand_vec(&mut rng, 33, 1.0);
+        let fwd = |x: &[f64], g: &[f64]| {
+            let (mut y, mut st) = (vec![0.0; 33], vec![0.0; 6]);
+            norm::cpu_forward(&mut y, &mut st, x, g, d);
+            dot(&y, &w)
+        };
+        let (mut y, mut st) = (vec![0.0; 33], vec![0.0; 6]);
+        norm::cpu_forward(&mut y, &mut st, &x, &gain, d);
+        let (mut dx, mut dg) = (vec![0.5; 33], vec![0.0; 11]);
+        norm::cpu_backward(&mut dx, &mut dg, &w, &x, &gain, &st, d);
+        dx.iter_mut().for_each(|v| *v -= 0.5); // the input gradient accumulates
+        check(&format!("{kind:?}.x"), &x, &dx, |x| fwd(x, &gain));
+        check(&format!("{kind:?}.gain"), &gain, &dg, |g| fwd(&x, g));
+    }
+}
+
+#[test]
+fn attention_with_awkward_sizes() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    let d = AttentionDims {
+        b: 2,
+        t: 5,
+        h: 3,
+        dh: 4,
+        scale: 0.5 / 2.0,
+    };
+    let qkv = rand_vec(&mut rng, 2 * 5 * 3 * 12, 1.0);
+    let w = rand_vec(&mut rng, 2 * 5 * 12, 1.0);
+    let fwd = |qkv: &[f64]| {
+        let (mut out, mut att) = (vec![0.0; 120], vec![0.0; 2 * 3 * 25]);
+        attention::cpu_forward(&mut out, &mut att, qkv, d);
+        dot(&out, &w)
+    };
+    let (mut out, mut att) = (vec![0.0; 120], vec![0.0; 150]);
+    attention::cpu_forward(&mut out, &mut att, &qkv, d);
+    let (mut dqkv, mut dpre) = (vec![0.0; qkv.len()], vec![0.0; 150]);
+    attention::cpu_backward(&mut dqkv, &mut dpre, &w, &qkv, &att, d);
+    check("attention.qkv", &qkv, &dqkv, fwd);
+    // Causality: row 0 of every head attends only to itself.
+    for bh in 0..6 {
+        assert_eq!(att[bh * 25], 1.0);
+        assert!(att[bh * 25 + 1..bh * 25 + 5].iter().all(|&a| a == 0.0));
+    }
+}
+
+#[test]
+fn cross_entropy_with_z_loss_and_ignored_rows() {
+    let mut rng = SmallRng::seed_from_u64(6);
+    let d = CrossEntropyDims {
+        rows: 4,
+        v: 9,
+        z: 1e-2,
+    };
+    let logits = rand_vec(&mut rng, 36, 3.0);
+    let targets = [3, cross_entropy::IGNORE, 0, 8];
+    let scale = 1.0 / 3.0;
+    // The objective: scale · Σ_counted (CE + z·lse²)
+    let objective = |l: &[f64]| {
+        let (mut losses, mut lse) = (vec![0.0; 4], vec![0.0; 4]);
+        cross_entropy::cpu_forward(&mut losses, &mut lse, l, &targets, scale, d);
+        let z: f64 = (0..4)
+            .filter(|&r| targets[r] != cross_entropy::IGNORE)
+            .map(|r| lse[r] * lse[r])
+            .sum();
+        losses.iter().sum::<f64>() + scale * d.z as f64 * z
+    };
+    let (mut losses, mut lse) = (vec![0.0; 4], vec![0.0; 4]);
+    cross_entropy::cpu_forward(&mut losses, &mut lse, &logits, &targets, scale, d);
+    assert_eq!(losses[1], 0.0);
+    let mut dl = vec![0.0; 36];
+    cross_entropy::cpu_backward(&mut dl, &logits, &lse, &targets, scale, d);
+    check("cross_entropy.logits", &logits, &dl, objective);
+    // Uniform logits: CE = ln V exactly.
+    let (mut l1, mut s1) = (vec![0.0f64], vec![0.0f64]);
+    cross_entropy::cpu_forward(
+        &mut l1,
+        &mut s1,
+        &[0.0; 9],
+        &[2],
+        1.0,
+        CrossEntropyDims {
+            rows: 1,
+            v: 9,
+            z: 1e-4,
+        },
+    );
+    assert!((l1[0] - 9f64.ln()).abs() < 1e-12);
+}
+
+#[test]
+fn embedding_scatter_add() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let d = EmbeddingDims {
+        bt: 6,
+        t: 3,
+        c: 5,
+        v: 4,
+    };
+    let tokens = [1u32, 3, 1, 0, 1, 3];
+    let wte = rand_vec(&mut rng, 20, 1.0);
+    let wpe = rand_vec(&mut rng, 15, 1.0);
+    let w = rand_vec(&mut rng, 30, 1.0);
+    let fwd = |wte: &[f64], wpe: &[f64]| {
+        let mut out = vec![0.0; 30];
+        embedding::cpu_forward(&mut out, &tokens, wte, wpe, d);
+        dot(&out, &w)
+    };
+    let buckets = TokenBuckets::new(&tokens, 4);
+    assert_eq!(buckets.start, vec![0, 1, 4, 4, 6]);
+    assert_eq!(buckets.rows, vec![3, 0, 2, 4, 1, 5]);
+    let (mut dwte, mut dwpe) = (vec![9.0; 20], vec![9.0; 15]);
+    embedding::cpu_backward(&mut dwte, &mut dwpe, &w, &buckets.rows, &buckets.start, d);
+    check("embedding.wte", &wte, &dwte, |x| fwd(x, &wpe));
+    check("embedding.wpe", &wpe, &dwpe, |x| fwd(&wte, x));
+}
+
+#[test]
+fn residual_add() {
+    let (a, b) = ([1.0, 2.0, 3.0], [0.5, -1.0, 2.0]);
+    let mut out = [0.0; 3];
+    elementwise::cpu_add(&mut out, &a, &b);
+    assert_eq!(out, [1.5, 1.0, 5.0]);
+    // d(a+b)/da = d(a+b)/db = 1: the backward is add_assign of the incoming gradient.
+    let mut g = [1.0, 1.0, 1.0];
+    elementwise::cpu_add_assign(&mut g, &[0.25, 0.5, 0.75]);
+    assert_eq!(g, [1.25, 1.5, 1.75]);
+}

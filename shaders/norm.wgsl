@@ -1,0 +1,97 @@
+// LayerNorm (kind 0) and RMSNorm (kind 1) over the last axis of (rows, C), with a gain and no
+// bias. One workgroup per row, so C can be a whole RMT residual matrix (D_k·D_v values).
+//   LayerNorm: y = (x - mean)·rstd·g, rstd = 1/sqrt(var + eps)
+//   RMSNorm:   y = x·rstd·g,          rstd = 1/sqrt(mean(x²) + eps)
+// stats (rows, 2) keeps (mean, rstd) for the backward; mean is 0 for RMSNorm.
+
+struct Params { rows: u32, c: u32, kind: u32, eps: f32 }
+@group(0) @binding(0) var<uniform> p: Params;
+
+var<workgroup> red: array<f32, 256>;
+
+// Sum of one value per thread over the workgroup, in a fixed tree order.
+fn workgroup_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+// norm_forward(out, stats, x, gain)
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;    // (rows, C)
+@group(0) @binding(2) var<storage, read_write> stats: array<f32>;  // (rows, 2)
+@group(0) @binding(3) var<storage, read> x: array<f32>;            // (rows, C)
+@group(0) @binding(4) var<storage, read> gain: array<f32>;         // (C)
+
+@compute @workgroup_size(256)
+fn norm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = flat_group(wid, nwg);
+    if (row >= p.rows) { return; }
+    let lid = lid3.x;
+    let base = row * p.c;
+    let n = f32(p.c);
+    var mean = 0.0;
+    if (p.kind == 0u) {
+        var s = 0.0;
+        for (var i = lid; i < p.c; i = i + WG) { s = s + x[base + i]; }
+        mean = workgroup_sum(lid, s) / n;
+    }
+    var s2 = 0.0;
+    for (var i = lid; i < p.c; i = i + WG) { let d = x[base + i] - mean; s2 = s2 + d * d; }
+    let rstd = inverseSqrt(workgroup_sum(lid, s2) / n + p.eps);
+    for (var i = lid; i < p.c; i = i + WG) { out[base + i] = (x[base + i] - mean) * rstd * gain[i]; }
+    if (lid == 0u) {
+        stats[2u * row] = mean;
+        stats[2u * row + 1u] = rstd;
+    }
+}
+
+// norm_backward_input(dx, dout, x, gain, stats): dx += ∂L/∂x
+@group(0) @binding(1) var<storage, read_write> dx: array<f32>;      // (rows, C)
+@group(0) @binding(2) var<storage, read> dout: array<f32>;          // (rows, C)
+@group(0) @binding(5) var<storage, read> saved: array<f32>;         // (rows, 2)
+
+@compute @workgroup_size(256)
+fn norm_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = flat_group(wid, nwg);
+    if (row >= p.rows) { return; }
+    let lid = lid3.x;
+    let base = row * p.c;
+    let n = f32(p.c);
+    let mean = saved[2u * row];
+    let rstd = saved[2u * row + 1u];
+    var s1 = 0.0;
+    var s2 = 0.0;
+    for (var i = lid; i < p.c; i = i + WG) {
+        let dn = dout[base + i] * gain[i];
+        s1 = s1 + dn;
+        s2 = s2 + dn * (x[base + i] - mean) * rstd;
+    }
+    var mean_dn = workgroup_sum(lid, s1) / n;
+    let mean_dn_norm = workgroup_sum(lid, s2) / n;
+    if (p.kind != 0u) { mean_dn = 0.0; }
+    for (var i = lid; i < p.c; i = i + WG) {
+        let dn = dout[base + i] * gain[i];
+        let nrm = (x[base + i] - mean) * rstd;
+        dx[base + i] = dx[base + i] + rstd * (dn - mean_dn - nrm * mean_dn_norm);
+    }
+}
+
+// norm_backward_gain(dgain, dout, x, -, stats): one thread per column, rows summed in order.
+@group(0) @binding(1) var<storage, read_write> dgain: array<f32>;   // (C)
+
+@compute @workgroup_size(256)
+fn norm_backward_gain(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let col = flat_index(gid, nwg);
+    if (col >= p.c) { return; }
+    var acc = 0.0;
+    for (var r = 0u; r < p.rows; r = r + 1u) {
+        acc = acc + dout[r * p.c + col] * (x[r * p.c + col] - saved[2u * r]) * saved[2u * r + 1u];
+    }
+    dgain[col] = acc;
+}

@@ -1,0 +1,57 @@
+// Deterministic reductions and AdamW over flat parameter buffers.
+
+struct Params { n: u32, flag: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+
+var<workgroup> red: array<f32, 256>;
+
+// sum(out, x): out[0] = Σ x (flag 0) or Σ x² (flag 1). One workgroup: each thread sums a fixed
+// stride of x, then a fixed tree combines the 256 partial sums. Bit-identical across runs.
+@group(0) @binding(1) var<storage, read_write> total: array<f32>;  // (1)
+@group(0) @binding(2) var<storage, read> x: array<f32>;            // (n)
+
+@compute @workgroup_size(256)
+fn sum(@builtin(local_invocation_id) lid3: vec3<u32>) {
+    let lid = lid3.x;
+    var s = 0.0;
+    for (var i = lid; i < p.n; i = i + WG) {
+        let v = x[i];
+        if (p.flag != 0u) { s = s + v * v; } else { s = s + v; }
+    }
+    red[lid] = s;
+    workgroupBarrier();
+    for (var k = 128u; k > 0u; k = k >> 1u) {
+        if (lid < k) { red[lid] = red[lid] + red[lid + k]; }
+        workgroupBarrier();
+    }
+    if (lid == 0u) { total[0] = red[0]; }
+}
+
+// adamw(params, m, v, grads, hyper, grad_sumsq), flag = decay_end: values before it get weight
+// decay (matrices), values after it do not (norm gains, embeddings).
+// hyper (8) = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t, 1 - beta2^t, max_grad_norm];
+// written by the host each step, so a recorded step replays with the current schedule.
+@group(0) @binding(1) var<storage, read_write> params: array<f32>;  // (n)
+@group(0) @binding(2) var<storage, read_write> m: array<f32>;       // (n)
+@group(0) @binding(3) var<storage, read_write> v: array<f32>;       // (n)
+@group(0) @binding(4) var<storage, read> grads: array<f32>;         // (n)
+@group(0) @binding(5) var<storage, read> hyper: array<f32>;         // (8)
+@group(0) @binding(6) var<storage, read> grad_sumsq: array<f32>;    // (1)
+
+@compute @workgroup_size(256)
+fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= p.n) { return; }
+    let norm = sqrt(grad_sumsq[0]);
+    var clip = 1.0;
+    if (norm > hyper[7]) { clip = hyper[7] / norm; }
+    let g = grads[i] * clip;
+    let mi = hyper[1] * m[i] + (1.0 - hyper[1]) * g;
+    let vi = hyper[2] * v[i] + (1.0 - hyper[2]) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    var wd = 0.0;
+    if (i < p.flag) { wd = hyper[4]; }
+    let update = (mi / hyper[5]) / (sqrt(vi / hyper[6]) + hyper[3]) + wd * params[i];
+    params[i] = params[i] - hyper[0] * update;
+}
