@@ -1,1 +1,29 @@
+//! Models written once against the engine's `Backend` trait: configs, parameter layouts, init,
+//! the Transformer (RMT and MemoryFormer follow), AdamW and the training step.
 
+pub mod batch;
+pub mod config;
+pub mod optim;
+pub mod params;
+pub mod train;
+pub mod transformer;
+
+pub use batch::BatchTensors;
+pub use config::{ModelConfig, Norm, TrainConfig, TransformerConfig};
+pub use optim::{AdamW, Schedule};
+pub use params::{ParamLayout, ParamSpec, ParamStore};
+pub use train::{LanguageModel, Trainer};
+pub use transformer::Transformer;
+
+/// Errors a user can act on: bad configs, data that does not fit the model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("invalid config: {0}")]
+    Config(String),
+    #[error("bad batch: {0}")]
+    Batch(String),
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
+}
+
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -168,14 +168,9 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         bucket_start: &CpuIndex,
         dims: EmbeddingDims,
     ) {
-        ops::embedding::cpu_backward(
-            &mut dwte.get_mut(),
-            &mut dwpe.get_mut(),
-            &dout.get(),
-            &bucket_rows.get(),
-            &bucket_start.get(),
-            dims,
-        )
+        // Two borrows in turn: dwte and dwpe are usually views of one gradient buffer.
+        ops::embedding::cpu_backward_wte(&mut dwte.get_mut(), &dout.get(), &bucket_rows.get(), &bucket_start.get(), dims);
+        ops::embedding::cpu_backward_wpe(&mut dwpe.get_mut(), &dout.get(), dims);
     }
     fn norm_forward(
         &self,

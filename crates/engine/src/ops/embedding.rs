@@ -78,15 +78,9 @@ mod cpu_twin {
         });
     }
 
-    pub fn cpu_backward<T: Scalar>(
-        dwte: &mut [T],
-        dwpe: &mut [T],
-        dout: &[T],
-        bucket_rows: &[u32],
-        bucket_start: &[u32],
-        d: EmbeddingDims,
-    ) {
-        check(&d, dout.len(), dwte.len(), dwpe.len());
+    /// dwte: the rows of each token summed in bucket order.
+    pub fn cpu_backward_wte<T: Scalar>(dwte: &mut [T], dout: &[T], bucket_rows: &[u32], bucket_start: &[u32], d: EmbeddingDims) {
+        check(&d, dout.len(), dwte.len(), d.t * d.c);
         dwte.par_chunks_mut(d.c).enumerate().for_each(|(v, g)| {
             g.fill(T::zero());
             for &r in &bucket_rows[bucket_start[v] as usize..bucket_start[v + 1] as usize] {
@@ -95,6 +89,11 @@ mod cpu_twin {
                 }
             }
         });
+    }
+
+    /// dwpe: each position summed over the batch.
+    pub fn cpu_backward_wpe<T: Scalar>(dwpe: &mut [T], dout: &[T], d: EmbeddingDims) {
+        check(&d, dout.len(), d.v * d.c, dwpe.len());
         dwpe.par_chunks_mut(d.c).enumerate().for_each(|(t, g)| {
             g.fill(T::zero());
             for b in 0..d.bt / d.t {

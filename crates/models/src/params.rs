@@ -1,0 +1,128 @@
+//! Parameters as named views into one flat buffer, like llm.c's ParameterTensors: one AdamW
+//! launch and one norm reduction cover them all, and gradients share the same layout.
+//!
+//! Decayed parameters (matrices and key vectors) come first, so AdamW decays [0, decay_end).
+//! Every view starts at a multiple of 64 values, the GPU's binding alignment.
+
+use engine::gpu::VIEW_ALIGN;
+use engine::Backend;
+use rand::{rngs::SmallRng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+
+/// How a parameter starts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    Normal { std: f32 },
+    Constant(f32),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub decay: bool,
+    pub init: Init,
+    pub offset: usize,
+}
+
+impl ParamSpec {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The layout of a model's flat parameter buffer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParamLayout {
+    pub specs: Vec<ParamSpec>,
+    /// Values in the buffer, padding included.
+    pub total: usize,
+    pub decay_end: usize,
+}
+
+/// Collects parameters in declaration order, then places the decayed ones first.
+#[derive(Default)]
+pub struct LayoutBuilder {
+    specs: Vec<ParamSpec>,
+}
+
+/// A parameter's position in the layout, returned when it is declared.
+pub type ParamId = usize;
+
+impl LayoutBuilder {
+    pub fn add(&mut self, name: impl Into<String>, shape: &[usize], decay: bool, init: Init) -> ParamId {
+        self.specs.push(ParamSpec { name: name.into(), shape: shape.to_vec(), decay, init, offset: 0 });
+        self.specs.len() - 1
+    }
+
+    pub fn build(mut self) -> ParamLayout {
+        let mut offset = 0;
+        let mut decay_end = 0;
+        for pass_decay in [true, false] {
+            for s in self.specs.iter_mut().filter(|s| s.decay == pass_decay) {
+                s.offset = offset;
+                offset = (offset + s.len()).next_multiple_of(VIEW_ALIGN);
+            }
+            if pass_decay {
+                decay_end = offset;
+            }
+        }
+        ParamLayout { specs: self.specs, total: offset, decay_end }
+    }
+}
+
+impl ParamLayout {
+    /// Real parameters, padding excluded.
+    pub fn count(&self) -> usize {
+        self.specs.iter().map(|s| s.len()).sum()
+    }
+
+    /// Initial values from a seed: the same seed gives the same model on every backend.
+    pub fn init_values(&self, seed: u64) -> Vec<f32> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut values = vec![0.0; self.total];
+        for s in &self.specs {
+            let dst = &mut values[s.offset..s.offset + s.len()];
+            match s.init {
+                Init::Constant(c) => dst.fill(c),
+                Init::Normal { std } if std == 0.0 => dst.fill(0.0),
+                Init::Normal { std } => {
+                    let normal = Normal::new(0.0, std as f64).expect("a finite std");
+                    dst.iter_mut().for_each(|v| *v = normal.sample(&mut rng) as f32);
+                }
+            }
+        }
+        values
+    }
+}
+
+/// A model's parameters and gradients on a backend, laid out by a [`ParamLayout`].
+pub struct ParamStore<B: Backend> {
+    pub layout: ParamLayout,
+    /// (total)
+    pub params: B::Tensor,
+    /// (total); padding stays 0.
+    pub grads: B::Tensor,
+}
+
+impl<B: Backend> ParamStore<B> {
+    pub fn new(be: &B, layout: ParamLayout, seed: u64) -> engine::Result<Self> {
+        let params = be.zeros("parameters", layout.total)?;
+        let grads = be.zeros("gradients", layout.total)?;
+        be.write(&params, &layout.init_values(seed));
+        Ok(Self { layout, params, grads })
+    }
+
+    pub fn param(&self, be: &B, id: ParamId) -> B::Tensor {
+        let s = &self.layout.specs[id];
+        be.view(&self.params, s.offset, s.len())
+    }
+
+    pub fn grad(&self, be: &B, id: ParamId) -> B::Tensor {
+        let s = &self.layout.specs[id];
+        be.view(&self.grads, s.offset, s.len())
+    }
+}

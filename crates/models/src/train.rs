@@ -1,0 +1,78 @@
+//! The training step: upload a batch, write the step's schedule values, run forward, backward
+//! and AdamW as one recorded plan, and read back only what is asked for.
+
+use crate::batch::BatchTensors;
+use crate::optim::AdamW;
+use crate::params::ParamStore;
+use crate::{Result, TrainConfig};
+use data::Batch;
+use engine::Backend;
+
+/// What every architecture provides to the trainer.
+pub trait LanguageModel<B: Backend> {
+    fn store(&self) -> &ParamStore<B>;
+    /// (B, T) the model's buffers were built for.
+    fn batch_shape(&self) -> (usize, usize);
+    fn vocab(&self) -> usize;
+    /// Computes the logits and the mean loss of `batch`.
+    fn forward(&self, be: &B, batch: &BatchTensors<B>);
+    /// Fills every parameter gradient; `forward` on the same batch must come first.
+    fn backward(&self, be: &B, batch: &BatchTensors<B>);
+    /// (1) mean cross-entropy over the counted targets.
+    fn loss(&self) -> &B::Tensor;
+    /// (BT) log Z per row.
+    fn lse(&self) -> &B::Tensor;
+    /// (BT, V)
+    fn logits(&self) -> &B::Tensor;
+}
+
+pub struct Trainer<B: Backend, M> {
+    pub model: M,
+    pub opt: AdamW<B>,
+    pub batch: BatchTensors<B>,
+    pub cfg: TrainConfig,
+    /// Steps taken so far.
+    pub step: usize,
+    plan: Option<B::Plan>,
+    eval_plan: Option<B::Plan>,
+}
+
+impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
+    pub fn new(be: &B, model: M, cfg: TrainConfig) -> Result<Self> {
+        cfg.validate()?;
+        let (b, t) = model.batch_shape();
+        let opt = AdamW::new(be, &cfg, model.store().layout.total)?;
+        let batch = BatchTensors::new(be, b, t, model.vocab())?;
+        Ok(Self { model, opt, batch, cfg, step: 0, plan: None, eval_plan: None })
+    }
+
+    /// One optimisation step on `batch`; returns the learning rate it used. The loss of the
+    /// batch (before the update) is then in `model.loss()`.
+    pub fn step(&mut self, be: &B, batch: &Batch) -> Result<f32> {
+        self.batch.write(be, batch)?;
+        self.step += 1;
+        let lr = self.opt.prepare(be, self.step);
+        let (model, opt, tensors) = (&self.model, &self.opt, &self.batch);
+        be.record_or_replay(&mut self.plan, || {
+            model.forward(be, tensors);
+            model.backward(be, tensors);
+            opt.update(be, model.store());
+        });
+        be.flush()?;
+        Ok(lr)
+    }
+
+    /// The loss of the last step's batch, read back from the device.
+    pub async fn loss(&self, be: &B) -> Result<f32> {
+        Ok(be.read(self.model.loss()).await?[0])
+    }
+
+    /// The mean loss of `batch` under the current parameters, without training.
+    pub async fn eval(&mut self, be: &B, batch: &Batch) -> Result<f32> {
+        self.batch.write(be, batch)?;
+        let (model, tensors) = (&self.model, &self.batch);
+        be.record_or_replay(&mut self.eval_plan, || model.forward(be, tensors));
+        be.flush()?;
+        self.loss(be).await
+    }
+}

@@ -1,0 +1,299 @@
+//! The baseline Transformer: GPT-2-style pre-norm decoder (SPEC §1; RMT paper §2.1, App. C.1).
+//!
+//!   X⁰ = W_E[token] + W_PE[position]
+//!   X ← X + MHA(Norm(X)),  MHA = W_O · attention(W_QKV · Norm(X))
+//!   X ← X + FF(Norm(X)),   FF(x) = W2 · GELU_tanh(W1 · x)
+//!   logits = W_U · Norm(X)
+//!
+//! No biases, no weight tying. `backward` is `forward` read in reverse, op for op.
+
+use crate::batch::BatchTensors;
+use crate::params::{Init, LayoutBuilder, ParamId, ParamStore};
+use crate::train::LanguageModel;
+use crate::{Result, TransformerConfig};
+use engine::{AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims};
+
+/// Parameters of one block, as ids into the layout; `map` turns them into views.
+#[derive(Clone, Debug)]
+struct Block<T> {
+    ln1: T,   // (C)
+    w_qkv: T, // (3·H·Dh, C)
+    w_o: T,   // (C, H·Dh)
+    ln2: T,   // (C)
+    w1: T,    // (F, C)
+    w2: T,    // (C, F)
+}
+
+#[derive(Clone, Debug)]
+struct Weights<T> {
+    wte: T, // (V, C)
+    wpe: T, // (N, C)
+    blocks: Vec<Block<T>>,
+    lnf: T, // (C)
+    w_u: T, // (V, C)
+}
+
+impl Weights<ParamId> {
+    fn map<T>(&self, f: impl Fn(ParamId) -> T) -> Weights<T> {
+        Weights {
+            wte: f(self.wte),
+            wpe: f(self.wpe),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| Block { ln1: f(b.ln1), w_qkv: f(b.w_qkv), w_o: f(b.w_o), ln2: f(b.ln2), w1: f(b.w1), w2: f(b.w2) })
+                .collect(),
+            lnf: f(self.lnf),
+            w_u: f(self.w_u),
+        }
+    }
+}
+
+/// Saved activations of one block.
+struct BlockActs<T> {
+    ln1: T,       // (BT, C)
+    ln1_stats: T, // (BT, 2)
+    qkv: T,       // (BT, 3·H·Dh)
+    atty: T,      // (BT, H·Dh)
+    att: T,       // (B, H, T, T)
+    res_att: T,   // (BT, C) residual after attention
+    ln2: T,       // (BT, C)
+    ln2_stats: T, // (BT, 2)
+    fch: T,       // (BT, F)
+    fch_gelu: T,  // (BT, F)
+    res_ff: T,    // (BT, C) residual after the FF
+}
+
+/// Gradient scratch shared by all blocks: the backward visits one block at a time.
+struct Scratch<T> {
+    proj: T,      // (BT, C) output of W_O or W2 before the residual add
+    dlogits: T,   // (BT, V)
+    dresidual: T, // (BT, C)
+    dln: T,       // (BT, C)
+    datty: T,     // (BT, H·Dh)
+    dqkv: T,      // (BT, 3·H·Dh)
+    dpre: T,      // (B, H, T, T)
+    dfch: T,      // (BT, F)
+    dfch_gelu: T, // (BT, F)
+}
+
+pub struct Transformer<B: Backend> {
+    pub cfg: TransformerConfig,
+    b: usize,
+    t: usize,
+    store: ParamStore<B>,
+    w: Weights<B::Tensor>,
+    dw: Weights<B::Tensor>,
+    encoded: B::Tensor, // (BT, C)
+    blocks: Vec<BlockActs<B::Tensor>>,
+    lnf: B::Tensor,       // (BT, C)
+    lnf_stats: B::Tensor, // (BT, 2)
+    logits: B::Tensor,    // (BT, V)
+    losses: B::Tensor,    // (BT)
+    lse: B::Tensor,       // (BT)
+    loss: B::Tensor,      // (1)
+    s: Scratch<B::Tensor>,
+}
+
+impl<B: Backend> Transformer<B> {
+    /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
+    pub fn new(be: &B, cfg: TransformerConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        if t > cfg.seq_len {
+            return Err(crate::ModelError::Config(format!("sequences of {t} tokens exceed the context length {}", cfg.seq_len)));
+        }
+        let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
+        let hd = cfg.n_heads * cfg.head_dim;
+        // Weights ~ N(0, std²/fan_in), output projections with an extra 1/sqrt(2L) (SPEC §2).
+        let std = cfg.init_std;
+        let fan = |fan_in: usize| Init::Normal { std: std / (fan_in as f32).sqrt() };
+        let out_scale = if cfg.scaled_output_init { 1.0 / (2.0 * l as f32).sqrt() } else { 1.0 };
+        let fan_out = |fan_in: usize| Init::Normal { std: std / (fan_in as f32).sqrt() * out_scale };
+        let mut lb = LayoutBuilder::default();
+        let wte = lb.add("wte", &[v, c], false, Init::Normal { std });
+        let wpe = lb.add("wpe", &[cfg.seq_len, c], false, Init::Normal { std });
+        let blocks = (0..l)
+            .map(|i| Block {
+                ln1: lb.add(format!("blocks.{i}.ln1"), &[c], false, Init::Constant(1.0)),
+                w_qkv: lb.add(format!("blocks.{i}.w_qkv"), &[3 * hd, c], true, fan(c)),
+                w_o: lb.add(format!("blocks.{i}.w_o"), &[c, hd], true, fan_out(hd)),
+                ln2: lb.add(format!("blocks.{i}.ln2"), &[c], false, Init::Constant(1.0)),
+                w1: lb.add(format!("blocks.{i}.w1"), &[f, c], true, fan(c)),
+                w2: lb.add(format!("blocks.{i}.w2"), &[c, f], true, fan_out(f)),
+            })
+            .collect();
+        let lnf = lb.add("lnf", &[c], false, Init::Constant(1.0));
+        // The unembedding starts at zero: the first loss is exactly ln V.
+        let w_u = lb.add("w_u", &[v, c], false, Init::Normal { std: 0.0 });
+        let ids = Weights { wte, wpe, blocks, lnf, w_u };
+        let store = ParamStore::new(be, lb.build(), seed)?;
+        let w = ids.map(|id| store.param(be, id));
+        let dw = ids.map(|id| store.grad(be, id));
+
+        let bt = b * t;
+        let z = |what: &str, n: usize| be.zeros(what, n);
+        let blocks = (0..l)
+            .map(|_| {
+                Ok(BlockActs {
+                    ln1: z("ln1", bt * c)?,
+                    ln1_stats: z("ln1 stats", bt * 2)?,
+                    qkv: z("qkv", bt * 3 * hd)?,
+                    atty: z("attention output", bt * hd)?,
+                    att: z("attention probabilities", b * cfg.n_heads * t * t)?,
+                    res_att: z("residual", bt * c)?,
+                    ln2: z("ln2", bt * c)?,
+                    ln2_stats: z("ln2 stats", bt * 2)?,
+                    fch: z("ff hidden", bt * f)?,
+                    fch_gelu: z("ff hidden", bt * f)?,
+                    res_ff: z("residual", bt * c)?,
+                })
+            })
+            .collect::<engine::Result<Vec<_>>>()?;
+        let s = Scratch {
+            proj: z("projection", bt * c)?,
+            dlogits: z("logit gradients", bt * v)?,
+            dresidual: z("residual gradient", bt * c)?,
+            dln: z("norm gradient", bt * c)?,
+            datty: z("attention gradient", bt * hd)?,
+            dqkv: z("qkv gradient", bt * 3 * hd)?,
+            dpre: z("attention logit gradient", b * cfg.n_heads * t * t)?,
+            dfch: z("ff gradient", bt * f)?,
+            dfch_gelu: z("ff gradient", bt * f)?,
+        };
+        Ok(Self {
+            b,
+            t,
+            store,
+            w,
+            dw,
+            encoded: z("embeddings", bt * c)?,
+            blocks,
+            lnf: z("final norm", bt * c)?,
+            lnf_stats: z("final norm stats", bt * 2)?,
+            logits: z("logits", bt * v)?,
+            losses: z("per-token losses", bt)?,
+            lse: z("log Z", bt)?,
+            loss: z("loss", 1)?,
+            s,
+            cfg,
+        })
+    }
+
+    fn norm(&self, rows: usize) -> NormDims {
+        NormDims { rows, c: self.cfg.d_model, kind: self.cfg.norm.into(), eps: self.cfg.norm_eps }
+    }
+
+    fn attention(&self, layer: usize) -> AttentionDims {
+        let mut scale = 1.0 / (self.cfg.head_dim as f32).sqrt();
+        if self.cfg.attn_layer_scale {
+            scale /= (layer + 1) as f32;
+        }
+        AttentionDims { b: self.b, t: self.t, h: self.cfg.n_heads, dh: self.cfg.head_dim, scale }
+    }
+
+    fn embedding(&self) -> EmbeddingDims {
+        EmbeddingDims { bt: self.b * self.t, t: self.t, c: self.cfg.d_model, v: self.cfg.vocab }
+    }
+
+    fn cross_entropy(&self) -> CrossEntropyDims {
+        CrossEntropyDims { rows: self.b * self.t, v: self.cfg.vocab, z: self.cfg.z_loss }
+    }
+
+    /// The residual stream entering block `l`.
+    fn residual_in(&self, l: usize) -> &B::Tensor {
+        if l == 0 {
+            &self.encoded
+        } else {
+            &self.blocks[l - 1].res_ff
+        }
+    }
+}
+
+impl<B: Backend> LanguageModel<B> for Transformer<B> {
+    fn store(&self) -> &ParamStore<B> {
+        &self.store
+    }
+
+    fn batch_shape(&self) -> (usize, usize) {
+        (self.b, self.t)
+    }
+
+    fn vocab(&self) -> usize {
+        self.cfg.vocab
+    }
+
+    fn forward(&self, be: &B, batch: &BatchTensors<B>) {
+        let (bt, c, f, v) = (self.b * self.t, self.cfg.d_model, self.cfg.d_ff, self.cfg.vocab);
+        let hd = self.cfg.n_heads * self.cfg.head_dim;
+        let (w, s) = (&self.w, &self.s);
+        // X⁰ = W_E[token] + W_PE[position]
+        // Sequences shorter than N use the first T rows of the position table.
+        let wpe = be.view(&w.wpe, 0, self.t * c);
+        be.embedding_forward(&self.encoded, &batch.tokens, &w.wte, &wpe, self.embedding());
+        for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
+            let x = self.residual_in(l);
+            // X ← X + W_O · attention(W_QKV · Norm(X))
+            be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm(bt));
+            be.matmul(&a.qkv, &a.ln1, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
+            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
+            be.matmul(&s.proj, &a.atty, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
+            be.add(&a.res_att, x, &s.proj);
+            // X ← X + W2 · GELU(W1 · Norm(X))
+            be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm(bt));
+            be.matmul(&a.fch, &a.ln2, &p.w1, MatmulDims::new(bt, f, c).trans_b());
+            be.gelu_forward(&a.fch_gelu, &a.fch);
+            be.matmul(&s.proj, &a.fch_gelu, &p.w2, MatmulDims::new(bt, c, f).trans_b());
+            be.add(&a.res_ff, &a.res_att, &s.proj);
+        }
+        // logits = W_U · Norm(X); loss = mean CE (the z-loss enters the gradient only)
+        let last = self.residual_in(self.cfg.n_layers);
+        be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm(bt));
+        be.matmul(&self.logits, &self.lnf, &w.w_u, MatmulDims::new(bt, v, c).trans_b());
+        be.cross_entropy_forward(&self.losses, &self.lse, &self.logits, &batch.targets, &batch.loss_scale, self.cross_entropy());
+        be.sum(&self.loss, &self.losses, false);
+    }
+
+    fn backward(&self, be: &B, batch: &BatchTensors<B>) {
+        let (bt, c, f, v) = (self.b * self.t, self.cfg.d_model, self.cfg.d_ff, self.cfg.vocab);
+        let hd = self.cfg.n_heads * self.cfg.head_dim;
+        let (w, dw, s) = (&self.w, &self.dw, &self.s);
+        be.cross_entropy_backward(&s.dlogits, &self.logits, &self.lse, &batch.targets, &batch.loss_scale, self.cross_entropy());
+        be.matmul(&dw.w_u, &s.dlogits, &self.lnf, MatmulDims::new(v, c, bt).trans_a());
+        be.matmul(&s.dln, &s.dlogits, &w.w_u, MatmulDims::new(bt, c, v));
+        be.fill(&s.dresidual, 0.0);
+        let last = self.residual_in(self.cfg.n_layers);
+        be.norm_backward(&s.dresidual, &dw.lnf, &s.dln, last, &w.lnf, &self.lnf_stats, self.norm(bt));
+        for l in (0..self.cfg.n_layers).rev() {
+            let (a, p, dp) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
+            // FF: dresidual flows through the add unchanged into W2's output.
+            be.matmul(&dp.w2, &s.dresidual, &a.fch_gelu, MatmulDims::new(c, f, bt).trans_a());
+            be.matmul(&s.dfch_gelu, &s.dresidual, &p.w2, MatmulDims::new(bt, f, c));
+            be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
+            be.matmul(&dp.w1, &s.dfch, &a.ln2, MatmulDims::new(f, c, bt).trans_a());
+            be.matmul(&s.dln, &s.dfch, &p.w1, MatmulDims::new(bt, c, f));
+            be.norm_backward(&s.dresidual, &dp.ln2, &s.dln, &a.res_att, &p.ln2, &a.ln2_stats, self.norm(bt));
+            // Attention
+            be.matmul(&dp.w_o, &s.dresidual, &a.atty, MatmulDims::new(c, hd, bt).trans_a());
+            be.matmul(&s.datty, &s.dresidual, &p.w_o, MatmulDims::new(bt, hd, c));
+            be.attention_backward(&s.dqkv, &s.dpre, &s.datty, &a.qkv, &a.att, self.attention(l));
+            be.matmul(&dp.w_qkv, &s.dqkv, &a.ln1, MatmulDims::new(3 * hd, c, bt).trans_a());
+            be.matmul(&s.dln, &s.dqkv, &p.w_qkv, MatmulDims::new(bt, c, 3 * hd));
+            be.norm_backward(&s.dresidual, &dp.ln1, &s.dln, self.residual_in(l), &p.ln1, &a.ln1_stats, self.norm(bt));
+        }
+        // Rows of the position table past T get no gradient; they stay 0.
+        let dwpe = be.view(&dw.wpe, 0, self.t * c);
+        be.embedding_backward(&dw.wte, &dwpe, &s.dresidual, &batch.bucket_rows, &batch.bucket_start, self.embedding());
+    }
+
+    fn loss(&self) -> &B::Tensor {
+        &self.loss
+    }
+
+    fn lse(&self) -> &B::Tensor {
+        &self.lse
+    }
+
+    fn logits(&self) -> &B::Tensor {
+        &self.logits
+    }
+}

@@ -1,0 +1,125 @@
+//! The whole Transformer: an f64 gradient check of every parameter tensor, one training step on
+//! the wgpu backend against the CPU reference, and bit-identical losses from one seed.
+
+use data::{Task, TaskSampler, IGNORE};
+use engine::cpu::CpuBackend;
+use engine::gpu::GpuBackend;
+use engine::Backend;
+use resmem_models::{BatchTensors, LanguageModel, Norm, TrainConfig, Trainer, Transformer, TransformerConfig};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+fn tiny(norm: Norm) -> TransformerConfig {
+    TransformerConfig { d_model: 8, n_layers: 2, n_heads: 2, head_dim: 3, d_ff: 12, norm, ..TransformerConfig::tiny(11, 6) }
+}
+
+fn gpu() -> GpuBackend {
+    std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    pollster::block_on(GpuBackend::new()).expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
+}
+
+fn random_batch(b: usize, t: usize, vocab: u32, seed: u64) -> data::Batch {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let inputs = (0..b * t).map(|_| rng.random_range(0..vocab)).collect();
+    let targets = (0..b * t).map(|i| if i % 3 == 0 { IGNORE } else { rng.random_range(0..vocab) }).collect();
+    data::Batch { b, t, inputs, targets }
+}
+
+/// The training objective: mean CE + z·mean (log Z)² over the counted targets.
+fn objective(be: &CpuBackend<f64>, model: &Transformer<CpuBackend<f64>>, batch: &BatchTensors<CpuBackend<f64>>, host: &data::Batch) -> f64 {
+    model.forward(be, batch);
+    let loss = model.loss().get()[0];
+    let lse = model.lse().get();
+    let counted: Vec<usize> = (0..host.targets.len()).filter(|&i| host.targets[i] != IGNORE).collect();
+    let z: f64 = counted.iter().map(|&i| lse[i] * lse[i]).sum::<f64>() / counted.len() as f64;
+    loss + model.cfg.z_loss as f64 * z
+}
+
+#[test]
+fn gradient_check_every_parameter_tensor() {
+    for norm in [Norm::LayerNorm, Norm::RmsNorm] {
+        let be = CpuBackend::<f64>::new();
+        let mut cfg = tiny(norm);
+        cfg.z_loss = 1e-2; // large enough that a wrong z-loss gradient shows
+        let (b, t) = (2, 5);
+        let model = Transformer::new(&be, cfg, b, t, 1).unwrap();
+        // Random parameters everywhere: at init W_U = 0 hides every other gradient.
+        let mut rng = SmallRng::seed_from_u64(2);
+        model.store().params.get_mut().iter_mut().for_each(|p| *p = rng.random_range(-0.5..0.5));
+        let host = random_batch(b, t, 11, 3);
+        let batch = BatchTensors::new(&be, b, t, 11).unwrap();
+        batch.write(&be, &host).unwrap();
+        objective(&be, &model, &batch, &host);
+        model.backward(&be, &batch);
+        let grads = model.store().grads.get().to_vec();
+        let h = 1e-5;
+        for spec in &model.store().layout.specs {
+            let mut worst: f64 = 0.0;
+            // Every value of small tensors; a spread of 24 of larger ones.
+            let stride = (spec.len() / 24).max(1);
+            for i in (0..spec.len()).step_by(stride) {
+                let at = spec.offset + i;
+                let orig = model.store().params.get()[at];
+                model.store().params.get_mut()[at] = orig + h;
+                let up = objective(&be, &model, &batch, &host);
+                model.store().params.get_mut()[at] = orig - h;
+                let down = objective(&be, &model, &batch, &host);
+                model.store().params.get_mut()[at] = orig;
+                let numeric = (up - down) / (2.0 * h);
+                let err = (numeric - grads[at]).abs() / (numeric.abs() + grads[at].abs()).max(1e-7);
+                worst = worst.max(err);
+                assert!(err < 1e-4, "{norm:?} {}[{i}]: numeric {numeric:e} vs analytic {:e}", spec.name, grads[at]);
+            }
+            eprintln!("{norm:?} {:>16}: worst relative error {worst:.1e}", spec.name);
+        }
+    }
+}
+
+#[test]
+fn first_loss_is_ln_vocab() {
+    // W_U starts at zero, so every logit is 0 and the loss is exactly ln V.
+    let be = CpuBackend::<f32>::new();
+    let cfg = TransformerConfig::tiny(256, 16);
+    let mut trainer = Trainer::new(&be, Transformer::new(&be, cfg, 2, 16, 0).unwrap(), TrainConfig::default()).unwrap();
+    let batch = TaskSampler::new(Task::Copy, 2, 16, 0).unwrap().next_batch();
+    let loss = pollster::block_on(trainer.eval(&be, &batch)).unwrap();
+    assert!((loss - 256f32.ln()).abs() < 1e-5, "{loss}");
+}
+
+fn train_steps<B: Backend>(be: &B, steps: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let cfg = TransformerConfig { d_model: 24, n_heads: 3, head_dim: 8, d_ff: 40, ..TransformerConfig::tiny(256, 13) };
+    let train = TrainConfig { batch: 3, steps, ..Default::default() };
+    let model = Transformer::new(be, cfg, 3, 13, seed).unwrap();
+    let mut trainer = Trainer::new(be, model, train).unwrap();
+    let mut sampler = TaskSampler::new(Task::Copy, 3, 13, seed).unwrap();
+    let mut losses = vec![];
+    for _ in 0..steps {
+        trainer.step(be, &sampler.next_batch()).unwrap();
+        losses.push(pollster::block_on(trainer.loss(be)).unwrap());
+    }
+    let params = pollster::block_on(be.read(&trainer.model.store().params)).unwrap();
+    (losses, params)
+}
+
+#[test]
+fn one_training_step_on_the_gpu_matches_the_cpu() {
+    // Three steps: the first moves only W_U (everything else has zero gradient at W_U = 0).
+    let (gl, gp) = train_steps(&gpu(), 3, 5);
+    let (cl, cp) = train_steps(&CpuBackend::<f32>::new(), 3, 5);
+    for (g, c) in gl.iter().zip(&cl) {
+        assert!((g - c).abs() < 1e-5 * c.abs(), "losses differ: gpu {gl:?} cpu {cl:?}");
+    }
+    let worst = gp.iter().zip(&cp).map(|(g, c)| (g - c).abs()).fold(0f32, f32::max);
+    let scale = cp.iter().fold(0f32, |m, c| m.max(c.abs()));
+    eprintln!("parameters after 3 steps: max |gpu - cpu| = {worst:.2e} (largest parameter {scale:.2e})");
+    // AdamW moves each parameter by about lr per step, so agreement to 1e-4 of lr is tight.
+    assert!(worst < 1e-5, "parameters differ by {worst}");
+}
+
+#[test]
+fn same_seed_same_losses_on_each_backend() {
+    let g = gpu();
+    assert_eq!(train_steps(&g, 4, 9).0, train_steps(&g, 4, 9).0, "gpu losses differ between runs");
+    let c = CpuBackend::<f32>::new();
+    assert_eq!(train_steps(&c, 4, 9).0, train_steps(&c, 4, 9).0, "cpu losses differ between runs");
+    assert_ne!(train_steps(&c, 2, 9).0, train_steps(&c, 2, 10).0, "another seed should give other losses");
+}
