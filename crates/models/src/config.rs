@@ -54,32 +54,37 @@ pub struct TransformerConfig {
 
 impl TransformerConfig {
     /// A model that learns the synthetic tasks in a few hundred steps on a CPU or in a browser.
+    ///
+    /// Measured on the copy task (T=16, batch 32, lr 1e-2, 300 steps, seeds 0-3): with 4 heads
+    /// and init_std 0.02 the loss stays on the unigram plateau (ln 16); with 8 heads and
+    /// init_std 0.5 every seed reaches 0.003. The copy skill needs attention to lock onto a
+    /// position, and weights of 0.02/sqrt(64) leave its logits too flat to find it in time.
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
         Self {
             vocab,
             seq_len,
             d_model: 64,
             n_layers: 2,
-            n_heads: 4,
+            n_heads: 8,
             head_dim: 16,
             d_ff: 256,
             norm: Norm::LayerNorm,
             norm_eps: 1e-5,
             attn_layer_scale: true,
             scaled_output_init: true,
-            init_std: 0.02,
+            init_std: 0.5,
             z_loss: 1e-4,
         }
     }
 
     /// GPT-2 small (124M): L=12, D=768, H=12, D_h=64, D_FF=3072, V=50257, N=1024.
     pub fn gpt2_small() -> Self {
-        Self { d_model: 768, n_layers: 12, n_heads: 12, head_dim: 64, d_ff: 3072, ..Self::tiny(50257, 1024) }
+        Self { d_model: 768, n_layers: 12, n_heads: 12, head_dim: 64, d_ff: 3072, init_std: 0.02, ..Self::tiny(50257, 1024) }
     }
 
     /// GPT-2 medium (350M): L=24, D=1024, H=16, D_h=64, D_FF=4096, V=50257, N=1024.
     pub fn gpt2_medium() -> Self {
-        Self { d_model: 1024, n_layers: 24, n_heads: 16, head_dim: 64, d_ff: 4096, ..Self::tiny(50257, 1024) }
+        Self { d_model: 1024, n_layers: 24, n_heads: 16, head_dim: 64, d_ff: 4096, init_std: 0.02, ..Self::tiny(50257, 1024) }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -136,7 +141,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
-            batch: 16,
+            batch: 32,
             steps: 300,
             lr: 1e-2,
             warmup_frac: 0.05,
