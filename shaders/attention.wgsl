@@ -29,7 +29,7 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
     let b = i / (p.t * p.h);
     let arow = i * p.t;
     let q = qkv_at(b, t, h, 0u);
-    var mx = -3.4028235e38;
+    var mx = F32_LOWEST;
     for (var s = 0u; s <= t; s = s + 1u) {
         let k = qkv_at(b, s, h, 1u);
         var dot = 0.0;

@@ -13,3 +13,6 @@ fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 fn flat_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
+
+// The most negative f32, written exactly: Chrome's compiler rejects a decimal that rounds past it.
+const F32_LOWEST: f32 = -0x1.fffffep+127f;

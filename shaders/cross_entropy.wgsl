@@ -38,7 +38,7 @@ fn cross_entropy_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     if (row >= p.rows) { return; }
     let lid = lid3.x;
     let base = row * p.v;
-    var mx = -3.4028235e38;
+    var mx = F32_LOWEST;
     for (var i = lid; i < p.v; i = i + WG) { mx = max(mx, logits[base + i]); }
     mx = workgroup_reduce(lid, mx, true);
     var s = 0.0;

@@ -147,7 +147,7 @@ fn same_seed_same_losses_on_each_backend() {
 #[test]
 fn tiny_transformer_learns_copy_on_the_gpu() {
     // Measured on lavapipe: the tiny preset with a 160-step schedule goes from ln 256 = 5.55
-    // through the unigram plateau (ln 16 = 2.77) to under 0.1 by step 160. A threshold of
+    // through the unigram plateau (ln 16 = 2.77, steps 20-80) to 0.145 at step 160. A threshold of
     // 10% of the first loss is far below the plateau, so only learning to copy passes.
     let be = gpu();
     let (b, t, steps) = (32, 16, 160);

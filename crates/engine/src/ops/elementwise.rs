@@ -2,6 +2,7 @@
 
 use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
 
+#[cfg(feature = "cpu")]
 const GELU_K: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
 
 #[cfg(feature = "cpu")]

@@ -80,6 +80,7 @@ impl MatmulDims {
         );
     }
     /// Strides (row, column) of the logical a (M×K) and b (K×N) in storage.
+    #[cfg(feature = "cpu")]
     fn strides(&self) -> ((usize, usize), (usize, usize)) {
         let sa = if self.trans_a {
             (1, self.m)
