@@ -6,7 +6,11 @@ use models::{Norm, TrainConfig, TransformerConfig};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "resmem", version, about = "Train and study Residual Matrix Transformers, MemoryFormers and baseline transformers")]
+#[command(
+    name = "resmem",
+    version,
+    about = "Train and study Residual Matrix Transformers, MemoryFormers and baseline transformers"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -106,6 +110,12 @@ impl TrainArgs {
 
     pub fn train_config(&self) -> TrainConfig {
         let d = TrainConfig::default();
-        TrainConfig { batch: self.batch, steps: self.steps, lr: self.lr.unwrap_or(d.lr), seed: self.seed, ..d }
+        TrainConfig {
+            batch: self.batch,
+            steps: self.steps,
+            lr: self.lr.unwrap_or(d.lr),
+            seed: self.seed,
+            ..d
+        }
     }
 }

@@ -37,7 +37,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
 fn train<B: Backend>(be: &B, args: &TrainArgs) -> Result<()> {
     let metrics_path = args.out.join("metrics.jsonl");
     if metrics_path.exists() {
-        bail!("{} already holds a run; choose another --out or remove it first", args.out.display());
+        bail!(
+            "{} already holds a run; choose another --out or remove it first",
+            args.out.display()
+        );
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
 
@@ -50,12 +53,20 @@ fn train<B: Backend>(be: &B, args: &TrainArgs) -> Result<()> {
             (ModelConfig::Transformer(cfg), model)
         }
     };
-    let mut sampler = TaskSampler::new(args.task, args.batch, args.seq_len, args.seed.wrapping_add(1)).map_err(anyhow::Error::msg)?;
-    let saved = serde_json::json!({ "model": model_cfg, "train": train_cfg, "task": args.task, "backend": be.describe() });
+    let mut sampler =
+        TaskSampler::new(args.task, args.batch, args.seq_len, args.seed.wrapping_add(1)).map_err(anyhow::Error::msg)?;
+    let saved =
+        serde_json::json!({ "model": model_cfg, "train": train_cfg, "task": args.task, "backend": be.describe() });
     std::fs::write(args.out.join("config.json"), serde_json::to_string_pretty(&saved)?)?;
 
     let params = models::LanguageModel::store(&model).layout.count();
-    println!("{:?} with {params} parameters on {}, task {}, {} steps", args.arch, be.describe(), args.task, args.steps);
+    println!(
+        "{:?} with {params} parameters on {}, task {}, {} steps",
+        args.arch,
+        be.describe(),
+        args.task,
+        args.steps
+    );
     let mut trainer = Trainer::new(be, model, train_cfg)?;
     let mut log = std::fs::File::create(&metrics_path)?;
     let start = Instant::now();
@@ -69,7 +80,13 @@ fn train<B: Backend>(be: &B, args: &TrainArgs) -> Result<()> {
                 bail!("the loss became {loss} at step {step}; try a lower --lr");
             }
             let tokens_per_s = window.1 as f64 / window.0.elapsed().as_secs_f64();
-            let m = Metrics { step, loss, lr, tokens_per_s, elapsed_s: start.elapsed().as_secs_f64() };
+            let m = Metrics {
+                step,
+                loss,
+                lr,
+                tokens_per_s,
+                elapsed_s: start.elapsed().as_secs_f64(),
+            };
             writeln!(log, "{}", serde_json::to_string(&m)?)?;
             println!("step {step:>6}  loss {loss:.4}  lr {lr:.2e}  {tokens_per_s:>9.0} tok/s");
             window = (Instant::now(), 0);

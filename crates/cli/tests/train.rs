@@ -11,7 +11,18 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t");
     let status = resmem()
-        .args(["train", "--arch", "transformer", "--task", "copy", "--backend", "cpu", "--steps", "300", "--out"])
+        .args([
+            "train",
+            "--arch",
+            "transformer",
+            "--task",
+            "copy",
+            "--backend",
+            "cpu",
+            "--steps",
+            "300",
+            "--out",
+        ])
         .arg(&out)
         .status()
         .unwrap();
@@ -26,7 +37,8 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
     // Measured: 5.545 → 0.003. The unigram plateau, reached without learning to copy, is
     // ln 16 = 2.77 = 50% of the first loss; 10% is far below it.
     assert!(last < 0.1 * first, "loss {first} → {last}");
-    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["model"]["arch"], "transformer");
 }
 
@@ -43,9 +55,21 @@ fn an_earlier_run_is_never_overwritten() {
 #[test]
 fn bad_arguments_say_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
-    let out = resmem().args(["train", "--task", "sort", "--out"]).arg(dir.path()).output().unwrap();
+    let out = resmem()
+        .args(["train", "--task", "sort", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("copy, reverse and mqar"));
-    let out = resmem().args(["train", "--backend", "cpu", "--task", "mqar", "--seq-len", "5", "--out"]).arg(dir.path()).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 8"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = resmem()
+        .args(["train", "--backend", "cpu", "--task", "mqar", "--seq-len", "5", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least 8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

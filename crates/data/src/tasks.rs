@@ -87,12 +87,19 @@ impl TaskSampler {
             Task::Mqar => 8,
         };
         if t < min {
-            return Err(format!("the {task} task needs a sequence length of at least {min}, not {t}"));
+            return Err(format!(
+                "the {task} task needs a sequence length of at least {min}, not {t}"
+            ));
         }
         if b == 0 {
             return Err("the batch size must be at least 1".into());
         }
-        Ok(Self { task, b, t, rng: SmallRng::seed_from_u64(seed) })
+        Ok(Self {
+            task,
+            b,
+            t,
+            rng: SmallRng::seed_from_u64(seed),
+        })
     }
 
     pub fn next_batch(&mut self) -> Batch {
@@ -103,7 +110,12 @@ impl TaskSampler {
             inputs.extend(seq[..self.t].iter().map(|&c| c as u32));
             targets.extend((0..self.t).map(|i| if counted[i + 1] { seq[i + 1] as u32 } else { IGNORE }));
         }
-        Batch { b: self.b, t: self.t, inputs, targets }
+        Batch {
+            b: self.b,
+            t: self.t,
+            inputs,
+            targets,
+        }
     }
 
     /// One sequence of T + 1 bytes, and for each byte whether predicting it counts.
@@ -118,10 +130,16 @@ impl TaskSampler {
         match self.task {
             Task::Copy | Task::Reverse => {
                 let n = self.t / 2;
-                let xs: Vec<u8> = (0..n).map(|_| SYMBOLS[self.rng.random_range(0..SYMBOLS.len())]).collect();
+                let xs: Vec<u8> = (0..n)
+                    .map(|_| SYMBOLS[self.rng.random_range(0..SYMBOLS.len())])
+                    .collect();
                 xs.iter().for_each(|&c| push(&mut seq, c, false));
                 push(&mut seq, SEP, false);
-                let answer: Vec<u8> = if self.task == Task::Copy { xs.clone() } else { xs.iter().rev().copied().collect() };
+                let answer: Vec<u8> = if self.task == Task::Copy {
+                    xs.clone()
+                } else {
+                    xs.iter().rev().copied().collect()
+                };
                 answer.iter().for_each(|&c| push(&mut seq, c, true));
             }
             Task::Mqar => {
@@ -129,7 +147,9 @@ impl TaskSampler {
                 let mut keys = KEYS.to_vec();
                 keys.shuffle(&mut self.rng);
                 keys.truncate(pairs);
-                let values: Vec<u8> = (0..pairs).map(|_| VALUES[self.rng.random_range(0..VALUES.len())]).collect();
+                let values: Vec<u8> = (0..pairs)
+                    .map(|_| VALUES[self.rng.random_range(0..VALUES.len())])
+                    .collect();
                 for (&k, &v) in keys.iter().zip(&values) {
                     push(&mut seq, k, false);
                     push(&mut seq, v, false);
@@ -177,7 +197,10 @@ mod tests {
         let rev: Vec<u32> = batch.inputs[..4].iter().rev().copied().collect();
         assert_eq!(batch.inputs[4], u32::from(b'|'));
         assert_eq!(&batch.targets[4..8], &rev[..]);
-        assert!(batch.targets[..4].iter().chain(&batch.targets[8..]).all(|&t| t == IGNORE));
+        assert!(batch.targets[..4]
+            .iter()
+            .chain(&batch.targets[8..])
+            .all(|&t| t == IGNORE));
     }
 
     #[test]

@@ -13,6 +13,9 @@ impl ByteTokenizer {
 
     /// Decodes lossily: ignored targets and any token ≥ 256 show as '·'.
     pub fn decode(&self, tokens: &[u32]) -> String {
-        tokens.iter().map(|&t| if t < 256 { char::from(t as u8) } else { '·' }).collect()
+        tokens
+            .iter()
+            .map(|&t| if t < 256 { char::from(t as u8) } else { '·' })
+            .collect()
     }
 }

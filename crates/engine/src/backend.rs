@@ -4,9 +4,7 @@
 //! inputs, weights, then a dims struct. Backward ops take gradients of outputs first (`d` prefix).
 //! No op may read and write the same buffer: wgpu forbids it, and the CPU backend panics on it.
 
-use crate::{
-    AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, Result,
-};
+use crate::{AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, Result};
 use std::future::Future;
 
 pub trait Backend {
@@ -98,13 +96,7 @@ pub trait Backend {
 
     // ---- attention (ops/attention.rs) ----
     /// out (B, T, H·Dh) and att (B, H, T, T) from qkv (B, T, 3·H·Dh), causal.
-    fn attention_forward(
-        &self,
-        out: &Self::Tensor,
-        att: &Self::Tensor,
-        qkv: &Self::Tensor,
-        dims: AttentionDims,
-    );
+    fn attention_forward(&self, out: &Self::Tensor, att: &Self::Tensor, qkv: &Self::Tensor, dims: AttentionDims);
     /// dqkv (B, T, 3·H·Dh); dpre (B, H, T, T) is scratch for the gradient of the logits.
     fn attention_backward(
         &self,

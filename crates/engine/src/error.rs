@@ -24,9 +24,7 @@ pub enum EngineError {
     },
     #[error("the GPU reported an error: {0}")]
     Gpu(String),
-    #[error(
-        "the GPU device was lost ({0}); reload the page or restart the run to create a new one"
-    )]
+    #[error("the GPU device was lost ({0}); reload the page or restart the run to create a new one")]
     DeviceLost(String),
     #[error("reading results back from the GPU failed: {0}")]
     Readback(String),

@@ -23,7 +23,6 @@ mod backend;
 pub use backend::Backend;
 pub use error::{EngineError, Result};
 pub use ops::{
-    attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims,
-    embedding::TokenBuckets, matmul::MatmulDims, norm::NormDims, norm::NormKind, optim::AdamWDims,
-    optim::Hyper,
+    attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims, embedding::TokenBuckets,
+    matmul::MatmulDims, norm::NormDims, norm::NormKind, optim::AdamWDims, optim::Hyper,
 };

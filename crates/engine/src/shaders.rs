@@ -6,18 +6,12 @@ pub const COMMON: &str = include_str!("../../../shaders/common.wgsl");
 
 /// Every op family's shader: (name, source without the common prelude).
 pub const FAMILIES: &[(&str, &str)] = &[
-    (
-        "elementwise",
-        include_str!("../../../shaders/elementwise.wgsl"),
-    ),
+    ("elementwise", include_str!("../../../shaders/elementwise.wgsl")),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
     ("embedding", include_str!("../../../shaders/embedding.wgsl")),
     ("norm", include_str!("../../../shaders/norm.wgsl")),
     ("attention", include_str!("../../../shaders/attention.wgsl")),
-    (
-        "cross_entropy",
-        include_str!("../../../shaders/cross_entropy.wgsl"),
-    ),
+    ("cross_entropy", include_str!("../../../shaders/cross_entropy.wgsl")),
     ("optim", include_str!("../../../shaders/optim.wgsl")),
 ];
 

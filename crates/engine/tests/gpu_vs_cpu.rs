@@ -14,9 +14,7 @@ fn gpu() -> GpuBackend {
 }
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| rng.random_range(-1.0..1.0) * scale)
-        .collect()
+    (0..n).map(|_| rng.random_range(-1.0..1.0) * scale).collect()
 }
 
 fn upload<B: Backend>(be: &B, data: &[f32]) -> B::Tensor {
@@ -42,11 +40,7 @@ fn assert_close(name: &str, gpu: &[Vec<f32>], cpu: &[Vec<f32>], tol: f32) {
     for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
         assert_eq!(g.len(), c.len(), "{name} output {i}: lengths differ");
         let scale = c.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-        let worst = g
-            .iter()
-            .zip(c)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let worst = g.iter().zip(c).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         eprintln!(
             "{name} output {i}: {} values, max |gpu - cpu| = {worst:.3e} (scale {scale:.3e})",
             c.len()
@@ -70,13 +64,7 @@ macro_rules! both {
     }};
 }
 
-fn matmul_case<B: Backend>(
-    be: &B,
-    a: &[f32],
-    b: &[f32],
-    init: &[f32],
-    d: MatmulDims,
-) -> Vec<Vec<f32>> {
+fn matmul_case<B: Backend>(be: &B, a: &[f32], b: &[f32], init: &[f32], d: MatmulDims) -> Vec<Vec<f32>> {
     let (a, b, out) = (upload(be, a), upload(be, b), upload(be, init));
     be.matmul(&out, &a, &b, d);
     vec![read(be, &out)]
@@ -121,10 +109,7 @@ fn elementwise_case<B: Backend>(be: &B, a: &[f32], b: &[f32]) -> Vec<Vec<f32>> {
     be.gelu_forward(&gelu, &ta);
     be.gelu_backward(&dgelu, &tb, &ta);
     be.fill(&filled, 0.25);
-    [sum, acc, gelu, dgelu, filled]
-        .iter()
-        .map(|t| read(be, t))
-        .collect()
+    [sum, acc, gelu, dgelu, filled].iter().map(|t| read(be, t)).collect()
 }
 
 #[test]
@@ -148,10 +133,7 @@ fn embedding_case<B: Backend>(
 ) -> Vec<Vec<f32>> {
     let tok = upload_index(be, tokens);
     let buckets = TokenBuckets::new(tokens, d.v);
-    let (rows, start) = (
-        upload_index(be, &buckets.rows),
-        upload_index(be, &buckets.start),
-    );
+    let (rows, start) = (upload_index(be, &buckets.rows), upload_index(be, &buckets.start));
     let (wte, wpe, dout) = (upload(be, wte), upload(be, wpe), upload(be, dout));
     let out = be.zeros("out", d.bt * d.c).unwrap();
     let (dwte, dwpe) = (
@@ -178,38 +160,17 @@ fn embedding_forward_and_backward() {
         rand_vec(&mut rng, d.t * d.c, 1.0),
         rand_vec(&mut rng, d.bt * d.c, 1.0),
     );
-    both!(
-        "embedding",
-        1e-5,
-        embedding_case(&tokens, &wte, &wpe, &dout, d)
-    );
+    both!("embedding", 1e-5, embedding_case(&tokens, &wte, &wpe, &dout, d));
 }
 
-fn norm_case<B: Backend>(
-    be: &B,
-    x: &[f32],
-    gain: &[f32],
-    dout: &[f32],
-    dx0: &[f32],
-    d: NormDims,
-) -> Vec<Vec<f32>> {
-    let (xt, g, go, dx) = (
-        upload(be, x),
-        upload(be, gain),
-        upload(be, dout),
-        upload(be, dx0),
-    );
+fn norm_case<B: Backend>(be: &B, x: &[f32], gain: &[f32], dout: &[f32], dx0: &[f32], d: NormDims) -> Vec<Vec<f32>> {
+    let (xt, g, go, dx) = (upload(be, x), upload(be, gain), upload(be, dout), upload(be, dx0));
     let out = be.zeros("out", x.len()).unwrap();
     let stats = be.zeros("stats", 2 * d.rows).unwrap();
     let dgain = be.zeros("dgain", d.c).unwrap();
     be.norm_forward(&out, &stats, &xt, &g, d);
     be.norm_backward(&dx, &dgain, &go, &xt, &g, &stats, d);
-    vec![
-        read(be, &out),
-        read(be, &stats),
-        read(be, &dx),
-        read(be, &dgain),
-    ]
+    vec![read(be, &out), read(be, &stats), read(be, &dx), read(be, &dgain)]
 }
 
 #[test]
@@ -224,10 +185,7 @@ fn layernorm_and_rmsnorm() {
                 kind,
                 eps: 1e-5,
             };
-            let x: Vec<f32> = rand_vec(&mut rng, rows * c, 2.0)
-                .iter()
-                .map(|v| v + 0.5)
-                .collect();
+            let x: Vec<f32> = rand_vec(&mut rng, rows * c, 2.0).iter().map(|v| v + 0.5).collect();
             let (gain, dout, dx0) = (
                 rand_vec(&mut rng, c, 1.0),
                 rand_vec(&mut rng, rows * c, 1.0),
@@ -242,12 +200,7 @@ fn layernorm_and_rmsnorm() {
     }
 }
 
-fn attention_case<B: Backend>(
-    be: &B,
-    qkv: &[f32],
-    dout: &[f32],
-    d: AttentionDims,
-) -> Vec<Vec<f32>> {
+fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], d: AttentionDims) -> Vec<Vec<f32>> {
     let (qkv, dout) = (upload(be, qkv), upload(be, dout));
     let out = be.zeros("out", d.b * d.t * d.h * d.dh).unwrap();
     let att = be.zeros("att", d.b * d.h * d.t * d.t).unwrap();
@@ -273,30 +226,17 @@ fn causal_attention() {
     both!("attention", 2e-5, attention_case(&qkv, &dout, d));
 }
 
-fn cross_entropy_case<B: Backend>(
-    be: &B,
-    logits: &[f32],
-    targets: &[u32],
-    d: CrossEntropyDims,
-) -> Vec<Vec<f32>> {
+fn cross_entropy_case<B: Backend>(be: &B, logits: &[f32], targets: &[u32], d: CrossEntropyDims) -> Vec<Vec<f32>> {
     let (lg, tg) = (upload(be, logits), upload_index(be, targets));
     let counted = targets.iter().filter(|&&t| t != IGNORE).count();
     let scale = upload(be, &[1.0 / counted as f32]);
-    let (losses, lse) = (
-        be.zeros("losses", d.rows).unwrap(),
-        be.zeros("lse", d.rows).unwrap(),
-    );
+    let (losses, lse) = (be.zeros("losses", d.rows).unwrap(), be.zeros("lse", d.rows).unwrap());
     let dlogits = be.zeros("dlogits", logits.len()).unwrap();
     let mean = be.zeros("mean", 1).unwrap();
     be.cross_entropy_forward(&losses, &lse, &lg, &tg, &scale, d);
     be.cross_entropy_backward(&dlogits, &lg, &lse, &tg, &scale, d);
     be.sum(&mean, &losses, false);
-    vec![
-        read(be, &losses),
-        read(be, &lse),
-        read(be, &dlogits),
-        read(be, &mean),
-    ]
+    vec![read(be, &losses), read(be, &lse), read(be, &dlogits), read(be, &mean)]
 }
 
 #[test]
@@ -318,11 +258,7 @@ fn cross_entropy_and_mean() {
             }
         })
         .collect();
-    both!(
-        "cross_entropy",
-        2e-5,
-        cross_entropy_case(&logits, &targets, d)
-    );
+    both!("cross_entropy", 2e-5, cross_entropy_case(&logits, &targets, d));
 }
 
 fn optim_case<B: Backend>(
@@ -339,12 +275,7 @@ fn optim_case<B: Backend>(
     let sumsq = be.zeros("sumsq", 1).unwrap();
     be.sum(&sumsq, &gt, true);
     be.adamw(&pt, &mt, &vt, &gt, &h, &sumsq, d);
-    vec![
-        read(be, &sumsq),
-        read(be, &pt),
-        read(be, &mt),
-        read(be, &vt),
-    ]
+    vec![read(be, &sumsq), read(be, &pt), read(be, &mt), read(be, &vt)]
 }
 
 #[test]
@@ -353,10 +284,7 @@ fn grad_norm_and_adamw() {
     let n = 70_001;
     let (p, g) = (rand_vec(&mut rng, n, 1.0), rand_vec(&mut rng, n, 0.1));
     let m = rand_vec(&mut rng, n, 0.01);
-    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01)
-        .iter()
-        .map(|x| x.abs())
-        .collect();
+    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01).iter().map(|x| x.abs()).collect();
     let hyper = Hyper {
         lr: 1e-2,
         beta1: 0.9,
@@ -369,17 +297,7 @@ fn grad_norm_and_adamw() {
     both!(
         "sum of squares + adamw",
         1e-5,
-        optim_case(
-            &p,
-            &g,
-            &m,
-            &v,
-            hyper,
-            AdamWDims {
-                n,
-                decay_end: 40_000
-            }
-        )
+        optim_case(&p, &g, &m, &v, hyper, AdamWDims { n, decay_end: 40_000 })
     );
 }
 
@@ -404,8 +322,5 @@ fn too_big_a_buffer_is_a_clear_error() {
         .zeros("the logits", be.max_binding_values() + 1)
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("the logits") && err.contains("smaller"),
-        "{err}"
-    );
+    assert!(err.contains("the logits") && err.contains("smaller"), "{err}");
 }

@@ -3,14 +3,10 @@
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, norm};
-use resmem_engine::{
-    AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, NormKind, TokenBuckets,
-};
+use resmem_engine::{AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, NormKind, TokenBuckets};
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| rng.random_range(-1.0..1.0) * scale)
-        .collect()
+    (0..n).map(|_| rng.random_range(-1.0..1.0) * scale).collect()
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -28,16 +24,9 @@ fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
         let numeric = (f(&xp) - f(&xm)) / (2.0 * h);
         let err = (numeric - analytic[i]).abs() / (numeric.abs() + analytic[i].abs()).max(1e-6);
         worst = worst.max(err);
-        assert!(
-            err < 1e-5,
-            "{name}[{i}]: numeric {numeric} vs analytic {}",
-            analytic[i]
-        );
+        assert!(err < 1e-5, "{name}[{i}]: numeric {numeric} vs analytic {}", analytic[i]);
     }
-    eprintln!(
-        "{name}: {} values, worst relative error {worst:.2e}",
-        x.len()
-    );
+    eprintln!("{name}: {} values, worst relative error {worst:.2e}", x.len());
 }
 
 #[test]
@@ -116,12 +105,7 @@ fn broadcast_matmul_matches_separate_products() {
     let a = rand_vec(&mut rng, 3 * 4 * 5, 1.0);
     let w = rand_vec(&mut rng, 5 * 6, 1.0);
     let mut out = vec![0.0; 3 * 4 * 6];
-    matmul::cpu(
-        &mut out,
-        &a,
-        &w,
-        MatmulDims::new(4, 6, 5).batched(3, false, true),
-    );
+    matmul::cpu(&mut out, &a, &w, MatmulDims::new(4, 6, 5).batched(3, false, true));
     let mut flat = vec![0.0; 3 * 4 * 6];
     matmul::cpu(&mut flat, &a, &w, MatmulDims::new(12, 6, 5));
     assert_eq!(out, flat);
@@ -205,11 +189,7 @@ fn attention_with_awkward_sizes() {
 #[test]
 fn cross_entropy_with_z_loss_and_ignored_rows() {
     let mut rng = SmallRng::seed_from_u64(6);
-    let d = CrossEntropyDims {
-        rows: 4,
-        v: 9,
-        z: 1e-2,
-    };
+    let d = CrossEntropyDims { rows: 4, v: 9, z: 1e-2 };
     let logits = rand_vec(&mut rng, 36, 3.0);
     let targets = [3, cross_entropy::IGNORE, 0, 8];
     let scale = 1.0 / 3.0;
@@ -237,11 +217,7 @@ fn cross_entropy_with_z_loss_and_ignored_rows() {
         &[0.0; 9],
         &[2],
         1.0,
-        CrossEntropyDims {
-            rows: 1,
-            v: 9,
-            z: 1e-4,
-        },
+        CrossEntropyDims { rows: 1, v: 9, z: 1e-4 },
     );
     assert!((l1[0] - 9f64.ln()).abs() < 1e-12);
 }

@@ -36,17 +36,32 @@ impl<B: Backend> BatchTensors<B> {
     /// Uploads `batch`, checking that it fits these buffers and the vocabulary.
     pub fn write(&self, be: &B, batch: &Batch) -> Result<()> {
         if batch.b != self.b || batch.t != self.t {
-            return Err(ModelError::Batch(format!("a {}×{} batch for {}×{} buffers", batch.b, batch.t, self.b, self.t)));
+            return Err(ModelError::Batch(format!(
+                "a {}×{} batch for {}×{} buffers",
+                batch.b, batch.t, self.b, self.t
+            )));
         }
         if let Some(&bad) = batch.inputs.iter().find(|&&t| t as usize >= self.vocab) {
-            return Err(ModelError::Batch(format!("token {bad} is outside the vocabulary of {}", self.vocab)));
+            return Err(ModelError::Batch(format!(
+                "token {bad} is outside the vocabulary of {}",
+                self.vocab
+            )));
         }
-        if let Some(&bad) = batch.targets.iter().find(|&&t| t != data::IGNORE && t as usize >= self.vocab) {
-            return Err(ModelError::Batch(format!("target {bad} is outside the vocabulary of {}", self.vocab)));
+        if let Some(&bad) = batch
+            .targets
+            .iter()
+            .find(|&&t| t != data::IGNORE && t as usize >= self.vocab)
+        {
+            return Err(ModelError::Batch(format!(
+                "target {bad} is outside the vocabulary of {}",
+                self.vocab
+            )));
         }
         let counted = batch.counted();
         if counted == 0 {
-            return Err(ModelError::Batch("no target in the batch is counted by the loss".into()));
+            return Err(ModelError::Batch(
+                "no target in the batch is counted by the loss".into(),
+            ));
         }
         let buckets = TokenBuckets::new(&batch.inputs, self.vocab);
         be.write_index(&self.tokens, &batch.inputs);

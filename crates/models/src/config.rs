@@ -79,12 +79,28 @@ impl TransformerConfig {
 
     /// GPT-2 small (124M): L=12, D=768, H=12, D_h=64, D_FF=3072, V=50257, N=1024.
     pub fn gpt2_small() -> Self {
-        Self { d_model: 768, n_layers: 12, n_heads: 12, head_dim: 64, d_ff: 3072, init_std: 0.02, ..Self::tiny(50257, 1024) }
+        Self {
+            d_model: 768,
+            n_layers: 12,
+            n_heads: 12,
+            head_dim: 64,
+            d_ff: 3072,
+            init_std: 0.02,
+            ..Self::tiny(50257, 1024)
+        }
     }
 
     /// GPT-2 medium (350M): L=24, D=1024, H=16, D_h=64, D_FF=4096, V=50257, N=1024.
     pub fn gpt2_medium() -> Self {
-        Self { d_model: 1024, n_layers: 24, n_heads: 16, head_dim: 64, d_ff: 4096, init_std: 0.02, ..Self::tiny(50257, 1024) }
+        Self {
+            d_model: 1024,
+            n_layers: 24,
+            n_heads: 16,
+            head_dim: 64,
+            d_ff: 4096,
+            init_std: 0.02,
+            ..Self::tiny(50257, 1024)
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -103,7 +119,9 @@ impl TransformerConfig {
             }
         }
         if !(self.norm_eps > 0.0) || !(self.init_std > 0.0) || !(self.z_loss >= 0.0) {
-            return Err(ModelError::Config("norm_eps and init_std must be positive and z_loss not negative".into()));
+            return Err(ModelError::Config(
+                "norm_eps and init_std must be positive and z_loss not negative".into(),
+            ));
         }
         Ok(())
     }
@@ -162,7 +180,9 @@ impl TrainConfig {
             return Err(ModelError::Config("batch and steps must be at least 1".into()));
         }
         if !(self.lr > 0.0) || !(0.0..1.0).contains(&self.warmup_frac) || !(0.0..=1.0).contains(&self.min_lr_frac) {
-            return Err(ModelError::Config("lr must be positive, warmup_frac in [0, 1), min_lr_frac in [0, 1]".into()));
+            return Err(ModelError::Config(
+                "lr must be positive, warmup_frac in [0, 1), min_lr_frac in [0, 1]".into(),
+            ));
         }
         Ok(())
     }

@@ -17,7 +17,12 @@ pub struct Schedule {
 impl Schedule {
     pub fn new(cfg: &TrainConfig) -> Self {
         let warmup = ((cfg.steps as f32 * cfg.warmup_frac).round() as usize).max(1);
-        Self { peak: cfg.lr, warmup, total: cfg.steps, min_frac: cfg.min_lr_frac }
+        Self {
+            peak: cfg.lr,
+            warmup,
+            total: cfg.steps,
+            min_frac: cfg.min_lr_frac,
+        }
     }
 
     pub fn lr(&self, step: usize) -> f32 {
@@ -72,8 +77,19 @@ impl<B: Backend> AdamW<B> {
     /// Clips by the global norm and updates every parameter in one launch.
     pub fn update(&self, be: &B, store: &ParamStore<B>) {
         be.sum(&self.grad_sumsq, &store.grads, true);
-        let dims = AdamWDims { n: store.layout.total, decay_end: store.layout.decay_end };
-        be.adamw(&store.params, &self.m, &self.v, &store.grads, &self.hyper, &self.grad_sumsq, dims);
+        let dims = AdamWDims {
+            n: store.layout.total,
+            decay_end: store.layout.decay_end,
+        };
+        be.adamw(
+            &store.params,
+            &self.m,
+            &self.v,
+            &store.grads,
+            &self.hyper,
+            &self.grad_sumsq,
+            dims,
+        );
     }
 
     /// The squared global gradient norm of the last update (for logging).
@@ -92,7 +108,13 @@ mod tests {
 
     #[test]
     fn warmup_then_cosine_to_the_floor() {
-        let cfg = TrainConfig { steps: 100, lr: 1.0, warmup_frac: 0.05, min_lr_frac: 0.1, ..Default::default() };
+        let cfg = TrainConfig {
+            steps: 100,
+            lr: 1.0,
+            warmup_frac: 0.05,
+            min_lr_frac: 0.1,
+            ..Default::default()
+        };
         let s = Schedule::new(&cfg);
         assert_eq!(s.warmup, 5);
         assert!((s.lr(1) - 0.2).abs() < 1e-6);

@@ -54,7 +54,13 @@ pub type ParamId = usize;
 
 impl LayoutBuilder {
     pub fn add(&mut self, name: impl Into<String>, shape: &[usize], decay: bool, init: Init) -> ParamId {
-        self.specs.push(ParamSpec { name: name.into(), shape: shape.to_vec(), decay, init, offset: 0 });
+        self.specs.push(ParamSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            decay,
+            init,
+            offset: 0,
+        });
         self.specs.len() - 1
     }
 
@@ -70,7 +76,11 @@ impl LayoutBuilder {
                 decay_end = offset;
             }
         }
-        ParamLayout { specs: self.specs, total: offset, decay_end }
+        ParamLayout {
+            specs: self.specs,
+            total: offset,
+            decay_end,
+        }
     }
 }
 

@@ -43,7 +43,15 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         let (b, t) = model.batch_shape();
         let opt = AdamW::new(be, &cfg, model.store().layout.total)?;
         let batch = BatchTensors::new(be, b, t, model.vocab())?;
-        Ok(Self { model, opt, batch, cfg, step: 0, plan: None, eval_plan: None })
+        Ok(Self {
+            model,
+            opt,
+            batch,
+            cfg,
+            step: 0,
+            plan: None,
+            eval_plan: None,
+        })
     }
 
     /// One optimisation step on `batch`; returns the learning rate it used. The loss of the

@@ -41,7 +41,14 @@ impl Weights<ParamId> {
             blocks: self
                 .blocks
                 .iter()
-                .map(|b| Block { ln1: f(b.ln1), w_qkv: f(b.w_qkv), w_o: f(b.w_o), ln2: f(b.ln2), w1: f(b.w1), w2: f(b.w2) })
+                .map(|b| Block {
+                    ln1: f(b.ln1),
+                    w_qkv: f(b.w_qkv),
+                    w_o: f(b.w_o),
+                    ln2: f(b.ln2),
+                    w1: f(b.w1),
+                    w2: f(b.w2),
+                })
                 .collect(),
             lnf: f(self.lnf),
             w_u: f(self.w_u),
@@ -100,15 +107,26 @@ impl<B: Backend> Transformer<B> {
     pub fn new(be: &B, cfg: TransformerConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
         cfg.validate()?;
         if t > cfg.seq_len {
-            return Err(crate::ModelError::Config(format!("sequences of {t} tokens exceed the context length {}", cfg.seq_len)));
+            return Err(crate::ModelError::Config(format!(
+                "sequences of {t} tokens exceed the context length {}",
+                cfg.seq_len
+            )));
         }
         let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
         let hd = cfg.n_heads * cfg.head_dim;
         // Weights ~ N(0, std²/fan_in), output projections with an extra 1/sqrt(2L) (SPEC §2).
         let std = cfg.init_std;
-        let fan = |fan_in: usize| Init::Normal { std: std / (fan_in as f32).sqrt() };
-        let out_scale = if cfg.scaled_output_init { 1.0 / (2.0 * l as f32).sqrt() } else { 1.0 };
-        let fan_out = |fan_in: usize| Init::Normal { std: std / (fan_in as f32).sqrt() * out_scale };
+        let fan = |fan_in: usize| Init::Normal {
+            std: std / (fan_in as f32).sqrt(),
+        };
+        let out_scale = if cfg.scaled_output_init {
+            1.0 / (2.0 * l as f32).sqrt()
+        } else {
+            1.0
+        };
+        let fan_out = |fan_in: usize| Init::Normal {
+            std: std / (fan_in as f32).sqrt() * out_scale,
+        };
         let mut lb = LayoutBuilder::default();
         let wte = lb.add("wte", &[v, c], false, Init::Normal { std });
         let wpe = lb.add("wpe", &[cfg.seq_len, c], false, Init::Normal { std });
@@ -125,7 +143,13 @@ impl<B: Backend> Transformer<B> {
         let lnf = lb.add("lnf", &[c], false, Init::Constant(1.0));
         // The unembedding starts at zero: the first loss is exactly ln V.
         let w_u = lb.add("w_u", &[v, c], false, Init::Normal { std: 0.0 });
-        let ids = Weights { wte, wpe, blocks, lnf, w_u };
+        let ids = Weights {
+            wte,
+            wpe,
+            blocks,
+            lnf,
+            w_u,
+        };
         let store = ParamStore::new(be, lb.build(), seed)?;
         let w = ids.map(|id| store.param(be, id));
         let dw = ids.map(|id| store.grad(be, id));
@@ -180,7 +204,12 @@ impl<B: Backend> Transformer<B> {
     }
 
     fn norm(&self, rows: usize) -> NormDims {
-        NormDims { rows, c: self.cfg.d_model, kind: self.cfg.norm.into(), eps: self.cfg.norm_eps }
+        NormDims {
+            rows,
+            c: self.cfg.d_model,
+            kind: self.cfg.norm.into(),
+            eps: self.cfg.norm_eps,
+        }
     }
 
     fn attention(&self, layer: usize) -> AttentionDims {
@@ -188,15 +217,30 @@ impl<B: Backend> Transformer<B> {
         if self.cfg.attn_layer_scale {
             scale /= (layer + 1) as f32;
         }
-        AttentionDims { b: self.b, t: self.t, h: self.cfg.n_heads, dh: self.cfg.head_dim, scale }
+        AttentionDims {
+            b: self.b,
+            t: self.t,
+            h: self.cfg.n_heads,
+            dh: self.cfg.head_dim,
+            scale,
+        }
     }
 
     fn embedding(&self) -> EmbeddingDims {
-        EmbeddingDims { bt: self.b * self.t, t: self.t, c: self.cfg.d_model, v: self.cfg.vocab }
+        EmbeddingDims {
+            bt: self.b * self.t,
+            t: self.t,
+            c: self.cfg.d_model,
+            v: self.cfg.vocab,
+        }
     }
 
     fn cross_entropy(&self) -> CrossEntropyDims {
-        CrossEntropyDims { rows: self.b * self.t, v: self.cfg.vocab, z: self.cfg.z_loss }
+        CrossEntropyDims {
+            rows: self.b * self.t,
+            v: self.cfg.vocab,
+            z: self.cfg.z_loss,
+        }
     }
 
     /// The residual stream entering block `l`.
@@ -249,7 +293,14 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
         let last = self.residual_in(self.cfg.n_layers);
         be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm(bt));
         be.matmul(&self.logits, &self.lnf, &w.w_u, MatmulDims::new(bt, v, c).trans_b());
-        be.cross_entropy_forward(&self.losses, &self.lse, &self.logits, &batch.targets, &batch.loss_scale, self.cross_entropy());
+        be.cross_entropy_forward(
+            &self.losses,
+            &self.lse,
+            &self.logits,
+            &batch.targets,
+            &batch.loss_scale,
+            self.cross_entropy(),
+        );
         be.sum(&self.loss, &self.losses, false);
     }
 
@@ -257,12 +308,27 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
         let (bt, c, f, v) = (self.b * self.t, self.cfg.d_model, self.cfg.d_ff, self.cfg.vocab);
         let hd = self.cfg.n_heads * self.cfg.head_dim;
         let (w, dw, s) = (&self.w, &self.dw, &self.s);
-        be.cross_entropy_backward(&s.dlogits, &self.logits, &self.lse, &batch.targets, &batch.loss_scale, self.cross_entropy());
+        be.cross_entropy_backward(
+            &s.dlogits,
+            &self.logits,
+            &self.lse,
+            &batch.targets,
+            &batch.loss_scale,
+            self.cross_entropy(),
+        );
         be.matmul(&dw.w_u, &s.dlogits, &self.lnf, MatmulDims::new(v, c, bt).trans_a());
         be.matmul(&s.dln, &s.dlogits, &w.w_u, MatmulDims::new(bt, c, v));
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.cfg.n_layers);
-        be.norm_backward(&s.dresidual, &dw.lnf, &s.dln, last, &w.lnf, &self.lnf_stats, self.norm(bt));
+        be.norm_backward(
+            &s.dresidual,
+            &dw.lnf,
+            &s.dln,
+            last,
+            &w.lnf,
+            &self.lnf_stats,
+            self.norm(bt),
+        );
         for l in (0..self.cfg.n_layers).rev() {
             let (a, p, dp) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             // FF: dresidual flows through the add unchanged into W2's output.
@@ -271,18 +337,41 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
             be.matmul(&dp.w1, &s.dfch, &a.ln2, MatmulDims::new(f, c, bt).trans_a());
             be.matmul(&s.dln, &s.dfch, &p.w1, MatmulDims::new(bt, c, f));
-            be.norm_backward(&s.dresidual, &dp.ln2, &s.dln, &a.res_att, &p.ln2, &a.ln2_stats, self.norm(bt));
+            be.norm_backward(
+                &s.dresidual,
+                &dp.ln2,
+                &s.dln,
+                &a.res_att,
+                &p.ln2,
+                &a.ln2_stats,
+                self.norm(bt),
+            );
             // Attention
             be.matmul(&dp.w_o, &s.dresidual, &a.atty, MatmulDims::new(c, hd, bt).trans_a());
             be.matmul(&s.datty, &s.dresidual, &p.w_o, MatmulDims::new(bt, hd, c));
             be.attention_backward(&s.dqkv, &s.dpre, &s.datty, &a.qkv, &a.att, self.attention(l));
             be.matmul(&dp.w_qkv, &s.dqkv, &a.ln1, MatmulDims::new(3 * hd, c, bt).trans_a());
             be.matmul(&s.dln, &s.dqkv, &p.w_qkv, MatmulDims::new(bt, c, 3 * hd));
-            be.norm_backward(&s.dresidual, &dp.ln1, &s.dln, self.residual_in(l), &p.ln1, &a.ln1_stats, self.norm(bt));
+            be.norm_backward(
+                &s.dresidual,
+                &dp.ln1,
+                &s.dln,
+                self.residual_in(l),
+                &p.ln1,
+                &a.ln1_stats,
+                self.norm(bt),
+            );
         }
         // Rows of the position table past T get no gradient; they stay 0.
         let dwpe = be.view(&dw.wpe, 0, self.t * c);
-        be.embedding_backward(&dw.wte, &dwpe, &s.dresidual, &batch.bucket_rows, &batch.bucket_start, self.embedding());
+        be.embedding_backward(
+            &dw.wte,
+            &dwpe,
+            &s.dresidual,
+            &batch.bucket_rows,
+            &batch.bucket_start,
+            self.embedding(),
+        );
     }
 
     fn loss(&self) -> &B::Tensor {

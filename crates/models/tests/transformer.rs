@@ -5,27 +5,43 @@ use data::{Task, TaskSampler, IGNORE};
 use engine::cpu::CpuBackend;
 use engine::gpu::GpuBackend;
 use engine::Backend;
-use resmem_models::{BatchTensors, LanguageModel, Norm, TrainConfig, Trainer, Transformer, TransformerConfig};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
+use resmem_models::{BatchTensors, LanguageModel, Norm, TrainConfig, Trainer, Transformer, TransformerConfig};
 
 fn tiny(norm: Norm) -> TransformerConfig {
-    TransformerConfig { d_model: 8, n_layers: 2, n_heads: 2, head_dim: 3, d_ff: 12, norm, ..TransformerConfig::tiny(11, 6) }
+    TransformerConfig {
+        d_model: 8,
+        n_layers: 2,
+        n_heads: 2,
+        head_dim: 3,
+        d_ff: 12,
+        norm,
+        ..TransformerConfig::tiny(11, 6)
+    }
 }
 
 fn gpu() -> GpuBackend {
     std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
-    pollster::block_on(GpuBackend::new()).expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
+    pollster::block_on(GpuBackend::new())
+        .expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
 }
 
 fn random_batch(b: usize, t: usize, vocab: u32, seed: u64) -> data::Batch {
     let mut rng = SmallRng::seed_from_u64(seed);
     let inputs = (0..b * t).map(|_| rng.random_range(0..vocab)).collect();
-    let targets = (0..b * t).map(|i| if i % 3 == 0 { IGNORE } else { rng.random_range(0..vocab) }).collect();
+    let targets = (0..b * t)
+        .map(|i| if i % 3 == 0 { IGNORE } else { rng.random_range(0..vocab) })
+        .collect();
     data::Batch { b, t, inputs, targets }
 }
 
 /// The training objective: mean CE + z·mean (log Z)² over the counted targets.
-fn objective(be: &CpuBackend<f64>, model: &Transformer<CpuBackend<f64>>, batch: &BatchTensors<CpuBackend<f64>>, host: &data::Batch) -> f64 {
+fn objective(
+    be: &CpuBackend<f64>,
+    model: &Transformer<CpuBackend<f64>>,
+    batch: &BatchTensors<CpuBackend<f64>>,
+    host: &data::Batch,
+) -> f64 {
     model.forward(be, batch);
     let loss = model.loss().get()[0];
     let lse = model.lse().get();
@@ -44,7 +60,12 @@ fn gradient_check_every_parameter_tensor() {
         let model = Transformer::new(&be, cfg, b, t, 1).unwrap();
         // Random parameters everywhere: at init W_U = 0 hides every other gradient.
         let mut rng = SmallRng::seed_from_u64(2);
-        model.store().params.get_mut().iter_mut().for_each(|p| *p = rng.random_range(-0.5..0.5));
+        model
+            .store()
+            .params
+            .get_mut()
+            .iter_mut()
+            .for_each(|p| *p = rng.random_range(-0.5..0.5));
         let host = random_batch(b, t, 11, 3);
         let batch = BatchTensors::new(&be, b, t, 11).unwrap();
         batch.write(&be, &host).unwrap();
@@ -67,7 +88,12 @@ fn gradient_check_every_parameter_tensor() {
                 let numeric = (up - down) / (2.0 * h);
                 let err = (numeric - grads[at]).abs() / (numeric.abs() + grads[at].abs()).max(1e-7);
                 worst = worst.max(err);
-                assert!(err < 1e-4, "{norm:?} {}[{i}]: numeric {numeric:e} vs analytic {:e}", spec.name, grads[at]);
+                assert!(
+                    err < 1e-4,
+                    "{norm:?} {}[{i}]: numeric {numeric:e} vs analytic {:e}",
+                    spec.name,
+                    grads[at]
+                );
             }
             eprintln!("{norm:?} {:>16}: worst relative error {worst:.1e}", spec.name);
         }
@@ -79,7 +105,12 @@ fn first_loss_is_ln_vocab() {
     // W_U starts at zero, so every logit is 0 and the loss is exactly ln V.
     let be = CpuBackend::<f32>::new();
     let cfg = TransformerConfig::tiny(256, 16);
-    let mut trainer = Trainer::new(&be, Transformer::new(&be, cfg, 2, 16, 0).unwrap(), TrainConfig::default()).unwrap();
+    let mut trainer = Trainer::new(
+        &be,
+        Transformer::new(&be, cfg, 2, 16, 0).unwrap(),
+        TrainConfig::default(),
+    )
+    .unwrap();
     let batch = TaskSampler::new(Task::Copy, 2, 16, 0).unwrap().next_batch();
     let loss = pollster::block_on(trainer.eval(&be, &batch)).unwrap();
     assert!((loss - 256f32.ln()).abs() < 1e-5, "{loss}");
@@ -94,12 +125,24 @@ struct Run {
 /// `steps` steps of a small model on the copy task. With `random_init`, every parameter starts
 /// random, so that the first step already moves all of them (at W_U = 0 only W_U moves).
 fn train_steps<B: Backend>(be: &B, steps: usize, seed: u64, random_init: bool) -> Run {
-    let cfg = TransformerConfig { d_model: 24, n_heads: 3, head_dim: 8, d_ff: 40, ..TransformerConfig::tiny(256, 13) };
-    let train = TrainConfig { batch: 3, steps, ..Default::default() };
+    let cfg = TransformerConfig {
+        d_model: 24,
+        n_heads: 3,
+        head_dim: 8,
+        d_ff: 40,
+        ..TransformerConfig::tiny(256, 13)
+    };
+    let train = TrainConfig {
+        batch: 3,
+        steps,
+        ..Default::default()
+    };
     let model = Transformer::new(be, cfg, 3, 13, seed).unwrap();
     if random_init {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let values: Vec<f32> = (0..model.store().layout.total).map(|_| rng.random_range(-0.2..0.2)).collect();
+        let values: Vec<f32> = (0..model.store().layout.total)
+            .map(|_| rng.random_range(-0.2..0.2))
+            .collect();
         be.write(&model.store().params, &values);
     }
     let mut trainer = Trainer::new(be, model, train).unwrap();
@@ -110,7 +153,11 @@ fn train_steps<B: Backend>(be: &B, steps: usize, seed: u64, random_init: bool) -
         losses.push(pollster::block_on(trainer.loss(be)).unwrap());
     }
     let store = trainer.model.store();
-    Run { losses, grads: pollster::block_on(be.read(&store.grads)).unwrap(), params: pollster::block_on(be.read(&store.params)).unwrap() }
+    Run {
+        losses,
+        grads: pollster::block_on(be.read(&store.grads)).unwrap(),
+        params: pollster::block_on(be.read(&store.params)).unwrap(),
+    }
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
@@ -122,7 +169,12 @@ fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 fn one_training_step_on_the_gpu_matches_the_cpu() {
     let g = train_steps(&gpu(), 1, 5, true);
     let c = train_steps(&CpuBackend::<f32>::new(), 1, 5, true);
-    assert!((g.losses[0] - c.losses[0]).abs() < 1e-5 * c.losses[0], "losses differ: gpu {:?} cpu {:?}", g.losses, c.losses);
+    assert!(
+        (g.losses[0] - c.losses[0]).abs() < 1e-5 * c.losses[0],
+        "losses differ: gpu {:?} cpu {:?}",
+        g.losses,
+        c.losses
+    );
     let (dg, gscale) = max_diff(&g.grads, &c.grads);
     eprintln!("gradients: max |gpu - cpu| = {dg:.2e} (largest {gscale:.2e})");
     assert!(dg < 1e-4 * gscale, "gradients differ by {dg}");
@@ -130,18 +182,41 @@ fn one_training_step_on_the_gpu_matches_the_cpu() {
     // within rounding of 0 may take either sign, so a few values may differ by up to 2·lr.
     let lr = TrainConfig::default().lr;
     let (dp, _) = max_diff(&g.params, &c.params);
-    let off = g.params.iter().zip(&c.params).filter(|(x, y)| (*x - *y).abs() > 1e-6).count();
-    eprintln!("parameters after one step: max |gpu - cpu| = {dp:.2e}; {off} of {} differ by more than 1e-6", c.params.len());
-    assert!(dp <= 2.0 * lr + 1e-6 && off * 1000 < c.params.len(), "parameters after the step differ: {off} values, max {dp}");
+    let off = g
+        .params
+        .iter()
+        .zip(&c.params)
+        .filter(|(x, y)| (*x - *y).abs() > 1e-6)
+        .count();
+    eprintln!(
+        "parameters after one step: max |gpu - cpu| = {dp:.2e}; {off} of {} differ by more than 1e-6",
+        c.params.len()
+    );
+    assert!(
+        dp <= 2.0 * lr + 1e-6 && off * 1000 < c.params.len(),
+        "parameters after the step differ: {off} values, max {dp}"
+    );
 }
 
 #[test]
 fn same_seed_same_losses_on_each_backend() {
     let g = gpu();
-    assert_eq!(train_steps(&g, 4, 9, false).losses, train_steps(&g, 4, 9, false).losses, "gpu losses differ between runs");
+    assert_eq!(
+        train_steps(&g, 4, 9, false).losses,
+        train_steps(&g, 4, 9, false).losses,
+        "gpu losses differ between runs"
+    );
     let c = CpuBackend::<f32>::new();
-    assert_eq!(train_steps(&c, 4, 9, false).losses, train_steps(&c, 4, 9, false).losses, "cpu losses differ between runs");
-    assert_ne!(train_steps(&c, 2, 9, false).losses, train_steps(&c, 2, 10, false).losses, "another seed should give other losses");
+    assert_eq!(
+        train_steps(&c, 4, 9, false).losses,
+        train_steps(&c, 4, 9, false).losses,
+        "cpu losses differ between runs"
+    );
+    assert_ne!(
+        train_steps(&c, 2, 9, false).losses,
+        train_steps(&c, 2, 10, false).losses,
+        "another seed should give other losses"
+    );
 }
 
 #[test]
@@ -152,7 +227,16 @@ fn tiny_transformer_learns_copy_on_the_gpu() {
     let be = gpu();
     let (b, t, steps) = (32, 16, 160);
     let model = Transformer::new(&be, TransformerConfig::tiny(256, t), b, t, 0).unwrap();
-    let mut trainer = Trainer::new(&be, model, TrainConfig { batch: b, steps, ..Default::default() }).unwrap();
+    let mut trainer = Trainer::new(
+        &be,
+        model,
+        TrainConfig {
+            batch: b,
+            steps,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut sampler = TaskSampler::new(Task::Copy, b, t, 1).unwrap();
     let mut first = None;
     let mut last = 0.0;
@@ -165,5 +249,8 @@ fn tiny_transformer_learns_copy_on_the_gpu() {
         }
     }
     let first = first.unwrap();
-    assert!(last < 0.1 * first, "loss went from {first} to {last}: the model did not learn to copy");
+    assert!(
+        last < 0.1 * first,
+        "loss went from {first} to {last}: the model did not learn to copy"
+    );
 }

@@ -59,7 +59,10 @@ pub fn App() -> impl IntoView {
     let start = move |_| {
         let Some(be) = device.borrow_mut().take() else { return };
         let device = device.clone();
-        let settings = Settings { task: task.get_untracked(), ..Settings::default() };
+        let settings = Settings {
+            task: task.get_untracked(),
+            ..Settings::default()
+        };
         set_points.set(vec![]);
         set_step.set(0);
         set_loss.set(None);
@@ -94,7 +97,11 @@ pub fn App() -> impl IntoView {
         });
 
         /// Steps until the schedule ends or Stop is pressed, yielding to the page between steps.
-        async fn train(session: &mut Session, running: ReadSignal<bool>, on_loss: impl Fn(usize, f32)) -> Result<(), String> {
+        async fn train(
+            session: &mut Session,
+            running: ReadSignal<bool>,
+            on_loss: impl Fn(usize, f32),
+        ) -> Result<(), String> {
             while running.get_untracked() && session.trainer.step < session.settings.steps {
                 session.step()?;
                 let n = session.trainer.step;

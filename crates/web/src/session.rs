@@ -3,7 +3,7 @@
 
 use data::{Task, TaskSampler};
 use engine::gpu::GpuBackend;
-use models::{Trainer, Transformer, TrainConfig, TransformerConfig};
+use models::{TrainConfig, Trainer, Transformer, TransformerConfig};
 
 /// What the page asks for.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,7 +16,12 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { task: Task::Copy, steps: 300, batch: 32, seq_len: 16 }
+        Self {
+            task: Task::Copy,
+            steps: 300,
+            batch: 32,
+            seq_len: 16,
+        }
     }
 }
 
@@ -33,10 +38,21 @@ impl Session {
         let cfg = TransformerConfig::tiny(data::ByteTokenizer::VOCAB, s.seq_len);
         let model = Transformer::new(&be, cfg, s.batch, s.seq_len, seed).map_err(|e| e.to_string())?;
         let params = models::LanguageModel::store(&model).layout.count();
-        let train = TrainConfig { batch: s.batch, steps: s.steps, seed, ..Default::default() };
+        let train = TrainConfig {
+            batch: s.batch,
+            steps: s.steps,
+            seed,
+            ..Default::default()
+        };
         let trainer = Trainer::new(&be, model, train).map_err(|e| e.to_string())?;
         let sampler = TaskSampler::new(s.task, s.batch, s.seq_len, seed + 1)?;
-        Ok(Self { be, trainer, sampler, settings: s, params })
+        Ok(Self {
+            be,
+            trainer,
+            sampler,
+            settings: s,
+            params,
+        })
     }
 
     /// One step; returns the learning rate used.

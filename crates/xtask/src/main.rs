@@ -31,13 +31,19 @@ fn main() -> Result<()> {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/xtask sits two levels below the root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/xtask sits two levels below the root")
+        .to_path_buf()
 }
 
 /// Runs a command, echoing it, and fails with its name if it fails.
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("$ {}", format!("{cmd:?}").replace('"', ""));
-    let status = cmd.status().with_context(|| format!("could not start {:?}", cmd.get_program()))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {:?}", cmd.get_program()))?;
     if !status.success() {
         bail!("{:?} failed ({status})", cmd.get_program());
     }
@@ -47,7 +53,9 @@ fn run(cmd: &mut Command) -> Result<()> {
 /// The trimmed stdout of a command, or None when it cannot run or fails.
 fn output(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 // ---- set-up ----
@@ -75,13 +83,19 @@ fn setup_test_tools(root: &Path) -> Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
         .copied()
-        .filter(|p| !output("dpkg-query", &["-W", "-f=${Status}", p]).is_some_and(|s| s.contains("install ok installed")))
+        .filter(|p| {
+            !output("dpkg-query", &["-W", "-f=${Status}", p]).is_some_and(|s| s.contains("install ok installed"))
+        })
         .collect();
     if !missing.is_empty() {
         eprintln!("installing {} with apt", missing.join(", "));
         let sudo = output("id", &["-u"]).is_some_and(|u| u != "0");
         let apt = |args: &[&str]| {
-            let mut c = if sudo { Command::new("sudo") } else { Command::new("apt-get") };
+            let mut c = if sudo {
+                Command::new("sudo")
+            } else {
+                Command::new("apt-get")
+            };
             if sudo {
                 c.arg("apt-get");
             }
@@ -93,7 +107,9 @@ fn setup_test_tools(root: &Path) -> Result<()> {
     }
     let browser = root.join("tests/browser");
     if !browser.join("node_modules/playwright-core/package.json").exists() {
-        run(Command::new("npm").args(["install", "--no-audit", "--no-fund"]).current_dir(&browser))?;
+        run(Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund"])
+            .current_dir(&browser))?;
     }
     Ok(())
 }

@@ -3,10 +3,7 @@
 //! each output value is summed in a fixed order, so results are deterministic.
 
 use crate::ops::{self, Scalar};
-use crate::{
-    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims,
-    Result,
-};
+use crate::{AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, Result};
 use std::cell::{Ref, RefCell, RefMut};
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -23,14 +20,10 @@ impl<T> CpuTensor<T> {
     /// Borrows the values. Panics if the same storage is being written: an op read and wrote one
     /// buffer, which the GPU backend also forbids.
     pub fn get(&self) -> Ref<'_, [T]> {
-        Ref::map(self.data.borrow(), |v| {
-            &v[self.offset..self.offset + self.len]
-        })
+        Ref::map(self.data.borrow(), |v| &v[self.offset..self.offset + self.len])
     }
     pub fn get_mut(&self) -> RefMut<'_, [T]> {
-        RefMut::map(self.data.borrow_mut(), |v| {
-            &mut v[self.offset..self.offset + self.len]
-        })
+        RefMut::map(self.data.borrow_mut(), |v| &mut v[self.offset..self.offset + self.len])
     }
 }
 
@@ -151,13 +144,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         wpe: &CpuTensor<T>,
         dims: EmbeddingDims,
     ) {
-        ops::embedding::cpu_forward(
-            &mut out.get_mut(),
-            &tokens.get(),
-            &wte.get(),
-            &wpe.get(),
-            dims,
-        )
+        ops::embedding::cpu_forward(&mut out.get_mut(), &tokens.get(), &wte.get(), &wpe.get(), dims)
     }
     fn embedding_backward(
         &self,
@@ -169,7 +156,13 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         dims: EmbeddingDims,
     ) {
         // Two borrows in turn: dwte and dwpe are usually views of one gradient buffer.
-        ops::embedding::cpu_backward_wte(&mut dwte.get_mut(), &dout.get(), &bucket_rows.get(), &bucket_start.get(), dims);
+        ops::embedding::cpu_backward_wte(
+            &mut dwte.get_mut(),
+            &dout.get(),
+            &bucket_rows.get(),
+            &bucket_start.get(),
+            dims,
+        );
         ops::embedding::cpu_backward_wpe(&mut dwpe.get_mut(), &dout.get(), dims);
     }
     fn norm_forward(
@@ -180,13 +173,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         gain: &CpuTensor<T>,
         dims: NormDims,
     ) {
-        ops::norm::cpu_forward(
-            &mut out.get_mut(),
-            &mut stats.get_mut(),
-            &x.get(),
-            &gain.get(),
-            dims,
-        )
+        ops::norm::cpu_forward(&mut out.get_mut(), &mut stats.get_mut(), &x.get(), &gain.get(), dims)
     }
     fn norm_backward(
         &self,
@@ -208,13 +195,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             dims,
         )
     }
-    fn attention_forward(
-        &self,
-        out: &CpuTensor<T>,
-        att: &CpuTensor<T>,
-        qkv: &CpuTensor<T>,
-        dims: AttentionDims,
-    ) {
+    fn attention_forward(&self, out: &CpuTensor<T>, att: &CpuTensor<T>, qkv: &CpuTensor<T>, dims: AttentionDims) {
         ops::attention::cpu_forward(&mut out.get_mut(), &mut att.get_mut(), &qkv.get(), dims)
     }
     fn attention_backward(

@@ -107,9 +107,7 @@ impl GpuBackend {
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(what),
             size: bytes.next_multiple_of(4),
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_DST
-                | wgpu::BufferUsages::COPY_SRC,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         }))
     }
@@ -132,26 +130,21 @@ impl GpuBackend {
             .borrow_mut()
             .entry(family)
             .or_insert_with(|| {
-                self.device
-                    .create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(family),
-                        source: wgpu::ShaderSource::Wgsl(shaders::source(family).into()),
-                    })
+                self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(family),
+                    source: wgpu::ShaderSource::Wgsl(shaders::source(family).into()),
+                })
             })
             .clone();
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(entry),
-                layout: None,
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-        self.pipelines
-            .borrow_mut()
-            .insert((family, entry), pipeline.clone());
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.pipelines.borrow_mut().insert((family, entry), pipeline.clone());
         pipeline
     }
 
@@ -165,11 +158,7 @@ impl GpuBackend {
         args: &[Arg<'_>],
         groups: [u32; 3],
     ) {
-        let numbered: Vec<(u32, Arg<'_>)> = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (i as u32 + 1, *a))
-            .collect();
+        let numbered: Vec<(u32, Arg<'_>)> = args.iter().enumerate().map(|(i, a)| (i as u32 + 1, *a)).collect();
         self.dispatch_at(family, entry, params, &numbered, groups)
     }
 
@@ -187,13 +176,11 @@ impl GpuBackend {
         // Uniform structs are padded to 16 bytes.
         let mut words = params.to_vec();
         words.resize(params.len().next_multiple_of(4).max(4), 0);
-        let uniform = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(entry),
-                contents: bytemuck::cast_slice(&words),
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
+        let uniform = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(entry),
+            contents: bytemuck::cast_slice(&words),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: uniform.as_entire_binding(),
@@ -228,9 +215,7 @@ impl GpuBackend {
         }
         let mut encoder = self
             .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("step"),
-            });
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("step"),
@@ -257,8 +242,6 @@ impl GpuBackend {
 
     /// The largest number of f32 values one storage binding may hold on this device.
     pub fn max_binding_values(&self) -> usize {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
-            as usize
-            / 4
+        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size) as usize / 4
     }
 }

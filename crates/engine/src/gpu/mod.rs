@@ -9,8 +9,7 @@ mod context;
 mod readback;
 
 use crate::{
-    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError,
-    MatmulDims, NormDims, Result,
+    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, NormDims, Result,
 };
 pub use context::GpuBackend;
 use std::future::Future;
@@ -108,11 +107,7 @@ impl Backend for GpuBackend {
 
     fn zeros(&self, what: &str, len: usize) -> Result<GpuTensor> {
         let buffer = self.storage_buffer(what, len)?;
-        Ok(GpuTensor {
-            buffer,
-            offset: 0,
-            len,
-        })
+        Ok(GpuTensor { buffer, offset: 0, len })
     }
 
     fn view(&self, t: &GpuTensor, offset: usize, len: usize) -> GpuTensor {
@@ -174,10 +169,7 @@ impl Backend for GpuBackend {
 
     fn record_or_replay(&self, plan: &mut Option<GpuPlan>, record: impl FnOnce()) {
         match plan {
-            Some(plan) => self
-                .pending
-                .borrow_mut()
-                .extend(plan.dispatches.iter().cloned()),
+            Some(plan) => self.pending.borrow_mut().extend(plan.dispatches.iter().cloned()),
             None => {
                 let start = self.pending.borrow().len();
                 record();
@@ -226,14 +218,7 @@ impl Backend for GpuBackend {
     ) {
         ops::embedding::gpu_backward(self, dwte, dwpe, dout, bucket_rows, bucket_start, dims)
     }
-    fn norm_forward(
-        &self,
-        out: &GpuTensor,
-        stats: &GpuTensor,
-        x: &GpuTensor,
-        gain: &GpuTensor,
-        dims: NormDims,
-    ) {
+    fn norm_forward(&self, out: &GpuTensor, stats: &GpuTensor, x: &GpuTensor, gain: &GpuTensor, dims: NormDims) {
         ops::norm::gpu_forward(self, out, stats, x, gain, dims)
     }
     fn norm_backward(
@@ -248,13 +233,7 @@ impl Backend for GpuBackend {
     ) {
         ops::norm::gpu_backward(self, dx, dgain, dout, x, gain, stats, dims)
     }
-    fn attention_forward(
-        &self,
-        out: &GpuTensor,
-        att: &GpuTensor,
-        qkv: &GpuTensor,
-        dims: AttentionDims,
-    ) {
+    fn attention_forward(&self, out: &GpuTensor, att: &GpuTensor, qkv: &GpuTensor, dims: AttentionDims) {
         ops::attention::gpu_forward(self, out, att, qkv, dims)
     }
     fn attention_backward(

@@ -5,10 +5,7 @@ use super::{GpuBackend, GpuTensor};
 use crate::{EngineError, Result};
 
 impl GpuBackend {
-    pub(crate) fn read_tensor(
-        &self,
-        t: &GpuTensor,
-    ) -> impl std::future::Future<Output = Result<Vec<f32>>> {
+    pub(crate) fn read_tensor(&self, t: &GpuTensor) -> impl std::future::Future<Output = Result<Vec<f32>>> {
         self.submit_pending();
         let bytes = (t.len * 4) as u64;
         let staging = self
@@ -24,11 +21,9 @@ impl GpuBackend {
                 })
             })
             .clone();
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("readback"),
-            });
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("readback"),
+        });
         if bytes > 0 {
             encoder.copy_buffer_to_buffer(&t.buffer, (t.offset * 4) as u64, &staging, 0, bytes);
         }

@@ -20,11 +20,7 @@ impl AttentionDims {
             self.b * self.t * 3 * c,
             "attention: qkv has {qkv} values for {self:?}"
         );
-        assert_eq!(
-            out,
-            self.b * self.t * c,
-            "attention: out has {out} values for {self:?}"
-        );
+        assert_eq!(out, self.b * self.t * c, "attention: out has {out} values for {self:?}");
         assert_eq!(
             att,
             self.b * self.h * self.t * self.t,
@@ -47,8 +43,7 @@ mod cpu_twin {
             .zip(att.par_chunks_mut(d.h * tt * tt))
             .enumerate()
             .for_each(|(b, (out, att))| {
-                let at =
-                    |t: usize, h: usize, part: usize| (b * tt + t) * 3 * c + part * c + h * d.dh;
+                let at = |t: usize, h: usize, part: usize| (b * tt + t) * 3 * c + part * c + h * d.dh;
                 for h in 0..d.h {
                     for t in 0..tt {
                         let row = &mut att[(h * tt + t) * tt..(h * tt + t + 1) * tt];
@@ -68,22 +63,14 @@ mod cpu_twin {
                         }
                         row[t + 1..].fill(T::zero());
                         for dd in 0..d.dh {
-                            out[t * c + h * d.dh + dd] =
-                                (0..=t).map(|s| row[s] * qkv[at(s, h, 2) + dd]).sum();
+                            out[t * c + h * d.dh + dd] = (0..=t).map(|s| row[s] * qkv[at(s, h, 2) + dd]).sum();
                         }
                     }
                 }
             });
     }
 
-    pub fn cpu_backward<T: Scalar>(
-        dqkv: &mut [T],
-        dpre: &mut [T],
-        dout: &[T],
-        qkv: &[T],
-        att: &[T],
-        d: AttentionDims,
-    ) {
+    pub fn cpu_backward<T: Scalar>(dqkv: &mut [T], dpre: &mut [T], dout: &[T], qkv: &[T], att: &[T], d: AttentionDims) {
         d.check(qkv.len(), dout.len(), att.len());
         let (tt, c) = (d.t, d.h * d.dh);
         let scale = T::of(d.scale as f64);
@@ -91,8 +78,7 @@ mod cpu_twin {
             .zip(dpre.par_chunks_mut(d.h * tt * tt))
             .enumerate()
             .for_each(|(b, (dqkv, dpre))| {
-                let at =
-                    |t: usize, h: usize, part: usize| (b * tt + t) * 3 * c + part * c + h * d.dh;
+                let at = |t: usize, h: usize, part: usize| (b * tt + t) * 3 * c + part * c + h * d.dh;
                 let local = |t: usize, h: usize, part: usize| t * 3 * c + part * c + h * d.dh;
                 let att = &att[b * d.h * tt * tt..];
                 let dout = &dout[b * tt * c..];
@@ -118,9 +104,7 @@ mod cpu_twin {
                             };
                         }
                         for dd in 0..d.dh {
-                            let acc: T = (0..=t)
-                                .map(|s| dpre[arow + s] * qkv[at(s, h, 1) + dd])
-                                .sum();
+                            let acc: T = (0..=t).map(|s| dpre[arow + s] * qkv[at(s, h, 1) + dd]).sum();
                             dqkv[local(t, h, 0) + dd] = acc * scale;
                         }
                     }
@@ -145,22 +129,10 @@ mod cpu_twin {
 pub use cpu_twin::*;
 
 fn params(d: &AttentionDims) -> [u32; 5] {
-    [
-        d.b as u32,
-        d.t as u32,
-        d.h as u32,
-        d.dh as u32,
-        d.scale.to_bits(),
-    ]
+    [d.b as u32, d.t as u32, d.h as u32, d.dh as u32, d.scale.to_bits()]
 }
 
-pub fn gpu_forward(
-    gpu: &GpuBackend,
-    out: &GpuTensor,
-    att: &GpuTensor,
-    qkv: &GpuTensor,
-    d: AttentionDims,
-) {
+pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, att: &GpuTensor, qkv: &GpuTensor, d: AttentionDims) {
     d.check(qkv.len, out.len, att.len);
     let grid = grid_1d(d.b * d.h * d.t, 256);
     gpu.dispatch(
@@ -185,18 +157,6 @@ pub fn gpu_backward(
     assert_eq!(dpre.len, att.len, "attention: dpre must match att");
     let args = [dqkv.arg(), dpre.arg(), dout.arg(), qkv.arg(), att.arg()];
     let grid = grid_1d(d.b * d.h * d.t, 256);
-    gpu.dispatch(
-        "attention",
-        "attention_backward_query",
-        &params(&d),
-        &args,
-        grid,
-    );
-    gpu.dispatch(
-        "attention",
-        "attention_backward_key",
-        &params(&d),
-        &args,
-        grid,
-    );
+    gpu.dispatch("attention", "attention_backward_query", &params(&d), &args, grid);
+    gpu.dispatch("attention", "attention_backward_key", &params(&d), &args, grid);
 }

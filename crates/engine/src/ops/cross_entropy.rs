@@ -102,13 +102,7 @@ pub fn gpu_forward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, losses.len);
-    let args = [
-        losses.arg(),
-        lse.arg(),
-        logits.arg(),
-        targets.arg(),
-        scale.arg(),
-    ];
+    let args = [losses.arg(), lse.arg(), logits.arg(), targets.arg(), scale.arg()];
     gpu.dispatch(
         "cross_entropy",
         "cross_entropy_forward",
@@ -128,13 +122,7 @@ pub fn gpu_backward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, lse.len);
-    let args = [
-        dlogits.arg(),
-        logits.arg(),
-        lse.arg(),
-        targets.arg(),
-        scale.arg(),
-    ];
+    let args = [dlogits.arg(), logits.arg(), lse.arg(), targets.arg(), scale.arg()];
     gpu.dispatch(
         "cross_entropy",
         "cross_entropy_backward",

@@ -12,14 +12,8 @@ mod cpu_twin {
     use rayon::prelude::*;
 
     pub fn cpu_add<T: Scalar>(out: &mut [T], a: &[T], b: &[T]) {
-        assert!(
-            out.len() == a.len() && a.len() == b.len(),
-            "add: lengths differ"
-        );
-        out.par_iter_mut()
-            .zip(a)
-            .zip(b)
-            .for_each(|((o, &a), &b)| *o = a + b);
+        assert!(out.len() == a.len() && a.len() == b.len(), "add: lengths differ");
+        out.par_iter_mut().zip(a).zip(b).for_each(|((o, &a), &b)| *o = a + b);
     }
 
     pub fn cpu_add_assign<T: Scalar>(out: &mut [T], a: &[T]) {
@@ -44,26 +38,17 @@ mod cpu_twin {
         );
         let k = T::of(GELU_K);
         let half = T::of(0.5);
-        dx.par_iter_mut()
-            .zip(dout)
-            .zip(x)
-            .for_each(|((d, &g), &x)| {
-                let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
-                let dt = (T::one() - t * t) * k * (T::one() + T::of(3.0 * 0.044715) * x * x);
-                *d = g * (half * (T::one() + t) + half * x * dt);
-            });
+        dx.par_iter_mut().zip(dout).zip(x).for_each(|((d, &g), &x)| {
+            let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
+            let dt = (T::one() - t * t) * k * (T::one() + T::of(3.0 * 0.044715) * x * x);
+            *d = g * (half * (T::one() + t) + half * x * dt);
+        });
     }
 }
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-fn launch(
-    gpu: &GpuBackend,
-    entry: &'static str,
-    n: usize,
-    value: f32,
-    args: &[crate::gpu::Arg<'_>],
-) {
+fn launch(gpu: &GpuBackend, entry: &'static str, n: usize, value: f32, args: &[crate::gpu::Arg<'_>]) {
     gpu.dispatch(
         "elementwise",
         entry,
@@ -93,15 +78,6 @@ pub fn gpu_gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {
 }
 
 pub fn gpu_gelu_backward(gpu: &GpuBackend, dx: &GpuTensor, dout: &GpuTensor, x: &GpuTensor) {
-    assert!(
-        dx.len == dout.len && dout.len == x.len,
-        "gelu_backward: lengths differ"
-    );
-    launch(
-        gpu,
-        "gelu_backward",
-        dx.len,
-        0.0,
-        &[dx.arg(), dout.arg(), x.arg()],
-    );
+    assert!(dx.len == dout.len && dout.len == x.len, "gelu_backward: lengths differ");
+    launch(gpu, "gelu_backward", dx.len, 0.0, &[dx.arg(), dout.arg(), x.arg()]);
 }

@@ -46,13 +46,7 @@ fn check(d: &EmbeddingDims, out: usize, wte: usize, wpe: usize) {
     assert_eq!(out, d.bt * d.c, "embedding: out has {out} values for {d:?}");
     assert_eq!(wte, d.v * d.c, "embedding: wte has {wte} values for {d:?}");
     assert_eq!(wpe, d.t * d.c, "embedding: wpe has {wpe} values for {d:?}");
-    assert_eq!(
-        d.bt % d.t,
-        0,
-        "embedding: rows {} not a multiple of T {}",
-        d.bt,
-        d.t
-    );
+    assert_eq!(d.bt % d.t, 0, "embedding: rows {} not a multiple of T {}", d.bt, d.t);
 }
 
 #[cfg(feature = "cpu")]
@@ -61,13 +55,7 @@ mod cpu_twin {
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
-    pub fn cpu_forward<T: Scalar>(
-        out: &mut [T],
-        tokens: &[u32],
-        wte: &[T],
-        wpe: &[T],
-        d: EmbeddingDims,
-    ) {
+    pub fn cpu_forward<T: Scalar>(out: &mut [T], tokens: &[u32], wte: &[T], wpe: &[T], d: EmbeddingDims) {
         check(&d, out.len(), wte.len(), wpe.len());
         out.par_chunks_mut(d.c).enumerate().for_each(|(r, o)| {
             let tok = tokens[r] as usize;
@@ -79,7 +67,13 @@ mod cpu_twin {
     }
 
     /// dwte: the rows of each token summed in bucket order.
-    pub fn cpu_backward_wte<T: Scalar>(dwte: &mut [T], dout: &[T], bucket_rows: &[u32], bucket_start: &[u32], d: EmbeddingDims) {
+    pub fn cpu_backward_wte<T: Scalar>(
+        dwte: &mut [T],
+        dout: &[T],
+        bucket_rows: &[u32],
+        bucket_start: &[u32],
+        d: EmbeddingDims,
+    ) {
         check(&d, dout.len(), dwte.len(), d.t * d.c);
         dwte.par_chunks_mut(d.c).enumerate().for_each(|(v, g)| {
             g.fill(T::zero());
@@ -140,12 +134,7 @@ pub fn gpu_backward(
     d: EmbeddingDims,
 ) {
     check(&d, dout.len, dwte.len, dwpe.len);
-    let args = [
-        dwte.arg(),
-        dout.arg(),
-        bucket_rows.arg(),
-        bucket_start.arg(),
-    ];
+    let args = [dwte.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
     gpu.dispatch(
         "embedding",
         "embedding_backward_wte",

@@ -38,16 +38,10 @@ impl MatmulDims {
         }
     }
     pub fn trans_a(self) -> Self {
-        Self {
-            trans_a: true,
-            ..self
-        }
+        Self { trans_a: true, ..self }
     }
     pub fn trans_b(self) -> Self {
-        Self {
-            trans_b: true,
-            ..self
-        }
+        Self { trans_b: true, ..self }
     }
     pub fn accumulate(self) -> Self {
         Self {
@@ -82,16 +76,8 @@ impl MatmulDims {
     /// Strides (row, column) of the logical a (M×K) and b (K×N) in storage.
     #[cfg(feature = "cpu")]
     fn strides(&self) -> ((usize, usize), (usize, usize)) {
-        let sa = if self.trans_a {
-            (1, self.m)
-        } else {
-            (self.k, 1)
-        };
-        let sb = if self.trans_b {
-            (1, self.k)
-        } else {
-            (self.n, 1)
-        };
+        let sa = if self.trans_a { (1, self.m) } else { (self.k, 1) };
+        let sb = if self.trans_b { (1, self.k) } else { (self.n, 1) };
         (sa, sb)
     }
 }
@@ -104,36 +90,31 @@ pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims
     let beta = if d.accumulate { T::one() } else { T::zero() };
     // Rows per task: enough tasks to balance the threads, each still a real GEMM.
     let rows = d.m.div_ceil(4 * rayon::current_num_threads()).max(16);
-    out.par_chunks_mut(d.m * d.n)
-        .enumerate()
-        .for_each(|(bi, out_b)| {
-            let a_b = &a[bi * d.stride_a..];
-            let b_b = &b[bi * d.stride_b..];
-            out_b
-                .par_chunks_mut(rows * d.n)
-                .enumerate()
-                .for_each(|(ci, c)| {
-                    let r0 = ci * rows;
-                    let mr = c.len() / d.n;
-                    // SAFETY: the strides and extents were checked against the slice lengths above.
-                    unsafe {
-                        T::gemm(
-                            mr,
-                            d.k,
-                            d.n,
-                            a_b.as_ptr().add(r0 * rsa),
-                            rsa as isize,
-                            csa as isize,
-                            b_b.as_ptr(),
-                            rsb as isize,
-                            csb as isize,
-                            beta,
-                            c.as_mut_ptr(),
-                            d.n as isize,
-                        )
-                    }
-                });
+    out.par_chunks_mut(d.m * d.n).enumerate().for_each(|(bi, out_b)| {
+        let a_b = &a[bi * d.stride_a..];
+        let b_b = &b[bi * d.stride_b..];
+        out_b.par_chunks_mut(rows * d.n).enumerate().for_each(|(ci, c)| {
+            let r0 = ci * rows;
+            let mr = c.len() / d.n;
+            // SAFETY: the strides and extents were checked against the slice lengths above.
+            unsafe {
+                T::gemm(
+                    mr,
+                    d.k,
+                    d.n,
+                    a_b.as_ptr().add(r0 * rsa),
+                    rsa as isize,
+                    csa as isize,
+                    b_b.as_ptr(),
+                    rsb as isize,
+                    csb as isize,
+                    beta,
+                    c.as_mut_ptr(),
+                    d.n as isize,
+                )
+            }
         });
+    });
 }
 
 pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
@@ -150,16 +131,6 @@ pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: M
         d.stride_b,
     ]
     .map(|x| x as u32);
-    let groups = [
-        d.n.div_ceil(64) as u32,
-        d.m.div_ceil(64) as u32,
-        d.batch as u32,
-    ];
-    gpu.dispatch(
-        "matmul",
-        "matmul",
-        &params,
-        &[out.arg(), a.arg(), b.arg()],
-        groups,
-    );
+    let groups = [d.n.div_ceil(64) as u32, d.m.div_ceil(64) as u32, d.batch as u32];
+    gpu.dispatch("matmul", "matmul", &params, &[out.arg(), a.arg(), b.arg()], groups);
 }

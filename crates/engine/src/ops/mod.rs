@@ -12,14 +12,7 @@ pub mod optim;
 /// The float type of the CPU backend: f32 for training, f64 for gradient checks.
 #[cfg(feature = "cpu")]
 pub trait Scalar:
-    num_traits::Float
-    + num_traits::FromPrimitive
-    + Send
-    + Sync
-    + std::fmt::Debug
-    + Default
-    + std::iter::Sum
-    + 'static
+    num_traits::Float + num_traits::FromPrimitive + Send + Sync + std::fmt::Debug + Default + std::iter::Sum + 'static
 {
     fn of(x: f64) -> Self;
     fn f64(self) -> f64;

@@ -22,11 +22,7 @@ pub struct NormDims {
 fn check(d: &NormDims, x: usize, gain: usize, stats: usize) {
     assert_eq!(x, d.rows * d.c, "norm: x has {x} values for {d:?}");
     assert_eq!(gain, d.c, "norm: gain has {gain} values for {d:?}");
-    assert_eq!(
-        stats,
-        2 * d.rows,
-        "norm: stats has {stats} values for {d:?}"
-    );
+    assert_eq!(stats, 2 * d.rows, "norm: stats has {stats} values for {d:?}");
 }
 
 #[cfg(feature = "cpu")]
@@ -35,13 +31,7 @@ mod cpu_twin {
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
-    pub fn cpu_forward<T: Scalar>(
-        out: &mut [T],
-        stats: &mut [T],
-        x: &[T],
-        gain: &[T],
-        d: NormDims,
-    ) {
+    pub fn cpu_forward<T: Scalar>(out: &mut [T], stats: &mut [T], x: &[T], gain: &[T], d: NormDims) {
         check(&d, x.len(), gain.len(), stats.len());
         let n = T::of(d.c as f64);
         out.par_chunks_mut(d.c)
@@ -77,10 +67,7 @@ mod cpu_twin {
             let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
             let (x, g) = (&x[r * d.c..(r + 1) * d.c], &dout[r * d.c..(r + 1) * d.c]);
             let mut mean_dn = (0..d.c).map(|i| g[i] * gain[i]).sum::<T>() / n;
-            let mean_dn_norm = (0..d.c)
-                .map(|i| g[i] * gain[i] * (x[i] - mean) * rstd)
-                .sum::<T>()
-                / n;
+            let mean_dn_norm = (0..d.c).map(|i| g[i] * gain[i] * (x[i] - mean) * rstd).sum::<T>() / n;
             if d.kind == NormKind::RmsNorm {
                 mean_dn = T::zero();
             }
@@ -107,23 +94,10 @@ fn params(d: &NormDims) -> [u32; 4] {
     [d.rows as u32, d.c as u32, kind, d.eps.to_bits()]
 }
 
-pub fn gpu_forward(
-    gpu: &GpuBackend,
-    out: &GpuTensor,
-    stats: &GpuTensor,
-    x: &GpuTensor,
-    gain: &GpuTensor,
-    d: NormDims,
-) {
+pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, stats: &GpuTensor, x: &GpuTensor, gain: &GpuTensor, d: NormDims) {
     check(&d, x.len, gain.len, stats.len);
     let args = [out.arg(), stats.arg(), x.arg(), gain.arg()];
-    gpu.dispatch(
-        "norm",
-        "norm_forward",
-        &params(&d),
-        &args,
-        grid_1d(d.rows, 1),
-    );
+    gpu.dispatch("norm", "norm_forward", &params(&d), &args, grid_1d(d.rows, 1));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -139,25 +113,8 @@ pub fn gpu_backward(
 ) {
     check(&d, x.len, gain.len, stats.len);
     let args = [dx.arg(), dout.arg(), x.arg(), gain.arg(), stats.arg()];
-    gpu.dispatch(
-        "norm",
-        "norm_backward_input",
-        &params(&d),
-        &args,
-        grid_1d(d.rows, 1),
-    );
+    gpu.dispatch("norm", "norm_backward_input", &params(&d), &args, grid_1d(d.rows, 1));
     // The gain itself is not needed here, so binding 4 stays empty.
-    let args = [
-        (1, dgain.arg()),
-        (2, dout.arg()),
-        (3, x.arg()),
-        (5, stats.arg()),
-    ];
-    gpu.dispatch_at(
-        "norm",
-        "norm_backward_gain",
-        &params(&d),
-        &args,
-        grid_1d(d.c, 256),
-    );
+    let args = [(1, dgain.arg()), (2, dout.arg()), (3, x.arg()), (5, stats.arg())];
+    gpu.dispatch_at("norm", "norm_backward_gain", &params(&d), &args, grid_1d(d.c, 256));
 }

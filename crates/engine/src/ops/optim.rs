@@ -116,12 +116,7 @@ pub fn gpu_adamw(
         params.len == d.n && m.len == d.n && v.len == d.n && grads.len == d.n,
         "adamw: lengths differ from {d:?}"
     );
-    assert_eq!(
-        hyper.len,
-        Hyper::LEN,
-        "adamw: hyper has {} values",
-        hyper.len
-    );
+    assert_eq!(hyper.len, Hyper::LEN, "adamw: hyper has {} values", hyper.len);
     let args = [
         params.arg(),
         m.arg(),
