@@ -20,13 +20,19 @@ fn qkv_at(b: u32, t: u32, h: u32, part: u32) -> u32 {
     return (b * p.t + t) * 3u * c + part * c + h * p.dh;
 }
 
+// (batch, head, row) of thread i, which handles row `i` of the (B, H, T) rows of att.
+fn row_coords(i: u32) -> vec3<u32> {
+    return vec3<u32>(i / (p.t * p.h), (i / p.t) % p.h, i % p.t);
+}
+
 @compute @workgroup_size(256)
 fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.b * p.h * p.t) { return; }
-    let t = i % p.t;
-    let h = (i / p.t) % p.h;
-    let b = i / (p.t * p.h);
+    let c = row_coords(i);
+    let b = c.x;
+    let h = c.y;
+    let t = c.z;
     let arow = i * p.t;
     let q = qkv_at(b, t, h, 0u);
     var mx = F32_LOWEST;
@@ -66,9 +72,10 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 fn attention_backward_query(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.b * p.h * p.t) { return; }
-    let t = i % p.t;
-    let h = (i / p.t) % p.h;
-    let b = i / (p.t * p.h);
+    let c = row_coords(i);
+    let b = c.x;
+    let h = c.y;
+    let t = c.z;
     let arow = i * p.t;
     let o = (b * p.t + t) * p.h * p.dh + h * p.dh;
     // dpre = att ⊙ (datt - Σ att·datt), with datt[s] = dout_t · v_s
@@ -94,9 +101,10 @@ fn attention_backward_query(@builtin(global_invocation_id) gid: vec3<u32>, @buil
 fn attention_backward_key(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.b * p.h * p.t) { return; }
-    let s = i % p.t;
-    let h = (i / p.t) % p.h;
-    let b = i / (p.t * p.h);
+    let c = row_coords(i);
+    let b = c.x;
+    let h = c.y;
+    let s = c.z;
     let head = (b * p.h + h) * p.t;
     let k = qkv_at(b, s, h, 1u);
     let v = qkv_at(b, s, h, 2u);
