@@ -96,10 +96,6 @@ impl<B: Backend> AdamW<B> {
     pub fn grad_sumsq(&self) -> &B::Tensor {
         &self.grad_sumsq
     }
-
-    pub fn moments(&self) -> (&B::Tensor, &B::Tensor) {
-        (&self.m, &self.v)
-    }
 }
 
 #[cfg(test)]

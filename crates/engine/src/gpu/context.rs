@@ -96,11 +96,11 @@ impl GpuBackend {
                 kind: "buffer",
             });
         }
-        if bytes > self.limits.max_storage_buffer_binding_size as u64 {
+        if bytes > self.limits.max_storage_buffer_binding_size {
             return Err(EngineError::TooBig {
                 what: what.into(),
                 needed_mib: mib(bytes),
-                limit_mib: mib(self.limits.max_storage_buffer_binding_size as u64),
+                limit_mib: mib(self.limits.max_storage_buffer_binding_size),
                 kind: "storage binding",
             });
         }
@@ -242,6 +242,6 @@ impl GpuBackend {
 
     /// The largest number of f32 values one storage binding may hold on this device.
     pub fn max_binding_values(&self) -> usize {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size) as usize / 4
+        (self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size) as usize / 4
     }
 }

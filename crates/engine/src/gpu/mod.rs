@@ -112,7 +112,7 @@ impl Backend for GpuBackend {
 
     fn view(&self, t: &GpuTensor, offset: usize, len: usize) -> GpuTensor {
         assert!(
-            offset % VIEW_ALIGN == 0,
+            offset.is_multiple_of(VIEW_ALIGN),
             "GPU views start at multiples of {VIEW_ALIGN} values, not {offset}"
         );
         assert!(
