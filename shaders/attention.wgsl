@@ -1,12 +1,14 @@
 // Causal multi-head attention in f32, one thread per (batch, head, row).
 // qkv (B, T, 3·H·Dh) holds [q heads | k heads | v heads] per token; out is (B, T, H·Dh);
 // att (B, H, T, T) keeps the softmax probabilities (0 above the diagonal) for the backward.
-// logits = scale · q·k, where scale = 1/sqrt(Dh), divided by (layer + 1) when that option is on.
+// logits = scale · q·k + bias, where scale = 1/sqrt(Dh), divided by (layer + 1) when that option
+// is on, and bias is ALiBi's −slope_h·(t − s) when `alibi` is 1 (SPEC §2a). The bias is constant,
+// so the backward is the same with or without it.
 //
 // The backward runs without atomics in two launches: per query row, the gradient of the
 // logits (dpre) and dq; then per key row, dk and dv summed over the query rows that saw it.
 
-struct Params { b: u32, t: u32, h: u32, dh: u32, scale: f32 }
+struct Params { b: u32, t: u32, h: u32, dh: u32, scale: f32, alibi: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 // attention_forward(out, att, qkv)
@@ -35,12 +37,14 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
     let t = c.z;
     let arow = i * p.t;
     let q = qkv_at(b, t, h, 0u);
+    var slope = 0.0;
+    if (p.alibi == 1u) { slope = exp2(-8.0 * f32(h + 1u) / f32(p.h)); }
     var mx = F32_LOWEST;
     for (var s = 0u; s <= t; s = s + 1u) {
         let k = qkv_at(b, s, h, 1u);
         var dot = 0.0;
         for (var d = 0u; d < p.dh; d = d + 1u) { dot = dot + qkv[q + d] * qkv[k + d]; }
-        dot = dot * p.scale;
+        dot = dot * p.scale - slope * f32(t - s);
         att[arow + s] = dot;
         mx = max(mx, dot);
     }

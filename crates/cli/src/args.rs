@@ -1,8 +1,9 @@
-//! Command-line arguments. Model flags override the preset's dimensions.
+//! Command-line arguments. Dimension flags override the preset's dimensions.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
-use models::{Norm, TrainConfig, TransformerConfig};
+use models::presets::Dims;
+use models::{Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -20,11 +21,23 @@ pub struct Cli {
 pub enum Command {
     /// Train a model and write metrics.jsonl and config.json into --out.
     Train(TrainArgs),
+    /// Parameters and forward FLOPs per sequence: the paper's formulas and the model as built.
+    Count(CountArgs),
+    /// Look inside models.
+    #[command(subcommand)]
+    Analyze(Analyze),
+}
+
+#[derive(Subcommand)]
+pub enum Analyze {
+    /// Variance propagation through storage and retrieval (RMT paper Tables 1 and 2).
+    Variance(VarianceArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Arch {
     Transformer,
+    Rmt,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -33,6 +46,92 @@ pub enum BackendKind {
     Cpu,
     /// WebGPU through wgpu: Vulkan, Metal or DX12.
     Gpu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InitArg {
+    /// σ² = 2/(fan_in + fan_out)
+    Xavier,
+    /// σ² = 1/fan_in
+    Lecun,
+    /// The model's own: init_std²/fan_in, output layers also 1/(2L)
+    Default,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PositionArg {
+    Learned,
+    Alibi,
+}
+
+/// Dimension overrides shared by every command that builds a model.
+#[derive(Args, Debug, Default)]
+pub struct ModelDims {
+    /// Transformer width D.
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// RMT residual key dimension D_k.
+    #[arg(long)]
+    pub d_k: Option<usize>,
+    /// RMT residual value dimension D_v (also its head width).
+    #[arg(long)]
+    pub d_v: Option<usize>,
+    /// RMT rank R: heads, storage and retrieval vectors per layer.
+    #[arg(long)]
+    pub rank: Option<usize>,
+    #[arg(long)]
+    pub layers: Option<usize>,
+    #[arg(long)]
+    pub heads: Option<usize>,
+    #[arg(long)]
+    pub head_dim: Option<usize>,
+    #[arg(long)]
+    pub d_ff: Option<usize>,
+    #[arg(long, value_parser = parse_norm)]
+    pub norm: Option<Norm>,
+    /// RMT positions: a learned table (the paper) or ALiBi (the official code).
+    #[arg(long, value_enum)]
+    pub position: Option<PositionArg>,
+    /// Weights start N(0, init_std²/fan_in).
+    #[arg(long)]
+    pub init_std: Option<f32>,
+}
+
+fn parse_norm(s: &str) -> Result<Norm, String> {
+    match s {
+        "layernorm" => Ok(Norm::LayerNorm),
+        "rmsnorm" => Ok(Norm::RmsNorm),
+        _ => Err(format!("unknown norm `{s}`; use layernorm or rmsnorm")),
+    }
+}
+
+impl ModelDims {
+    pub fn transformer(&self, mut c: TransformerConfig) -> TransformerConfig {
+        c.d_model = self.d_model.unwrap_or(c.d_model);
+        c.n_layers = self.layers.unwrap_or(c.n_layers);
+        c.n_heads = self.heads.unwrap_or(c.n_heads);
+        c.head_dim = self.head_dim.unwrap_or(c.head_dim);
+        c.d_ff = self.d_ff.unwrap_or(c.d_ff);
+        c.norm = self.norm.unwrap_or(c.norm);
+        c.init_std = self.init_std.unwrap_or(c.init_std);
+        c
+    }
+
+    pub fn rmt(&self, mut c: RmtConfig) -> RmtConfig {
+        c.d_k = self.d_k.unwrap_or(c.d_k);
+        c.d_v = self.d_v.unwrap_or(c.d_v);
+        c.rank = self.rank.unwrap_or(c.rank);
+        c.n_layers = self.layers.unwrap_or(c.n_layers);
+        c.d_ff = self.d_ff.unwrap_or(c.d_ff);
+        c.norm = self.norm.unwrap_or(c.norm);
+        c.init_std = self.init_std.unwrap_or(c.init_std);
+        c.position = match self.position {
+            Some(PositionArg::Learned) => Position::Learned,
+            Some(PositionArg::Alibi) => Position::Alibi,
+            None => c.position,
+        };
+        c
+    }
 }
 
 #[derive(Args, Debug)]
@@ -66,48 +165,7 @@ pub struct TrainArgs {
     pub dims: ModelDims,
 }
 
-/// Overrides of the tiny preset's dimensions.
-#[derive(Args, Debug)]
-pub struct ModelDims {
-    #[arg(long)]
-    pub d_model: Option<usize>,
-    #[arg(long)]
-    pub layers: Option<usize>,
-    #[arg(long)]
-    pub heads: Option<usize>,
-    #[arg(long)]
-    pub head_dim: Option<usize>,
-    #[arg(long)]
-    pub d_ff: Option<usize>,
-    #[arg(long, value_parser = parse_norm)]
-    pub norm: Option<Norm>,
-    /// Weights start N(0, init_std²/fan_in).
-    #[arg(long)]
-    pub init_std: Option<f32>,
-}
-
-fn parse_norm(s: &str) -> Result<Norm, String> {
-    match s {
-        "layernorm" => Ok(Norm::LayerNorm),
-        "rmsnorm" => Ok(Norm::RmsNorm),
-        _ => Err(format!("unknown norm `{s}`; use layernorm or rmsnorm")),
-    }
-}
-
 impl TrainArgs {
-    pub fn transformer_config(&self, vocab: usize) -> TransformerConfig {
-        let mut c = TransformerConfig::tiny(vocab, self.seq_len);
-        let d = &self.dims;
-        c.d_model = d.d_model.unwrap_or(c.d_model);
-        c.n_layers = d.layers.unwrap_or(c.n_layers);
-        c.n_heads = d.heads.unwrap_or(c.n_heads);
-        c.head_dim = d.head_dim.unwrap_or(c.head_dim);
-        c.d_ff = d.d_ff.unwrap_or(c.d_ff);
-        c.norm = d.norm.unwrap_or(c.norm);
-        c.init_std = d.init_std.unwrap_or(c.init_std);
-        c
-    }
-
     pub fn train_config(&self) -> TrainConfig {
         let d = TrainConfig::default();
         TrainConfig {
@@ -118,4 +176,75 @@ impl TrainArgs {
             ..d
         }
     }
+}
+
+/// A model's dimensions for the counters and the closed form: a paper preset, then overrides.
+#[derive(Args, Debug)]
+pub struct PaperDims {
+    #[arg(long, value_enum, default_value = "transformer")]
+    pub arch: Arch,
+    /// gpt2-small, gpt2-medium, table8-49m … table8-405m, table9-46m … table9-305m, table10
+    #[arg(long, default_value = "gpt2-medium")]
+    pub preset: String,
+    #[command(flatten)]
+    pub dims: ModelDims,
+    /// V
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// N, the sequence length the FLOPs are counted for.
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+}
+
+impl PaperDims {
+    pub fn preset(&self) -> models::Result<Dims> {
+        let mut d = Dims::preset(&self.preset)?;
+        d.vocab = self.vocab.unwrap_or(d.vocab);
+        d.seq_len = self.seq_len.unwrap_or(d.seq_len);
+        Ok(d)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct CountArgs {
+    #[command(flatten)]
+    pub model: PaperDims,
+    /// Print one JSON object: params, params_paper, flops_fwd, flops_fwd_paper.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VarianceArgs {
+    /// The closed form of the paper's Table 1 for the given dimensions and init.
+    #[arg(long, conflicts_with = "measured", required_unless_present = "measured")]
+    pub closed_form: bool,
+    /// Measured by hooks on a real batch of --task, after --steps steps of training.
+    #[arg(long)]
+    pub measured: bool,
+    #[command(flatten)]
+    pub model: PaperDims,
+    /// The init the closed form assumes.
+    #[arg(long, value_enum, default_value = "default")]
+    pub init: InitArg,
+    #[arg(long)]
+    pub json: bool,
+    /// Measured: the task of the batch.
+    #[arg(long, default_value = "copy")]
+    pub task: Task,
+    /// Measured: training steps before the measurement (0 measures at init).
+    #[arg(long, default_value_t = 0)]
+    pub steps: usize,
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub backend: BackendKind,
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Measured: tokens per sequence (T).
+    #[arg(long, default_value_t = 16)]
+    pub tokens: usize,
+    /// Measured: start W_U random instead of zero, so that gradients reach the blocks at init.
+    #[arg(long)]
+    pub random_unembedding: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }

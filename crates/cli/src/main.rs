@@ -1,6 +1,8 @@
 //! `resmem`: train and study Transformer, RMT and MemoryFormer models from the command line.
 
+mod analyze;
 mod args;
+mod count;
 mod train;
 
 use clap::Parser;
@@ -9,6 +11,8 @@ fn main() {
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Train(a) => train::run(a),
+        args::Command::Count(a) => count::run(a),
+        args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

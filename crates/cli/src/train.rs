@@ -6,7 +6,7 @@ use data::{ByteTokenizer, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::gpu::GpuBackend;
 use engine::Backend;
-use models::{ModelConfig, Trainer, Transformer};
+use models::{LanguageModel, ModelConfig, Rmt, RmtConfig, Trainer, Transformer, TransformerConfig};
 use serde::Serialize;
 use std::io::Write;
 use std::time::Instant;
@@ -45,21 +45,35 @@ fn train<B: Backend>(be: &B, args: &TrainArgs) -> Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
 
     let vocab = ByteTokenizer::VOCAB;
-    let train_cfg = args.train_config();
-    let (model_cfg, model) = match args.arch {
+    match args.arch {
         Arch::Transformer => {
-            let cfg = args.transformer_config(vocab);
+            let cfg = args.dims.transformer(TransformerConfig::tiny(vocab, args.seq_len));
             let model = Transformer::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
-            (ModelConfig::Transformer(cfg), model)
+            train_model(be, args, ModelConfig::Transformer(cfg), model)
         }
-    };
+        Arch::Rmt => {
+            let cfg = args.dims.rmt(RmtConfig::tiny(vocab, args.seq_len));
+            let model = Rmt::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
+            train_model(be, args, ModelConfig::Rmt(cfg), model)
+        }
+    }
+}
+
+fn train_model<B: Backend, M: LanguageModel<B>>(
+    be: &B,
+    args: &TrainArgs,
+    model_cfg: ModelConfig,
+    model: M,
+) -> Result<()> {
+    let metrics_path = args.out.join("metrics.jsonl");
+    let train_cfg = args.train_config();
     let mut sampler =
         TaskSampler::new(args.task, args.batch, args.seq_len, args.seed.wrapping_add(1)).map_err(anyhow::Error::msg)?;
     let saved =
         serde_json::json!({ "model": model_cfg, "train": train_cfg, "task": args.task, "backend": be.describe() });
     std::fs::write(args.out.join("config.json"), serde_json::to_string_pretty(&saved)?)?;
 
-    let params = models::LanguageModel::store(&model).layout.count();
+    let params = model.store().layout.count();
     println!(
         "{:?} with {params} parameters on {}, task {}, {} steps",
         args.arch,

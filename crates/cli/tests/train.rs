@@ -6,15 +6,16 @@ fn resmem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_resmem"))
 }
 
-#[test]
-fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
+/// Trains `arch` on copy for 300 CPU steps into a fresh directory; returns it and the logged
+/// losses.
+fn train_copy(arch: &str) -> (tempfile::TempDir, std::path::PathBuf, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t");
     let status = resmem()
         .args([
             "train",
             "--arch",
-            "transformer",
+            arch,
             "--task",
             "copy",
             "--backend",
@@ -32,8 +33,30 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
     for key in ["step", "loss", "lr", "tokens_per_s"] {
         assert!(rows.iter().all(|r| r.get(key).is_some()), "every row needs {key}");
     }
-    let first = rows[0]["loss"].as_f64().unwrap();
-    let last = rows.last().unwrap()["loss"].as_f64().unwrap();
+    (dir, out, rows)
+}
+
+fn first_last(rows: &[serde_json::Value]) -> (f64, f64) {
+    let loss = |r: &serde_json::Value| r["loss"].as_f64().unwrap();
+    (loss(&rows[0]), loss(rows.last().unwrap()))
+}
+
+#[test]
+fn train_rmt_on_cpu_learns_copy() {
+    let (_dir, out, rows) = train_copy("rmt");
+    // Measured: 5.545 → 0.0002, off the unigram plateau (ln 16 = 50% of the first loss) by step
+    // 150. The issue asks for well under 60%; 10% needs the copy skill itself.
+    let (first, last) = first_last(&rows);
+    assert!(last < 0.1 * first, "loss {first} → {last}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model"]["arch"], "rmt");
+}
+
+#[test]
+fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
+    let (_dir, out, rows) = train_copy("transformer");
+    let (first, last) = first_last(&rows);
     // Measured: 5.545 → 0.003. The unigram plateau, reached without learning to copy, is
     // ln 16 = 2.77 = 50% of the first loss; 10% is far below it.
     assert!(last < 0.1 * first, "loss {first} → {last}");

@@ -4,7 +4,7 @@
 //! inputs, weights, then a dims struct. Backward ops take gradients of outputs first (`d` prefix).
 //! No op may read and write the same buffer: wgpu forbids it, and the CPU backend panics on it.
 
-use crate::{AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, Result};
+use crate::{AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, ResidualDims, Result};
 use std::future::Future;
 
 pub trait Backend {
@@ -106,6 +106,30 @@ pub trait Backend {
         qkv: &Self::Tensor,
         att: &Self::Tensor,
         dims: AttentionDims,
+    );
+
+    // ---- residual matrices of the RMT (ops/residual_matrix.rs) ----
+    /// y (tokens, R', D_v) = keys (R', D_k) · X (tokens, D_k, D_v), per token.
+    fn retrieve(&self, y: &Self::Tensor, x: &Self::Tensor, keys: &Self::Tensor, dims: ResidualDims);
+    /// out = base + Σ_h keys[h] ⊗ data[h] per token, or out += Σ … when `base` is None.
+    fn store(
+        &self,
+        out: &Self::Tensor,
+        base: Option<&Self::Tensor>,
+        keys: &Self::Tensor,
+        data: &Self::Tensor,
+        dims: ResidualDims,
+    );
+    /// dkeys (R', D_k) = Σ_t a[t] (R', D_v) · b[t]ᵀ (D_v, D_k): the key gradient of a retrieval
+    /// (a = dy, b = X) and of a storage (a = data, b = dX_out). `partials` is scratch of
+    /// `dims.key_grad_scratch()` values for the fixed-order reduction.
+    fn key_grad(
+        &self,
+        dkeys: &Self::Tensor,
+        partials: &Self::Tensor,
+        a: &Self::Tensor,
+        b: &Self::Tensor,
+        dims: ResidualDims,
     );
 
     // ---- loss (ops/cross_entropy.rs) ----

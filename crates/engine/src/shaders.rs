@@ -13,6 +13,7 @@ pub const FAMILIES: &[(&str, &str)] = &[
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("cross_entropy", include_str!("../../../shaders/cross_entropy.wgsl")),
     ("optim", include_str!("../../../shaders/optim.wgsl")),
+    ("residual_matrix", include_str!("../../../shaders/residual_matrix.wgsl")),
 ];
 
 /// The full source of one family: the common prelude, then the family's file.

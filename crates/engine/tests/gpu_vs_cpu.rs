@@ -214,16 +214,23 @@ fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], d: AttentionDim
 #[test]
 fn causal_attention() {
     let mut rng = SmallRng::seed_from_u64(14);
-    let d = AttentionDims {
-        b: 2,
-        t: 19,
-        h: 3,
-        dh: 5,
-        scale: 1.0 / 5f32.sqrt() / 2.0,
-    };
-    let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
-    let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
-    both!("attention", 2e-5, attention_case(&qkv, &dout, d));
+    for alibi in [false, true] {
+        let d = AttentionDims {
+            b: 2,
+            t: 19,
+            h: 3,
+            dh: 5,
+            scale: 1.0 / 5f32.sqrt() / 2.0,
+            alibi,
+        };
+        let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+        let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+        both!(
+            &format!("attention (alibi {alibi})"),
+            2e-5,
+            attention_case(&qkv, &dout, d)
+        );
+    }
 }
 
 fn cross_entropy_case<B: Backend>(be: &B, logits: &[f32], targets: &[u32], d: CrossEntropyDims) -> Vec<Vec<f32>> {
@@ -323,4 +330,49 @@ fn too_big_a_buffer_is_a_clear_error() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("the logits") && err.contains("smaller"), "{err}");
+}
+
+fn residual_matrix_case<B: Backend>(
+    be: &B,
+    x: &[f32],
+    keys: &[f32],
+    data: &[f32],
+    base: &[f32],
+    d: ResidualDims,
+) -> Vec<Vec<f32>> {
+    let (x, keys, data, base) = (upload(be, x), upload(be, keys), upload(be, data), upload(be, base));
+    let y = be.zeros("y", d.vectors()).unwrap();
+    let stored = be.zeros("stored", d.matrices()).unwrap();
+    let accumulated = upload(be, &read(be, &x));
+    let dkeys = be.zeros("dkeys", d.key_values()).unwrap();
+    let partials = be.zeros("partials", d.key_grad_scratch()).unwrap();
+    be.retrieve(&y, &x, &keys, d);
+    be.store(&stored, Some(&base), &keys, &data, d);
+    be.store(&accumulated, None, &keys, &data, d);
+    be.key_grad(&dkeys, &partials, &data, &x, d);
+    vec![
+        read(be, &y),
+        read(be, &stored),
+        read(be, &accumulated),
+        read(be, &dkeys),
+    ]
+}
+
+/// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups and the 32-token
+/// chunks of the key gradient unevenly; the last one has more than one chunk's worth of tokens.
+#[test]
+fn residual_matrix_retrieve_store_key_grad() {
+    let mut rng = SmallRng::seed_from_u64(15);
+    for (tokens, dk, dv, keys) in [(1, 1, 1, 1), (7, 5, 13, 3), (19, 6, 64, 12), (71, 9, 17, 21)] {
+        let d = ResidualDims { tokens, dk, dv, keys };
+        let x = rand_vec(&mut rng, d.matrices(), 1.0);
+        let k = rand_vec(&mut rng, d.key_values(), 1.0);
+        let data = rand_vec(&mut rng, d.vectors(), 1.0);
+        let base = rand_vec(&mut rng, d.matrices(), 1.0);
+        both!(
+            &format!("residual matrix {d:?}"),
+            1e-5,
+            residual_matrix_case(&x, &k, &data, &base, d)
+        );
+    }
 }

@@ -2,8 +2,10 @@
 //! Each test takes L = Σ w ⊙ op(inputs) with random w, so dL/dout = w.
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, norm};
-use resmem_engine::{AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, NormKind, TokenBuckets};
+use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, norm, residual_matrix};
+use resmem_engine::{
+    AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, NormKind, ResidualDims, TokenBuckets,
+};
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f64) -> Vec<f64> {
     (0..n).map(|_| rng.random_range(-1.0..1.0) * scale).collect()
@@ -159,6 +161,12 @@ fn norms() {
 
 #[test]
 fn attention_with_awkward_sizes() {
+    for alibi in [false, true] {
+        attention_case(alibi);
+    }
+}
+
+fn attention_case(alibi: bool) {
     let mut rng = SmallRng::seed_from_u64(5);
     let d = AttentionDims {
         b: 2,
@@ -166,6 +174,7 @@ fn attention_with_awkward_sizes() {
         h: 3,
         dh: 4,
         scale: 0.5 / 2.0,
+        alibi,
     };
     let qkv = rand_vec(&mut rng, 2 * 5 * 3 * 12, 1.0);
     let w = rand_vec(&mut rng, 2 * 5 * 12, 1.0);
@@ -178,7 +187,7 @@ fn attention_with_awkward_sizes() {
     attention::cpu_forward(&mut out, &mut att, &qkv, d);
     let (mut dqkv, mut dpre) = (vec![0.0; qkv.len()], vec![0.0; 150]);
     attention::cpu_backward(&mut dqkv, &mut dpre, &w, &qkv, &att, d);
-    check("attention.qkv", &qkv, &dqkv, fwd);
+    check(&format!("attention(alibi {alibi}).qkv"), &qkv, &dqkv, fwd);
     // Causality: row 0 of every head attends only to itself.
     for bh in 0..6 {
         assert_eq!(att[bh * 25], 1.0);
@@ -260,4 +269,52 @@ fn residual_add() {
     let mut g = [1.0, 1.0, 1.0];
     elementwise::cpu_add_assign(&mut g, &[0.25, 0.5, 0.75]);
     assert_eq!(g, [1.25, 1.5, 1.75]);
+}
+
+/// Retrieval and storage, each backward written as the models write it: the data gradient of a
+/// retrieval is a storage of dy (accumulating), of a storage a retrieval of dX_out; both key
+/// gradients come from `key_grad`.
+#[test]
+fn residual_matrix_retrieval_and_storage() {
+    let mut rng = SmallRng::seed_from_u64(8);
+    let d = ResidualDims {
+        tokens: 5,
+        dk: 3,
+        dv: 7,
+        keys: 11,
+    };
+    let x = rand_vec(&mut rng, d.matrices(), 1.0);
+    let keys = rand_vec(&mut rng, d.key_values(), 1.0);
+    let data = rand_vec(&mut rng, d.vectors(), 1.0);
+
+    // Retrieval: L = Σ wy ⊙ retrieve(x, keys)
+    let wy = rand_vec(&mut rng, d.vectors(), 1.0);
+    let retrieve = |x: &[f64], keys: &[f64]| {
+        let mut y = vec![0.0; d.vectors()];
+        residual_matrix::cpu_retrieve(&mut y, x, keys, d);
+        dot(&y, &wy)
+    };
+    let mut dx = vec![0.25; d.matrices()];
+    residual_matrix::cpu_store(&mut dx, None, &keys, &wy, d);
+    dx.iter_mut().for_each(|v| *v -= 0.25); // the data gradient accumulates
+    let mut dkeys = vec![0.0; d.key_values()];
+    residual_matrix::cpu_key_grad(&mut dkeys, &wy, &x, d);
+    check("retrieve.x", &x, &dx, |x| retrieve(x, &keys));
+    check("retrieve.keys", &keys, &dkeys, |k| retrieve(&x, k));
+
+    // Storage with the residual add fused: L = Σ wx ⊙ (base + store(keys, data))
+    let wx = rand_vec(&mut rng, d.matrices(), 1.0);
+    let base = rand_vec(&mut rng, d.matrices(), 1.0);
+    let store = |base: &[f64], keys: &[f64], data: &[f64]| {
+        let mut out = vec![0.0; d.matrices()];
+        residual_matrix::cpu_store(&mut out, Some(base), keys, data, d);
+        dot(&out, &wx)
+    };
+    let mut ddata = vec![0.0; d.vectors()];
+    residual_matrix::cpu_retrieve(&mut ddata, &wx, &keys, d);
+    let mut dkeys = vec![0.0; d.key_values()];
+    residual_matrix::cpu_key_grad(&mut dkeys, &data, &wx, d);
+    check("store.base", &base, &wx, |b| store(b, &keys, &data));
+    check("store.data", &data, &ddata, |v| store(&base, &keys, v));
+    check("store.keys", &keys, &dkeys, |k| store(&base, k, &data));
 }

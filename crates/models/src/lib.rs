@@ -1,17 +1,24 @@
 //! Models written once against the engine's `Backend` trait: configs, parameter layouts, init,
-//! the Transformer (RMT and MemoryFormer follow), AdamW and the training step.
+//! the Transformer and the RMT, AdamW and the training step, the counters and the variance
+//! analysis.
 
 pub mod batch;
 pub mod config;
+pub mod count;
 pub mod optim;
 pub mod params;
+pub mod presets;
+pub mod probes;
+pub mod rmt;
 pub mod train;
 pub mod transformer;
+pub mod variance;
 
 pub use batch::BatchTensors;
-pub use config::{ModelConfig, Norm, TrainConfig, TransformerConfig};
+pub use config::{ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
 pub use optim::{AdamW, Schedule};
 pub use params::{ParamLayout, ParamSpec, ParamStore};
+pub use rmt::Rmt;
 pub use train::{LanguageModel, Trainer};
 pub use transformer::Transformer;
 

@@ -4,6 +4,7 @@
 use crate::batch::BatchTensors;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
+use crate::probes::{Measured, Probes};
 use crate::{Result, TrainConfig};
 use data::Batch;
 use engine::Backend;
@@ -24,6 +25,10 @@ pub trait LanguageModel<B: Backend> {
     fn lse(&self) -> &B::Tensor;
     /// (BT, V)
     fn logits(&self) -> &B::Tensor;
+    /// The variance hooks of the model's storages and retrievals, for models that have them.
+    fn probes(&self) -> Option<&Probes<B>> {
+        None
+    }
 }
 
 pub struct Trainer<B: Backend, M> {
@@ -35,6 +40,7 @@ pub struct Trainer<B: Backend, M> {
     pub step: usize,
     plan: Option<B::Plan>,
     eval_plan: Option<B::Plan>,
+    probe_plan: Option<B::Plan>,
 }
 
 impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
@@ -51,6 +57,7 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
             step: 0,
             plan: None,
             eval_plan: None,
+            probe_plan: None,
         })
     }
 
@@ -82,5 +89,23 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         be.record_or_replay(&mut self.eval_plan, || model.forward(be, tensors));
         be.flush()?;
         self.loss(be).await
+    }
+
+    /// Variance ratios of every storage and retrieval on `batch` under the current parameters:
+    /// a forward and backward with the hooks on, and no update. None for models without hooks.
+    pub async fn measure(&mut self, be: &B, batch: &Batch) -> Result<Option<Vec<Measured>>> {
+        let Some(probes) = self.model.probes() else {
+            return Ok(None);
+        };
+        self.batch.write(be, batch)?;
+        let (model, tensors) = (&self.model, &self.batch);
+        probes.on.set(true);
+        be.record_or_replay(&mut self.probe_plan, || {
+            model.forward(be, tensors);
+            model.backward(be, tensors);
+        });
+        probes.on.set(false);
+        be.flush()?;
+        Ok(Some(probes.read(be).await?))
     }
 }

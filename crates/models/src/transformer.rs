@@ -8,7 +8,7 @@
 //! No biases, no weight tying. `backward` is `forward` read in reverse, op for op.
 
 use crate::batch::BatchTensors;
-use crate::params::{Init, LayoutBuilder, ParamId, ParamStore};
+use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
 use crate::{Result, TransformerConfig};
 use engine::{AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims};
@@ -54,6 +54,54 @@ impl Weights<ParamId> {
             w_u: f(self.w_u),
         }
     }
+}
+
+/// The parameters of the model `cfg` describes: their layout and where each one sits.
+fn declare(cfg: &TransformerConfig) -> (ParamLayout, Weights<ParamId>) {
+    let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
+    let hd = cfg.n_heads * cfg.head_dim;
+    // Weights ~ N(0, std²/fan_in), output projections with an extra 1/sqrt(2L) (SPEC §2).
+    let std = cfg.init_std;
+    let fan = |fan_in: usize| Init::Normal {
+        std: std / (fan_in as f32).sqrt(),
+    };
+    let out_scale = if cfg.scaled_output_init {
+        1.0 / (2.0 * l as f32).sqrt()
+    } else {
+        1.0
+    };
+    let fan_out = |fan_in: usize| Init::Normal {
+        std: std / (fan_in as f32).sqrt() * out_scale,
+    };
+    let mut lb = LayoutBuilder::default();
+    let wte = lb.add("wte", &[v, c], false, Init::Normal { std });
+    let wpe = lb.add("wpe", &[cfg.seq_len, c], false, Init::Normal { std });
+    let blocks = (0..l)
+        .map(|i| Block {
+            ln1: lb.add(format!("blocks.{i}.ln1"), &[c], false, Init::Constant(1.0)),
+            w_qkv: lb.add(format!("blocks.{i}.w_qkv"), &[3 * hd, c], true, fan(c)),
+            w_o: lb.add(format!("blocks.{i}.w_o"), &[c, hd], true, fan_out(hd)),
+            ln2: lb.add(format!("blocks.{i}.ln2"), &[c], false, Init::Constant(1.0)),
+            w1: lb.add(format!("blocks.{i}.w1"), &[f, c], true, fan(c)),
+            w2: lb.add(format!("blocks.{i}.w2"), &[c, f], true, fan_out(f)),
+        })
+        .collect();
+    let lnf = lb.add("lnf", &[c], false, Init::Constant(1.0));
+    // The unembedding starts at zero: the first loss is exactly ln V.
+    let w_u = lb.add("w_u", &[v, c], false, Init::Normal { std: 0.0 });
+    let ids = Weights {
+        wte,
+        wpe,
+        blocks,
+        lnf,
+        w_u,
+    };
+    (lb.build(), ids)
+}
+
+/// The parameter layout of the model `cfg` describes, without building it.
+pub fn layout(cfg: &TransformerConfig) -> ParamLayout {
+    declare(cfg).0
 }
 
 /// Saved activations of one block.
@@ -114,43 +162,8 @@ impl<B: Backend> Transformer<B> {
         }
         let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
         let hd = cfg.n_heads * cfg.head_dim;
-        // Weights ~ N(0, std²/fan_in), output projections with an extra 1/sqrt(2L) (SPEC §2).
-        let std = cfg.init_std;
-        let fan = |fan_in: usize| Init::Normal {
-            std: std / (fan_in as f32).sqrt(),
-        };
-        let out_scale = if cfg.scaled_output_init {
-            1.0 / (2.0 * l as f32).sqrt()
-        } else {
-            1.0
-        };
-        let fan_out = |fan_in: usize| Init::Normal {
-            std: std / (fan_in as f32).sqrt() * out_scale,
-        };
-        let mut lb = LayoutBuilder::default();
-        let wte = lb.add("wte", &[v, c], false, Init::Normal { std });
-        let wpe = lb.add("wpe", &[cfg.seq_len, c], false, Init::Normal { std });
-        let blocks = (0..l)
-            .map(|i| Block {
-                ln1: lb.add(format!("blocks.{i}.ln1"), &[c], false, Init::Constant(1.0)),
-                w_qkv: lb.add(format!("blocks.{i}.w_qkv"), &[3 * hd, c], true, fan(c)),
-                w_o: lb.add(format!("blocks.{i}.w_o"), &[c, hd], true, fan_out(hd)),
-                ln2: lb.add(format!("blocks.{i}.ln2"), &[c], false, Init::Constant(1.0)),
-                w1: lb.add(format!("blocks.{i}.w1"), &[f, c], true, fan(c)),
-                w2: lb.add(format!("blocks.{i}.w2"), &[c, f], true, fan_out(f)),
-            })
-            .collect();
-        let lnf = lb.add("lnf", &[c], false, Init::Constant(1.0));
-        // The unembedding starts at zero: the first loss is exactly ln V.
-        let w_u = lb.add("w_u", &[v, c], false, Init::Normal { std: 0.0 });
-        let ids = Weights {
-            wte,
-            wpe,
-            blocks,
-            lnf,
-            w_u,
-        };
-        let store = ParamStore::new(be, lb.build(), seed)?;
+        let (layout, ids) = declare(&cfg);
+        let store = ParamStore::new(be, layout, seed)?;
         let w = ids.map(|id| store.param(be, id));
         let dw = ids.map(|id| store.grad(be, id));
 
@@ -223,6 +236,7 @@ impl<B: Backend> Transformer<B> {
             h: self.cfg.n_heads,
             dh: self.cfg.head_dim,
             scale,
+            alibi: false,
         }
     }
 

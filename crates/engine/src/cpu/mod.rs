@@ -3,7 +3,9 @@
 //! each output value is summed in a fixed order, so results are deterministic.
 
 use crate::ops::{self, Scalar};
-use crate::{AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, Result};
+use crate::{
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, ResidualDims, Result,
+};
 use std::cell::{Ref, RefCell, RefMut};
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -215,6 +217,30 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             &att.get(),
             dims,
         )
+    }
+    fn retrieve(&self, y: &CpuTensor<T>, x: &CpuTensor<T>, keys: &CpuTensor<T>, dims: ResidualDims) {
+        ops::residual_matrix::cpu_retrieve(&mut y.get_mut(), &x.get(), &keys.get(), dims)
+    }
+    fn store(
+        &self,
+        out: &CpuTensor<T>,
+        base: Option<&CpuTensor<T>>,
+        keys: &CpuTensor<T>,
+        data: &CpuTensor<T>,
+        dims: ResidualDims,
+    ) {
+        let base = base.map(|b| b.get());
+        ops::residual_matrix::cpu_store(&mut out.get_mut(), base.as_deref(), &keys.get(), &data.get(), dims)
+    }
+    fn key_grad(
+        &self,
+        dkeys: &CpuTensor<T>,
+        _partials: &CpuTensor<T>,
+        a: &CpuTensor<T>,
+        b: &CpuTensor<T>,
+        dims: ResidualDims,
+    ) {
+        ops::residual_matrix::cpu_key_grad(&mut dkeys.get_mut(), &a.get(), &b.get(), dims)
     }
     fn cross_entropy_forward(
         &self,

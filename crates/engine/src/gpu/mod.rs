@@ -9,7 +9,8 @@ mod context;
 mod readback;
 
 use crate::{
-    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, NormDims, Result,
+    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, NormDims,
+    ResidualDims, Result,
 };
 pub use context::GpuBackend;
 use std::future::Future;
@@ -246,6 +247,15 @@ impl Backend for GpuBackend {
         dims: AttentionDims,
     ) {
         ops::attention::gpu_backward(self, dqkv, dpre, dout, qkv, att, dims)
+    }
+    fn retrieve(&self, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, dims: ResidualDims) {
+        ops::residual_matrix::gpu_retrieve(self, y, x, keys, dims)
+    }
+    fn store(&self, out: &GpuTensor, base: Option<&GpuTensor>, keys: &GpuTensor, data: &GpuTensor, dims: ResidualDims) {
+        ops::residual_matrix::gpu_store(self, out, base, keys, data, dims)
+    }
+    fn key_grad(&self, dkeys: &GpuTensor, partials: &GpuTensor, a: &GpuTensor, b: &GpuTensor, dims: ResidualDims) {
+        ops::residual_matrix::gpu_key_grad(self, dkeys, partials, a, b, dims)
     }
     fn cross_entropy_forward(
         &self,

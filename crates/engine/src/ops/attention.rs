@@ -1,4 +1,5 @@
-//! Causal multi-head attention in f32 (SPEC §1): softmax(scale·q·kᵀ + causal mask)·v per head.
+//! Causal multi-head attention in f32 (SPEC §1): softmax(scale·q·kᵀ + bias + causal mask)·v per
+//! head, where the bias is ALiBi's `−slope_h·(i − j)` when it is on and 0 otherwise (SPEC §2a).
 
 use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
 
@@ -10,6 +11,19 @@ pub struct AttentionDims {
     pub dh: usize,
     /// Multiplies q·k: 1/sqrt(Dh), divided by (layer + 1) when logit scaling by depth is on.
     pub scale: f32,
+    /// Adds ALiBi's position bias after the scale (SPEC §2a): `−2^(−8(h+1)/H)·(i − j)`.
+    pub alibi: bool,
+}
+
+impl AttentionDims {
+    /// ALiBi's slope of head `h` (0-based), or 0 when ALiBi is off.
+    pub fn slope(&self, h: usize) -> f64 {
+        if self.alibi {
+            (-8.0 * (h + 1) as f64 / self.h as f64).exp2()
+        } else {
+            0.0
+        }
+    }
 }
 
 impl AttentionDims {
@@ -48,9 +62,11 @@ mod cpu_twin {
                     for t in 0..tt {
                         let row = &mut att[(h * tt + t) * tt..(h * tt + t + 1) * tt];
                         let q = &qkv[at(t, h, 0)..at(t, h, 0) + d.dh];
+                        let slope = T::of(d.slope(h));
                         for s in 0..=t {
                             let k = &qkv[at(s, h, 1)..at(s, h, 1) + d.dh];
-                            row[s] = q.iter().zip(k).map(|(&a, &b)| a * b).sum::<T>() * scale;
+                            let bias = -slope * T::of((t - s) as f64);
+                            row[s] = q.iter().zip(k).map(|(&a, &b)| a * b).sum::<T>() * scale + bias;
                         }
                         let mx = row[..=t].iter().copied().fold(T::neg_infinity(), T::max);
                         let mut sum = T::zero();
@@ -128,8 +144,15 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-fn params(d: &AttentionDims) -> [u32; 5] {
-    [d.b as u32, d.t as u32, d.h as u32, d.dh as u32, d.scale.to_bits()]
+fn params(d: &AttentionDims) -> [u32; 6] {
+    [
+        d.b as u32,
+        d.t as u32,
+        d.h as u32,
+        d.dh as u32,
+        d.scale.to_bits(),
+        d.alibi as u32,
+    ]
 }
 
 pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, att: &GpuTensor, qkv: &GpuTensor, d: AttentionDims) {

@@ -8,6 +8,7 @@ pub mod embedding;
 pub mod matmul;
 pub mod norm;
 pub mod optim;
+pub mod residual_matrix;
 
 /// The float type of the CPU backend: f32 for training, f64 for gradient checks.
 #[cfg(feature = "cpu")]

@@ -1,0 +1,134 @@
+//! `resmem analyze variance`: how variance propagates through storage and retrieval, in closed
+//! form (RMT paper Table 1) or measured by hooks on a real batch.
+
+use crate::args::{Arch, BackendKind, InitArg, VarianceArgs};
+use anyhow::{Context, Result};
+use data::{ByteTokenizer, TaskSampler};
+use engine::cpu::CpuBackend;
+use engine::gpu::GpuBackend;
+use engine::Backend;
+use models::variance::{self, InitScheme};
+use models::{Rmt, TrainConfig, Trainer};
+
+pub fn variance(args: VarianceArgs) -> Result<()> {
+    if args.measured {
+        return match args.backend {
+            BackendKind::Cpu => measured(&CpuBackend::<f32>::new(), &args),
+            BackendKind::Gpu => {
+                let be = pollster::block_on(GpuBackend::new()).context("cannot use --backend gpu")?;
+                measured(&be, &args)
+            }
+        };
+    }
+    let d = args.model.preset()?;
+    let init = match args.init {
+        InitArg::Xavier => InitScheme::Xavier,
+        InitArg::Lecun => InitScheme::Lecun,
+        InitArg::Default => InitScheme::Default,
+    };
+    let rows = match args.model.arch {
+        Arch::Transformer => {
+            let c = args.model.dims.transformer(d.transformer());
+            c.validate()?;
+            variance::transformer(&c, init)
+        }
+        Arch::Rmt => {
+            let c = args.model.dims.rmt(d.rmt());
+            c.validate()?;
+            variance::rmt(&c, init)
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "{:<12} {:<5} {:<10} {:>12} {:>12}",
+            "model", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"
+        );
+        for r in rows {
+            let (layer, op) = (json_name(&r.layer)?, json_name(&r.op)?);
+            println!(
+                "{:<12} {:<5} {:<10} {:>12} {:>12}",
+                r.model,
+                layer,
+                op,
+                ratio(r.forward_ratio),
+                ratio(r.backward_ratio)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Measured ratios of the RMT's storages and retrievals, per block, on a batch of the task.
+fn measured<B: Backend>(be: &B, args: &VarianceArgs) -> Result<()> {
+    anyhow::ensure!(
+        args.model.arch == Arch::Rmt,
+        "--measured probes the RMT's storage and retrieval; pass --arch rmt"
+    );
+    let d = args.model.preset()?;
+    let mut cfg = args.model.dims.rmt(d.rmt());
+    cfg.vocab = ByteTokenizer::VOCAB;
+    cfg.seq_len = args.tokens;
+    cfg.zero_unembedding = !args.random_unembedding;
+    let model = Rmt::new(be, cfg, args.batch, args.tokens, args.seed)?;
+    let train = TrainConfig {
+        batch: args.batch,
+        steps: args.steps.max(1),
+        seed: args.seed,
+        ..Default::default()
+    };
+    let mut trainer = Trainer::new(be, model, train)?;
+    let mut sampler =
+        TaskSampler::new(args.task, args.batch, args.tokens, args.seed.wrapping_add(1)).map_err(anyhow::Error::msg)?;
+    for _ in 0..args.steps {
+        trainer.step(be, &sampler.next_batch())?;
+    }
+    let rows = pollster::block_on(trainer.measure(be, &sampler.next_batch()))?.expect("the RMT has variance probes");
+    if args.json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|m| {
+                serde_json::json!({ "model": "rmt", "step": args.steps, "block": m.site.block,
+                "layer": m.site.layer, "op": m.site.op,
+                "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("rmt after {} steps, measured on a batch of {}", args.steps, args.task);
+    println!(
+        "{:<6} {:<5} {:<10} {:>12} {:>12}",
+        "block", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"
+    );
+    let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
+    for m in &rows {
+        println!(
+            "{:<6} {:<5} {:<10} {:>12} {:>12}",
+            m.site.block,
+            json_name(&m.site.layer)?,
+            json_name(&m.site.op)?,
+            show(m.forward_ratio),
+            show(m.backward_ratio)
+        );
+    }
+    if rows.iter().any(|m| m.backward_ratio.is_none()) {
+        println!("n/a: no gradient reached that layer; W_U starts at zero. Pass --random-unembedding or --steps.");
+    }
+    Ok(())
+}
+
+/// 0.5 → "0.5000"; ratios below 0.01 in scientific notation, so that they do not print as 0.
+fn ratio(r: f64) -> String {
+    if r == 0.0 || r.abs() >= 0.01 {
+        format!("{r:.4}")
+    } else {
+        format!("{r:.4e}")
+    }
+}
+
+/// The lower-case name serde gives a unit enum variant.
+fn json_name<T: serde::Serialize>(x: &T) -> Result<String> {
+    Ok(serde_json::to_value(x)?.as_str().unwrap_or_default().to_string())
+}

@@ -1,0 +1,123 @@
+//! `resmem count` and `resmem analyze variance` print the paper's numbers, as JSON with the keys
+//! the issue names.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn json(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "resmem {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("no number {key} in {v}"))
+}
+
+#[test]
+fn count_prints_both_formulas_and_the_paper_growth() {
+    let count = |arch: &str, flag: &str, value: &str| {
+        json(&[
+            "count",
+            "--arch",
+            arch,
+            "--preset",
+            "gpt2-medium",
+            flag,
+            value,
+            "--json",
+        ])
+    };
+    let (a, b) = (
+        count("transformer", "--d-model", "1024"),
+        count("transformer", "--d-model", "2048"),
+    );
+    for key in ["params", "params_paper", "flops_fwd", "flops_fwd_paper"] {
+        assert!(a[key].as_u64().is_some(), "{key} missing from {a}");
+    }
+    let grow = |key| num(&b, key) / num(&a, key) - 1.0;
+    assert!((grow("params_paper") - 1.0).abs() < 1e-9);
+    assert!((grow("flops_fwd_paper") - 0.94).abs() < 0.005);
+    let (a, b) = (count("rmt", "--d-k", "16"), count("rmt", "--d-k", "32"));
+    let grow = |key| num(&b, key) / num(&a, key) - 1.0;
+    assert!(grow("params_paper") < 0.01 && grow("flops_fwd_paper") < 0.01);
+}
+
+#[test]
+fn closed_form_prints_table2_transformer_rows() {
+    let rows = json(&[
+        "analyze",
+        "variance",
+        "--closed-form",
+        "--arch",
+        "transformer",
+        "--preset",
+        "gpt2-medium",
+        "--init",
+        "xavier",
+        "--json",
+    ]);
+    let want = [
+        ("attn", "retrieval", 0.5, 1.5),
+        ("attn", "storage", 1.0, 1.0),
+        ("ff", "retrieval", 0.4, 1.6),
+        ("ff", "storage", 1.6, 0.4),
+    ];
+    for (layer, op, f, b) in want {
+        let r = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["layer"] == layer && r["op"] == op)
+            .unwrap_or_else(|| panic!("no {layer} {op} row in {rows}"));
+        assert_eq!(r["model"], "transformer");
+        assert!(
+            (num(r, "forward_ratio") - f).abs() < 1e-9 && (num(r, "backward_ratio") - b).abs() < 1e-9,
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn measured_variance_reports_every_site() {
+    let rows = json(&[
+        "analyze",
+        "variance",
+        "--measured",
+        "--arch",
+        "rmt",
+        "--preset",
+        "table9-46m",
+        "--layers",
+        "2",
+        "--d-ff",
+        "64",
+        "--backend",
+        "cpu",
+        "--random-unembedding",
+        "--json",
+    ]);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 4, "two blocks, four sites each: {rows:?}");
+    for r in rows {
+        for key in ["model", "layer", "op", "forward_ratio", "backward_ratio"] {
+            assert!(r.get(key).is_some(), "{key} missing from {r}");
+        }
+        assert!(num(r, "forward_ratio") > 0.0 && num(r, "backward_ratio") > 0.0, "{r}");
+    }
+}
+
+#[test]
+fn unknown_preset_names_the_choices() {
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["count", "--preset", "gpt5"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gpt2-medium") && err.contains("table9-305m"), "{err}");
+}

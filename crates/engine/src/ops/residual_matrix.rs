@@ -1,0 +1,188 @@
+//! The two primitives of the Residual Matrix Transformer (SPEC §2), batched over all tokens.
+//! Each token's residual is a D_k×D_v matrix X, stored contiguously.
+//!
+//! - **retrieval** of R' key vectors r^(h) ∈ R^{D_k}: `y^(h) = r^(h)ᵀ X ∈ R^{D_v}`;
+//! - **storage** of R' data vectors x^(h) ∈ R^{D_v}: `X_out = X_base + Σ_h w^(h) ⊗ x^(h)`,
+//!   with the residual add fused (or `X_out += …` when there is no base);
+//! - **key gradient**: `dk[h][i] = Σ_tokens Σ_v a[t,h,v] · b[t,i,v]`, shared by both backwards.
+//!
+//! The backwards are these same three kernels: the data gradient of a retrieval is a storage of
+//! dy with the same keys, and the data gradient of a storage is a retrieval of dX_out.
+//! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResidualDims {
+    /// Tokens: B·T.
+    pub tokens: usize,
+    pub dk: usize,
+    pub dv: usize,
+    /// R': the number of key vectors (3R for the attention's Q, K, V together).
+    pub keys: usize,
+}
+
+/// Tokens per partial sum of the key gradient: the first launch writes one partial per chunk,
+/// the second adds the chunks in order, so the result never depends on scheduling.
+pub const KEY_GRAD_CHUNK: usize = 32;
+
+impl ResidualDims {
+    pub fn matrices(&self) -> usize {
+        self.tokens * self.dk * self.dv
+    }
+    pub fn vectors(&self) -> usize {
+        self.tokens * self.keys * self.dv
+    }
+    pub fn key_values(&self) -> usize {
+        self.keys * self.dk
+    }
+    /// Values of the scratch buffer `key_grad` needs for its partial sums.
+    pub fn key_grad_scratch(&self) -> usize {
+        self.tokens.div_ceil(KEY_GRAD_CHUNK) * self.key_values()
+    }
+    fn check(&self, op: &str, matrices: usize, vectors: usize, keys: usize) {
+        assert_eq!(
+            matrices,
+            self.matrices(),
+            "{op}: matrices have {matrices} values for {self:?}"
+        );
+        assert_eq!(
+            vectors,
+            self.vectors(),
+            "{op}: vectors have {vectors} values for {self:?}"
+        );
+        assert_eq!(keys, self.key_values(), "{op}: keys have {keys} values for {self:?}");
+    }
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    /// y (tokens, R', D_v) = keys · X per token.
+    pub fn cpu_retrieve<T: Scalar>(y: &mut [T], x: &[T], keys: &[T], d: ResidualDims) {
+        d.check("retrieve", x.len(), y.len(), keys.len());
+        y.par_chunks_mut(d.keys * d.dv)
+            .zip(x.par_chunks(d.dk * d.dv))
+            .for_each(|(y, x)| {
+                for h in 0..d.keys {
+                    for v in 0..d.dv {
+                        y[h * d.dv + v] = (0..d.dk).map(|i| keys[h * d.dk + i] * x[i * d.dv + v]).sum();
+                    }
+                }
+            });
+    }
+
+    /// out (tokens, D_k, D_v) = base + Σ_h keys[h] ⊗ data[h], or out += Σ … without a base.
+    pub fn cpu_store<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
+        d.check("store", out.len(), data.len(), keys.len());
+        if let Some(base) = base {
+            assert_eq!(base.len(), out.len(), "store: base and out differ in length");
+        }
+        out.par_chunks_mut(d.dk * d.dv)
+            .zip(data.par_chunks(d.keys * d.dv))
+            .enumerate()
+            .for_each(|(t, (out, data))| {
+                for i in 0..d.dk {
+                    for v in 0..d.dv {
+                        let s: T = (0..d.keys).map(|h| keys[h * d.dk + i] * data[h * d.dv + v]).sum();
+                        let o = i * d.dv + v;
+                        let before = base.map_or(out[o], |b| b[t * d.dk * d.dv + o]);
+                        out[o] = before + s;
+                    }
+                }
+            });
+    }
+
+    /// dkeys (R', D_k) = Σ_t a[t] · b[t]ᵀ, with a (tokens, R', D_v) and b (tokens, D_k, D_v).
+    pub fn cpu_key_grad<T: Scalar>(dkeys: &mut [T], a: &[T], b: &[T], d: ResidualDims) {
+        d.check("key_grad", b.len(), a.len(), dkeys.len());
+        dkeys.par_iter_mut().enumerate().for_each(|(j, dk)| {
+            let (h, i) = (j / d.dk, j % d.dk);
+            *dk = (0..d.tokens)
+                .map(|t| {
+                    let a = &a[(t * d.keys + h) * d.dv..][..d.dv];
+                    let b = &b[(t * d.dk + i) * d.dv..][..d.dv];
+                    a.iter().zip(b).map(|(&a, &b)| a * b).sum::<T>()
+                })
+                .sum();
+        });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+/// Keys each retrieval thread handles, so one read of X serves this many outputs.
+const RETRIEVE_KEYS_PER_THREAD: usize = 8;
+
+fn params(d: &ResidualDims) -> [u32; 4] {
+    [d.tokens as u32, d.dk as u32, d.dv as u32, d.keys as u32]
+}
+
+pub fn gpu_retrieve(gpu: &GpuBackend, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, d: ResidualDims) {
+    d.check("retrieve", x.len, y.len, keys.len);
+    let threads = d.tokens * d.dv * d.keys.div_ceil(RETRIEVE_KEYS_PER_THREAD);
+    gpu.dispatch(
+        "residual_matrix",
+        "retrieve",
+        &params(&d),
+        &[y.arg(), x.arg(), keys.arg()],
+        grid_1d(threads, 256),
+    );
+}
+
+pub fn gpu_store(
+    gpu: &GpuBackend,
+    out: &GpuTensor,
+    base: Option<&GpuTensor>,
+    keys: &GpuTensor,
+    data: &GpuTensor,
+    d: ResidualDims,
+) {
+    d.check("store", out.len, data.len, keys.len);
+    let grid = grid_1d(d.matrices(), 256);
+    match base {
+        Some(base) => {
+            assert_eq!(base.len, out.len, "store: base and out differ in length");
+            let args = [out.arg(), base.arg(), keys.arg(), data.arg()];
+            gpu.dispatch("residual_matrix", "store", &params(&d), &args, grid);
+        }
+        None => {
+            let args = [(1, out.arg()), (3, keys.arg()), (4, data.arg())];
+            gpu.dispatch_at("residual_matrix", "store_accumulate", &params(&d), &args, grid);
+        }
+    }
+}
+
+pub fn gpu_key_grad(
+    gpu: &GpuBackend,
+    dkeys: &GpuTensor,
+    partials: &GpuTensor,
+    a: &GpuTensor,
+    b: &GpuTensor,
+    d: ResidualDims,
+) {
+    d.check("key_grad", b.len, a.len, dkeys.len);
+    assert!(
+        partials.len >= d.key_grad_scratch(),
+        "key_grad: scratch has {} values, needs {}",
+        partials.len,
+        d.key_grad_scratch()
+    );
+    gpu.dispatch(
+        "residual_matrix",
+        "key_grad_partial",
+        &params(&d),
+        &[partials.arg(), a.arg(), b.arg()],
+        grid_1d(d.key_grad_scratch(), 256),
+    );
+    gpu.dispatch(
+        "residual_matrix",
+        "key_grad_reduce",
+        &params(&d),
+        &[dkeys.arg(), partials.arg()],
+        grid_1d(d.key_values(), 256),
+    );
+}

@@ -1,0 +1,109 @@
+//! Variance hooks: σ²(out)/σ²(in) of every storage and retrieval in the forward pass, and
+//! σ²(grad in)/σ²(grad out) in the backward (RMT paper §3.2), measured on a real batch.
+//!
+//! Each probed tensor is reduced on the device to Σx and Σx² by the engine's fixed-order `sum`;
+//! only those two numbers per tensor come back, so a measurement costs a few small launches and
+//! one tiny read, in the browser too.
+
+use crate::Result;
+use engine::gpu::VIEW_ALIGN;
+use engine::Backend;
+use serde::Serialize;
+use std::cell::Cell;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    Attn,
+    Ff,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Storage,
+    Retrieval,
+}
+
+/// One storage or retrieval of one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Site {
+    /// Block index, from 0.
+    pub block: usize,
+    pub layer: Layer,
+    pub op: Op,
+}
+
+/// The four tensors a site's two ratios come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Quantity {
+    In = 0,
+    Out = 1,
+    GradOut = 2,
+    GradIn = 3,
+}
+
+/// The measured ratios of one site. A ratio is None when its denominator is zero (for example
+/// every gradient of a model whose unembedding is still all zeros).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Measured {
+    #[serde(flatten)]
+    pub site: Site,
+    pub forward_ratio: Option<f64>,
+    pub backward_ratio: Option<f64>,
+}
+
+pub struct Probes<B: Backend> {
+    pub sites: Vec<Site>,
+    /// (sites, 4 quantities, 2 sums), each sum in its own 64-aligned slot.
+    sums: B::Tensor,
+    /// Values in each probed tensor, filled in as they are recorded.
+    counts: Vec<Cell<usize>>,
+    /// Whether forward and backward should record; off while training.
+    pub on: Cell<bool>,
+}
+
+impl<B: Backend> Probes<B> {
+    pub fn new(be: &B, sites: Vec<Site>) -> engine::Result<Self> {
+        let slots = sites.len() * 4 * 2;
+        Ok(Self {
+            sums: be.zeros("variance probes", slots.max(1) * VIEW_ALIGN)?,
+            counts: (0..sites.len() * 4).map(|_| Cell::new(0)).collect(),
+            sites,
+            on: Cell::new(false),
+        })
+    }
+
+    /// Records Σx and Σx² of `x` as quantity `q` of site `i`, when probing is on.
+    pub fn record(&self, be: &B, i: usize, q: Quantity, x: &B::Tensor) {
+        if !self.on.get() {
+            return;
+        }
+        let slot = (i * 4 + q as usize) * 2;
+        self.counts[i * 4 + q as usize].set(be.len(x));
+        be.sum(&be.view(&self.sums, slot * VIEW_ALIGN, 1), x, false);
+        be.sum(&be.view(&self.sums, (slot + 1) * VIEW_ALIGN, 1), x, true);
+    }
+
+    /// The ratios of the last probed forward and backward.
+    pub async fn read(&self, be: &B) -> Result<Vec<Measured>> {
+        let sums = be.read(&self.sums).await?;
+        let variance = |i: usize, q: Quantity| {
+            let slot = (i * 4 + q as usize) * 2;
+            let n = self.counts[i * 4 + q as usize].get().max(1) as f64;
+            let mean = sums[slot * VIEW_ALIGN] as f64 / n;
+            (sums[(slot + 1) * VIEW_ALIGN] as f64 / n - mean * mean).max(0.0)
+        };
+        let ratio = |num: f64, den: f64| (den > 0.0 && num.is_finite()).then(|| num / den);
+        Ok(self
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, &site)| Measured {
+                site,
+                forward_ratio: ratio(variance(i, Quantity::Out), variance(i, Quantity::In)),
+                backward_ratio: ratio(variance(i, Quantity::GradIn), variance(i, Quantity::GradOut)),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,631 @@
+//! The Residual Matrix Transformer (SPEC §2; RMT paper §2.2, eqs 14-27). Each token's residual
+//! is a D_k×D_v matrix X; layers read it by retrieval (r ·₁ X) and write it by storage (w ⊗ x).
+//!
+//!   X⁰ = Σ_h w_E^(h) ⊗ W_E^(h)[token] (+ Σ_h w_PE^(h) ⊗ W_PE^(h)[position], or ALiBi)
+//!   Q, K, V = r_Q ·₁ Norm(X), r_K ·₁ Norm(X), r_V ·₁ Norm(X)         3R retrievals at once
+//!   X ← X + Σ_h w_O^(h) ⊗ SHA^(h)(Q, K, V)
+//!   X ← X + Σ_h w_FF^(h) ⊗ f_h,  f = W2 · GELU(W1 · concat_h(r_FF^(h) ·₁ Norm(X)))
+//!   logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
+//!
+//! The backward is the forward read in reverse. A retrieval's input gradient is a storage of
+//! its output gradient with the same keys, and a storage's data gradient is a retrieval.
+
+use crate::batch::BatchTensors;
+use crate::config::Position;
+use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
+use crate::probes::{Layer, Op, Probes, Quantity, Site};
+use crate::train::LanguageModel;
+use crate::{ModelError, Result, RmtConfig};
+use engine::{AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
+
+#[derive(Clone, Debug)]
+struct Block<T> {
+    ln1: T,   // (D_k·D_v)
+    r_qkv: T, // (3R, D_k) retrieval keys r_Q, r_K, r_V
+    w_o: T,   // (R, D_k) storage keys
+    ln2: T,   // (D_k·D_v)
+    r_ff: T,  // (R, D_k)
+    w1: T,    // (F, R·D_v)
+    w2: T,    // (R·D_v, F)
+    w_ff: T,  // (R, D_k)
+}
+
+#[derive(Clone, Debug)]
+struct Weights<T> {
+    wte: T,         // (V, R·D_v)
+    w_e: T,         // (R, D_k)
+    wpe: Option<T>, // (N, R·D_v) with learned positions
+    w_pe: Option<T>,
+    blocks: Vec<Block<T>>,
+    lnf: T, // (D_k·D_v)
+    r_u: T, // (R, D_k)
+    w_u: T, // (V, R·D_v)
+}
+
+impl Weights<ParamId> {
+    fn map<T>(&self, f: impl Fn(ParamId) -> T) -> Weights<T> {
+        Weights {
+            wte: f(self.wte),
+            w_e: f(self.w_e),
+            wpe: self.wpe.map(&f),
+            w_pe: self.w_pe.map(&f),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| Block {
+                    ln1: f(b.ln1),
+                    r_qkv: f(b.r_qkv),
+                    w_o: f(b.w_o),
+                    ln2: f(b.ln2),
+                    r_ff: f(b.r_ff),
+                    w1: f(b.w1),
+                    w2: f(b.w2),
+                    w_ff: f(b.w_ff),
+                })
+                .collect(),
+            lnf: f(self.lnf),
+            r_u: f(self.r_u),
+            w_u: f(self.w_u),
+        }
+    }
+}
+
+/// The parameters of the model `cfg` describes: their layout and where each one sits.
+fn declare(cfg: &RmtConfig) -> (ParamLayout, Weights<ParamId>) {
+    let (dk, dv, r, v, f, l) = (cfg.d_k, cfg.d_v, cfg.rank, cfg.vocab, cfg.d_ff, cfg.n_layers);
+    let rv = r * dv;
+    // Every weight ~ N(0, std²/fan_in), fan_in the contracted size; output storage keys get an
+    // extra 1/sqrt(2L); tables ~ N(0, std²); the unembedding starts at zero (SPEC §2).
+    let std = cfg.init_std;
+    let fan = |fan_in: usize| Init::Normal {
+        std: std / (fan_in as f32).sqrt(),
+    };
+    let out_scale = if cfg.scaled_output_init {
+        1.0 / (2.0 * l as f32).sqrt()
+    } else {
+        1.0
+    };
+    let fan_out = |fan_in: usize| Init::Normal {
+        std: std / (fan_in as f32).sqrt() * out_scale,
+    };
+    let table = Init::Normal { std };
+    let mut lb = LayoutBuilder::default();
+    let wte = lb.add("wte", &[v, r, dv], false, table);
+    let w_e = lb.add("w_e", &[r, dk], true, fan(r));
+    let (wpe, w_pe) = match cfg.position {
+        Position::Learned => (
+            Some(lb.add("wpe", &[cfg.seq_len, r, dv], false, table)),
+            Some(lb.add("w_pe", &[r, dk], true, fan(r))),
+        ),
+        Position::Alibi => (None, None),
+    };
+    let gain = Init::Constant(1.0);
+    let blocks = (0..l)
+        .map(|i| Block {
+            ln1: lb.add(format!("blocks.{i}.ln1"), &[dk, dv], false, gain),
+            r_qkv: lb.add(format!("blocks.{i}.r_qkv"), &[3 * r, dk], true, fan(dk)),
+            w_o: lb.add(format!("blocks.{i}.w_o"), &[r, dk], true, fan_out(r)),
+            ln2: lb.add(format!("blocks.{i}.ln2"), &[dk, dv], false, gain),
+            r_ff: lb.add(format!("blocks.{i}.r_ff"), &[r, dk], true, fan(dk)),
+            w1: lb.add(format!("blocks.{i}.w1"), &[f, rv], true, fan(rv)),
+            w2: lb.add(format!("blocks.{i}.w2"), &[rv, f], true, fan(f)),
+            w_ff: lb.add(format!("blocks.{i}.w_ff"), &[r, dk], true, fan_out(r)),
+        })
+        .collect();
+    let lnf = lb.add("lnf", &[dk, dv], false, gain);
+    let r_u = lb.add("r_u", &[r, dk], true, fan(dk));
+    let w_u_init = match cfg.zero_unembedding {
+        true => Init::Normal { std: 0.0 },
+        false => fan(rv),
+    };
+    let w_u = lb.add("w_u", &[v, r, dv], false, w_u_init);
+    let ids = Weights {
+        wte,
+        w_e,
+        wpe,
+        w_pe,
+        blocks,
+        lnf,
+        r_u,
+        w_u,
+    };
+    (lb.build(), ids)
+}
+
+/// The parameter layout of the model `cfg` describes, without building it.
+pub fn layout(cfg: &RmtConfig) -> ParamLayout {
+    declare(cfg).0
+}
+
+/// Saved activations of one block.
+struct BlockActs<T> {
+    ln1: T,       // (BT, D_k·D_v)
+    ln1_stats: T, // (BT, 2)
+    qkv: T,       // (BT, 3R·D_v)
+    atty: T,      // (BT, R·D_v)
+    att: T,       // (B, R, T, T)
+    res_att: T,   // (BT, D_k·D_v)
+    ln2: T,
+    ln2_stats: T,
+    xff: T,      // (BT, R·D_v) the FF adapters' retrievals
+    fch: T,      // (BT, F)
+    fch_gelu: T, // (BT, F)
+    f: T,        // (BT, R·D_v) the FF output, stored with w_FF
+    res_ff: T,   // (BT, D_k·D_v)
+}
+
+/// Gradient scratch shared by all blocks.
+struct Scratch<T> {
+    dlogits: T,   // (BT, V)
+    dresidual: T, // (BT, D_k·D_v)
+    dln: T,       // (BT, D_k·D_v)
+    dvec: T,      // (BT, R·D_v): gradients of retrieved or stored vectors
+    dqkv: T,      // (BT, 3R·D_v)
+    dpre: T,      // (B, R, T, T)
+    dfch: T,      // (BT, F)
+    dfch_gelu: T, // (BT, F)
+    partials: T,  // key-gradient partial sums
+    stored: T,    // (BT, D_k·D_v) a storage alone, for the variance probes
+    dtable: T,    // (T, R·D_v) the unused position gradient of a token gather
+}
+
+/// The position of every row and its buckets, for gathering W_PE like a token table.
+struct Positions<B: Backend> {
+    rows: B::Index,
+    bucket_rows: B::Index,
+    bucket_start: B::Index,
+}
+
+pub struct Rmt<B: Backend> {
+    pub cfg: RmtConfig,
+    b: usize,
+    t: usize,
+    store: ParamStore<B>,
+    w: Weights<B::Tensor>,
+    dw: Weights<B::Tensor>,
+    etok: B::Tensor,         // (BT, R·D_v) W_E[token]
+    epos: Option<B::Tensor>, // (BT, R·D_v) W_PE[position]
+    zeros_t: B::Tensor,      // (T, R·D_v) the gather's position term when there is none
+    positions: Option<Positions<B>>,
+    encoded: B::Tensor, // (BT, D_k·D_v)
+    blocks: Vec<BlockActs<B::Tensor>>,
+    lnf: B::Tensor,
+    lnf_stats: B::Tensor,
+    yu: B::Tensor,     // (BT, R·D_v) the unembedding's retrievals
+    logits: B::Tensor, // (BT, V)
+    losses: B::Tensor,
+    lse: B::Tensor,
+    loss: B::Tensor,
+    s: Scratch<B::Tensor>,
+    probes: Probes<B>,
+}
+
+/// The probed sites of block `l`, in the order `Rmt::site` indexes them.
+const SITES: [(Layer, Op); 4] = [
+    (Layer::Attn, Op::Retrieval),
+    (Layer::Attn, Op::Storage),
+    (Layer::Ff, Op::Retrieval),
+    (Layer::Ff, Op::Storage),
+];
+
+impl<B: Backend> Rmt<B> {
+    pub fn new(be: &B, cfg: RmtConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        if t > cfg.seq_len {
+            return Err(ModelError::Config(format!(
+                "sequences of {t} tokens exceed the context length {}",
+                cfg.seq_len
+            )));
+        }
+        let (dk, dv, r, v, f, l) = (cfg.d_k, cfg.d_v, cfg.rank, cfg.vocab, cfg.d_ff, cfg.n_layers);
+        let (m, rv) = (dk * dv, r * dv);
+        let (layout, ids) = declare(&cfg);
+        let store = ParamStore::new(be, layout, seed)?;
+        let w = ids.map(|id| store.param(be, id));
+        let dw = ids.map(|id| store.grad(be, id));
+
+        let bt = b * t;
+        let z = |what: &str, n: usize| be.zeros(what, n);
+        let blocks = (0..l)
+            .map(|_| {
+                Ok(BlockActs {
+                    ln1: z("ln1", bt * m)?,
+                    ln1_stats: z("ln1 stats", bt * 2)?,
+                    qkv: z("qkv", bt * 3 * rv)?,
+                    atty: z("attention output", bt * rv)?,
+                    att: z("attention probabilities", b * r * t * t)?,
+                    res_att: z("residual", bt * m)?,
+                    ln2: z("ln2", bt * m)?,
+                    ln2_stats: z("ln2 stats", bt * 2)?,
+                    xff: z("ff adapters", bt * rv)?,
+                    fch: z("ff hidden", bt * f)?,
+                    fch_gelu: z("ff hidden", bt * f)?,
+                    f: z("ff output", bt * rv)?,
+                    res_ff: z("residual", bt * m)?,
+                })
+            })
+            .collect::<engine::Result<Vec<_>>>()?;
+        let widest = ResidualDims {
+            tokens: bt,
+            dk,
+            dv,
+            keys: 3 * r,
+        };
+        let s = Scratch {
+            dlogits: z("logit gradients", bt * v)?,
+            dresidual: z("residual gradient", bt * m)?,
+            dln: z("norm gradient", bt * m)?,
+            dvec: z("vector gradient", bt * rv)?,
+            dqkv: z("qkv gradient", bt * 3 * rv)?,
+            dpre: z("attention logit gradient", b * r * t * t)?,
+            dfch: z("ff gradient", bt * f)?,
+            dfch_gelu: z("ff gradient", bt * f)?,
+            partials: z("key gradient partial sums", widest.key_grad_scratch())?,
+            stored: z("probe scratch", bt * m)?,
+            dtable: z("position gradient scratch", t * rv)?,
+        };
+        let positions = match cfg.position {
+            Position::Learned => {
+                let rows: Vec<u32> = (0..bt).map(|i| (i % t) as u32).collect();
+                let buckets = engine::TokenBuckets::new(&rows, cfg.seq_len);
+                let upload = |what: &str, data: &[u32]| -> engine::Result<B::Index> {
+                    let ix = be.index(what, data.len())?;
+                    be.write_index(&ix, data);
+                    Ok(ix)
+                };
+                Some(Positions {
+                    rows: upload("positions", &rows)?,
+                    bucket_rows: upload("position buckets", &buckets.rows)?,
+                    bucket_start: upload("position bucket starts", &buckets.start)?,
+                })
+            }
+            Position::Alibi => None,
+        };
+        let sites = (0..l)
+            .flat_map(|block| SITES.map(|(layer, op)| Site { block, layer, op }))
+            .collect();
+        Ok(Self {
+            b,
+            t,
+            store,
+            w,
+            dw,
+            etok: z("token embeddings", bt * rv)?,
+            epos: match cfg.position {
+                Position::Learned => Some(z("position embeddings", bt * rv)?),
+                Position::Alibi => None,
+            },
+            zeros_t: z("zero position table", t * rv)?,
+            positions,
+            encoded: z("embeddings", bt * m)?,
+            blocks,
+            lnf: z("final norm", bt * m)?,
+            lnf_stats: z("final norm stats", bt * 2)?,
+            yu: z("unembedding retrievals", bt * rv)?,
+            logits: z("logits", bt * v)?,
+            losses: z("per-token losses", bt)?,
+            lse: z("log Z", bt)?,
+            loss: z("loss", 1)?,
+            s,
+            probes: Probes::new(be, sites)?,
+            cfg,
+        })
+    }
+
+    /// Retrieval or storage of `keys` vectors over every token of the batch.
+    fn rm(&self, keys: usize) -> ResidualDims {
+        ResidualDims {
+            tokens: self.b * self.t,
+            dk: self.cfg.d_k,
+            dv: self.cfg.d_v,
+            keys,
+        }
+    }
+
+    fn norm(&self) -> NormDims {
+        NormDims {
+            rows: self.b * self.t,
+            c: self.cfg.residual(),
+            kind: self.cfg.norm.into(),
+            eps: self.cfg.norm_eps,
+        }
+    }
+
+    fn attention(&self, layer: usize) -> AttentionDims {
+        let mut scale = 1.0 / (self.cfg.d_v as f32).sqrt();
+        if self.cfg.attn_layer_scale {
+            scale /= (layer + 1) as f32;
+        }
+        AttentionDims {
+            b: self.b,
+            t: self.t,
+            h: self.cfg.rank,
+            dh: self.cfg.d_v,
+            scale,
+            alibi: self.cfg.position == Position::Alibi,
+        }
+    }
+
+    /// A gather of `rows` rows of R·D_v values.
+    fn gather(&self, rows: usize) -> EmbeddingDims {
+        EmbeddingDims {
+            bt: self.b * self.t,
+            t: self.t,
+            c: self.cfg.rank * self.cfg.d_v,
+            v: rows,
+        }
+    }
+
+    fn cross_entropy(&self) -> CrossEntropyDims {
+        CrossEntropyDims {
+            rows: self.b * self.t,
+            v: self.cfg.vocab,
+            z: self.cfg.z_loss,
+        }
+    }
+
+    fn residual_in(&self, l: usize) -> &B::Tensor {
+        if l == 0 {
+            &self.encoded
+        } else {
+            &self.blocks[l - 1].res_ff
+        }
+    }
+
+    fn site(l: usize, layer: Layer, op: Op) -> usize {
+        l * SITES.len() + SITES.iter().position(|&s| s == (layer, op)).expect("a probed site")
+    }
+
+    /// Storage with the residual add fused; with probes on, also records σ² of the storage
+    /// alone (out − base) and of its input vectors.
+    #[allow(clippy::too_many_arguments)]
+    fn store_probed(&self, be: &B, site: usize, out: &B::Tensor, base: &B::Tensor, keys: &B::Tensor, data: &B::Tensor) {
+        be.store(out, Some(base), keys, data, self.rm(self.cfg.rank));
+        if self.probes.on.get() {
+            be.fill(&self.s.stored, 0.0);
+            be.store(&self.s.stored, None, keys, data, self.rm(self.cfg.rank));
+            self.probes.record(be, site, Quantity::In, data);
+            self.probes.record(be, site, Quantity::Out, &self.s.stored);
+        }
+    }
+
+    /// Backward of `out = base + Σ keys ⊗ data` with dout = dresidual: the data gradient into
+    /// `ddata`, the key gradient into `dkeys`; the base's gradient is dresidual itself.
+    fn store_backward(
+        &self,
+        be: &B,
+        site: usize,
+        ddata: &B::Tensor,
+        dkeys: &B::Tensor,
+        keys: &B::Tensor,
+        data: &B::Tensor,
+    ) {
+        let (s, d) = (&self.s, self.rm(self.cfg.rank));
+        be.retrieve(ddata, &s.dresidual, keys, d);
+        be.key_grad(dkeys, &s.partials, data, &s.dresidual, d);
+        self.probes.record(be, site, Quantity::GradOut, &s.dresidual);
+        self.probes.record(be, site, Quantity::GradIn, ddata);
+    }
+
+    /// Backward of `y = keys ·₁ x` where x is a norm's output: dln = Σ keys ⊗ dy, and dkeys.
+    fn retrieve_backward(
+        &self,
+        be: &B,
+        site: usize,
+        dkeys: &B::Tensor,
+        dy: &B::Tensor,
+        keys: &B::Tensor,
+        x: &B::Tensor,
+        n: usize,
+    ) {
+        let s = &self.s;
+        be.fill(&s.dln, 0.0);
+        be.store(&s.dln, None, keys, dy, self.rm(n));
+        be.key_grad(dkeys, &s.partials, dy, x, self.rm(n));
+        self.probes.record(be, site, Quantity::GradOut, dy);
+        self.probes.record(be, site, Quantity::GradIn, &s.dln);
+    }
+}
+
+impl<B: Backend> LanguageModel<B> for Rmt<B> {
+    fn store(&self) -> &ParamStore<B> {
+        &self.store
+    }
+
+    fn batch_shape(&self) -> (usize, usize) {
+        (self.b, self.t)
+    }
+
+    fn vocab(&self) -> usize {
+        self.cfg.vocab
+    }
+
+    fn forward(&self, be: &B, batch: &BatchTensors<B>) {
+        let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
+        let rv = r * self.cfg.d_v;
+        let (w, p) = (&self.w, &self.probes);
+        // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
+        be.embedding_forward(&self.etok, &batch.tokens, &w.wte, &self.zeros_t, self.gather(v));
+        be.fill(&self.encoded, 0.0);
+        be.store(&self.encoded, None, &w.w_e, &self.etok, self.rm(r));
+        if let (Some(epos), Some(pos), Some(wpe), Some(w_pe)) = (&self.epos, &self.positions, &w.wpe, &w.w_pe) {
+            be.embedding_forward(epos, &pos.rows, &wpe, &self.zeros_t, self.gather(self.cfg.seq_len));
+            be.store(&self.encoded, None, w_pe, epos, self.rm(r));
+        }
+        for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
+            let x = self.residual_in(l);
+            // Q, K, V = r_QKV ·₁ Norm(X); X ← X + Σ_h w_O ⊗ SHA_h
+            be.norm_forward(&a.ln1, &a.ln1_stats, x, &q.ln1, self.norm());
+            be.retrieve(&a.qkv, &a.ln1, &q.r_qkv, self.rm(3 * r));
+            p.record(be, Self::site(l, Layer::Attn, Op::Retrieval), Quantity::In, &a.ln1);
+            p.record(be, Self::site(l, Layer::Attn, Op::Retrieval), Quantity::Out, &a.qkv);
+            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
+            self.store_probed(
+                be,
+                Self::site(l, Layer::Attn, Op::Storage),
+                &a.res_att,
+                x,
+                &q.w_o,
+                &a.atty,
+            );
+            // x_FF = r_FF ·₁ Norm(X); f = W2 · GELU(W1 · x_FF); X ← X + Σ_h w_FF ⊗ f_h
+            be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &q.ln2, self.norm());
+            be.retrieve(&a.xff, &a.ln2, &q.r_ff, self.rm(r));
+            p.record(be, Self::site(l, Layer::Ff, Op::Retrieval), Quantity::In, &a.ln2);
+            p.record(be, Self::site(l, Layer::Ff, Op::Retrieval), Quantity::Out, &a.xff);
+            be.matmul(&a.fch, &a.xff, &q.w1, MatmulDims::new(bt, f, rv).trans_b());
+            be.gelu_forward(&a.fch_gelu, &a.fch);
+            be.matmul(&a.f, &a.fch_gelu, &q.w2, MatmulDims::new(bt, rv, f).trans_b());
+            self.store_probed(
+                be,
+                Self::site(l, Layer::Ff, Op::Storage),
+                &a.res_ff,
+                &a.res_att,
+                &q.w_ff,
+                &a.f,
+            );
+        }
+        // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
+        let last = self.residual_in(self.cfg.n_layers);
+        be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm());
+        be.retrieve(&self.yu, &self.lnf, &w.r_u, self.rm(r));
+        be.matmul(&self.logits, &self.yu, &w.w_u, MatmulDims::new(bt, v, rv).trans_b());
+        be.cross_entropy_forward(
+            &self.losses,
+            &self.lse,
+            &self.logits,
+            &batch.targets,
+            &batch.loss_scale,
+            self.cross_entropy(),
+        );
+        be.sum(&self.loss, &self.losses, false);
+    }
+
+    fn backward(&self, be: &B, batch: &BatchTensors<B>) {
+        let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
+        let rv = r * self.cfg.d_v;
+        let (w, dw, s) = (&self.w, &self.dw, &self.s);
+        be.cross_entropy_backward(
+            &s.dlogits,
+            &self.logits,
+            &self.lse,
+            &batch.targets,
+            &batch.loss_scale,
+            self.cross_entropy(),
+        );
+        be.matmul(&dw.w_u, &s.dlogits, &self.yu, MatmulDims::new(v, rv, bt).trans_a());
+        be.matmul(&s.dvec, &s.dlogits, &w.w_u, MatmulDims::new(bt, rv, v));
+        be.fill(&s.dln, 0.0);
+        be.store(&s.dln, None, &w.r_u, &s.dvec, self.rm(r));
+        be.key_grad(&dw.r_u, &s.partials, &s.dvec, &self.lnf, self.rm(r));
+        be.fill(&s.dresidual, 0.0);
+        let last = self.residual_in(self.cfg.n_layers);
+        be.norm_backward(
+            &s.dresidual,
+            &dw.lnf,
+            &s.dln,
+            last,
+            &w.lnf,
+            &self.lnf_stats,
+            self.norm(),
+        );
+        for l in (0..self.cfg.n_layers).rev() {
+            let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
+            // FF: dresidual flows through the add unchanged into the storage.
+            self.store_backward(
+                be,
+                Self::site(l, Layer::Ff, Op::Storage),
+                &s.dvec,
+                &dq.w_ff,
+                &q.w_ff,
+                &a.f,
+            );
+            be.matmul(&dq.w2, &s.dvec, &a.fch_gelu, MatmulDims::new(rv, f, bt).trans_a());
+            be.matmul(&s.dfch_gelu, &s.dvec, &q.w2, MatmulDims::new(bt, f, rv));
+            be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
+            be.matmul(&dq.w1, &s.dfch, &a.xff, MatmulDims::new(f, rv, bt).trans_a());
+            be.matmul(&s.dvec, &s.dfch, &q.w1, MatmulDims::new(bt, rv, f));
+            self.retrieve_backward(
+                be,
+                Self::site(l, Layer::Ff, Op::Retrieval),
+                &dq.r_ff,
+                &s.dvec,
+                &q.r_ff,
+                &a.ln2,
+                r,
+            );
+            be.norm_backward(
+                &s.dresidual,
+                &dq.ln2,
+                &s.dln,
+                &a.res_att,
+                &q.ln2,
+                &a.ln2_stats,
+                self.norm(),
+            );
+            // Attention
+            self.store_backward(
+                be,
+                Self::site(l, Layer::Attn, Op::Storage),
+                &s.dvec,
+                &dq.w_o,
+                &q.w_o,
+                &a.atty,
+            );
+            be.attention_backward(&s.dqkv, &s.dpre, &s.dvec, &a.qkv, &a.att, self.attention(l));
+            self.retrieve_backward(
+                be,
+                Self::site(l, Layer::Attn, Op::Retrieval),
+                &dq.r_qkv,
+                &s.dqkv,
+                &q.r_qkv,
+                &a.ln1,
+                3 * r,
+            );
+            let x = self.residual_in(l);
+            be.norm_backward(&s.dresidual, &dq.ln1, &s.dln, x, &q.ln1, &a.ln1_stats, self.norm());
+        }
+        // Embedding: the gathered rows' gradients are retrievals of dX⁰ with the storage keys.
+        be.retrieve(&s.dvec, &s.dresidual, &w.w_e, self.rm(r));
+        be.key_grad(&dw.w_e, &s.partials, &self.etok, &s.dresidual, self.rm(r));
+        be.embedding_backward(
+            &dw.wte,
+            &s.dtable,
+            &s.dvec,
+            &batch.bucket_rows,
+            &batch.bucket_start,
+            self.gather(v),
+        );
+        if let (Some(epos), Some(pos), Some(dwpe), Some(w_pe), Some(dw_pe)) =
+            (&self.epos, &self.positions, &dw.wpe, &w.w_pe, &dw.w_pe)
+        {
+            be.retrieve(&s.dvec, &s.dresidual, w_pe, self.rm(r));
+            be.key_grad(dw_pe, &s.partials, epos, &s.dresidual, self.rm(r));
+            // Rows of the position table past T have no rows in their buckets: their gradient is 0.
+            be.embedding_backward(
+                dwpe,
+                &s.dtable,
+                &s.dvec,
+                &pos.bucket_rows,
+                &pos.bucket_start,
+                self.gather(self.cfg.seq_len),
+            );
+        }
+    }
+
+    fn loss(&self) -> &B::Tensor {
+        &self.loss
+    }
+
+    fn lse(&self) -> &B::Tensor {
+        &self.lse
+    }
+
+    fn logits(&self) -> &B::Tensor {
+        &self.logits
+    }
+
+    fn probes(&self) -> Option<&Probes<B>> {
+        Some(&self.probes)
+    }
+}

@@ -1,0 +1,143 @@
+//! Closed-form variance propagation at initialisation (RMT paper Table 1, App. B), for the
+//! RMT's storage and retrieval and for the transformer's linear layers they replace.
+//!
+//! A product of fan_in inputs with zero-mean weights of variance σ²_w multiplies the variance
+//! by fan_in·σ²_w forward and by fan_out·σ²_w backward (zero-mean inputs and gradients):
+//! - RMT retrieval of R' vectors: fan_in D_k, fan_out R' (3R for attention, R for the FF);
+//! - RMT storage of R' vectors: fan_in R', fan_out D_k;
+//! - transformer: W_QKV (D → 3·H·D_h) and W1 (D → D_FF) in place of retrieval, W_O
+//!   (H·D_h → D) and W2 (D_FF → D) in place of storage.
+
+use crate::probes::{Layer, Op};
+use crate::{RmtConfig, TransformerConfig};
+use serde::Serialize;
+
+/// How weights start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitScheme {
+    /// σ²_w = 2/(fan_in + fan_out) (Glorot & Bengio, the assumption of the paper's Table 2).
+    Xavier,
+    /// σ²_w = 1/fan_in.
+    Lecun,
+    /// The model's own init: σ²_w = init_std²/fan_in, times 1/(2L) on output storage keys and
+    /// output projections when `scaled_output_init` is on (SPEC §2).
+    Default,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ClosedForm {
+    pub model: &'static str,
+    pub layer: Layer,
+    pub op: Op,
+    pub forward_ratio: f64,
+    pub backward_ratio: f64,
+}
+
+/// One linear map of the given fans; `output` marks the layers scaled by 1/(2L).
+struct Map {
+    layer: Layer,
+    op: Op,
+    fan_in: usize,
+    fan_out: usize,
+    output: bool,
+}
+
+fn closed_form(model: &'static str, maps: &[Map], init: InitScheme, std: f64, out_scale: f64) -> Vec<ClosedForm> {
+    maps.iter()
+        .map(|m| {
+            let (fi, fo) = (m.fan_in as f64, m.fan_out as f64);
+            let var_w = match init {
+                InitScheme::Xavier => 2.0 / (fi + fo),
+                InitScheme::Lecun => 1.0 / fi,
+                InitScheme::Default => std * std / fi * if m.output { out_scale } else { 1.0 },
+            };
+            ClosedForm {
+                model,
+                layer: m.layer,
+                op: m.op,
+                forward_ratio: fi * var_w,
+                backward_ratio: fo * var_w,
+            }
+        })
+        .collect()
+}
+
+pub fn rmt(cfg: &RmtConfig, init: InitScheme) -> Vec<ClosedForm> {
+    let (dk, r) = (cfg.d_k, cfg.rank);
+    let maps = [
+        Map {
+            layer: Layer::Attn,
+            op: Op::Retrieval,
+            fan_in: dk,
+            fan_out: 3 * r,
+            output: false,
+        },
+        Map {
+            layer: Layer::Attn,
+            op: Op::Storage,
+            fan_in: r,
+            fan_out: dk,
+            output: true,
+        },
+        Map {
+            layer: Layer::Ff,
+            op: Op::Retrieval,
+            fan_in: dk,
+            fan_out: r,
+            output: false,
+        },
+        Map {
+            layer: Layer::Ff,
+            op: Op::Storage,
+            fan_in: r,
+            fan_out: dk,
+            output: true,
+        },
+    ];
+    let out_scale = if cfg.scaled_output_init {
+        1.0 / (2.0 * cfg.n_layers as f64)
+    } else {
+        1.0
+    };
+    closed_form("rmt", &maps, init, cfg.init_std as f64, out_scale)
+}
+
+pub fn transformer(cfg: &TransformerConfig, init: InitScheme) -> Vec<ClosedForm> {
+    let (d, hd, f) = (cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.d_ff);
+    let maps = [
+        Map {
+            layer: Layer::Attn,
+            op: Op::Retrieval,
+            fan_in: d,
+            fan_out: 3 * hd,
+            output: false,
+        },
+        Map {
+            layer: Layer::Attn,
+            op: Op::Storage,
+            fan_in: hd,
+            fan_out: d,
+            output: true,
+        },
+        Map {
+            layer: Layer::Ff,
+            op: Op::Retrieval,
+            fan_in: d,
+            fan_out: f,
+            output: false,
+        },
+        Map {
+            layer: Layer::Ff,
+            op: Op::Storage,
+            fan_in: f,
+            fan_out: d,
+            output: true,
+        },
+    ];
+    let out_scale = if cfg.scaled_output_init {
+        1.0 / (2.0 * cfg.n_layers as f64)
+    } else {
+        1.0
+    };
+    closed_form("transformer", &maps, init, cfg.init_std as f64, out_scale)
+}

@@ -1,0 +1,188 @@
+//! Helpers shared by the whole-model tests: the f64 gradient check, short training runs and the
+//! GPU-against-CPU comparison of one step, written once for every architecture.
+#![allow(dead_code)]
+
+use data::{Task, TaskSampler, IGNORE};
+use engine::cpu::CpuBackend;
+use engine::gpu::GpuBackend;
+use engine::Backend;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use resmem_models::{BatchTensors, LanguageModel, TrainConfig, Trainer};
+
+pub fn gpu() -> GpuBackend {
+    std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    pollster::block_on(GpuBackend::new())
+        .expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
+}
+
+pub fn random_batch(b: usize, t: usize, vocab: u32, seed: u64) -> data::Batch {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let inputs = (0..b * t).map(|_| rng.random_range(0..vocab)).collect();
+    let targets = (0..b * t)
+        .map(|i| if i % 3 == 0 { IGNORE } else { rng.random_range(0..vocab) })
+        .collect();
+    data::Batch { b, t, inputs, targets }
+}
+
+type Cpu64 = CpuBackend<f64>;
+
+/// The training objective: mean CE + z·mean (log Z)² over the counted targets.
+fn objective<M: LanguageModel<Cpu64>>(
+    be: &Cpu64,
+    model: &M,
+    batch: &BatchTensors<Cpu64>,
+    host: &data::Batch,
+    z: f64,
+) -> f64 {
+    model.forward(be, batch);
+    let loss = model.loss().get()[0];
+    let lse = model.lse().get();
+    let counted: Vec<usize> = (0..host.targets.len()).filter(|&i| host.targets[i] != IGNORE).collect();
+    loss + z * counted.iter().map(|&i| lse[i] * lse[i]).sum::<f64>() / counted.len() as f64
+}
+
+/// Central differences of the objective against the backward, for every parameter tensor (all
+/// values of small ones, 24 spread over larger ones), from random parameters: at init W_U = 0
+/// hides every other gradient.
+pub fn gradient_check<M: LanguageModel<Cpu64>>(name: &str, be: &Cpu64, model: &M, vocab: u32, z: f64) {
+    let (b, t) = model.batch_shape();
+    let mut rng = SmallRng::seed_from_u64(2);
+    let store = model.store();
+    store
+        .params
+        .get_mut()
+        .iter_mut()
+        .for_each(|p| *p = rng.random_range(-0.5..0.5));
+    let host = random_batch(b, t, vocab, 3);
+    let batch = BatchTensors::new(be, b, t, vocab as usize).unwrap();
+    batch.write(be, &host).unwrap();
+    objective(be, model, &batch, &host, z);
+    model.backward(be, &batch);
+    let grads = store.grads.get().to_vec();
+    let h = 1e-5;
+    for spec in &store.layout.specs {
+        let mut worst: f64 = 0.0;
+        let stride = (spec.len() / 24).max(1);
+        for i in (0..spec.len()).step_by(stride) {
+            let at = spec.offset + i;
+            let orig = store.params.get()[at];
+            store.params.get_mut()[at] = orig + h;
+            let up = objective(be, model, &batch, &host, z);
+            store.params.get_mut()[at] = orig - h;
+            let down = objective(be, model, &batch, &host, z);
+            store.params.get_mut()[at] = orig;
+            let numeric = (up - down) / (2.0 * h);
+            let err = (numeric - grads[at]).abs() / (numeric.abs() + grads[at].abs()).max(1e-7);
+            worst = worst.max(err);
+            assert!(
+                err < 1e-4,
+                "{name} {}[{i}]: numeric {numeric:e} vs analytic {:e}",
+                spec.name,
+                grads[at]
+            );
+        }
+        eprintln!("{name} {:>16}: worst relative error {worst:.1e}", spec.name);
+    }
+}
+
+pub struct Run {
+    pub losses: Vec<f32>,
+    pub grads: Vec<f32>,
+    pub params: Vec<f32>,
+}
+
+/// `steps` steps of `model` on the copy task. With `random_init`, every parameter starts random,
+/// so that the first step already moves all of them (at W_U = 0 only W_U moves).
+pub fn train_steps<B: Backend, M: LanguageModel<B>>(
+    be: &B,
+    model: M,
+    steps: usize,
+    seed: u64,
+    random_init: bool,
+) -> Run {
+    let (b, t) = model.batch_shape();
+    if random_init {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let values: Vec<f32> = (0..model.store().layout.total)
+            .map(|_| rng.random_range(-0.2..0.2))
+            .collect();
+        be.write(&model.store().params, &values);
+    }
+    let train = TrainConfig {
+        batch: b,
+        steps,
+        ..Default::default()
+    };
+    let mut trainer = Trainer::new(be, model, train).unwrap();
+    let mut sampler = TaskSampler::new(Task::Copy, b, t, seed).unwrap();
+    let mut losses = vec![];
+    for _ in 0..steps {
+        trainer.step(be, &sampler.next_batch()).unwrap();
+        losses.push(pollster::block_on(trainer.loss(be)).unwrap());
+    }
+    let store = trainer.model.store();
+    Run {
+        losses,
+        grads: pollster::block_on(be.read(&store.grads)).unwrap(),
+        params: pollster::block_on(be.read(&store.params)).unwrap(),
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    (worst, b.iter().fold(0f32, |m, x| m.max(x.abs())))
+}
+
+/// One step from random parameters on each backend: same loss, gradients and updated values.
+pub fn assert_same_step(g: &Run, c: &Run) {
+    assert!(
+        (g.losses[0] - c.losses[0]).abs() < 1e-5 * c.losses[0],
+        "losses differ: gpu {:?} cpu {:?}",
+        g.losses,
+        c.losses
+    );
+    let (dg, gscale) = max_diff(&g.grads, &c.grads);
+    eprintln!("gradients: max |gpu - cpu| = {dg:.2e} (largest {gscale:.2e})");
+    assert!(dg < 1e-4 * gscale, "gradients differ by {dg}");
+    // The first AdamW step moves each parameter by lr·g/(|g| + eps): about ±lr. A gradient
+    // within rounding of 0 may take either sign, so a few values may differ by up to 2·lr.
+    let lr = TrainConfig::default().lr;
+    let (dp, _) = max_diff(&g.params, &c.params);
+    let off = g
+        .params
+        .iter()
+        .zip(&c.params)
+        .filter(|(x, y)| (*x - *y).abs() > 1e-6)
+        .count();
+    eprintln!(
+        "parameters after one step: max |gpu - cpu| = {dp:.2e}; {off} of {} differ by more than 1e-6",
+        c.params.len()
+    );
+    assert!(
+        dp <= 2.0 * lr + 1e-6 && off * 1000 < c.params.len(),
+        "parameters after the step differ: {off} values, max {dp}"
+    );
+}
+
+/// Trains on the copy task with the default schedule, logging every 20 steps; returns the first
+/// and last logged losses.
+pub fn learn_copy<B: Backend, M: LanguageModel<B>>(be: &B, model: M, steps: usize) -> (f32, f32) {
+    let (b, t) = model.batch_shape();
+    let train = TrainConfig {
+        batch: b,
+        steps,
+        ..Default::default()
+    };
+    let mut trainer = Trainer::new(be, model, train).unwrap();
+    let mut sampler = TaskSampler::new(Task::Copy, b, t, 1).unwrap();
+    let (mut first, mut last) = (None, 0.0);
+    for step in 1..=steps {
+        trainer.step(be, &sampler.next_batch()).unwrap();
+        if step == 1 || step % 20 == 0 {
+            last = pollster::block_on(trainer.loss(be)).unwrap();
+            first.get_or_insert(last);
+            eprintln!("step {step}: loss {last:.4}");
+        }
+    }
+    (first.unwrap(), last)
+}
