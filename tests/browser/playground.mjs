@@ -1,5 +1,6 @@
 // The playground in a real browser: headless Chromium with SwiftShader's WebGPU trains the tiny
-// transformer, and the loss shown on the page must fall. Run by `cargo xtask test` after Trunk
+// transformer and the tiny RMT, the loss shown on the page must fall, and the RMT's cost table
+// and variance view must show. Run by `cargo xtask test` after Trunk
 // has built dist/; usage: node playground.mjs <dist dir> <screenshot dir>
 import { chromium } from 'playwright-core';
 import http from 'node:http';
@@ -8,8 +9,10 @@ import path from 'node:path';
 import os from 'node:os';
 
 const [dist, shots] = process.argv.slice(2);
-// Measured on SwiftShader (about 3 s a step on 2 cores): 5.55 at step 1, 3.13 at step 10.
+// Measured on SwiftShader (about 3 s a step on 2 cores): the transformer goes 5.55 → 3.13 by
+// step 10; the RMT 5.55 → 2.81 by step 12 (CPU run of the same seed).
 const STEPS = 15;
+const RMT_STEPS = 12;
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
 
 function serve(dir) {
@@ -52,30 +55,58 @@ const server = await serve(dist);
 const url = `http://127.0.0.1:${server.address().port}/`;
 fs.mkdirSync(shots, { recursive: true });
 
+/// Picks `arch`, trains until step `steps`, stops; returns the first and last losses shown.
+async function trainOnPage(page, errors, arch, steps, shot) {
+  await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Ready'), null, { timeout: 60_000 })
+    .catch(async () => { throw new Error(`no adapter: status "${await page.textContent('#status')}", errors ${errors}`); });
+  await page.selectOption('#arch', arch);
+  await page.click('#start');
+  await page.waitForFunction(() => document.querySelector('#step')?.textContent === '1', null, { timeout: 60_000 });
+  const first = parseFloat(await page.textContent('#loss'));
+  // Wait for the step count, but stop at once if the page reports a failure.
+  await page.waitForFunction((n) => parseInt(document.querySelector('#step')?.textContent) >= n
+    || /failed|Cannot/.test(document.querySelector('#status')?.textContent), steps, { timeout: 240_000 });
+  const status = await page.textContent('#status');
+  if (/failed|Cannot/.test(status)) throw new Error(`the page reports: ${status}`);
+  const later = parseFloat(await page.textContent('#loss'));
+  const step = await page.textContent('#step');
+  await page.click('#stop');
+  await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Stopped'), null, { timeout: 60_000 });
+  await page.screenshot({ path: path.join(shots, shot), fullPage: true });
+  console.log(`     ${arch}: loss ${first} at step 1, ${later} at step ${step}`);
+  if (!(Math.abs(first - Math.log(256)) < 1e-3)) throw new Error(`the first loss ${first} is not ln 256`);
+  if (!(later < 0.6 * first)) throw new Error(`the loss did not fall: ${first} → ${later}`);
+  const curve = await page.$$('#chart svg polyline, #chart svg path');
+  if (curve.length === 0) throw new Error('the loss chart has no curve');
+  if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
+}
+
 await test('the playground trains a transformer and its loss falls', async () => {
   const { browser, page, errors } = await open(url, true);
   try {
-    await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Ready'), null, { timeout: 60_000 })
-      .catch(async () => { throw new Error(`no adapter: status "${await page.textContent('#status')}", errors ${errors}`); });
-    await page.click('#start');
-    await page.waitForFunction(() => document.querySelector('#step')?.textContent === '1', null, { timeout: 60_000 });
-    const first = parseFloat(await page.textContent('#loss'));
-    // Wait for the step count, but stop at once if the page reports a failure.
-    await page.waitForFunction((n) => parseInt(document.querySelector('#step')?.textContent) >= n
-      || /failed|Cannot/.test(document.querySelector('#status')?.textContent), STEPS, { timeout: 240_000 });
-    const status = await page.textContent('#status');
-    if (/failed|Cannot/.test(status)) throw new Error(`the page reports: ${status}`);
-    const later = parseFloat(await page.textContent('#loss'));
-    const step = await page.textContent('#step');
-    await page.click('#stop');
-    await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Stopped'), null, { timeout: 60_000 });
-    await page.screenshot({ path: path.join(shots, 'playground.png'), fullPage: true });
-    console.log(`     loss ${first} at step 1, ${later} at step ${step}`);
-    if (!(Math.abs(first - Math.log(256)) < 1e-3)) throw new Error(`the first loss ${first} is not ln 256`);
-    if (!(later < 0.6 * first)) throw new Error(`the loss did not fall: ${first} → ${later}`);
-    const curve = await page.$$('#chart svg polyline, #chart svg path');
-    if (curve.length === 0) throw new Error('the loss chart has no curve');
-    if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
+    await trainOnPage(page, errors, 'transformer', STEPS, 'playground.png');
+  } finally {
+    await browser.close();
+  }
+});
+
+await test('the playground trains an RMT and shows its cost and variance view', async () => {
+  const { browser, page, errors } = await open(url, true);
+  try {
+    const counts = await page.$$eval('#counts tr', (rows) => rows.slice(1).map((r) => [...r.cells].map((c) => c.textContent)));
+    console.log(`     counts: ${JSON.stringify(counts)}`);
+    if (counts.length !== 2 || !counts.every((r) => /^[\d,]+$/.test(r[1]) && /^[\d,]+$/.test(r[2])))
+      throw new Error(`the cost table is not two rows of numbers: ${JSON.stringify(counts)}`);
+    await trainOnPage(page, errors, 'rmt', RMT_STEPS, 'playground-rmt.png');
+    // Measurements after steps 1 and 10: the step scrubber spans them, the bars are drawn.
+    const measuredAt = await page.textContent('#vstep-value');
+    if (measuredAt !== '10') throw new Error(`the variance view shows step ${measuredAt}, not 10`);
+    const bars = async () => (await page.$$('#variance-chart svg rect')).length;
+    const before = await page.innerHTML('#variance-chart');
+    if ((await bars()) < 8) throw new Error(`the variance chart has ${await bars()} rects, not 8 bars`);
+    await page.fill('#block', '1');
+    await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
+    if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
   } finally {
     await browser.close();
   }

@@ -3,7 +3,7 @@
 
 use crate::args::{Arch, CountArgs};
 use anyhow::Result;
-use models::count::{self, Counts};
+use models::count::{self, thousands, Counts};
 
 pub fn run(args: CountArgs) -> Result<()> {
     let d = args.model.preset()?;
@@ -48,30 +48,17 @@ fn print(describe: &str, c: &Counts, n: usize) {
     println!("                     {:>18} {:>18}", "as built", "paper (Table 7)");
     println!(
         "parameters           {:>18} {:>18}",
-        group(c.params),
-        group(c.params_paper)
+        thousands(c.params),
+        thousands(c.params_paper)
     );
     println!(
         "forward FLOPs/seq    {:>18} {:>18}",
-        group(c.flops_fwd),
-        group(c.flops_fwd_paper)
+        thousands(c.flops_fwd),
+        thousands(c.flops_fwd_paper)
     );
     println!(
         "forward FLOPs/token  {:>18} {:>18}",
-        group(c.flops_fwd / n as u64),
-        group(c.flops_fwd_paper / n as u64)
+        thousands(c.flops_fwd / n as u64),
+        thousands(c.flops_fwd_paper / n as u64)
     );
-}
-
-/// 1234567 → "1,234,567"
-fn group(x: u64) -> String {
-    let s = x.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }

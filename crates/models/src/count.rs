@@ -76,3 +76,16 @@ pub fn rmt(cfg: &RmtConfig) -> Counts {
         flops_fwd_paper: 6 * n * r * dk * dv * (1 + l) + n * r * (4 * v * dv + l * (4 * n * dv + 3 * n + 4 * dv * f)),
     }
 }
+
+/// 1234567 → "1,234,567", for tables of counts.
+pub fn thousands(x: u64) -> String {
+    let s = x.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}

@@ -31,6 +31,37 @@ pub trait LanguageModel<B: Backend> {
     }
 }
 
+/// A boxed model is a model, so a page or a tool can pick the architecture at run time.
+impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
+    fn store(&self) -> &ParamStore<B> {
+        (**self).store()
+    }
+    fn batch_shape(&self) -> (usize, usize) {
+        (**self).batch_shape()
+    }
+    fn vocab(&self) -> usize {
+        (**self).vocab()
+    }
+    fn forward(&self, be: &B, batch: &BatchTensors<B>) {
+        (**self).forward(be, batch)
+    }
+    fn backward(&self, be: &B, batch: &BatchTensors<B>) {
+        (**self).backward(be, batch)
+    }
+    fn loss(&self) -> &B::Tensor {
+        (**self).loss()
+    }
+    fn lse(&self) -> &B::Tensor {
+        (**self).lse()
+    }
+    fn logits(&self) -> &B::Tensor {
+        (**self).logits()
+    }
+    fn probes(&self) -> Option<&Probes<B>> {
+        (**self).probes()
+    }
+}
+
 pub struct Trainer<B: Backend, M> {
     pub model: M,
     pub opt: AdamW<B>,

@@ -1,16 +1,30 @@
-//! The page: pick a task, start and stop training, and watch the step, the loss and its curve.
+//! The page: pick an architecture and a task, start and stop training, and watch the step, the
+//! loss and its curve; for the RMT, its cost beside a transformer and its variance view.
 
-use crate::chart::loss_svg;
-use crate::session::{Session, Settings};
+use crate::chart::{loss_svg, variance_svg};
+use crate::session::{counts, Arch, Session, Settings};
 use data::Task;
 use engine::gpu::GpuBackend;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use models::count::thousands;
+use models::probes::Measured;
+use models::variance::ClosedForm;
 use std::cell::RefCell;
 use std::rc::Rc;
 
 /// How often the loss is read back from the GPU, in steps.
 const READ_EVERY: usize = 1;
+/// How often the RMT's variance probes run (after step 1, then every this many steps): each
+/// measurement costs about one more forward and backward.
+const MEASURE_EVERY: usize = 10;
+
+/// Variance ratios measured after one step.
+#[derive(Clone, Debug, PartialEq)]
+struct Snapshot {
+    step: usize,
+    measured: Vec<Measured>,
+}
 
 /// Whether this browser exposes WebGPU at all (`navigator.gpu`).
 fn has_webgpu() -> bool {
@@ -33,6 +47,12 @@ pub fn App() -> impl IntoView {
     let (loss, set_loss) = signal(None::<f32>);
     let (points, set_points) = signal(Vec::<(usize, f32)>::new());
     let (task, set_task) = signal(Task::Copy);
+    let (arch, set_arch) = signal(Arch::Rmt);
+    let (history, set_history) = signal(Vec::<Snapshot>::new());
+    let (closed, set_closed) = signal(Vec::<ClosedForm>::new());
+    // The scrubbers of the variance view: which block, and which measurement (None: the latest).
+    let (block, set_block) = signal(0usize);
+    let (snapshot, set_snapshot) = signal(None::<usize>);
     let (ready, set_ready) = signal(false);
     // The GPU device is created once and reused by every session.
     let device: Rc<RefCell<Option<GpuBackend>>> = Rc::new(RefCell::new(None));
@@ -60,10 +80,13 @@ pub fn App() -> impl IntoView {
         let Some(be) = device.borrow_mut().take() else { return };
         let device = device.clone();
         let settings = Settings {
+            arch: arch.get_untracked(),
             task: task.get_untracked(),
             ..Settings::default()
         };
         set_points.set(vec![]);
+        set_history.set(vec![]);
+        set_snapshot.set(None);
         set_step.set(0);
         set_loss.set(None);
         set_running.set(true);
@@ -77,17 +100,22 @@ pub fn App() -> impl IntoView {
                 }
             };
             set_status.set(format!(
-                "Training a {}-parameter transformer on the {} task ({})",
+                "Training a {}-parameter {} on the {} task ({})",
                 session.params,
+                settings.arch.label(),
                 settings.task,
                 engine::Backend::describe(&session.be)
             ));
+            set_closed.set(session.closed_form.clone());
             let on_loss = move |n: usize, l: f32| {
                 set_step.set(n);
                 set_loss.set(Some(l));
                 set_points.update(|p| p.push((n, l)));
             };
-            let outcome = train(&mut session, running, on_loss).await;
+            let on_measured = move |step: usize, measured: Vec<Measured>| {
+                set_history.update(|h| h.push(Snapshot { step, measured }));
+            };
+            let outcome = train(&mut session, running, on_loss, on_measured).await;
             match outcome {
                 Ok(()) => set_status.set(format!("Stopped after {} steps.", session.trainer.step)),
                 Err(e) => set_status.set(format!("Training failed: {e}")),
@@ -101,16 +129,20 @@ pub fn App() -> impl IntoView {
             session: &mut Session,
             running: ReadSignal<bool>,
             on_loss: impl Fn(usize, f32),
+            on_measured: impl Fn(usize, Vec<Measured>),
         ) -> Result<(), String> {
             while running.get_untracked() && session.trainer.step < session.settings.steps {
                 session.step()?;
                 let n = session.trainer.step;
+                // Return to the event loop before awaiting a map, then read.
+                gloo_timers::future::TimeoutFuture::new(0).await;
                 if n % READ_EVERY == 0 || n == 1 {
-                    // Return to the event loop before awaiting the map, then read.
-                    gloo_timers::future::TimeoutFuture::new(0).await;
                     on_loss(n, session.loss().await?);
-                } else {
-                    gloo_timers::future::TimeoutFuture::new(0).await;
+                }
+                if n == 1 || n % MEASURE_EVERY == 0 {
+                    if let Some(measured) = session.measure().await? {
+                        on_measured(n, measured);
+                    }
                 }
             }
             Ok(())
@@ -122,6 +154,22 @@ pub fn App() -> impl IntoView {
             <h1>"resmem playground"</h1>
             <p id="status">{status}</p>
             <div class="controls">
+                <label>"Model "
+                    <select
+                        id="arch"
+                        on:change=move |ev| {
+                            if let Some(a) = Arch::parse(&event_target_value(&ev)) {
+                                set_arch.set(a)
+                            }
+                        }
+                        prop:disabled=running
+                    >
+                        {Arch::ALL
+                            .iter()
+                            .map(|a| view! { <option value=a.name() selected=*a == Arch::Rmt>{a.label()}</option> })
+                            .collect_view()}
+                    </select>
+                </label>
                 <label>"Task "
                     <select
                         id="task"
@@ -143,6 +191,96 @@ pub fn App() -> impl IntoView {
                 " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
             </p>
             <div id="chart" inner_html=move || loss_svg(&points.get())></div>
+            <Cost />
+            <Show when=move || arch.get() == Arch::Rmt>
+                <VarianceView history closed block set_block snapshot set_snapshot />
+            </Show>
         </main>
+    }
+}
+
+/// What the tiny RMT costs beside a transformer of matching dimensions.
+#[component]
+fn Cost() -> impl IntoView {
+    let seq_len = Settings::default().seq_len;
+    let (rmt, transformer) = counts(seq_len);
+    let (r, t) = crate::session::configs(seq_len);
+    let row = |name: String, c: models::count::Counts| {
+        view! {
+            <tr>
+                <td>{name}</td>
+                <td class="num">{thousands(c.params)}</td>
+                <td class="num">{thousands(c.flops_fwd / seq_len as u64)}</td>
+            </tr>
+        }
+    };
+    view! {
+        <section>
+            <h2>"Cost"</h2>
+            <table id="counts">
+                <tr><th>"model"</th><th>"parameters"</th><th>"forward FLOPs / token"</th></tr>
+                {row(format!("RMT: D_k={} D_v={} R={} (residual {})", r.d_k, r.d_v, r.rank, r.residual()), rmt)}
+                {row(format!("Transformer: D={} H={} D_h={}", t.d_model, t.n_heads, t.head_dim), transformer)}
+            </table>
+            <p class="note">"Both have L=" {r.n_layers} ", D_FF=" {r.d_ff} ", V=" {r.vocab} ", N=" {seq_len}
+                ". The RMT's residual can grow (D_k) without adding parameters or FLOPs beyond the key vectors."</p>
+        </section>
+    }
+}
+
+/// Per-block bars of the measured variance ratios, with the closed form marked, and sliders
+/// over the blocks and over the measurements taken while training.
+#[component]
+fn VarianceView(
+    history: ReadSignal<Vec<Snapshot>>,
+    closed: ReadSignal<Vec<ClosedForm>>,
+    block: ReadSignal<usize>,
+    set_block: WriteSignal<usize>,
+    snapshot: ReadSignal<Option<usize>>,
+    set_snapshot: WriteSignal<Option<usize>>,
+) -> impl IntoView {
+    let blocks = move || {
+        history.with(|h| {
+            h.last()
+                .map_or(0, |s| s.measured.iter().map(|m| m.site.block + 1).max().unwrap_or(0))
+        })
+    };
+    let shown = move || {
+        history.with(|h| {
+            let i = snapshot.get().unwrap_or(h.len().saturating_sub(1));
+            h.get(i).cloned()
+        })
+    };
+    let bars = move || {
+        let Some(s) = shown() else {
+            return "<p>Measured after step 1, then every 10 steps.</p>".to_string();
+        };
+        let b = block.get();
+        let of_block: Vec<Measured> = s.measured.iter().filter(|m| m.site.block == b).copied().collect();
+        variance_svg(&of_block, &closed.get())
+    };
+    view! {
+        <section id="variance">
+            <h2>"Variance propagation"</h2>
+            <p class="note">"σ²(out)/σ²(in) (blue) and σ²(grad in)/σ²(grad out) (orange) of every storage and retrieval, \
+                measured on the training batch; black ticks: the closed form at init (RMT paper, Table 1)."</p>
+            <div class="controls">
+                <label>"Block "
+                    <input id="block" type="range" min="0"
+                        prop:max=move || blocks().saturating_sub(1)
+                        prop:value=move || block.get()
+                        on:input=move |ev| set_block.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                    <span id="block-value">{move || block.get()}</span>
+                </label>
+                <label>"Step "
+                    <input id="vstep" type="range" min="0"
+                        prop:max=move || history.with(|h| h.len().saturating_sub(1))
+                        prop:value=move || snapshot.get().unwrap_or(history.with(|h| h.len().saturating_sub(1)))
+                        on:input=move |ev| set_snapshot.set(event_target_value(&ev).parse().ok()) />
+                    <span id="vstep-value">{move || shown().map_or("–".to_string(), |s| s.step.to_string())}</span>
+                </label>
+            </div>
+            <div id="variance-chart" inner_html=bars></div>
+        </section>
     }
 }
