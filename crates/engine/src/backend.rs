@@ -4,7 +4,9 @@
 //! inputs, weights, then a dims struct. Backward ops take gradients of outputs first (`d` prefix).
 //! No op may read and write the same buffer: wgpu forbids it, and the CPU backend panics on it.
 
-use crate::{AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, ResidualDims, Result};
+use crate::{
+    AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, ResidualDims, Result,
+};
 use std::future::Future;
 
 pub trait Backend {
@@ -29,6 +31,8 @@ pub trait Backend {
     fn write_index(&self, t: &Self::Index, data: &[u32]);
     /// Reads `t` back. On the GPU this waits for earlier work; in the browser it never blocks.
     fn read(&self, t: &Self::Tensor) -> impl Future<Output = Result<Vec<f32>>>;
+    /// Reads an index back, like `read`.
+    fn read_index(&self, t: &Self::Index) -> impl Future<Output = Result<Vec<u32>>>;
     /// Submits the work recorded so far and reports any error the device raised.
     fn flush(&self) -> Result<()>;
     /// Runs `record` once and keeps its launches in `plan`; later calls replay the plan without
@@ -130,6 +134,46 @@ pub trait Backend {
         a: &Self::Tensor,
         b: &Self::Tensor,
         dims: ResidualDims,
+    );
+
+    // ---- MemoryFormer's memory layer (ops/memory.rs) ----
+    /// codes, p (tokens, K): each chunk's bucket and weight p(z).
+    fn memory_hash(&self, codes: &Self::Index, p: &Self::Tensor, x: &Self::Tensor, dims: MemoryDims);
+    /// rows (K, tokens) and starts (K, 2^τ + 1): per table, the rows grouped by code in row order.
+    /// `cursor` (K, 2^τ) is scratch.
+    fn memory_bucket(
+        &self,
+        rows: &Self::Index,
+        starts: &Self::Index,
+        cursor: &Self::Index,
+        codes: &Self::Index,
+        dims: MemoryDims,
+    );
+    /// y (tokens, d_out) = Σ_k p_k · tables[k][code_k] + bias
+    fn memory_forward(
+        &self,
+        y: &Self::Tensor,
+        codes: &Self::Index,
+        p: &Self::Tensor,
+        tables: &Self::Tensor,
+        bias: &Self::Tensor,
+        dims: MemoryDims,
+    );
+    /// dx (tokens, d_in), dtables (written, 0 where no row hit), dbias, from dy (tokens, d_out).
+    #[allow(clippy::too_many_arguments)]
+    fn memory_backward(
+        &self,
+        dx: &Self::Tensor,
+        dtables: &Self::Tensor,
+        dbias: &Self::Tensor,
+        dy: &Self::Tensor,
+        x: &Self::Tensor,
+        codes: &Self::Index,
+        p: &Self::Tensor,
+        rows: &Self::Index,
+        starts: &Self::Index,
+        tables: &Self::Tensor,
+        dims: MemoryDims,
     );
 
     // ---- loss (ops/cross_entropy.rs) ----

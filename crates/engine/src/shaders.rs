@@ -14,6 +14,7 @@ pub const FAMILIES: &[(&str, &str)] = &[
     ("cross_entropy", include_str!("../../../shaders/cross_entropy.wgsl")),
     ("optim", include_str!("../../../shaders/optim.wgsl")),
     ("residual_matrix", include_str!("../../../shaders/residual_matrix.wgsl")),
+    ("memory", include_str!("../../../shaders/memory.wgsl")),
 ];
 
 /// The full source of one family: the common prelude, then the family's file.

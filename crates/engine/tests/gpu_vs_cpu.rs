@@ -376,3 +376,91 @@ fn residual_matrix_retrieve_store_key_grad() {
         );
     }
 }
+
+fn memory_case<B: Backend>(
+    be: &B,
+    x: &[f32],
+    tables: &[f32],
+    bias: &[f32],
+    dy: &[f32],
+    d: MemoryDims,
+) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>) {
+    let (x, tables, bias, dy) = (upload(be, x), upload(be, tables), upload(be, bias), upload(be, dy));
+    let codes = be.index("codes", d.tokens * d.k).unwrap();
+    let rows = be.index("rows", d.k * d.tokens).unwrap();
+    let starts = be.index("starts", d.starts_len()).unwrap();
+    let cursor = be.index("cursor", d.k * d.buckets()).unwrap();
+    let p = be.zeros("p", d.tokens * d.k).unwrap();
+    let y = be.zeros("y", d.tokens * d.d_out).unwrap();
+    let dx = be.zeros("dx", d.tokens * d.d_in).unwrap();
+    let dt = be.zeros("dtables", d.table_values()).unwrap();
+    let db = be.zeros("dbias", d.d_out).unwrap();
+    be.memory_hash(&codes, &p, &x, d);
+    be.memory_bucket(&rows, &starts, &cursor, &codes, d);
+    be.memory_forward(&y, &codes, &p, &tables, &bias, d);
+    be.memory_backward(&dx, &dt, &db, &dy, &x, &codes, &p, &rows, &starts, &tables, d);
+    be.flush().unwrap();
+    let codes = pollster::block_on(be.read_index(&codes)).unwrap();
+    let starts = pollster::block_on(be.read_index(&starts)).unwrap();
+    let rows = pollster::block_on(be.read_index(&rows)).unwrap();
+    let mut bucketed = starts;
+    bucketed.extend(rows);
+    (
+        codes,
+        bucketed,
+        vec![read(be, &p), read(be, &y), read(be, &dx), read(be, &dt), read(be, &db)],
+    )
+}
+
+/// Codes and buckets must match exactly; the values within rounding. 300 tokens make two
+/// chunks of the GPU's 256-row sort; τ = 5 leaves buckets empty; d_in 23 leaves 3 values
+/// unhashed; the second shape has more tables than workgroup threads' worth of buckets.
+#[test]
+fn memory_layer_hash_bucket_forward_backward() {
+    let mut rng = SmallRng::seed_from_u64(16);
+    for (tokens, d_in, tau, k, d_out, l1) in [(300, 23, 5, 4, 19, false), (37, 64, 8, 8, 7, true)] {
+        let d = MemoryDims {
+            tokens,
+            d_in,
+            tau,
+            k,
+            d_out,
+            temperature: 1.0,
+            l1,
+        };
+        let x = rand_vec(&mut rng, tokens * d_in, 1.0);
+        let tables = rand_vec(&mut rng, d.table_values(), 0.5);
+        let bias = rand_vec(&mut rng, d_out, 0.1);
+        let dy = rand_vec(&mut rng, tokens * d_out, 1.0);
+        let (gc, gb, g) = memory_case(&gpu(), &x, &tables, &bias, &dy, d);
+        let (cc, cb, c) = memory_case(&CpuBackend::<f32>::new(), &x, &tables, &bias, &dy, d);
+        assert_eq!(gc, cc, "codes differ");
+        assert_eq!(gb, cb, "bucket starts or rows differ");
+        assert_close(&format!("memory {d:?}"), &g, &c, 1e-5);
+    }
+}
+
+/// The table gradient is a fixed-order sum: two runs give the same bits.
+#[test]
+fn memory_table_gradient_is_bit_identical_across_runs() {
+    let mut rng = SmallRng::seed_from_u64(17);
+    let d = MemoryDims {
+        tokens: 517,
+        d_in: 32,
+        tau: 4,
+        k: 8,
+        d_out: 33,
+        temperature: 1.0,
+        l1: false,
+    };
+    let x = rand_vec(&mut rng, d.tokens * d.d_in, 1.0);
+    let tables = rand_vec(&mut rng, d.table_values(), 0.5);
+    let bias = rand_vec(&mut rng, d.d_out, 0.1);
+    let dy = rand_vec(&mut rng, d.tokens * d.d_out, 1.0);
+    let be = gpu();
+    let first = memory_case(&be, &x, &tables, &bias, &dy, d).2;
+    let second = memory_case(&be, &x, &tables, &bias, &dy, d).2;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&first[3]), bits(&second[3]), "table gradients differ between runs");
+    assert_eq!(bits(&first[2]), bits(&second[2]), "input gradients differ between runs");
+}

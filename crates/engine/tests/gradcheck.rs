@@ -2,9 +2,10 @@
 //! Each test takes L = Σ w ⊙ op(inputs) with random w, so dL/dout = w.
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, norm, residual_matrix};
+use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, memory, norm, residual_matrix};
 use resmem_engine::{
-    AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, NormKind, ResidualDims, TokenBuckets,
+    AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, NormKind, ResidualDims,
+    TokenBuckets,
 };
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f64) -> Vec<f64> {
@@ -317,4 +318,77 @@ fn residual_matrix_retrieval_and_storage() {
     check("store.base", &base, &wx, |b| store(b, &keys, &data));
     check("store.data", &data, &ddata, |v| store(&base, &keys, v));
     check("store.keys", &keys, &dkeys, |k| store(&base, k, &data));
+}
+
+/// Inputs at least `margin` away from 0, so that ±h never flips a sign bit of the hash.
+fn away_from_zero(rng: &mut SmallRng, n: usize, margin: f64) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let v: f64 = rng.random_range(margin..1.5);
+            if rng.random_bool(0.5) {
+                v
+            } else {
+                -v
+            }
+        })
+        .collect()
+}
+
+/// The memory layer: the table gradient exactly (each bucket's rows summed by definition), the
+/// input gradient by finite differences away from the sign boundaries (the hash is piecewise
+/// constant there), the bias gradient; with and without the ‖z‖₁ factor, and with input values
+/// past K·τ that are not hashed.
+#[test]
+fn memory_layer() {
+    let mut rng = SmallRng::seed_from_u64(9);
+    for l1 in [false, true] {
+        let d = MemoryDims {
+            tokens: 23,
+            d_in: 11,
+            tau: 4,
+            k: 2,
+            d_out: 5,
+            temperature: 0.7,
+            l1,
+        };
+        let x = away_from_zero(&mut rng, d.tokens * d.d_in, 0.05);
+        let tables = rand_vec(&mut rng, d.table_values(), 1.0);
+        let bias = rand_vec(&mut rng, d.d_out, 1.0);
+        let w = rand_vec(&mut rng, d.tokens * d.d_out, 1.0);
+        let forward = |x: &[f64], tables: &[f64], bias: &[f64]| {
+            let (mut codes, mut p) = (vec![0; d.tokens * d.k], vec![0.0; d.tokens * d.k]);
+            memory::cpu_hash(&mut codes, &mut p, x, d);
+            let mut y = vec![0.0; d.tokens * d.d_out];
+            memory::cpu_forward(&mut y, &codes, &p, tables, bias, d);
+            (codes, p, y)
+        };
+        let (codes, p, _) = forward(&x, &tables, &bias);
+        let (mut rows, mut starts) = (vec![0; d.k * d.tokens], vec![0; d.starts_len()]);
+        memory::cpu_bucket(&mut rows, &mut starts, &codes, d);
+        let (mut dx, mut dt, mut db) = (vec![0.0; x.len()], vec![0.0; tables.len()], vec![0.0; d.d_out]);
+        memory::cpu_backward(
+            &mut dx, &mut dt, &mut db, &w, &x, &codes, &p, &rows, &starts, &tables, d,
+        );
+
+        // dT_k[c] = Σ_{t: code_tk = c} p_tk · dy_t, straight from the definition.
+        let nb = d.buckets();
+        let mut want = vec![0.0; tables.len()];
+        for t in 0..d.tokens {
+            for k in 0..d.k {
+                let c = codes[t * d.k + k] as usize;
+                for o in 0..d.d_out {
+                    want[(k * nb + c) * d.d_out + o] += p[t * d.k + k] * w[t * d.d_out + o];
+                }
+            }
+        }
+        let worst = dt.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-12, "table gradient off by {worst}");
+        let hit = want.iter().filter(|v| **v != 0.0).count();
+        assert!(hit < want.len(), "some buckets should be empty, to check they get 0");
+        let loss = |x: &[f64], t: &[f64], b: &[f64]| dot(&forward(x, t, b).2, &w);
+        check(&format!("memory(l1 {l1}).x"), &x, &dx, |x| loss(x, &tables, &bias));
+        check(&format!("memory(l1 {l1}).bias"), &bias, &db, |b| loss(&x, &tables, b));
+        check(&format!("memory(l1 {l1}).tables"), &tables, &dt, |t| loss(&x, t, &bias));
+        assert!(dx.chunks(d.d_in).all(|r| r[d.k * d.tau..].iter().all(|v| *v == 0.0)));
+    }
 }

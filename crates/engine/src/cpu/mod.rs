@@ -4,7 +4,8 @@
 
 use crate::ops::{self, Scalar};
 use crate::{
-    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, ResidualDims, Result,
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, ResidualDims,
+    Result,
 };
 use std::cell::{Ref, RefCell, RefMut};
 use std::marker::PhantomData;
@@ -36,6 +37,9 @@ pub struct CpuIndex(Rc<RefCell<Vec<u32>>>);
 impl CpuIndex {
     pub fn get(&self) -> Ref<'_, [u32]> {
         Ref::map(self.0.borrow(), |v| v.as_slice())
+    }
+    pub fn get_mut(&self) -> RefMut<'_, [u32]> {
+        RefMut::map(self.0.borrow_mut(), |v| v.as_mut_slice())
     }
 }
 
@@ -112,6 +116,9 @@ impl<T: Scalar> Backend for CpuBackend<T> {
     fn read(&self, t: &CpuTensor<T>) -> impl std::future::Future<Output = Result<Vec<f32>>> {
         let values: Vec<f32> = t.get().iter().map(|x| x.f64() as f32).collect();
         std::future::ready(Ok(values))
+    }
+    fn read_index(&self, t: &CpuIndex) -> impl std::future::Future<Output = Result<Vec<u32>>> {
+        std::future::ready(Ok(t.get().to_vec()))
     }
     fn flush(&self) -> Result<()> {
         Ok(())
@@ -241,6 +248,65 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         dims: ResidualDims,
     ) {
         ops::residual_matrix::cpu_key_grad(&mut dkeys.get_mut(), &a.get(), &b.get(), dims)
+    }
+    fn memory_hash(&self, codes: &CpuIndex, p: &CpuTensor<T>, x: &CpuTensor<T>, dims: MemoryDims) {
+        ops::memory::cpu_hash(&mut codes.get_mut(), &mut p.get_mut(), &x.get(), dims)
+    }
+    fn memory_bucket(
+        &self,
+        rows: &CpuIndex,
+        starts: &CpuIndex,
+        _cursor: &CpuIndex,
+        codes: &CpuIndex,
+        dims: MemoryDims,
+    ) {
+        ops::memory::cpu_bucket(&mut rows.get_mut(), &mut starts.get_mut(), &codes.get(), dims)
+    }
+    fn memory_forward(
+        &self,
+        y: &CpuTensor<T>,
+        codes: &CpuIndex,
+        p: &CpuTensor<T>,
+        tables: &CpuTensor<T>,
+        bias: &CpuTensor<T>,
+        dims: MemoryDims,
+    ) {
+        ops::memory::cpu_forward(
+            &mut y.get_mut(),
+            &codes.get(),
+            &p.get(),
+            &tables.get(),
+            &bias.get(),
+            dims,
+        )
+    }
+    fn memory_backward(
+        &self,
+        dx: &CpuTensor<T>,
+        dtables: &CpuTensor<T>,
+        dbias: &CpuTensor<T>,
+        dy: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        codes: &CpuIndex,
+        p: &CpuTensor<T>,
+        rows: &CpuIndex,
+        starts: &CpuIndex,
+        tables: &CpuTensor<T>,
+        dims: MemoryDims,
+    ) {
+        ops::memory::cpu_backward(
+            &mut dx.get_mut(),
+            &mut dtables.get_mut(),
+            &mut dbias.get_mut(),
+            &dy.get(),
+            &x.get(),
+            &codes.get(),
+            &p.get(),
+            &rows.get(),
+            &starts.get(),
+            &tables.get(),
+            dims,
+        )
     }
     fn cross_entropy_forward(
         &self,

@@ -9,8 +9,8 @@ mod context;
 mod readback;
 
 use crate::{
-    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, NormDims,
-    ResidualDims, Result,
+    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, MemoryDims,
+    NormDims, ResidualDims, Result,
 };
 pub use context::GpuBackend;
 use std::future::Future;
@@ -163,6 +163,10 @@ impl Backend for GpuBackend {
         self.read_tensor(t)
     }
 
+    fn read_index(&self, t: &GpuIndex) -> impl Future<Output = Result<Vec<u32>>> {
+        self.read_indices(t)
+    }
+
     fn flush(&self) -> Result<()> {
         self.submit_pending();
         self.take_error()
@@ -256,6 +260,39 @@ impl Backend for GpuBackend {
     }
     fn key_grad(&self, dkeys: &GpuTensor, partials: &GpuTensor, a: &GpuTensor, b: &GpuTensor, dims: ResidualDims) {
         ops::residual_matrix::gpu_key_grad(self, dkeys, partials, a, b, dims)
+    }
+    fn memory_hash(&self, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor, dims: MemoryDims) {
+        ops::memory::gpu_hash(self, codes, p, x, dims)
+    }
+    fn memory_bucket(&self, rows: &GpuIndex, starts: &GpuIndex, cursor: &GpuIndex, codes: &GpuIndex, dims: MemoryDims) {
+        ops::memory::gpu_bucket(self, rows, starts, cursor, codes, dims)
+    }
+    fn memory_forward(
+        &self,
+        y: &GpuTensor,
+        codes: &GpuIndex,
+        p: &GpuTensor,
+        tables: &GpuTensor,
+        bias: &GpuTensor,
+        dims: MemoryDims,
+    ) {
+        ops::memory::gpu_forward(self, y, codes, p, tables, bias, dims)
+    }
+    fn memory_backward(
+        &self,
+        dx: &GpuTensor,
+        dtables: &GpuTensor,
+        dbias: &GpuTensor,
+        dy: &GpuTensor,
+        x: &GpuTensor,
+        codes: &GpuIndex,
+        p: &GpuTensor,
+        rows: &GpuIndex,
+        starts: &GpuIndex,
+        tables: &GpuTensor,
+        dims: MemoryDims,
+    ) {
+        ops::memory::gpu_backward(self, dx, dtables, dbias, dy, x, codes, p, rows, starts, tables, dims)
     }
     fn cross_entropy_forward(
         &self,

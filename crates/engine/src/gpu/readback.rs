@@ -1,13 +1,24 @@
 //! One readback path for native and wasm: copy to a staging buffer, `map_async` with a oneshot
 //! channel, poll natively (the browser drives the callback itself), then await the channel.
 
-use super::{GpuBackend, GpuTensor};
+use super::{GpuBackend, GpuIndex, GpuTensor};
 use crate::{EngineError, Result};
+use std::future::Future;
 
 impl GpuBackend {
-    pub(crate) fn read_tensor(&self, t: &GpuTensor) -> impl std::future::Future<Output = Result<Vec<f32>>> {
+    pub(crate) fn read_tensor(&self, t: &GpuTensor) -> impl Future<Output = Result<Vec<f32>>> {
+        let words = self.read_words(&t.buffer, t.offset, t.len);
+        async move { Ok(words.await?.into_iter().map(f32::from_bits).collect()) }
+    }
+
+    pub(crate) fn read_indices(&self, t: &GpuIndex) -> impl Future<Output = Result<Vec<u32>>> {
+        self.read_words(&t.buffer, 0, t.len)
+    }
+
+    /// `len` 32-bit words of `buffer` from word `offset`.
+    fn read_words(&self, buffer: &wgpu::Buffer, offset: usize, len: usize) -> impl Future<Output = Result<Vec<u32>>> {
         self.submit_pending();
-        let bytes = (t.len * 4) as u64;
+        let bytes = (len * 4) as u64;
         let staging = self
             .staging
             .borrow_mut()
@@ -25,7 +36,7 @@ impl GpuBackend {
             label: Some("readback"),
         });
         if bytes > 0 {
-            encoder.copy_buffer_to_buffer(&t.buffer, (t.offset * 4) as u64, &staging, 0, bytes);
+            encoder.copy_buffer_to_buffer(buffer, (offset * 4) as u64, &staging, 0, bytes);
         }
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
@@ -49,7 +60,7 @@ impl GpuBackend {
                 let view = staging
                     .get_mapped_range(..)
                     .map_err(|e| EngineError::Readback(e.to_string()))?;
-                bytemuck::cast_slice::<u8, f32>(&view)[..bytes as usize / 4].to_vec()
+                bytemuck::cast_slice::<u8, u32>(&view)[..bytes as usize / 4].to_vec()
             };
             staging.unmap();
             Ok(values)

@@ -6,6 +6,7 @@ pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
+pub mod memory;
 pub mod norm;
 pub mod optim;
 pub mod residual_matrix;

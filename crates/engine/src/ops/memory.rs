@@ -1,0 +1,281 @@
+//! MemoryFormer's Memory Layer (SPEC §3; MemoryFormer paper §3): a fully-connected layer
+//! replaced by hash-table lookups.
+//!
+//! - **hash**: split each row x (d_in) into K chunks z_k of τ values (values past K·τ are not
+//!   hashed), `code_k = Σ_j [z_kj ≥ 0]·2^j`, and the weight
+//!   `p_k = Π_j 1/(1 + exp(−2|z_kj|/t))`, times ‖z_k‖₁ with the `l1` option;
+//! - **bucket**: per table, the rows grouped by code in row order (a stable counting sort); its
+//!   bucket sizes are the usage statistics, and its order makes the table gradient a
+//!   fixed-order sum;
+//! - **forward**: `y = Σ_k p_k · T_k[code_k] + b`, tables T (K, 2^τ, d_out);
+//! - **backward**: `dT_k[c] = Σ_{rows with code c} p_k · dy` (rows no token hit get 0),
+//!   `dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj`, `db = Σ dy`.
+
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryDims {
+    /// Rows: B·T.
+    pub tokens: usize,
+    /// Width of each input row; the first K·τ values are hashed.
+    pub d_in: usize,
+    /// τ: bits per chunk, so each table has 2^τ rows.
+    pub tau: usize,
+    /// K: chunks and tables.
+    pub k: usize,
+    pub d_out: usize,
+    /// t in p(z); 1 in the paper.
+    pub temperature: f32,
+    /// Multiply p by ‖z_k‖₁, as the community code does.
+    pub l1: bool,
+}
+
+impl MemoryDims {
+    pub fn buckets(&self) -> usize {
+        1 << self.tau
+    }
+    pub fn table_values(&self) -> usize {
+        self.k * self.buckets() * self.d_out
+    }
+    /// Values of `starts`: per table, 2^τ + 1 bucket boundaries.
+    pub fn starts_len(&self) -> usize {
+        self.k * (self.buckets() + 1)
+    }
+    fn check(&self, x: usize, codes: usize, p: usize) {
+        assert!(
+            self.tau >= 1 && self.tau <= 16,
+            "memory: τ = {} is outside 1..=16",
+            self.tau
+        );
+        assert!(self.k * self.tau <= self.d_in, "memory: K·τ exceeds d_in in {self:?}");
+        assert_eq!(x, self.tokens * self.d_in, "memory: x has {x} values for {self:?}");
+        assert_eq!(
+            codes,
+            self.tokens * self.k,
+            "memory: codes have {codes} values for {self:?}"
+        );
+        assert_eq!(p, self.tokens * self.k, "memory: p has {p} values for {self:?}");
+    }
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    /// σ_j = 1/(1 + exp(−2|z|/t)) of one value.
+    fn sigma<T: Scalar>(z: T, t: T) -> T {
+        T::one() / (T::one() + (-T::of(2.0) * z.abs() / t).exp())
+    }
+
+    pub fn cpu_hash<T: Scalar>(codes: &mut [u32], p: &mut [T], x: &[T], d: MemoryDims) {
+        d.check(x.len(), codes.len(), p.len());
+        let t = T::of(d.temperature as f64);
+        codes
+            .par_chunks_mut(d.k)
+            .zip(p.par_chunks_mut(d.k))
+            .zip(x.par_chunks(d.d_in))
+            .for_each(|((codes, p), x)| {
+                for k in 0..d.k {
+                    let z = &x[k * d.tau..(k + 1) * d.tau];
+                    codes[k] = z.iter().enumerate().map(|(j, &v)| ((v >= T::zero()) as u32) << j).sum();
+                    let weight = z.iter().fold(T::one(), |acc, &v| acc * sigma(v, t));
+                    let l1 = if d.l1 {
+                        z.iter().map(|v| v.abs()).sum()
+                    } else {
+                        T::one()
+                    };
+                    p[k] = weight * l1;
+                }
+            });
+    }
+
+    /// rows (K, tokens): per table, the rows sorted by code, stably; starts (K, 2^τ + 1).
+    pub fn cpu_bucket(rows: &mut [u32], starts: &mut [u32], codes: &[u32], d: MemoryDims) {
+        let nb = d.buckets();
+        assert_eq!(rows.len(), d.k * d.tokens, "memory bucket: rows");
+        assert_eq!(starts.len(), d.starts_len(), "memory bucket: starts");
+        for k in 0..d.k {
+            let start = &mut starts[k * (nb + 1)..(k + 1) * (nb + 1)];
+            start.fill(0);
+            for t in 0..d.tokens {
+                start[codes[t * d.k + k] as usize + 1] += 1;
+            }
+            for c in 0..nb {
+                start[c + 1] += start[c];
+            }
+            let mut next = start[..nb].to_vec();
+            for t in 0..d.tokens {
+                let c = codes[t * d.k + k] as usize;
+                rows[k * d.tokens + next[c] as usize] = t as u32;
+                next[c] += 1;
+            }
+        }
+    }
+
+    pub fn cpu_forward<T: Scalar>(y: &mut [T], codes: &[u32], p: &[T], tables: &[T], bias: &[T], d: MemoryDims) {
+        assert_eq!(y.len(), d.tokens * d.d_out, "memory forward: y");
+        assert_eq!(tables.len(), d.table_values(), "memory forward: tables");
+        let nb = d.buckets();
+        y.par_chunks_mut(d.d_out).enumerate().for_each(|(t, y)| {
+            for (o, y) in y.iter_mut().enumerate() {
+                *y = bias[o]
+                    + (0..d.k)
+                        .map(|k| p[t * d.k + k] * tables[(k * nb + codes[t * d.k + k] as usize) * d.d_out + o])
+                        .sum::<T>();
+            }
+        });
+    }
+
+    /// dtables from the buckets, in row order; dx of the hashed values (0 past K·τ); dbias.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cpu_backward<T: Scalar>(
+        dx: &mut [T],
+        dtables: &mut [T],
+        dbias: &mut [T],
+        dy: &[T],
+        x: &[T],
+        codes: &[u32],
+        p: &[T],
+        rows: &[u32],
+        starts: &[u32],
+        tables: &[T],
+        d: MemoryDims,
+    ) {
+        d.check(x.len(), codes.len(), p.len());
+        let nb = d.buckets();
+        dtables.par_chunks_mut(d.d_out).enumerate().for_each(|(kc, g)| {
+            let (k, c) = (kc / nb, kc % nb);
+            g.fill(T::zero());
+            let (a, b) = (starts[k * (nb + 1) + c] as usize, starts[k * (nb + 1) + c + 1] as usize);
+            for &t in &rows[k * d.tokens + a..k * d.tokens + b] {
+                let t = t as usize;
+                for o in 0..d.d_out {
+                    g[o] = g[o] + p[t * d.k + k] * dy[t * d.d_out + o];
+                }
+            }
+        });
+        let temp = T::of(d.temperature as f64);
+        dx.par_chunks_mut(d.d_in).enumerate().for_each(|(t, dx)| {
+            dx.fill(T::zero());
+            let dy = &dy[t * d.d_out..(t + 1) * d.d_out];
+            for k in 0..d.k {
+                let row = &tables[(k * nb + codes[t * d.k + k] as usize) * d.d_out..][..d.d_out];
+                let dp: T = dy.iter().zip(row).map(|(&a, &b)| a * b).sum();
+                let z = &x[t * d.d_in + k * d.tau..][..d.tau];
+                let raw = z.iter().fold(T::one(), |acc, &v| acc * sigma(v, temp));
+                let l1: T = if d.l1 {
+                    z.iter().map(|v| v.abs()).sum()
+                } else {
+                    T::one()
+                };
+                for (j, &v) in z.iter().enumerate() {
+                    let s = if v >= T::zero() { T::one() } else { -T::one() };
+                    // ∂σ_j/∂z_j = σ_j (1 − σ_j) · 2/t · sign(z_j), and σ_j divides out of p.
+                    let dsigma = raw * (T::one() - sigma(v, temp)) * T::of(2.0) / temp * s;
+                    let dl1 = if d.l1 { raw * s } else { T::zero() };
+                    dx[k * d.tau + j] = dp * (dsigma * l1 + dl1);
+                }
+            }
+        });
+        dbias.par_iter_mut().enumerate().for_each(|(o, g)| {
+            *g = (0..d.tokens).map(|t| dy[t * d.d_out + o]).sum();
+        });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+fn params(d: &MemoryDims) -> [u32; 7] {
+    [
+        d.tokens as u32,
+        d.d_in as u32,
+        d.tau as u32,
+        d.k as u32,
+        d.d_out as u32,
+        d.temperature.to_bits(),
+        d.l1 as u32,
+    ]
+}
+
+pub fn gpu_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor, d: MemoryDims) {
+    d.check(x.len, codes.len, p.len);
+    let args = [codes.arg(), p.arg(), x.arg()];
+    gpu.dispatch(
+        "memory",
+        "memory_hash",
+        &params(&d),
+        &args,
+        grid_1d(d.tokens * d.k, 256),
+    );
+}
+
+pub fn gpu_bucket(
+    gpu: &GpuBackend,
+    rows: &GpuIndex,
+    starts: &GpuIndex,
+    cursor: &GpuIndex,
+    codes: &GpuIndex,
+    d: MemoryDims,
+) {
+    assert_eq!(rows.len, d.k * d.tokens, "memory bucket: rows");
+    assert_eq!(starts.len, d.starts_len(), "memory bucket: starts");
+    assert_eq!(cursor.len, d.k * d.buckets(), "memory bucket: cursor");
+    // One workgroup sorts one table.
+    let args = [rows.arg(), starts.arg(), cursor.arg(), codes.arg()];
+    gpu.dispatch("memory", "memory_bucket", &params(&d), &args, [d.k as u32, 1, 1]);
+}
+
+pub fn gpu_forward(
+    gpu: &GpuBackend,
+    y: &GpuTensor,
+    codes: &GpuIndex,
+    p: &GpuTensor,
+    tables: &GpuTensor,
+    bias: &GpuTensor,
+    d: MemoryDims,
+) {
+    assert_eq!(y.len, d.tokens * d.d_out, "memory forward: y");
+    assert_eq!(tables.len, d.table_values(), "memory forward: tables");
+    let args = [y.arg(), codes.arg(), p.arg(), tables.arg(), bias.arg()];
+    gpu.dispatch(
+        "memory",
+        "memory_forward",
+        &params(&d),
+        &args,
+        grid_1d(d.tokens * d.d_out, 256),
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_backward(
+    gpu: &GpuBackend,
+    dx: &GpuTensor,
+    dtables: &GpuTensor,
+    dbias: &GpuTensor,
+    dy: &GpuTensor,
+    x: &GpuTensor,
+    codes: &GpuIndex,
+    p: &GpuTensor,
+    rows: &GpuIndex,
+    starts: &GpuIndex,
+    tables: &GpuTensor,
+    d: MemoryDims,
+) {
+    d.check(x.len, codes.len, p.len);
+    assert_eq!(dtables.len, d.table_values(), "memory backward: dtables");
+    let pr = params(&d);
+    let args = [dtables.arg(), dy.arg(), p.arg(), rows.arg(), starts.arg()];
+    gpu.dispatch(
+        "memory",
+        "memory_table_grad",
+        &pr,
+        &args,
+        grid_1d(d.table_values(), 256),
+    );
+    let args = [dx.arg(), dy.arg(), x.arg(), codes.arg(), tables.arg()];
+    gpu.dispatch("memory", "memory_input_grad", &pr, &args, grid_1d(d.tokens * d.k, 256));
+    let args = [dbias.arg(), dy.arg()];
+    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, grid_1d(d.d_out, 256));
+}
