@@ -1,6 +1,6 @@
 // Deterministic reductions and AdamW over flat parameter buffers.
 
-struct Params { n: u32, flag: u32 }
+struct Params { n: u32, flag: u32, boost_end: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 var<workgroup> red: array<f32, 256>;
@@ -28,14 +28,16 @@ fn sum(@builtin(local_invocation_id) lid3: vec3<u32>) {
 }
 
 // adamw(params, m, v, grads, hyper, grad_sumsq), flag = decay_end: values before it get weight
-// decay (matrices), values after it do not (norm gains, embeddings).
-// hyper (8) = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t, 1 - beta2^t, max_grad_norm];
+// decay (matrices), values after it do not (norm gains, embeddings); values before boost_end
+// (MemoryFormer's tables) learn at lr_boost times the rate.
+// hyper (9) = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t, 1 - beta2^t, max_grad_norm,
+// lr_boost];
 // written by the host each step, so a recorded step replays with the current schedule.
 @group(0) @binding(1) var<storage, read_write> params: array<f32>;  // (n)
 @group(0) @binding(2) var<storage, read_write> m: array<f32>;       // (n)
 @group(0) @binding(3) var<storage, read_write> v: array<f32>;       // (n)
 @group(0) @binding(4) var<storage, read> grads: array<f32>;         // (n)
-@group(0) @binding(5) var<storage, read> hyper: array<f32>;         // (8)
+@group(0) @binding(5) var<storage, read> hyper: array<f32>;         // (9)
 @group(0) @binding(6) var<storage, read> grad_sumsq: array<f32>;    // (1)
 
 @compute @workgroup_size(256)
@@ -52,6 +54,8 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     v[i] = vi;
     var wd = 0.0;
     if (i < p.flag) { wd = hyper[4]; }
+    var lr = hyper[0];
+    if (i < p.boost_end) { lr = lr * hyper[8]; }
     let update = (mi / hyper[5]) / (sqrt(vi / hyper[6]) + hyper[3]) + wd * params[i];
-    params[i] = params[i] - hyper[0] * update;
+    params[i] = params[i] - lr * update;
 }

@@ -37,6 +37,10 @@ pub fn variance(args: VarianceArgs) -> Result<()> {
             c.validate()?;
             variance::rmt(&c, init)
         }
+        Arch::Memoryformer => anyhow::bail!(
+            "variance propagation covers storage and retrieval (--arch rmt) and the linear layers they \
+             replace (--arch transformer); for MemoryFormer see `resmem analyze buckets`"
+        ),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
 use models::presets::Dims;
-use models::{Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
+use models::{MemoryFormerConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -38,6 +38,7 @@ pub enum Analyze {
 pub enum Arch {
     Transformer,
     Rmt,
+    Memoryformer,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -95,6 +96,9 @@ pub struct ModelDims {
     /// Weights start N(0, init_std²/fan_in).
     #[arg(long)]
     pub init_std: Option<f32>,
+    /// MemoryFormer: bits per hashed chunk (K = d_model / tau tables per layer).
+    #[arg(long)]
+    pub tau: Option<usize>,
 }
 
 fn parse_norm(s: &str) -> Result<Norm, String> {
@@ -114,6 +118,16 @@ impl ModelDims {
         c.d_ff = self.d_ff.unwrap_or(c.d_ff);
         c.norm = self.norm.unwrap_or(c.norm);
         c.init_std = self.init_std.unwrap_or(c.init_std);
+        c
+    }
+
+    pub fn memoryformer(&self, mut c: MemoryFormerConfig) -> MemoryFormerConfig {
+        c.d_model = self.d_model.unwrap_or(c.d_model);
+        c.n_layers = self.layers.unwrap_or(c.n_layers);
+        c.n_heads = self.heads.unwrap_or(c.n_heads);
+        c.tau = self.tau.unwrap_or(c.tau);
+        c.norm = self.norm.unwrap_or(c.norm);
+        c.embed_std = self.init_std.unwrap_or(c.embed_std);
         c
     }
 

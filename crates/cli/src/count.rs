@@ -9,6 +9,7 @@ pub fn run(args: CountArgs) -> Result<()> {
     let d = args.model.preset()?;
     let dims = &args.model.dims;
     let (counts, n, describe) = match args.model.arch {
+        Arch::Memoryformer => return memoryformer(&args),
         Arch::Transformer => {
             let c = dims.transformer(d.transformer());
             c.validate()?;
@@ -61,4 +62,8 @@ fn print(describe: &str, c: &Counts, n: usize) {
         thousands(c.flops_fwd / n as u64),
         thousands(c.flops_fwd_paper / n as u64)
     );
+}
+
+fn memoryformer(_args: &CountArgs) -> Result<()> {
+    anyhow::bail!("not yet")
 }

@@ -6,7 +6,10 @@ use data::{ByteTokenizer, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::gpu::GpuBackend;
 use engine::Backend;
-use models::{LanguageModel, ModelConfig, Rmt, RmtConfig, Trainer, Transformer, TransformerConfig};
+use models::{
+    LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Rmt, RmtConfig, Trainer, Transformer,
+    TransformerConfig,
+};
 use serde::Serialize;
 use std::io::Write;
 use std::time::Instant;
@@ -55,6 +58,11 @@ fn train<B: Backend>(be: &B, args: &TrainArgs) -> Result<()> {
             let cfg = args.dims.rmt(RmtConfig::tiny(vocab, args.seq_len));
             let model = Rmt::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
             train_model(be, args, ModelConfig::Rmt(cfg), model)
+        }
+        Arch::Memoryformer => {
+            let cfg = args.dims.memoryformer(MemoryFormerConfig::tiny(vocab, args.seq_len));
+            let model = MemoryFormer::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
+            train_model(be, args, ModelConfig::MemoryFormer(cfg), model)
         }
     }
 }

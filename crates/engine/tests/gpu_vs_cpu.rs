@@ -300,12 +300,14 @@ fn grad_norm_and_adamw() {
         weight_decay: 0.1,
         step: 3,
         max_grad_norm: 1.0,
+        lr_boost: 3.0,
     };
-    both!(
-        "sum of squares + adamw",
-        1e-5,
-        optim_case(&p, &g, &m, &v, hyper, AdamWDims { n, decay_end: 40_000 })
-    );
+    let d = AdamWDims {
+        n,
+        decay_end: 40_000,
+        boost_end: 10_048,
+    };
+    both!("sum of squares + adamw", 1e-5, optim_case(&p, &g, &m, &v, hyper, d));
 }
 
 #[test]

@@ -224,12 +224,130 @@ impl RmtConfig {
     }
 }
 
-/// Which architecture, with its config. MemoryFormer joins here.
+/// MemoryFormer (SPEC §3; MemoryFormer paper §3-4): every fully-connected layer of the blocks
+/// is a Memory Layer of K = ⌊d/τ⌋ hash tables; embeddings and the head stay dense.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryFormerConfig {
+    /// V
+    pub vocab: usize,
+    /// N, the context length: the learned position table has this many rows.
+    pub seq_len: usize,
+    /// d: the width of the residual stream.
+    pub d_model: usize,
+    /// L
+    pub n_layers: usize,
+    /// H; the head width is d/H.
+    pub n_heads: usize,
+    /// τ: bits per chunk; each table has 2^τ rows. ML2 hashes τ + 2 bits.
+    pub tau: usize,
+    pub norm: Norm,
+    pub norm_eps: f32,
+    /// Divide attention logits by (layer index + 1).
+    pub attn_layer_scale: bool,
+    /// t in p(z) = Π_j 1/(1 + exp(−2|z_j|/t)).
+    pub temperature: f32,
+    /// Multiply p(z) by ‖z‖₁, as the community code does.
+    pub l1_weight: bool,
+    /// Tables ~ N(0, table_std²); the paper's 0.02.
+    pub table_std: f32,
+    /// Biases ~ N(0, bias_std²); the paper's 1e-3.
+    pub bias_std: f32,
+    /// Token and position embeddings ~ N(0, embed_std²).
+    pub embed_std: f32,
+    /// Tables learn at this multiple of the learning rate: their gradients are sparse (paper
+    /// Table 4: 3× the dense model's rate).
+    pub table_lr_mult: f32,
+    pub z_loss: f32,
+}
+
+impl MemoryFormerConfig {
+    /// A MemoryFormer that learns the synthetic tasks on a CPU or in a browser: d = 64 in
+    /// K = 16 chunks of τ = 4 bits, 8 heads of 8.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        Self {
+            vocab,
+            seq_len,
+            d_model: 64,
+            n_layers: 2,
+            n_heads: 8,
+            tau: 4,
+            norm: Norm::LayerNorm,
+            norm_eps: 1e-5,
+            attn_layer_scale: true,
+            temperature: 1.0,
+            l1_weight: false,
+            table_std: 0.02,
+            bias_std: 1e-3,
+            embed_std: 0.5,
+            table_lr_mult: 3.0,
+            z_loss: 1e-4,
+        }
+    }
+
+    /// K = ⌊d/τ⌋; values of d past K·τ are not hashed (the paper's d = 510 = 51·10 case).
+    pub fn chunks(&self) -> usize {
+        self.d_model / self.tau
+    }
+
+    /// The width ML1 expands to, (τ + 2)·K, which ML2 hashes in K chunks of τ + 2 bits.
+    pub fn d_hidden(&self) -> usize {
+        (self.tau + 2) * self.chunks()
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("vocab", self.vocab),
+            ("seq_len", self.seq_len),
+            ("d_model", self.d_model),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("tau", self.tau),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(ModelError::Config(format!("{name} must be at least 1")));
+            }
+        }
+        if self.tau + 2 > 16 {
+            return Err(ModelError::Config(format!(
+                "tau = {} makes tables of 2^{} rows for ML2; use tau of at most 14",
+                self.tau,
+                self.tau + 2
+            )));
+        }
+        if self.tau > self.d_model {
+            return Err(ModelError::Config(format!(
+                "tau = {} exceeds d_model = {}: there is not one whole chunk to hash",
+                self.tau, self.d_model
+            )));
+        }
+        if self.d_model % self.n_heads != 0 {
+            return Err(ModelError::Config(format!(
+                "d_model = {} is not a multiple of n_heads = {}",
+                self.d_model, self.n_heads
+            )));
+        }
+        if !(self.norm_eps > 0.0) || !(self.temperature > 0.0) || !(self.table_lr_mult > 0.0) || !(self.z_loss >= 0.0) {
+            return Err(ModelError::Config(
+                "norm_eps, temperature and table_lr_mult must be positive and z_loss not negative".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which architecture, with its config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "arch", rename_all = "lowercase")]
 pub enum ModelConfig {
     Transformer(TransformerConfig),
     Rmt(RmtConfig),
+    MemoryFormer(MemoryFormerConfig),
 }
 
 /// How to train: AdamW with warmup and cosine decay (SPEC §2, App. C of the RMT paper).

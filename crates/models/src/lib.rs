@@ -3,8 +3,10 @@
 //! analysis.
 
 pub mod batch;
+pub mod buckets;
 pub mod config;
 pub mod count;
+pub mod memoryformer;
 pub mod optim;
 pub mod params;
 pub mod presets;
@@ -15,7 +17,8 @@ pub mod transformer;
 pub mod variance;
 
 pub use batch::BatchTensors;
-pub use config::{ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
+pub use config::{MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
+pub use memoryformer::MemoryFormer;
 pub use optim::{AdamW, Schedule};
 pub use params::{ParamLayout, ParamSpec, ParamStore};
 pub use rmt::Rmt;

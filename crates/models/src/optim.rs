@@ -1,7 +1,7 @@
 //! AdamW over the flat parameter buffer, with global-norm clipping, and its schedule: linear
 //! warmup, then cosine decay to a fraction of the peak (SPEC §2; RMT paper App. C).
 
-use crate::params::ParamStore;
+use crate::params::{ParamLayout, ParamStore};
 use crate::TrainConfig;
 use engine::{AdamWDims, Backend, Hyper};
 
@@ -39,6 +39,7 @@ impl Schedule {
 /// Moments and the per-step values, on the device.
 pub struct AdamW<B: Backend> {
     cfg: TrainConfig,
+    lr_boost: f32,
     pub schedule: Schedule,
     m: B::Tensor,          // (total)
     v: B::Tensor,          // (total)
@@ -47,9 +48,11 @@ pub struct AdamW<B: Backend> {
 }
 
 impl<B: Backend> AdamW<B> {
-    pub fn new(be: &B, cfg: &TrainConfig, n: usize) -> engine::Result<Self> {
+    pub fn new(be: &B, cfg: &TrainConfig, layout: &ParamLayout) -> engine::Result<Self> {
+        let n = layout.total;
         Ok(Self {
             cfg: cfg.clone(),
+            lr_boost: layout.lr_boost,
             schedule: Schedule::new(cfg),
             m: be.zeros("AdamW first moments", n)?,
             v: be.zeros("AdamW second moments", n)?,
@@ -69,6 +72,7 @@ impl<B: Backend> AdamW<B> {
             weight_decay: self.cfg.weight_decay,
             step: step as u32,
             max_grad_norm: self.cfg.max_grad_norm,
+            lr_boost: self.lr_boost,
         };
         be.write(&self.hyper, &hyper.to_array());
         lr
@@ -80,6 +84,7 @@ impl<B: Backend> AdamW<B> {
         let dims = AdamWDims {
             n: store.layout.total,
             decay_end: store.layout.decay_end,
+            boost_end: store.layout.boost_end,
         };
         be.adamw(
             &store.params,

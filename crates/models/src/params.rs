@@ -1,7 +1,9 @@
 //! Parameters as named views into one flat buffer, like llm.c's ParameterTensors: one AdamW
 //! launch and one norm reduction cover them all, and gradients share the same layout.
 //!
-//! Decayed parameters (matrices and key vectors) come first, so AdamW decays [0, decay_end).
+//! Decayed parameters (matrices and key vectors) come first, so AdamW decays [0, decay_end);
+//! among them, the ones with a boosted learning rate (MemoryFormer's tables) come first of all,
+//! so AdamW multiplies the learning rate of [0, boost_end) by `lr_boost`.
 //! Every view starts at a multiple of 64 values, the GPU's binding alignment.
 
 use engine::gpu::VIEW_ALIGN;
@@ -21,6 +23,8 @@ pub struct ParamSpec {
     pub name: String,
     pub shape: Vec<usize>,
     pub decay: bool,
+    /// Learns at `lr_boost` times the learning rate (implies decay).
+    pub boosted: bool,
     pub init: Init,
     pub offset: usize,
 }
@@ -41,12 +45,16 @@ pub struct ParamLayout {
     /// Values in the buffer, padding included.
     pub total: usize,
     pub decay_end: usize,
+    pub boost_end: usize,
+    /// The learning-rate multiplier of [0, boost_end).
+    pub lr_boost: f32,
 }
 
 /// Collects parameters in declaration order, then places the decayed ones first.
 #[derive(Default)]
 pub struct LayoutBuilder {
     specs: Vec<ParamSpec>,
+    lr_boost: Option<f32>,
 }
 
 /// A parameter's position in the layout, returned when it is declared.
@@ -58,28 +66,45 @@ impl LayoutBuilder {
             name: name.into(),
             shape: shape.to_vec(),
             decay,
+            boosted: false,
             init,
             offset: 0,
         });
         self.specs.len() - 1
     }
 
+    /// A decayed parameter that learns at `lr_boost` times the learning rate.
+    pub fn add_boosted(&mut self, name: impl Into<String>, shape: &[usize], lr_boost: f32, init: Init) -> ParamId {
+        self.lr_boost = Some(lr_boost);
+        let id = self.add(name, shape, true, init);
+        self.specs[id].boosted = true;
+        id
+    }
+
     pub fn build(mut self) -> ParamLayout {
-        let mut offset = 0;
-        let mut decay_end = 0;
-        for pass_decay in [true, false] {
-            for s in self.specs.iter_mut().filter(|s| s.decay == pass_decay) {
+        let (mut offset, mut boost_end, mut decay_end) = (0, 0, 0);
+        // Boosted (and decayed), then decayed, then the rest.
+        for (pass, (decay, boosted)) in [(true, true), (true, false), (false, false)].into_iter().enumerate() {
+            for s in self
+                .specs
+                .iter_mut()
+                .filter(|s| (s.decay, s.boosted) == (decay, boosted))
+            {
                 s.offset = offset;
                 offset = (offset + s.len()).next_multiple_of(VIEW_ALIGN);
             }
-            if pass_decay {
-                decay_end = offset;
+            match pass {
+                0 => boost_end = offset,
+                1 => decay_end = offset,
+                _ => {}
             }
         }
         ParamLayout {
             specs: self.specs,
             total: offset,
             decay_end,
+            boost_end,
+            lr_boost: self.lr_boost.unwrap_or(1.0),
         }
     }
 }

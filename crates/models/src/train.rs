@@ -2,6 +2,7 @@
 //! and AdamW as one recorded plan, and read back only what is asked for.
 
 use crate::batch::BatchTensors;
+use crate::buckets::HashedLayer;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::probes::{Measured, Probes};
@@ -28,6 +29,10 @@ pub trait LanguageModel<B: Backend> {
     /// The variance hooks of the model's storages and retrievals, for models that have them.
     fn probes(&self) -> Option<&Probes<B>> {
         None
+    }
+    /// The hashed layers whose bucket use can be read after a forward (MemoryFormer's).
+    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
+        vec![]
     }
 }
 
@@ -60,6 +65,9 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     fn probes(&self) -> Option<&Probes<B>> {
         (**self).probes()
     }
+    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
+        (**self).hashed_layers()
+    }
 }
 
 pub struct Trainer<B: Backend, M> {
@@ -78,7 +86,7 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
     pub fn new(be: &B, model: M, cfg: TrainConfig) -> Result<Self> {
         cfg.validate()?;
         let (b, t) = model.batch_shape();
-        let opt = AdamW::new(be, &cfg, model.store().layout.total)?;
+        let opt = AdamW::new(be, &cfg, &model.store().layout)?;
         let batch = BatchTensors::new(be, b, t, model.vocab())?;
         Ok(Self {
             model,

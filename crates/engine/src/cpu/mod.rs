@@ -294,19 +294,25 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         tables: &CpuTensor<T>,
         dims: MemoryDims,
     ) {
-        ops::memory::cpu_backward(
-            &mut dx.get_mut(),
+        // One gradient at a time: dtables and dbias are views of one gradient buffer.
+        use ops::memory::{cpu_bias_grad, cpu_input_grad, cpu_table_grad};
+        cpu_table_grad(
             &mut dtables.get_mut(),
-            &mut dbias.get_mut(),
             &dy.get(),
-            &x.get(),
-            &codes.get(),
             &p.get(),
             &rows.get(),
             &starts.get(),
+            dims,
+        );
+        cpu_input_grad(
+            &mut dx.get_mut(),
+            &dy.get(),
+            &x.get(),
+            &codes.get(),
             &tables.get(),
             dims,
-        )
+        );
+        cpu_bias_grad(&mut dbias.get_mut(), &dy.get(), dims);
     }
     fn cross_entropy_forward(
         &self,

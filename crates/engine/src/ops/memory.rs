@@ -143,7 +143,21 @@ mod cpu_twin {
         tables: &[T],
         d: MemoryDims,
     ) {
-        d.check(x.len(), codes.len(), p.len());
+        cpu_table_grad(dtables, dy, p, rows, starts, d);
+        cpu_input_grad(dx, dy, x, codes, tables, d);
+        cpu_bias_grad(dbias, dy, d);
+    }
+
+    /// dT_k[c] = Σ p_k · dy over bucket c's rows, in row order; 0 for buckets no row hit.
+    pub fn cpu_table_grad<T: Scalar>(
+        dtables: &mut [T],
+        dy: &[T],
+        p: &[T],
+        rows: &[u32],
+        starts: &[u32],
+        d: MemoryDims,
+    ) {
+        assert_eq!(dtables.len(), d.table_values(), "memory backward: dtables");
         let nb = d.buckets();
         dtables.par_chunks_mut(d.d_out).enumerate().for_each(|(kc, g)| {
             let (k, c) = (kc / nb, kc % nb);
@@ -156,6 +170,12 @@ mod cpu_twin {
                 }
             }
         });
+    }
+
+    /// dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj; 0 for the values past K·τ.
+    pub fn cpu_input_grad<T: Scalar>(dx: &mut [T], dy: &[T], x: &[T], codes: &[u32], tables: &[T], d: MemoryDims) {
+        assert_eq!(dx.len(), x.len(), "memory backward: dx");
+        let nb = d.buckets();
         let temp = T::of(d.temperature as f64);
         dx.par_chunks_mut(d.d_in).enumerate().for_each(|(t, dx)| {
             dx.fill(T::zero());
@@ -179,6 +199,10 @@ mod cpu_twin {
                 }
             }
         });
+    }
+
+    /// db = Σ_rows dy, in row order.
+    pub fn cpu_bias_grad<T: Scalar>(dbias: &mut [T], dy: &[T], d: MemoryDims) {
         dbias.par_iter_mut().enumerate().for_each(|(o, g)| {
             *g = (0..d.tokens).map(|t| dy[t * d.d_out + o]).sum();
         });
@@ -221,7 +245,7 @@ pub fn gpu_bucket(
 ) {
     assert_eq!(rows.len, d.k * d.tokens, "memory bucket: rows");
     assert_eq!(starts.len, d.starts_len(), "memory bucket: starts");
-    assert_eq!(cursor.len, d.k * d.buckets(), "memory bucket: cursor");
+    assert!(cursor.len >= d.k * d.buckets(), "memory bucket: cursor too short");
     // One workgroup sorts one table.
     let args = [rows.arg(), starts.arg(), cursor.arg(), codes.arg()];
     gpu.dispatch("memory", "memory_bucket", &params(&d), &args, [d.k as u32, 1, 1]);

@@ -13,10 +13,12 @@ pub struct Hyper {
     /// 1-based step number, for the bias corrections.
     pub step: u32,
     pub max_grad_norm: f32,
+    /// The learning-rate multiplier of the boosted values [0, boost_end).
+    pub lr_boost: f32,
 }
 
 impl Hyper {
-    pub const LEN: usize = 8;
+    pub const LEN: usize = 9;
     /// The layout `shaders/optim.wgsl` reads.
     pub fn to_array(self) -> [f32; Self::LEN] {
         let t = self.step as i32;
@@ -29,6 +31,7 @@ impl Hyper {
             1.0 - self.beta1.powi(t),
             1.0 - self.beta2.powi(t),
             self.max_grad_norm,
+            self.lr_boost,
         ]
     }
 }
@@ -38,6 +41,8 @@ pub struct AdamWDims {
     pub n: usize,
     /// Values [0, decay_end) get weight decay; the rest do not.
     pub decay_end: usize,
+    /// Values [0, boost_end) learn at `lr_boost` times the learning rate.
+    pub boost_end: usize,
 }
 
 #[cfg(feature = "cpu")]
@@ -82,8 +87,9 @@ mod cpu_twin {
                 *m = h(1) * *m + (T::one() - h(1)) * g;
                 *v = h(2) * *v + (T::one() - h(2)) * g * g;
                 let wd = if i < d.decay_end { h(4) } else { T::zero() };
+                let lr = if i < d.boost_end { h(0) * h(8) } else { h(0) };
                 let update = (*m / h(5)) / ((*v / h(6)).sqrt() + h(3)) + wd * *p;
-                *p = *p - h(0) * update;
+                *p = *p - lr * update;
             });
     }
 }
@@ -128,7 +134,7 @@ pub fn gpu_adamw(
     gpu.dispatch(
         "optim",
         "adamw",
-        &[d.n as u32, d.decay_end as u32],
+        &[d.n as u32, d.decay_end as u32, d.boost_end as u32],
         &args,
         grid_1d(d.n, 256),
     );

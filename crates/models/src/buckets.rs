@@ -1,0 +1,106 @@
+//! Bucket statistics of MemoryFormer's hash tables (the paper's Figure 4): how often each
+//! bucket is hit over a batch or a window of steps, the normalised entropy of those counts (1
+//! when every bucket is hit equally, 0 when one bucket takes every row), and the dead buckets.
+
+use crate::Result;
+use engine::Backend;
+use serde::Serialize;
+
+/// A hashed layer's bucket boundaries on the device, as the model exposes them.
+pub struct HashedLayer<'a, B: Backend> {
+    /// "block0.qkv", "block0.ml1", "block0.ml2"
+    pub name: String,
+    pub tau: usize,
+    pub tables: usize,
+    /// (tables, 2^τ + 1) bucket starts of the last forward.
+    pub starts: &'a B::Index,
+}
+
+/// Hits per bucket of every table of one layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketCounts {
+    pub layer: String,
+    pub tau: usize,
+    /// (tables, 2^τ)
+    pub counts: Vec<Vec<u64>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TableStats {
+    pub layer: String,
+    pub table: usize,
+    pub entropy: f64,
+    pub dead_buckets: usize,
+}
+
+/// Reads the counts of the last forward from the bucket starts.
+pub async fn read<B: Backend>(be: &B, layers: &[HashedLayer<'_, B>]) -> Result<Vec<BucketCounts>> {
+    let mut out = vec![];
+    for l in layers {
+        let starts = be.read_index(l.starts).await?;
+        let nb = 1 << l.tau;
+        let counts = starts
+            .chunks(nb + 1)
+            .take(l.tables)
+            .map(|s| s.windows(2).map(|w| (w[1] - w[0]) as u64).collect())
+            .collect();
+        out.push(BucketCounts {
+            layer: l.name.clone(),
+            tau: l.tau,
+            counts,
+        });
+    }
+    Ok(out)
+}
+
+/// H(counts)/ln(buckets): 1 for a uniform use of every bucket, 0 for a single one.
+pub fn normalised_entropy(counts: &[u64]) -> f64 {
+    let total: u64 = counts.iter().sum();
+    if total == 0 || counts.len() < 2 {
+        return 0.0;
+    }
+    let h: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.ln()
+        })
+        .sum();
+    h / (counts.len() as f64).ln()
+}
+
+impl BucketCounts {
+    /// Adds another measurement of the same layer, for a window of steps.
+    pub fn accumulate(&mut self, other: &BucketCounts) {
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            mine.iter_mut().zip(theirs).for_each(|(a, b)| *a += b);
+        }
+    }
+
+    pub fn stats(&self) -> Vec<TableStats> {
+        self.counts
+            .iter()
+            .enumerate()
+            .map(|(table, c)| TableStats {
+                layer: self.layer.clone(),
+                table,
+                entropy: normalised_entropy(c),
+                dead_buckets: c.iter().filter(|&&n| n == 0).count(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entropy_is_one_when_uniform_and_zero_when_one_bucket() {
+        assert!((normalised_entropy(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
+        assert_eq!(normalised_entropy(&[0, 9, 0, 0]), 0.0);
+        let skewed = normalised_entropy(&[10, 1, 1, 0]);
+        assert!(skewed > 0.0 && skewed < 0.6, "{skewed}");
+    }
+}
