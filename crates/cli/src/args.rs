@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
-use models::presets::Dims;
+use models::presets::{self, Dims};
 use models::{MemoryFormerConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
 use std::path::PathBuf;
 
@@ -32,6 +32,23 @@ pub enum Command {
 pub enum Analyze {
     /// Variance propagation through storage and retrieval (RMT paper Tables 1 and 2).
     Variance(VarianceArgs),
+    /// Bucket use of a trained MemoryFormer's hash tables (MemoryFormer paper Figure 4).
+    Buckets(BucketsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BucketsArgs {
+    /// A directory written by `resmem train --arch memoryformer`.
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Batches of the run's task to count over.
+    #[arg(long, default_value_t = 1)]
+    pub batches: usize,
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub backend: BackendKind,
+    /// Print a list of objects with layer, table, entropy and dead_buckets.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -197,9 +214,10 @@ impl TrainArgs {
 pub struct PaperDims {
     #[arg(long, value_enum, default_value = "transformer")]
     pub arch: Arch,
-    /// gpt2-small, gpt2-medium, table8-49m … table8-405m, table9-46m … table9-305m, table10
-    #[arg(long, default_value = "gpt2-medium")]
-    pub preset: String,
+    /// gpt2-small, gpt2-medium (the default), table8-49m … table8-405m, table9-46m …
+    /// table9-305m, table10; for memoryformer pythia-70m (the default), pythia-160m, pythia-410m
+    #[arg(long)]
+    pub preset: Option<String>,
     #[command(flatten)]
     pub dims: ModelDims,
     /// V
@@ -212,10 +230,21 @@ pub struct PaperDims {
 
 impl PaperDims {
     pub fn preset(&self) -> models::Result<Dims> {
-        let mut d = Dims::preset(&self.preset)?;
+        let mut d = Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium"))?;
         d.vocab = self.vocab.unwrap_or(d.vocab);
         d.seq_len = self.seq_len.unwrap_or(d.seq_len);
         Ok(d)
+    }
+
+    /// A MemoryFormer from a Pythia preset (τ = 8, s = 2048), then the flags.
+    pub fn memoryformer(&self) -> models::Result<MemoryFormerConfig> {
+        let mut c = self
+            .dims
+            .memoryformer(presets::memoryformer(self.preset.as_deref().unwrap_or("pythia-70m"))?);
+        c.vocab = self.vocab.unwrap_or(c.vocab);
+        c.seq_len = self.seq_len.unwrap_or(c.seq_len);
+        c.validate()?;
+        Ok(c)
     }
 }
 
@@ -223,6 +252,9 @@ impl PaperDims {
 pub struct CountArgs {
     #[command(flatten)]
     pub model: PaperDims,
+    /// MemoryFormer: reproduce the paper's Table 1 (three model sizes) or Table 3 (τ and K).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub paper_table: Option<u8>,
     /// Print one JSON object: params, params_paper, flops_fwd, flops_fwd_paper.
     #[arg(long)]
     pub json: bool,

@@ -64,6 +64,109 @@ fn print(describe: &str, c: &Counts, n: usize) {
     );
 }
 
-fn memoryformer(_args: &CountArgs) -> Result<()> {
-    anyhow::bail!("not yet")
+/// Per-block FLOPs beside a dense block of the same width, and the table memory.
+fn memoryformer(args: &CountArgs) -> Result<()> {
+    match args.paper_table {
+        Some(1) => return table1(),
+        Some(3) => return table3(),
+        Some(n) => anyhow::bail!("the MemoryFormer paper's tables with counts are 1 and 3, not {n}"),
+        None => {}
+    }
+    let c = args.model.memoryformer()?;
+    let b = count::memoryformer_block(&c);
+    if args.json {
+        println!("{}", serde_json::to_string(&b)?);
+        return Ok(());
+    }
+    println!(
+        "memoryformer block: d={} H={} τ={} K={} (ML1 to {}), s={}",
+        c.d_model,
+        c.n_heads,
+        c.tau,
+        c.chunks(),
+        c.d_hidden(),
+        c.seq_len
+    );
+    println!("FLOPs per block, one per multiply-accumulate (the paper's convention):");
+    println!(
+        "                      {:>16} {:>16} {:>16}",
+        "as built", "paper", "dense block"
+    );
+    let g = |x: u64| format!("{:.2} G", x as f64 / 1e9);
+    println!(
+        "without attention     {:>16} {:>16} {:>16}",
+        g(b.block_flops_no_attn),
+        g(b.block_flops_no_attn_paper),
+        g(b.dense_block_flops_no_attn_paper)
+    );
+    println!(
+        "total                 {:>16} {:>16} {:>16}",
+        g(b.block_flops),
+        g(b.block_flops_paper),
+        g(b.dense_block_flops_paper)
+    );
+    let t = b.table_mb_f16;
+    println!(
+        "table memory (MB, f16): q {:.1}, k {:.1}, v {:.1}, ml1 {:.1}, ml2 {:.1}",
+        t.q, t.k, t.v, t.ml1, t.ml2
+    );
+    Ok(())
+}
+
+/// MemoryFormer paper Table 1: per-block FLOPs at s = 2048 of each Pythia model and the
+/// MemoryFormer (τ = 8) built on it.
+fn table1() -> Result<()> {
+    println!(
+        "{:<14} {:>7} {:>7} {:>16} {:>12}",
+        "model", "layers", "hidden", "FLOPs w/o attn", "total FLOPs"
+    );
+    let g = |x: u64| format!("{:.1} G", x as f64 / 1e9);
+    let names = ["tiny", "small", "base"];
+    for (&(name, ..), mf) in models::presets::PYTHIA.iter().zip(names) {
+        let c = models::presets::memoryformer(name)?;
+        let b = count::memoryformer_block(&c);
+        let row = |label: String, no_attn: u64, total: u64| {
+            println!(
+                "{label:<14} {:>7} {:>7} {:>16} {:>12}",
+                c.n_layers,
+                c.d_model,
+                g(no_attn),
+                g(total)
+            )
+        };
+        row(
+            name.to_string(),
+            b.dense_block_flops_no_attn_paper,
+            b.dense_block_flops_paper,
+        );
+        row(format!("MF-{mf}"), b.block_flops_no_attn_paper, b.block_flops_paper);
+    }
+    println!("(the paper's formulas, one FLOP per multiply-accumulate; `--preset NAME` shows the model as built)");
+    Ok(())
+}
+
+/// MemoryFormer paper Table 3: at d = 512, the trade between τ and K, with the memory of ML_Q.
+fn table3() -> Result<()> {
+    println!(
+        "{:>5} {:>4} {:>5} {:>18} {:>16}",
+        "d", "τ", "K", "ML_Q FLOPs (s·K·(τ+d))", "ML_Q memory"
+    );
+    for tau in [4, 8, 10] {
+        let c = models::MemoryFormerConfig {
+            tau,
+            ..models::presets::memoryformer("pythia-70m")?
+        };
+        let (k, d, s) = (c.chunks() as u64, c.d_model as u64, c.seq_len as u64);
+        let b = count::memoryformer_block(&c);
+        println!(
+            "{:>5} {:>4} {:>5} {:>18} {:>13.1} MB",
+            k * tau as u64,
+            tau,
+            k,
+            format!("{:.2} G", (s * k * (tau as u64 + d)) as f64 / 1e9),
+            b.table_mb_f16.q
+        );
+    }
+    println!("(d is the hashed width K·τ; ML_Q's output stays 512 wide)");
+    Ok(())
 }

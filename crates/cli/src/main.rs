@@ -2,6 +2,7 @@
 
 mod analyze;
 mod args;
+mod buckets;
 mod count;
 mod train;
 
@@ -13,6 +14,7 @@ fn main() {
         args::Command::Train(a) => train::run(a),
         args::Command::Count(a) => count::run(a),
         args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
+        args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -114,6 +114,14 @@ fn train_model<B: Backend, M: LanguageModel<B>>(
             window = (Instant::now(), 0);
         }
     }
-    println!("wrote {}", metrics_path.display());
+    let store = trainer.model.store();
+    let values = pollster::block_on(be.read(&store.params))?;
+    let model_path = args.out.join(MODEL_FILE);
+    std::fs::write(&model_path, models::checkpoint::to_bytes(&store.layout, &values)?)
+        .with_context(|| format!("cannot write {}", model_path.display()))?;
+    println!("wrote {} and {}", metrics_path.display(), model_path.display());
     Ok(())
 }
+
+/// The final parameters in a run directory.
+pub const MODEL_FILE: &str = "model.safetensors";

@@ -7,7 +7,7 @@
 //! probability (the paper's softmax term). Norms, GELU and the loss are left out, as the paper
 //! leaves them out.
 
-use crate::{rmt, transformer, Position, RmtConfig, TransformerConfig};
+use crate::{rmt, transformer, MemoryFormerConfig, Position, RmtConfig, TransformerConfig};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -74,6 +74,69 @@ pub fn rmt(cfg: &RmtConfig) -> Counts {
         params_paper: r * (2 * dk * (3 * l + 1) + dv * (2 * l * f + v + n)),
         flops_fwd: embedding + l * (attention + ff) + unembedding,
         flops_fwd_paper: 6 * n * r * dk * dv * (1 + l) + n * r * (4 * v * dv + l * (4 * n * dv + 3 * n + 4 * dv * f)),
+    }
+}
+
+/// One MemoryFormer block at sequence length s, in the MemoryFormer paper's convention: one
+/// FLOP per multiply-accumulate (so its standard block is `2s²d + 12sd²`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct BlockCounts {
+    /// `2s²d + 6Ksd`
+    pub block_flops_paper: u64,
+    /// `6Ksd`
+    pub block_flops_no_attn_paper: u64,
+    /// The dense block of the same width: `2s²d + 12sd²`.
+    pub dense_block_flops_paper: u64,
+    /// `12sd²`
+    pub dense_block_flops_no_attn_paper: u64,
+    /// The block as built: causal attention (its products over the triangle, 3 per
+    /// probability for the softmax) and the Memory Layers (K·d_out per row to weigh and add the
+    /// rows read, d_out for the bias, 2 per hashed value for the sign and p(z)).
+    pub block_flops: u64,
+    pub block_flops_no_attn: u64,
+    /// Table memory of each Memory Layer in MB (10^6 bytes) of f16: K·2^τ·d_out·2.
+    pub table_mb_f16: TableMemory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TableMemory {
+    pub q: f64,
+    pub k: f64,
+    pub v: f64,
+    pub ml1: f64,
+    pub ml2: f64,
+}
+
+pub fn memoryformer_block(cfg: &MemoryFormerConfig) -> BlockCounts {
+    let [s, d, h, k, tau, dh] = [
+        cfg.seq_len,
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.chunks(),
+        cfg.tau,
+        cfg.d_hidden(),
+    ]
+    .map(|x| x as u64);
+    // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
+    let layers = [(tau, 3 * d), (tau, dh), (tau + 2, d)];
+    let per_row: u64 = layers.iter().map(|&(bits, out)| k * out + out + 2 * k * bits).sum();
+    let causal = s * (s + 1) / 2;
+    let attention = 2 * d * causal + 3 * h * causal;
+    let mb = |bits: u64, out: u64| (k * (1 << bits) * out * 2) as f64 / 1e6;
+    BlockCounts {
+        block_flops_paper: 2 * s * s * d + 6 * k * s * d,
+        block_flops_no_attn_paper: 6 * k * s * d,
+        dense_block_flops_paper: 2 * s * s * d + 12 * s * d * d,
+        dense_block_flops_no_attn_paper: 12 * s * d * d,
+        block_flops: attention + s * per_row,
+        block_flops_no_attn: s * per_row,
+        table_mb_f16: TableMemory {
+            q: mb(tau, d),
+            k: mb(tau, d),
+            v: mb(tau, d),
+            ml1: mb(tau, dh),
+            ml2: mb(tau + 2, d),
+        },
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod buckets;
+pub mod checkpoint;
 pub mod config;
 pub mod count;
 pub mod memoryformer;
@@ -32,6 +33,8 @@ pub enum ModelError {
     Config(String),
     #[error("bad batch: {0}")]
     Batch(String),
+    #[error("cannot read the checkpoint: {0}")]
+    Checkpoint(String),
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
 }

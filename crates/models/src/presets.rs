@@ -157,3 +157,27 @@ impl Dims {
         }
     }
 }
+
+/// The dense baselines of the MemoryFormer paper (Table 1: Pythia-70M, -160M, -410M) at its
+/// sequence length s = 2048; MemoryFormer tiny, small and base are built on them with τ = 8.
+/// (name, d, L, H)
+pub const PYTHIA: &[(&str, usize, usize, usize)] = &[
+    ("pythia-70m", 512, 6, 8),
+    ("pythia-160m", 768, 12, 12),
+    ("pythia-410m", 1024, 24, 16),
+];
+
+/// The MemoryFormer built on the Pythia preset `name`.
+pub fn memoryformer(name: &str) -> Result<crate::MemoryFormerConfig> {
+    let &(_, d, l, h) = PYTHIA.iter().find(|p| p.0 == name).ok_or_else(|| {
+        let names: Vec<&str> = PYTHIA.iter().map(|p| p.0).collect();
+        ModelError::Config(format!("no preset named `{name}`; choose one of {}", names.join(", ")))
+    })?;
+    Ok(crate::MemoryFormerConfig {
+        d_model: d,
+        n_layers: l,
+        n_heads: h,
+        tau: 8,
+        ..crate::MemoryFormerConfig::tiny(50304, 2048)
+    })
+}

@@ -72,7 +72,8 @@ pub fn gradient_check<M: LanguageModel<Cpu64>>(name: &str, be: &Cpu64, model: &M
             let down = objective(be, model, &batch, &host, z);
             store.params.get_mut()[at] = orig;
             let numeric = (up - down) / (2.0 * h);
-            let err = (numeric - grads[at]).abs() / (numeric.abs() + grads[at].abs()).max(1e-7);
+            // Below 1e-6, the objective's f64 rounding over 2h dominates the difference itself.
+            let err = (numeric - grads[at]).abs() / (numeric.abs() + grads[at].abs()).max(1e-6);
             worst = worst.max(err);
             assert!(
                 err < 1e-4,
