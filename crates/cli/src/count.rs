@@ -6,10 +6,17 @@ use anyhow::Result;
 use models::count::{self, thousands, Counts};
 
 pub fn run(args: CountArgs) -> Result<()> {
+    if args.model.arch == Arch::Memoryformer {
+        return memoryformer(&args);
+    }
+    anyhow::ensure!(
+        args.paper_table.is_none(),
+        "--paper-table reproduces the MemoryFormer paper's tables; pass --arch memoryformer"
+    );
     let d = args.model.preset()?;
     let dims = &args.model.dims;
     let (counts, n, describe) = match args.model.arch {
-        Arch::Memoryformer => return memoryformer(&args),
+        Arch::Memoryformer => unreachable!("handled above"),
         Arch::Transformer => {
             let c = dims.transformer(d.transformer());
             c.validate()?;

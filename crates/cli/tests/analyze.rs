@@ -121,3 +121,42 @@ fn unknown_preset_names_the_choices() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("gpt2-medium") && err.contains("table9-305m"), "{err}");
 }
+
+/// MemoryFormer Table 1 (MF-tiny on Pythia-70M: d = 512, s = 2048, τ = 8) and Table 3 (the
+/// memory of ML_Q), from `resmem count --json`.
+#[test]
+fn count_memoryformer_prints_the_paper_tables() {
+    let b = json(&["count", "--arch", "memoryformer", "--preset", "pythia-70m", "--json"]);
+    let g = |key: &str| num(&b, key) / 1e9;
+    assert!((g("dense_block_flops_no_attn_paper") - 6.4).abs() < 0.05);
+    assert!((g("dense_block_flops_paper") - 10.7).abs() < 0.05);
+    assert!((g("block_flops_no_attn_paper") - 0.4).abs() < 0.05);
+    assert!((g("block_flops_paper") - 4.7).abs() < 0.05);
+    assert!(g("block_flops") > 0.0 && g("block_flops_no_attn") > 0.0 && g("block_flops") > g("block_flops_no_attn"));
+    for key in ["q", "k", "v", "ml1", "ml2"] {
+        assert!(b["table_mb_f16"][key].as_f64().is_some(), "{key} missing from {b}");
+    }
+    for (tau, mb) in [("4", 2.1), ("8", 16.8), ("10", 53.5)] {
+        let b = json(&[
+            "count",
+            "--arch",
+            "memoryformer",
+            "--d-model",
+            "512",
+            "--tau",
+            tau,
+            "--json",
+        ]);
+        let q = b["table_mb_f16"]["q"].as_f64().unwrap();
+        assert!((q - mb).abs() < 0.05, "τ = {tau}: ML_Q {q} MB, paper {mb}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["count", "--arch", "memoryformer", "--paper-table", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("MF-tiny") && text.contains("4.7 G") && text.contains("10.7 G"),
+        "{text}"
+    );
+}

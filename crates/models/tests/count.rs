@@ -2,7 +2,7 @@
 //! closed-form variance analysis.
 
 use resmem_models::count::{self, Counts};
-use resmem_models::presets::Dims;
+use resmem_models::presets::{self, Dims};
 use resmem_models::probes::{Layer, Op};
 use resmem_models::variance::{self, ClosedForm, InitScheme};
 
@@ -149,5 +149,43 @@ fn lecun_forward_ratios_are_one() {
         .chain(&variance::transformer(&d.transformer(), InitScheme::Lecun))
     {
         assert!((r.forward_ratio - 1.0).abs() < 1e-12, "{r:?}");
+    }
+}
+
+/// MemoryFormer paper Table 1 at d = 512, s = 2048: a Pythia-70M block is 6.4 G FLOPs without
+/// attention and 10.7 G in total; the MemoryFormer-tiny block (τ = 8) 0.4 G and 4.7 G.
+#[test]
+fn memoryformer_table1() {
+    let b = count::memoryformer_block(&presets::memoryformer("pythia-70m").unwrap());
+    let g = |x: u64| (x as f64 / 1e8).round() / 10.0;
+    assert_eq!(g(b.dense_block_flops_no_attn_paper), 6.4);
+    assert_eq!(g(b.dense_block_flops_paper), 10.7);
+    assert_eq!(g(b.block_flops_no_attn_paper), 0.4);
+    assert_eq!(g(b.block_flops_paper), 4.7);
+    // As built, the Memory Layers cost about what the formula says; attention counts only the
+    // causal triangle, so the total is below the formula's.
+    assert!((b.block_flops_no_attn as f64 / b.block_flops_no_attn_paper as f64 - 1.0).abs() < 0.15);
+    assert!(b.block_flops < b.block_flops_paper);
+    // MF-base on Pythia-410M: 1.6 G and 10.2 G; Pythia-410M 25.8 G and 34.4 G.
+    let b = count::memoryformer_block(&presets::memoryformer("pythia-410m").unwrap());
+    assert_eq!((g(b.block_flops_no_attn_paper), g(b.block_flops_paper)), (1.6, 10.2));
+    assert_eq!(
+        (g(b.dense_block_flops_no_attn_paper), g(b.dense_block_flops_paper)),
+        (25.8, 34.4)
+    );
+}
+
+/// MemoryFormer paper Table 3: ML_Q's tables take 2.1, 16.8 and 53.5 MB in f16 for
+/// (τ, K) = (4, 128), (8, 64) and (10, 51) at d = 512.
+#[test]
+fn memoryformer_table3_memory() {
+    for (tau, k, mb) in [(4, 128, 2.1), (8, 64, 16.8), (10, 51, 53.5)] {
+        let c = resmem_models::MemoryFormerConfig {
+            tau,
+            ..presets::memoryformer("pythia-70m").unwrap()
+        };
+        assert_eq!(c.chunks(), k);
+        let q = count::memoryformer_block(&c).table_mb_f16.q;
+        assert!((q - mb).abs() < 0.05, "τ = {tau}: {q} MB");
     }
 }
