@@ -1,6 +1,6 @@
 // The playground in a real browser: headless Chromium with SwiftShader's WebGPU trains the tiny
-// transformer and the tiny RMT, the loss shown on the page must fall, and the RMT's cost table
-// and variance view must show. Run by `cargo xtask test` after Trunk
+// transformer, the tiny RMT and the tiny MemoryFormer, the loss shown on the page must fall, and
+// the RMT's cost table and variance view and the MemoryFormer's bucket histograms must show. Run by `cargo xtask test` after Trunk
 // has built dist/; usage: node playground.mjs <dist dir> <screenshot dir>
 import { chromium } from 'playwright-core';
 import http from 'node:http';
@@ -13,6 +13,8 @@ const [dist, shots] = process.argv.slice(2);
 // step 10; the RMT 5.55 → 2.81 by step 12 (CPU run of the same seed).
 const STEPS = 15;
 const RMT_STEPS = 12;
+// The MemoryFormer: 5.55 → 2.87 by step 12 (CPU run of the same seed).
+const MF_STEPS = 12;
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
 
 function serve(dir) {
@@ -107,6 +109,27 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     await page.fill('#block', '1');
     await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
     if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
+  } finally {
+    await browser.close();
+  }
+});
+
+await test('the playground trains a MemoryFormer and shows live bucket histograms', async () => {
+  const { browser, page, errors } = await open(url, true);
+  try {
+    await trainOnPage(page, errors, 'memoryformer', MF_STEPS, 'playground-memoryformer.png');
+    const stats = await page.textContent('#bucket-stats');
+    console.log(`     ${stats}`);
+    const m = /entropy ([\d.]+) · dead buckets (\d+) of (\d+)/.exec(stats);
+    if (!m || m[3] !== '16') throw new Error(`no bucket statistics of a 16-bucket table: ${stats}`);
+    const bars = async () => (await page.$$('#histogram svg rect')).length;
+    if ((await bars()) < 16) throw new Error(`the histogram has ${await bars()} rects, not 16 bars`);
+    // ML2 hashes τ + 2 = 6 bits: 64 buckets.
+    const layers = await page.$$eval('#bucket-layer option', (o) => o.map((x) => x.textContent));
+    if (layers.length !== 6 || layers[2] !== 'block0.ml2') throw new Error(`layers: ${layers}`);
+    await page.selectOption('#bucket-layer', '2');
+    await page.waitForFunction(() => /of 64$/.test(document.querySelector('#bucket-stats')?.textContent));
+    if ((await bars()) < 64) throw new Error(`ML2's histogram has ${await bars()} rects, not 64 bars`);
   } finally {
     await browser.close();
   }

@@ -1,12 +1,15 @@
 //! The page: pick an architecture and a task, start and stop training, and watch the step, the
-//! loss and its curve; for the RMT, its cost beside a transformer and its variance view.
+//! loss and its curve; for the RMT, its cost beside a transformer and its variance view; for the
+//! MemoryFormer, live histograms of its hash tables' buckets.
 
+use crate::chart::histogram_svg;
 use crate::chart::{loss_svg, variance_svg};
 use crate::session::{counts, Arch, Session, Settings};
 use data::Task;
 use engine::gpu::GpuBackend;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use models::buckets::{normalised_entropy, BucketCounts};
 use models::count::thousands;
 use models::probes::Measured;
 use models::variance::ClosedForm;
@@ -18,6 +21,9 @@ const READ_EVERY: usize = 1;
 /// How often the RMT's variance probes run (after step 1, then every this many steps): each
 /// measurement costs about one more forward and backward.
 const MEASURE_EVERY: usize = 10;
+
+/// Steps whose bucket hits the histograms sum.
+const BUCKET_WINDOW: usize = 10;
 
 /// Variance ratios measured after one step.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +59,8 @@ pub fn App() -> impl IntoView {
     // The scrubbers of the variance view: which block, and which measurement (None: the latest).
     let (block, set_block) = signal(0usize);
     let (snapshot, set_snapshot) = signal(None::<usize>);
+    // Bucket hits summed over the last BUCKET_WINDOW steps, per hashed layer.
+    let (hits, set_hits) = signal(Vec::<BucketCounts>::new());
     let (ready, set_ready) = signal(false);
     // The GPU device is created once and reused by every session.
     let device: Rc<RefCell<Option<GpuBackend>>> = Rc::new(RefCell::new(None));
@@ -87,6 +95,7 @@ pub fn App() -> impl IntoView {
         set_points.set(vec![]);
         set_history.set(vec![]);
         set_snapshot.set(None);
+        set_hits.set(vec![]);
         set_step.set(0);
         set_loss.set(None);
         set_running.set(true);
@@ -115,7 +124,8 @@ pub fn App() -> impl IntoView {
             let on_measured = move |step: usize, measured: Vec<Measured>| {
                 set_history.update(|h| h.push(Snapshot { step, measured }));
             };
-            let outcome = train(&mut session, running, on_loss, on_measured).await;
+            let on_buckets = move |window: Vec<BucketCounts>| set_hits.set(window);
+            let outcome = train(&mut session, running, on_loss, on_measured, on_buckets).await;
             match outcome {
                 Ok(()) => set_status.set(format!("Stopped after {} steps.", session.trainer.step)),
                 Err(e) => set_status.set(format!("Training failed: {e}")),
@@ -130,7 +140,9 @@ pub fn App() -> impl IntoView {
             running: ReadSignal<bool>,
             on_loss: impl Fn(usize, f32),
             on_measured: impl Fn(usize, Vec<Measured>),
+            on_buckets: impl Fn(Vec<BucketCounts>),
         ) -> Result<(), String> {
+            let mut window: std::collections::VecDeque<Vec<BucketCounts>> = Default::default();
             while running.get_untracked() && session.trainer.step < session.settings.steps {
                 session.step()?;
                 let n = session.trainer.step;
@@ -143,6 +155,19 @@ pub fn App() -> impl IntoView {
                     if let Some(measured) = session.measure().await? {
                         on_measured(n, measured);
                     }
+                }
+                let counts = session.bucket_counts().await?;
+                if !counts.is_empty() {
+                    window.push_back(counts);
+                    if window.len() > BUCKET_WINDOW {
+                        window.pop_front();
+                    }
+                    let mut sum = window[0].clone();
+                    window
+                        .iter()
+                        .skip(1)
+                        .for_each(|w| sum.iter_mut().zip(w).for_each(|(a, b)| a.accumulate(b)));
+                    on_buckets(sum);
                 }
             }
             Ok(())
@@ -191,9 +216,12 @@ pub fn App() -> impl IntoView {
                 " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
             </p>
             <div id="chart" inner_html=move || loss_svg(&points.get())></div>
-            <Cost />
             <Show when=move || arch.get() == Arch::Rmt>
+                <Cost />
                 <VarianceView history closed block set_block snapshot set_snapshot />
+            </Show>
+            <Show when=move || arch.get() == Arch::MemoryFormer>
+                <BucketView hits />
             </Show>
         </main>
     }
@@ -281,6 +309,57 @@ fn VarianceView(
                 </label>
             </div>
             <div id="variance-chart" inner_html=bars></div>
+        </section>
+    }
+}
+
+/// Live histograms of the hash tables' bucket use over the last steps, for a chosen layer and
+/// table (the MemoryFormer paper's Figure 4).
+#[component]
+fn BucketView(hits: ReadSignal<Vec<BucketCounts>>) -> impl IntoView {
+    let (layer, set_layer) = signal(0usize);
+    let (table, set_table) = signal(0usize);
+    let selected = move || {
+        hits.with(|h| {
+            let l = h.get(layer.get().min(h.len().saturating_sub(1)))?;
+            l.counts.get(table.get().min(l.counts.len().saturating_sub(1))).cloned()
+        })
+    };
+    let tables = move || hits.with(|h| h.first().map_or(1, |l| l.counts.len()));
+    let names = move || hits.with(|h| h.iter().map(|l| l.layer.clone()).collect::<Vec<_>>());
+    let stats = move || {
+        selected().map_or("Counted while training.".to_string(), |c| {
+            let dead = c.iter().filter(|&&n| n == 0).count();
+            format!(
+                "entropy {:.3} · dead buckets {dead} of {}",
+                normalised_entropy(&c),
+                c.len()
+            )
+        })
+    };
+    view! {
+        <section id="buckets">
+            <h2>"Hash-table buckets"</h2>
+            <p class="note">"How often each bucket of one table was read over the last " {BUCKET_WINDOW}
+                " steps; the line is an even share. Entropy 1 means every bucket is used equally."</p>
+            <div class="controls">
+                <label>"Layer "
+                    <select id="bucket-layer" on:change=move |ev| set_layer.set(event_target_value(&ev).parse().unwrap_or(0))>
+                        {move || names().into_iter().enumerate().map(|(i, name)| {
+                            view! { <option value=i.to_string() selected=i == layer.get_untracked()>{name}</option> }
+                        }).collect_view()}
+                    </select>
+                </label>
+                <label>"Table "
+                    <input id="bucket-table" type="range" min="0"
+                        prop:max=move || tables().saturating_sub(1)
+                        prop:value=move || table.get()
+                        on:input=move |ev| set_table.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                    <span id="bucket-table-value">{move || table.get()}</span>
+                </label>
+            </div>
+            <p id="bucket-stats" class="readout">{stats}</p>
+            <div id="histogram" inner_html=move || selected().map(|c| histogram_svg(&c)).unwrap_or_default()></div>
         </section>
     }
 }

@@ -103,3 +103,41 @@ fn name<T: serde::Serialize>(x: &T) -> String {
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
 }
+
+/// Hits per bucket of one hash table as bars; the line is the even share.
+pub fn histogram_svg(counts: &[u64]) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (480, 200)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let n = counts.len().max(1);
+        let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+        let chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..n as f64, 0f64..top);
+        if let Ok(mut chart) = chart {
+            let _ = chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_desc("bucket")
+                .y_desc("hits")
+                .label_style(("sans-serif", 10))
+                .draw();
+            let _ = chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
+                Rectangle::new(
+                    [(i as f64 + 0.1, 0.0), (i as f64 + 0.9, c as f64)],
+                    RGBColor(44, 160, 44).filled(),
+                )
+            }));
+            let even = counts.iter().sum::<u64>() as f64 / n as f64;
+            let _ = chart.draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, even), (n as f64, even)],
+                BLACK.stroke_width(1),
+            )));
+        }
+        let _ = root.present();
+    }
+    svg
+}

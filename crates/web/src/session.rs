@@ -3,25 +3,31 @@
 
 use data::{Batch, Task, TaskSampler};
 use engine::gpu::GpuBackend;
+use models::buckets::{self, BucketCounts};
 use models::count::{self, Counts};
 use models::probes::Measured;
 use models::variance::{self, ClosedForm, InitScheme};
-use models::{LanguageModel, Rmt, RmtConfig, TrainConfig, Trainer, Transformer, TransformerConfig};
+use models::{
+    LanguageModel, MemoryFormer, MemoryFormerConfig, Rmt, RmtConfig, TrainConfig, Trainer, Transformer,
+    TransformerConfig,
+};
 
 /// The architectures the page offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     Transformer,
     Rmt,
+    MemoryFormer,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 2] = [Arch::Transformer, Arch::Rmt];
+    pub const ALL: [Arch; 3] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer];
 
     pub fn name(self) -> &'static str {
         match self {
             Arch::Transformer => "transformer",
             Arch::Rmt => "rmt",
+            Arch::MemoryFormer => "memoryformer",
         }
     }
 
@@ -29,6 +35,7 @@ impl Arch {
         match self {
             Arch::Transformer => "Transformer",
             Arch::Rmt => "Residual Matrix Transformer",
+            Arch::MemoryFormer => "MemoryFormer",
         }
     }
 
@@ -109,6 +116,13 @@ impl Session {
                     closed,
                 )
             }
+            Arch::MemoryFormer => {
+                let cfg = MemoryFormerConfig::tiny(transformer.vocab, s.seq_len);
+                (
+                    Box::new(MemoryFormer::new(&be, cfg, s.batch, s.seq_len, seed).map_err(err)?),
+                    vec![],
+                )
+            }
         };
         let params = model.store().layout.count();
         let train = TrainConfig {
@@ -140,6 +154,12 @@ impl Session {
 
     pub async fn loss(&self) -> Result<f32, String> {
         self.trainer.loss(&self.be).await.map_err(|e| e.to_string())
+    }
+
+    /// Bucket hits of every hash table in the last step's forward; empty for models without.
+    pub async fn bucket_counts(&self) -> Result<Vec<BucketCounts>, String> {
+        let layers = self.trainer.model.hashed_layers();
+        buckets::read(&self.be, &layers).await.map_err(|e| e.to_string())
     }
 
     /// Variance ratios of every storage and retrieval on the last step's batch; None for models
