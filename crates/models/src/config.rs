@@ -4,6 +4,14 @@
 use crate::{ModelError, Result};
 use serde::{Deserialize, Serialize};
 
+/// Fails with the first of `fields` that is 0.
+fn require_positive(fields: &[(&str, usize)]) -> Result<()> {
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(ModelError::Config(format!("{name} must be at least 1"))),
+        None => Ok(()),
+    }
+}
+
 /// The norm every block uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -104,7 +112,7 @@ impl TransformerConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let positive = [
+        require_positive(&[
             ("vocab", self.vocab),
             ("seq_len", self.seq_len),
             ("d_model", self.d_model),
@@ -112,12 +120,7 @@ impl TransformerConfig {
             ("n_heads", self.n_heads),
             ("head_dim", self.head_dim),
             ("d_ff", self.d_ff),
-        ];
-        for (name, v) in positive {
-            if v == 0 {
-                return Err(ModelError::Config(format!("{name} must be at least 1")));
-            }
-        }
+        ])?;
         if !(self.norm_eps > 0.0) || !(self.init_std > 0.0) || !(self.z_loss >= 0.0) {
             return Err(ModelError::Config(
                 "norm_eps and init_std must be positive and z_loss not negative".into(),
@@ -201,7 +204,7 @@ impl RmtConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let positive = [
+        require_positive(&[
             ("vocab", self.vocab),
             ("seq_len", self.seq_len),
             ("d_k", self.d_k),
@@ -209,12 +212,7 @@ impl RmtConfig {
             ("rank", self.rank),
             ("n_layers", self.n_layers),
             ("d_ff", self.d_ff),
-        ];
-        for (name, v) in positive {
-            if v == 0 {
-                return Err(ModelError::Config(format!("{name} must be at least 1")));
-            }
-        }
+        ])?;
         if !(self.norm_eps > 0.0) || !(self.init_std > 0.0) || !(self.z_loss >= 0.0) {
             return Err(ModelError::Config(
                 "norm_eps and init_std must be positive and z_loss not negative".into(),
@@ -300,19 +298,14 @@ impl MemoryFormerConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let positive = [
+        require_positive(&[
             ("vocab", self.vocab),
             ("seq_len", self.seq_len),
             ("d_model", self.d_model),
             ("n_layers", self.n_layers),
             ("n_heads", self.n_heads),
             ("tau", self.tau),
-        ];
-        for (name, v) in positive {
-            if v == 0 {
-                return Err(ModelError::Config(format!("{name} must be at least 1")));
-            }
-        }
+        ])?;
         if self.tau + 2 > 16 {
             return Err(ModelError::Config(format!(
                 "tau = {} makes tables of 2^{} rows for ML2; use tau of at most 14",

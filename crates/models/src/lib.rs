@@ -7,6 +7,7 @@ pub mod buckets;
 pub mod checkpoint;
 pub mod config;
 pub mod count;
+pub mod loss;
 pub mod memoryformer;
 pub mod optim;
 pub mod params;

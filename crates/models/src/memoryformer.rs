@@ -13,10 +13,11 @@
 
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
+use crate::loss::LossHead;
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
 use crate::{MemoryFormerConfig, ModelError, Result};
-use engine::{AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims};
+use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, MemoryDims, NormDims};
 
 /// One Memory Layer's parameters.
 #[derive(Clone, Copy, Debug)]
@@ -196,10 +197,7 @@ pub struct MemoryFormer<B: Backend> {
     blocks: Vec<BlockActs<B>>,
     lnf: B::Tensor,
     lnf_stats: B::Tensor,
-    logits: B::Tensor,
-    losses: B::Tensor,
-    lse: B::Tensor,
-    loss: B::Tensor,
+    head: LossHead<B>,
     s: Scratch<B>,
 }
 
@@ -272,10 +270,7 @@ impl<B: Backend> MemoryFormer<B> {
             blocks,
             lnf: z("final norm", bt * d)?,
             lnf_stats: z("final norm stats", bt * 2)?,
-            logits: z("logits", bt * v)?,
-            losses: z("per-token losses", bt)?,
-            lse: z("log Z", bt)?,
-            loss: z("loss", 1)?,
+            head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
             cfg,
         })
@@ -373,39 +368,19 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
         }
         let last = self.residual_in(self.cfg.n_layers);
         be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm(d));
-        be.matmul(&self.logits, &self.lnf, &w.w_u, MatmulDims::new(bt, v, d).trans_b());
-        let ce = CrossEntropyDims {
-            rows: bt,
-            v,
-            z: self.cfg.z_loss,
-        };
-        be.cross_entropy_forward(
-            &self.losses,
-            &self.lse,
-            &self.logits,
-            &batch.targets,
-            &batch.loss_scale,
-            ce,
+        be.matmul(
+            &self.head.logits,
+            &self.lnf,
+            &w.w_u,
+            MatmulDims::new(bt, v, d).trans_b(),
         );
-        be.sum(&self.loss, &self.losses, false);
+        self.head.forward(be, batch);
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, d, v, dh) = (self.b * self.t, self.cfg.d_model, self.cfg.vocab, self.cfg.d_hidden());
         let (w, dw, s) = (&self.w, &self.dw, &self.s);
-        let ce = CrossEntropyDims {
-            rows: bt,
-            v,
-            z: self.cfg.z_loss,
-        };
-        be.cross_entropy_backward(
-            &s.dlogits,
-            &self.logits,
-            &self.lse,
-            &batch.targets,
-            &batch.loss_scale,
-            ce,
-        );
+        self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.lnf, MatmulDims::new(v, d, bt).trans_a());
         be.matmul(&s.dln, &s.dlogits, &w.w_u, MatmulDims::new(bt, d, v));
         be.fill(&s.dresidual, 0.0);
@@ -453,16 +428,8 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
         );
     }
 
-    fn loss(&self) -> &B::Tensor {
-        &self.loss
-    }
-
-    fn lse(&self) -> &B::Tensor {
-        &self.lse
-    }
-
-    fn logits(&self) -> &B::Tensor {
-        &self.logits
+    fn head(&self) -> &LossHead<B> {
+        &self.head
     }
 
     fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {

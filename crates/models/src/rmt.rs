@@ -12,11 +12,12 @@
 
 use crate::batch::BatchTensors;
 use crate::config::Position;
+use crate::loss::LossHead;
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{Layer, Op, Probes, Quantity, Site};
 use crate::train::LanguageModel;
 use crate::{ModelError, Result, RmtConfig};
-use engine::{AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
+use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
 
 #[derive(Clone, Debug)]
 struct Block<T> {
@@ -191,11 +192,8 @@ pub struct Rmt<B: Backend> {
     blocks: Vec<BlockActs<B::Tensor>>,
     lnf: B::Tensor,
     lnf_stats: B::Tensor,
-    yu: B::Tensor,     // (BT, R·D_v) the unembedding's retrievals
-    logits: B::Tensor, // (BT, V)
-    losses: B::Tensor,
-    lse: B::Tensor,
-    loss: B::Tensor,
+    yu: B::Tensor, // (BT, R·D_v) the unembedding's retrievals
+    head: LossHead<B>,
     s: Scratch<B::Tensor>,
     probes: Probes<B>,
 }
@@ -302,10 +300,7 @@ impl<B: Backend> Rmt<B> {
             lnf: z("final norm", bt * m)?,
             lnf_stats: z("final norm stats", bt * 2)?,
             yu: z("unembedding retrievals", bt * rv)?,
-            logits: z("logits", bt * v)?,
-            losses: z("per-token losses", bt)?,
-            lse: z("log Z", bt)?,
-            loss: z("loss", 1)?,
+            head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
             probes: Probes::new(be, sites)?,
             cfg,
@@ -353,14 +348,6 @@ impl<B: Backend> Rmt<B> {
             t: self.t,
             c: self.cfg.rank * self.cfg.d_v,
             v: rows,
-        }
-    }
-
-    fn cross_entropy(&self) -> CrossEntropyDims {
-        CrossEntropyDims {
-            rows: self.b * self.t,
-            v: self.cfg.vocab,
-            z: self.cfg.z_loss,
         }
     }
 
@@ -489,30 +476,20 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
         let last = self.residual_in(self.cfg.n_layers);
         be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm());
         be.retrieve(&self.yu, &self.lnf, &w.r_u, self.rm(r));
-        be.matmul(&self.logits, &self.yu, &w.w_u, MatmulDims::new(bt, v, rv).trans_b());
-        be.cross_entropy_forward(
-            &self.losses,
-            &self.lse,
-            &self.logits,
-            &batch.targets,
-            &batch.loss_scale,
-            self.cross_entropy(),
+        be.matmul(
+            &self.head.logits,
+            &self.yu,
+            &w.w_u,
+            MatmulDims::new(bt, v, rv).trans_b(),
         );
-        be.sum(&self.loss, &self.losses, false);
+        self.head.forward(be, batch);
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
         let rv = r * self.cfg.d_v;
         let (w, dw, s) = (&self.w, &self.dw, &self.s);
-        be.cross_entropy_backward(
-            &s.dlogits,
-            &self.logits,
-            &self.lse,
-            &batch.targets,
-            &batch.loss_scale,
-            self.cross_entropy(),
-        );
+        self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.yu, MatmulDims::new(v, rv, bt).trans_a());
         be.matmul(&s.dvec, &s.dlogits, &w.w_u, MatmulDims::new(bt, rv, v));
         be.fill(&s.dln, 0.0);
@@ -613,16 +590,8 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
         }
     }
 
-    fn loss(&self) -> &B::Tensor {
-        &self.loss
-    }
-
-    fn lse(&self) -> &B::Tensor {
-        &self.lse
-    }
-
-    fn logits(&self) -> &B::Tensor {
-        &self.logits
+    fn head(&self) -> &LossHead<B> {
+        &self.head
     }
 
     fn probes(&self) -> Option<&Probes<B>> {

@@ -3,6 +3,7 @@
 
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
+use crate::loss::LossHead;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::probes::{Measured, Probes};
@@ -20,12 +21,8 @@ pub trait LanguageModel<B: Backend> {
     fn forward(&self, be: &B, batch: &BatchTensors<B>);
     /// Fills every parameter gradient; `forward` on the same batch must come first.
     fn backward(&self, be: &B, batch: &BatchTensors<B>);
-    /// (1) mean cross-entropy over the counted targets.
-    fn loss(&self) -> &B::Tensor;
-    /// (BT) log Z per row.
-    fn lse(&self) -> &B::Tensor;
-    /// (BT, V)
-    fn logits(&self) -> &B::Tensor;
+    /// The logits, per-row losses and log Z, and the mean loss of the last forward.
+    fn head(&self) -> &LossHead<B>;
     /// The variance hooks of the model's storages and retrievals, for models that have them.
     fn probes(&self) -> Option<&Probes<B>> {
         None
@@ -53,14 +50,8 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         (**self).backward(be, batch)
     }
-    fn loss(&self) -> &B::Tensor {
-        (**self).loss()
-    }
-    fn lse(&self) -> &B::Tensor {
-        (**self).lse()
-    }
-    fn logits(&self) -> &B::Tensor {
-        (**self).logits()
+    fn head(&self) -> &LossHead<B> {
+        (**self).head()
     }
     fn probes(&self) -> Option<&Probes<B>> {
         (**self).probes()
@@ -101,7 +92,7 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
     }
 
     /// One optimisation step on `batch`; returns the learning rate it used. The loss of the
-    /// batch (before the update) is then in `model.loss()`.
+    /// batch (before the update) is then in `model.head().loss`.
     pub fn step(&mut self, be: &B, batch: &Batch) -> Result<f32> {
         self.batch.write(be, batch)?;
         self.step += 1;
@@ -118,7 +109,7 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
 
     /// The loss of the last step's batch, read back from the device.
     pub async fn loss(&self, be: &B) -> Result<f32> {
-        Ok(be.read(self.model.loss()).await?[0])
+        Ok(be.read(&self.model.head().loss).await?[0])
     }
 
     /// The mean loss of `batch` under the current parameters, without training.

@@ -8,10 +8,11 @@
 //! No biases, no weight tying. `backward` is `forward` read in reverse, op for op.
 
 use crate::batch::BatchTensors;
+use crate::loss::LossHead;
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
 use crate::{Result, TransformerConfig};
-use engine::{AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, NormDims};
+use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims};
 
 /// Parameters of one block, as ids into the layout; `map` turns them into views.
 #[derive(Clone, Debug)]
@@ -143,10 +144,7 @@ pub struct Transformer<B: Backend> {
     blocks: Vec<BlockActs<B::Tensor>>,
     lnf: B::Tensor,       // (BT, C)
     lnf_stats: B::Tensor, // (BT, 2)
-    logits: B::Tensor,    // (BT, V)
-    losses: B::Tensor,    // (BT)
-    lse: B::Tensor,       // (BT)
-    loss: B::Tensor,      // (1)
+    head: LossHead<B>,
     s: Scratch<B::Tensor>,
 }
 
@@ -207,10 +205,7 @@ impl<B: Backend> Transformer<B> {
             blocks,
             lnf: z("final norm", bt * c)?,
             lnf_stats: z("final norm stats", bt * 2)?,
-            logits: z("logits", bt * v)?,
-            losses: z("per-token losses", bt)?,
-            lse: z("log Z", bt)?,
-            loss: z("loss", 1)?,
+            head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
             cfg,
         })
@@ -246,14 +241,6 @@ impl<B: Backend> Transformer<B> {
             t: self.t,
             c: self.cfg.d_model,
             v: self.cfg.vocab,
-        }
-    }
-
-    fn cross_entropy(&self) -> CrossEntropyDims {
-        CrossEntropyDims {
-            rows: self.b * self.t,
-            v: self.cfg.vocab,
-            z: self.cfg.z_loss,
         }
     }
 
@@ -306,30 +293,20 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
         // logits = W_U · Norm(X); loss = mean CE (the z-loss enters the gradient only)
         let last = self.residual_in(self.cfg.n_layers);
         be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm(bt));
-        be.matmul(&self.logits, &self.lnf, &w.w_u, MatmulDims::new(bt, v, c).trans_b());
-        be.cross_entropy_forward(
-            &self.losses,
-            &self.lse,
-            &self.logits,
-            &batch.targets,
-            &batch.loss_scale,
-            self.cross_entropy(),
+        be.matmul(
+            &self.head.logits,
+            &self.lnf,
+            &w.w_u,
+            MatmulDims::new(bt, v, c).trans_b(),
         );
-        be.sum(&self.loss, &self.losses, false);
+        self.head.forward(be, batch);
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, c, f, v) = (self.b * self.t, self.cfg.d_model, self.cfg.d_ff, self.cfg.vocab);
         let hd = self.cfg.n_heads * self.cfg.head_dim;
         let (w, dw, s) = (&self.w, &self.dw, &self.s);
-        be.cross_entropy_backward(
-            &s.dlogits,
-            &self.logits,
-            &self.lse,
-            &batch.targets,
-            &batch.loss_scale,
-            self.cross_entropy(),
-        );
+        self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.lnf, MatmulDims::new(v, c, bt).trans_a());
         be.matmul(&s.dln, &s.dlogits, &w.w_u, MatmulDims::new(bt, c, v));
         be.fill(&s.dresidual, 0.0);
@@ -388,15 +365,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
         );
     }
 
-    fn loss(&self) -> &B::Tensor {
-        &self.loss
-    }
-
-    fn lse(&self) -> &B::Tensor {
-        &self.lse
-    }
-
-    fn logits(&self) -> &B::Tensor {
-        &self.logits
+    fn head(&self) -> &LossHead<B> {
+        &self.head
     }
 }

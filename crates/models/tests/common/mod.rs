@@ -35,8 +35,8 @@ fn objective<M: LanguageModel<Cpu64>>(
     z: f64,
 ) -> f64 {
     model.forward(be, batch);
-    let loss = model.loss().get()[0];
-    let lse = model.lse().get();
+    let loss = model.head().loss.get()[0];
+    let lse = model.head().lse.get();
     let counted: Vec<usize> = (0..host.targets.len()).filter(|&i| host.targets[i] != IGNORE).collect();
     loss + z * counted.iter().map(|&i| lse[i] * lse[i]).sum::<f64>() / counted.len() as f64
 }
