@@ -28,12 +28,8 @@ fn workgroup_sum(lid: u32, v: f32) -> f32 {
 @group(0) @binding(3) var<storage, read> x: array<f32>;            // (rows, C)
 @group(0) @binding(4) var<storage, read> gain: array<f32>;         // (C)
 
-@compute @workgroup_size(256)
-fn norm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = flat_group(wid, nwg);
-    if (row >= p.rows) { return; }
-    let lid = lid3.x;
-    let base = row * p.c;
+// (mean, rstd) of one row, which starts at `base` in x; every thread of the workgroup gets them.
+fn row_stats(lid: u32, base: u32) -> vec2<f32> {
     let n = f32(p.c);
     var mean = 0.0;
     if (p.kind == 0u) {
@@ -43,11 +39,33 @@ fn norm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
     }
     var s2 = 0.0;
     for (var i = lid; i < p.c; i = i + WG) { let d = x[base + i] - mean; s2 = s2 + d * d; }
-    let rstd = inverseSqrt(workgroup_sum(lid, s2) / n + p.eps);
-    for (var i = lid; i < p.c; i = i + WG) { out[base + i] = (x[base + i] - mean) * rstd * gain[i]; }
+    return vec2<f32>(mean, inverseSqrt(workgroup_sum(lid, s2) / n + p.eps));
+}
+
+@compute @workgroup_size(256)
+fn norm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = flat_group(wid, nwg);
+    if (row >= p.rows) { return; }
+    let lid = lid3.x;
+    let base = row * p.c;
+    let st = row_stats(lid, base);
+    for (var i = lid; i < p.c; i = i + WG) { out[base + i] = (x[base + i] - st.x) * st.y * gain[i]; }
     if (lid == 0u) {
-        stats[2u * row] = mean;
-        stats[2u * row + 1u] = rstd;
+        stats[2u * row] = st.x;
+        stats[2u * row + 1u] = st.y;
+    }
+}
+
+// norm_stats(-, stats, x): the statistics alone, for ops that normalise as they read (the RMT's
+// fused retrieval), so the normalised rows are never written.
+@compute @workgroup_size(256)
+fn norm_stats(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = flat_group(wid, nwg);
+    if (row >= p.rows) { return; }
+    let st = row_stats(lid3.x, row * p.c);
+    if (lid3.x == 0u) {
+        stats[2u * row] = st.x;
+        stats[2u * row + 1u] = st.y;
     }
 }
 

@@ -37,6 +37,34 @@ fn retrieve(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     }
 }
 
+// retrieve_normed(y, x, keys, stats, gain): the same from Norm(X) = (x − mean)·rstd·gain, read
+// as it goes from X and the norm's statistics (rows, 2), so Norm(X) is never written.
+@group(0) @binding(4) var<storage, read> stats: array<f32>;   // (tokens, 2)
+@group(0) @binding(5) var<storage, read> gain: array<f32>;    // (D_k·D_v)
+
+@compute @workgroup_size(256)
+fn retrieve_normed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let n = flat_index(gid, nwg);
+    let groups = (p.keys + KPT - 1u) / KPT;
+    if (n >= p.tokens * groups * p.dv) { return; }
+    let v = n % p.dv;
+    let h0 = ((n / p.dv) % groups) * KPT;
+    let t = n / (p.dv * groups);
+    let mean = stats[2u * t];
+    let rstd = stats[2u * t + 1u];
+    var acc = array<f32, KPT>();
+    let last = min(KPT, p.keys - h0);
+    for (var i = 0u; i < p.dk; i = i + 1u) {
+        let xv = (x[(t * p.dk + i) * p.dv + v] - mean) * rstd * gain[i * p.dv + v];
+        for (var j = 0u; j < last; j = j + 1u) {
+            acc[j] = acc[j] + keys[(h0 + j) * p.dk + i] * xv;
+        }
+    }
+    for (var j = 0u; j < last; j = j + 1u) {
+        y[(t * p.keys + h0 + j) * p.dv + v] = acc[j];
+    }
+}
+
 // store(out, base, keys, data): out[t][i][v] = base[t][i][v] + Σ_h keys[h][i] · data[t][h][v]
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> base: array<f32>;
@@ -90,6 +118,31 @@ fn key_grad_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
         let ra = (t * p.keys + h) * p.dv;
         let rb = (t * p.dk + i) * p.dv;
         for (var v = 0u; v < p.dv; v = v + 1u) { acc = acc + ga[ra + v] * gb[rb + v]; }
+    }
+    partials[n] = acc;
+}
+
+// key_grad_partial_normed(partials, a, x, stats, gain): the same with b = Norm(X), read from X
+// (bound as b) and the statistics as it goes.
+
+@compute @workgroup_size(256)
+fn key_grad_partial_normed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let n = flat_index(gid, nwg);
+    let per = p.keys * p.dk;
+    let chunks = (p.tokens + CHUNK - 1u) / CHUNK;
+    if (n >= chunks * per) { return; }
+    let c = n / per;
+    let h = (n % per) / p.dk;
+    let i = n % p.dk;
+    var acc = 0.0;
+    for (var t = c * CHUNK; t < min(p.tokens, (c + 1u) * CHUNK); t = t + 1u) {
+        let ra = (t * p.keys + h) * p.dv;
+        let rb = (t * p.dk + i) * p.dv;
+        let mean = stats[2u * t];
+        let rstd = stats[2u * t + 1u];
+        for (var v = 0u; v < p.dv; v = v + 1u) {
+            acc = acc + ga[ra + v] * (gb[rb + v] - mean) * rstd * gain[i * p.dv + v];
+        }
     }
     partials[n] = acc;
 }

@@ -86,6 +86,8 @@ pub trait Backend {
         gain: &Self::Tensor,
         dims: NormDims,
     );
+    /// stats (rows, 2) = (mean, rstd) alone, for ops that normalise as they read.
+    fn norm_stats(&self, stats: &Self::Tensor, x: &Self::Tensor, dims: NormDims);
     /// dx += ∂L/∂x, dgain = ∂L/∂gain
     fn norm_backward(
         &self,
@@ -115,6 +117,17 @@ pub trait Backend {
     // ---- residual matrices of the RMT (ops/residual_matrix.rs) ----
     /// y (tokens, R', D_v) = keys (R', D_k) · X (tokens, D_k, D_v), per token.
     fn retrieve(&self, y: &Self::Tensor, x: &Self::Tensor, keys: &Self::Tensor, dims: ResidualDims);
+    /// `retrieve` from Norm(X) = (X − mean)·rstd·gain, normalised as it reads: Norm(X) is never
+    /// written. `stats` (tokens, 2) come from `norm_stats`; `gain` is (D_k·D_v).
+    fn retrieve_normed(
+        &self,
+        y: &Self::Tensor,
+        x: &Self::Tensor,
+        stats: &Self::Tensor,
+        gain: &Self::Tensor,
+        keys: &Self::Tensor,
+        dims: ResidualDims,
+    );
     /// out = base + Σ_h keys[h] ⊗ data[h] per token, or out += Σ … when `base` is None.
     fn store(
         &self,
@@ -133,6 +146,18 @@ pub trait Backend {
         partials: &Self::Tensor,
         a: &Self::Tensor,
         b: &Self::Tensor,
+        dims: ResidualDims,
+    );
+    /// `key_grad` with b = Norm(X), normalised as it reads, like `retrieve_normed`.
+    #[allow(clippy::too_many_arguments)]
+    fn key_grad_normed(
+        &self,
+        dkeys: &Self::Tensor,
+        partials: &Self::Tensor,
+        a: &Self::Tensor,
+        x: &Self::Tensor,
+        stats: &Self::Tensor,
+        gain: &Self::Tensor,
         dims: ResidualDims,
     );
 

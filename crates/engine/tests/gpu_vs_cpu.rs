@@ -352,12 +352,62 @@ fn residual_matrix_case<B: Backend>(
     be.store(&stored, Some(&base), &keys, &data, d);
     be.store(&accumulated, None, &keys, &data, d);
     be.key_grad(&dkeys, &partials, &data, &x, d);
-    vec![
+    let mut outputs = vec![
         read(be, &y),
         read(be, &stored),
         read(be, &accumulated),
         read(be, &dkeys),
-    ]
+    ];
+    // Fused with the norm: the same as retrieving from Norm(X) written out.
+    let gain = upload(
+        be,
+        &(0..d.dk * d.dv)
+            .map(|i| 0.5 + (i % 7) as f32 * 0.25)
+            .collect::<Vec<_>>(),
+    );
+    for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+        let nd = NormDims {
+            rows: d.tokens,
+            c: d.dk * d.dv,
+            kind,
+            eps: 1e-5,
+        };
+        let zeros = |what: &str, n: usize| be.zeros(what, n).unwrap();
+        let (stats, normed, stats_only) = (
+            zeros("stats", 2 * d.tokens),
+            zeros("normed", d.matrices()),
+            zeros("stats", 2 * d.tokens),
+        );
+        let (y_fused, dk_fused, dk_plain) = (
+            zeros("y", d.vectors()),
+            zeros("dk", d.key_values()),
+            zeros("dk", d.key_values()),
+        );
+        be.norm_forward(&normed, &stats, &x, &gain, nd);
+        be.norm_stats(&stats_only, &x, nd);
+        be.retrieve_normed(&y_fused, &x, &stats_only, &gain, &keys, d);
+        be.retrieve(&y, &normed, &keys, d);
+        be.key_grad_normed(&dk_fused, &partials, &data, &x, &stats_only, &gain, d);
+        be.key_grad(&dk_plain, &partials, &data, &normed, d);
+        let (a, b, c, e) = (
+            read(be, &y_fused),
+            read(be, &y),
+            read(be, &dk_fused),
+            read(be, &dk_plain),
+        );
+        let close = |p: &[f32], q: &[f32]| p.iter().zip(q).all(|(u, v)| (u - v).abs() <= 1e-5 * (1.0 + v.abs()));
+        assert!(
+            close(&a, &b) && close(&c, &e),
+            "fused and unfused retrievals differ for {kind:?}"
+        );
+        assert_eq!(
+            read(be, &stats_only),
+            read(be, &stats),
+            "norm_stats and norm_forward's stats differ"
+        );
+        outputs.extend([read(be, &stats_only), a, c]);
+    }
+    outputs
 }
 
 /// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups and the 32-token

@@ -140,13 +140,11 @@ pub fn layout(cfg: &RmtConfig) -> ParamLayout {
 
 /// Saved activations of one block.
 struct BlockActs<T> {
-    ln1: T,       // (BT, D_k·D_v)
-    ln1_stats: T, // (BT, 2)
+    ln1_stats: T, // (BT, 2): Norm(X) itself is never written; retrievals normalise as they read
     qkv: T,       // (BT, 3R·D_v)
     atty: T,      // (BT, R·D_v)
     att: T,       // (B, R, T, T)
     res_att: T,   // (BT, D_k·D_v)
-    ln2: T,
     ln2_stats: T,
     xff: T,      // (BT, R·D_v) the FF adapters' retrievals
     fch: T,      // (BT, F)
@@ -157,17 +155,18 @@ struct BlockActs<T> {
 
 /// Gradient scratch shared by all blocks.
 struct Scratch<T> {
-    dlogits: T,   // (BT, V)
-    dresidual: T, // (BT, D_k·D_v)
-    dln: T,       // (BT, D_k·D_v)
-    dvec: T,      // (BT, R·D_v): gradients of retrieved or stored vectors
-    dqkv: T,      // (BT, 3R·D_v)
-    dpre: T,      // (B, R, T, T)
-    dfch: T,      // (BT, F)
-    dfch_gelu: T, // (BT, F)
-    partials: T,  // key-gradient partial sums
-    stored: T,    // (BT, D_k·D_v) a storage alone, for the variance probes
-    dtable: T,    // (T, R·D_v) the unused position gradient of a token gather
+    dlogits: T,     // (BT, V)
+    dresidual: T,   // (BT, D_k·D_v)
+    dln: T,         // (BT, D_k·D_v)
+    dvec: T,        // (BT, R·D_v): gradients of retrieved or stored vectors
+    dqkv: T,        // (BT, 3R·D_v)
+    dpre: T,        // (B, R, T, T)
+    dfch: T,        // (BT, F)
+    dfch_gelu: T,   // (BT, F)
+    partials: T,    // key-gradient partial sums
+    stored: T,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes
+    probe_stats: T, // (BT, 2)
+    dtable: T,      // (T, R·D_v) the unused position gradient of a token gather
 }
 
 /// The position of every row and its buckets, for gathering W_PE like a token table.
@@ -190,12 +189,18 @@ pub struct Rmt<B: Backend> {
     positions: Option<Positions<B>>,
     encoded: B::Tensor, // (BT, D_k·D_v)
     blocks: Vec<BlockActs<B::Tensor>>,
-    lnf: B::Tensor,
     lnf_stats: B::Tensor,
     yu: B::Tensor, // (BT, R·D_v) the unembedding's retrievals
     head: LossHead<B>,
     s: Scratch<B::Tensor>,
     probes: Probes<B>,
+}
+
+/// A residual, its norm's statistics and gain: the input of a retrieval, normalised as read.
+struct Normed<'a, B: Backend> {
+    x: &'a B::Tensor,
+    stats: &'a B::Tensor,
+    gain: &'a B::Tensor,
 }
 
 /// The probed sites of block `l`, in the order `Rmt::site` indexes them.
@@ -227,13 +232,11 @@ impl<B: Backend> Rmt<B> {
         let blocks = (0..l)
             .map(|_| {
                 Ok(BlockActs {
-                    ln1: z("ln1", bt * m)?,
                     ln1_stats: z("ln1 stats", bt * 2)?,
                     qkv: z("qkv", bt * 3 * rv)?,
                     atty: z("attention output", bt * rv)?,
                     att: z("attention probabilities", b * r * t * t)?,
                     res_att: z("residual", bt * m)?,
-                    ln2: z("ln2", bt * m)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
                     xff: z("ff adapters", bt * rv)?,
                     fch: z("ff hidden", bt * f)?,
@@ -260,6 +263,7 @@ impl<B: Backend> Rmt<B> {
             dfch_gelu: z("ff gradient", bt * f)?,
             partials: z("key gradient partial sums", widest.key_grad_scratch())?,
             stored: z("probe scratch", bt * m)?,
+            probe_stats: z("probe scratch", bt * 2)?,
             dtable: z("position gradient scratch", t * rv)?,
         };
         let positions = match cfg.position {
@@ -297,7 +301,6 @@ impl<B: Backend> Rmt<B> {
             positions,
             encoded: z("embeddings", bt * m)?,
             blocks,
-            lnf: z("final norm", bt * m)?,
             lnf_stats: z("final norm stats", bt * 2)?,
             yu: z("unembedding retrievals", bt * rv)?,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,
@@ -394,23 +397,43 @@ impl<B: Backend> Rmt<B> {
         self.probes.record(be, site, Quantity::GradIn, ddata);
     }
 
-    /// Backward of `y = keys ·₁ x` where x is a norm's output: dln = Σ keys ⊗ dy, and dkeys.
-    fn retrieve_backward(
+    /// `y = keys ·₁ Norm(x)`, normalising as it reads; with probes on, also records σ² of
+    /// Norm(x) and of y.
+    fn retrieve_from_norm(&self, be: &B, site: Option<usize>, y: &B::Tensor, keys: &B::Tensor, n: Normed<'_, B>) {
+        let d = self.rm(be.len(keys) / self.cfg.d_k);
+        be.norm_stats(n.stats, n.x, self.norm());
+        be.retrieve_normed(y, n.x, n.stats, n.gain, keys, d);
+        if let (Some(site), true) = (site, self.probes.on.get()) {
+            let s = &self.s;
+            be.norm_forward(&s.stored, &s.probe_stats, n.x, n.gain, self.norm());
+            self.probes.record(be, site, Quantity::In, &s.stored);
+            self.probes.record(be, site, Quantity::Out, y);
+        }
+    }
+
+    /// Backward of `retrieve_from_norm`: dNorm = Σ keys ⊗ dy, the key gradient against Norm(x)
+    /// read on the fly, then the norm's backward into dresidual and the gain's gradient.
+    #[allow(clippy::too_many_arguments)]
+    fn retrieve_from_norm_backward(
         &self,
         be: &B,
-        site: usize,
+        site: Option<usize>,
         dkeys: &B::Tensor,
+        dgain: &B::Tensor,
         dy: &B::Tensor,
         keys: &B::Tensor,
-        x: &B::Tensor,
-        n: usize,
+        n: Normed<'_, B>,
     ) {
         let s = &self.s;
+        let d = self.rm(be.len(keys) / self.cfg.d_k);
         be.fill(&s.dln, 0.0);
-        be.store(&s.dln, None, keys, dy, self.rm(n));
-        be.key_grad(dkeys, &s.partials, dy, x, self.rm(n));
-        self.probes.record(be, site, Quantity::GradOut, dy);
-        self.probes.record(be, site, Quantity::GradIn, &s.dln);
+        be.store(&s.dln, None, keys, dy, d);
+        be.key_grad_normed(dkeys, &s.partials, dy, n.x, n.stats, n.gain, d);
+        if let Some(site) = site {
+            self.probes.record(be, site, Quantity::GradOut, dy);
+            self.probes.record(be, site, Quantity::GradIn, &s.dln);
+        }
+        be.norm_backward(&s.dresidual, dgain, &s.dln, n.x, n.gain, n.stats, self.norm());
     }
 }
 
@@ -430,7 +453,7 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
     fn forward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
         let rv = r * self.cfg.d_v;
-        let (w, p) = (&self.w, &self.probes);
+        let w = &self.w;
         // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
         be.embedding_forward(&self.etok, &batch.tokens, &w.wte, &self.zeros_t, self.gather(v));
         be.fill(&self.encoded, 0.0);
@@ -441,41 +464,38 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
         }
         for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             let x = self.residual_in(l);
+            let site = |layer, op| Some(Self::site(l, layer, op));
             // Q, K, V = r_QKV ·₁ Norm(X); X ← X + Σ_h w_O ⊗ SHA_h
-            be.norm_forward(&a.ln1, &a.ln1_stats, x, &q.ln1, self.norm());
-            be.retrieve(&a.qkv, &a.ln1, &q.r_qkv, self.rm(3 * r));
-            p.record(be, Self::site(l, Layer::Attn, Op::Retrieval), Quantity::In, &a.ln1);
-            p.record(be, Self::site(l, Layer::Attn, Op::Retrieval), Quantity::Out, &a.qkv);
-            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
-            self.store_probed(
-                be,
-                Self::site(l, Layer::Attn, Op::Storage),
-                &a.res_att,
+            let n1 = Normed {
                 x,
-                &q.w_o,
-                &a.atty,
-            );
+                stats: &a.ln1_stats,
+                gain: &q.ln1,
+            };
+            self.retrieve_from_norm(be, site(Layer::Attn, Op::Retrieval), &a.qkv, &q.r_qkv, n1);
+            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
+            let at = Self::site(l, Layer::Attn, Op::Storage);
+            self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.atty);
             // x_FF = r_FF ·₁ Norm(X); f = W2 · GELU(W1 · x_FF); X ← X + Σ_h w_FF ⊗ f_h
-            be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &q.ln2, self.norm());
-            be.retrieve(&a.xff, &a.ln2, &q.r_ff, self.rm(r));
-            p.record(be, Self::site(l, Layer::Ff, Op::Retrieval), Quantity::In, &a.ln2);
-            p.record(be, Self::site(l, Layer::Ff, Op::Retrieval), Quantity::Out, &a.xff);
+            let n2 = Normed {
+                x: &a.res_att,
+                stats: &a.ln2_stats,
+                gain: &q.ln2,
+            };
+            self.retrieve_from_norm(be, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
             be.matmul(&a.fch, &a.xff, &q.w1, MatmulDims::new(bt, f, rv).trans_b());
             be.gelu_forward(&a.fch_gelu, &a.fch);
             be.matmul(&a.f, &a.fch_gelu, &q.w2, MatmulDims::new(bt, rv, f).trans_b());
-            self.store_probed(
-                be,
-                Self::site(l, Layer::Ff, Op::Storage),
-                &a.res_ff,
-                &a.res_att,
-                &q.w_ff,
-                &a.f,
-            );
+            let at = Self::site(l, Layer::Ff, Op::Storage);
+            self.store_probed(be, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
         }
         // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
         let last = self.residual_in(self.cfg.n_layers);
-        be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm());
-        be.retrieve(&self.yu, &self.lnf, &w.r_u, self.rm(r));
+        let nf = Normed {
+            x: last,
+            stats: &self.lnf_stats,
+            gain: &w.lnf,
+        };
+        self.retrieve_from_norm(be, None, &self.yu, &w.r_u, nf);
         be.matmul(
             &self.head.logits,
             &self.yu,
@@ -492,75 +512,43 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
         self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.yu, MatmulDims::new(v, rv, bt).trans_a());
         be.matmul(&s.dvec, &s.dlogits, &w.w_u, MatmulDims::new(bt, rv, v));
-        be.fill(&s.dln, 0.0);
-        be.store(&s.dln, None, &w.r_u, &s.dvec, self.rm(r));
-        be.key_grad(&dw.r_u, &s.partials, &s.dvec, &self.lnf, self.rm(r));
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.cfg.n_layers);
-        be.norm_backward(
-            &s.dresidual,
-            &dw.lnf,
-            &s.dln,
-            last,
-            &w.lnf,
-            &self.lnf_stats,
-            self.norm(),
-        );
+        let nf = Normed {
+            x: last,
+            stats: &self.lnf_stats,
+            gain: &w.lnf,
+        };
+        self.retrieve_from_norm_backward(be, None, &dw.r_u, &dw.lnf, &s.dvec, &w.r_u, nf);
         for l in (0..self.cfg.n_layers).rev() {
             let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
+            let site = |layer, op| Some(Self::site(l, layer, op));
             // FF: dresidual flows through the add unchanged into the storage.
-            self.store_backward(
-                be,
-                Self::site(l, Layer::Ff, Op::Storage),
-                &s.dvec,
-                &dq.w_ff,
-                &q.w_ff,
-                &a.f,
-            );
+            let at = Self::site(l, Layer::Ff, Op::Storage);
+            self.store_backward(be, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
             be.matmul(&dq.w2, &s.dvec, &a.fch_gelu, MatmulDims::new(rv, f, bt).trans_a());
             be.matmul(&s.dfch_gelu, &s.dvec, &q.w2, MatmulDims::new(bt, f, rv));
             be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
             be.matmul(&dq.w1, &s.dfch, &a.xff, MatmulDims::new(f, rv, bt).trans_a());
             be.matmul(&s.dvec, &s.dfch, &q.w1, MatmulDims::new(bt, rv, f));
-            self.retrieve_backward(
-                be,
-                Self::site(l, Layer::Ff, Op::Retrieval),
-                &dq.r_ff,
-                &s.dvec,
-                &q.r_ff,
-                &a.ln2,
-                r,
-            );
-            be.norm_backward(
-                &s.dresidual,
-                &dq.ln2,
-                &s.dln,
-                &a.res_att,
-                &q.ln2,
-                &a.ln2_stats,
-                self.norm(),
-            );
+            let n2 = Normed {
+                x: &a.res_att,
+                stats: &a.ln2_stats,
+                gain: &q.ln2,
+            };
+            let at = site(Layer::Ff, Op::Retrieval);
+            self.retrieve_from_norm_backward(be, at, &dq.r_ff, &dq.ln2, &s.dvec, &q.r_ff, n2);
             // Attention
-            self.store_backward(
-                be,
-                Self::site(l, Layer::Attn, Op::Storage),
-                &s.dvec,
-                &dq.w_o,
-                &q.w_o,
-                &a.atty,
-            );
+            let at = Self::site(l, Layer::Attn, Op::Storage);
+            self.store_backward(be, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
             be.attention_backward(&s.dqkv, &s.dpre, &s.dvec, &a.qkv, &a.att, self.attention(l));
-            self.retrieve_backward(
-                be,
-                Self::site(l, Layer::Attn, Op::Retrieval),
-                &dq.r_qkv,
-                &s.dqkv,
-                &q.r_qkv,
-                &a.ln1,
-                3 * r,
-            );
-            let x = self.residual_in(l);
-            be.norm_backward(&s.dresidual, &dq.ln1, &s.dln, x, &q.ln1, &a.ln1_stats, self.norm());
+            let n1 = Normed {
+                x: self.residual_in(l),
+                stats: &a.ln1_stats,
+                gain: &q.ln1,
+            };
+            let at = site(Layer::Attn, Op::Retrieval);
+            self.retrieve_from_norm_backward(be, at, &dq.r_qkv, &dq.ln1, &s.dqkv, &q.r_qkv, n1);
         }
         // Embedding: the gathered rows' gradients are retrievals of dX⁰ with the storage keys.
         be.retrieve(&s.dvec, &s.dresidual, &w.w_e, self.rm(r));

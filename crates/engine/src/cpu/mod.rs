@@ -225,6 +225,34 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             dims,
         )
     }
+    fn norm_stats(&self, stats: &CpuTensor<T>, x: &CpuTensor<T>, dims: NormDims) {
+        ops::norm::cpu_stats(&mut stats.get_mut(), &x.get(), dims)
+    }
+    fn retrieve_normed(
+        &self,
+        y: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        keys: &CpuTensor<T>,
+        dims: ResidualDims,
+    ) {
+        let (x, stats, gain, keys) = (x.get(), stats.get(), gain.get(), keys.get());
+        ops::residual_matrix::cpu_retrieve_normed(&mut y.get_mut(), &x, &stats, &gain, &keys, dims)
+    }
+    fn key_grad_normed(
+        &self,
+        dkeys: &CpuTensor<T>,
+        _partials: &CpuTensor<T>,
+        a: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        dims: ResidualDims,
+    ) {
+        let (a, x, stats, gain) = (a.get(), x.get(), stats.get(), gain.get());
+        ops::residual_matrix::cpu_key_grad_normed(&mut dkeys.get_mut(), &a, &x, &stats, &gain, dims)
+    }
     fn retrieve(&self, y: &CpuTensor<T>, x: &CpuTensor<T>, keys: &CpuTensor<T>, dims: ResidualDims) {
         ops::residual_matrix::cpu_retrieve(&mut y.get_mut(), &x.get(), &keys.get(), dims)
     }

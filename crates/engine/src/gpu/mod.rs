@@ -252,6 +252,34 @@ impl Backend for GpuBackend {
     ) {
         ops::attention::gpu_backward(self, dqkv, dpre, dout, qkv, att, dims)
     }
+    fn norm_stats(&self, stats: &GpuTensor, x: &GpuTensor, dims: NormDims) {
+        ops::norm::gpu_stats(self, stats, x, dims)
+    }
+    fn retrieve_normed(
+        &self,
+        y: &GpuTensor,
+        x: &GpuTensor,
+        stats: &GpuTensor,
+        gain: &GpuTensor,
+        keys: &GpuTensor,
+        dims: ResidualDims,
+    ) {
+        let norm = ops::residual_matrix::NormedInput { stats, gain };
+        ops::residual_matrix::gpu_retrieve_normed(self, y, x, norm, keys, dims)
+    }
+    fn key_grad_normed(
+        &self,
+        dkeys: &GpuTensor,
+        partials: &GpuTensor,
+        a: &GpuTensor,
+        x: &GpuTensor,
+        stats: &GpuTensor,
+        gain: &GpuTensor,
+        dims: ResidualDims,
+    ) {
+        let norm = ops::residual_matrix::NormedInput { stats, gain };
+        ops::residual_matrix::gpu_key_grad_normed(self, dkeys, partials, a, x, norm, dims)
+    }
     fn retrieve(&self, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, dims: ResidualDims) {
         ops::residual_matrix::gpu_retrieve(self, y, x, keys, dims)
     }

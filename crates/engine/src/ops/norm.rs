@@ -31,24 +31,37 @@ mod cpu_twin {
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
+    /// (mean, rstd) per row; mean is 0 for RMSNorm.
+    pub fn cpu_stats<T: Scalar>(stats: &mut [T], x: &[T], d: NormDims) {
+        assert_eq!(
+            stats.len(),
+            2 * d.rows,
+            "norm: stats has {} values for {d:?}",
+            stats.len()
+        );
+        assert_eq!(x.len(), d.rows * d.c, "norm: x has {} values for {d:?}", x.len());
+        let n = T::of(d.c as f64);
+        stats.par_chunks_mut(2).zip(x.par_chunks(d.c)).for_each(|(st, x)| {
+            let mean = match d.kind {
+                NormKind::LayerNorm => x.iter().copied().sum::<T>() / n,
+                NormKind::RmsNorm => T::zero(),
+            };
+            let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
+            st[0] = mean;
+            st[1] = T::one() / (var + T::of(d.eps as f64)).sqrt();
+        });
+    }
+
     pub fn cpu_forward<T: Scalar>(out: &mut [T], stats: &mut [T], x: &[T], gain: &[T], d: NormDims) {
         check(&d, x.len(), gain.len(), stats.len());
-        let n = T::of(d.c as f64);
+        cpu_stats(stats, x, d);
         out.par_chunks_mut(d.c)
-            .zip(stats.par_chunks_mut(2))
+            .zip(stats.par_chunks(2))
             .zip(x.par_chunks(d.c))
             .for_each(|((o, st), x)| {
-                let mean = match d.kind {
-                    NormKind::LayerNorm => x.iter().copied().sum::<T>() / n,
-                    NormKind::RmsNorm => T::zero(),
-                };
-                let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
-                let rstd = T::one() / (var + T::of(d.eps as f64)).sqrt();
                 for i in 0..d.c {
-                    o[i] = (x[i] - mean) * rstd * gain[i];
+                    o[i] = (x[i] - st[0]) * st[1] * gain[i];
                 }
-                st[0] = mean;
-                st[1] = rstd;
             });
     }
 
@@ -98,6 +111,13 @@ pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, stats: &GpuTensor, x: &Gpu
     check(&d, x.len, gain.len, stats.len);
     let args = [out.arg(), stats.arg(), x.arg(), gain.arg()];
     gpu.dispatch("norm", "norm_forward", &params(&d), &args, grid_1d(d.rows, 1));
+}
+
+pub fn gpu_stats(gpu: &GpuBackend, stats: &GpuTensor, x: &GpuTensor, d: NormDims) {
+    assert_eq!(stats.len, 2 * d.rows, "norm: stats has {} values for {d:?}", stats.len);
+    assert_eq!(x.len, d.rows * d.c, "norm: x has {} values for {d:?}", x.len);
+    let args = [(2, stats.arg()), (3, x.arg())];
+    gpu.dispatch_at("norm", "norm_stats", &params(&d), &args, grid_1d(d.rows, 1));
 }
 
 #[allow(clippy::too_many_arguments)]

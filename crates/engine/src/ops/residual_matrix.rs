@@ -6,6 +6,10 @@
 //!   with the residual add fused (or `X_out += …` when there is no base);
 //! - **key gradient**: `dk[h][i] = Σ_tokens Σ_v a[t,h,v] · b[t,i,v]`, shared by both backwards.
 //!
+//! Retrievals read normalised matrices, so `retrieve_normed` and `key_grad_normed` take X with
+//! its norm's statistics (rows, 2) and gain (D_k·D_v) and normalise as they read: Norm(X) is
+//! never written, which saves a write and a read of every matrix per norm, and its memory.
+//!
 //! The backwards are these same three kernels: the data gradient of a retrieval is a storage of
 //! dy with the same keys, and the data gradient of a storage is a retrieval of dX_out.
 //! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
@@ -73,6 +77,35 @@ mod cpu_twin {
                     }
                 }
             });
+    }
+
+    /// Norm(X) per token from its statistics (mean, rstd) and gain: the reference for the fused
+    /// kernels, which compute the same values as they read.
+    pub fn cpu_normalised<T: Scalar>(x: &[T], stats: &[T], gain: &[T], d: ResidualDims) -> Vec<T> {
+        let m = d.dk * d.dv;
+        assert_eq!(
+            stats.len(),
+            2 * d.tokens,
+            "normed: stats has {} values for {d:?}",
+            stats.len()
+        );
+        assert_eq!(gain.len(), m, "normed: gain has {} values for {d:?}", gain.len());
+        x.chunks(m)
+            .enumerate()
+            .flat_map(|(t, row)| {
+                row.iter()
+                    .zip(gain)
+                    .map(move |(&v, &g)| (v - stats[2 * t]) * stats[2 * t + 1] * g)
+            })
+            .collect()
+    }
+
+    pub fn cpu_retrieve_normed<T: Scalar>(y: &mut [T], x: &[T], stats: &[T], gain: &[T], keys: &[T], d: ResidualDims) {
+        cpu_retrieve(y, &cpu_normalised(x, stats, gain, d), keys, d)
+    }
+
+    pub fn cpu_key_grad_normed<T: Scalar>(dkeys: &mut [T], a: &[T], x: &[T], stats: &[T], gain: &[T], d: ResidualDims) {
+        cpu_key_grad(dkeys, a, &cpu_normalised(x, stats, gain, d), d)
     }
 
     /// out (tokens, D_k, D_v) = base + Σ_h keys[h] ⊗ data[h], or out += Σ … without a base.
@@ -183,6 +216,67 @@ pub fn gpu_key_grad(
         "key_grad_reduce",
         &params(&d),
         &[dkeys.arg(), partials.arg()],
+        grid_1d(d.key_values(), 256),
+    );
+}
+
+/// Statistics and gain of the norm a fused retrieval applies as it reads.
+pub struct NormedInput<'a> {
+    pub stats: &'a GpuTensor,
+    pub gain: &'a GpuTensor,
+}
+
+pub fn gpu_retrieve_normed(
+    gpu: &GpuBackend,
+    y: &GpuTensor,
+    x: &GpuTensor,
+    norm: NormedInput<'_>,
+    keys: &GpuTensor,
+    d: ResidualDims,
+) {
+    d.check("retrieve_normed", x.len, y.len, keys.len);
+    assert_eq!(norm.stats.len, 2 * d.tokens, "retrieve_normed: stats");
+    assert_eq!(norm.gain.len, d.dk * d.dv, "retrieve_normed: gain");
+    let threads = d.tokens * d.dv * d.keys.div_ceil(RETRIEVE_KEYS_PER_THREAD);
+    let args = [y.arg(), x.arg(), keys.arg(), norm.stats.arg(), norm.gain.arg()];
+    gpu.dispatch(
+        "residual_matrix",
+        "retrieve_normed",
+        &params(&d),
+        &args,
+        grid_1d(threads, 256),
+    );
+}
+
+pub fn gpu_key_grad_normed(
+    gpu: &GpuBackend,
+    dkeys: &GpuTensor,
+    partials: &GpuTensor,
+    a: &GpuTensor,
+    x: &GpuTensor,
+    norm: NormedInput<'_>,
+    d: ResidualDims,
+) {
+    d.check("key_grad_normed", x.len, a.len, dkeys.len);
+    assert!(
+        partials.len >= d.key_grad_scratch(),
+        "key_grad_normed: scratch too short"
+    );
+    let args = [partials.arg(), a.arg(), x.arg(), norm.stats.arg(), norm.gain.arg()];
+    let pr = params(&d);
+    gpu.dispatch(
+        "residual_matrix",
+        "key_grad_partial_normed",
+        &pr,
+        &args,
+        grid_1d(d.key_grad_scratch(), 256),
+    );
+    let args = [dkeys.arg(), partials.arg()];
+    gpu.dispatch(
+        "residual_matrix",
+        "key_grad_reduce",
+        &pr,
+        &args,
         grid_1d(d.key_values(), 256),
     );
 }
