@@ -46,7 +46,7 @@ pub struct BucketsArgs {
     pub batches: usize,
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
-    /// Print a list of objects with layer, table, entropy and dead_buckets.
+    /// Print a list of objects with layer, table, entropy, dead_buckets and counts.
     #[arg(long)]
     pub json: bool,
 }

@@ -116,7 +116,7 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
     // The tiny preset: 2 blocks × (qkv, ml1, ml2) × K = 16 tables.
     assert_eq!(stats.len(), 2 * 3 * 16, "{stats:?}");
     for s in &stats {
-        for key in ["layer", "table", "entropy", "dead_buckets"] {
+        for key in ["layer", "table", "entropy", "dead_buckets", "counts"] {
             assert!(s.get(key).is_some(), "{key} missing from {s}");
         }
         let e = s["entropy"].as_f64().unwrap();

@@ -31,6 +31,8 @@ pub struct TableStats {
     pub table: usize,
     pub entropy: f64,
     pub dead_buckets: usize,
+    /// Hits of each of the 2^τ buckets.
+    pub counts: Vec<u64>,
 }
 
 /// Reads the counts of the last forward from the bucket starts.
@@ -87,6 +89,7 @@ impl BucketCounts {
                 table,
                 entropy: normalised_entropy(c),
                 dead_buckets: c.iter().filter(|&&n| n == 0).count(),
+                counts: c.clone(),
             })
             .collect()
     }
