@@ -459,7 +459,7 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
         be.fill(&self.encoded, 0.0);
         be.store(&self.encoded, None, &w.w_e, &self.etok, self.rm(r));
         if let (Some(epos), Some(pos), Some(wpe), Some(w_pe)) = (&self.epos, &self.positions, &w.wpe, &w.w_pe) {
-            be.embedding_forward(epos, &pos.rows, &wpe, &self.zeros_t, self.gather(self.cfg.seq_len));
+            be.embedding_forward(epos, &pos.rows, wpe, &self.zeros_t, self.gather(self.cfg.seq_len));
             be.store(&self.encoded, None, w_pe, epos, self.rm(r));
         }
         for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
