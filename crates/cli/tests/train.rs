@@ -95,6 +95,45 @@ fn bad_arguments_say_what_to_do() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A model far beyond this machine's memory (1.2 TB of tables) is refused with a reason.
+    let out = resmem()
+        .args([
+            "train",
+            "--arch",
+            "memoryformer",
+            "--backend",
+            "cpu",
+            "--d-model",
+            "4096",
+            "--tau",
+            "14",
+            "--out",
+        ])
+        .arg(dir.path().join("big"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("more than this machine can allocate"),
+        "{err}"
+    );
+    // τ past 14 makes ML2's tables 2^17 rows and more: a config error that says so.
+    let out = resmem()
+        .args([
+            "train",
+            "--arch",
+            "memoryformer",
+            "--backend",
+            "cpu",
+            "--tau",
+            "15",
+            "--out",
+        ])
+        .arg(dir.path().join("tau"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("tau of at most 14"), "{err}");
 }
 
 /// The MemoryFormer learns copy, saves its model, and `analyze buckets` reports every table of

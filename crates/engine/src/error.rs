@@ -22,6 +22,11 @@ pub enum EngineError {
         limit_mib: f64,
         kind: &'static str,
     },
+    #[error(
+        "this config needs {needed_mib:.1} MiB for `{what}`, more than this machine can allocate. Make the \
+         model or the batch smaller (fewer layers, a smaller width, a shorter sequence or a smaller batch)"
+    )]
+    OutOfMemory { what: String, needed_mib: f64 },
     #[error("the GPU reported an error: {0}")]
     Gpu(String),
     #[error("the GPU device was lost ({0}); reload the page or restart the run to create a new one")]

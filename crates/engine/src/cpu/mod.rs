@@ -4,8 +4,8 @@
 
 use crate::ops::{self, Scalar};
 use crate::{
-    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, ResidualDims,
-    Result,
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, MemoryDims, NormDims,
+    ResidualDims, Result,
 };
 use std::cell::{Ref, RefCell, RefMut};
 use std::marker::PhantomData;
@@ -65,9 +65,16 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             rayon::current_num_threads()
         )
     }
-    fn zeros(&self, _what: &str, len: usize) -> Result<CpuTensor<T>> {
+    fn zeros(&self, what: &str, len: usize) -> Result<CpuTensor<T>> {
+        // A config far beyond this machine's memory fails here, with a message, not an abort.
+        let mut data = Vec::new();
+        data.try_reserve_exact(len).map_err(|_| EngineError::OutOfMemory {
+            what: what.into(),
+            needed_mib: len as f64 * std::mem::size_of::<T>() as f64 / (1024.0 * 1024.0),
+        })?;
+        data.resize(len, T::zero());
         Ok(CpuTensor {
-            data: Rc::new(RefCell::new(vec![T::zero(); len])),
+            data: Rc::new(RefCell::new(data)),
             offset: 0,
             len,
         })
