@@ -5,26 +5,48 @@ struct Params { n: u32, flag: u32, boost_end: u32 }
 
 var<workgroup> red: array<f32, 256>;
 
-// sum(out, x): out[0] = Σ x (flag 0) or Σ x² (flag 1). One workgroup: each thread sums a fixed
-// stride of x, then a fixed tree combines the 256 partial sums. Bit-identical across runs.
-@group(0) @binding(1) var<storage, read_write> total: array<f32>;  // (1)
-@group(0) @binding(2) var<storage, read> x: array<f32>;            // (n)
+// Σ x (flag 0) or Σ x² (flag 1) in two launches, bit-identical across runs: sum_partial gives
+// each of G workgroups one contiguous block of x (G depends only on n), each thread a fixed
+// stride of it and a fixed tree the 256 thread sums; sum_final adds the G partials the same way.
+@group(0) @binding(1) var<storage, read_write> total: array<f32>;  // (G) partials, or (1)
+@group(0) @binding(2) var<storage, read> x: array<f32>;            // (n), or the (G) partials
 
-@compute @workgroup_size(256)
-fn sum(@builtin(local_invocation_id) lid3: vec3<u32>) {
-    let lid = lid3.x;
-    var s = 0.0;
-    for (var i = lid; i < p.n; i = i + WG) {
-        let v = x[i];
-        if (p.flag != 0u) { s = s + v * v; } else { s = s + v; }
-    }
-    red[lid] = s;
+// The fixed tree over the workgroup's 256 values of `red`; thread 0 gets the sum.
+fn tree_sum(lid: u32) -> f32 {
     workgroupBarrier();
     for (var k = 128u; k > 0u; k = k >> 1u) {
         if (lid < k) { red[lid] = red[lid] + red[lid + k]; }
         workgroupBarrier();
     }
-    if (lid == 0u) { total[0] = red[0]; }
+    return red[0];
+}
+
+// sum_partial(partials, x): p.boost_end carries G, the number of blocks.
+@compute @workgroup_size(256)
+fn sum_partial(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let block = (p.n + p.boost_end - 1u) / p.boost_end;
+    let start = wid.x * block;
+    let end = min(p.n, start + block);
+    var s = 0.0;
+    for (var i = start + lid; i < end; i = i + WG) {
+        let v = x[i];
+        if (p.flag != 0u) { s = s + v * v; } else { s = s + v; }
+    }
+    red[lid] = s;
+    let t = tree_sum(lid);
+    if (lid == 0u) { total[wid.x] = t; }
+}
+
+// sum_final(out, partials): n = G.
+@compute @workgroup_size(256)
+fn sum_final(@builtin(local_invocation_id) lid3: vec3<u32>) {
+    let lid = lid3.x;
+    var s = 0.0;
+    for (var i = lid; i < p.n; i = i + WG) { s = s + x[i]; }
+    red[lid] = s;
+    let t = tree_sum(lid);
+    if (lid == 0u) { total[0] = t; }
 }
 
 // adamw(params, m, v, grads, hyper, grad_sumsq), flag = decay_end: values before it get weight

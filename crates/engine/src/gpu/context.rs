@@ -1,6 +1,6 @@
 //! The GPU context, built once: device, queue, pipeline cache and the list of pending launches.
 
-use super::{Arg, Dispatch};
+use super::{Arg, Dispatch, GpuTensor};
 use crate::{shaders, EngineError, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -22,6 +22,8 @@ pub struct GpuBackend {
     /// The first error the device raised outside an error scope, reported at the next flush.
     error: Arc<Mutex<Option<String>>>,
     lost: Arc<Mutex<Option<String>>>,
+    /// The partial sums of `sum`'s first launch, shared by every sum: launches run in order.
+    sum_partials: GpuTensor,
 }
 
 impl GpuBackend {
@@ -70,7 +72,18 @@ impl GpuBackend {
         } else {
             info.name.clone()
         };
+        let sum_partials = GpuTensor {
+            buffer: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("sum partials"),
+                size: (crate::ops::optim::SUM_BLOCKS * 4) as u64,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            offset: 0,
+            len: crate::ops::optim::SUM_BLOCKS,
+        };
         Ok(Self {
+            sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
             device,
             queue,
@@ -82,6 +95,10 @@ impl GpuBackend {
             error,
             lost,
         })
+    }
+
+    pub(crate) fn sum_partials(&self) -> GpuTensor {
+        self.sum_partials.clone()
     }
 
     /// A zeroed storage buffer of `len` 4-byte values, checked against the device's limits.

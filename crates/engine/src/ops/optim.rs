@@ -1,6 +1,7 @@
 //! Deterministic reductions and AdamW with decay groups and global-norm clipping.
 
 use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+use crate::Backend;
 
 /// The per-step values AdamW reads from a small tensor, written by the host every step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,13 +97,30 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
+/// Workgroups of the first launch of `sum`: one per 16 384 values, at most SUM_BLOCKS. It
+/// depends on n alone, so the order of every addition is fixed by n.
+pub(crate) const SUM_BLOCKS: usize = 1024;
+
+fn sum_blocks(n: usize) -> usize {
+    n.div_ceil(16 * 1024).clamp(1, SUM_BLOCKS)
+}
+
 pub fn gpu_sum(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor, squares: bool) {
     assert!(out.len >= 1, "sum: out needs one value");
+    let g = sum_blocks(x.len);
+    let partials = gpu.sum_partials();
     gpu.dispatch(
         "optim",
-        "sum",
-        &[x.len as u32, squares as u32],
-        &[out.arg(), x.arg()],
+        "sum_partial",
+        &[x.len as u32, squares as u32, g as u32],
+        &[partials.arg(), x.arg()],
+        [g as u32, 1, 1],
+    );
+    gpu.dispatch(
+        "optim",
+        "sum_final",
+        &[g as u32, 0, 0],
+        &[out.arg(), gpu.view(&partials, 0, g).arg()],
         [1, 1, 1],
     );
 }
