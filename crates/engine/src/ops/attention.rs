@@ -49,6 +49,51 @@ mod cpu_twin {
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
+    /// A matrix in a slice: the element (i, j) is at `offset + i·rs + j·cs`.
+    #[derive(Clone, Copy)]
+    struct Mat {
+        offset: usize,
+        rs: usize,
+        cs: usize,
+    }
+
+    /// c (m×n, row stride rsc, from `c_at`) = a (m×k) · b (k×n), on the calling thread.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm<T: Scalar>(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[T],
+        am: Mat,
+        b: &[T],
+        bm: Mat,
+        c: &mut [T],
+        c_at: usize,
+        rsc: usize,
+    ) {
+        let last = |x: Mat, rows: usize, cols: usize| x.offset + (rows - 1) * x.rs + (cols - 1) * x.cs;
+        assert!(last(am, m, k) < a.len() && last(bm, k, n) < b.len() && c_at + (m - 1) * rsc + n <= c.len());
+        // SAFETY: the last element each operand touches was checked against its slice above.
+        unsafe {
+            T::gemm(
+                m,
+                k,
+                n,
+                a.as_ptr().add(am.offset),
+                am.rs as isize,
+                am.cs as isize,
+                b.as_ptr().add(bm.offset),
+                bm.rs as isize,
+                bm.cs as isize,
+                T::zero(),
+                c.as_mut_ptr().add(c_at),
+                rsc as isize,
+            )
+        }
+    }
+
+    /// Per batch element and head: scores = scale·q·kᵀ + bias by GEMM, a causal softmax per
+    /// row, then out = att·v by GEMM. att keeps the probabilities, 0 above the diagonal.
     pub fn cpu_forward<T: Scalar>(out: &mut [T], att: &mut [T], qkv: &[T], d: AttentionDims) {
         d.check(qkv.len(), out.len(), att.len());
         let (tt, c) = (d.t, d.h * d.dh);
@@ -57,16 +102,25 @@ mod cpu_twin {
             .zip(att.par_chunks_mut(d.h * tt * tt))
             .enumerate()
             .for_each(|(b, (out, att))| {
-                let at = |t: usize, h: usize, part: usize| (b * tt + t) * 3 * c + part * c + h * d.dh;
+                // q, k, v of head h: (T, Dh) with row stride 3C inside this batch's tokens.
+                let part = |p: usize, h: usize| Mat {
+                    offset: b * tt * 3 * c + p * c + h * d.dh,
+                    rs: 3 * c,
+                    cs: 1,
+                };
                 for h in 0..d.h {
+                    let k = part(1, h);
+                    let kt = Mat {
+                        offset: k.offset,
+                        rs: 1,
+                        cs: 3 * c,
+                    };
+                    gemm(tt, d.dh, tt, qkv, part(0, h), qkv, kt, att, h * tt * tt, tt);
+                    let slope = T::of(d.slope(h));
                     for t in 0..tt {
                         let row = &mut att[(h * tt + t) * tt..(h * tt + t + 1) * tt];
-                        let q = &qkv[at(t, h, 0)..at(t, h, 0) + d.dh];
-                        let slope = T::of(d.slope(h));
-                        for s in 0..=t {
-                            let k = &qkv[at(s, h, 1)..at(s, h, 1) + d.dh];
-                            let bias = -slope * T::of((t - s) as f64);
-                            row[s] = q.iter().zip(k).map(|(&a, &b)| a * b).sum::<T>() * scale + bias;
+                        for (s, a) in row[..=t].iter_mut().enumerate() {
+                            *a = *a * scale - slope * T::of((t - s) as f64);
                         }
                         let mx = row[..=t].iter().copied().fold(T::neg_infinity(), T::max);
                         let mut sum = T::zero();
@@ -78,14 +132,20 @@ mod cpu_twin {
                             *a = *a / sum;
                         }
                         row[t + 1..].fill(T::zero());
-                        for dd in 0..d.dh {
-                            out[t * c + h * d.dh + dd] = (0..=t).map(|s| row[s] * qkv[at(s, h, 2) + dd]).sum();
-                        }
                     }
+                    let probs = Mat {
+                        offset: h * tt * tt,
+                        rs: tt,
+                        cs: 1,
+                    };
+                    let att_h: &[T] = att;
+                    gemm(tt, tt, d.dh, att_h, probs, qkv, part(2, h), out, h * d.dh, c);
                 }
             });
     }
 
+    /// Per batch element and head, by GEMM: datt = dout·vᵀ; dpre = att ⊙ (datt − Σ att·datt);
+    /// dq = scale·dpre·k, dk = scale·dpreᵀ·q, dv = attᵀ·dout.
     pub fn cpu_backward<T: Scalar>(dqkv: &mut [T], dpre: &mut [T], dout: &[T], qkv: &[T], att: &[T], d: AttentionDims) {
         d.check(qkv.len(), dout.len(), att.len());
         let (tt, c) = (d.t, d.h * d.dh);
@@ -94,50 +154,60 @@ mod cpu_twin {
             .zip(dpre.par_chunks_mut(d.h * tt * tt))
             .enumerate()
             .for_each(|(b, (dqkv, dpre))| {
-                let at = |t: usize, h: usize, part: usize| (b * tt + t) * 3 * c + part * c + h * d.dh;
-                let local = |t: usize, h: usize, part: usize| t * 3 * c + part * c + h * d.dh;
-                let att = &att[b * d.h * tt * tt..];
-                let dout = &dout[b * tt * c..];
+                let part = |p: usize, h: usize| Mat {
+                    offset: b * tt * 3 * c + p * c + h * d.dh,
+                    rs: 3 * c,
+                    cs: 1,
+                };
+                let att = &att[b * d.h * tt * tt..(b + 1) * d.h * tt * tt];
                 for h in 0..d.h {
-                    // Per query row t: the logits' gradient, then dq.
+                    let go = Mat {
+                        offset: b * tt * c + h * d.dh,
+                        rs: c,
+                        cs: 1,
+                    };
+                    let v = part(2, h);
+                    let vt = Mat {
+                        offset: v.offset,
+                        rs: 1,
+                        cs: 3 * c,
+                    };
+                    gemm(tt, d.dh, tt, dout, go, qkv, vt, dpre, h * tt * tt, tt);
                     for t in 0..tt {
-                        let arow = (h * tt + t) * tt;
-                        let go = &dout[t * c + h * d.dh..t * c + (h + 1) * d.dh];
-                        let datt: Vec<T> = (0..=t)
-                            .map(|s| {
-                                go.iter()
-                                    .zip(&qkv[at(s, h, 2)..at(s, h, 2) + d.dh])
-                                    .map(|(&a, &b)| a * b)
-                                    .sum()
-                            })
-                            .collect();
-                        let tmp: T = (0..=t).map(|s| att[arow + s] * datt[s]).sum();
+                        let r = (h * tt + t) * tt;
+                        let tmp: T = (0..=t).map(|s| att[r + s] * dpre[r + s]).sum();
                         for s in 0..tt {
-                            dpre[arow + s] = if s <= t {
-                                att[arow + s] * (datt[s] - tmp)
+                            dpre[r + s] = if s <= t {
+                                att[r + s] * (dpre[r + s] - tmp) * scale
                             } else {
                                 T::zero()
                             };
                         }
-                        for dd in 0..d.dh {
-                            let acc: T = (0..=t).map(|s| dpre[arow + s] * qkv[at(s, h, 1) + dd]).sum();
-                            dqkv[local(t, h, 0) + dd] = acc * scale;
-                        }
                     }
-                    // Per key row s: dk and dv over the query rows t ≥ s.
-                    for s in 0..tt {
-                        for dd in 0..d.dh {
-                            let (mut dk, mut dv) = (T::zero(), T::zero());
-                            for t in s..tt {
-                                let a = (h * tt + t) * tt + s;
-                                dk = dk + dpre[a] * qkv[at(t, h, 0) + dd];
-                                dv = dv + att[a] * dout[t * c + h * d.dh + dd];
-                            }
-                            dqkv[local(s, h, 1) + dd] = dk * scale;
-                            dqkv[local(s, h, 2) + dd] = dv;
-                        }
-                    }
+                    // With dpre scaled, dq and dk are plain products.
+                    let dp = Mat {
+                        offset: h * tt * tt,
+                        rs: tt,
+                        cs: 1,
+                    };
+                    let dpt = Mat {
+                        offset: h * tt * tt,
+                        rs: 1,
+                        cs: tt,
+                    };
+                    let local = |p: usize| p * c + h * d.dh;
+                    let dpre_h: &[T] = dpre;
+                    gemm(tt, tt, d.dh, dpre_h, dp, qkv, part(1, h), dqkv, local(0), 3 * c);
+                    gemm(tt, tt, d.dh, dpre_h, dpt, qkv, part(0, h), dqkv, local(1), 3 * c);
+                    let at = Mat {
+                        offset: h * tt * tt,
+                        rs: 1,
+                        cs: tt,
+                    };
+                    gemm(tt, tt, d.dh, att, at, dout, go, dqkv, local(2), 3 * c);
                 }
+                // dpre keeps the logits' gradient itself, without the scale, as the GPU's does.
+                dpre.iter_mut().for_each(|g| *g = *g / scale);
             });
     }
 }

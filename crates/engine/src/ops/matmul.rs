@@ -83,6 +83,32 @@ impl MatmulDims {
 }
 
 #[cfg(feature = "cpu")]
+/// One product on the calling thread, for callers that already split the work: the RMT's
+/// per-token key gradients.
+pub fn cpu_single<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims) {
+    assert_eq!(d.batch, 1, "cpu_single multiplies one pair of matrices");
+    d.check(out.len(), a.len(), b.len());
+    let ((rsa, csa), (rsb, csb)) = d.strides();
+    let beta = if d.accumulate { T::one() } else { T::zero() };
+    // SAFETY: the strides and extents were checked against the slice lengths above.
+    unsafe {
+        T::gemm(
+            d.m,
+            d.k,
+            d.n,
+            a.as_ptr(),
+            rsa as isize,
+            csa as isize,
+            b.as_ptr(),
+            rsb as isize,
+            csb as isize,
+            beta,
+            out.as_mut_ptr(),
+            d.n as isize,
+        )
+    }
+}
+
 pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims) {
     use rayon::prelude::*;
     d.check(out.len(), a.len(), b.len());

@@ -62,21 +62,55 @@ impl ResidualDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
-    use crate::ops::Scalar;
+    use crate::ops::{matmul, Scalar};
+    use crate::MatmulDims;
     use rayon::prelude::*;
+
+    // Retrieval and storage are batched GEMMs with the key matrix shared across tokens (stride
+    // 0 in `matmul::cpu`); the key gradient sums per-token GEMMs in fixed chunks of tokens.
 
     /// y (tokens, R', D_v) = keys · X per token.
     pub fn cpu_retrieve<T: Scalar>(y: &mut [T], x: &[T], keys: &[T], d: ResidualDims) {
         d.check("retrieve", x.len(), y.len(), keys.len());
-        y.par_chunks_mut(d.keys * d.dv)
-            .zip(x.par_chunks(d.dk * d.dv))
-            .for_each(|(y, x)| {
-                for h in 0..d.keys {
-                    for v in 0..d.dv {
-                        y[h * d.dv + v] = (0..d.dk).map(|i| keys[h * d.dk + i] * x[i * d.dv + v]).sum();
-                    }
+        let dims = MatmulDims::new(d.keys, d.dv, d.dk).batched(d.tokens, true, false);
+        matmul::cpu(y, keys, x, dims);
+    }
+
+    /// out (tokens, D_k, D_v) = base + Σ_h keys[h] ⊗ data[h], or out += Σ … without a base.
+    pub fn cpu_store<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
+        d.check("store", out.len(), data.len(), keys.len());
+        if let Some(base) = base {
+            assert_eq!(base.len(), out.len(), "store: base and out differ in length");
+            out.copy_from_slice(base);
+        }
+        // out[t] (D_k×D_v) += keysᵀ (D_k×R') · data[t] (R'×D_v)
+        let dims = MatmulDims::new(d.dk, d.dv, d.keys)
+            .trans_a()
+            .accumulate()
+            .batched(d.tokens, true, false);
+        matmul::cpu(out, keys, data, dims);
+    }
+
+    /// dkeys (R', D_k) = Σ_t a[t] · b[t]ᵀ, with a (tokens, R', D_v) and b (tokens, D_k, D_v):
+    /// each chunk of KEY_GRAD_CHUNK tokens in parallel, then the chunks in order, as on the GPU.
+    pub fn cpu_key_grad<T: Scalar>(dkeys: &mut [T], a: &[T], b: &[T], d: ResidualDims) {
+        d.check("key_grad", b.len(), a.len(), dkeys.len());
+        let (va, vb) = (d.keys * d.dv, d.dk * d.dv);
+        let partials: Vec<Vec<T>> = (0..d.tokens.div_ceil(KEY_GRAD_CHUNK))
+            .into_par_iter()
+            .map(|c| {
+                let mut part = vec![T::zero(); d.key_values()];
+                for t in c * KEY_GRAD_CHUNK..d.tokens.min((c + 1) * KEY_GRAD_CHUNK) {
+                    let dims = MatmulDims::new(d.keys, d.dk, d.dv).trans_b().accumulate();
+                    matmul::cpu_single(&mut part, &a[t * va..(t + 1) * va], &b[t * vb..(t + 1) * vb], dims);
                 }
-            });
+                part
+            })
+            .collect();
+        dkeys.fill(T::zero());
+        for part in &partials {
+            dkeys.iter_mut().zip(part).for_each(|(g, &p)| *g = *g + p);
+        }
     }
 
     /// Norm(X) per token from its statistics (mean, rstd) and gain: the reference for the fused
@@ -106,42 +140,6 @@ mod cpu_twin {
 
     pub fn cpu_key_grad_normed<T: Scalar>(dkeys: &mut [T], a: &[T], x: &[T], stats: &[T], gain: &[T], d: ResidualDims) {
         cpu_key_grad(dkeys, a, &cpu_normalised(x, stats, gain, d), d)
-    }
-
-    /// out (tokens, D_k, D_v) = base + Σ_h keys[h] ⊗ data[h], or out += Σ … without a base.
-    pub fn cpu_store<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
-        d.check("store", out.len(), data.len(), keys.len());
-        if let Some(base) = base {
-            assert_eq!(base.len(), out.len(), "store: base and out differ in length");
-        }
-        out.par_chunks_mut(d.dk * d.dv)
-            .zip(data.par_chunks(d.keys * d.dv))
-            .enumerate()
-            .for_each(|(t, (out, data))| {
-                for i in 0..d.dk {
-                    for v in 0..d.dv {
-                        let s: T = (0..d.keys).map(|h| keys[h * d.dk + i] * data[h * d.dv + v]).sum();
-                        let o = i * d.dv + v;
-                        let before = base.map_or(out[o], |b| b[t * d.dk * d.dv + o]);
-                        out[o] = before + s;
-                    }
-                }
-            });
-    }
-
-    /// dkeys (R', D_k) = Σ_t a[t] · b[t]ᵀ, with a (tokens, R', D_v) and b (tokens, D_k, D_v).
-    pub fn cpu_key_grad<T: Scalar>(dkeys: &mut [T], a: &[T], b: &[T], d: ResidualDims) {
-        d.check("key_grad", b.len(), a.len(), dkeys.len());
-        dkeys.par_iter_mut().enumerate().for_each(|(j, dk)| {
-            let (h, i) = (j / d.dk, j % d.dk);
-            *dk = (0..d.tokens)
-                .map(|t| {
-                    let a = &a[(t * d.keys + h) * d.dv..][..d.dv];
-                    let b = &b[(t * d.dk + i) * d.dv..][..d.dv];
-                    a.iter().zip(b).map(|(&a, &b)| a * b).sum::<T>()
-                })
-                .sum();
-        });
     }
 }
 #[cfg(feature = "cpu")]
