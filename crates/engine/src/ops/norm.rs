@@ -89,11 +89,27 @@ mod cpu_twin {
                 dx[i] = dx[i] + rstd * (g[i] * gain[i] - mean_dn - nrm * mean_dn_norm);
             }
         });
-        dgain.par_iter_mut().enumerate().for_each(|(c, dg)| {
-            *dg = (0..d.rows)
-                .map(|r| dout[r * d.c + c] * (x[r * d.c + c] - stats[2 * r]) * stats[2 * r + 1])
-                .sum();
-        });
+        // dgain = Σ_rows dout ⊙ x̂: rows in fixed chunks walked along memory, then the chunks in
+        // order, so the sum does not depend on the thread count.
+        const ROWS: usize = 64;
+        let partials: Vec<Vec<T>> = (0..d.rows.div_ceil(ROWS))
+            .into_par_iter()
+            .map(|ch| {
+                let mut part = vec![T::zero(); d.c];
+                for r in ch * ROWS..d.rows.min((ch + 1) * ROWS) {
+                    let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
+                    let (g, x) = (&dout[r * d.c..(r + 1) * d.c], &x[r * d.c..(r + 1) * d.c]);
+                    for i in 0..d.c {
+                        part[i] = part[i] + g[i] * (x[i] - mean) * rstd;
+                    }
+                }
+                part
+            })
+            .collect();
+        dgain.fill(T::zero());
+        for part in &partials {
+            dgain.iter_mut().zip(part).for_each(|(a, &b)| *a = *a + b);
+        }
     }
 }
 #[cfg(feature = "cpu")]

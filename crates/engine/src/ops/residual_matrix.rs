@@ -124,14 +124,17 @@ mod cpu_twin {
             stats.len()
         );
         assert_eq!(gain.len(), m, "normed: gain has {} values for {d:?}", gain.len());
-        x.chunks(m)
+        let mut out = vec![T::zero(); x.len()];
+        out.par_chunks_mut(m)
+            .zip(x.par_chunks(m))
             .enumerate()
-            .flat_map(|(t, row)| {
-                row.iter()
-                    .zip(gain)
-                    .map(move |(&v, &g)| (v - stats[2 * t]) * stats[2 * t + 1] * g)
-            })
-            .collect()
+            .for_each(|(t, (o, row))| {
+                let (mean, rstd) = (stats[2 * t], stats[2 * t + 1]);
+                for i in 0..m {
+                    o[i] = (row[i] - mean) * rstd * gain[i];
+                }
+            });
+        out
     }
 
     pub fn cpu_retrieve_normed<T: Scalar>(y: &mut [T], x: &[T], stats: &[T], gain: &[T], keys: &[T], d: ResidualDims) {
