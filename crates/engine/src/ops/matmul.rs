@@ -82,9 +82,9 @@ impl MatmulDims {
     }
 }
 
-#[cfg(feature = "cpu")]
 /// One product on the calling thread, for callers that already split the work: the RMT's
 /// per-token key gradients.
+#[cfg(feature = "cpu")]
 pub fn cpu_single<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims) {
     assert_eq!(d.batch, 1, "cpu_single multiplies one pair of matrices");
     d.check(out.len(), a.len(), b.len());
@@ -109,6 +109,7 @@ pub fn cpu_single<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: Mat
     }
 }
 
+#[cfg(feature = "cpu")]
 pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims) {
     use rayon::prelude::*;
     d.check(out.len(), a.len(), b.len());
