@@ -1,7 +1,9 @@
 //! resmem's engine: one op-level [`Backend`] trait with two implementations.
 //!
-//! - [`cpu::CpuBackend`] is the readable reference: plain loops, generic over f32/f64 so that
-//!   gradient checks run in f64, with matmuls through `matrixmultiply` and rows split with rayon.
+//! - [`cpu::CpuBackend`] is the readable reference, generic over f32/f64 so that gradient checks
+//!   run in f64: products (matmuls, attention per head, the RMT's retrieval, storage and key
+//!   gradient) go through `matrixmultiply`, the rest are plain loops, split with rayon in chunks
+//!   that do not depend on the thread count.
 //! - [`gpu::GpuBackend`] runs the same ops as the WGSL compute shaders in `shaders/`, natively
 //!   (Vulkan, Metal, DX12) and in the browser (WebGPU).
 //!
@@ -9,7 +11,8 @@
 //! CPU twin and the host-side wrapper of its shader, side by side.
 //!
 //! Shape alphabet used in every comment: B batch, T sequence length, C model width, V vocabulary,
-//! H heads, Dh head width, F feed-forward width, BT = B·T rows.
+//! H heads, Dh head width, F feed-forward width, BT = B·T rows; for the RMT D_k, D_v and R' keys;
+//! for the Memory Layer τ bits, K tables.
 
 #[cfg(feature = "cpu")]
 pub mod cpu;
