@@ -6,9 +6,9 @@ fn resmem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_resmem"))
 }
 
-/// Trains `arch` on copy for 300 CPU steps into a fresh directory; returns it and the logged
-/// losses.
-fn train_copy(arch: &str) -> (tempfile::TempDir, std::path::PathBuf, Vec<serde_json::Value>) {
+/// Trains `arch` on copy for `steps` CPU steps into a fresh directory; checks the metrics and
+/// the saved config, and returns the directory and the logged rows.
+fn train_copy(arch: &str, steps: &str) -> (tempfile::TempDir, std::path::PathBuf, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t");
     let status = resmem()
@@ -21,7 +21,7 @@ fn train_copy(arch: &str) -> (tempfile::TempDir, std::path::PathBuf, Vec<serde_j
             "--backend",
             "cpu",
             "--steps",
-            "300",
+            steps,
             "--out",
         ])
         .arg(&out)
@@ -33,6 +33,10 @@ fn train_copy(arch: &str) -> (tempfile::TempDir, std::path::PathBuf, Vec<serde_j
     for key in ["step", "loss", "lr", "tokens_per_s"] {
         assert!(rows.iter().all(|r| r.get(key).is_some()), "every row needs {key}");
     }
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model"]["arch"], arch);
+    assert!(out.join("model.safetensors").exists(), "every run saves its model");
     (dir, out, rows)
 }
 
@@ -43,26 +47,20 @@ fn first_last(rows: &[serde_json::Value]) -> (f64, f64) {
 
 #[test]
 fn train_rmt_on_cpu_learns_copy() {
-    let (_dir, out, rows) = train_copy("rmt");
+    let (_dir, _, rows) = train_copy("rmt", "300");
     // Measured: 5.545 → 0.0002, off the unigram plateau (ln 16 = 50% of the first loss) by step
     // 150. The issue asks for well under 60%; 10% needs the copy skill itself.
     let (first, last) = first_last(&rows);
     assert!(last < 0.1 * first, "loss {first} → {last}");
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["model"]["arch"], "rmt");
 }
 
 #[test]
 fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
-    let (_dir, out, rows) = train_copy("transformer");
+    let (_dir, _, rows) = train_copy("transformer", "300");
     let (first, last) = first_last(&rows);
     // Measured: 5.545 → 0.003. The unigram plateau, reached without learning to copy, is
     // ln 16 = 2.77 = 50% of the first loss; 10% is far below it.
     assert!(last < 0.1 * first, "loss {first} → {last}");
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["model"]["arch"], "transformer");
 }
 
 #[test]
@@ -140,11 +138,10 @@ fn bad_arguments_say_what_to_do() {
 /// every hashed layer of that saved model.
 #[test]
 fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
-    let (_dir, out, rows) = train_copy("memoryformer");
+    let (_dir, out, rows) = train_copy("memoryformer", "300");
     // Measured: 5.545 → 0.002, off the unigram plateau (50% of the first loss) by step 125.
     let (first, last) = first_last(&rows);
     assert!(last < 0.1 * first, "loss {first} → {last}");
-    assert!(out.join("model.safetensors").exists());
     let report = resmem()
         .args(["analyze", "buckets", "--backend", "cpu", "--json", "--run"])
         .arg(&out)
@@ -162,7 +159,7 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
         assert!((0.0..=1.0).contains(&e), "{s}");
     }
     // A run of another architecture is refused with a reason.
-    let (_dir, rmt, _) = train_copy_short("rmt");
+    let (_dir, rmt, _) = train_copy("rmt", "2");
     let refused = resmem()
         .args(["analyze", "buckets", "--backend", "cpu", "--run"])
         .arg(&rmt)
@@ -170,16 +167,4 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("MemoryFormer"));
-}
-
-fn train_copy_short(arch: &str) -> (tempfile::TempDir, std::path::PathBuf, std::process::Output) {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("t");
-    let o = resmem()
-        .args(["train", "--arch", arch, "--backend", "cpu", "--steps", "2", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    (dir, out, o)
 }
