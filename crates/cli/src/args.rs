@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
 use models::presets::{self, Dims};
-use models::{MemoryFormerConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
+use models::{MemoryFormerConfig, Norm, Position, RmtConfig, TransformerConfig};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -19,8 +19,13 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Train a model and write metrics.jsonl and config.json into --out.
+    /// Train a model into a run directory: config.toml, metrics.jsonl, checkpoints/ and
+    /// model.safetensors.
     Train(TrainArgs),
+    /// The validation loss and perplexity of a run.
+    Eval(EvalArgs),
+    /// Continue a prompt with a trained run.
+    Sample(SampleArgs),
     /// Parameters and forward FLOPs per sequence: the paper's formulas and the model as built.
     Count(CountArgs),
     /// Look inside models.
@@ -41,12 +46,61 @@ pub struct BucketsArgs {
     /// A directory written by `resmem train --arch memoryformer`.
     #[arg(long)]
     pub run: PathBuf,
-    /// Batches of the run's task to count over.
+    /// Held-out batches to count over.
     #[arg(long, default_value_t = 1)]
     pub batches: usize,
+    /// A checkpoint or model file (default: the run's newest checkpoint).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
     /// Print a list of objects with layer, table, entropy, dead_buckets and counts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A directory written by `resmem train`.
+    #[arg(long)]
+    pub run: PathBuf,
+    /// A checkpoint or model file (default: the run's newest checkpoint, else its model).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Held-out batches (default: the run's eval_batches, the ones its training evaluated).
+    #[arg(long)]
+    pub batches: Option<usize>,
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub backend: BackendKind,
+    /// Print one JSON object: val_loss, perplexity, tokens, checkpoint.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SampleArgs {
+    /// A directory written by `resmem train`.
+    #[arg(long)]
+    pub run: PathBuf,
+    #[arg(long, default_value = "\n")]
+    pub prompt: String,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 200)]
+    pub tokens: usize,
+    /// Softmax temperature; 0 always takes the likeliest token.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Draw from the k likeliest tokens only (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// A checkpoint or model file (default: the run's newest checkpoint, else its model).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub backend: BackendKind,
+    /// Print one JSON object: prompt, text, tokens.
     #[arg(long)]
     pub json: bool,
 }
@@ -56,6 +110,17 @@ pub enum Arch {
     Transformer,
     Rmt,
     Memoryformer,
+}
+
+impl Arch {
+    /// The name the run config uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Transformer => "transformer",
+            Arch::Rmt => "rmt",
+            Arch::Memoryformer => "memoryformer",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -165,47 +230,146 @@ impl ModelDims {
     }
 }
 
+/// `resmem train`: a preset (or `tiny-ARCH`), then `--config`, then the flags.
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    #[arg(long, value_enum, default_value = "transformer")]
-    pub arch: Arch,
-    /// copy, reverse or mqar
-    #[arg(long, default_value = "copy")]
-    pub task: Task,
+    /// A starting point; `--list-presets` shows them. Default: tiny-ARCH (the copy task).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// A TOML run config merged onto the preset: a whole config.toml of an earlier run, or
+    /// only the settings to change (`[train]\nlr = 0.003`), with `preset = "NAME"` at the top
+    /// to start from another preset.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Continue the run in DIR from its newest valid checkpoint; its config.toml is used as is.
+    #[arg(long, conflicts_with_all = ["config", "preset", "out"])]
+    pub resume: Option<PathBuf>,
+    /// The run directory; it must not hold an earlier run.
+    #[arg(long, required_unless_present_any = ["resume", "list_presets"])]
+    pub out: Option<PathBuf>,
+    /// Print the presets and exit.
+    #[arg(long)]
+    pub list_presets: bool,
+    #[arg(long, value_enum)]
+    pub arch: Option<Arch>,
+    /// A synthetic task on bytes: copy, reverse or mqar.
+    #[arg(long, conflicts_with = "data")]
+    pub task: Option<Task>,
+    /// A corpus directory written by `resmem data prepare` (or `cargo xtask corpus`).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
-    #[arg(long, default_value_t = 300)]
-    pub steps: usize,
-    /// Directory for config.json and metrics.jsonl; it must not hold an earlier run.
     #[arg(long)]
-    pub out: PathBuf,
-    /// Print and record the loss every this many steps.
-    #[arg(long, default_value_t = 10)]
-    pub log_every: usize,
-    #[arg(long, default_value_t = 32)]
-    pub batch: usize,
-    /// Tokens per training sequence (T).
-    #[arg(long, default_value_t = 16)]
-    pub seq_len: usize,
+    pub steps: Option<usize>,
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// T: tokens per training window.
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// N: the model's context length (its position table, and the longest sample prompt).
+    #[arg(long)]
+    pub context: Option<usize>,
     /// Peak learning rate.
     #[arg(long)]
     pub lr: Option<f32>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Linear warmup over this fraction of the steps.
+    #[arg(long)]
+    pub warmup_frac: Option<f32>,
+    /// The cosine decay ends at this fraction of the peak learning rate.
+    #[arg(long)]
+    pub min_lr_frac: Option<f32>,
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// Clip the global gradient norm to this.
+    #[arg(long)]
+    pub grad_clip: Option<f32>,
+    /// Log the training loss every this many steps.
+    #[arg(long)]
+    pub log_every: Option<usize>,
+    /// Evaluate on held-out windows every this many steps (and at the end).
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// Batches of held-out windows per evaluation.
+    #[arg(long)]
+    pub eval_batches: Option<usize>,
+    /// Write a checkpoint every this many steps (and always at the end and on Ctrl-C).
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// Keep the newest this many checkpoints.
+    #[arg(long)]
+    pub keep: Option<usize>,
     #[command(flatten)]
     pub dims: ModelDims,
 }
 
 impl TrainArgs {
-    pub fn train_config(&self) -> TrainConfig {
-        let d = TrainConfig::default();
-        TrainConfig {
-            batch: self.batch,
-            steps: self.steps,
-            lr: self.lr.unwrap_or(d.lr),
-            seed: self.seed,
-            ..d
-        }
+    /// The model flags that were given, as (flag, the arch's config key, value).
+    pub fn model_flags(&self, arch: &str) -> Vec<(&'static str, &'static str, toml::Value)> {
+        let d = &self.dims;
+        // A size past i64 cannot be a real one; i64::MAX is then refused by the size checks.
+        let int = |v: usize| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+        let float = |v: f32| toml::Value::Float(f64::from(v));
+        let text = |v: &str| toml::Value::String(v.to_string());
+        let init_key = if arch == "memoryformer" { "embed_std" } else { "init_std" };
+        let mut flags = vec![];
+        let mut push = |flag, key, value: Option<toml::Value>| {
+            if let Some(v) = value {
+                flags.push((flag, key, v));
+            }
+        };
+        push("d-model", "d_model", d.d_model.map(int));
+        push("d-k", "d_k", d.d_k.map(int));
+        push("d-v", "d_v", d.d_v.map(int));
+        push("rank", "rank", d.rank.map(int));
+        push("layers", "n_layers", d.layers.map(int));
+        push("heads", "n_heads", d.heads.map(int));
+        push("head-dim", "head_dim", d.head_dim.map(int));
+        push("d-ff", "d_ff", d.d_ff.map(int));
+        push("tau", "tau", d.tau.map(int));
+        push("context", "seq_len", self.context.map(int));
+        push("init-std", init_key, d.init_std.map(float));
+        push(
+            "norm",
+            "norm",
+            d.norm.map(|n| text(if n == Norm::LayerNorm { "layernorm" } else { "rmsnorm" })),
+        );
+        push(
+            "position",
+            "position",
+            d.position
+                .map(|p| text(if p == PositionArg::Learned { "learned" } else { "alibi" })),
+        );
+        flags
+    }
+
+    /// The optimiser, schedule and cadence flags that were given, as (section, key, value).
+    pub fn run_flags(&self) -> Vec<(&'static str, &'static str, toml::Value)> {
+        // A size past i64 cannot be a real one; i64::MAX is then refused by the size checks.
+        let int = |v: usize| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+        let float = |v: f32| toml::Value::Float(f64::from(v));
+        let mut flags = vec![];
+        let mut push = |section, key, value: Option<toml::Value>| {
+            if let Some(v) = value {
+                flags.push((section, key, v));
+            }
+        };
+        push("train", "steps", self.steps.map(int));
+        push("train", "batch", self.batch.map(int));
+        push("train", "lr", self.lr.map(float));
+        push("train", "seed", self.seed.map(|s| toml::Value::Integer(i64::try_from(s).unwrap_or(i64::MAX))));
+        push("train", "warmup_frac", self.warmup_frac.map(float));
+        push("train", "min_lr_frac", self.min_lr_frac.map(float));
+        push("train", "weight_decay", self.weight_decay.map(float));
+        push("train", "max_grad_norm", self.grad_clip.map(float));
+        push("cadence", "log_every", self.log_every.map(int));
+        push("cadence", "eval_every", self.eval_every.map(int));
+        push("cadence", "eval_batches", self.eval_batches.map(int));
+        push("cadence", "checkpoint_every", self.checkpoint_every.map(int));
+        push("cadence", "keep", self.keep.map(int));
+        flags
     }
 }
 

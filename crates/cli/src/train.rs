@@ -1,127 +1,365 @@
-//! `resmem train`: the training loop with logging, for either backend.
+//! `resmem train`: resolve the run's config, claim its directory, and train with logging,
+//! evaluation and checkpoints; `--resume` continues bit for bit from the newest checkpoint.
 
-use crate::args::{Arch, BackendKind, TrainArgs};
-use anyhow::{bail, Context, Result};
-use data::{ByteTokenizer, TaskSampler};
-use engine::cpu::CpuBackend;
-use engine::gpu::GpuBackend;
+use crate::args::TrainArgs;
+use crate::console::{say, warn, Console};
+use crate::run_dir::{self, RunDir, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
+use crate::source;
+use anyhow::{anyhow, bail, Context, Result};
 use engine::Backend;
-use models::{
-    LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Rmt, RmtConfig, Trainer, Transformer,
-    TransformerConfig,
-};
-use serde::Serialize;
-use std::io::Write;
+use models::checkpoint::{self, TrainState};
+use models::{DataConfig, RunConfig, Trainer};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-/// One line of metrics.jsonl.
-#[derive(Serialize)]
-struct Metrics {
-    step: usize,
-    loss: f32,
-    lr: f32,
-    tokens_per_s: f64,
-    elapsed_s: f64,
-}
+/// A loss past this multiple of the first one warns of divergence.
+const DIVERGENCE: f32 = 1.5;
 
 pub fn run(args: TrainArgs) -> Result<()> {
-    if args.log_every == 0 {
-        bail!("--log-every must be at least 1");
-    }
-    match args.backend {
-        BackendKind::Cpu => train(&CpuBackend::<f32>::new(), &args),
-        BackendKind::Gpu => {
-            let be = pollster::block_on(GpuBackend::new()).context("cannot use --backend gpu")?;
-            train(&be, &args)
+    if args.list_presets {
+        for p in models::run::presets() {
+            say(&format!("{:<26} {}", p.name, p.about));
         }
+        return Ok(());
     }
+    let (cfg, dir, resuming) = match &args.resume {
+        Some(path) => {
+            refuse_overrides(&args)?;
+            let dir = RunDir::resume(path)?;
+            (read_config(&dir.file(CONFIG_FILE))?, dir, true)
+        }
+        None => {
+            let cfg = resolve(&args)?;
+            let out = args.out.as_ref().ok_or_else(|| anyhow!("--out DIR is required for a new run"))?;
+            (cfg, RunDir::create(out)?, false)
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    // Ctrl-C and SIGTERM finish the step and write a checkpoint; a second one is not special.
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
+    let session = Session {
+        cfg,
+        dir,
+        resuming,
+        stop,
+    };
+    crate::with_backend!(args.backend, be => session.train(be))
 }
 
-fn train<B: Backend>(be: &B, args: &TrainArgs) -> Result<()> {
-    let metrics_path = args.out.join("metrics.jsonl");
-    if metrics_path.exists() {
+/// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
+fn refuse_overrides(args: &TrainArgs) -> Result<()> {
+    let changed: Vec<String> = args
+        .model_flags("rmt")
+        .iter()
+        .chain(args.model_flags("memoryformer").iter())
+        .map(|(f, _, _)| *f)
+        .chain(args.run_flags().iter().map(|(_, k, _)| *k))
+        .map(|f| format!("--{}", f.replace('_', "-")))
+        .chain(args.arch.map(|_| "--arch".to_string()))
+        .chain(args.task.map(|_| "--task".to_string()))
+        .chain(args.data.as_ref().map(|_| "--data".to_string()))
+        .chain(args.seq_len.map(|_| "--seq-len".to_string()))
+        .collect();
+    if !changed.is_empty() {
         bail!(
-            "{} already holds a run; choose another --out or remove it first",
-            args.out.display()
+            "--resume continues the run with its own config.toml, so {} cannot be changed; \
+             start a new run with --config DIR/config.toml and the changes instead",
+            changed.join(", ")
         );
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
-
-    let vocab = ByteTokenizer::VOCAB;
-    match args.arch {
-        Arch::Transformer => {
-            let cfg = args.dims.transformer(TransformerConfig::tiny(vocab, args.seq_len));
-            let model = Transformer::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
-            train_model(be, args, ModelConfig::Transformer(cfg), model)
-        }
-        Arch::Rmt => {
-            let cfg = args.dims.rmt(RmtConfig::tiny(vocab, args.seq_len));
-            let model = Rmt::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
-            train_model(be, args, ModelConfig::Rmt(cfg), model)
-        }
-        Arch::Memoryformer => {
-            let cfg = args.dims.memoryformer(MemoryFormerConfig::tiny(vocab, args.seq_len));
-            let model = MemoryFormer::new(be, cfg.clone(), args.batch, args.seq_len, args.seed)?;
-            train_model(be, args, ModelConfig::MemoryFormer(cfg), model)
-        }
-    }
-}
-
-fn train_model<B: Backend, M: LanguageModel<B>>(
-    be: &B,
-    args: &TrainArgs,
-    model_cfg: ModelConfig,
-    model: M,
-) -> Result<()> {
-    let metrics_path = args.out.join("metrics.jsonl");
-    let train_cfg = args.train_config();
-    let mut sampler =
-        TaskSampler::new(args.task, args.batch, args.seq_len, args.seed.wrapping_add(1)).map_err(anyhow::Error::msg)?;
-    let saved =
-        serde_json::json!({ "model": model_cfg, "train": train_cfg, "task": args.task, "backend": be.describe() });
-    std::fs::write(args.out.join("config.json"), serde_json::to_string_pretty(&saved)?)?;
-
-    let params = model.store().layout.count();
-    println!(
-        "{:?} with {params} parameters on {}, task {}, {} steps",
-        args.arch,
-        be.describe(),
-        args.task,
-        args.steps
-    );
-    let mut trainer = Trainer::new(be, model, train_cfg)?;
-    let mut log = std::fs::File::create(&metrics_path)?;
-    let start = Instant::now();
-    let mut window = (Instant::now(), 0usize);
-    for step in 1..=args.steps {
-        let lr = trainer.step(be, &sampler.next_batch())?;
-        window.1 += args.batch * args.seq_len;
-        if step % args.log_every == 0 || step == 1 || step == args.steps {
-            let loss = pollster::block_on(trainer.loss(be))?;
-            if !loss.is_finite() {
-                bail!("the loss became {loss} at step {step}; try a lower --lr");
-            }
-            let tokens_per_s = window.1 as f64 / window.0.elapsed().as_secs_f64();
-            let m = Metrics {
-                step,
-                loss,
-                lr,
-                tokens_per_s,
-                elapsed_s: start.elapsed().as_secs_f64(),
-            };
-            writeln!(log, "{}", serde_json::to_string(&m)?)?;
-            println!("step {step:>6}  loss {loss:.4}  lr {lr:.2e}  {tokens_per_s:>9.0} tok/s");
-            window = (Instant::now(), 0);
-        }
-    }
-    let store = trainer.model.store();
-    let values = pollster::block_on(be.read(&store.params))?;
-    let model_path = args.out.join(MODEL_FILE);
-    std::fs::write(&model_path, models::checkpoint::to_bytes(&store.layout, &values)?)
-        .with_context(|| format!("cannot write {}", model_path.display()))?;
-    println!("wrote {} and {}", metrics_path.display(), model_path.display());
     Ok(())
 }
 
-/// The final parameters in a run directory.
-pub const MODEL_FILE: &str = "model.safetensors";
+pub fn read_config(path: &Path) -> Result<RunConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    RunConfig::from_toml(&text).with_context(|| format!("{} is not a valid run config", path.display()))
+}
+
+/// The preset (or tiny-ARCH), then `--config`, then the flags.
+fn resolve(args: &TrainArgs) -> Result<RunConfig> {
+    let file: Option<toml::Table> = match &args.config {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read the config {}", path.display()))?;
+            Some(toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?)
+        }
+        None => None,
+    };
+    let file_preset = match file.as_ref().and_then(|f| f.get("preset")) {
+        Some(toml::Value::String(s)) => Some(s.clone()),
+        Some(_) => bail!("`preset` in the config file must be a string"),
+        None => None,
+    };
+    let arch = args.arch.map(|a| a.name());
+    let preset = args
+        .preset
+        .clone()
+        .or(file_preset)
+        .unwrap_or_else(|| format!("tiny-{}", arch.unwrap_or("transformer")));
+    let mut cfg = RunConfig::preset(&preset)?;
+    if let Some(mut file) = file {
+        file.remove("preset");
+        cfg = cfg.merged(&file).with_context(|| {
+            format!("in {}", args.config.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default())
+        })?;
+    }
+    if let Some(arch) = arch {
+        if arch != cfg.arch() {
+            bail!(
+                "the preset `{preset}` is a {} model, not --arch {arch}; drop --arch or choose a {arch} preset \
+                 (`resmem train --list-presets`)",
+                cfg.arch()
+            );
+        }
+    }
+    let arch = cfg.arch();
+    let mut over = toml::Table::new();
+    let mut model = toml::Table::new();
+    let known = toml::Table::try_from(&cfg.model)?;
+    for (flag, key, value) in args.model_flags(arch) {
+        if !known.contains_key(key) {
+            bail!("--{flag} does not apply to --arch {arch}; {arch} models have no {key}");
+        }
+        model.insert(key.into(), value);
+    }
+    over.insert("model".into(), model.into());
+    for (section, key, value) in args.run_flags() {
+        if let toml::Value::Table(t) = over.entry(section).or_insert_with(|| toml::Table::new().into()) {
+            t.insert(key.into(), value);
+        }
+    }
+    if args.seed.is_some_and(|s| s > i64::MAX as u64) {
+        bail!("--seed must be at most {}", i64::MAX);
+    }
+    cfg = cfg.merged(&over)?;
+    let t = args.seq_len.unwrap_or(cfg.data.seq_len());
+    cfg.data = match (&args.task, &args.data, cfg.data) {
+        (Some(task), _, _) => DataConfig::Task { task: *task, seq_len: t },
+        (None, Some(path), _) => DataConfig::Text {
+            path: path.clone(),
+            tokenizer: data::Corpus::open(path)
+                .with_context(|| format!("cannot use --data {}", path.display()))?
+                .meta
+                .tokenizer,
+            seq_len: t,
+        },
+        (None, None, DataConfig::Task { task, .. }) => DataConfig::Task { task, seq_len: t },
+        (None, None, DataConfig::Text { path, tokenizer, .. }) => DataConfig::Text {
+            path,
+            tokenizer,
+            seq_len: t,
+        },
+    };
+    Ok(cfg)
+}
+
+struct Session {
+    cfg: RunConfig,
+    dir: RunDir,
+    resuming: bool,
+    stop: Arc<AtomicBool>,
+}
+
+impl Session {
+    fn train<B: Backend + 'static>(self, be: &B) -> Result<()> {
+        let mut cfg = self.cfg.clone();
+        let data = source::open(&cfg.data)?;
+        cfg.set_vocab(data.vocab);
+        cfg.validate()?;
+        let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+        let train = data.train(b, t, cfg.train.seed)?;
+        let held_out = data.held_out(b, t, cfg.train.seed, cfg.cadence.eval_batches)?;
+        crate::check_memory(&cfg, b, t)?;
+        let model = cfg.build(be, b, t)?;
+        let params = model.store().layout.count();
+        let layout = model.store().layout.clone();
+        let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
+        let config_toml = cfg.to_toml()?;
+
+        let resumed_from = if self.resuming {
+            match newest_checkpoint(&self.dir.path, &layout, &config_toml)? {
+                Some((state, path)) => {
+                    trainer.restore(be, &state)?;
+                    say(&format!("resuming {} from {} (step {})", self.dir.path.display(), path.display(), state.step));
+                    Some(state.step)
+                }
+                // Killed before its first checkpoint: the same config from step 0 is the same run.
+                None => {
+                    say(&format!("{} has no valid checkpoint yet; starting it again from step 0", self.dir.path.display()));
+                    Some(0)
+                }
+            }
+        } else {
+            run_dir::write_atomic(&self.dir.file(CONFIG_FILE), |tmp| {
+                std::fs::write(tmp, &config_toml).with_context(|| format!("cannot write {}", tmp.display()))
+            })?;
+            None
+        };
+        let mut metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
+        let steps = cfg.train.steps;
+        say(&format!(
+            "{} with {params} parameters on {}, {}, {} steps of {b}×{t} tokens into {}",
+            cfg.arch(),
+            be.describe(),
+            data.describe,
+            steps,
+            self.dir.path.display()
+        ));
+        let cadence = cfg.cadence.clone();
+        let console = Console::new(trainer.step as u64, steps as u64);
+        let start = Instant::now();
+        let mut window = (Instant::now(), 0usize);
+        let mut first_loss: Option<f32> = None;
+        let mut warned = false;
+        let mut last_checkpoint: Option<PathBuf> = None;
+        let mut last_val: Option<f32> = None;
+        let checkpoint = |trainer: &Trainer<B, _>, last: &mut Option<PathBuf>| -> Result<PathBuf> {
+            let state: TrainState = pollster::block_on(trainer.state(be))?;
+            let path = self.dir.write_checkpoint(state.step, cadence.keep, |tmp| {
+                checkpoint::write_state(&layout, &state, &config_toml, tmp).map_err(anyhow::Error::from)
+            })?;
+            *last = Some(path.clone());
+            Ok(path)
+        };
+
+        while trainer.step < steps {
+            if self.stop.load(Ordering::SeqCst) {
+                console.finish();
+                return self.interrupted(be, &trainer, &mut last_checkpoint, &checkpoint);
+            }
+            let step = trainer.step + 1;
+            let lr = trainer.step(be, &train.batch(step as u64 - 1))?;
+            window.1 += b * t;
+            let last = step == steps;
+            let log = step % cadence.log_every == 0 || step == 1 || last;
+            let eval = last || (cadence.eval_every > 0 && step % cadence.eval_every == 0);
+            let save = last || (cadence.checkpoint_every > 0 && step % cadence.checkpoint_every == 0);
+            if !(log || eval || save) {
+                continue;
+            }
+            // Every step since the last check added its loss on the device: one read checks them all.
+            let sum = pollster::block_on(trainer.loss_sum(be))?;
+            trainer.reset_loss_sum(be);
+            if !sum.is_finite() {
+                console.finish();
+                return Err(diverged(step, &cfg, last_checkpoint.as_deref(), &self.dir.path));
+            }
+            let loss = pollster::block_on(trainer.loss(be))?;
+            let first = *first_loss.get_or_insert(loss);
+            if loss > DIVERGENCE * first && !warned {
+                warned = true;
+                console.line(&format!(
+                    "warning: the loss {loss:.4} at step {step} is more than {DIVERGENCE}× its first value {first:.4}; \
+                     the run may be diverging (a lower --lr often helps)"
+                ));
+            }
+            let mut row = serde_json::json!({ "step": step, "loss": loss, "lr": lr });
+            if log {
+                let tokens_per_s = window.1 as f64 / window.0.elapsed().as_secs_f64();
+                row["tokens_per_s"] = tokens_per_s.into();
+                row["elapsed_s"] = start.elapsed().as_secs_f64().into();
+                window = (Instant::now(), 0);
+            }
+            if eval {
+                let mut total = 0.0f64;
+                for batch in &held_out {
+                    total += f64::from(pollster::block_on(trainer.eval(be, batch))?);
+                }
+                let val = (total / held_out.len() as f64) as f32;
+                row["val_loss"] = val.into();
+                last_val = Some(val);
+            }
+            metrics.append(&row)?;
+            let val_text = last_val.map(|v| format!("  val {v:.4}")).unwrap_or_default();
+            let speed = row["tokens_per_s"].as_f64().map(|s| format!("  {s:>8.0} tok/s")).unwrap_or_default();
+            if log && !console.is_bar() || eval {
+                console.line(&format!("step {step:>6}  loss {loss:.4}{val_text}  lr {lr:.2e}{speed}"));
+            }
+            console.progress(step as u64, &format!("loss {loss:.4}{val_text}{speed}"));
+            if save {
+                let path = checkpoint(&trainer, &mut last_checkpoint)?;
+                if !last {
+                    console.line(&format!("checkpoint {}", path.display()));
+                }
+            }
+        }
+        console.finish();
+        let values = pollster::block_on(be.read(&trainer.model.store().params))?;
+        let model_path = self.dir.file(MODEL_FILE);
+        run_dir::write_atomic(&model_path, |tmp| {
+            let bytes = checkpoint::to_bytes(&layout, &values)?;
+            std::fs::write(tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))
+        })?;
+        say(&format!(
+            "done: {} steps in {:.1} s; wrote {}, {} and {}",
+            steps,
+            start.elapsed().as_secs_f64(),
+            self.dir.file(METRICS_FILE).display(),
+            model_path.display(),
+            last_checkpoint.map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+        Ok(())
+    }
+
+    /// A signal arrived: checkpoint the last finished step (if its losses were finite) and say
+    /// how to resume.
+    fn interrupted<B: Backend, M: models::LanguageModel<B>>(
+        &self,
+        be: &B,
+        trainer: &Trainer<B, M>,
+        last: &mut Option<PathBuf>,
+        checkpoint: &dyn Fn(&Trainer<B, M>, &mut Option<PathBuf>) -> Result<PathBuf>,
+    ) -> Result<()> {
+        let sum = pollster::block_on(trainer.loss_sum(be))?;
+        if !sum.is_finite() {
+            return Err(diverged(trainer.step, &self.cfg, last.as_deref(), &self.dir.path));
+        }
+        let path = checkpoint(trainer, last)?;
+        bail!(
+            "interrupted after step {}; the checkpoint is {}. Resume with: resmem train --resume {}",
+            trainer.step,
+            path.display(),
+            self.dir.path.display()
+        )
+    }
+}
+
+/// The error of a run whose loss became NaN or Inf.
+fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path) -> anyhow::Error {
+    let kept = match last {
+        Some(p) => format!("the last good checkpoint, {}, is kept", p.display()),
+        None => "no checkpoint was written before it".into(),
+    };
+    anyhow!(
+        "the training loss became NaN or Inf by step {step}, so the run stopped; {kept} (in {}). Likely causes: \
+         a learning rate too high (--lr {}; try a third of it), an init scale too large (--init-std), or bad \
+         data (re-run `resmem data prepare`)",
+        dir.display(),
+        cfg.train.lr
+    )
+}
+
+/// The newest checkpoint of the run that loads (checksum, shapes, finite values) and was
+/// written with this config; broken ones are reported and skipped. None when there is none.
+pub fn newest_checkpoint(
+    run: &Path,
+    layout: &models::ParamLayout,
+    config_toml: &str,
+) -> Result<Option<(TrainState, PathBuf)>> {
+    for (_, path) in run_dir::checkpoints_in(run)?.iter().rev() {
+        let loaded = std::fs::read(path).map_err(anyhow::Error::from).and_then(|bytes| {
+            if checkpoint::config_of(&bytes)? != config_toml {
+                bail!("it was written with another config than {CONFIG_FILE}");
+            }
+            Ok(checkpoint::state_from_bytes(layout, &bytes)?)
+        });
+        match loaded {
+            Ok(state) => return Ok(Some((state, path.clone()))),
+            Err(e) => warn(&format!("skipping the checkpoint {}: {e:#}", path.display())),
+        }
+    }
+    Ok(None)
+}

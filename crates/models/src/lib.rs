@@ -14,6 +14,7 @@ pub mod params;
 pub mod presets;
 pub mod probes;
 pub mod rmt;
+pub mod run;
 pub mod train;
 pub mod transformer;
 pub mod variance;
@@ -24,7 +25,8 @@ pub use memoryformer::MemoryFormer;
 pub use optim::{AdamW, Schedule};
 pub use params::{ParamLayout, ParamSpec, ParamStore};
 pub use rmt::Rmt;
-pub use train::{LanguageModel, Trainer};
+pub use run::{Cadence, DataConfig, RunConfig};
+pub use train::{Evaluator, LanguageModel, Trainer};
 pub use transformer::Transformer;
 
 /// Errors a user can act on: bad configs, data that does not fit the model.

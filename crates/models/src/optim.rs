@@ -97,9 +97,10 @@ impl<B: Backend> AdamW<B> {
         );
     }
 
-    /// The squared global gradient norm of the last update (for logging).
-    pub fn grad_sumsq(&self) -> &B::Tensor {
-        &self.grad_sumsq
+    /// The first and second moments, (total) each: what a checkpoint saves besides the
+    /// parameters.
+    pub fn moments(&self) -> (&B::Tensor, &B::Tensor) {
+        (&self.m, &self.v)
     }
 }
 

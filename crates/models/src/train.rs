@@ -3,11 +3,12 @@
 
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
+use crate::checkpoint::TrainState;
 use crate::loss::LossHead;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::probes::{Measured, Probes};
-use crate::{Result, TrainConfig};
+use crate::{ModelError, Result, TrainConfig};
 use data::Batch;
 use engine::Backend;
 
@@ -68,8 +69,12 @@ pub struct Trainer<B: Backend, M> {
     pub cfg: TrainConfig,
     /// Steps taken so far.
     pub step: usize,
+    /// (1) the sum of the losses since it was last reset, added on the device every step: a NaN
+    /// or Inf at any step stays in it, so reading it now and then checks every step without a
+    /// readback per step.
+    loss_sum: B::Tensor,
     plan: Option<B::Plan>,
-    eval_plan: Option<B::Plan>,
+    evaluator: Evaluator<B>,
     probe_plan: Option<B::Plan>,
 }
 
@@ -79,14 +84,16 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         let (b, t) = model.batch_shape();
         let opt = AdamW::new(be, &cfg, &model.store().layout)?;
         let batch = BatchTensors::new(be, b, t, model.vocab())?;
+        let evaluator = Evaluator::new(be, &model)?;
         Ok(Self {
             model,
             opt,
             batch,
             cfg,
             step: 0,
+            loss_sum: be.zeros("loss sum", 1)?,
             plan: None,
-            eval_plan: None,
+            evaluator,
             probe_plan: None,
         })
     }
@@ -97,9 +104,10 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         self.batch.write(be, batch)?;
         self.step += 1;
         let lr = self.opt.prepare(be, self.step);
-        let (model, opt, tensors) = (&self.model, &self.opt, &self.batch);
+        let (model, opt, tensors, loss_sum) = (&self.model, &self.opt, &self.batch, &self.loss_sum);
         be.record_or_replay(&mut self.plan, || {
             model.forward(be, tensors);
+            be.add_assign(loss_sum, &model.head().loss);
             model.backward(be, tensors);
             opt.update(be, model.store());
         });
@@ -112,13 +120,47 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         Ok(be.read(&self.model.head().loss).await?[0])
     }
 
+    /// The sum of the training losses since the last `reset_loss_sum`: non-finite when any of
+    /// those steps' losses was.
+    pub async fn loss_sum(&self, be: &B) -> Result<f32> {
+        Ok(be.read(&self.loss_sum).await?[0])
+    }
+
+    pub fn reset_loss_sum(&self, be: &B) {
+        be.write(&self.loss_sum, &[0.0]);
+    }
+
+    /// Everything a checkpoint needs to continue bit for bit: the step, parameters and moments.
+    pub async fn state(&self, be: &B) -> Result<TrainState> {
+        let (m, v) = self.opt.moments();
+        Ok(TrainState {
+            step: self.step as u64,
+            params: be.read(&self.model.store().params).await?,
+            m: be.read(m).await?,
+            v: be.read(v).await?,
+        })
+    }
+
+    /// Continues from `state`: the next step is `state.step + 1`.
+    pub fn restore(&mut self, be: &B, state: &TrainState) -> Result<()> {
+        let total = self.model.store().layout.total;
+        if [&state.params, &state.m, &state.v].iter().any(|b| b.len() != total) {
+            return Err(ModelError::Checkpoint(format!(
+                "its buffers do not match this model's {total} values"
+            )));
+        }
+        self.step = usize::try_from(state.step)
+            .map_err(|_| ModelError::Checkpoint(format!("its step {} is out of range", state.step)))?;
+        let (m, v) = self.opt.moments();
+        be.write(&self.model.store().params, &state.params);
+        be.write(m, &state.m);
+        be.write(v, &state.v);
+        Ok(())
+    }
+
     /// The mean loss of `batch` under the current parameters, without training.
     pub async fn eval(&mut self, be: &B, batch: &Batch) -> Result<f32> {
-        self.batch.write(be, batch)?;
-        let (model, tensors) = (&self.model, &self.batch);
-        be.record_or_replay(&mut self.eval_plan, || model.forward(be, tensors));
-        be.flush()?;
-        self.loss(be).await
+        self.evaluator.loss(be, &self.model, batch).await
     }
 
     /// Variance ratios of every storage and retrieval on `batch` under the current parameters:
@@ -137,5 +179,36 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         probes.on.set(false);
         be.flush()?;
         Ok(Some(probes.read(be).await?))
+    }
+}
+
+/// Forward passes without training: the loss of held-out batches, or the logits to sample from.
+pub struct Evaluator<B: Backend> {
+    batch: BatchTensors<B>,
+    plan: Option<B::Plan>,
+}
+
+impl<B: Backend> Evaluator<B> {
+    pub fn new<M: LanguageModel<B>>(be: &B, model: &M) -> Result<Self> {
+        let (b, t) = model.batch_shape();
+        Ok(Self {
+            batch: BatchTensors::new(be, b, t, model.vocab())?,
+            plan: None,
+        })
+    }
+
+    /// Runs the forward of `batch`; its logits are then in `model.head().logits`.
+    pub fn forward<M: LanguageModel<B>>(&mut self, be: &B, model: &M, batch: &Batch) -> Result<()> {
+        self.batch.write(be, batch)?;
+        let tensors = &self.batch;
+        be.record_or_replay(&mut self.plan, || model.forward(be, tensors));
+        be.flush()?;
+        Ok(())
+    }
+
+    /// The mean loss of `batch` under the model's current parameters.
+    pub async fn loss<M: LanguageModel<B>>(&mut self, be: &B, model: &M, batch: &Batch) -> Result<f32> {
+        self.forward(be, model, batch)?;
+        Ok(be.read(&model.head().loss).await?[0])
     }
 }

@@ -1,0 +1,50 @@
+//! Reading a run back: its config.toml, and the parameters of a checkpoint or its model file.
+
+use crate::run_dir::{checkpoints_in, CONFIG_FILE, MODEL_FILE};
+use crate::train::read_config;
+use anyhow::{bail, Context, Result};
+use models::{checkpoint, ParamLayout, RunConfig};
+use std::path::{Path, PathBuf};
+
+/// The config of the run in `run`.
+pub fn config(run: &Path) -> Result<RunConfig> {
+    let path = run.join(CONFIG_FILE);
+    if !path.is_file() {
+        bail!(
+            "{} is not a run directory (it has no {CONFIG_FILE}); give --run a directory written by `resmem train`",
+            run.display()
+        );
+    }
+    read_config(&path)
+}
+
+/// The parameters to use: `explicit` (a checkpoint or model file) when given, else the run's
+/// newest checkpoint that loads, else its model.safetensors. Returns them with their file.
+pub fn params(run: &Path, explicit: Option<&Path>, layout: &ParamLayout) -> Result<(Vec<f32>, PathBuf)> {
+    let load = |path: &Path| -> Result<Vec<f32>> {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        checkpoint::from_bytes(layout, &bytes).with_context(|| format!("cannot load {}", path.display()))
+    };
+    if let Some(path) = explicit {
+        return Ok((load(path)?, path.to_path_buf()));
+    }
+    let mut candidates: Vec<PathBuf> = checkpoints_in(run)?.into_iter().rev().map(|(_, p)| p).collect();
+    candidates.push(run.join(MODEL_FILE));
+    let mut errors = vec![];
+    for path in candidates {
+        if !path.exists() {
+            continue;
+        }
+        match load(&path) {
+            Ok(values) => return Ok((values, path)),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    if errors.is_empty() {
+        bail!(
+            "{} has no checkpoint and no {MODEL_FILE} yet; train it first, or give --checkpoint",
+            run.display()
+        );
+    }
+    bail!("no parameters of {} could be loaded:\n  {}", run.display(), errors.join("\n  "))
+}

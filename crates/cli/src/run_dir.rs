@@ -1,0 +1,224 @@
+//! A run directory that never loses work: claimed with an exclusive lock, never mixed with
+//! another run, every file written atomically (temporary file, fsync, rename, fsync of the
+//! directory), metrics appended whole lines at a time.
+
+use anyhow::{bail, Context, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const CONFIG_FILE: &str = "config.toml";
+pub const METRICS_FILE: &str = "metrics.jsonl";
+pub const MODEL_FILE: &str = "model.safetensors";
+pub const CHECKPOINT_DIR: &str = "checkpoints";
+const LOCK_FILE: &str = ".resmem.lock";
+
+/// The files that make a directory a resmem run.
+const RUN_FILES: [&str; 4] = [CONFIG_FILE, METRICS_FILE, MODEL_FILE, CHECKPOINT_DIR];
+
+/// A run directory held by this process until it is dropped.
+pub struct RunDir {
+    pub path: PathBuf,
+    _lock: File,
+}
+
+impl RunDir {
+    /// Claims `path` for a new run: created if missing, refused if it holds any run file.
+    pub fn create(path: &Path) -> Result<Self> {
+        fs::create_dir_all(path).with_context(|| format!("cannot create the run directory {}", path.display()))?;
+        let dir = Self::lock(path)?;
+        if let Some(found) = RUN_FILES.iter().find(|f| path.join(f).exists()) {
+            bail!(
+                "{} already holds a run ({found}); resume it with `resmem train --resume {}`, or choose another --out",
+                path.display(),
+                path.display()
+            );
+        }
+        Ok(dir)
+    }
+
+    /// Claims the existing run at `path` to continue it.
+    pub fn resume(path: &Path) -> Result<Self> {
+        if !path.join(CONFIG_FILE).is_file() {
+            bail!(
+                "{} is not a run directory (it has no {CONFIG_FILE}); start a run there with `resmem train --out`",
+                path.display()
+            );
+        }
+        let dir = Self::lock(path)?;
+        // Temporary files of a write that was killed before its rename.
+        for entry in fs::read_dir(dir.checkpoints()).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        Ok(dir)
+    }
+
+    fn lock(path: &Path) -> Result<Self> {
+        let lock_path = path.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("cannot open the lock file {}", lock_path.display()))?;
+        match lock.try_lock() {
+            Ok(()) => Ok(Self {
+                path: path.to_path_buf(),
+                _lock: lock,
+            }),
+            Err(std::fs::TryLockError::WouldBlock) => bail!(
+                "another resmem process is using {}; wait for it to finish or choose another --out",
+                path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("cannot lock {}", lock_path.display()))
+            }
+        }
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn checkpoints(&self) -> PathBuf {
+        self.path.join(CHECKPOINT_DIR)
+    }
+
+    /// Writes a checkpoint for `step` through `write` (given the temporary path), atomically,
+    /// then keeps the newest `keep`. Returns its path.
+    pub fn write_checkpoint(
+        &self,
+        step: u64,
+        keep: usize,
+        write: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<PathBuf> {
+        let dir = self.checkpoints();
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join(checkpoint_name(step));
+        write_atomic(&path, write)?;
+        let all = checkpoints_in(&self.path)?;
+        for (_, old) in all.iter().take(all.len().saturating_sub(keep)) {
+            fs::remove_file(old).with_context(|| format!("cannot remove the old checkpoint {}", old.display()))?;
+        }
+        Ok(path)
+    }
+
+    /// Opens metrics.jsonl for appending, keeping only the whole lines up to step `upto`
+    /// (everything when None): a torn last line of a killed run, and the steps after the
+    /// checkpoint a resumed run restarts from, are dropped.
+    pub fn metrics(&self, upto: Option<u64>) -> Result<MetricsLog> {
+        let path = self.file(METRICS_FILE);
+        if let Some(upto) = upto {
+            if path.exists() {
+                let text = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+                let kept = kept_metrics(&text, upto);
+                if kept.len() != text.len() {
+                    write_atomic(&path, |tmp| {
+                        fs::write(tmp, &kept).with_context(|| format!("cannot write {}", tmp.display()))
+                    })?;
+                }
+            }
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(MetricsLog { file, path })
+    }
+}
+
+/// The lines of a metrics file that are whole, parse, and have `step` ≤ `upto`.
+fn kept_metrics(text: &[u8], upto: u64) -> Vec<u8> {
+    let mut kept = Vec::new();
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        let whole = line.ends_with(b"\n");
+        let step = serde_json::from_slice::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("step").and_then(|s| s.as_u64()));
+        match step {
+            Some(s) if whole && s <= upto => kept.extend_from_slice(line),
+            _ => {}
+        }
+    }
+    kept
+}
+
+pub struct MetricsLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl MetricsLog {
+    /// Appends one JSON object as one whole line in one write.
+    pub fn append(&mut self, row: &serde_json::Value) -> Result<()> {
+        let mut line = serde_json::to_string(row)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .with_context(|| format!("cannot append to {}", self.path.display()))
+    }
+}
+
+pub fn checkpoint_name(step: u64) -> String {
+    format!("step-{step:09}.safetensors")
+}
+
+/// The checkpoints of the run at `run`, oldest first, by the step in their names.
+pub fn checkpoints_in(run: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let dir = run.join(CHECKPOINT_DIR);
+    if !dir.exists() {
+        return Ok(vec![]);
+    }
+    let mut found = Vec::new();
+    for entry in fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(step) = name
+            .strip_prefix("step-")
+            .and_then(|s| s.strip_suffix(".safetensors"))
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            found.push((step, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Writes `path` through `write` (which writes the temporary path it is given), then fsyncs,
+/// renames, and fsyncs the directory, so that `path` is always either the old file or the whole
+/// new one. A failed write removes the temporary file and leaves `path` as it was.
+pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        write(&tmp)?;
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("cannot flush {} to disk", tmp.display()))?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot flush the directory {} to disk", dir.display()))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_keep_whole_lines_up_to_the_step() {
+        let text = b"{\"step\":1}\n{\"step\":10}\n{\"step\":20}\n{\"ste";
+        assert_eq!(kept_metrics(text, 10), b"{\"step\":1}\n{\"step\":10}\n");
+        assert_eq!(kept_metrics(text, 99), b"{\"step\":1}\n{\"step\":10}\n{\"step\":20}\n");
+    }
+}

@@ -1,0 +1,497 @@
+//! A run's full typed config (model, optimiser and schedule, data, cadence), its named presets,
+//! and how a preset, a TOML file and command-line overrides combine into one.
+//!
+//! Every source is a TOML table merged onto the one before: the preset, then the user's file,
+//! then the flags. The merged table is deserialised once with `deny_unknown_fields`, so a typo
+//! or a setting that the chosen architecture does not have is an error that names it.
+
+use crate::presets::{self, Dims};
+use crate::{
+    LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, ModelError, Result, Rmt, RmtConfig, TrainConfig,
+    Transformer, TransformerConfig,
+};
+use data::{Task, TokenizerKind};
+use engine::Backend;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Where the batches come from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "lowercase", deny_unknown_fields)]
+pub enum DataConfig {
+    /// A synthetic task on bytes, needing no files.
+    Task {
+        task: Task,
+        /// T: tokens per training window.
+        seq_len: usize,
+    },
+    /// A corpus written by `resmem data prepare`: DIR/train.bin, val.bin and meta.json.
+    Text {
+        path: PathBuf,
+        /// The tokenizer the corpus was prepared with; it decodes samples.
+        tokenizer: TokenizerKind,
+        /// T: tokens per training window (at most the model's context length N).
+        seq_len: usize,
+    },
+}
+
+impl DataConfig {
+    /// T
+    pub fn seq_len(&self) -> usize {
+        match self {
+            DataConfig::Task { seq_len, .. } | DataConfig::Text { seq_len, .. } => *seq_len,
+        }
+    }
+}
+
+/// How often the loop logs, evaluates and checkpoints; none of it changes the numbers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cadence {
+    /// Log the training loss every this many steps.
+    pub log_every: usize,
+    /// Evaluate on held-out windows every this many steps (0: only at the end).
+    pub eval_every: usize,
+    /// Batches of held-out windows per evaluation.
+    pub eval_batches: usize,
+    /// Write a checkpoint every this many steps (0: only at the end and on a signal).
+    pub checkpoint_every: usize,
+    /// Keep the newest this many checkpoints.
+    pub keep: usize,
+}
+
+impl Default for Cadence {
+    fn default() -> Self {
+        Self {
+            log_every: 10,
+            eval_every: 0,
+            eval_batches: 4,
+            checkpoint_every: 0,
+            keep: 2,
+        }
+    }
+}
+
+/// Everything that defines a run; written to the run directory as `config.toml`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+    pub data: DataConfig,
+    pub cadence: Cadence,
+}
+
+/// A named starting point: (name, what it is, how to build it).
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    build: fn() -> RunConfig,
+}
+
+/// Where `cargo xtask corpus` puts Shakespeare with GPT-2's BPE.
+pub const SHAKESPEARE_GPT2: &str = "data/shakespeare-gpt2";
+const GPT2_VOCAB: usize = 50257;
+
+fn tiny_task(model: ModelConfig) -> RunConfig {
+    RunConfig {
+        model,
+        train: TrainConfig::default(),
+        data: DataConfig::Task {
+            task: Task::Copy,
+            seq_len: 16,
+        },
+        cadence: Cadence::default(),
+    }
+}
+
+/// The small Shakespeare presets: N = T = 128, batch 16, a few minutes on 2 CPU cores.
+fn small_text(model: ModelConfig) -> RunConfig {
+    RunConfig {
+        model,
+        train: TrainConfig {
+            batch: 16,
+            steps: 600,
+            lr: 3e-3,
+            warmup_frac: 0.05,
+            min_lr_frac: 0.1,
+            weight_decay: 0.1,
+            ..TrainConfig::default()
+        },
+        data: DataConfig::Text {
+            path: SHAKESPEARE_GPT2.into(),
+            tokenizer: TokenizerKind::Gpt2,
+            seq_len: 128,
+        },
+        cadence: Cadence {
+            log_every: 10,
+            eval_every: 100,
+            eval_batches: 8,
+            checkpoint_every: 100,
+            keep: 2,
+        },
+    }
+}
+
+/// The paper sizes train on real text at N = T = their context length, batch 8.
+fn paper(model: ModelConfig) -> RunConfig {
+    let seq_len = match &model {
+        ModelConfig::Transformer(c) => c.seq_len,
+        ModelConfig::Rmt(c) => c.seq_len,
+        ModelConfig::MemoryFormer(c) => c.seq_len,
+    };
+    RunConfig {
+        model,
+        train: TrainConfig {
+            batch: 8,
+            steps: 20_000,
+            ..TrainConfig::default()
+        },
+        data: DataConfig::Text {
+            path: SHAKESPEARE_GPT2.into(),
+            tokenizer: TokenizerKind::Gpt2,
+            seq_len,
+        },
+        cadence: Cadence {
+            log_every: 10,
+            eval_every: 500,
+            eval_batches: 20,
+            checkpoint_every: 1000,
+            keep: 3,
+        },
+    }
+}
+
+/// The small RMT: R = 4 heads of D_v = 32, D_k = 16, so R·D_v = 128 and a residual of 512.
+fn small_rmt() -> RmtConfig {
+    RmtConfig {
+        d_k: 16,
+        d_v: 32,
+        rank: 4,
+        n_layers: 2,
+        d_ff: 512,
+        init_std: 0.02,
+        ..RmtConfig::tiny(GPT2_VOCAB, 128)
+    }
+}
+
+/// The transformer of the small RMT's dimensions: H = R, D_h = D_v, D = R·D_v.
+fn small_transformer() -> TransformerConfig {
+    let r = small_rmt();
+    TransformerConfig {
+        d_model: r.rank * r.d_v,
+        n_layers: r.n_layers,
+        n_heads: r.rank,
+        head_dim: r.d_v,
+        d_ff: r.d_ff,
+        init_std: 0.02,
+        ..TransformerConfig::tiny(GPT2_VOCAB, 128)
+    }
+}
+
+fn small_memoryformer() -> MemoryFormerConfig {
+    MemoryFormerConfig {
+        d_model: 128,
+        n_layers: 2,
+        n_heads: 4,
+        tau: 8,
+        embed_std: 0.02,
+        ..MemoryFormerConfig::tiny(GPT2_VOCAB, 128)
+    }
+}
+
+fn dims(name: &str) -> Dims {
+    Dims::preset(name).expect("every paper preset named below exists in presets::PRESETS")
+}
+
+fn pythia(name: &str) -> MemoryFormerConfig {
+    presets::memoryformer(name).expect("every Pythia preset named below exists in presets::PYTHIA")
+}
+
+macro_rules! paper_pair {
+    ($t:literal, $r:literal, $name:literal) => {
+        [
+            Preset {
+                name: $t,
+                about: concat!($name, ", the transformer"),
+                build: || paper(ModelConfig::Transformer(dims($name).transformer())),
+            },
+            Preset {
+                name: $r,
+                about: concat!($name, ", the RMT of the same dimensions"),
+                build: || paper(ModelConfig::Rmt(dims($name).rmt())),
+            },
+        ]
+    };
+}
+
+/// Every preset `resmem train --preset` knows.
+pub fn presets() -> Vec<Preset> {
+    let mut all = vec![
+        Preset {
+            name: "tiny-transformer",
+            about: "learns the copy task in 300 steps (the default for --arch transformer)",
+            build: || tiny_task(ModelConfig::Transformer(TransformerConfig::tiny(256, 16))),
+        },
+        Preset {
+            name: "tiny-rmt",
+            about: "learns the copy task in 300 steps (the default for --arch rmt)",
+            build: || tiny_task(ModelConfig::Rmt(RmtConfig::tiny(256, 16))),
+        },
+        Preset {
+            name: "tiny-memoryformer",
+            about: "learns the copy task in 300 steps (the default for --arch memoryformer)",
+            build: || tiny_task(ModelConfig::MemoryFormer(MemoryFormerConfig::tiny(256, 16))),
+        },
+        Preset {
+            name: "small-rmt",
+            about: "Shakespeare with GPT-2 BPE in minutes on 2 CPU cores: L2, R4, D_k16, D_v32",
+            build: || small_text(ModelConfig::Rmt(small_rmt())),
+        },
+        Preset {
+            name: "small-transformer",
+            about: "the transformer of small-rmt's dimensions: L2, D128, 4×32",
+            build: || small_text(ModelConfig::Transformer(small_transformer())),
+        },
+        Preset {
+            name: "small-memoryformer",
+            about: "a MemoryFormer of small-transformer's width: L2, d128, τ8",
+            build: || small_text(ModelConfig::MemoryFormer(small_memoryformer())),
+        },
+        Preset {
+            name: "memoryformer-tiny",
+            about: "MemoryFormer paper, tiny (Pythia-70M's d, L, H; τ8)",
+            build: || paper(ModelConfig::MemoryFormer(pythia("pythia-70m"))),
+        },
+        Preset {
+            name: "memoryformer-small",
+            about: "MemoryFormer paper, small (Pythia-160M's d, L, H; τ8)",
+            build: || paper(ModelConfig::MemoryFormer(pythia("pythia-160m"))),
+        },
+        Preset {
+            name: "memoryformer-base",
+            about: "MemoryFormer paper, base (Pythia-410M's d, L, H; τ8)",
+            build: || paper(ModelConfig::MemoryFormer(pythia("pythia-410m"))),
+        },
+    ];
+    all.extend(paper_pair!("gpt2-small", "gpt2-small-rmt", "gpt2-small"));
+    all.extend(paper_pair!("gpt2-medium", "gpt2-medium-rmt", "gpt2-medium"));
+    all.extend(paper_pair!("table8-49m", "table8-49m-rmt", "table8-49m"));
+    all.extend(paper_pair!("table8-160m", "table8-160m-rmt", "table8-160m"));
+    all.extend(paper_pair!("table8-260m", "table8-260m-rmt", "table8-260m"));
+    all.extend(paper_pair!("table8-405m", "table8-405m-rmt", "table8-405m"));
+    all.extend(paper_pair!("table9-46m-transformer", "table9-46m", "table9-46m"));
+    all.extend(paper_pair!("table9-134m-transformer", "table9-134m", "table9-134m"));
+    all.extend(paper_pair!("table9-206m-transformer", "table9-206m", "table9-206m"));
+    all.extend(paper_pair!("table9-305m-transformer", "table9-305m", "table9-305m"));
+    all.extend(paper_pair!("table10-transformer", "table10-rmt", "table10"));
+    all
+}
+
+impl RunConfig {
+    /// The preset `name`, or an error that lists them all.
+    pub fn preset(name: &str) -> Result<RunConfig> {
+        let all = presets();
+        match all.iter().find(|p| p.name == name) {
+            Some(p) => Ok((p.build)()),
+            None => {
+                let names: Vec<&str> = all.iter().map(|p| p.name).collect();
+                Err(ModelError::Config(format!(
+                    "no preset named `{name}`; choose one of {}",
+                    names.join(", ")
+                )))
+            }
+        }
+    }
+
+    /// The model's name in the config: transformer, rmt or memoryformer.
+    pub fn arch(&self) -> &'static str {
+        self.model.arch()
+    }
+
+    /// N, the model's context length.
+    pub fn context(&self) -> usize {
+        match &self.model {
+            ModelConfig::Transformer(c) => c.seq_len,
+            ModelConfig::Rmt(c) => c.seq_len,
+            ModelConfig::MemoryFormer(c) => c.seq_len,
+        }
+    }
+
+    /// The model's vocabulary V.
+    pub fn vocab(&self) -> usize {
+        match &self.model {
+            ModelConfig::Transformer(c) => c.vocab,
+            ModelConfig::Rmt(c) => c.vocab,
+            ModelConfig::MemoryFormer(c) => c.vocab,
+        }
+    }
+
+    /// Sets V, which always follows the data's tokenizer.
+    pub fn set_vocab(&mut self, vocab: usize) {
+        match &mut self.model {
+            ModelConfig::Transformer(c) => c.vocab = vocab,
+            ModelConfig::Rmt(c) => c.vocab = vocab,
+            ModelConfig::MemoryFormer(c) => c.vocab = vocab,
+        }
+    }
+
+    /// Checks every part, and that the training window fits the context.
+    pub fn validate(&self) -> Result<()> {
+        self.model.validate()?;
+        self.train.validate()?;
+        let (t, n) = (self.data.seq_len(), self.context());
+        if t == 0 {
+            return Err(ModelError::Config("data.seq_len (T) must be at least 1".into()));
+        }
+        if t > n {
+            return Err(ModelError::Config(format!(
+                "the training window T = {t} is longer than the model's context N = {n}; \
+                 lower --seq-len or raise --context"
+            )));
+        }
+        if self.cadence.log_every == 0 || self.cadence.eval_batches == 0 || self.cadence.keep == 0 {
+            return Err(ModelError::Config(
+                "log_every, eval_batches and keep must be at least 1".into(),
+            ));
+        }
+        // TOML integers are i64: a seed past that could not be written to config.toml.
+        if self.train.seed > i64::MAX as u64 {
+            return Err(ModelError::Config(format!(
+                "the seed {} is too large; use one of at most {}",
+                self.train.seed,
+                i64::MAX
+            )));
+        }
+        Ok(())
+    }
+
+    /// The config as TOML. Floats are written in their shortest form (0.0001, not
+    /// 9.999999747378752e-5), which reads back to the same f32.
+    pub fn to_toml(&self) -> Result<String> {
+        let table = to_table(self)?;
+        toml::to_string_pretty(&table).map_err(|e| ModelError::Config(format!("cannot write the config as TOML: {e}")))
+    }
+
+    /// Reads a whole config (as written by `to_toml`) and validates it.
+    pub fn from_toml(text: &str) -> Result<RunConfig> {
+        let cfg: RunConfig = toml::from_str(text).map_err(|e| ModelError::Config(format!("{e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// This config with `overrides` (a partial config, e.g. a user's file) merged on top.
+    /// Every key of `overrides` must exist in this config: a key the chosen architecture does
+    /// not have is an error that names it.
+    pub fn merged(&self, overrides: &toml::Table) -> Result<RunConfig> {
+        let mut table = to_table(self)?;
+        merge(&mut table, overrides, "")?;
+        let cfg: RunConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ModelError::Config(e.message().to_string()))?;
+        Ok(cfg)
+    }
+
+    /// Builds the model this config describes for (B, T) batches.
+    pub fn build<B: Backend + 'static>(&self, be: &B, b: usize, t: usize) -> Result<Box<dyn LanguageModel<B>>> {
+        let seed = self.train.seed;
+        Ok(match &self.model {
+            ModelConfig::Transformer(c) => Box::new(Transformer::new(be, c.clone(), b, t, seed)?),
+            ModelConfig::Rmt(c) => Box::new(Rmt::new(be, c.clone(), b, t, seed)?),
+            ModelConfig::MemoryFormer(c) => Box::new(MemoryFormer::new(be, c.clone(), b, t, seed)?),
+        })
+    }
+}
+
+impl ModelConfig {
+    pub fn arch(&self) -> &'static str {
+        match self {
+            ModelConfig::Transformer(_) => "transformer",
+            ModelConfig::Rmt(_) => "rmt",
+            ModelConfig::MemoryFormer(_) => "memoryformer",
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            ModelConfig::Transformer(c) => c.validate(),
+            ModelConfig::Rmt(c) => c.validate(),
+            ModelConfig::MemoryFormer(c) => c.validate(),
+        }
+    }
+}
+
+/// A value as a TOML table, through JSON so that f32s keep their shortest decimal form.
+fn to_table<T: Serialize>(value: &T) -> Result<toml::Table> {
+    let bad = |e: String| ModelError::Config(format!("cannot write the config: {e}"));
+    let json = serde_json::to_string(value).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&json).map_err(|e| bad(e.to_string()))
+}
+
+/// Merges `over` into `base`; every key of `over` must already be in `base`.
+fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> Result<()> {
+    for (key, value) in over {
+        let name = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o, &name)?,
+            (Some(slot), v) => *slot = v.clone(),
+            (None, _) => {
+                let known: Vec<&str> = base.keys().map(String::as_str).collect();
+                return Err(ModelError::Config(format!(
+                    "unknown setting `{name}`; {} has {}",
+                    if path.is_empty() { "a run config" } else { path },
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid_and_round_trips_through_toml() {
+        for p in presets() {
+            let cfg = (p.build)();
+            cfg.validate().unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            let text = cfg.to_toml().unwrap();
+            assert_eq!(RunConfig::from_toml(&text).unwrap(), cfg, "{}:\n{text}", p.name);
+        }
+    }
+
+    #[test]
+    fn floats_are_written_short() {
+        let text = RunConfig::preset("tiny-rmt").unwrap().to_toml().unwrap();
+        assert!(text.contains("z_loss = 0.0001"), "{text}");
+    }
+
+    #[test]
+    fn overrides_merge_and_unknown_keys_name_themselves() {
+        let base = RunConfig::preset("tiny-rmt").unwrap();
+        let over: toml::Table = toml::from_str("[model]\nd_k = 4\n[train]\nlr = 0.5").unwrap();
+        let cfg = base.merged(&over).unwrap();
+        let ModelConfig::Rmt(m) = &cfg.model else { unreachable!() };
+        assert_eq!((m.d_k, cfg.train.lr), (4, 0.5));
+        let over: toml::Table = toml::from_str("[model]\ntau = 4").unwrap();
+        let err = base.merged(&over).unwrap_err().to_string();
+        assert!(err.contains("`model.tau`") && err.contains("d_k"), "{err}");
+    }
+
+    #[test]
+    fn a_window_longer_than_the_context_is_refused() {
+        let mut cfg = RunConfig::preset("tiny-transformer").unwrap();
+        cfg.data = DataConfig::Task {
+            task: Task::Copy,
+            seq_len: 17,
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("T = 17") && err.contains("N = 16"), "{err}");
+    }
+}
