@@ -171,33 +171,14 @@ pub fn prepare(
     let mut train = TokenWriter::create(&out.join(TRAIN_FILE), token_bytes)?;
     let mut val = TokenWriter::create(&out.join(VAL_FILE), token_bytes)?;
 
-    let mut sources = Vec::with_capacity(files.len());
-    let mut done = 0u64;
-    progress(done, total);
-    for path in &files {
-        let bytes = fs::read(path).map_err(DataError::io("read", path))?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| DataError::NotUtf8 {
-            path: path.clone(),
-            offset: e.valid_up_to(),
-        })?;
-        let mut tokens = Vec::new();
-        for piece in pieces(text, PIECE_BYTES) {
-            tokens.extend(tok.encode(piece));
-            done = done.saturating_add(piece.len() as u64);
-            progress(done, total);
+    let sources = match write_documents(&files, &tok, val_frac, (&mut train, &mut val), total, progress) {
+        Ok(sources) => sources,
+        Err(e) => {
+            train.abandon();
+            val.abandon();
+            return Err(e);
         }
-        let cut = tokens.len().saturating_sub(val_count(tokens.len(), val_frac));
-        let (train_part, val_part) = tokens.split_at(cut);
-        let train_n = train.document(train_part, tok.end_of_text())?;
-        let val_n = val.document(val_part, tok.end_of_text())?;
-        sources.push(Source {
-            path: path.to_string_lossy().into_owned(),
-            bytes: bytes.len() as u64,
-            sha256: format!("{:x}", Sha256::digest(&bytes)),
-            train_tokens: train_n,
-            val_tokens: val_n,
-        });
-    }
+    };
     let meta = Meta {
         format: FORMAT,
         tokenizer: kind,
@@ -226,6 +207,45 @@ pub fn prepare(
     fs::write(&tmp, json).map_err(DataError::io("write", &tmp))?;
     fs::rename(&tmp, &meta_path).map_err(DataError::io("rename into place", &meta_path))?;
     Ok(meta)
+}
+
+/// Encodes each file and appends its parts to the two splits; returns what meta.json records.
+fn write_documents(
+    files: &[PathBuf],
+    tok: &Tokenizer,
+    val_frac: f64,
+    (train, val): (&mut TokenWriter, &mut TokenWriter),
+    total: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<Source>, DataError> {
+    let mut sources = Vec::with_capacity(files.len());
+    let mut done = 0u64;
+    progress(done, total);
+    for path in files {
+        let bytes = fs::read(path).map_err(DataError::io("read", path))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| DataError::NotUtf8 {
+            path: path.clone(),
+            offset: e.valid_up_to(),
+        })?;
+        let mut tokens = Vec::new();
+        for piece in pieces(text, PIECE_BYTES) {
+            tokens.extend(tok.encode(piece));
+            done = done.saturating_add(piece.len() as u64);
+            progress(done, total);
+        }
+        let cut = tokens.len().saturating_sub(val_count(tokens.len(), val_frac));
+        let (train_part, val_part) = tokens.split_at(cut);
+        let train_n = train.document(train_part, tok.end_of_text())?;
+        let val_n = val.document(val_part, tok.end_of_text())?;
+        sources.push(Source {
+            path: path.to_string_lossy().into_owned(),
+            bytes: bytes.len() as u64,
+            sha256: format!("{:x}", Sha256::digest(&bytes)),
+            train_tokens: train_n,
+            val_tokens: val_n,
+        });
+    }
+    Ok(sources)
 }
 
 fn show(inputs: &[PathBuf]) -> String {
@@ -665,7 +685,14 @@ pub(crate) mod tests {
         let texts = write_texts(tmp.path());
         let out = tmp.path().join("out");
         for frac in [0.0, -0.1, 0.51, f64::NAN] {
-            let e = prepare(std::slice::from_ref(&texts), TokenizerKind::Bytes, frac, &out, &mut noop).unwrap_err();
+            let e = prepare(
+                std::slice::from_ref(&texts),
+                TokenizerKind::Bytes,
+                frac,
+                &out,
+                &mut noop,
+            )
+            .unwrap_err();
             assert!(e.to_string().contains("--val-frac"), "{e}");
         }
         let tiny = tmp.path().join("tiny.txt");
