@@ -26,6 +26,9 @@ pub enum Command {
     /// Look inside models.
     #[command(subcommand)]
     Analyze(Analyze),
+    /// Prepare text corpora.
+    #[command(subcommand)]
+    Data(crate::data::DataCommand),
 }
 
 #[derive(Subcommand)]

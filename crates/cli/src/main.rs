@@ -4,6 +4,7 @@ mod analyze;
 mod args;
 mod buckets;
 mod count;
+mod data;
 mod train;
 
 use clap::Parser;
@@ -15,6 +16,7 @@ fn main() {
         args::Command::Count(a) => count::run(a),
         args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
         args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
+        args::Command::Data(c) => data::run(c),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
