@@ -31,6 +31,9 @@ pub enum Command {
     /// Look inside models.
     #[command(subcommand)]
     Analyze(Analyze),
+    /// Prepare text corpora.
+    #[command(subcommand)]
+    Data(crate::prepare::DataCommand),
 }
 
 #[derive(Subcommand)]

@@ -7,6 +7,7 @@ mod console;
 mod count;
 mod eval;
 mod load;
+mod prepare;
 mod run_dir;
 mod sample;
 mod source;
@@ -24,6 +25,7 @@ fn main() {
         args::Command::Count(a) => count::run(a),
         args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
         args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
+        args::Command::Data(c) => prepare::run(c),
     };
     if let Err(e) = result {
         console::warn(&format!("error: {e:#}"));

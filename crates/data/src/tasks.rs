@@ -5,9 +5,9 @@
 //! - copy:    `abcd|abcd`: the symbols again after the separator.
 //! - reverse: `abcd|dcba`.
 //! - mqar:    multi-query associative recall, `A3K7Q1|K7A3`: key-value pairs, then the keys
-//!            again in a random order; each value must be recalled (Arora et al., Zoology).
+//!   again in a random order; each value must be recalled (Arora et al., Zoology).
 
-use crate::IGNORE;
+use crate::{sampler::step_seed, DataError, IGNORE};
 use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -71,44 +71,67 @@ impl Batch {
     }
 }
 
-/// Draws batches of one task from a seeded generator: the same seed gives the same batches.
+/// Draws batches of one task. Step k's batch depends on (seed, k) alone, so a resumed run sees
+/// the batches an uninterrupted one would have.
+#[derive(Clone, Debug)]
 pub struct TaskSampler {
     task: Task,
     b: usize,
     t: usize,
-    rng: SmallRng,
+    seed: u64,
+    /// The step `next_batch` draws next.
+    step: u64,
 }
 
 impl TaskSampler {
     /// Fails when T is too short for the task to mean anything.
-    pub fn new(task: Task, b: usize, t: usize, seed: u64) -> Result<Self, String> {
+    pub fn new(task: Task, b: usize, t: usize, seed: u64) -> Result<Self, DataError> {
         let min = match task {
             Task::Copy | Task::Reverse => 4,
             Task::Mqar => 8,
         };
         if t < min {
-            return Err(format!(
+            return Err(DataError::Invalid(format!(
                 "the {task} task needs a sequence length of at least {min}, not {t}"
-            ));
+            )));
         }
         if b == 0 {
-            return Err("the batch size must be at least 1".into());
+            return Err(DataError::Invalid("the batch size must be at least 1".into()));
+        }
+        if b.checked_mul(t).and_then(|n| n.checked_add(b)).is_none() {
+            return Err(DataError::Invalid(format!("a batch of {b} × {t} tokens is too large")));
         }
         Ok(Self {
             task,
             b,
             t,
-            rng: SmallRng::seed_from_u64(seed),
+            seed,
+            step: 0,
         })
     }
 
-    pub fn next_batch(&mut self) -> Batch {
+    pub fn task(&self) -> Task {
+        self.task
+    }
+
+    pub fn b(&self) -> usize {
+        self.b
+    }
+
+    pub fn t(&self) -> usize {
+        self.t
+    }
+
+    /// Step `step`'s batch.
+    pub fn batch(&self, step: u64) -> Batch {
+        let mut rng = SmallRng::seed_from_u64(step_seed(self.seed, step));
         let (mut inputs, mut targets) = (Vec::with_capacity(self.b * self.t), Vec::with_capacity(self.b * self.t));
         for _ in 0..self.b {
-            let (seq, counted) = self.sequence();
+            let (seq, counted) = self.sequence(&mut rng);
             debug_assert_eq!(seq.len(), self.t + 1);
-            inputs.extend(seq[..self.t].iter().map(|&c| c as u32));
-            targets.extend((0..self.t).map(|i| if counted[i + 1] { seq[i + 1] as u32 } else { IGNORE }));
+            inputs.extend(seq.iter().take(self.t).map(|&c| u32::from(c)));
+            let next = seq.iter().zip(&counted).skip(1);
+            targets.extend(next.map(|(&c, &counts)| if counts { u32::from(c) } else { IGNORE }));
         }
         Batch {
             b: self.b,
@@ -118,8 +141,15 @@ impl TaskSampler {
         }
     }
 
+    /// The batch of the next step, counting from 0.
+    pub fn next_batch(&mut self) -> Batch {
+        let batch = self.batch(self.step);
+        self.step = self.step.wrapping_add(1);
+        batch
+    }
+
     /// One sequence of T + 1 bytes, and for each byte whether predicting it counts.
-    fn sequence(&mut self) -> (Vec<u8>, Vec<bool>) {
+    fn sequence(&self, rng: &mut SmallRng) -> (Vec<u8>, Vec<bool>) {
         let len = self.t + 1;
         let mut seq = Vec::with_capacity(len);
         let mut counted = Vec::with_capacity(len);
@@ -130,9 +160,7 @@ impl TaskSampler {
         match self.task {
             Task::Copy | Task::Reverse => {
                 let n = self.t / 2;
-                let xs: Vec<u8> = (0..n)
-                    .map(|_| SYMBOLS[self.rng.random_range(0..SYMBOLS.len())])
-                    .collect();
+                let xs: Vec<u8> = (0..n).map(|_| SYMBOLS[rng.random_range(0..SYMBOLS.len())]).collect();
                 xs.iter().for_each(|&c| push(&mut seq, c, false));
                 push(&mut seq, SEP, false);
                 let answer: Vec<u8> = if self.task == Task::Copy {
@@ -145,18 +173,16 @@ impl TaskSampler {
             Task::Mqar => {
                 let pairs = (self.t / 4).min(KEYS.len());
                 let mut keys = KEYS.to_vec();
-                keys.shuffle(&mut self.rng);
+                keys.shuffle(rng);
                 keys.truncate(pairs);
-                let values: Vec<u8> = (0..pairs)
-                    .map(|_| VALUES[self.rng.random_range(0..VALUES.len())])
-                    .collect();
+                let values: Vec<u8> = (0..pairs).map(|_| VALUES[rng.random_range(0..VALUES.len())]).collect();
                 for (&k, &v) in keys.iter().zip(&values) {
                     push(&mut seq, k, false);
                     push(&mut seq, v, false);
                 }
                 push(&mut seq, SEP, false);
                 let mut order: Vec<usize> = (0..pairs).collect();
-                order.shuffle(&mut self.rng);
+                order.shuffle(rng);
                 for i in order {
                     push(&mut seq, keys[i], false);
                     push(&mut seq, values[i], true);
@@ -227,6 +253,17 @@ mod tests {
         let mut a = TaskSampler::new(Task::Copy, 4, 16, 3).unwrap();
         let mut b = TaskSampler::new(Task::Copy, 4, 16, 3).unwrap();
         assert_eq!(a.next_batch(), b.next_batch());
+    }
+
+    #[test]
+    fn batches_are_a_function_of_seed_and_step() {
+        let mut a = TaskSampler::new(Task::Mqar, 4, 16, 3).unwrap();
+        let b = TaskSampler::new(Task::Mqar, 4, 16, 3).unwrap();
+        let drawn: Vec<Batch> = (0..5).map(|_| a.next_batch()).collect();
+        // A sampler that starts at step 3 (a resumed run) draws what the first drew there.
+        assert_eq!(b.batch(3), drawn[3]);
+        assert_ne!(drawn[3], drawn[4]);
+        assert_ne!(TaskSampler::new(Task::Mqar, 4, 16, 4).unwrap().batch(3), drawn[3]);
     }
 
     #[test]

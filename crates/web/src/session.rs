@@ -132,7 +132,7 @@ impl Session {
             ..Default::default()
         };
         let trainer = Trainer::new(&be, model, train).map_err(err)?;
-        let sampler = TaskSampler::new(s.task, s.batch, s.seq_len, seed + 1)?;
+        let sampler = TaskSampler::new(s.task, s.batch, s.seq_len, seed + 1).map_err(|e| e.to_string())?;
         Ok(Self {
             be,
             trainer,

