@@ -93,12 +93,18 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
         Some(_) => bail!("`preset` in the config file must be a string"),
         None => None,
     };
+    let file_arch = file
+        .as_ref()
+        .and_then(|f| f.get("model"))
+        .and_then(|m| m.get("arch"))
+        .and_then(|a| a.as_str())
+        .map(str::to_string);
     let arch = args.arch.map(|a| a.name());
     let preset = args
         .preset
         .clone()
         .or(file_preset)
-        .unwrap_or_else(|| format!("tiny-{}", arch.unwrap_or("transformer")));
+        .unwrap_or_else(|| format!("tiny-{}", arch.or(file_arch.as_deref()).unwrap_or("transformer")));
     let mut cfg = RunConfig::preset(&preset)?;
     if let Some(mut file) = file {
         file.remove("preset");
@@ -273,12 +279,13 @@ impl Session {
                 last_val = Some(val);
             }
             metrics.append(&row)?;
-            let val_text = last_val.map(|v| format!("  val {v:.4}")).unwrap_or_default();
             let speed = row["tokens_per_s"].as_f64().map(|s| format!("  {s:>8.0} tok/s")).unwrap_or_default();
             if log && !console.is_bar() || eval {
-                console.line(&format!("step {step:>6}  loss {loss:.4}{val_text}  lr {lr:.2e}{speed}"));
+                let val = row["val_loss"].as_f64().map(|v| format!("  val {v:.4}")).unwrap_or_default();
+                console.line(&format!("step {step:>6}  loss {loss:.4}{val}  lr {lr:.2e}{speed}"));
             }
-            console.progress(step as u64, &format!("loss {loss:.4}{val_text}{speed}"));
+            let val = last_val.map(|v| format!("  val {v:.4}")).unwrap_or_default();
+            console.progress(step as u64, &format!("loss {loss:.4}{val}{speed}"));
             if save {
                 let path = checkpoint(&trainer, &mut last_checkpoint)?;
                 if !last {

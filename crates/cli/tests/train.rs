@@ -1,41 +1,58 @@
-//! `resmem train` end to end: the issue's own command, its files and its errors.
+//! `resmem train`, `eval` and `sample` end to end: learning, the run directory's files, resume
+//! after a signal or a SIGKILL bit for bit, and a clear error for every bad input.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn resmem() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_resmem"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_resmem"));
+    // wgpu and Mesa write harmless errors without a runtime dir.
+    let runtime = std::env::temp_dir().join("resmem-xdg");
+    std::fs::create_dir_all(&runtime).unwrap();
+    c.env("XDG_RUNTIME_DIR", runtime);
+    c
+}
+
+fn run(args: &[&str], out: Option<&Path>) -> Output {
+    let mut c = resmem();
+    c.args(args);
+    if let Some(out) = out {
+        c.arg("--out").arg(out);
+    }
+    c.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn rows(run: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// (step, loss, val_loss) of every logged row: what must match between two runs.
+fn losses(run: &Path) -> Vec<(u64, f64, Option<f64>)> {
+    rows(run)
+        .iter()
+        .map(|r| (r["step"].as_u64().unwrap(), r["loss"].as_f64().unwrap(), r["val_loss"].as_f64()))
+        .collect()
 }
 
 /// Trains `arch` on copy for `steps` CPU steps into a fresh directory; checks the metrics and
 /// the saved config, and returns the directory and the logged rows.
-fn train_copy(arch: &str, steps: &str) -> (tempfile::TempDir, std::path::PathBuf, Vec<serde_json::Value>) {
+fn train_copy(arch: &str, steps: &str) -> (tempfile::TempDir, PathBuf, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t");
-    let status = resmem()
-        .args([
-            "train",
-            "--arch",
-            arch,
-            "--task",
-            "copy",
-            "--backend",
-            "cpu",
-            "--steps",
-            steps,
-            "--out",
-        ])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let o = run(&["train", "--arch", arch, "--task", "copy", "--backend", "cpu", "--steps", steps], Some(&out));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = rows(&out);
     for key in ["step", "loss", "lr", "tokens_per_s"] {
         assert!(rows.iter().all(|r| r.get(key).is_some()), "every row needs {key}");
     }
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["model"]["arch"], arch);
+    let config: toml::Table = toml::from_str(&std::fs::read_to_string(out.join("config.toml")).unwrap()).unwrap();
+    assert_eq!(config["model"]["arch"].as_str(), Some(arch));
     assert!(out.join("model.safetensors").exists(), "every run saves its model");
     (dir, out, rows)
 }
@@ -46,12 +63,28 @@ fn first_last(rows: &[serde_json::Value]) -> (f64, f64) {
 }
 
 #[test]
-fn train_rmt_on_cpu_learns_copy() {
-    let (_dir, _, rows) = train_copy("rmt", "300");
+fn train_rmt_on_cpu_learns_copy_then_samples_the_copy() {
+    let (_dir, out, rows) = train_copy("rmt", "300");
     // Measured: 5.545 → 0.0002, off the unigram plateau (ln 16 = 50% of the first loss) by step
-    // 150. The issue asks for well under 60%; 10% needs the copy skill itself.
+    // 150. 10% needs the copy skill itself.
     let (first, last) = first_last(&rows);
     assert!(last < 0.1 * first, "loss {first} → {last}");
+    // Greedy decoding of a copy prompt repeats it (7 tokens fill the context of 16).
+    let o = on_run(&out, &["sample", "--backend", "cpu", "--prompt", "fabcpdoa|", "--tokens", "7", "--temperature", "0"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim_end(), "fabcpdoa|fabcpdo");
+    let o = on_run(&out, &["eval", "--backend", "cpu", "--json"]);
+    let eval: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let val = eval["val_loss"].as_f64().unwrap();
+    // The held-out loss of the end of training, as logged, and its perplexity.
+    assert_eq!(Some(val as f32 as f64), rows.last().unwrap()["val_loss"].as_f64().map(|v| v as f32 as f64));
+    assert!((eval["perplexity"].as_f64().unwrap() - val.exp()).abs() < 1e-9);
+}
+
+/// Runs `args --run RUN`, which must succeed.
+fn on_run(run: &Path, args: &[&str]) -> Output {
+    let o = resmem().args(args).arg("--run").arg(run).output().unwrap();
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
 }
 
 #[test]
@@ -64,74 +97,270 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
 }
 
 #[test]
-fn an_earlier_run_is_never_overwritten() {
+fn an_earlier_run_is_never_overwritten_and_unrelated_files_are_left_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["train", "--backend", "cpu", "--steps", "2", "--out"];
-    assert!(resmem().args(args).arg(dir.path()).status().unwrap().success());
-    let out = resmem().args(args).arg(dir.path()).output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a run"));
+    let unrelated = b"{\"mine\": true}\n";
+    std::fs::write(dir.path().join("config.json"), unrelated).unwrap();
+    let args = ["train", "--backend", "cpu", "--steps", "2"];
+    let o = run(&args, Some(dir.path()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.path().join("config.json")).unwrap(), unrelated);
+    let before = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    let o = run(&args, Some(dir.path()));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("already holds a run") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.path().join("model.safetensors")).unwrap(), before);
+    assert_eq!(std::fs::read(dir.path().join("config.json")).unwrap(), unrelated);
 }
 
 #[test]
-fn bad_arguments_say_what_to_do() {
+fn two_concurrent_runs_into_one_out_exactly_one_starts() {
     let dir = tempfile::tempdir().unwrap();
-    let out = resmem()
-        .args(["train", "--task", "sort", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("copy, reverse and mqar"));
-    let out = resmem()
-        .args(["train", "--backend", "cpu", "--task", "mqar", "--seq-len", "5", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let spawn = || {
+        resmem()
+            .args(["train", "--backend", "cpu", "--steps", "30", "--out"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let outcomes = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+    let ok = outcomes.iter().filter(|o| o.status.success()).count();
+    assert_eq!(ok, 1, "{:?}", outcomes.iter().map(stderr).collect::<Vec<_>>());
+    let refused = outcomes.iter().find(|o| !o.status.success()).unwrap();
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("at least 8"),
+        stderr(refused).contains("another resmem process") || stderr(refused).contains("already holds a run"),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr(refused)
     );
-    // A model far beyond this machine's memory (1.2 TB of tables) is refused with a reason.
-    let out = resmem()
-        .args([
-            "train",
-            "--arch",
-            "memoryformer",
-            "--backend",
-            "cpu",
-            "--d-model",
-            "4096",
-            "--tau",
-            "14",
-            "--out",
-        ])
-        .arg(dir.path().join("big"))
+    assert_eq!(losses(dir.path()).len(), 4, "one run's rows: steps 1, 10, 20, 30 and nothing mixed in");
+}
+
+/// Runs `args` into `out` until its metrics have `rows` lines, then sends `signal`; returns
+/// its output.
+fn interrupt(args: &[String], out: &Path, rows: usize, signal: &str) -> Output {
+    let child = resmem()
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(out.join("metrics.jsonl")).map_or(0, |t| t.lines().count()) < rows {
+        assert!(start.elapsed() < Duration::from_secs(120), "the run never logged {rows} rows");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+    child.wait_with_output().unwrap()
+}
+
+/// For each architecture and backend: a run stopped by SIGTERM or SIGINT, then resumed, logs
+/// the same losses and ends with the same parameters as the run left alone.
+#[test]
+fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
+    for (backend, steps) in [("cpu", 40), ("gpu", 16)] {
+        for (arch, signal) in [("transformer", "-TERM"), ("rmt", "-INT"), ("memoryformer", "-TERM")] {
+            let dir = tempfile::tempdir().unwrap();
+            let args: Vec<String> = [
+                "train", "--arch", arch, "--backend", backend, "--steps", &steps.to_string(), "--log-every", "1",
+                "--eval-every", "4", "--checkpoint-every", "5",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let whole = dir.path().join("whole");
+            let o = resmem().args(&args).arg("--out").arg(&whole).output().unwrap();
+            assert!(o.status.success(), "{}", stderr(&o));
+
+            let cut = dir.path().join("cut");
+            let o = interrupt(&args, &cut, steps / 2, signal);
+            let what = format!("{arch} on {backend}, {signal}");
+            assert!(!o.status.success(), "{what}: an interrupted run exits non-zero");
+            assert!(stderr(&o).contains(&format!("resmem train --resume {}", cut.display())), "{what}: {}", stderr(&o));
+            assert!(!cut.join("model.safetensors").exists(), "{what}: it stopped before the end");
+            let o = resmem().args(["train", "--backend", backend, "--resume"]).arg(&cut).output().unwrap();
+            assert!(o.status.success(), "{what}: {}", stderr(&o));
+            assert!(String::from_utf8_lossy(&o.stdout).contains("resuming"), "{what}");
+
+            assert_eq!(losses(&whole), losses(&cut), "{what}");
+            assert_eq!(
+                std::fs::read(whole.join("model.safetensors")).unwrap(),
+                std::fs::read(cut.join("model.safetensors")).unwrap(),
+                "{what}: final parameters"
+            );
+        }
+    }
+}
+
+/// SIGKILL at random moments of a run that checkpoints every step: every checkpoint on disk is
+/// always whole, every `--resume` works, and the losses end up those of the run left alone.
+#[test]
+fn sigkill_during_checkpoint_writes_never_loses_or_corrupts_a_checkpoint() {
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "train", "--backend", "cpu", "--steps", "400", "--log-every", "1", "--checkpoint-every", "1", "--keep",
+        "3",
+    ];
+    let whole = dir.path().join("whole");
+    assert!(run(&args, Some(&whole)).status.success());
+
+    let cut = dir.path().join("cut");
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut kills = 0;
+    let mut resumed_from = vec![];
+    while kills < 24 {
+        let mut c = resmem();
+        // Killed before config.toml was written, the directory is not a run yet: start anew.
+        if cut.join("config.toml").exists() {
+            c.args(["train", "--backend", "cpu", "--resume"]).arg(&cut);
+        } else {
+            c.args(args).arg("--out").arg(&cut);
+        }
+        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(60..400)));
+        if child.try_wait().unwrap().is_some() {
+            break; // it finished before the kill
+        }
+        child.kill().unwrap();
+        let o = child.wait_with_output().unwrap();
+        kills += 1;
+        if let Some(line) = String::from_utf8_lossy(&o.stdout).lines().find(|l| l.starts_with("resuming")) {
+            resumed_from.push(line.to_string());
+        }
+        for (_, path) in checkpoints(&cut) {
+            let bytes = std::fs::read(&path).unwrap();
+            models::checkpoint::config_of(&bytes)
+                .unwrap_or_else(|e| panic!("after kill {kills}, {} is broken: {e}", path.display()));
+        }
+    }
+    assert!(kills >= 20, "only {kills} kills before the run finished");
+    assert!(resumed_from.len() >= 10, "{resumed_from:?}");
+    let o = resmem().args(["train", "--backend", "cpu", "--resume"]).arg(&cut).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&whole), losses(&cut));
+    assert_eq!(
+        std::fs::read(whole.join("model.safetensors")).unwrap(),
+        std::fs::read(cut.join("model.safetensors")).unwrap()
+    );
+}
+
+fn checkpoints(run: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(run.join("checkpoints")) else { return vec![] };
+    entries
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().to_string(), e.path()))
+        .filter(|(n, _)| n.starts_with("step-"))
+        .collect()
+}
+
+#[test]
+fn a_closed_stdout_never_stops_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = resmem()
+        .args(["train", "--backend", "cpu", "--steps", "40", "--log-every", "1", "--out"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `| head -1`: read one line, then close the pipe.
+    {
+        use std::io::BufRead;
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(first.contains("parameters"), "{first}");
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.path().join("model.safetensors").exists());
+    assert_eq!(losses(dir.path()).len(), 40);
+}
+
+/// Every bad input of the issue, and more: an error that says what is wrong, never a panic.
+#[test]
+fn bad_inputs_give_clear_errors_and_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["train", "--task", "sort"], "copy, reverse and mqar"),
+        (&["train", "--backend", "cpu", "--task", "mqar", "--seq-len", "5"], "at least 8"),
+        (&["train", "--backend", "cpu", "--init-std", "inf"], "init_std"),
+        (&["train", "--backend", "cpu", "--lr", "nan"], "lr"),
+        (&["train", "--backend", "cpu", "--arch", "rmt", "--d-k", "18446744073709551615"], "d_k"),
+        (&["train", "--backend", "cpu", "--seq-len", "18446744073709551615"], "T ="),
+        (&["train", "--backend", "cpu", "--batch", "4611686018427387904", "--seq-len", "4"], "batch"),
+        (&["train", "--backend", "cpu", "--seed", "18446744073709551615"], "--seed"),
+        (&["train", "--backend", "cpu", "--arch", "rmt", "--tau", "4"], "--tau does not apply to --arch rmt"),
+        (&["train", "--backend", "cpu", "--arch", "rmt", "--d-model", "64"], "--d-model does not apply to --arch rmt"),
+        (&["train", "--backend", "cpu", "--d-k", "4"], "--d-k does not apply to --arch transformer"),
+        (&["train", "--backend", "cpu", "--arch", "memoryformer", "--d-ff", "64"], "--d-ff does not apply"),
+        (&["train", "--backend", "cpu", "--preset", "nope"], "no preset named `nope`"),
+        (&["train", "--backend", "cpu", "--preset", "tiny-rmt", "--arch", "transformer"], "not --arch transformer"),
+        (&["train", "--backend", "cpu", "--data", "/nonexistent/corpus"], "resmem data prepare"),
+        (&["train", "--backend", "cpu", "--log-every", "0"], "log_every"),
+        (&["train", "--backend", "cpu", "--resume", "/nonexistent/run"], "not a run directory"),
+        (
+            &["train", "--arch", "memoryformer", "--backend", "cpu", "--d-model", "4096", "--tau", "14"],
+            "more than this machine",
+        ),
+        (&["train", "--arch", "memoryformer", "--backend", "cpu", "--tau", "15"], "tau of at most 14"),
+        (&["eval", "--backend", "cpu", "--run", "/nonexistent/run"], "not a run directory"),
+        (&["sample", "--backend", "cpu", "--run", "/nonexistent/run"], "not a run directory"),
+        (&["sample", "--backend", "cpu", "--temperature", "-1", "--run", "/x"], "--temperature"),
+    ];
+    for (i, (args, expected)) in cases.iter().enumerate() {
+        let mut c = resmem();
+        c.args(*args);
+        if args[0] == "train" && !args.contains(&"--resume") {
+            c.arg("--out").arg(dir.path().join(i.to_string()));
+        }
+        let start = Instant::now();
+        let o = c.output().unwrap();
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert!(err.contains(expected), "{args:?}: expected `{expected}` in: {err}");
+        // Refused before any large allocation.
+        assert!(start.elapsed() < Duration::from_secs(5), "{args:?} took {:?}", start.elapsed());
+    }
+}
+
+/// A run's config.toml is a complete config: given back with --config it trains the same run.
+#[test]
+fn config_toml_reproduces_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("a");
+    assert!(run(&["train", "--backend", "cpu", "--arch", "rmt", "--steps", "12", "--d-k", "4", "--lr", "0.02"], Some(&first))
+        .status
+        .success());
+    let again = dir.path().join("b");
+    let o = resmem()
+        .args(["train", "--backend", "cpu", "--config"])
+        .arg(first.join("config.toml"))
+        .arg("--out")
+        .arg(&again)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("more than this machine can allocate"),
-        "{err}"
-    );
-    // τ past 14 makes ML2's tables 2^17 rows and more: a config error that says so.
-    let out = resmem()
-        .args([
-            "train",
-            "--arch",
-            "memoryformer",
-            "--backend",
-            "cpu",
-            "--tau",
-            "15",
-            "--out",
-        ])
-        .arg(dir.path().join("tau"))
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(first.join("config.toml")).unwrap(), std::fs::read(again.join("config.toml")).unwrap());
+    assert_eq!(losses(&first), losses(&again));
+    // A partial file: a preset and one change.
+    let partial = dir.path().join("partial.toml");
+    std::fs::write(&partial, "preset = \"tiny-rmt\"\n[train]\nsteps = 3\n").unwrap();
+    let o = resmem()
+        .args(["train", "--backend", "cpu", "--config"])
+        .arg(&partial)
+        .arg("--out")
+        .arg(dir.path().join("c"))
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("tau of at most 14"), "{err}");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&dir.path().join("c")).last().unwrap().0, 3);
 }
 
 /// The MemoryFormer learns copy, saves its model, and `analyze buckets` reports every table of
@@ -147,7 +376,7 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    assert!(report.status.success(), "{}", stderr(&report));
     let stats: Vec<serde_json::Value> = serde_json::from_slice(&report.stdout).unwrap();
     // The tiny preset: 2 blocks × (qkv, ml1, ml2) × K = 16 tables.
     assert_eq!(stats.len(), 2 * 3 * 16, "{stats:?}");
@@ -155,8 +384,14 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
         for key in ["layer", "table", "entropy", "dead_buckets", "counts"] {
             assert!(s.get(key).is_some(), "{key} missing from {s}");
         }
+        // Entropy is the normalised entropy of the counts; recompute it from them.
+        let counts: Vec<f64> = s["counts"].as_array().unwrap().iter().map(|c| c.as_f64().unwrap()).collect();
+        let n: f64 = counts.iter().sum();
+        let h: f64 = counts.iter().filter(|&&c| c > 0.0).map(|&c| -(c / n) * (c / n).ln()).sum();
         let e = s["entropy"].as_f64().unwrap();
-        assert!((0.0..=1.0).contains(&e), "{s}");
+        assert!((e - h / (counts.len() as f64).ln()).abs() < 1e-4, "{s}");
+        let dead = counts.iter().filter(|&&c| c == 0.0).count() as u64;
+        assert_eq!(s["dead_buckets"].as_u64(), Some(dead));
     }
     // A run of another architecture is refused with a reason.
     let (_dir, rmt, _) = train_copy("rmt", "2");
@@ -166,5 +401,5 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("MemoryFormer"));
+    assert!(stderr(&refused).contains("MemoryFormer"));
 }
