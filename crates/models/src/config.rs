@@ -350,7 +350,7 @@ impl MemoryFormerConfig {
                 self.tau, self.d_model
             )));
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(ModelError::Config(format!(
                 "d_model = {} is not a multiple of n_heads = {}",
                 self.d_model, self.n_heads

@@ -129,7 +129,7 @@ impl ParamLayout {
             };
             match s.init {
                 Init::Constant(c) => dst.fill(c),
-                Init::Normal { std } if std == 0.0 => dst.fill(0.0),
+                Init::Normal { std: 0.0 } => dst.fill(0.0),
                 Init::Normal { std } => dst.iter_mut().for_each(|v| {
                     let z: f64 = StandardNormal.sample(&mut rng);
                     *v = (0.0 + std as f64 * z) as f32
