@@ -285,9 +285,10 @@ fn rmt_acts(c: &RmtConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
     let mut fwd = Tally::default();
     fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
     if learned {
-        fwd.buf("the positions", &[bt, 2])?;
-        fwd.buf("the position bucket starts", &[n, 1])?;
-        fwd.buf("the position bucket starts", &[1])?;
+        // Each row's position and the rows grouped by position (BT each), and the N + 1 starts.
+        fwd.buf("the positions and their buckets", &[bt, 2])?;
+        fwd.buf("the position bucket starts (seq_len + 1)", &[n, 1])?;
+        fwd.buf("the last position bucket start", &[1])?;
     }
     fwd.buf("the token embeddings", &[bt, rv])?;
     if learned {
