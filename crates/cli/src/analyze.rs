@@ -11,6 +11,7 @@ use models::variance::{self, InitScheme};
 use models::{Rmt, TrainConfig, Trainer};
 
 pub fn variance(args: VarianceArgs) -> Result<()> {
+    args.model.check_applies()?;
     if args.measured {
         return match args.backend {
             BackendKind::Cpu => measured(&CpuBackend::<f32>::new(), &args),

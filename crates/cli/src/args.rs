@@ -195,6 +195,47 @@ fn parse_norm(s: &str) -> Result<Norm, String> {
 }
 
 impl ModelDims {
+    /// The dimension flags given, by name, with the architectures each applies to.
+    fn given(&self) -> [(&'static str, bool, &'static [Arch]); 12] {
+        use Arch::{Memoryformer as M, Rmt as R, Transformer as T};
+        [
+            ("--d-model", self.d_model.is_some(), &[T, M]),
+            ("--d-k", self.d_k.is_some(), &[R]),
+            ("--d-v", self.d_v.is_some(), &[R]),
+            ("--rank", self.rank.is_some(), &[R]),
+            ("--layers", self.layers.is_some(), &[T, R, M]),
+            ("--heads", self.heads.is_some(), &[T, M]),
+            ("--head-dim", self.head_dim.is_some(), &[T]),
+            ("--d-ff", self.d_ff.is_some(), &[T, R]),
+            ("--norm", self.norm.is_some(), &[T, R, M]),
+            ("--position", self.position.is_some(), &[R]),
+            ("--init-std", self.init_std.is_some(), &[T, R, M]),
+            ("--tau", self.tau.is_some(), &[M]),
+        ]
+    }
+
+    /// Fails on the first dimension flag that `arch` has no use for, rather than ignoring it,
+    /// and lists the ones it has.
+    pub fn check_applies(&self, arch: Arch) -> anyhow::Result<()> {
+        let given = self.given();
+        let Some((flag, _, archs)) = given.iter().find(|(_, set, archs)| *set && !archs.contains(&arch)) else {
+            return Ok(());
+        };
+        let name = |a: &Arch| {
+            a.to_possible_value()
+                .map_or(String::new(), |v| v.get_name().to_string())
+        };
+        let applies: Vec<&str> = given.iter().filter(|g| g.2.contains(&arch)).map(|g| g.0).collect();
+        let others: Vec<String> = archs.iter().map(|a| format!("--arch {}", name(a))).collect();
+        anyhow::bail!(
+            "{flag} does not apply to --arch {} (it is for {}); the dimension flags of --arch {} are {}",
+            name(&arch),
+            others.join(" and "),
+            name(&arch),
+            applies.join(", ")
+        )
+    }
+
     pub fn transformer(&self, mut c: TransformerConfig) -> TransformerConfig {
         c.d_model = self.d_model.unwrap_or(c.d_model);
         c.n_layers = self.layers.unwrap_or(c.n_layers);
@@ -396,6 +437,11 @@ pub struct PaperDims {
 }
 
 impl PaperDims {
+    /// Fails on a dimension flag that --arch has no use for.
+    pub fn check_applies(&self) -> anyhow::Result<()> {
+        self.dims.check_applies(self.arch)
+    }
+
     pub fn preset(&self) -> models::Result<Dims> {
         let mut d = Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium"))?;
         d.vocab = self.vocab.unwrap_or(d.vocab);

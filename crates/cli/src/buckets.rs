@@ -7,7 +7,7 @@ use crate::{load, source};
 use anyhow::{bail, Result};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
-use models::{Evaluator, ModelConfig};
+use models::{Evaluator, ModelConfig, Purpose};
 
 pub fn run(args: BucketsArgs) -> Result<()> {
     crate::with_backend!(args.backend, be => measure(be, &args))
@@ -26,7 +26,8 @@ fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
     // Batches the run did not train on: its held-out ones.
     let held_out = source::open(&cfg.data)?.held_out(b, t, cfg.train.seed, args.batches)?;
-    let model = cfg.build(be, b, t)?;
+    crate::check_memory(&cfg, b, t, Purpose::Infer, args.backend)?;
+    let model = cfg.build(be, b, t, Purpose::Infer)?;
     let (values, _) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);
     let mut evaluator = Evaluator::new(be, &model)?;

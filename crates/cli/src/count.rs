@@ -6,6 +6,7 @@ use anyhow::Result;
 use models::count::{self, thousands, Counts};
 
 pub fn run(args: CountArgs) -> Result<()> {
+    args.model.check_applies()?;
     if args.model.arch == Arch::Memoryformer {
         return memoryformer(&args);
     }
@@ -19,15 +20,18 @@ pub fn run(args: CountArgs) -> Result<()> {
         Arch::Memoryformer => unreachable!("handled above"),
         Arch::Transformer => {
             let c = dims.transformer(d.transformer());
+            // Counted first: a config whose counts overflow gets that error, naming the setting.
+            let counts = count::try_transformer(&c)?;
             c.validate()?;
             let describe = format!(
                 "transformer: L={} D={} H={} D_h={} D_FF={} V={} N={}",
                 c.n_layers, c.d_model, c.n_heads, c.head_dim, c.d_ff, c.vocab, c.seq_len
             );
-            (count::transformer(&c), c.seq_len, describe)
+            (counts, c.seq_len, describe)
         }
         Arch::Rmt => {
             let c = dims.rmt(d.rmt());
+            let counts = count::try_rmt(&c)?;
             c.validate()?;
             let describe = format!(
                 "rmt: L={} D_k={} D_v={} R={} D_FF={} V={} N={} (residual {})",
@@ -40,7 +44,7 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.seq_len,
                 c.residual()
             );
-            (count::rmt(&c), c.seq_len, describe)
+            (counts, c.seq_len, describe)
         }
     };
     if args.json {
@@ -80,7 +84,7 @@ fn memoryformer(args: &CountArgs) -> Result<()> {
         None => {}
     }
     let c = args.model.memoryformer()?;
-    let b = count::memoryformer_block(&c);
+    let b = count::try_memoryformer_block(&c)?;
     if args.json {
         println!("{}", serde_json::to_string(&b)?);
         return Ok(());
@@ -131,7 +135,7 @@ fn table1() -> Result<()> {
     let names = ["tiny", "small", "base"];
     for (&(name, ..), mf) in models::presets::PYTHIA.iter().zip(names) {
         let c = models::presets::memoryformer(name)?;
-        let b = count::memoryformer_block(&c);
+        let b = count::try_memoryformer_block(&c)?;
         let row = |label: String, no_attn: u64, total: u64| {
             println!(
                 "{label:<14} {:>7} {:>7} {:>16} {:>12}",
@@ -164,13 +168,13 @@ fn table3() -> Result<()> {
             ..models::presets::memoryformer("pythia-70m")?
         };
         let (k, d, s) = (c.chunks() as u64, c.d_model as u64, c.seq_len as u64);
-        let b = count::memoryformer_block(&c);
+        let b = count::try_memoryformer_block(&c)?;
         println!(
             "{:>5} {:>4} {:>5} {:>18} {:>13.1} MB",
             k * tau as u64,
             tau,
             k,
-            format!("{:.2} G", (s * k * (tau as u64 + d)) as f64 / 1e9),
+            format!("{:.2} G", s as f64 * k as f64 * (tau as f64 + d as f64) / 1e9),
             b.table_mb_f16.q
         );
     }

@@ -6,7 +6,7 @@ use crate::console::say;
 use crate::{load, source};
 use anyhow::Result;
 use engine::Backend;
-use models::Evaluator;
+use models::{Evaluator, Purpose};
 
 pub fn run(args: EvalArgs) -> Result<()> {
     crate::with_backend!(args.backend, be => eval(be, &args))
@@ -19,8 +19,8 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     let m = args.batches.unwrap_or(cfg.cadence.eval_batches);
     anyhow::ensure!(m >= 1, "--batches must be at least 1");
     let held_out = data.held_out(b, t, cfg.train.seed, m)?;
-    crate::check_memory(&cfg, b, t)?;
-    let model = cfg.build(be, b, t)?;
+    crate::check_memory(&cfg, b, t, Purpose::Infer, args.backend)?;
+    let model = cfg.build(be, b, t, Purpose::Infer)?;
     let (values, path) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);
     let mut evaluator = Evaluator::new(be, &model)?;

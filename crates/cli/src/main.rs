@@ -55,8 +55,19 @@ macro_rules! with_backend {
     };
 }
 
-/// Refuses, before anything is allocated, a config whose buffers cannot fit.
-pub fn check_memory(cfg: &models::RunConfig, b: usize, t: usize) -> Result<()> {
-    let _ = (cfg, b, t);
+/// Refuses, before anything is allocated, a config whose sizes overflow or, on the CPU, whose
+/// buffers need more memory than the machine has available.
+pub fn check_memory(
+    cfg: &models::RunConfig,
+    b: usize,
+    t: usize,
+    purpose: models::Purpose,
+    backend: args::BackendKind,
+) -> Result<()> {
+    let estimate = models::memory::estimate(&cfg.model, b, t, purpose)?;
+    // The host's free memory says nothing of a GPU's; wgpu refuses what the device cannot hold.
+    if backend == args::BackendKind::Cpu {
+        models::memory::check_fits(&estimate, models::memory::available_bytes())?;
+    }
     Ok(())
 }

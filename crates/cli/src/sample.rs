@@ -8,7 +8,7 @@ use crate::{load, source};
 use anyhow::{bail, Result};
 use data::Batch;
 use engine::{Backend, MatmulDims};
-use models::Evaluator;
+use models::{Evaluator, Purpose};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 pub fn run(args: SampleArgs) -> Result<()> {
@@ -22,8 +22,8 @@ fn sample<B: Backend + 'static>(be: &B, args: &SampleArgs) -> Result<()> {
     let cfg = load::config(&args.run)?;
     let tokenizer = source::tokenizer(&cfg.data)?;
     let (n, vocab) = (cfg.context(), cfg.vocab());
-    crate::check_memory(&cfg, 1, n)?;
-    let model = cfg.build(be, 1, n)?;
+    crate::check_memory(&cfg, 1, n, Purpose::Infer, args.backend)?;
+    let model = cfg.build(be, 1, n, Purpose::Infer)?;
     let (values, _) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);
     let mut tokens = tokenizer.encode(&args.prompt);

@@ -8,7 +8,7 @@ use crate::source;
 use anyhow::{anyhow, bail, Context, Result};
 use engine::Backend;
 use models::checkpoint::{self, TrainState};
-use models::{DataConfig, RunConfig, Trainer};
+use models::{DataConfig, Purpose, RunConfig, Trainer};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -41,6 +41,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     // Ctrl-C and SIGTERM finish the step and write a checkpoint; a second one is not special.
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
     let session = Session {
+        backend: args.backend,
         cfg,
         dir,
         resuming,
@@ -51,18 +52,20 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 /// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
 fn refuse_overrides(args: &TrainArgs) -> Result<()> {
-    let changed: Vec<String> = args
+    let mut changed: Vec<String> = args
         .model_flags("rmt")
         .iter()
         .chain(args.model_flags("memoryformer").iter())
         .map(|(f, _, _)| *f)
         .chain(args.run_flags().iter().map(|(_, k, _)| *k))
-        .map(|f| format!("--{}", f.replace('_', "-")))
+        .map(|f| format!("--{}", if f == "max_grad_norm" { "grad-clip".into() } else { f.replace('_', "-") }))
         .chain(args.arch.map(|_| "--arch".to_string()))
         .chain(args.task.map(|_| "--task".to_string()))
         .chain(args.data.as_ref().map(|_| "--data".to_string()))
         .chain(args.seq_len.map(|_| "--seq-len".to_string()))
         .collect();
+    changed.sort();
+    changed.dedup();
     if !changed.is_empty() {
         bail!(
             "--resume continues the run with its own config.toml, so {} cannot be changed; \
@@ -163,6 +166,7 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
 }
 
 struct Session {
+    backend: crate::args::BackendKind,
     cfg: RunConfig,
     dir: RunDir,
     resuming: bool,
@@ -178,8 +182,8 @@ impl Session {
         let (b, t) = (cfg.train.batch, cfg.data.seq_len());
         let train = data.train(b, t, cfg.train.seed)?;
         let held_out = data.held_out(b, t, cfg.train.seed, cfg.cadence.eval_batches)?;
-        crate::check_memory(&cfg, b, t)?;
-        let model = cfg.build(be, b, t)?;
+        crate::check_memory(&cfg, b, t, Purpose::Train, self.backend)?;
+        let model = cfg.build(be, b, t, Purpose::Train)?;
         let params = model.store().layout.count();
         let layout = model.store().layout.clone();
         let mut trainer = Trainer::new(be, model, cfg.train.clone())?;

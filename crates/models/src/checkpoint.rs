@@ -74,7 +74,10 @@ fn prepare<'a>(
     }
     let crc = checksum(tensors.iter().map(|(n, t)| (n.as_str(), t.data())), &meta);
     meta.insert(CRC.into(), format!("{crc:08x}"));
-    Ok((tensors, meta.into_iter().collect()))
+    // One metadata entry holding a sorted JSON object: safetensors writes its metadata map in
+    // hash order, and the same state must give the same bytes.
+    let json = serde_json::to_string(&meta).map_err(|e| ModelError::Checkpoint(e.to_string()))?;
+    Ok((tensors, HashMap::from([(FORMAT.to_string(), json)])))
 }
 
 /// CRC-32 over the tensors in name order, then the metadata (but the CRC itself) in key order.
@@ -109,13 +112,17 @@ fn corrupt(what: impl std::fmt::Display) -> ModelError {
 fn open(bytes: &[u8]) -> Result<Checked<'_>> {
     let file = SafeTensors::deserialize(bytes).map_err(|e| corrupt(format!("not a safetensors file ({e})")))?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| corrupt(e.to_string()))?;
-    let meta: BTreeMap<String, String> = header.metadata().clone().unwrap_or_default().into_iter().collect();
+    let meta: BTreeMap<String, String> = match header.metadata().as_ref().and_then(|m| m.get(FORMAT)) {
+        Some(json) => serde_json::from_str(json).map_err(|e| corrupt(format!("its metadata is not JSON ({e})")))?,
+        None => {
+            return Err(ModelError::Checkpoint(
+                "not written by resmem (its metadata has no `resmem` entry); `resmem import` reads other formats"
+                    .into(),
+            ))
+        }
+    };
     if meta.get("format").map(String::as_str) != Some(FORMAT) {
-        return Err(ModelError::Checkpoint(
-            "not written by resmem (its metadata has no `format = resmem`); \
-             `resmem import` reads other formats"
-                .into(),
-        ));
+        return Err(corrupt("its metadata does not say `format: resmem`"));
     }
     let stored = meta.get(CRC).ok_or_else(|| corrupt("its checksum is missing"))?;
     let tensors: Vec<(String, TensorView<'_>)> = file.tensors();

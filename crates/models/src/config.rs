@@ -12,6 +12,35 @@ fn require_positive(fields: &[(&str, usize)]) -> Result<()> {
     }
 }
 
+/// The values an f32 setting may take; every one must also be finite.
+#[derive(Clone, Copy)]
+enum Range {
+    Positive,
+    NonNegative,
+    /// [0, 1)
+    Fraction,
+    /// [0, 1]
+    FractionOrOne,
+}
+
+/// Fails with the first of `fields` that is not finite or not in its range, naming it and its value.
+fn require_in_range(fields: &[(&str, f32, Range)]) -> Result<()> {
+    for &(name, value, range) in fields {
+        let (ok, want) = match range {
+            Range::Positive => (value > 0.0, "above 0"),
+            Range::NonNegative => (value >= 0.0, "of at least 0"),
+            Range::Fraction => ((0.0..1.0).contains(&value), "in [0, 1)"),
+            Range::FractionOrOne => ((0.0..=1.0).contains(&value), "in [0, 1]"),
+        };
+        if !value.is_finite() || !ok {
+            return Err(ModelError::Config(format!(
+                "{name} = {value} is out of range; it must be a finite number {want}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The norm every block uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -121,12 +150,13 @@ impl TransformerConfig {
             ("head_dim", self.head_dim),
             ("d_ff", self.d_ff),
         ])?;
-        if !(self.norm_eps > 0.0) || !(self.init_std > 0.0) || !(self.z_loss >= 0.0) {
-            return Err(ModelError::Config(
-                "norm_eps and init_std must be positive and z_loss not negative".into(),
-            ));
-        }
-        Ok(())
+        require_in_range(&[
+            ("norm_eps", self.norm_eps, Range::Positive),
+            ("init_std", self.init_std, Range::Positive),
+            ("z_loss", self.z_loss, Range::NonNegative),
+        ])?;
+        // Every parameter shape's product, checked, so that building the layout cannot overflow.
+        crate::memory::transformer_params(self)?.addressable().map(|_| ())
     }
 }
 
@@ -200,7 +230,8 @@ impl RmtConfig {
 
     /// The residual size D_k·D_v, the RMT's counterpart of the transformer's D.
     pub fn residual(&self) -> usize {
-        self.d_k * self.d_v
+        // Saturates rather than wraps on a config `validate` would refuse.
+        self.d_k.saturating_mul(self.d_v)
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -213,12 +244,12 @@ impl RmtConfig {
             ("n_layers", self.n_layers),
             ("d_ff", self.d_ff),
         ])?;
-        if !(self.norm_eps > 0.0) || !(self.init_std > 0.0) || !(self.z_loss >= 0.0) {
-            return Err(ModelError::Config(
-                "norm_eps and init_std must be positive and z_loss not negative".into(),
-            ));
-        }
-        Ok(())
+        require_in_range(&[
+            ("norm_eps", self.norm_eps, Range::Positive),
+            ("init_std", self.init_std, Range::Positive),
+            ("z_loss", self.z_loss, Range::NonNegative),
+        ])?;
+        crate::memory::rmt_params(self)?.addressable().map(|_| ())
     }
 }
 
@@ -285,16 +316,17 @@ impl MemoryFormerConfig {
 
     /// K = ⌊d/τ⌋; values of d past K·τ are not hashed (the paper's d = 510 = 51·10 case).
     pub fn chunks(&self) -> usize {
-        self.d_model / self.tau
+        self.d_model.checked_div(self.tau).unwrap_or(0)
     }
 
     /// The width ML1 expands to, (τ + 2)·K, which ML2 hashes in K chunks of τ + 2 bits.
     pub fn d_hidden(&self) -> usize {
-        (self.tau + 2) * self.chunks()
+        // Saturates rather than wraps on a config `validate` would refuse.
+        self.tau.saturating_add(2).saturating_mul(self.chunks())
     }
 
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
+        self.d_model.checked_div(self.n_heads).unwrap_or(0)
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -306,11 +338,10 @@ impl MemoryFormerConfig {
             ("n_heads", self.n_heads),
             ("tau", self.tau),
         ])?;
-        if self.tau + 2 > 16 {
+        if self.tau > 14 {
             return Err(ModelError::Config(format!(
-                "tau = {} makes tables of 2^{} rows for ML2; use tau of at most 14",
-                self.tau,
-                self.tau + 2
+                "tau = {} makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
+                self.tau
             )));
         }
         if self.tau > self.d_model {
@@ -319,18 +350,22 @@ impl MemoryFormerConfig {
                 self.tau, self.d_model
             )));
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(ModelError::Config(format!(
                 "d_model = {} is not a multiple of n_heads = {}",
                 self.d_model, self.n_heads
             )));
         }
-        if !(self.norm_eps > 0.0) || !(self.temperature > 0.0) || !(self.table_lr_mult > 0.0) || !(self.z_loss >= 0.0) {
-            return Err(ModelError::Config(
-                "norm_eps, temperature and table_lr_mult must be positive and z_loss not negative".into(),
-            ));
-        }
-        Ok(())
+        require_in_range(&[
+            ("norm_eps", self.norm_eps, Range::Positive),
+            ("temperature", self.temperature, Range::Positive),
+            ("table_std", self.table_std, Range::NonNegative),
+            ("bias_std", self.bias_std, Range::NonNegative),
+            ("embed_std", self.embed_std, Range::Positive),
+            ("table_lr_mult", self.table_lr_mult, Range::Positive),
+            ("z_loss", self.z_loss, Range::NonNegative),
+        ])?;
+        crate::memory::memoryformer_params(self)?.addressable().map(|_| ())
     }
 }
 
@@ -385,14 +420,16 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     pub fn validate(&self) -> Result<()> {
-        if self.batch == 0 || self.steps == 0 {
-            return Err(ModelError::Config("batch and steps must be at least 1".into()));
-        }
-        if !(self.lr > 0.0) || !(0.0..1.0).contains(&self.warmup_frac) || !(0.0..=1.0).contains(&self.min_lr_frac) {
-            return Err(ModelError::Config(
-                "lr must be positive, warmup_frac in [0, 1), min_lr_frac in [0, 1]".into(),
-            ));
-        }
-        Ok(())
+        require_positive(&[("batch", self.batch), ("steps", self.steps)])?;
+        require_in_range(&[
+            ("lr", self.lr, Range::Positive),
+            ("warmup_frac", self.warmup_frac, Range::Fraction),
+            ("min_lr_frac", self.min_lr_frac, Range::FractionOrOne),
+            ("weight_decay", self.weight_decay, Range::NonNegative),
+            ("beta1", self.beta1, Range::Fraction),
+            ("beta2", self.beta2, Range::Fraction),
+            ("eps", self.eps, Range::Positive),
+            ("max_grad_norm", self.max_grad_norm, Range::Positive),
+        ])
     }
 }

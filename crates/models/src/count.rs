@@ -1,14 +1,71 @@
 //! Parameter and forward-FLOP counts per sequence of N tokens: the paper's Table 7 formulas
 //! (with the V·D correction of SPEC §2) and the exact count of the model as built.
 //!
-//! The exact count takes the parameters from the model's own layout, norm gains included, and
+//! Every count is checked: a config whose counts overflow u64 is an error naming the setting to
+//! shrink (the `try_` functions), never a wrapped number.
+//!
+//! The exact count takes the parameters from the checked closed form of the model's own layout
+//! (`memory::*_params`, tested equal to `layout().count()`), norm gains included, and
 //! the FLOPs from the forward as written: 2 per multiply-add of every matrix product, retrieval,
 //! storage and attention product, over the causal triangle only, plus 3 per attention
 //! probability (the paper's softmax term). Norms, GELU and the loss are left out, as the paper
 //! leaves them out.
 
-use crate::{rmt, transformer, MemoryFormerConfig, Position, RmtConfig, TransformerConfig};
+use crate::memory;
+use crate::{MemoryFormerConfig, ModelError, Position, Result, RmtConfig, TransformerConfig};
 use serde::Serialize;
+use std::ops::{Add, Div, Mul};
+
+/// A count in checked arithmetic: None once any step overflows u128, so a formula reads as
+/// written and is never silently wrapped.
+#[derive(Clone, Copy, Debug)]
+struct N(Option<u128>);
+
+fn n(x: impl Into<u128>) -> N {
+    N(Some(x.into()))
+}
+
+fn dim(x: usize) -> N {
+    n(x as u64)
+}
+
+impl Add for N {
+    type Output = N;
+    fn add(self, o: N) -> N {
+        N(self.0.zip(o.0).and_then(|(a, b)| a.checked_add(b)))
+    }
+}
+
+impl Mul for N {
+    type Output = N;
+    fn mul(self, o: N) -> N {
+        N(self.0.zip(o.0).and_then(|(a, b)| a.checked_mul(b)))
+    }
+}
+
+impl Div for N {
+    type Output = N;
+    fn div(self, o: N) -> N {
+        N(self.0.zip(o.0).and_then(|(a, b)| a.checked_div(b)))
+    }
+}
+
+impl N {
+    /// The value as a u64, or an error naming the largest of `settings` as the one to shrink.
+    fn get(self, settings: &[(&str, usize)]) -> Result<u64> {
+        if let Some(x) = self.0.and_then(|x| u64::try_from(x).ok()) {
+            return Ok(x);
+        }
+        let (name, value) = settings
+            .iter()
+            .max_by_key(|s| s.1)
+            .copied()
+            .unwrap_or(("a dimension", 0));
+        Err(ModelError::Config(format!(
+            "the parameter and FLOP counts overflow 64-bit integers; {name} = {value} is too large, make it smaller"
+        )))
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Counts {
@@ -22,59 +79,93 @@ pub struct Counts {
     pub flops_fwd_paper: u64,
 }
 
-/// The transformer at sequence length `cfg.seq_len`.
-pub fn transformer(cfg: &TransformerConfig) -> Counts {
-    let [v, n, d, l, h, dh, f] = [
-        cfg.vocab,
-        cfg.seq_len,
-        cfg.d_model,
-        cfg.n_layers,
-        cfg.n_heads,
-        cfg.head_dim,
-        cfg.d_ff,
-    ]
-    .map(|x| x as u64);
-    let causal = n * (n + 1) / 2;
-    let attention = h * (2 * 2 * dh * causal + 3 * causal);
-    let layer = 2 * n * d * 3 * h * dh + attention + 2 * n * h * dh * d + 2 * 2 * n * d * f;
-    Counts {
-        params: transformer::layout(cfg).count() as u64,
-        params_paper: d * (l * (4 * h * dh + 2 * f) + v),
-        flops_fwd: l * layer + 2 * n * v * d,
-        // 4N(V·D + L·D(2·D_h·H + D_FF) + L(N·D_h·H + ¾·N·H)); 4N·L·¾·N·H = 3·L·N²·H.
-        flops_fwd_paper: 4 * n * (v * d + l * d * (2 * dh * h + f) + l * n * dh * h) + 3 * l * n * n * h,
-    }
+impl Counts {
+    /// Every count at u64::MAX: what the infallible counters show for a config that overflows.
+    const SATURATED: Counts = Counts {
+        params: u64::MAX,
+        params_paper: u64::MAX,
+        flops_fwd: u64::MAX,
+        flops_fwd_paper: u64::MAX,
+    };
 }
 
-/// The RMT at sequence length `cfg.seq_len`.
+/// The transformer at sequence length `cfg.seq_len`; u64::MAX everywhere if a count overflows
+/// (see [`try_transformer`] for the error).
+pub fn transformer(cfg: &TransformerConfig) -> Counts {
+    try_transformer(cfg).unwrap_or(Counts::SATURATED)
+}
+
+/// The transformer at sequence length `cfg.seq_len`, or an error naming the setting that makes
+/// a count overflow.
+pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
+    let settings = [
+        ("vocab", cfg.vocab),
+        ("seq_len", cfg.seq_len),
+        ("d_model", cfg.d_model),
+        ("layers", cfg.n_layers),
+        ("heads", cfg.n_heads),
+        ("head_dim", cfg.head_dim),
+        ("d_ff", cfg.d_ff),
+    ];
+    let [v, n_, d, l, h, dh, f] = settings.map(|s| dim(s.1));
+    let causal = n_ * (n_ + n(1u8)) / n(2u8);
+    let attention = h * (n(4u8) * dh * causal + n(3u8) * causal);
+    let layer = n(6u8) * n_ * d * h * dh + attention + n(2u8) * n_ * h * dh * d + n(4u8) * n_ * d * f;
+    let params = memory::transformer_params(cfg)
+        .map(|p| p.count)
+        .or_else(|_| N(None).get(&settings))?;
+    Ok(Counts {
+        params,
+        params_paper: (d * (l * (n(4u8) * h * dh + n(2u8) * f) + v)).get(&settings)?,
+        flops_fwd: (l * layer + n(2u8) * n_ * v * d).get(&settings)?,
+        // 4N(V·D + L·D(2·D_h·H + D_FF) + L(N·D_h·H + ¾·N·H)); 4N·L·¾·N·H = 3·L·N²·H.
+        flops_fwd_paper: (n(4u8) * n_ * (v * d + l * d * (n(2u8) * dh * h + f) + l * n_ * dh * h)
+            + n(3u8) * l * n_ * n_ * h)
+            .get(&settings)?,
+    })
+}
+
+/// The RMT at sequence length `cfg.seq_len`; u64::MAX everywhere if a count overflows (see
+/// [`try_rmt`] for the error).
 pub fn rmt(cfg: &RmtConfig) -> Counts {
-    let [v, n, dk, dv, r, l, f] = [
-        cfg.vocab,
-        cfg.seq_len,
-        cfg.d_k,
-        cfg.d_v,
-        cfg.rank,
-        cfg.n_layers,
-        cfg.d_ff,
-    ]
-    .map(|x| x as u64);
-    let causal = n * (n + 1) / 2;
+    try_rmt(cfg).unwrap_or(Counts::SATURATED)
+}
+
+/// The RMT at sequence length `cfg.seq_len`, or an error naming the setting that makes a count
+/// overflow.
+pub fn try_rmt(cfg: &RmtConfig) -> Result<Counts> {
+    let settings = [
+        ("vocab", cfg.vocab),
+        ("seq_len", cfg.seq_len),
+        ("d_k", cfg.d_k),
+        ("d_v", cfg.d_v),
+        ("rank", cfg.rank),
+        ("layers", cfg.n_layers),
+        ("d_ff", cfg.d_ff),
+    ];
+    let [v, n_, dk, dv, r, l, f] = settings.map(|s| dim(s.1));
+    let causal = n_ * (n_ + n(1u8)) / n(2u8);
     // One retrieval or storage of R vectors over N tokens.
-    let rs = 2 * n * r * dk * dv;
+    let rs = n(2u8) * n_ * r * dk * dv;
     let positions = match cfg.position {
-        Position::Learned => 1,
-        Position::Alibi => 0,
+        Position::Learned => n(1u8),
+        Position::Alibi => n(0u8),
     };
-    let embedding = rs * (1 + positions);
-    let attention = 3 * rs + r * (2 * 2 * dv * causal + 3 * causal) + rs;
-    let ff = rs + 2 * 2 * n * r * dv * f + rs;
-    let unembedding = rs + 2 * n * v * r * dv;
-    Counts {
-        params: rmt::layout(cfg).count() as u64,
-        params_paper: r * (2 * dk * (3 * l + 1) + dv * (2 * l * f + v + n)),
-        flops_fwd: embedding + l * (attention + ff) + unembedding,
-        flops_fwd_paper: 6 * n * r * dk * dv * (1 + l) + n * r * (4 * v * dv + l * (4 * n * dv + 3 * n + 4 * dv * f)),
-    }
+    let embedding = rs * (n(1u8) + positions);
+    let attention = n(3u8) * rs + r * (n(4u8) * dv * causal + n(3u8) * causal) + rs;
+    let ff = rs + n(4u8) * n_ * r * dv * f + rs;
+    let unembedding = rs + n(2u8) * n_ * v * r * dv;
+    let params = memory::rmt_params(cfg)
+        .map(|p| p.count)
+        .or_else(|_| N(None).get(&settings))?;
+    Ok(Counts {
+        params,
+        params_paper: (r * (n(2u8) * dk * (n(3u8) * l + n(1u8)) + dv * (n(2u8) * l * f + v + n_))).get(&settings)?,
+        flops_fwd: (embedding + l * (attention + ff) + unembedding).get(&settings)?,
+        flops_fwd_paper: (n(6u8) * n_ * r * dk * dv * (n(1u8) + l)
+            + n_ * r * (n(4u8) * v * dv + l * (n(4u8) * n_ * dv + n(3u8) * n_ + n(4u8) * dv * f)))
+            .get(&settings)?,
+    })
 }
 
 /// One MemoryFormer block at sequence length s, in the MemoryFormer paper's convention: one
@@ -107,37 +198,61 @@ pub struct TableMemory {
     pub ml2: f64,
 }
 
+/// One MemoryFormer block; u64::MAX in every FLOP count if one overflows (see
+/// [`try_memoryformer_block`] for the error).
 pub fn memoryformer_block(cfg: &MemoryFormerConfig) -> BlockCounts {
-    let [s, d, h, k, tau, dh] = [
-        cfg.seq_len,
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.chunks(),
-        cfg.tau,
-        cfg.d_hidden(),
-    ]
-    .map(|x| x as u64);
-    // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
-    let layers = [(tau, 3 * d), (tau, dh), (tau + 2, d)];
-    let per_row: u64 = layers.iter().map(|&(bits, out)| k * out + out + 2 * k * bits).sum();
-    let causal = s * (s + 1) / 2;
-    let attention = 2 * d * causal + 3 * h * causal;
-    let mb = |bits: u64, out: u64| (k * (1 << bits) * out * 2) as f64 / 1e6;
-    BlockCounts {
-        block_flops_paper: 2 * s * s * d + 6 * k * s * d,
-        block_flops_no_attn_paper: 6 * k * s * d,
-        dense_block_flops_paper: 2 * s * s * d + 12 * s * d * d,
-        dense_block_flops_no_attn_paper: 12 * s * d * d,
-        block_flops: attention + s * per_row,
-        block_flops_no_attn: s * per_row,
-        table_mb_f16: TableMemory {
-            q: mb(tau, d),
-            k: mb(tau, d),
-            v: mb(tau, d),
-            ml1: mb(tau, dh),
-            ml2: mb(tau + 2, d),
-        },
+    try_memoryformer_block(cfg).unwrap_or(BlockCounts {
+        block_flops_paper: u64::MAX,
+        block_flops_no_attn_paper: u64::MAX,
+        dense_block_flops_paper: u64::MAX,
+        dense_block_flops_no_attn_paper: u64::MAX,
+        block_flops: u64::MAX,
+        block_flops_no_attn: u64::MAX,
+        table_mb_f16: table_memory(cfg),
+    })
+}
+
+/// Table memory in MB of f16, real-valued: it cannot overflow.
+fn table_memory(cfg: &MemoryFormerConfig) -> TableMemory {
+    let (k, d, dh) = (cfg.chunks() as f64, cfg.d_model as f64, cfg.d_hidden() as f64);
+    let mb = |bits: usize, out: f64| k * 2f64.powi(bits.min(1024) as i32) * out * 2.0 / 1e6;
+    let tau = cfg.tau;
+    TableMemory {
+        q: mb(tau, d),
+        k: mb(tau, d),
+        v: mb(tau, d),
+        ml1: mb(tau, dh),
+        ml2: mb(tau.saturating_add(2), d),
     }
+}
+
+/// One MemoryFormer block, or an error naming the setting that makes a count overflow.
+pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
+    let settings = [
+        ("seq_len", cfg.seq_len),
+        ("d_model", cfg.d_model),
+        ("heads", cfg.n_heads),
+        ("tau", cfg.tau),
+    ];
+    let [s, d, h, tau] = settings.map(|x| dim(x.1));
+    let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
+    // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
+    let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
+    let per_row = layers
+        .iter()
+        .fold(n(0u8), |acc, &(bits, out)| acc + k * out + out + n(2u8) * k * bits);
+    let causal = s * (s + n(1u8)) / n(2u8);
+    let attention = n(2u8) * d * causal + n(3u8) * h * causal;
+    let get = |x: N| x.get(&settings);
+    Ok(BlockCounts {
+        block_flops_paper: get(n(2u8) * s * s * d + n(6u8) * k * s * d)?,
+        block_flops_no_attn_paper: get(n(6u8) * k * s * d)?,
+        dense_block_flops_paper: get(n(2u8) * s * s * d + n(12u8) * s * d * d)?,
+        dense_block_flops_no_attn_paper: get(n(12u8) * s * d * d)?,
+        block_flops: get(attention + s * per_row)?,
+        block_flops_no_attn: get(s * per_row)?,
+        table_mb_f16: table_memory(cfg),
+    })
 }
 
 /// 1234567 → "1,234,567", for tables of counts.

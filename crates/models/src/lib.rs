@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod count;
 pub mod loss;
+pub mod memory;
 pub mod memoryformer;
 pub mod optim;
 pub mod params;
@@ -21,6 +22,7 @@ pub mod variance;
 
 pub use batch::BatchTensors;
 pub use config::{MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
+pub use memory::{MemoryEstimate, Purpose};
 pub use memoryformer::MemoryFormer;
 pub use optim::{AdamW, Schedule};
 pub use params::{ParamLayout, ParamSpec, ParamStore};

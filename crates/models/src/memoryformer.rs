@@ -14,9 +14,10 @@
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
 use crate::loss::LossHead;
+use crate::memory::{self, Purpose};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
-use crate::{MemoryFormerConfig, ModelError, Result};
+use crate::{MemoryFormerConfig, ModelConfig, Result};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, MemoryDims, NormDims};
 
 /// One Memory Layer's parameters.
@@ -182,8 +183,6 @@ struct Scratch<B: Backend> {
     dpre: B::Tensor,
     dhid: B::Tensor, // (BT, (τ+2)K)
     dln3: B::Tensor, // (BT, (τ+2)K)
-    /// The sort's scratch, sized for the widest layer; each sort uses its first K·2^τ values.
-    cursor: B::Index,
 }
 
 pub struct MemoryFormer<B: Backend> {
@@ -192,29 +191,43 @@ pub struct MemoryFormer<B: Backend> {
     t: usize,
     store: ParamStore<B>,
     w: Weights<B::Tensor>,
-    dw: Weights<B::Tensor>,
+    /// Gradient views; None for inference.
+    dw: Option<Weights<B::Tensor>>,
     encoded: B::Tensor,
     blocks: Vec<BlockActs<B>>,
     lnf: B::Tensor,
     lnf_stats: B::Tensor,
+    /// The sort's scratch, sized for the widest layer; each sort uses its first K·2^τ values.
+    cursor: B::Index,
     head: LossHead<B>,
-    s: Scratch<B>,
+    /// None for inference.
+    s: Option<Scratch<B>>,
 }
 
 impl<B: Backend> MemoryFormer<B> {
+    /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
     pub fn new(be: &B, cfg: MemoryFormerConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
-        cfg.validate()?;
-        if t > cfg.seq_len {
-            return Err(ModelError::Config(format!(
-                "sequences of {t} tokens exceed the context length {}",
-                cfg.seq_len
-            )));
-        }
+        Self::build(be, cfg, b, t, Some(seed))
+    }
+
+    /// Forward only: parameters (all 0 until written) and activations, hash codes and buckets
+    /// included, but no gradients or backward scratch. `backward` does nothing on it.
+    pub fn inference(be: &B, cfg: MemoryFormerConfig, b: usize, t: usize) -> Result<Self> {
+        Self::build(be, cfg, b, t, None)
+    }
+
+    fn build(be: &B, cfg: MemoryFormerConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
+        // Validates and checks every size below, so no product here can overflow.
+        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
+        memory::estimate(&ModelConfig::MemoryFormer(cfg.clone()), b, t, purpose)?;
         let (d, v, h) = (cfg.d_model, cfg.vocab, cfg.n_heads);
         let (layout, ids) = declare(&cfg);
-        let store = ParamStore::new(be, layout, seed)?;
+        let store = match seed {
+            Some(seed) => ParamStore::new(be, layout, seed)?,
+            None => ParamStore::inference(be, layout)?,
+        };
         let w = ids.map(|id| store.param(be, id));
-        let dw = ids.map(|id| store.grad(be, id));
+        let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
         let bt = b * t;
         let z = |what: &str, n: usize| be.zeros(what, n);
         let dims = layer_shapes(&cfg).map(|(_, d_in, tau, d_out)| MemoryDims {
@@ -250,15 +263,20 @@ impl<B: Backend> MemoryFormer<B> {
             })
             .collect::<engine::Result<Vec<_>>>()?;
         let widest = dims.iter().map(|d| d.k * d.buckets()).max().unwrap_or(1);
-        let s = Scratch {
-            dlogits: z("logit gradients", bt * v)?,
-            dresidual: z("residual gradient", bt * d)?,
-            dln: z("norm gradient", bt * d)?,
-            dqkv: z("qkv gradient", bt * 3 * d)?,
-            dpre: z("attention logit gradient", b * h * t * t)?,
-            dhid: z("ml1 gradient", bt * dh)?,
-            dln3: z("ln3 gradient", bt * dh)?,
-            cursor: be.index("bucket cursor", widest)?,
+        let scratch = || -> engine::Result<_> {
+            Ok(Scratch {
+                dlogits: z("logit gradients", bt * v)?,
+                dresidual: z("residual gradient", bt * d)?,
+                dln: z("norm gradient", bt * d)?,
+                dqkv: z("qkv gradient", bt * 3 * d)?,
+                dpre: z("attention logit gradient", b * h * t * t)?,
+                dhid: z("ml1 gradient", bt * dh)?,
+                dln3: z("ln3 gradient", bt * dh)?,
+            })
+        };
+        let s = match store.trainable() {
+            true => Some(scratch()?),
+            false => None,
         };
         Ok(Self {
             b,
@@ -270,6 +288,7 @@ impl<B: Backend> MemoryFormer<B> {
             blocks,
             lnf: z("final norm", bt * d)?,
             lnf_stats: z("final norm stats", bt * 2)?,
+            cursor: be.index("bucket cursor", widest)?,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
             cfg,
@@ -312,7 +331,7 @@ impl<B: Backend> MemoryFormer<B> {
     /// y = ML(x): hash, group rows by bucket (for the backward and the statistics), gather.
     fn memory(&self, be: &B, y: &B::Tensor, x: &B::Tensor, h: &Hashed<B>, m: &Memory<B::Tensor>) {
         be.memory_hash(&h.codes, &h.p, x, h.dims);
-        be.memory_bucket(&h.rows, &h.starts, &self.s.cursor, &h.codes, h.dims);
+        be.memory_bucket(&h.rows, &h.starts, &self.cursor, &h.codes, h.dims);
         be.memory_forward(y, &h.codes, &h.p, &m.tables, &m.bias, h.dims);
     }
 
@@ -379,7 +398,10 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, d, v, dh) = (self.b * self.t, self.cfg.d_model, self.cfg.vocab, self.cfg.d_hidden());
-        let (w, dw, s) = (&self.w, &self.dw, &self.s);
+        // An inference model has no gradients to fill.
+        let (w, Some(dw), Some(s)) = (&self.w, &self.dw, &self.s) else {
+            return;
+        };
         self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.lnf, MatmulDims::new(v, d, bt).trans_a());
         be.matmul(&s.dln, &s.dlogits, &w.w_u, MatmulDims::new(bt, d, v));

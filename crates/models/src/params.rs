@@ -9,7 +9,7 @@
 use engine::gpu::VIEW_ALIGN;
 use engine::Backend;
 use rand::{rngs::SmallRng, SeedableRng};
-use rand_distr::{Distribution, Normal};
+use rand_distr::{Distribution, StandardNormal};
 
 /// How a parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -116,18 +116,24 @@ impl ParamLayout {
     }
 
     /// Initial values from a seed: the same seed gives the same model on every backend.
+    ///
+    /// Samples are std·z with z standard normal, exactly what `Normal::new(0, std)` draws, but
+    /// with no constructor that can fail: a std that validation missed gives non-finite values,
+    /// never a panic.
     pub fn init_values(&self, seed: u64) -> Vec<f32> {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut values = vec![0.0; self.total];
         for s in &self.specs {
-            let dst = &mut values[s.offset..s.offset + s.len()];
+            let Some(dst) = values.get_mut(s.offset..s.offset.saturating_add(s.len())) else {
+                continue;
+            };
             match s.init {
                 Init::Constant(c) => dst.fill(c),
-                Init::Normal { std } if std == 0.0 => dst.fill(0.0),
-                Init::Normal { std } => {
-                    let normal = Normal::new(0.0, std as f64).expect("a finite std");
-                    dst.iter_mut().for_each(|v| *v = normal.sample(&mut rng) as f32);
-                }
+                Init::Normal { std: 0.0 } => dst.fill(0.0),
+                Init::Normal { std } => dst.iter_mut().for_each(|v| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    *v = (0.0 + std as f64 * z) as f32
+                }),
             }
         }
         values
@@ -139,16 +145,43 @@ pub struct ParamStore<B: Backend> {
     pub layout: ParamLayout,
     /// (total)
     pub params: B::Tensor,
-    /// (total); padding stays 0.
+    /// (total); padding stays 0. Empty (0 values) in an inference store, which has no
+    /// gradients: check `trainable` before using it.
     pub grads: B::Tensor,
+    trainable: bool,
 }
 
 impl<B: Backend> ParamStore<B> {
+    /// Parameters initialised from `seed`, and their gradients.
     pub fn new(be: &B, layout: ParamLayout, seed: u64) -> engine::Result<Self> {
         let params = be.zeros("parameters", layout.total)?;
         let grads = be.zeros("gradients", layout.total)?;
         be.write(&params, &layout.init_values(seed));
-        Ok(Self { layout, params, grads })
+        Ok(Self {
+            layout,
+            params,
+            grads,
+            trainable: true,
+        })
+    }
+
+    /// Parameters only, all 0 until the caller writes them (a checkpoint's values): no gradient
+    /// buffer, and no host-side init values to draw.
+    pub fn inference(be: &B, layout: ParamLayout) -> engine::Result<Self> {
+        let params = be.zeros("parameters", layout.total)?;
+        // A zero-length stand-in, so that the field keeps its type; nothing may read it.
+        let grads = be.zeros("no gradients (inference)", 0)?;
+        Ok(Self {
+            layout,
+            params,
+            grads,
+            trainable: false,
+        })
+    }
+
+    /// Whether the store has gradients (built by `new`, not `inference`).
+    pub fn trainable(&self) -> bool {
+        self.trainable
     }
 
     pub fn param(&self, be: &B, id: ParamId) -> B::Tensor {
@@ -156,6 +189,8 @@ impl<B: Backend> ParamStore<B> {
         be.view(&self.params, s.offset, s.len())
     }
 
+    /// The gradient view of `id`; only a trainable store has one (an inference store's empty
+    /// buffer fails the view's bounds check).
     pub fn grad(&self, be: &B, id: ParamId) -> B::Tensor {
         let s = &self.layout.specs[id];
         be.view(&self.grads, s.offset, s.len())

@@ -13,10 +13,11 @@
 use crate::batch::BatchTensors;
 use crate::config::Position;
 use crate::loss::LossHead;
+use crate::memory::{self, Purpose};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{Layer, Op, Probes, Quantity, Site};
 use crate::train::LanguageModel;
-use crate::{ModelError, Result, RmtConfig};
+use crate::{ModelConfig, Result, RmtConfig};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
 
 #[derive(Clone, Debug)]
@@ -182,7 +183,8 @@ pub struct Rmt<B: Backend> {
     t: usize,
     store: ParamStore<B>,
     w: Weights<B::Tensor>,
-    dw: Weights<B::Tensor>,
+    /// Gradient views; None for inference.
+    dw: Option<Weights<B::Tensor>>,
     etok: B::Tensor,         // (BT, R·D_v) W_E[token]
     epos: Option<B::Tensor>, // (BT, R·D_v) W_PE[position]
     zeros_t: B::Tensor,      // (T, R·D_v) the gather's position term when there is none
@@ -192,8 +194,9 @@ pub struct Rmt<B: Backend> {
     lnf_stats: B::Tensor,
     yu: B::Tensor, // (BT, R·D_v) the unembedding's retrievals
     head: LossHead<B>,
-    s: Scratch<B::Tensor>,
-    probes: Probes<B>,
+    /// Backward and probe scratch, and the probes; None for inference.
+    s: Option<Scratch<B::Tensor>>,
+    probes: Option<Probes<B>>,
 }
 
 /// A residual, its norm's statistics and gain: the input of a retrieval, normalised as read.
@@ -212,20 +215,30 @@ const SITES: [(Layer, Op); 4] = [
 ];
 
 impl<B: Backend> Rmt<B> {
+    /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
     pub fn new(be: &B, cfg: RmtConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
-        cfg.validate()?;
-        if t > cfg.seq_len {
-            return Err(ModelError::Config(format!(
-                "sequences of {t} tokens exceed the context length {}",
-                cfg.seq_len
-            )));
-        }
+        Self::build(be, cfg, b, t, Some(seed))
+    }
+
+    /// Forward only: parameters (all 0 until written) and activations, no gradients, backward
+    /// scratch or variance probes. `backward` does nothing on it.
+    pub fn inference(be: &B, cfg: RmtConfig, b: usize, t: usize) -> Result<Self> {
+        Self::build(be, cfg, b, t, None)
+    }
+
+    fn build(be: &B, cfg: RmtConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
+        // Validates and checks every size below, so no product here can overflow.
+        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
+        memory::estimate(&ModelConfig::Rmt(cfg.clone()), b, t, purpose)?;
         let (dk, dv, r, v, f, l) = (cfg.d_k, cfg.d_v, cfg.rank, cfg.vocab, cfg.d_ff, cfg.n_layers);
         let (m, rv) = (dk * dv, r * dv);
         let (layout, ids) = declare(&cfg);
-        let store = ParamStore::new(be, layout, seed)?;
+        let store = match seed {
+            Some(seed) => ParamStore::new(be, layout, seed)?,
+            None => ParamStore::inference(be, layout)?,
+        };
         let w = ids.map(|id| store.param(be, id));
-        let dw = ids.map(|id| store.grad(be, id));
+        let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
 
         let bt = b * t;
         let z = |what: &str, n: usize| be.zeros(what, n);
@@ -252,19 +265,25 @@ impl<B: Backend> Rmt<B> {
             dv,
             keys: 3 * r,
         };
-        let s = Scratch {
-            dlogits: z("logit gradients", bt * v)?,
-            dresidual: z("residual gradient", bt * m)?,
-            dln: z("norm gradient", bt * m)?,
-            dvec: z("vector gradient", bt * rv)?,
-            dqkv: z("qkv gradient", bt * 3 * rv)?,
-            dpre: z("attention logit gradient", b * r * t * t)?,
-            dfch: z("ff gradient", bt * f)?,
-            dfch_gelu: z("ff gradient", bt * f)?,
-            partials: z("key gradient partial sums", widest.key_grad_scratch())?,
-            stored: z("probe scratch", bt * m)?,
-            probe_stats: z("probe scratch", bt * 2)?,
-            dtable: z("position gradient scratch", t * rv)?,
+        let scratch = || -> engine::Result<_> {
+            Ok(Scratch {
+                dlogits: z("logit gradients", bt * v)?,
+                dresidual: z("residual gradient", bt * m)?,
+                dln: z("norm gradient", bt * m)?,
+                dvec: z("vector gradient", bt * rv)?,
+                dqkv: z("qkv gradient", bt * 3 * rv)?,
+                dpre: z("attention logit gradient", b * r * t * t)?,
+                dfch: z("ff gradient", bt * f)?,
+                dfch_gelu: z("ff gradient", bt * f)?,
+                partials: z("key gradient partial sums", widest.key_grad_scratch())?,
+                stored: z("probe scratch", bt * m)?,
+                probe_stats: z("probe scratch", bt * 2)?,
+                dtable: z("position gradient scratch", t * rv)?,
+            })
+        };
+        let s = match store.trainable() {
+            true => Some(scratch()?),
+            false => None,
         };
         let positions = match cfg.position {
             Position::Learned => {
@@ -283,9 +302,13 @@ impl<B: Backend> Rmt<B> {
             }
             Position::Alibi => None,
         };
-        let sites = (0..l)
+        let sites: Vec<Site> = (0..l)
             .flat_map(|block| SITES.map(|(layer, op)| Site { block, layer, op }))
             .collect();
+        let probes = match store.trainable() {
+            true => Some(Probes::new(be, sites)?),
+            false => None,
+        };
         Ok(Self {
             b,
             t,
@@ -305,7 +328,7 @@ impl<B: Backend> Rmt<B> {
             yu: z("unembedding retrievals", bt * rv)?,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
-            probes: Probes::new(be, sites)?,
+            probes,
             cfg,
         })
     }
@@ -371,30 +394,41 @@ impl<B: Backend> Rmt<B> {
     #[allow(clippy::too_many_arguments)]
     fn store_probed(&self, be: &B, site: usize, out: &B::Tensor, base: &B::Tensor, keys: &B::Tensor, data: &B::Tensor) {
         be.store(out, Some(base), keys, data, self.rm(self.cfg.rank));
-        if self.probes.on.get() {
-            be.fill(&self.s.stored, 0.0);
-            be.store(&self.s.stored, None, keys, data, self.rm(self.cfg.rank));
-            self.probes.record(be, site, Quantity::In, data);
-            self.probes.record(be, site, Quantity::Out, &self.s.stored);
+        if let Some((probes, s)) = self.probing() {
+            be.fill(&s.stored, 0.0);
+            be.store(&s.stored, None, keys, data, self.rm(self.cfg.rank));
+            probes.record(be, site, Quantity::In, data);
+            probes.record(be, site, Quantity::Out, &s.stored);
+        }
+    }
+
+    /// The probes and their scratch while probing is on; None otherwise and for inference.
+    fn probing(&self) -> Option<(&Probes<B>, &Scratch<B::Tensor>)> {
+        match (&self.probes, &self.s) {
+            (Some(p), Some(s)) if p.on.get() => Some((p, s)),
+            _ => None,
         }
     }
 
     /// Backward of `out = base + Σ keys ⊗ data` with dout = dresidual: the data gradient into
     /// `ddata`, the key gradient into `dkeys`; the base's gradient is dresidual itself.
+    #[allow(clippy::too_many_arguments)]
     fn store_backward(
         &self,
         be: &B,
+        s: &Scratch<B::Tensor>,
+        probes: &Probes<B>,
         site: usize,
         ddata: &B::Tensor,
         dkeys: &B::Tensor,
         keys: &B::Tensor,
         data: &B::Tensor,
     ) {
-        let (s, d) = (&self.s, self.rm(self.cfg.rank));
+        let d = self.rm(self.cfg.rank);
         be.retrieve(ddata, &s.dresidual, keys, d);
         be.key_grad(dkeys, &s.partials, data, &s.dresidual, d);
-        self.probes.record(be, site, Quantity::GradOut, &s.dresidual);
-        self.probes.record(be, site, Quantity::GradIn, ddata);
+        probes.record(be, site, Quantity::GradOut, &s.dresidual);
+        probes.record(be, site, Quantity::GradIn, ddata);
     }
 
     /// `y = keys ·₁ Norm(x)`, normalising as it reads; with probes on, also records σ² of
@@ -403,11 +437,10 @@ impl<B: Backend> Rmt<B> {
         let d = self.rm(be.len(keys) / self.cfg.d_k);
         be.norm_stats(n.stats, n.x, self.norm());
         be.retrieve_normed(y, n.x, n.stats, n.gain, keys, d);
-        if let (Some(site), true) = (site, self.probes.on.get()) {
-            let s = &self.s;
+        if let (Some(site), Some((probes, s))) = (site, self.probing()) {
             be.norm_forward(&s.stored, &s.probe_stats, n.x, n.gain, self.norm());
-            self.probes.record(be, site, Quantity::In, &s.stored);
-            self.probes.record(be, site, Quantity::Out, y);
+            probes.record(be, site, Quantity::In, &s.stored);
+            probes.record(be, site, Quantity::Out, y);
         }
     }
 
@@ -417,6 +450,8 @@ impl<B: Backend> Rmt<B> {
     fn retrieve_from_norm_backward(
         &self,
         be: &B,
+        s: &Scratch<B::Tensor>,
+        probes: &Probes<B>,
         site: Option<usize>,
         dkeys: &B::Tensor,
         dgain: &B::Tensor,
@@ -424,14 +459,13 @@ impl<B: Backend> Rmt<B> {
         keys: &B::Tensor,
         n: Normed<'_, B>,
     ) {
-        let s = &self.s;
         let d = self.rm(be.len(keys) / self.cfg.d_k);
         be.fill(&s.dln, 0.0);
         be.store(&s.dln, None, keys, dy, d);
         be.key_grad_normed(dkeys, &s.partials, dy, n.x, n.stats, n.gain, d);
         if let Some(site) = site {
-            self.probes.record(be, site, Quantity::GradOut, dy);
-            self.probes.record(be, site, Quantity::GradIn, &s.dln);
+            probes.record(be, site, Quantity::GradOut, dy);
+            probes.record(be, site, Quantity::GradIn, &s.dln);
         }
         be.norm_backward(&s.dresidual, dgain, &s.dln, n.x, n.gain, n.stats, self.norm());
     }
@@ -508,7 +542,10 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
         let rv = r * self.cfg.d_v;
-        let (w, dw, s) = (&self.w, &self.dw, &self.s);
+        // An inference model has no gradients to fill.
+        let (w, Some(dw), Some(s), Some(probes)) = (&self.w, &self.dw, &self.s, &self.probes) else {
+            return;
+        };
         self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.yu, MatmulDims::new(v, rv, bt).trans_a());
         be.matmul(&s.dvec, &s.dlogits, &w.w_u, MatmulDims::new(bt, rv, v));
@@ -519,13 +556,13 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
             stats: &self.lnf_stats,
             gain: &w.lnf,
         };
-        self.retrieve_from_norm_backward(be, None, &dw.r_u, &dw.lnf, &s.dvec, &w.r_u, nf);
+        self.retrieve_from_norm_backward(be, s, probes, None, &dw.r_u, &dw.lnf, &s.dvec, &w.r_u, nf);
         for l in (0..self.cfg.n_layers).rev() {
             let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             let site = |layer, op| Some(Self::site(l, layer, op));
             // FF: dresidual flows through the add unchanged into the storage.
             let at = Self::site(l, Layer::Ff, Op::Storage);
-            self.store_backward(be, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
+            self.store_backward(be, s, probes, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
             be.matmul(&dq.w2, &s.dvec, &a.fch_gelu, MatmulDims::new(rv, f, bt).trans_a());
             be.matmul(&s.dfch_gelu, &s.dvec, &q.w2, MatmulDims::new(bt, f, rv));
             be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
@@ -537,10 +574,10 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
                 gain: &q.ln2,
             };
             let at = site(Layer::Ff, Op::Retrieval);
-            self.retrieve_from_norm_backward(be, at, &dq.r_ff, &dq.ln2, &s.dvec, &q.r_ff, n2);
+            self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_ff, &dq.ln2, &s.dvec, &q.r_ff, n2);
             // Attention
             let at = Self::site(l, Layer::Attn, Op::Storage);
-            self.store_backward(be, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
+            self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
             be.attention_backward(&s.dqkv, &s.dpre, &s.dvec, &a.qkv, &a.att, self.attention(l));
             let n1 = Normed {
                 x: self.residual_in(l),
@@ -548,7 +585,7 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
                 gain: &q.ln1,
             };
             let at = site(Layer::Attn, Op::Retrieval);
-            self.retrieve_from_norm_backward(be, at, &dq.r_qkv, &dq.ln1, &s.dqkv, &q.r_qkv, n1);
+            self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_qkv, &dq.ln1, &s.dqkv, &q.r_qkv, n1);
         }
         // Embedding: the gathered rows' gradients are retrievals of dX⁰ with the storage keys.
         be.retrieve(&s.dvec, &s.dresidual, &w.w_e, self.rm(r));
@@ -583,6 +620,6 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
     }
 
     fn probes(&self) -> Option<&Probes<B>> {
-        Some(&self.probes)
+        self.probes.as_ref()
     }
 }

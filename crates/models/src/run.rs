@@ -5,6 +5,7 @@
 //! then the flags. The merged table is deserialised once with `deny_unknown_fields`, so a typo
 //! or a setting that the chosen architecture does not have is an error that names it.
 
+use crate::memory::Purpose;
 use crate::presets::{self, Dims};
 use crate::{
     LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, ModelError, Result, Rmt, RmtConfig, TrainConfig,
@@ -396,13 +397,23 @@ impl RunConfig {
         Ok(cfg)
     }
 
-    /// Builds the model this config describes for (B, T) batches.
-    pub fn build<B: Backend + 'static>(&self, be: &B, b: usize, t: usize) -> Result<Box<dyn LanguageModel<B>>> {
+    /// Builds the model this config describes for (B, T) batches: for training, or forward
+    /// only, with no gradient buffers.
+    pub fn build<B: Backend + 'static>(
+        &self,
+        be: &B,
+        b: usize,
+        t: usize,
+        purpose: Purpose,
+    ) -> Result<Box<dyn LanguageModel<B>>> {
         let seed = self.train.seed;
-        Ok(match &self.model {
-            ModelConfig::Transformer(c) => Box::new(Transformer::new(be, c.clone(), b, t, seed)?),
-            ModelConfig::Rmt(c) => Box::new(Rmt::new(be, c.clone(), b, t, seed)?),
-            ModelConfig::MemoryFormer(c) => Box::new(MemoryFormer::new(be, c.clone(), b, t, seed)?),
+        Ok(match (&self.model, purpose) {
+            (ModelConfig::Transformer(c), Purpose::Train) => Box::new(Transformer::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Transformer(c), Purpose::Infer) => Box::new(Transformer::inference(be, c.clone(), b, t)?),
+            (ModelConfig::Rmt(c), Purpose::Train) => Box::new(Rmt::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Rmt(c), Purpose::Infer) => Box::new(Rmt::inference(be, c.clone(), b, t)?),
+            (ModelConfig::MemoryFormer(c), Purpose::Train) => Box::new(MemoryFormer::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::MemoryFormer(c), Purpose::Infer) => Box::new(MemoryFormer::inference(be, c.clone(), b, t)?),
         })
     }
 }

@@ -20,8 +20,13 @@ pub trait LanguageModel<B: Backend> {
     fn vocab(&self) -> usize;
     /// Computes the logits and the mean loss of `batch`.
     fn forward(&self, be: &B, batch: &BatchTensors<B>);
-    /// Fills every parameter gradient; `forward` on the same batch must come first.
+    /// Fills every parameter gradient; `forward` on the same batch must come first. Does
+    /// nothing on a model that is not `trainable`.
     fn backward(&self, be: &B, batch: &BatchTensors<B>);
+    /// Whether the model has gradients and backward scratch (built by `new`, not `inference`).
+    fn trainable(&self) -> bool {
+        self.store().trainable()
+    }
     /// The logits, per-row losses and log Z, and the mean loss of the last forward.
     fn head(&self) -> &LossHead<B>;
     /// The variance hooks of the model's storages and retrievals, for models that have them.
@@ -50,6 +55,9 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     }
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         (**self).backward(be, batch)
+    }
+    fn trainable(&self) -> bool {
+        (**self).trainable()
     }
     fn head(&self) -> &LossHead<B> {
         (**self).head()
@@ -81,6 +89,12 @@ pub struct Trainer<B: Backend, M> {
 impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
     pub fn new(be: &B, model: M, cfg: TrainConfig) -> Result<Self> {
         cfg.validate()?;
+        if !model.trainable() {
+            return Err(ModelError::Config(
+                "this model was built for inference only (it has no gradient buffers); build it with `new` to train"
+                    .into(),
+            ));
+        }
         let (b, t) = model.batch_shape();
         let opt = AdamW::new(be, &cfg, &model.store().layout)?;
         let batch = BatchTensors::new(be, b, t, model.vocab())?;

@@ -9,9 +9,10 @@
 
 use crate::batch::BatchTensors;
 use crate::loss::LossHead;
+use crate::memory::{self, Purpose};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
-use crate::{Result, TransformerConfig};
+use crate::{ModelConfig, Result, TransformerConfig};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims};
 
 /// Parameters of one block, as ids into the layout; `map` turns them into views.
@@ -122,7 +123,6 @@ struct BlockActs<T> {
 
 /// Gradient scratch shared by all blocks: the backward visits one block at a time.
 struct Scratch<T> {
-    proj: T,      // (BT, C) output of W_O or W2 before the residual add
     dlogits: T,   // (BT, V)
     dresidual: T, // (BT, C)
     dln: T,       // (BT, C)
@@ -139,31 +139,44 @@ pub struct Transformer<B: Backend> {
     t: usize,
     store: ParamStore<B>,
     w: Weights<B::Tensor>,
-    dw: Weights<B::Tensor>,
+    /// Gradient views; None for inference.
+    dw: Option<Weights<B::Tensor>>,
+    proj: B::Tensor,    // (BT, C) output of W_O or W2 before the residual add
     encoded: B::Tensor, // (BT, C)
     blocks: Vec<BlockActs<B::Tensor>>,
     lnf: B::Tensor,       // (BT, C)
     lnf_stats: B::Tensor, // (BT, 2)
     head: LossHead<B>,
-    s: Scratch<B::Tensor>,
+    /// None for inference.
+    s: Option<Scratch<B::Tensor>>,
 }
 
 impl<B: Backend> Transformer<B> {
     /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
     pub fn new(be: &B, cfg: TransformerConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
-        cfg.validate()?;
-        if t > cfg.seq_len {
-            return Err(crate::ModelError::Config(format!(
-                "sequences of {t} tokens exceed the context length {}",
-                cfg.seq_len
-            )));
-        }
+        Self::build(be, cfg, b, t, Some(seed))
+    }
+
+    /// Forward only: parameters (all 0 until written) and activations, no gradients or backward
+    /// scratch. `backward` does nothing on it.
+    pub fn inference(be: &B, cfg: TransformerConfig, b: usize, t: usize) -> Result<Self> {
+        Self::build(be, cfg, b, t, None)
+    }
+
+    /// Trainable, initialised from the seed, with one; for inference without.
+    fn build(be: &B, cfg: TransformerConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
+        // Validates and checks every size below, so no product here can overflow.
+        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
+        memory::estimate(&ModelConfig::Transformer(cfg.clone()), b, t, purpose)?;
         let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
         let hd = cfg.n_heads * cfg.head_dim;
         let (layout, ids) = declare(&cfg);
-        let store = ParamStore::new(be, layout, seed)?;
+        let store = match seed {
+            Some(seed) => ParamStore::new(be, layout, seed)?,
+            None => ParamStore::inference(be, layout)?,
+        };
         let w = ids.map(|id| store.param(be, id));
-        let dw = ids.map(|id| store.grad(be, id));
+        let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
 
         let bt = b * t;
         let z = |what: &str, n: usize| be.zeros(what, n);
@@ -184,16 +197,21 @@ impl<B: Backend> Transformer<B> {
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
-        let s = Scratch {
-            proj: z("projection", bt * c)?,
-            dlogits: z("logit gradients", bt * v)?,
-            dresidual: z("residual gradient", bt * c)?,
-            dln: z("norm gradient", bt * c)?,
-            datty: z("attention gradient", bt * hd)?,
-            dqkv: z("qkv gradient", bt * 3 * hd)?,
-            dpre: z("attention logit gradient", b * cfg.n_heads * t * t)?,
-            dfch: z("ff gradient", bt * f)?,
-            dfch_gelu: z("ff gradient", bt * f)?,
+        let scratch = || -> engine::Result<_> {
+            Ok(Scratch {
+                dlogits: z("logit gradients", bt * v)?,
+                dresidual: z("residual gradient", bt * c)?,
+                dln: z("norm gradient", bt * c)?,
+                datty: z("attention gradient", bt * hd)?,
+                dqkv: z("qkv gradient", bt * 3 * hd)?,
+                dpre: z("attention logit gradient", b * cfg.n_heads * t * t)?,
+                dfch: z("ff gradient", bt * f)?,
+                dfch_gelu: z("ff gradient", bt * f)?,
+            })
+        };
+        let s = match store.trainable() {
+            true => Some(scratch()?),
+            false => None,
         };
         Ok(Self {
             b,
@@ -201,6 +219,7 @@ impl<B: Backend> Transformer<B> {
             store,
             w,
             dw,
+            proj: z("projection", bt * c)?,
             encoded: z("embeddings", bt * c)?,
             blocks,
             lnf: z("final norm", bt * c)?,
@@ -270,7 +289,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
     fn forward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, c, f, v) = (self.b * self.t, self.cfg.d_model, self.cfg.d_ff, self.cfg.vocab);
         let hd = self.cfg.n_heads * self.cfg.head_dim;
-        let (w, s) = (&self.w, &self.s);
+        let w = &self.w;
         // X⁰ = W_E[token] + W_PE[position]
         // Sequences shorter than N use the first T rows of the position table.
         let wpe = be.view(&w.wpe, 0, self.t * c);
@@ -281,14 +300,14 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm(bt));
             be.matmul(&a.qkv, &a.ln1, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
             be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
-            be.matmul(&s.proj, &a.atty, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
-            be.add(&a.res_att, x, &s.proj);
+            be.matmul(&self.proj, &a.atty, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
+            be.add(&a.res_att, x, &self.proj);
             // X ← X + W2 · GELU(W1 · Norm(X))
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm(bt));
             be.matmul(&a.fch, &a.ln2, &p.w1, MatmulDims::new(bt, f, c).trans_b());
             be.gelu_forward(&a.fch_gelu, &a.fch);
-            be.matmul(&s.proj, &a.fch_gelu, &p.w2, MatmulDims::new(bt, c, f).trans_b());
-            be.add(&a.res_ff, &a.res_att, &s.proj);
+            be.matmul(&self.proj, &a.fch_gelu, &p.w2, MatmulDims::new(bt, c, f).trans_b());
+            be.add(&a.res_ff, &a.res_att, &self.proj);
         }
         // logits = W_U · Norm(X); loss = mean CE (the z-loss enters the gradient only)
         let last = self.residual_in(self.cfg.n_layers);
@@ -305,7 +324,10 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
         let (bt, c, f, v) = (self.b * self.t, self.cfg.d_model, self.cfg.d_ff, self.cfg.vocab);
         let hd = self.cfg.n_heads * self.cfg.head_dim;
-        let (w, dw, s) = (&self.w, &self.dw, &self.s);
+        // An inference model has no gradients to fill.
+        let (w, Some(dw), Some(s)) = (&self.w, &self.dw, &self.s) else {
+            return;
+        };
         self.head.backward(be, &s.dlogits, batch);
         be.matmul(&dw.w_u, &s.dlogits, &self.lnf, MatmulDims::new(v, c, bt).trans_a());
         be.matmul(&s.dln, &s.dlogits, &w.w_u, MatmulDims::new(bt, c, v));

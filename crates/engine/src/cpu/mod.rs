@@ -10,6 +10,7 @@ use crate::{
 use std::cell::{Ref, RefCell, RefMut};
 use std::marker::PhantomData;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A view of values in a shared host vector.
 #[derive(Clone, Debug)]
@@ -45,12 +46,41 @@ impl CpuIndex {
 
 /// The CPU backend over `T` (f32, or f64 for gradient checks).
 #[derive(Default)]
-pub struct CpuBackend<T = f32>(PhantomData<T>);
+pub struct CpuBackend<T = f32> {
+    /// Bytes allocated by `zeros` and `index` so far (never decreased): lets tests compare a
+    /// model's memory estimate with what it really allocates.
+    allocated: AtomicU64,
+    _values: PhantomData<T>,
+}
 
 impl<T: Scalar> CpuBackend<T> {
     pub fn new() -> Self {
-        Self(PhantomData)
+        Self {
+            allocated: AtomicU64::new(0),
+            _values: PhantomData,
+        }
     }
+
+    /// Bytes of every tensor (`size_of::<T>()` a value) and index (4 a value) allocated so far.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, len: usize, value_bytes: usize) {
+        let bytes = (len as u64).saturating_mul(value_bytes as u64);
+        self.allocated.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+/// A zeroed vector, or an error instead of an abort when the allocator refuses it.
+fn try_zeroed<V: Clone>(what: &str, len: usize, zero: V) -> Result<Vec<V>> {
+    let mut data = Vec::new();
+    data.try_reserve_exact(len).map_err(|_| EngineError::OutOfMemory {
+        what: what.into(),
+        needed_mib: len as f64 * std::mem::size_of::<V>() as f64 / (1024.0 * 1024.0),
+    })?;
+    data.resize(len, zero);
+    Ok(data)
 }
 
 impl<T: Scalar> Backend for CpuBackend<T> {
@@ -67,12 +97,8 @@ impl<T: Scalar> Backend for CpuBackend<T> {
     }
     fn zeros(&self, what: &str, len: usize) -> Result<CpuTensor<T>> {
         // A config far beyond this machine's memory fails here, with a message, not an abort.
-        let mut data = Vec::new();
-        data.try_reserve_exact(len).map_err(|_| EngineError::OutOfMemory {
-            what: what.into(),
-            needed_mib: len as f64 * std::mem::size_of::<T>() as f64 / (1024.0 * 1024.0),
-        })?;
-        data.resize(len, T::zero());
+        let data = try_zeroed(what, len, T::zero())?;
+        self.count(len, std::mem::size_of::<T>());
         Ok(CpuTensor {
             data: Rc::new(RefCell::new(data)),
             offset: 0,
@@ -106,8 +132,10 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             *o = T::of(x as f64);
         }
     }
-    fn index(&self, _what: &str, len: usize) -> Result<CpuIndex> {
-        Ok(CpuIndex(Rc::new(RefCell::new(vec![0; len]))))
+    fn index(&self, what: &str, len: usize) -> Result<CpuIndex> {
+        let data = try_zeroed(what, len, 0u32)?;
+        self.count(len, std::mem::size_of::<u32>());
+        Ok(CpuIndex(Rc::new(RefCell::new(data))))
     }
     fn write_index(&self, t: &CpuIndex, data: &[u32]) {
         let mut v = t.0.borrow_mut();

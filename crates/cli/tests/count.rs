@@ -1,0 +1,111 @@
+//! `resmem count` and `resmem analyze variance` refuse what they cannot honour: counts that
+//! overflow, dimension flags the architecture has no use for, and non-finite settings. Each is a
+//! message and a failing exit status, never a panic or a wrapped number.
+
+use std::process::Command;
+
+/// Runs resmem, expects it to fail without panicking, and returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "resmem {args:?} should fail with 1: {err}");
+    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
+    assert!(
+        out.stdout.is_empty(),
+        "resmem {args:?} printed {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    err
+}
+
+#[test]
+fn counts_that_overflow_name_the_setting() {
+    let err = fails(&["count", "--arch", "rmt", "--d-k", "1000000000000000"]);
+    assert!(
+        err.contains("overflow") && err.contains("d_k = 1000000000000000"),
+        "{err}"
+    );
+    let err = fails(&["count", "--arch", "rmt", "--d-k", "1000000000000000", "--json"]);
+    assert!(err.contains("overflow"), "{err}");
+    for (arch, flag) in [("transformer", "--seq-len"), ("rmt", "--seq-len"), ("rmt", "--d-k")] {
+        let err = fails(&["count", "--arch", arch, flag, "18446744073709551615"]);
+        assert!(err.contains("overflow"), "{arch} {flag}: {err}");
+    }
+    let err = fails(&[
+        "count",
+        "--arch",
+        "transformer",
+        "--d-model",
+        "4294967296",
+        "--heads",
+        "4294967296",
+    ]);
+    assert!(err.contains("overflow"), "{err}");
+}
+
+#[test]
+fn inapplicable_dimension_flags_are_errors() {
+    let cases: &[(&str, &[&str])] = &[
+        ("transformer", &["--d-k", "4"]),
+        ("transformer", &["--d-v", "4"]),
+        ("transformer", &["--rank", "4"]),
+        ("transformer", &["--position", "alibi"]),
+        ("transformer", &["--tau", "4"]),
+        ("rmt", &["--d-model", "64"]),
+        ("rmt", &["--heads", "4"]),
+        ("rmt", &["--head-dim", "16"]),
+        ("rmt", &["--tau", "4"]),
+        ("memoryformer", &["--d-k", "4"]),
+        ("memoryformer", &["--d-v", "4"]),
+        ("memoryformer", &["--rank", "4"]),
+        ("memoryformer", &["--position", "learned"]),
+        ("memoryformer", &["--head-dim", "16"]),
+        ("memoryformer", &["--d-ff", "64"]),
+    ];
+    for &(arch, flag) in cases {
+        let mut args = vec!["count", "--arch", arch];
+        args.extend_from_slice(flag);
+        let err = fails(&args);
+        assert!(
+            err.contains(&format!("{} does not apply to --arch {arch}", flag[0])),
+            "{args:?}: {err}"
+        );
+        // analyze variance shares the flags and the check.
+        if arch != "memoryformer" {
+            let mut args = vec!["analyze", "variance", "--closed-form", "--arch", arch];
+            args.extend_from_slice(flag);
+            let err = fails(&args);
+            assert!(err.contains("does not apply"), "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn non_finite_init_std_is_refused() {
+    for arch in ["transformer", "rmt"] {
+        let err = fails(&[
+            "analyze",
+            "variance",
+            "--closed-form",
+            "--arch",
+            arch,
+            "--init-std",
+            "inf",
+        ]);
+        assert!(err.contains("init_std = inf"), "{arch}: {err}");
+    }
+    let err = fails(&[
+        "analyze",
+        "variance",
+        "--measured",
+        "--arch",
+        "rmt",
+        "--backend",
+        "cpu",
+        "--init-std",
+        "inf",
+    ]);
+    assert!(err.contains("init_std = inf"), "{err}");
+    let err = fails(&["count", "--arch", "transformer", "--init-std", "NaN"]);
+    assert!(err.contains("init_std = NaN"), "{err}");
+}

@@ -1,0 +1,556 @@
+//! How much memory a model will allocate, computed before anything is allocated and with checked
+//! arithmetic only: a config whose sizes overflow is an error here, never a wrapped product later.
+//!
+//! Every buffer a constructor allocates is listed here in the same terms, so the estimate is the
+//! exact byte count of the backend's allocations (tested against the CPU backend's counter). On
+//! the GPU a zero-length buffer still takes 4 bytes; host-side vectors (init values, position
+//! buckets) are temporary and not counted.
+
+use crate::{MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig};
+use engine::gpu::VIEW_ALIGN;
+use engine::ops::residual_matrix::KEY_GRAD_CHUNK;
+use engine::Hyper;
+use serde::Serialize;
+
+/// Bytes of one value: tensors are f32 and indices u32 on every backend the CLI and page use.
+pub const VALUE_BYTES: u64 = 4;
+
+/// What the model is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// `new`: gradients, backward scratch, variance probes and AdamW's moments.
+    Train,
+    /// `inference`: parameters and forward activations only.
+    Infer,
+}
+
+/// The bytes a model built for `Purpose` allocates, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryEstimate {
+    /// Parameters, padding excluded.
+    pub params: u64,
+    /// The flat parameter buffer, padding included.
+    pub param_bytes: u64,
+    /// The flat gradient buffer; 0 for inference.
+    pub grad_bytes: u64,
+    /// Forward activations, the loss head, hash codes and buckets, position indices.
+    pub activation_bytes: u64,
+    /// Backward scratch and variance probes; 0 for inference.
+    pub backward_bytes: u64,
+    /// AdamW's two moments and its step values; 0 for inference.
+    pub optimizer_bytes: u64,
+    /// One batch on the device (`BatchTensors`).
+    pub batch_bytes: u64,
+    /// All of the above: the model, its batch buffers and, for training, AdamW.
+    pub bytes: u64,
+}
+
+/// A config's parameters, in values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamSizes {
+    /// Real parameters, as `ParamLayout::count`.
+    pub count: u64,
+    /// The flat buffer with every view padded to 64 values, as `ParamLayout::total`.
+    pub total: u64,
+}
+
+fn overflow(what: &str, dims: &[u64]) -> ModelError {
+    let dims: Vec<String> = dims.iter().map(u64::to_string).collect();
+    ModelError::Config(format!(
+        "the size of {what} ({}) overflows 64-bit arithmetic; make that setting smaller",
+        dims.join(" × ")
+    ))
+}
+
+/// dims[0]·dims[1]·…, or an error naming `what`.
+fn product(what: &str, dims: &[u64]) -> Result<u64> {
+    dims.iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| overflow(what, dims))
+}
+
+fn sum(what: &str, parts: &[u64]) -> Result<u64> {
+    parts
+        .iter()
+        .try_fold(0u64, |acc, &p| acc.checked_add(p))
+        .ok_or_else(|| ModelError::Config(format!("the total size of {what} overflows 64-bit arithmetic")))
+}
+
+/// A running total of buffer sizes in values.
+#[derive(Default)]
+struct Tally(u64);
+
+impl Tally {
+    fn buf(&mut self, what: &str, dims: &[u64]) -> Result<()> {
+        let n = product(what, dims)?;
+        self.0 = sum(what, &[self.0, n])?;
+        Ok(())
+    }
+}
+
+/// Sums a model's parameter views: (repeat, what, shape) with each view padded to 64 values.
+fn param_sizes(specs: &[(u64, &str, &[u64])]) -> Result<ParamSizes> {
+    let (mut count, mut total) = (0u64, 0u64);
+    // A view declared 0 times (ALiBi's position table) has no size to overflow.
+    for &(repeat, what, shape) in specs.iter().filter(|s| s.0 > 0) {
+        let len = product(what, shape)?;
+        let padded = len
+            .checked_next_multiple_of(VIEW_ALIGN as u64)
+            .ok_or_else(|| overflow(what, shape))?;
+        count = sum("the parameters", &[count, product(what, &[repeat, len])?])?;
+        total = sum("the parameters", &[total, product(what, &[repeat, padded])?])?;
+    }
+    Ok(ParamSizes { count, total })
+}
+
+impl ParamSizes {
+    /// Fails when the parameter buffer cannot be addressed in bytes on this machine; every
+    /// parameter view is at most this buffer, so building the layout cannot overflow after it.
+    pub fn addressable(self) -> Result<Self> {
+        let fits = self
+            .total
+            .checked_mul(VALUE_BYTES)
+            .is_some_and(|b| usize::try_from(b).is_ok());
+        match fits {
+            true => Ok(self),
+            false => Err(ModelError::Config(format!(
+                "{} parameter values are too many to address in bytes; make the model smaller",
+                self.total
+            ))),
+        }
+    }
+}
+
+/// The transformer's parameters, as `transformer::layout` declares them.
+pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
+    let [v, n, d, l, h, dh, f] =
+        [c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff].map(|x| x as u64);
+    let hd = product("n_heads × head_dim", &[h, dh])?;
+    let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
+    param_sizes(&[
+        (1, "wte (vocab × d_model)", &[v, d]),
+        (1, "wpe (seq_len × d_model)", &[n, d]),
+        (l, "the norm gains (d_model)", &[d]),
+        (l, "w_qkv (3·n_heads·head_dim × d_model)", &[qkv, d]),
+        (l, "w_o (d_model × n_heads·head_dim)", &[d, hd]),
+        (l, "the norm gains (d_model)", &[d]),
+        (l, "w1 (d_ff × d_model)", &[f, d]),
+        (l, "w2 (d_model × d_ff)", &[d, f]),
+        (1, "lnf (d_model)", &[d]),
+        (1, "w_u (vocab × d_model)", &[v, d]),
+    ])
+}
+
+/// The RMT's parameters, as `rmt::layout` declares them.
+pub fn rmt_params(c: &RmtConfig) -> Result<ParamSizes> {
+    let [v, n, dk, dv, r, l, f] = [c.vocab, c.seq_len, c.d_k, c.d_v, c.rank, c.n_layers, c.d_ff].map(|x| x as u64);
+    let rv = product("rank × d_v", &[r, dv])?;
+    let r3 = product("3 × rank", &[3, r])?;
+    let learned = u64::from(c.position == Position::Learned);
+    param_sizes(&[
+        (1, "wte (vocab × rank × d_v)", &[v, rv]),
+        (1, "w_e (rank × d_k)", &[r, dk]),
+        (learned, "wpe (seq_len × rank × d_v)", &[n, rv]),
+        (learned, "w_pe (rank × d_k)", &[r, dk]),
+        (l, "the norm gains (d_k × d_v)", &[dk, dv]),
+        (l, "r_qkv (3·rank × d_k)", &[r3, dk]),
+        (l, "w_o (rank × d_k)", &[r, dk]),
+        (l, "the norm gains (d_k × d_v)", &[dk, dv]),
+        (l, "r_ff (rank × d_k)", &[r, dk]),
+        (l, "w1 (d_ff × rank·d_v)", &[f, rv]),
+        (l, "w2 (rank·d_v × d_ff)", &[rv, f]),
+        (l, "w_ff (rank × d_k)", &[r, dk]),
+        (1, "lnf (d_k × d_v)", &[dk, dv]),
+        (1, "r_u (rank × d_k)", &[r, dk]),
+        (1, "w_u (vocab × rank × d_v)", &[v, rv]),
+    ])
+}
+
+/// MemoryFormer's widths: (K, d_hidden), checked; tau must already be at most 14.
+fn memoryformer_widths(c: &MemoryFormerConfig) -> Result<(u64, u64)> {
+    let k = (c.d_model as u64).checked_div(c.tau as u64).unwrap_or(0);
+    Ok((k, product("(tau + 2) × K", &[c.tau as u64 + 2, k])?))
+}
+
+/// MemoryFormer's parameters, as `memoryformer::layout` declares them.
+pub fn memoryformer_params(c: &MemoryFormerConfig) -> Result<ParamSizes> {
+    let [v, n, d, l, tau] = [c.vocab, c.seq_len, c.d_model, c.n_layers, c.tau].map(|x| x as u64);
+    let (k, dh) = memoryformer_widths(c)?;
+    let d3 = product("3 × d_model", &[3, d])?;
+    let rows = |bits: u64| 1u64.checked_shl(bits as u32).filter(|_| bits < 64).unwrap_or(0);
+    param_sizes(&[
+        (1, "wte (vocab × d_model)", &[v, d]),
+        (1, "wpe (seq_len × d_model)", &[n, d]),
+        (l, "the norm gains (d_model)", &[d]),
+        (l, "the qkv tables (K × 2^tau × 3·d_model)", &[k, rows(tau), d3]),
+        (l, "the qkv bias (3·d_model)", &[d3]),
+        (l, "the norm gains (d_model)", &[d]),
+        (l, "the ml1 tables (K × 2^tau × d_hidden)", &[k, rows(tau), dh]),
+        (l, "the ml1 bias (d_hidden)", &[dh]),
+        (l, "the norm gains (d_hidden)", &[dh]),
+        (l, "the ml2 tables (K × 2^(tau+2) × d_model)", &[k, rows(tau + 2), d]),
+        (l, "the ml2 bias (d_model)", &[d]),
+        (1, "lnf (d_model)", &[d]),
+        (1, "w_u (vocab × d_model)", &[v, d]),
+    ])
+}
+
+/// The parameters of any architecture.
+pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
+    match cfg {
+        ModelConfig::Transformer(c) => transformer_params(c),
+        ModelConfig::Rmt(c) => rmt_params(c),
+        ModelConfig::MemoryFormer(c) => memoryformer_params(c),
+    }
+}
+
+/// Activation values (forward, backward-only) of a model for (b, t), bt = b·t already checked.
+struct Acts {
+    forward: u64,
+    backward: u64,
+}
+
+/// `per` values in each of `l` blocks.
+fn blocks(l: usize, per: Tally) -> Result<u64> {
+    product(
+        "the activations of every block (n_layers × one block's)",
+        &[l as u64, per.0],
+    )
+}
+
+/// The loss head: logits (BT, V), per-row losses and log Z, and the mean loss.
+fn head(fwd: &mut Tally, bt: u64, v: u64) -> Result<()> {
+    fwd.buf("the logits (batch × seq_len × vocab)", &[bt, v])?;
+    fwd.buf("the per-row losses", &[bt, 2])?;
+    fwd.buf("the loss", &[1])
+}
+
+fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
+    let [d, v, h, dh, f] = [c.d_model, c.vocab, c.n_heads, c.head_dim, c.d_ff].map(|x| x as u64);
+    let hd = product("n_heads × head_dim", &[h, dh])?;
+    let att = "the attention probabilities (batch × n_heads × seq_len²)";
+    let mut per = Tally::default();
+    per.buf("ln1 (batch × seq_len × d_model)", &[bt, d])?;
+    per.buf("the norm statistics", &[bt, 2])?;
+    per.buf("qkv (batch × seq_len × 3·n_heads·head_dim)", &[bt, 3, hd])?;
+    per.buf("the attention output", &[bt, hd])?;
+    per.buf(att, &[b, h, t, t])?;
+    per.buf("the residual", &[bt, d])?;
+    per.buf("ln2", &[bt, d])?;
+    per.buf("the norm statistics", &[bt, 2])?;
+    per.buf("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?;
+    per.buf("the FF hidden", &[bt, f])?;
+    per.buf("the residual", &[bt, d])?;
+    let mut fwd = Tally::default();
+    fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
+    fwd.buf("the projection", &[bt, d])?;
+    fwd.buf("the embeddings", &[bt, d])?;
+    fwd.buf("the final norm", &[bt, d])?;
+    fwd.buf("the final norm statistics", &[bt, 2])?;
+    head(&mut fwd, bt, v)?;
+    let mut bwd = Tally::default();
+    bwd.buf("the logit gradients", &[bt, v])?;
+    bwd.buf("the residual gradient", &[bt, d])?;
+    bwd.buf("the norm gradient", &[bt, d])?;
+    bwd.buf("the attention gradient", &[bt, hd])?;
+    bwd.buf("the qkv gradient", &[bt, 3, hd])?;
+    bwd.buf(att, &[b, h, t, t])?;
+    bwd.buf("the FF gradient", &[bt, f])?;
+    bwd.buf("the FF gradient", &[bt, f])?;
+    Ok(Acts {
+        forward: fwd.0,
+        backward: bwd.0,
+    })
+}
+
+fn rmt_acts(c: &RmtConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
+    let [dk, dv, r, v, f, n] = [c.d_k, c.d_v, c.rank, c.vocab, c.d_ff, c.seq_len].map(|x| x as u64);
+    let m = product("d_k × d_v", &[dk, dv])?;
+    let rv = product("rank × d_v", &[r, dv])?;
+    let att = "the attention probabilities (batch × rank × seq_len²)";
+    let res = "the residual matrices (batch × seq_len × d_k × d_v)";
+    let mut per = Tally::default();
+    per.buf("the norm statistics", &[bt, 2])?;
+    per.buf("qkv (batch × seq_len × 3·rank·d_v)", &[bt, 3, rv])?;
+    per.buf("the attention output", &[bt, rv])?;
+    per.buf(att, &[b, r, t, t])?;
+    per.buf(res, &[bt, m])?;
+    per.buf("the norm statistics", &[bt, 2])?;
+    per.buf("the FF adapters", &[bt, rv])?;
+    per.buf("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?;
+    per.buf("the FF hidden", &[bt, f])?;
+    per.buf("the FF output", &[bt, rv])?;
+    per.buf(res, &[bt, m])?;
+    let learned = c.position == Position::Learned;
+    let mut fwd = Tally::default();
+    fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
+    if learned {
+        // Each row's position and the rows grouped by position (BT each), and the N + 1 starts.
+        fwd.buf("the positions and their buckets", &[bt, 2])?;
+        fwd.buf("the position bucket starts (seq_len + 1)", &[n, 1])?;
+        fwd.buf("the last position bucket start", &[1])?;
+    }
+    fwd.buf("the token embeddings", &[bt, rv])?;
+    if learned {
+        fwd.buf("the position embeddings", &[bt, rv])?;
+    }
+    fwd.buf("the zero position table", &[t, rv])?;
+    fwd.buf(res, &[bt, m])?;
+    fwd.buf("the final norm statistics", &[bt, 2])?;
+    fwd.buf("the unembedding retrievals", &[bt, rv])?;
+    head(&mut fwd, bt, v)?;
+    let mut bwd = Tally::default();
+    bwd.buf("the logit gradients", &[bt, v])?;
+    bwd.buf("the residual gradient", &[bt, m])?;
+    bwd.buf("the norm gradient", &[bt, m])?;
+    bwd.buf("the vector gradient", &[bt, rv])?;
+    bwd.buf("the qkv gradient", &[bt, 3, rv])?;
+    bwd.buf(att, &[b, r, t, t])?;
+    bwd.buf("the FF gradient", &[bt, f])?;
+    bwd.buf("the FF gradient", &[bt, f])?;
+    let chunks = bt.div_ceil(KEY_GRAD_CHUNK as u64);
+    bwd.buf("the key-gradient partial sums", &[chunks, 3, r, dk])?;
+    bwd.buf("the probe scratch", &[bt, m])?;
+    bwd.buf("the probe scratch", &[bt, 2])?;
+    bwd.buf("the position gradient scratch", &[t, rv])?;
+    // 4 probed sites a block, 4 quantities, 2 sums, each in its own 64-value slot.
+    bwd.buf(
+        "the variance probes",
+        &[c.n_layers as u64, 4 * 4 * 2, VIEW_ALIGN as u64],
+    )?;
+    Ok(Acts {
+        forward: fwd.0,
+        backward: bwd.0,
+    })
+}
+
+fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
+    let [d, v, h, tau] = [c.d_model, c.vocab, c.n_heads, c.tau].map(|x| x as u64);
+    let (k, dh) = memoryformer_widths(c)?;
+    let att = "the attention probabilities (batch × n_heads × seq_len²)";
+    let hashed = |per: &mut Tally, bits: u64| -> Result<()> {
+        per.buf("the hash codes (batch × seq_len × K)", &[bt, k])?;
+        per.buf("the hash weights", &[bt, k])?;
+        per.buf("the bucket rows", &[k, bt])?;
+        per.buf("the bucket starts", &[k, (1 << bits) + 1])
+    };
+    let mut per = Tally::default();
+    per.buf("ln1 (batch × seq_len × d_model)", &[bt, d])?;
+    per.buf("the norm statistics", &[bt, 2])?;
+    hashed(&mut per, tau)?;
+    per.buf("qkv", &[bt, 3, d])?;
+    per.buf("the attention output", &[bt, d])?;
+    per.buf(att, &[b, h, t, t])?;
+    per.buf("the residual", &[bt, d])?;
+    per.buf("ln2", &[bt, d])?;
+    per.buf("the norm statistics", &[bt, 2])?;
+    hashed(&mut per, tau)?;
+    per.buf("the ml1 output", &[bt, dh])?;
+    per.buf("ln3", &[bt, dh])?;
+    per.buf("the norm statistics", &[bt, 2])?;
+    hashed(&mut per, tau + 2)?;
+    per.buf("the ml2 output", &[bt, d])?;
+    per.buf("the residual", &[bt, d])?;
+    let mut fwd = Tally::default();
+    fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
+    // The sort's cursor, sized for ML2's 2^(τ+2) buckets, the widest.
+    fwd.buf("the bucket cursor", &[k, 1 << (tau + 2)])?;
+    fwd.buf("the embeddings", &[bt, d])?;
+    fwd.buf("the final norm", &[bt, d])?;
+    fwd.buf("the final norm statistics", &[bt, 2])?;
+    head(&mut fwd, bt, v)?;
+    let mut bwd = Tally::default();
+    bwd.buf("the logit gradients", &[bt, v])?;
+    bwd.buf("the residual gradient", &[bt, d])?;
+    bwd.buf("the norm gradient", &[bt, d])?;
+    bwd.buf("the qkv gradient", &[bt, 3, d])?;
+    bwd.buf(att, &[b, h, t, t])?;
+    bwd.buf("the ml1 gradient", &[bt, dh])?;
+    bwd.buf("the ln3 gradient", &[bt, dh])?;
+    Ok(Acts {
+        forward: fwd.0,
+        backward: bwd.0,
+    })
+}
+
+/// The bytes a `cfg` model for batches of `b` sequences of `t` tokens allocates when built for
+/// `purpose`, with one batch's buffers and, for training, AdamW. Fails, naming the setting, when
+/// the config is invalid, the shape does not fit the model, or any size overflows.
+pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Result<MemoryEstimate> {
+    let (vocab, seq_len) = match cfg {
+        ModelConfig::Transformer(c) => (c.vocab, c.seq_len),
+        ModelConfig::Rmt(c) => (c.vocab, c.seq_len),
+        ModelConfig::MemoryFormer(c) => (c.vocab, c.seq_len),
+    };
+    match cfg {
+        ModelConfig::Transformer(c) => c.validate()?,
+        ModelConfig::Rmt(c) => c.validate()?,
+        ModelConfig::MemoryFormer(c) => c.validate()?,
+    }
+    if b == 0 || t == 0 {
+        return Err(ModelError::Config(format!(
+            "a batch of {b} sequences of {t} tokens is empty; use a batch and a sequence length of at least 1"
+        )));
+    }
+    if t > seq_len {
+        return Err(ModelError::Config(format!(
+            "sequences of {t} tokens exceed the context length {seq_len}"
+        )));
+    }
+    let (b64, t64) = (b as u64, t as u64);
+    let bt = b64.checked_mul(t64).ok_or_else(|| {
+        ModelError::Config(format!(
+            "the batch × sequence length overflows ({b} × {t}); use a smaller batch or sequence length"
+        ))
+    })?;
+    let p = params(cfg)?.addressable()?;
+    let acts = match cfg {
+        ModelConfig::Transformer(c) => transformer_acts(c, b64, t64, bt)?,
+        ModelConfig::Rmt(c) => rmt_acts(c, b64, t64, bt)?,
+        ModelConfig::MemoryFormer(c) => memoryformer_acts(c, b64, t64, bt)?,
+    };
+    let mut batch = Tally::default();
+    batch.buf("the batch's tokens, targets and buckets", &[bt, 3])?;
+    batch.buf("the token bucket starts (vocab + 1)", &[vocab as u64, 1])?;
+    batch.buf("the token bucket starts", &[1])?;
+    batch.buf("the loss scale", &[1])?;
+    let train = purpose == Purpose::Train;
+    let optimizer = match train {
+        true => sum(
+            "AdamW's moments",
+            &[product("AdamW's moments", &[p.total, 2])?, Hyper::LEN as u64, 1],
+        )?,
+        false => 0,
+    };
+    let values = [
+        p.total,
+        if train { p.total } else { 0 },
+        acts.forward,
+        if train { acts.backward } else { 0 },
+        optimizer,
+        batch.0,
+    ];
+    let total = sum("the model, its batch and its optimizer", &values)?;
+    // Each buffer is at most the total, so every later usize product fits when this does.
+    if total
+        .checked_mul(VALUE_BYTES)
+        .is_none_or(|b| usize::try_from(b).is_err())
+    {
+        return Err(ModelError::Config(format!(
+            "{total} values do not fit this machine's address space; make the model or the batch smaller"
+        )));
+    }
+    let bytes = |values: u64| product("the model in bytes", &[values, VALUE_BYTES]);
+    Ok(MemoryEstimate {
+        params: p.count,
+        param_bytes: bytes(values[0])?,
+        grad_bytes: bytes(values[1])?,
+        activation_bytes: bytes(values[2])?,
+        backward_bytes: bytes(values[3])?,
+        optimizer_bytes: bytes(values[4])?,
+        batch_bytes: bytes(values[5])?,
+        bytes: bytes(total)?,
+    })
+}
+
+/// Bytes the OS says can be allocated without swapping: Linux's MemAvailable; None elsewhere or
+/// when /proc/meminfo cannot be read.
+pub fn available_bytes() -> Option<u64> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_meminfo(&info)
+}
+
+/// MemAvailable from the text of /proc/meminfo, in bytes.
+fn parse_meminfo(info: &str) -> Option<u64> {
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Fails when `est` needs more than `available` bytes (None: unknown, so anything fits), saying
+/// how much each needs and what to shrink.
+pub fn check_fits(est: &MemoryEstimate, available: Option<u64>) -> Result<()> {
+    let Some(available) = available else {
+        return Ok(());
+    };
+    if est.bytes <= available {
+        return Ok(());
+    }
+    let activations = est.activation_bytes.saturating_add(est.backward_bytes);
+    let largest = if activations > est.param_bytes {
+        "the batch or the sequence length (activations grow with both)"
+    } else {
+        "the model (fewer layers, a smaller width or vocabulary)"
+    };
+    Err(ModelError::Config(format!(
+        "this config needs {:.2} GiB ({:.2} GiB of parameters, gradients and optimizer state, {:.2} GiB of \
+         activations), but only {:.2} GiB is available; make {largest} smaller",
+        est.bytes as f64 / GIB,
+        (est.param_bytes
+            .saturating_add(est.grad_bytes)
+            .saturating_add(est.optimizer_bytes)) as f64
+            / GIB,
+        activations as f64 / GIB,
+        available as f64 / GIB,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_is_parsed_in_kib() {
+        let info = "MemTotal:       16384 kB\nMemFree:  100 kB\nMemAvailable:    2048 kB\n";
+        assert_eq!(parse_meminfo(info), Some(2048 * 1024));
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
+        assert_eq!(parse_meminfo("MemAvailable: lots kB\n"), None);
+    }
+
+    #[test]
+    fn check_fits_says_what_is_needed_and_available() {
+        let est = MemoryEstimate {
+            bytes: 3 << 30,
+            activation_bytes: 2 << 30,
+            param_bytes: 1 << 30,
+            ..Default::default()
+        };
+        assert!(check_fits(&est, None).is_ok());
+        assert!(check_fits(&est, Some(3 << 30)).is_ok());
+        let err = check_fits(&est, Some(1 << 30)).unwrap_err().to_string();
+        assert!(
+            err.contains("3.00 GiB") && err.contains("1.00 GiB is available"),
+            "{err}"
+        );
+        assert!(err.contains("batch"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_or_too_long_shape_is_refused() {
+        let cfg = ModelConfig::Transformer(TransformerConfig::tiny(16, 8));
+        for (b, t) in [(0, 4), (4, 0), (1, 9)] {
+            assert!(estimate(&cfg, b, t, Purpose::Train).is_err(), "{b}×{t}");
+        }
+        assert!(estimate(&cfg, 1, 8, Purpose::Infer).is_ok());
+    }
+
+    #[test]
+    fn overflowing_batches_are_config_errors() {
+        // ALiBi has no position table, so a context of usize::MAX is a valid config.
+        let cfg = ModelConfig::Rmt(RmtConfig {
+            position: Position::Alibi,
+            ..RmtConfig::tiny(16, usize::MAX)
+        });
+        let err = estimate(&cfg, usize::MAX, usize::MAX, Purpose::Train)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("batch × sequence length overflows"), "{err}");
+        let err = estimate(&cfg, 1, 1 << 40, Purpose::Infer).unwrap_err().to_string();
+        assert!(err.contains("overflows"), "{err}");
+    }
+}

@@ -1,0 +1,236 @@
+//! The memory estimate against what each architecture really allocates on the CPU backend, the
+//! inference constructors against the training ones, and configs far too large refused before
+//! any allocation.
+
+use data::IGNORE;
+use engine::cpu::CpuBackend;
+use engine::Backend;
+use resmem_models::memory::{self, check_fits, estimate, Purpose};
+use resmem_models::{
+    AdamW, BatchTensors, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Position, Rmt, RmtConfig,
+    TrainConfig, Transformer, TransformerConfig,
+};
+use std::time::{Duration, Instant};
+
+fn transformer(vocab: usize, n: usize) -> TransformerConfig {
+    TransformerConfig {
+        d_model: 12,
+        n_heads: 3,
+        head_dim: 5, // H·D_h = 15 ≠ D
+        d_ff: 7,
+        n_layers: 3,
+        ..TransformerConfig::tiny(vocab, n)
+    }
+}
+
+fn rmt(vocab: usize, n: usize, position: Position) -> RmtConfig {
+    RmtConfig {
+        d_k: 3,
+        d_v: 5,
+        rank: 3,
+        d_ff: 7,
+        n_layers: 2,
+        position,
+        ..RmtConfig::tiny(vocab, n)
+    }
+}
+
+fn memoryformer(vocab: usize, n: usize) -> MemoryFormerConfig {
+    MemoryFormerConfig {
+        d_model: 10,
+        n_heads: 2,
+        tau: 3, // K = 3, one value unhashed
+        n_layers: 2,
+        ..MemoryFormerConfig::tiny(vocab, n)
+    }
+}
+
+/// Every architecture at a few awkward shapes: (config, b, t).
+fn cases() -> Vec<(ModelConfig, usize, usize)> {
+    let mut cases = vec![];
+    for (b, t, n, vocab) in [(1, 1, 1, 2), (3, 7, 9, 11), (2, 33, 40, 5)] {
+        cases.push((ModelConfig::Transformer(transformer(vocab, n)), b, t));
+        cases.push((ModelConfig::Rmt(rmt(vocab, n, Position::Learned)), b, t));
+        cases.push((ModelConfig::Rmt(rmt(vocab, n, Position::Alibi)), b, t));
+        cases.push((ModelConfig::MemoryFormer(memoryformer(vocab, n)), b, t));
+    }
+    cases
+}
+
+fn build(
+    be: &CpuBackend,
+    cfg: &ModelConfig,
+    b: usize,
+    t: usize,
+    purpose: Purpose,
+) -> Box<dyn LanguageModel<CpuBackend>> {
+    let train = purpose == Purpose::Train;
+    match cfg.clone() {
+        ModelConfig::Transformer(c) if train => Box::new(Transformer::new(be, c, b, t, 1).unwrap()),
+        ModelConfig::Transformer(c) => Box::new(Transformer::inference(be, c, b, t).unwrap()),
+        ModelConfig::Rmt(c) if train => Box::new(Rmt::new(be, c, b, t, 1).unwrap()),
+        ModelConfig::Rmt(c) => Box::new(Rmt::inference(be, c, b, t).unwrap()),
+        ModelConfig::MemoryFormer(c) if train => Box::new(MemoryFormer::new(be, c, b, t, 1).unwrap()),
+        ModelConfig::MemoryFormer(c) => Box::new(MemoryFormer::inference(be, c, b, t).unwrap()),
+    }
+}
+
+fn vocab(cfg: &ModelConfig) -> usize {
+    match cfg {
+        ModelConfig::Transformer(c) => c.vocab,
+        ModelConfig::Rmt(c) => c.vocab,
+        ModelConfig::MemoryFormer(c) => c.vocab,
+    }
+}
+
+/// Bytes the backend allocates for the model, one batch and, for training, AdamW.
+fn allocated(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> u64 {
+    let be = CpuBackend::<f32>::new();
+    let model = build(&be, cfg, b, t, purpose);
+    let _batch = BatchTensors::new(&be, b, t, vocab(cfg)).unwrap();
+    if purpose == Purpose::Train {
+        AdamW::new(&be, &TrainConfig::default(), &model.store().layout).unwrap();
+    }
+    be.allocated_bytes()
+}
+
+#[test]
+fn estimate_is_exactly_what_each_model_allocates() {
+    for (cfg, b, t) in cases() {
+        for purpose in [Purpose::Train, Purpose::Infer] {
+            let est = estimate(&cfg, b, t, purpose).unwrap();
+            assert_eq!(
+                est.bytes,
+                allocated(&cfg, b, t, purpose),
+                "{purpose:?} {b}×{t} {cfg:?}: {est:?}"
+            );
+            let parts = [
+                est.param_bytes,
+                est.grad_bytes,
+                est.activation_bytes,
+                est.backward_bytes,
+                est.optimizer_bytes,
+                est.batch_bytes,
+            ];
+            assert_eq!(parts.iter().sum::<u64>(), est.bytes);
+        }
+    }
+}
+
+#[test]
+fn closed_form_parameters_match_the_layouts() {
+    for (cfg, b, t) in cases() {
+        let be = CpuBackend::<f32>::new();
+        let model = build(&be, &cfg, b, t, Purpose::Infer);
+        let p = memory::params(&cfg).unwrap();
+        let layout = &model.store().layout;
+        assert_eq!(
+            (p.count, p.total),
+            (layout.count() as u64, layout.total as u64),
+            "{cfg:?}"
+        );
+        assert_eq!(estimate(&cfg, b, t, Purpose::Train).unwrap().params, p.count);
+    }
+}
+
+fn batch(b: usize, t: usize, vocab: usize) -> data::Batch {
+    let inputs: Vec<u32> = (0..b * t).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
+    let targets = (0..b * t)
+        .map(|i| {
+            if i % 4 == 1 {
+                IGNORE
+            } else {
+                ((i * 5 + 1) % vocab) as u32
+            }
+        })
+        .collect();
+    data::Batch { b, t, inputs, targets }
+}
+
+fn logits(be: &CpuBackend, model: &dyn LanguageModel<CpuBackend>, batch: &data::Batch) -> Vec<u32> {
+    let tensors = BatchTensors::new(be, batch.b, batch.t, model.vocab()).unwrap();
+    tensors.write(be, batch).unwrap();
+    model.forward(be, &tensors);
+    let logits = pollster::block_on(be.read(&model.head().logits)).unwrap();
+    logits.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn inference_models_give_the_same_logits_and_allocate_less() {
+    for (cfg, b, t) in cases() {
+        let be = CpuBackend::<f32>::new();
+        let trained = build(&be, &cfg, b, t, Purpose::Train);
+        let train_bytes = be.allocated_bytes();
+        let infer_be = CpuBackend::<f32>::new();
+        let infer = build(&infer_be, &cfg, b, t, Purpose::Infer);
+        let infer_bytes = infer_be.allocated_bytes();
+        assert!(trained.trainable() && !infer.trainable());
+        assert!(infer_bytes < train_bytes, "{infer_bytes} ≥ {train_bytes} for {cfg:?}");
+        // Loaded the way a checkpoint is: the same values written into both stores. Not the init,
+        // whose zero unembedding would make every logit 0.
+        let total = trained.store().layout.total;
+        let values: Vec<f32> = (0..total).map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5).collect();
+        be.write(&trained.store().params, &values);
+        infer_be.write(&infer.store().params, &values);
+        let batch = batch(b, t, vocab(&cfg));
+        let want = logits(&be, trained.as_ref(), &batch);
+        assert_eq!(want, logits(&infer_be, infer.as_ref(), &batch), "{cfg:?}");
+        assert!(want.iter().any(|&x| x != 0), "the logits should not be all zero");
+        // Backward on an inference model is a no-op, not a panic.
+        let tensors = BatchTensors::new(&infer_be, b, t, vocab(&cfg)).unwrap();
+        tensors.write(&infer_be, &batch).unwrap();
+        infer.backward(&infer_be, &tensors);
+    }
+}
+
+/// `train --batch 4611686018427387904 --seq-len 4` once wrapped B·T and was OOM-killed.
+#[test]
+fn a_batch_whose_size_overflows_is_refused_at_once() {
+    let (b, t) = (4611686018427387904, 4);
+    let start = Instant::now();
+    let be = CpuBackend::<f32>::new();
+    let err = Transformer::new(&be, TransformerConfig::tiny(256, 4), b, t, 0)
+        .err()
+        .expect("an overflowing batch must be refused")
+        .to_string();
+    assert!(err.contains("batch × sequence length overflows"), "{err}");
+    assert!(Rmt::new(&be, RmtConfig::tiny(256, 4), b, t, 0).is_err());
+    assert!(MemoryFormer::inference(&be, MemoryFormerConfig::tiny(256, 4), b, t).is_err());
+    assert_eq!(be.allocated_bytes(), 0, "nothing may be allocated before the refusal");
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_batch_too_large_for_memory_is_refused_by_check_fits() {
+    // 2^40 sequences do not overflow, but need far more than any machine has.
+    let cfg = ModelConfig::Transformer(TransformerConfig::tiny(256, 4));
+    let est = estimate(&cfg, 1 << 40, 4, Purpose::Train).unwrap();
+    let err = check_fits(&est, Some(64 << 30)).unwrap_err().to_string();
+    assert!(err.contains("GiB") && err.contains("batch"), "{err}");
+    let small = estimate(&cfg, 2, 4, Purpose::Train).unwrap();
+    assert!(check_fits(&small, Some(64 << 30)).is_ok());
+    assert!(memory::available_bytes().is_none_or(|b| b > 0));
+}
+
+#[test]
+fn dimensions_whose_products_overflow_are_config_errors() {
+    let huge = usize::MAX;
+    let rmt_cfg = RmtConfig {
+        d_k: huge,
+        ..RmtConfig::tiny(256, 16)
+    };
+    let err = rmt_cfg.validate().unwrap_err().to_string();
+    assert!(err.contains("overflows"), "{err}");
+    let long = TransformerConfig::tiny(256, huge);
+    let err = long.validate().unwrap_err().to_string();
+    assert!(err.contains("seq_len") && err.contains("overflows"), "{err}");
+    let be = CpuBackend::<f32>::new();
+    assert!(Rmt::new(&be, rmt_cfg, 1, 1, 0).is_err());
+    assert!(Transformer::inference(&be, long, 1, 16).is_err());
+    let many = MemoryFormerConfig {
+        n_layers: huge,
+        ..MemoryFormerConfig::tiny(256, 16)
+    };
+    assert!(many.validate().is_err());
+    assert_eq!(be.allocated_bytes(), 0);
+}
