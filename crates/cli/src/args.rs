@@ -21,7 +21,7 @@ pub struct Cli {
 pub enum Command {
     /// Train a model into a run directory: config.toml, metrics.jsonl, checkpoints/ and
     /// model.safetensors.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// The validation loss and perplexity of a run.
     Eval(EvalArgs),
     /// Continue a prompt with a trained run.
@@ -357,7 +357,11 @@ impl TrainArgs {
         let int = |v: usize| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
         let float = |v: f32| toml::Value::Float(f64::from(v));
         let text = |v: &str| toml::Value::String(v.to_string());
-        let init_key = if arch == "memoryformer" { "embed_std" } else { "init_std" };
+        let init_key = if arch == "memoryformer" {
+            "embed_std"
+        } else {
+            "init_std"
+        };
         let mut flags = vec![];
         let mut push = |flag, key, value: Option<toml::Value>| {
             if let Some(v) = value {
@@ -378,7 +382,8 @@ impl TrainArgs {
         push(
             "norm",
             "norm",
-            d.norm.map(|n| text(if n == Norm::LayerNorm { "layernorm" } else { "rmsnorm" })),
+            d.norm
+                .map(|n| text(if n == Norm::LayerNorm { "layernorm" } else { "rmsnorm" })),
         );
         push(
             "position",
@@ -403,7 +408,12 @@ impl TrainArgs {
         push("train", "steps", self.steps.map(int));
         push("train", "batch", self.batch.map(int));
         push("train", "lr", self.lr.map(float));
-        push("train", "seed", self.seed.map(|s| toml::Value::Integer(i64::try_from(s).unwrap_or(i64::MAX))));
+        push(
+            "train",
+            "seed",
+            self.seed
+                .map(|s| toml::Value::Integer(i64::try_from(s).unwrap_or(i64::MAX))),
+        );
         push("train", "warmup_frac", self.warmup_frac.map(float));
         push("train", "min_lr_frac", self.min_lr_frac.map(float));
         push("train", "weight_decay", self.weight_decay.map(float));

@@ -50,9 +50,15 @@ fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
         args.batches,
         b * t
     ));
-    say(&format!("{:<12} {:>5} {:>8} {:>6}", "layer", "table", "entropy", "dead"));
+    say(&format!(
+        "{:<12} {:>5} {:>8} {:>6}",
+        "layer", "table", "entropy", "dead"
+    ));
     for s in &stats {
-        say(&format!("{:<12} {:>5} {:>8.3} {:>6}", s.layer, s.table, s.entropy, s.dead_buckets));
+        say(&format!(
+            "{:<12} {:>5} {:>8.3} {:>6}",
+            s.layer, s.table, s.entropy, s.dead_buckets
+        ));
     }
     Ok(())
 }

@@ -46,5 +46,9 @@ pub fn params(run: &Path, explicit: Option<&Path>, layout: &ParamLayout) -> Resu
             run.display()
         );
     }
-    bail!("no parameters of {} could be loaded:\n  {}", run.display(), errors.join("\n  "))
+    bail!(
+        "no parameters of {} could be loaded:\n  {}",
+        run.display(),
+        errors.join("\n  ")
+    )
 }

@@ -19,7 +19,7 @@ use clap::Parser;
 fn main() {
     let cli = args::Cli::parse();
     let result = match cli.command {
-        args::Command::Train(a) => train::run(a),
+        args::Command::Train(a) => train::run(*a),
         args::Command::Eval(a) => eval::run(a),
         args::Command::Sample(a) => sample::run(a),
         args::Command::Count(a) => count::run(a),

@@ -88,12 +88,7 @@ impl RunDir {
 
     /// Writes a checkpoint for `step` through `write` (given the temporary path), atomically,
     /// then keeps the newest `keep`. Returns its path.
-    pub fn write_checkpoint(
-        &self,
-        step: u64,
-        keep: usize,
-        write: impl FnOnce(&Path) -> Result<()>,
-    ) -> Result<PathBuf> {
+    pub fn write_checkpoint(&self, step: u64, keep: usize, write: impl FnOnce(&Path) -> Result<()>) -> Result<PathBuf> {
         let dir = self.checkpoints();
         fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join(checkpoint_name(step));
@@ -193,7 +188,10 @@ pub fn checkpoints_in(run: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// new one. A failed write removes the temporary file and leaves `path` as it was.
 pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
         write(&tmp)?;

@@ -78,7 +78,11 @@ fn draw(logits: &[f32], temperature: f32, top_k: usize, rng: &mut SmallRng) -> u
     if temperature == 0.0 {
         return order[0] as u32;
     }
-    let k = if top_k == 0 { order.len() } else { top_k.min(order.len()) };
+    let k = if top_k == 0 {
+        order.len()
+    } else {
+        top_k.min(order.len())
+    };
     let top = &order[..k];
     let max = logits[top[0]];
     let weights: Vec<f64> = top

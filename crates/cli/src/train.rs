@@ -32,7 +32,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         None => {
             let cfg = resolve(&args)?;
-            let out = args.out.as_ref().ok_or_else(|| anyhow!("--out DIR is required for a new run"))?;
+            let out = args
+                .out
+                .as_ref()
+                .ok_or_else(|| anyhow!("--out DIR is required for a new run"))?;
             (cfg, RunDir::create(out)?, false)
         }
     };
@@ -58,7 +61,16 @@ fn refuse_overrides(args: &TrainArgs) -> Result<()> {
         .chain(args.model_flags("memoryformer").iter())
         .map(|(f, _, _)| *f)
         .chain(args.run_flags().iter().map(|(_, k, _)| *k))
-        .map(|f| format!("--{}", if f == "max_grad_norm" { "grad-clip".into() } else { f.replace('_', "-") }))
+        .map(|f| {
+            format!(
+                "--{}",
+                if f == "max_grad_norm" {
+                    "grad-clip".into()
+                } else {
+                    f.replace('_', "-")
+                }
+            )
+        })
         .chain(args.arch.map(|_| "--arch".to_string()))
         .chain(args.task.map(|_| "--task".to_string()))
         .chain(args.data.as_ref().map(|_| "--data".to_string()))
@@ -112,7 +124,14 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     if let Some(mut file) = file {
         file.remove("preset");
         cfg = cfg.merged(&file).with_context(|| {
-            format!("in {}", args.config.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default())
+            format!(
+                "in {}",
+                args.config
+                    .as_deref()
+                    .map(Path::display)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default()
+            )
         })?;
     }
     if let Some(arch) = arch {
@@ -146,7 +165,10 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     cfg = cfg.merged(&over)?;
     let t = args.seq_len.unwrap_or(cfg.data.seq_len());
     cfg.data = match (&args.task, &args.data, cfg.data) {
-        (Some(task), _, _) => DataConfig::Task { task: *task, seq_len: t },
+        (Some(task), _, _) => DataConfig::Task {
+            task: *task,
+            seq_len: t,
+        },
         (None, Some(path), _) => DataConfig::Text {
             path: path.clone(),
             tokenizer: data::Corpus::open(path)
@@ -193,12 +215,20 @@ impl Session {
             match newest_checkpoint(&self.dir.path, &layout, &config_toml)? {
                 Some((state, path)) => {
                     trainer.restore(be, &state)?;
-                    say(&format!("resuming {} from {} (step {})", self.dir.path.display(), path.display(), state.step));
+                    say(&format!(
+                        "resuming {} from {} (step {})",
+                        self.dir.path.display(),
+                        path.display(),
+                        state.step
+                    ));
                     Some(state.step)
                 }
                 // Killed before its first checkpoint: the same config from step 0 is the same run.
                 None => {
-                    say(&format!("{} has no valid checkpoint yet; starting it again from step 0", self.dir.path.display()));
+                    say(&format!(
+                        "{} has no valid checkpoint yet; starting it again from step 0",
+                        self.dir.path.display()
+                    ));
                     Some(0)
                 }
             }
@@ -226,6 +256,7 @@ impl Session {
         let mut warned = false;
         let mut last_checkpoint: Option<PathBuf> = None;
         let mut last_val: Option<f32> = None;
+        // Writes the trainer's state atomically and remembers it as the last good checkpoint.
         let checkpoint = |trainer: &Trainer<B, _>, last: &mut Option<PathBuf>| -> Result<PathBuf> {
             let state: TrainState = pollster::block_on(trainer.state(be))?;
             let path = self.dir.write_checkpoint(state.step, cadence.keep, |tmp| {
@@ -237,8 +268,18 @@ impl Session {
 
         while trainer.step < steps {
             if self.stop.load(Ordering::SeqCst) {
+                // A signal: checkpoint the last finished step, if its losses were finite.
                 console.finish();
-                return self.interrupted(be, &trainer, &mut last_checkpoint, &checkpoint);
+                if !pollster::block_on(trainer.loss_sum(be))?.is_finite() {
+                    return Err(diverged(trainer.step, &cfg, last_checkpoint.as_deref(), &self.dir.path));
+                }
+                let path = checkpoint(&trainer, &mut last_checkpoint)?;
+                bail!(
+                    "interrupted after step {}; the checkpoint is {}. Resume with: resmem train --resume {}",
+                    trainer.step,
+                    path.display(),
+                    self.dir.path.display()
+                );
             }
             let step = trainer.step + 1;
             let lr = trainer.step(be, &train.batch(step as u64 - 1))?;
@@ -283,9 +324,15 @@ impl Session {
                 last_val = Some(val);
             }
             metrics.append(&row)?;
-            let speed = row["tokens_per_s"].as_f64().map(|s| format!("  {s:>8.0} tok/s")).unwrap_or_default();
+            let speed = row["tokens_per_s"]
+                .as_f64()
+                .map(|s| format!("  {s:>8.0} tok/s"))
+                .unwrap_or_default();
             if log && !console.is_bar() || eval {
-                let val = row["val_loss"].as_f64().map(|v| format!("  val {v:.4}")).unwrap_or_default();
+                let val = row["val_loss"]
+                    .as_f64()
+                    .map(|v| format!("  val {v:.4}"))
+                    .unwrap_or_default();
                 console.line(&format!("step {step:>6}  loss {loss:.4}{val}  lr {lr:.2e}{speed}"));
             }
             let val = last_val.map(|v| format!("  val {v:.4}")).unwrap_or_default();
@@ -313,28 +360,6 @@ impl Session {
             last_checkpoint.map(|p| p.display().to_string()).unwrap_or_default()
         ));
         Ok(())
-    }
-
-    /// A signal arrived: checkpoint the last finished step (if its losses were finite) and say
-    /// how to resume.
-    fn interrupted<B: Backend, M: models::LanguageModel<B>>(
-        &self,
-        be: &B,
-        trainer: &Trainer<B, M>,
-        last: &mut Option<PathBuf>,
-        checkpoint: &dyn Fn(&Trainer<B, M>, &mut Option<PathBuf>) -> Result<PathBuf>,
-    ) -> Result<()> {
-        let sum = pollster::block_on(trainer.loss_sum(be))?;
-        if !sum.is_finite() {
-            return Err(diverged(trainer.step, &self.cfg, last.as_deref(), &self.dir.path));
-        }
-        let path = checkpoint(trainer, last)?;
-        bail!(
-            "interrupted after step {}; the checkpoint is {}. Resume with: resmem train --resume {}",
-            trainer.step,
-            path.display(),
-            self.dir.path.display()
-        )
     }
 }
 

@@ -35,7 +35,17 @@ fn small_presets_learn_shakespeare_well_under_the_unigram_entropy() {
         let out = dir.path().join(preset);
         // 150 of the preset's 300 steps, to keep CI short; measured val loss: see below.
         let o = resmem()
-            .args(["train", "--backend", "cpu", "--preset", preset, "--steps", "150", "--eval-every", "150"])
+            .args([
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                preset,
+                "--steps",
+                "150",
+                "--eval-every",
+                "150",
+            ])
             .arg("--data")
             .arg(&data)
             .arg("--out")
@@ -43,15 +53,31 @@ fn small_presets_learn_shakespeare_well_under_the_unigram_entropy() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
-        let o = resmem().args(["eval", "--backend", "cpu", "--json", "--run"]).arg(&out).output().unwrap();
+        let o = resmem()
+            .args(["eval", "--backend", "cpu", "--json", "--run"])
+            .arg(&out)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{preset}: {}", String::from_utf8_lossy(&o.stderr));
         let eval: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let val = eval["val_loss"].as_f64().unwrap();
         eprintln!("{preset}: val_loss {val:.4} after 150 steps; unigram entropy {unigram:.4}");
-        assert!(val < 0.9 * unigram, "{preset}: val_loss {val} is not well under the unigram entropy {unigram}");
+        assert!(
+            val < 0.9 * unigram,
+            "{preset}: val_loss {val} is not well under the unigram entropy {unigram}"
+        );
         if preset == "small-rmt" {
             let o = resmem()
-                .args(["sample", "--backend", "cpu", "--prompt", "ROMEO:", "--tokens", "30", "--run"])
+                .args([
+                    "sample",
+                    "--backend",
+                    "cpu",
+                    "--prompt",
+                    "ROMEO:",
+                    "--tokens",
+                    "30",
+                    "--run",
+                ])
                 .arg(&out)
                 .output()
                 .unwrap();

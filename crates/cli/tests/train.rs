@@ -36,7 +36,13 @@ fn rows(run: &Path) -> Vec<serde_json::Value> {
 fn losses(run: &Path) -> Vec<(u64, f64, Option<f64>)> {
     rows(run)
         .iter()
-        .map(|r| (r["step"].as_u64().unwrap(), r["loss"].as_f64().unwrap(), r["val_loss"].as_f64()))
+        .map(|r| {
+            (
+                r["step"].as_u64().unwrap(),
+                r["loss"].as_f64().unwrap(),
+                r["val_loss"].as_f64(),
+            )
+        })
         .collect()
 }
 
@@ -45,7 +51,20 @@ fn losses(run: &Path) -> Vec<(u64, f64, Option<f64>)> {
 fn train_copy(arch: &str, steps: &str) -> (tempfile::TempDir, PathBuf, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t");
-    let o = run(&["train", "--arch", arch, "--task", "copy", "--backend", "cpu", "--steps", steps], Some(&out));
+    let o = run(
+        &[
+            "train",
+            "--arch",
+            arch,
+            "--task",
+            "copy",
+            "--backend",
+            "cpu",
+            "--steps",
+            steps,
+        ],
+        Some(&out),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let rows = rows(&out);
     for key in ["step", "loss", "lr", "tokens_per_s"] {
@@ -70,13 +89,29 @@ fn train_rmt_on_cpu_learns_copy_then_samples_the_copy() {
     let (first, last) = first_last(&rows);
     assert!(last < 0.1 * first, "loss {first} → {last}");
     // Greedy decoding of a copy prompt repeats it (7 tokens fill the context of 16).
-    let o = on_run(&out, &["sample", "--backend", "cpu", "--prompt", "fabcpdoa|", "--tokens", "7", "--temperature", "0"]);
+    let o = on_run(
+        &out,
+        &[
+            "sample",
+            "--backend",
+            "cpu",
+            "--prompt",
+            "fabcpdoa|",
+            "--tokens",
+            "7",
+            "--temperature",
+            "0",
+        ],
+    );
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim_end(), "fabcpdoa|fabcpdo");
     let o = on_run(&out, &["eval", "--backend", "cpu", "--json"]);
     let eval: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let val = eval["val_loss"].as_f64().unwrap();
     // The held-out loss of the end of training, as logged, and its perplexity.
-    assert_eq!(Some(val as f32 as f64), rows.last().unwrap()["val_loss"].as_f64().map(|v| v as f32 as f64));
+    assert_eq!(
+        Some(val as f32 as f64),
+        rows.last().unwrap()["val_loss"].as_f64().map(|v| v as f32 as f64)
+    );
     assert!((eval["perplexity"].as_f64().unwrap() - val.exp()).abs() < 1e-9);
 }
 
@@ -109,7 +144,11 @@ fn an_earlier_run_is_never_overwritten_and_unrelated_files_are_left_alone() {
     let same_model = |before: &[u8]| std::fs::read(dir.path().join("model.safetensors")).unwrap() == before;
     let o = run(&args, Some(dir.path()));
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("already holds a run") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("already holds a run") && stderr(&o).contains("--resume"),
+        "{}",
+        stderr(&o)
+    );
     assert!(same_model(&before), "the first run's model is untouched");
     assert_eq!(std::fs::read(dir.path().join("config.json")).unwrap(), unrelated);
 }
@@ -136,7 +175,11 @@ fn two_concurrent_runs_into_one_out_exactly_one_starts() {
         "{}",
         stderr(refused)
     );
-    assert_eq!(losses(dir.path()).len(), 4, "one run's rows: steps 1, 10, 20, 30 and nothing mixed in");
+    assert_eq!(
+        losses(dir.path()).len(),
+        4,
+        "one run's rows: steps 1, 10, 20, 30 and nothing mixed in"
+    );
 }
 
 /// Runs `args` into `out` until its metrics have `rows` lines, then sends `signal`; returns
@@ -152,7 +195,10 @@ fn interrupt(args: &[String], out: &Path, rows: usize, signal: &str) -> Output {
         .unwrap();
     let start = Instant::now();
     while std::fs::read_to_string(out.join("metrics.jsonl")).map_or(0, |t| t.lines().count()) < rows {
-        assert!(start.elapsed() < Duration::from_secs(120), "the run never logged {rows} rows");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the run never logged {rows} rows"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = child.id().to_string();
@@ -168,8 +214,19 @@ fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
         for (arch, signal) in [("transformer", "-TERM"), ("rmt", "-INT"), ("memoryformer", "-TERM")] {
             let dir = tempfile::tempdir().unwrap();
             let args: Vec<String> = [
-                "train", "--arch", arch, "--backend", backend, "--steps", &steps.to_string(), "--log-every", "1",
-                "--eval-every", "4", "--checkpoint-every", "5",
+                "train",
+                "--arch",
+                arch,
+                "--backend",
+                backend,
+                "--steps",
+                &steps.to_string(),
+                "--log-every",
+                "1",
+                "--eval-every",
+                "4",
+                "--checkpoint-every",
+                "5",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -182,14 +239,28 @@ fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
             let o = interrupt(&args, &cut, steps / 2, signal);
             let what = format!("{arch} on {backend}, {signal}");
             assert!(!o.status.success(), "{what}: an interrupted run exits non-zero");
-            assert!(stderr(&o).contains(&format!("resmem train --resume {}", cut.display())), "{what}: {}", stderr(&o));
-            assert!(!cut.join("model.safetensors").exists(), "{what}: it stopped before the end");
-            let o = resmem().args(["train", "--backend", backend, "--resume"]).arg(&cut).output().unwrap();
+            assert!(
+                stderr(&o).contains(&format!("resmem train --resume {}", cut.display())),
+                "{what}: {}",
+                stderr(&o)
+            );
+            assert!(
+                !cut.join("model.safetensors").exists(),
+                "{what}: it stopped before the end"
+            );
+            let o = resmem()
+                .args(["train", "--backend", backend, "--resume"])
+                .arg(&cut)
+                .output()
+                .unwrap();
             assert!(o.status.success(), "{what}: {}", stderr(&o));
             assert!(String::from_utf8_lossy(&o.stdout).contains("resuming"), "{what}");
 
             assert_eq!(losses(&whole), losses(&cut), "{what}");
-            assert!(same_file(&whole.join("model.safetensors"), &cut.join("model.safetensors")), "{what}: final parameters");
+            assert!(
+                same_file(&whole.join("model.safetensors"), &cut.join("model.safetensors")),
+                "{what}: final parameters"
+            );
         }
     }
 }
@@ -201,7 +272,16 @@ fn sigkill_during_checkpoint_writes_never_loses_or_corrupts_a_checkpoint() {
     use rand::{rngs::SmallRng, Rng, SeedableRng};
     let dir = tempfile::tempdir().unwrap();
     let args = [
-        "train", "--backend", "cpu", "--steps", "400", "--log-every", "1", "--checkpoint-every", "1", "--keep",
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "400",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "1",
+        "--keep",
         "3",
     ];
     let whole = dir.path().join("whole");
@@ -227,7 +307,10 @@ fn sigkill_during_checkpoint_writes_never_loses_or_corrupts_a_checkpoint() {
         child.kill().unwrap();
         let o = child.wait_with_output().unwrap();
         kills += 1;
-        if let Some(line) = String::from_utf8_lossy(&o.stdout).lines().find(|l| l.starts_with("resuming")) {
+        if let Some(line) = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with("resuming"))
+        {
             resumed_from.push(line.to_string());
         }
         for (_, path) in checkpoints(&cut) {
@@ -238,10 +321,17 @@ fn sigkill_during_checkpoint_writes_never_loses_or_corrupts_a_checkpoint() {
     }
     assert!(kills >= 20, "only {kills} kills before the run finished");
     assert!(resumed_from.len() >= 10, "{resumed_from:?}");
-    let o = resmem().args(["train", "--backend", "cpu", "--resume"]).arg(&cut).output().unwrap();
+    let o = resmem()
+        .args(["train", "--backend", "cpu", "--resume"])
+        .arg(&cut)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(losses(&whole), losses(&cut));
-    assert!(same_file(&whole.join("model.safetensors"), &cut.join("model.safetensors")), "final parameters");
+    assert!(
+        same_file(&whole.join("model.safetensors"), &cut.join("model.safetensors")),
+        "final parameters"
+    );
 }
 
 /// Byte-identical files (compared without printing them).
@@ -250,7 +340,9 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 fn checkpoints(run: &Path) -> Vec<(String, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(run.join("checkpoints")) else { return vec![] };
+    let Ok(entries) = std::fs::read_dir(run.join("checkpoints")) else {
+        return vec![];
+    };
     entries
         .flatten()
         .map(|e| (e.file_name().to_string_lossy().to_string(), e.path()))
@@ -262,7 +354,16 @@ fn checkpoints(run: &Path) -> Vec<(String, PathBuf)> {
 fn a_closed_stdout_never_stops_training() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = resmem()
-        .args(["train", "--backend", "cpu", "--steps", "40", "--log-every", "1", "--out"])
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "40",
+            "--log-every",
+            "1",
+            "--out",
+        ])
         .arg(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -272,7 +373,9 @@ fn a_closed_stdout_never_stops_training() {
     {
         use std::io::BufRead;
         let mut first = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
         assert!(first.contains("parameters"), "{first}");
     }
     let o = child.wait_with_output().unwrap();
@@ -287,30 +390,115 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["train", "--task", "sort"], "copy, reverse and mqar"),
-        (&["train", "--backend", "cpu", "--task", "mqar", "--seq-len", "5"], "at least 8"),
+        (
+            &["train", "--backend", "cpu", "--task", "mqar", "--seq-len", "5"],
+            "at least 8",
+        ),
         (&["train", "--backend", "cpu", "--init-std", "inf"], "init_std"),
         (&["train", "--backend", "cpu", "--lr", "nan"], "lr"),
-        (&["train", "--backend", "cpu", "--arch", "rmt", "--d-k", "18446744073709551615"], "d_k"),
-        (&["train", "--backend", "cpu", "--seq-len", "18446744073709551615"], "T ="),
-        (&["train", "--backend", "cpu", "--batch", "4611686018427387904", "--seq-len", "4"], "batch"),
-        (&["train", "--backend", "cpu", "--seed", "18446744073709551615"], "--seed"),
-        (&["train", "--backend", "cpu", "--arch", "rmt", "--tau", "4"], "--tau does not apply to --arch rmt"),
-        (&["train", "--backend", "cpu", "--arch", "rmt", "--d-model", "64"], "--d-model does not apply to --arch rmt"),
-        (&["train", "--backend", "cpu", "--d-k", "4"], "--d-k does not apply to --arch transformer"),
-        (&["train", "--backend", "cpu", "--arch", "memoryformer", "--d-ff", "64"], "--d-ff does not apply"),
-        (&["train", "--backend", "cpu", "--preset", "nope"], "no preset named `nope`"),
-        (&["train", "--backend", "cpu", "--preset", "tiny-rmt", "--arch", "transformer"], "not --arch transformer"),
-        (&["train", "--backend", "cpu", "--data", "/nonexistent/corpus"], "resmem data prepare"),
-        (&["train", "--backend", "cpu", "--log-every", "0"], "log_every"),
-        (&["train", "--backend", "cpu", "--resume", "/nonexistent/run"], "not a run directory"),
         (
-            &["train", "--arch", "memoryformer", "--backend", "cpu", "--d-model", "4096", "--tau", "14"],
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--arch",
+                "rmt",
+                "--d-k",
+                "18446744073709551615",
+            ],
+            "d_k",
+        ),
+        (
+            &["train", "--backend", "cpu", "--seq-len", "18446744073709551615"],
+            "T =",
+        ),
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--batch",
+                "4611686018427387904",
+                "--seq-len",
+                "4",
+            ],
+            "batch",
+        ),
+        (
+            &["train", "--backend", "cpu", "--seed", "18446744073709551615"],
+            "--seed",
+        ),
+        (
+            &["train", "--backend", "cpu", "--arch", "rmt", "--tau", "4"],
+            "--tau does not apply to --arch rmt",
+        ),
+        (
+            &["train", "--backend", "cpu", "--arch", "rmt", "--d-model", "64"],
+            "--d-model does not apply to --arch rmt",
+        ),
+        (
+            &["train", "--backend", "cpu", "--d-k", "4"],
+            "--d-k does not apply to --arch transformer",
+        ),
+        (
+            &["train", "--backend", "cpu", "--arch", "memoryformer", "--d-ff", "64"],
+            "--d-ff does not apply",
+        ),
+        (
+            &["train", "--backend", "cpu", "--preset", "nope"],
+            "no preset named `nope`",
+        ),
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                "tiny-rmt",
+                "--arch",
+                "transformer",
+            ],
+            "not --arch transformer",
+        ),
+        (
+            &["train", "--backend", "cpu", "--data", "/nonexistent/corpus"],
+            "resmem data prepare",
+        ),
+        (&["train", "--backend", "cpu", "--log-every", "0"], "log_every"),
+        (
+            &["train", "--backend", "cpu", "--resume", "/nonexistent/run"],
+            "not a run directory",
+        ),
+        (
+            &[
+                "train",
+                "--arch",
+                "memoryformer",
+                "--backend",
+                "cpu",
+                "--d-model",
+                "4096",
+                "--tau",
+                "14",
+            ],
             "GiB is available",
         ),
-        (&["train", "--arch", "memoryformer", "--backend", "cpu", "--tau", "15"], "tau of at most 14"),
-        (&["eval", "--backend", "cpu", "--run", "/nonexistent/run"], "not a run directory"),
-        (&["sample", "--backend", "cpu", "--run", "/nonexistent/run"], "not a run directory"),
-        (&["sample", "--backend", "cpu", "--temperature=-1", "--run", "/x"], "--temperature"),
+        (
+            &["train", "--arch", "memoryformer", "--backend", "cpu", "--tau", "15"],
+            "tau of at most 14",
+        ),
+        (
+            &["eval", "--backend", "cpu", "--run", "/nonexistent/run"],
+            "not a run directory",
+        ),
+        (
+            &["sample", "--backend", "cpu", "--run", "/nonexistent/run"],
+            "not a run directory",
+        ),
+        (
+            &["sample", "--backend", "cpu", "--temperature=-1", "--run", "/x"],
+            "--temperature",
+        ),
     ];
     for (i, (args, expected)) in cases.iter().enumerate() {
         let mut c = resmem();
@@ -325,7 +513,11 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
         assert!(err.contains(expected), "{args:?}: expected `{expected}` in: {err}");
         // Refused before any large allocation.
-        assert!(start.elapsed() < Duration::from_secs(5), "{args:?} took {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{args:?} took {:?}",
+            start.elapsed()
+        );
     }
 }
 
@@ -334,9 +526,24 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
 fn config_toml_reproduces_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let first = dir.path().join("a");
-    assert!(run(&["train", "--backend", "cpu", "--arch", "rmt", "--steps", "12", "--d-k", "4", "--lr", "0.02"], Some(&first))
-        .status
-        .success());
+    assert!(run(
+        &[
+            "train",
+            "--backend",
+            "cpu",
+            "--arch",
+            "rmt",
+            "--steps",
+            "12",
+            "--d-k",
+            "4",
+            "--lr",
+            "0.02"
+        ],
+        Some(&first)
+    )
+    .status
+    .success());
     let again = dir.path().join("b");
     let o = resmem()
         .args(["train", "--backend", "cpu", "--config"])
@@ -346,7 +553,10 @@ fn config_toml_reproduces_the_run() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(std::fs::read(first.join("config.toml")).unwrap(), std::fs::read(again.join("config.toml")).unwrap());
+    assert_eq!(
+        std::fs::read(first.join("config.toml")).unwrap(),
+        std::fs::read(again.join("config.toml")).unwrap()
+    );
     assert_eq!(losses(&first), losses(&again));
     // A partial file: a preset and one change.
     let partial = dir.path().join("partial.toml");
@@ -384,9 +594,18 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
             assert!(s.get(key).is_some(), "{key} missing from {s}");
         }
         // Entropy is the normalised entropy of the counts; recompute it from them.
-        let counts: Vec<f64> = s["counts"].as_array().unwrap().iter().map(|c| c.as_f64().unwrap()).collect();
+        let counts: Vec<f64> = s["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_f64().unwrap())
+            .collect();
         let n: f64 = counts.iter().sum();
-        let h: f64 = counts.iter().filter(|&&c| c > 0.0).map(|&c| -(c / n) * (c / n).ln()).sum();
+        let h: f64 = counts
+            .iter()
+            .filter(|&&c| c > 0.0)
+            .map(|&c| -(c / n) * (c / n).ln())
+            .sum();
         let e = s["entropy"].as_f64().unwrap();
         assert!((e - h / (counts.len() as f64).ln()).abs() < 1e-4, "{s}");
         let dead = counts.iter().filter(|&&c| c == 0.0).count() as u64;

@@ -41,7 +41,11 @@ pub fn write_state(layout: &ParamLayout, state: &TrainState, config_toml: &str, 
         ("step".to_string(), state.step.to_string()),
         ("config".to_string(), config_toml.to_string()),
     ]);
-    let groups = [("", &state.params[..]), ("adamw.m/", &state.m[..]), ("adamw.v/", &state.v[..])];
+    let groups = [
+        ("", &state.params[..]),
+        ("adamw.m/", &state.m[..]),
+        ("adamw.v/", &state.v[..]),
+    ];
     let (tensors, meta) = prepare(layout, &groups, meta)?;
     safetensors::serialize_to_file(tensors, Some(meta), path)
         .map_err(|e| ModelError::Checkpoint(format!("cannot write {}: {e}", path.display())))
@@ -250,16 +254,23 @@ mod tests {
         let bytes = to_bytes(&layout(7), &layout(7).init_values(3)).unwrap();
         let err = from_bytes(&layout(8), &bytes).unwrap_err().to_string();
         assert!(err.contains("`a`") && err.contains("[3, 8]"), "{err}");
-        let err = from_bytes(&layout(7), &bytes[..bytes.len() / 2]).unwrap_err().to_string();
+        let err = from_bytes(&layout(7), &bytes[..bytes.len() / 2])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("corrupt or truncated"), "{err}");
         // One flipped bit in the last weight.
         let mut flipped = bytes.clone();
         *flipped.last_mut().unwrap() ^= 1;
         let err = from_bytes(&layout(7), &flipped).unwrap_err().to_string();
-        assert!(err.contains("corrupt or truncated") && err.contains("checksum"), "{err}");
+        assert!(
+            err.contains("corrupt or truncated") && err.contains("checksum"),
+            "{err}"
+        );
         let mut values = layout(7).init_values(3);
         values[2] = f32::NAN;
-        let err = from_bytes(&layout(7), &to_bytes(&layout(7), &values).unwrap()).unwrap_err().to_string();
+        let err = from_bytes(&layout(7), &to_bytes(&layout(7), &values).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`a`") && err.contains("non-finite"), "{err}");
     }
 }

@@ -501,7 +501,9 @@ mod tests {
         let base = RunConfig::preset("tiny-rmt").unwrap();
         let over: toml::Table = toml::from_str("[model]\nd_k = 4\n[train]\nlr = 0.5").unwrap();
         let cfg = base.merged(&over).unwrap();
-        let ModelConfig::Rmt(m) = &cfg.model else { unreachable!() };
+        let ModelConfig::Rmt(m) = &cfg.model else {
+            unreachable!()
+        };
         assert_eq!((m.d_k, cfg.train.lr), (4, 0.5));
         let over: toml::Table = toml::from_str("[model]\ntau = 4").unwrap();
         let err = base.merged(&over).unwrap_err().to_string();

@@ -2,10 +2,10 @@
 //! every offset, every single bit flipped, random bytes and shape lies. None may panic; every
 //! corrupt checkpoint is an error, and every config that loads is a valid one.
 
+use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_models::checkpoint::{self, TrainState};
 use resmem_models::params::{Init, LayoutBuilder, ParamLayout};
 use resmem_models::RunConfig;
-use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 fn layout(width: usize) -> ParamLayout {
@@ -22,7 +22,11 @@ fn checkpoint_bytes(l: &ParamLayout, config: &str) -> Vec<u8> {
         m: l.init_values(2),
         v: l.init_values(3).iter().map(|x| x * x).collect(),
     };
-    let path = std::env::temp_dir().join(format!("resmem-fuzz-{}-{}.safetensors", std::process::id(), config.len()));
+    let path = std::env::temp_dir().join(format!(
+        "resmem-fuzz-{}-{}.safetensors",
+        std::process::id(),
+        config.len()
+    ));
     checkpoint::write_state(l, &state, config, &path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -129,14 +133,30 @@ fn corrupt_config_files_never_panic_and_load_only_when_valid() {
     }
     // Value lies: every setting given a value that is out of range or of the wrong type.
     let lies = [
-        "0", "-1", "inf", "nan", "-inf", "1e309", "9223372036854775807", "\"x\"", "[]", "{}", "true", "0.5",
+        "0",
+        "-1",
+        "inf",
+        "nan",
+        "-inf",
+        "1e309",
+        "9223372036854775807",
+        "\"x\"",
+        "[]",
+        "{}",
+        "true",
+        "0.5",
     ];
     for line in good.lines() {
-        let Some((key, _)) = line.split_once(" = ") else { continue };
+        let Some((key, _)) = line.split_once(" = ") else {
+            continue;
+        };
         for lie in lies {
             check(&good.replace(line, &format!("{key} = {lie}")));
         }
     }
     assert!(cases >= 10_000, "{cases} cases");
-    assert!(errors > cases / 2, "only {errors} of {cases} corrupt configs were refused");
+    assert!(
+        errors > cases / 2,
+        "only {errors} of {cases} corrupt configs were refused"
+    );
 }
