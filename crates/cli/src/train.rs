@@ -371,7 +371,7 @@ fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path) -> an
     };
     anyhow!(
         "the training loss became NaN or Inf by step {step}, so the run stopped; {kept} (in {}). Likely causes: \
-         a learning rate too high (--lr {}; try a third of it), an init scale too large (--init-std), or bad \
+         a learning rate too high (--lr {:e}; try a third of it), an init scale too large (--init-std), or bad \
          data (re-run `resmem data prepare`)",
         dir.display(),
         cfg.train.lr
