@@ -351,13 +351,12 @@ impl Session {
             let bytes = checkpoint::to_bytes(&layout, &values)?;
             std::fs::write(tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))
         })?;
+        let checkpoint_note = last_checkpoint.map(|p| format!(" and {}", p.display())).unwrap_or_default();
         say(&format!(
-            "done: {} steps in {:.1} s; wrote {}, {} and {}",
-            steps,
+            "done: {steps} steps in {:.1} s; wrote {}, {}{checkpoint_note}",
             start.elapsed().as_secs_f64(),
             self.dir.file(METRICS_FILE).display(),
             model_path.display(),
-            last_checkpoint.map(|p| p.display().to_string()).unwrap_or_default()
         ));
         Ok(())
     }
