@@ -274,6 +274,16 @@ impl ModelDims {
     }
 }
 
+/// A size flag as a TOML value: one past i64 cannot be a real size, so it becomes i64::MAX,
+/// which the size checks then refuse by name.
+fn int(v: usize) -> toml::Value {
+    toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn float(v: f32) -> toml::Value {
+    toml::Value::Float(f64::from(v))
+}
+
 /// `resmem train`: a preset (or `tiny-ARCH`), then `--config`, then the flags.
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -353,9 +363,6 @@ impl TrainArgs {
     /// The model flags that were given, as (flag, the arch's config key, value).
     pub fn model_flags(&self, arch: &str) -> Vec<(&'static str, &'static str, toml::Value)> {
         let d = &self.dims;
-        // A size past i64 cannot be a real one; i64::MAX is then refused by the size checks.
-        let int = |v: usize| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
-        let float = |v: f32| toml::Value::Float(f64::from(v));
         let text = |v: &str| toml::Value::String(v.to_string());
         let init_key = if arch == "memoryformer" {
             "embed_std"
@@ -396,9 +403,6 @@ impl TrainArgs {
 
     /// The optimiser, schedule and cadence flags that were given, as (section, key, value).
     pub fn run_flags(&self) -> Vec<(&'static str, &'static str, toml::Value)> {
-        // A size past i64 cannot be a real one; i64::MAX is then refused by the size checks.
-        let int = |v: usize| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
-        let float = |v: f32| toml::Value::Float(f64::from(v));
         let mut flags = vec![];
         let mut push = |section, key, value: Option<toml::Value>| {
             if let Some(v) = value {

@@ -351,7 +351,9 @@ impl Session {
             let bytes = checkpoint::to_bytes(&layout, &values)?;
             std::fs::write(tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))
         })?;
-        let checkpoint_note = last_checkpoint.map(|p| format!(" and {}", p.display())).unwrap_or_default();
+        let checkpoint_note = last_checkpoint
+            .map(|p| format!(" and {}", p.display()))
+            .unwrap_or_default();
         say(&format!(
             "done: {steps} steps in {:.1} s; wrote {}, {}{checkpoint_note}",
             start.elapsed().as_secs_f64(),
