@@ -56,9 +56,10 @@ impl Console {
         }
     }
 
+    /// Removes the bar; the lines printed above it stay.
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
-            bar.abandon();
+            bar.finish_and_clear();
         }
     }
 }

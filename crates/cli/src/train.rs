@@ -328,7 +328,8 @@ impl Session {
                 .as_f64()
                 .map(|s| format!("  {s:>8.0} tok/s"))
                 .unwrap_or_default();
-            if log && !console.is_bar() || eval {
+            // With a bar, lines only for evaluations and the last step; without, every log.
+            if log && !console.is_bar() || eval || last {
                 let val = row["val_loss"]
                     .as_f64()
                     .map(|v| format!("  val {v:.4}"))
