@@ -15,6 +15,7 @@ pub fn run(args: BucketsArgs) -> Result<()> {
 
 fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     anyhow::ensure!(args.batches >= 1, "--batches must be at least 1");
+    models::run::check_eval_batches(args.batches)?;
     let cfg = load::config(&args.run)?;
     if !matches!(cfg.model, ModelConfig::MemoryFormer(_)) {
         bail!(

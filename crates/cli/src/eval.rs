@@ -18,6 +18,7 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
     let m = args.batches.unwrap_or(cfg.cadence.eval_batches);
     anyhow::ensure!(m >= 1, "--batches must be at least 1");
+    models::run::check_eval_batches(m)?;
     let held_out = data.held_out(b, t, cfg.train.seed, m)?;
     crate::check_memory(&cfg, b, t, Purpose::Infer, args.backend)?;
     let model = cfg.build(be, b, t, Purpose::Infer)?;

@@ -107,10 +107,12 @@ impl Progress {
                 bar.set_length(total);
                 bar.set_position(done);
             }
+            // One line when a new tenth is reached, however many tenths one call crosses.
             Progress::Lines { next_tenth } => {
-                while *next_tenth <= 10 && done.saturating_mul(10) >= total.saturating_mul(*next_tenth) {
-                    eprintln!("tokenized {}% ({done} of {total} bytes)", *next_tenth * 10);
-                    *next_tenth += 1;
+                let tenth = done.saturating_mul(10).checked_div(total).unwrap_or(10);
+                if tenth >= *next_tenth {
+                    eprintln!("tokenized {}% ({done} of {total} bytes)", tenth.min(10) * 10);
+                    *next_tenth = tenth + 1;
                 }
             }
         }

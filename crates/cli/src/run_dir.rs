@@ -69,7 +69,8 @@ impl RunDir {
                 _lock: lock,
             }),
             Err(std::fs::TryLockError::WouldBlock) => bail!(
-                "another resmem process is using {}; wait for it to finish or choose another --out",
+                "another resmem process is training in {}; wait for it to finish (or, for a new run, choose another \
+                 --out)",
                 path.display()
             ),
             Err(std::fs::TryLockError::Error(e)) => {

@@ -31,6 +31,11 @@ fn sample<B: Backend + 'static>(be: &B, args: &SampleArgs) -> Result<()> {
         bail!("the prompt is empty; give some text with --prompt");
     }
     let prompt_len = tokens.len();
+    if prompt_len > n {
+        crate::console::warn(&format!(
+            "note: the prompt is {prompt_len} tokens and the model's context is {n}; it sees only the last {n}"
+        ));
+    }
     let mut evaluator = Evaluator::new(be, &model)?;
     // logits[pos] = one-hot(pos) · logits, so that one row of V values is read back, not N.
     let one_hot = be.zeros("position selector", n)?;

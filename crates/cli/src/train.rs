@@ -162,6 +162,20 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     if args.seed.is_some_and(|s| s > i64::MAX as u64) {
         bail!("--seed must be at most {}", i64::MAX);
     }
+    // A size flag past i64 arrives as i64::MAX (see args::int): no real size is that large.
+    let too_large = args
+        .model_flags(arch)
+        .into_iter()
+        .map(|(flag, _, v)| (flag.to_string(), v))
+        .chain(
+            args.run_flags()
+                .into_iter()
+                .map(|(_, key, v)| (key.replace('_', "-"), v)),
+        )
+        .find(|(_, v)| *v == toml::Value::Integer(i64::MAX));
+    if let Some((flag, _)) = too_large {
+        bail!("--{flag} is too large: it must be at most {}", i64::MAX - 1);
+    }
     cfg = cfg.merged(&over)?;
     let t = args.seq_len.unwrap_or(cfg.data.seq_len());
     cfg.data = match (&args.task, &args.data, cfg.data) {
@@ -223,6 +237,12 @@ impl Session {
                     ));
                     Some(state.step)
                 }
+                None if !run_dir::checkpoints_in(&self.dir.path)?.is_empty() => bail!(
+                    "none of the checkpoints in {} loads with its {CONFIG_FILE} (see above), so the run cannot \
+                     continue; undo any edit of {CONFIG_FILE}, or to train it again from step 0, move {} away",
+                    self.dir.path.display(),
+                    self.dir.checkpoints().display()
+                ),
                 // Killed before its first checkpoint: the same config from step 0 is the same run.
                 None => {
                     say(&format!(
@@ -307,13 +327,12 @@ impl Session {
                      the run may be diverging (a lower --lr often helps)"
                 ));
             }
-            let mut row = serde_json::json!({ "step": step, "loss": loss, "lr": lr });
-            if log {
-                let tokens_per_s = window.1 as f64 / window.0.elapsed().as_secs_f64();
-                row["tokens_per_s"] = tokens_per_s.into();
-                row["elapsed_s"] = start.elapsed().as_secs_f64().into();
-                window = (Instant::now(), 0);
-            }
+            let tokens_per_s = window.1 as f64 / window.0.elapsed().as_secs_f64();
+            let mut row = serde_json::json!({
+                "step": step, "loss": loss, "lr": lr,
+                "tokens_per_s": tokens_per_s, "elapsed_s": start.elapsed().as_secs_f64(),
+            });
+            window = (Instant::now(), 0);
             if eval {
                 let mut total = 0.0f64;
                 for batch in &held_out {
@@ -373,7 +392,7 @@ fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path) -> an
     };
     anyhow!(
         "the training loss became NaN or Inf by step {step}, so the run stopped; {kept} (in {}). Likely causes: \
-         a learning rate too high (--lr {:e}; try a third of it), an init scale too large (--init-std), or bad \
+         a learning rate too high (--lr {:e}; try a third of it), an init scale too large (--init-std), a weight decay too large (--weight-decay), or bad \
          data (re-run `resmem data prepare`)",
         dir.display(),
         cfg.train.lr

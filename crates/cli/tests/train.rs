@@ -406,7 +406,7 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
                 "--d-k",
                 "18446744073709551615",
             ],
-            "d_k",
+            "--d-k is too large",
         ),
         (
             &["train", "--backend", "cpu", "--seq-len", "18446744073709551615"],
@@ -466,6 +466,14 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
         ),
         (&["train", "--backend", "cpu", "--log-every", "0"], "log_every"),
         (
+            &["train", "--backend", "cpu", "--steps", "18446744073709551615"],
+            "--steps is too large",
+        ),
+        (
+            &["train", "--backend", "cpu", "--eval-batches", "4611686018427387904"],
+            "held-out batches",
+        ),
+        (
             &["train", "--backend", "cpu", "--resume", "/nonexistent/run"],
             "not a run directory",
         ),
@@ -519,6 +527,30 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
             start.elapsed()
         );
     }
+}
+
+/// A run whose config.toml was edited after its checkpoints cannot resume, and is left as it
+/// was: nothing is retrained over it.
+#[test]
+fn resume_after_editing_config_toml_is_refused_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = run(
+        &["train", "--backend", "cpu", "--steps", "6", "--checkpoint-every", "2"],
+        Some(&out),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    std::fs::write(out.join("config.toml"), config.replace("steps = 6", "steps = 8")).unwrap();
+    let before = (rows(&out), checkpoints(&out).len());
+    let o = resmem()
+        .args(["train", "--backend", "cpu", "--resume"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("undo any edit of config.toml"), "{}", stderr(&o));
+    assert_eq!((rows(&out), checkpoints(&out).len()), before);
 }
 
 /// A run's config.toml is a complete config: given back with --config it trains the same run.

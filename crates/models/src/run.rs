@@ -362,6 +362,7 @@ impl RunConfig {
                 "log_every, eval_batches and keep must be at least 1".into(),
             ));
         }
+        check_eval_batches(self.cadence.eval_batches)?;
         // TOML integers are i64: a seed past that could not be written to config.toml.
         if self.train.seed > i64::MAX as u64 {
             return Err(ModelError::Config(format!(
@@ -393,10 +394,9 @@ impl RunConfig {
     pub fn merged(&self, overrides: &toml::Table) -> Result<RunConfig> {
         let mut table = to_table(self)?;
         merge(&mut table, overrides, "")?;
-        let cfg: RunConfig = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| ModelError::Config(e.message().to_string()))?;
-        Ok(cfg)
+        // Through text, so that a wrong type is reported with its key and line.
+        let text = toml::to_string(&table).map_err(|e| ModelError::Config(e.to_string()))?;
+        toml::from_str(&text).map_err(|e: toml::de::Error| ModelError::Config(format!("in the merged config: {e}")))
     }
 
     /// Builds the model this config describes for (B, T) batches: for training, or forward
@@ -436,6 +436,20 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => c.validate(),
         }
     }
+}
+
+/// The most held-out batches one evaluation may use: they are all kept in memory, and an
+/// evaluation should take a fraction of the training time.
+pub const MAX_EVAL_BATCHES: usize = 10_000;
+
+/// Refuses an evaluation of more than `MAX_EVAL_BATCHES` batches.
+pub fn check_eval_batches(m: usize) -> Result<()> {
+    if m > MAX_EVAL_BATCHES {
+        return Err(ModelError::Config(format!(
+            "{m} held-out batches is more than the {MAX_EVAL_BATCHES} an evaluation may use; ask for fewer"
+        )));
+    }
+    Ok(())
 }
 
 /// A value as a TOML table, through JSON so that f32s keep their shortest decimal form.
