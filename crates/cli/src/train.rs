@@ -147,7 +147,15 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     let mut over = toml::Table::new();
     let mut model = toml::Table::new();
     let known = toml::Table::try_from(&cfg.model)?;
+    // A size flag past i64 arrives as i64::MAX (see args::int): no real size is that large.
+    let too_large = |flag: &str, value: &toml::Value| -> Result<()> {
+        if *value == toml::Value::Integer(i64::MAX) {
+            bail!("--{flag} is too large: it must be at most {}", i64::MAX - 1);
+        }
+        Ok(())
+    };
     for (flag, key, value) in args.model_flags(arch) {
+        too_large(flag, &value)?;
         if !known.contains_key(key) {
             bail!("--{flag} does not apply to --arch {arch}; {arch} models have no {key}");
         }
@@ -155,26 +163,13 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     }
     over.insert("model".into(), model.into());
     for (section, key, value) in args.run_flags() {
+        too_large(&key.replace('_', "-"), &value)?;
         if let toml::Value::Table(t) = over.entry(section).or_insert_with(|| toml::Table::new().into()) {
             t.insert(key.into(), value);
         }
     }
     if args.seed.is_some_and(|s| s > i64::MAX as u64) {
         bail!("--seed must be at most {}", i64::MAX);
-    }
-    // A size flag past i64 arrives as i64::MAX (see args::int): no real size is that large.
-    let too_large = args
-        .model_flags(arch)
-        .into_iter()
-        .map(|(flag, _, v)| (flag.to_string(), v))
-        .chain(
-            args.run_flags()
-                .into_iter()
-                .map(|(_, key, v)| (key.replace('_', "-"), v)),
-        )
-        .find(|(_, v)| *v == toml::Value::Integer(i64::MAX));
-    if let Some((flag, _)) = too_large {
-        bail!("--{flag} is too large: it must be at most {}", i64::MAX - 1);
     }
     cfg = cfg.merged(&over)?;
     let t = args.seq_len.unwrap_or(cfg.data.seq_len());
@@ -185,9 +180,9 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
         },
         (None, Some(path), _) => DataConfig::Text {
             path: path.clone(),
-            tokenizer: data::Corpus::open(path)
+            // meta.json alone: the session opens (and checks) the tokens once, later.
+            tokenizer: data::Meta::read(path)
                 .with_context(|| format!("cannot use --data {}", path.display()))?
-                .meta
                 .tokenizer,
             seq_len: t,
         },

@@ -72,6 +72,33 @@ pub fn val_count(n: usize, val_frac: f64) -> usize {
 
 impl Meta {
     /// Checks everything that does not need the .bin files; `path` is meta.json, for messages.
+    /// The validated meta.json of the corpus in `dir`, without reading its tokens.
+    pub fn read(dir: &Path) -> Result<Meta, DataError> {
+        let meta_path = dir.join(META_FILE);
+        let file = match File::open(&meta_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(DataError::Missing {
+                    dir: dir.to_path_buf(),
+                    file: META_FILE,
+                })
+            }
+            Err(e) => return Err(DataError::io("read", &meta_path)(e)),
+        };
+        let size = file.metadata().map_err(DataError::io("read", &meta_path))?.len();
+        if size > MAX_META_BYTES {
+            return Err(DataError::corrupt(
+                &meta_path,
+                format!("it is {size} bytes, too large to be ours"),
+            ));
+        }
+        let text = fs::read(&meta_path).map_err(DataError::io("read", &meta_path))?;
+        let meta: Meta = serde_json::from_slice(&text)
+            .map_err(|e| DataError::corrupt(&meta_path, format!("it is not a valid meta.json ({e})")))?;
+        meta.validate(&meta_path)?;
+        Ok(meta)
+    }
+
     pub fn validate(&self, path: &Path) -> Result<(), DataError> {
         let bad = |reason: String| Err(DataError::corrupt(path, reason));
         if self.format != FORMAT {
@@ -496,28 +523,7 @@ impl Corpus {
     /// Opens a directory written by `prepare`, checking meta.json against the token files and
     /// every token against the vocabulary, so that sampling from it can never fail.
     pub fn open(dir: &Path) -> Result<Corpus, DataError> {
-        let meta_path = dir.join(META_FILE);
-        let file = match File::open(&meta_path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(DataError::Missing {
-                    dir: dir.to_path_buf(),
-                    file: META_FILE,
-                })
-            }
-            Err(e) => return Err(DataError::io("read", &meta_path)(e)),
-        };
-        let size = file.metadata().map_err(DataError::io("read", &meta_path))?.len();
-        if size > MAX_META_BYTES {
-            return Err(DataError::corrupt(
-                &meta_path,
-                format!("it is {size} bytes, too large to be ours"),
-            ));
-        }
-        let text = fs::read(&meta_path).map_err(DataError::io("read", &meta_path))?;
-        let meta: Meta = serde_json::from_slice(&text)
-            .map_err(|e| DataError::corrupt(&meta_path, format!("it is not a valid meta.json ({e})")))?;
-        meta.validate(&meta_path)?;
+        let meta = Meta::read(dir)?;
         let train = TokenFile::open(&dir.join(TRAIN_FILE), meta.token_bytes, meta.vocab, meta.train_tokens)?;
         let val = TokenFile::open(&dir.join(VAL_FILE), meta.token_bytes, meta.vocab, meta.val_tokens)?;
         Ok(Corpus {

@@ -73,7 +73,6 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
 pub struct Trainer<B: Backend, M> {
     pub model: M,
     pub opt: AdamW<B>,
-    pub batch: BatchTensors<B>,
     pub cfg: TrainConfig,
     /// Steps taken so far.
     pub step: usize,
@@ -95,14 +94,11 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
                     .into(),
             ));
         }
-        let (b, t) = model.batch_shape();
         let opt = AdamW::new(be, &cfg, &model.store().layout)?;
-        let batch = BatchTensors::new(be, b, t, model.vocab())?;
         let evaluator = Evaluator::new(be, &model)?;
         Ok(Self {
             model,
             opt,
-            batch,
             cfg,
             step: 0,
             loss_sum: be.zeros("loss sum", 1)?,
@@ -115,10 +111,10 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
     /// One optimisation step on `batch`; returns the learning rate it used. The loss of the
     /// batch (before the update) is then in `model.head().loss`.
     pub fn step(&mut self, be: &B, batch: &Batch) -> Result<f32> {
-        self.batch.write(be, batch)?;
+        self.evaluator.batch.write(be, batch)?;
         self.step += 1;
         let lr = self.opt.prepare(be, self.step);
-        let (model, opt, tensors, loss_sum) = (&self.model, &self.opt, &self.batch, &self.loss_sum);
+        let (model, opt, tensors, loss_sum) = (&self.model, &self.opt, &self.evaluator.batch, &self.loss_sum);
         be.record_or_replay(&mut self.plan, || {
             model.forward(be, tensors);
             be.add_assign(loss_sum, &model.head().loss);
@@ -183,8 +179,8 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         let Some(probes) = self.model.probes() else {
             return Ok(None);
         };
-        self.batch.write(be, batch)?;
-        let (model, tensors) = (&self.model, &self.batch);
+        self.evaluator.batch.write(be, batch)?;
+        let (model, tensors) = (&self.model, &self.evaluator.batch);
         probes.on.set(true);
         be.record_or_replay(&mut self.probe_plan, || {
             model.forward(be, tensors);
@@ -198,6 +194,7 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
 
 /// Forward passes without training: the loss of held-out batches, or the logits to sample from.
 pub struct Evaluator<B: Backend> {
+    /// The batch's device buffers; a trainer steps through the same ones.
     batch: BatchTensors<B>,
     plan: Option<B::Plan>,
 }
