@@ -10,6 +10,7 @@ pub mod count;
 pub mod loss;
 pub mod memory;
 pub mod memoryformer;
+pub mod official;
 pub mod optim;
 pub mod params;
 pub mod presets;
