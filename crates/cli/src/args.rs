@@ -318,6 +318,10 @@ pub struct TrainArgs {
     /// A corpus directory written by `resmem data prepare` (or `cargo xtask corpus`).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Mask attention across documents of a text corpus (true/false): GPT-2's <|endoftext|>
+    /// starts each one, as in the official RMT code. On in --preset official.
+    #[arg(long)]
+    pub doc_mask: Option<bool>,
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
     #[arg(long)]

@@ -32,6 +32,7 @@ fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     let (values, _) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);
     let mut evaluator = Evaluator::new(be, &model)?;
+    evaluator.mask_documents(cfg.data.separator());
     let mut total: Option<Vec<BucketCounts>> = None;
     for batch in &held_out {
         evaluator.forward(be, &model, batch)?;

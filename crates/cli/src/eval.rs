@@ -25,6 +25,7 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     let (values, path) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);
     let mut evaluator = Evaluator::new(be, &model)?;
+    evaluator.mask_documents(cfg.data.separator());
     let (mut ce, mut z) = (0.0f64, 0.0f64);
     for batch in &held_out {
         let (c, zt) = pollster::block_on(evaluator.losses(be, &model, batch))?;

@@ -142,6 +142,7 @@ fn data_for(args: &ImportArgs, dims: &OfficialDims) -> Result<(DataConfig, usize
             path: path.clone(),
             tokenizer: meta.tokenizer,
             seq_len: args.seq_len.unwrap_or(256),
+            doc_mask: meta.tokenizer.end_of_text().is_some(),
         };
         return Ok((data, 8, Cadence::default().eval_batches));
     }
@@ -176,6 +177,7 @@ fn data_for(args: &ImportArgs, dims: &OfficialDims) -> Result<(DataConfig, usize
         path: std::path::absolute(&path).unwrap_or(path),
         tokenizer,
         seq_len: width - 1,
+        doc_mask: tokenizer.end_of_text().is_some(),
     };
     Ok((data, batch, eval_batches))
 }

@@ -37,6 +37,7 @@ fn sample<B: Backend + 'static>(be: &B, args: &SampleArgs) -> Result<()> {
         ));
     }
     let mut evaluator = Evaluator::new(be, &model)?;
+    evaluator.mask_documents(cfg.data.separator());
     // logits[pos] = one-hot(pos) · logits, so that one row of V values is read back, not N.
     let one_hot = be.zeros("position selector", n)?;
     let row = be.zeros("last logits", vocab)?;

@@ -173,11 +173,21 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     }
     cfg = cfg.merged(&over)?;
     let t = args.seq_len.unwrap_or(cfg.data.seq_len());
+    let doc_mask = args.doc_mask.unwrap_or(match &cfg.data {
+        DataConfig::Text { doc_mask, .. } | DataConfig::Tokens { doc_mask, .. } => *doc_mask,
+        DataConfig::Task { .. } => false,
+    });
+    if args.doc_mask == Some(true) && args.task.is_some() {
+        bail!("--doc-mask applies to text corpora; a --task has no documents to mask apart");
+    }
     cfg.data = match (&args.task, &args.data, cfg.data) {
         (Some(task), _, _) => DataConfig::Task {
             task: *task,
             seq_len: t,
         },
+        (None, None, DataConfig::Task { .. }) if args.doc_mask == Some(true) => {
+            bail!("--doc-mask applies to text corpora; give --data DIR")
+        }
         (None, Some(path), _) => DataConfig::Text {
             path: path.clone(),
             // meta.json alone: the session opens (and checks) the tokens once, later.
@@ -185,17 +195,20 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
                 .with_context(|| format!("cannot use --data {}", path.display()))?
                 .tokenizer,
             seq_len: t,
+            doc_mask,
         },
         (None, None, DataConfig::Task { task, .. }) => DataConfig::Task { task, seq_len: t },
         (None, None, DataConfig::Text { path, tokenizer, .. }) => DataConfig::Text {
             path,
             tokenizer,
             seq_len: t,
+            doc_mask,
         },
         (None, None, DataConfig::Tokens { path, tokenizer, .. }) => DataConfig::Tokens {
             path,
             tokenizer,
             seq_len: t,
+            doc_mask,
         },
     };
     Ok(cfg)
@@ -223,6 +236,7 @@ impl Session {
         let params = model.store().layout.count();
         let layout = model.store().layout.clone();
         let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
+        trainer.mask_documents(cfg.data.separator());
         let config_toml = cfg.to_toml()?;
 
         let resumed_from = if self.resuming {

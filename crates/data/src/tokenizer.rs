@@ -44,6 +44,15 @@ impl TokenizerKind {
         }
     }
 
+    /// The token that separates documents in a packed stream: `<|endoftext|>` for GPT-2,
+    /// none for bytes.
+    pub fn end_of_text(self) -> Option<u32> {
+        match self {
+            TokenizerKind::Bytes => None,
+            TokenizerKind::Gpt2 => Some(GPT2_END_OF_TEXT),
+        }
+    }
+
     /// V, known without building the tokenizer.
     pub fn vocab(self) -> usize {
         match self {
@@ -158,10 +167,7 @@ impl Tokenizer {
 
     /// The token that separates documents in a packed stream: `<|endoftext|>` for GPT-2.
     pub fn end_of_text(&self) -> Option<u32> {
-        match self.kind {
-            TokenizerKind::Bytes => None,
-            TokenizerKind::Gpt2 => Some(GPT2_END_OF_TEXT),
-        }
+        self.kind.end_of_text()
     }
 }
 

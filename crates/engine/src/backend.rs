@@ -101,8 +101,17 @@ pub trait Backend {
     );
 
     // ---- attention (ops/attention.rs) ----
-    /// out (B, T, H·Dh) and att (B, H, T, T) from qkv (B, T, 3·H·Dh), causal.
-    fn attention_forward(&self, out: &Self::Tensor, att: &Self::Tensor, qkv: &Self::Tensor, dims: AttentionDims);
+    /// out (B, T, H·Dh) and att (B, H, T, T) from qkv (B, T, 3·H·Dh), causal within documents:
+    /// query i of a sequence sees keys j with doc_start[i] ≤ j ≤ i, where doc_start (B·T) holds
+    /// the position of the first token of each token's document (all 0: plain causal).
+    fn attention_forward(
+        &self,
+        out: &Self::Tensor,
+        att: &Self::Tensor,
+        qkv: &Self::Tensor,
+        doc_start: &Self::Index,
+        dims: AttentionDims,
+    );
     /// dqkv (B, T, 3·H·Dh); dpre (B, H, T, T) is scratch for the gradient of the logits.
     fn attention_backward(
         &self,
@@ -111,6 +120,7 @@ pub trait Backend {
         dout: &Self::Tensor,
         qkv: &Self::Tensor,
         att: &Self::Tensor,
+        doc_start: &Self::Index,
         dims: AttentionDims,
     );
 

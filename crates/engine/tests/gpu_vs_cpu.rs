@@ -200,14 +200,14 @@ fn layernorm_and_rmsnorm() {
     }
 }
 
-fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], d: AttentionDims) -> Vec<Vec<f32>> {
-    let (qkv, dout) = (upload(be, qkv), upload(be, dout));
+fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
+    let (qkv, dout, starts) = (upload(be, qkv), upload(be, dout), upload_index(be, starts));
     let out = be.zeros("out", d.b * d.t * d.h * d.dh).unwrap();
     let att = be.zeros("att", d.b * d.h * d.t * d.t).unwrap();
     let dpre = be.zeros("dpre", d.b * d.h * d.t * d.t).unwrap();
     let dqkv = be.zeros("dqkv", d.b * d.t * 3 * d.h * d.dh).unwrap();
-    be.attention_forward(&out, &att, &qkv, d);
-    be.attention_backward(&dqkv, &dpre, &dout, &qkv, &att, d);
+    be.attention_forward(&out, &att, &qkv, &starts, d);
+    be.attention_backward(&dqkv, &dpre, &dout, &qkv, &att, &starts, d);
     vec![read(be, &out), read(be, &att), read(be, &dqkv)]
 }
 
@@ -225,11 +225,19 @@ fn causal_attention() {
         };
         let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
         let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
-        both!(
-            &format!("attention (alibi {alibi})"),
-            2e-5,
-            attention_case(&qkv, &dout, d)
-        );
+        // Plain causal, then documents starting at 0, 1, 7 and 18 (the last token alone) in the
+        // first sequence and at 0 and 11 in the second.
+        let plain = vec![0u32; d.b * d.t];
+        let first: Vec<u32> = (0..d.t as u32).map(|i| [0, 1, 7, 18].into_iter().filter(|&s| s <= i).max().unwrap()).collect();
+        let second: Vec<u32> = (0..d.t as u32).map(|i| if i >= 11 { 11 } else { 0 }).collect();
+        let docs = [first, second].concat();
+        for (mask, starts) in [("causal", &plain), ("documents", &docs)] {
+            both!(
+                &format!("attention (alibi {alibi}, {mask})"),
+                2e-5,
+                attention_case(&qkv, &dout, starts, d)
+            );
+        }
     }
 }
 

@@ -163,11 +163,13 @@ fn norms() {
 #[test]
 fn attention_with_awkward_sizes() {
     for alibi in [false, true] {
-        attention_case(alibi);
+        attention_case(alibi, &[0; 10]);
+        // Documents starting at 0, 2 and 3 in the first sequence, at 0 and 4 in the second.
+        attention_case(alibi, &[0, 0, 2, 3, 3, 0, 0, 0, 0, 4]);
     }
 }
 
-fn attention_case(alibi: bool) {
+fn attention_case(alibi: bool, starts: &[u32]) {
     let mut rng = SmallRng::seed_from_u64(5);
     let d = AttentionDims {
         b: 2,
@@ -181,14 +183,24 @@ fn attention_case(alibi: bool) {
     let w = rand_vec(&mut rng, 2 * 5 * 12, 1.0);
     let fwd = |qkv: &[f64]| {
         let (mut out, mut att) = (vec![0.0; 120], vec![0.0; 2 * 3 * 25]);
-        attention::cpu_forward(&mut out, &mut att, qkv, d);
+        attention::cpu_forward(&mut out, &mut att, qkv, starts, d);
         dot(&out, &w)
     };
     let (mut out, mut att) = (vec![0.0; 120], vec![0.0; 150]);
-    attention::cpu_forward(&mut out, &mut att, &qkv, d);
+    attention::cpu_forward(&mut out, &mut att, &qkv, starts, d);
     let (mut dqkv, mut dpre) = (vec![0.0; qkv.len()], vec![0.0; 150]);
-    attention::cpu_backward(&mut dqkv, &mut dpre, &w, &qkv, &att, d);
-    check(&format!("attention(alibi {alibi}).qkv"), &qkv, &dqkv, fwd);
+    attention::cpu_backward(&mut dqkv, &mut dpre, &w, &qkv, &att, starts, d);
+    check(&format!("attention(alibi {alibi}, starts {starts:?}).qkv"), &qkv, &dqkv, fwd);
+    // Each row's probabilities sum to 1 over its document up to itself, and are 0 elsewhere.
+    for bh in 0..6 {
+        for t in 0..5 {
+            let first = starts[(bh / 3) * 5 + t] as usize;
+            let row = &att[(bh * 5 + t) * 5..(bh * 5 + t + 1) * 5];
+            let inside: f64 = row[first..=t].iter().sum();
+            assert!((inside - 1.0).abs() < 1e-12, "row {t} of head {bh} sums to {inside} inside its document");
+            assert!(row[..first].iter().chain(&row[t + 1..]).all(|&a| a == 0.0), "row {t} of head {bh}: {row:?}");
+        }
+    }
     // Causality: row 0 of every head attends only to itself.
     for bh in 0..6 {
         assert_eq!(att[bh * 25], 1.0);

@@ -376,7 +376,7 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
             // X ← X + MHA(ML_QKV(Norm(X)))
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &q.ln1, self.norm(d));
             self.memory(be, &a.qkv, &a.ln1, &a.hq, &q.qkv);
-            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
+            be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
             be.add(&a.res_att, x, &a.atty);
             // X ← X + ML2(Norm(ML1(Norm(X))))
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &q.ln2, self.norm(d));
@@ -433,7 +433,7 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
                 self.norm(d),
             );
             // Attention, straight from the residual: there is no output projection.
-            be.attention_backward(&s.dqkv, &s.dpre, &s.dresidual, &a.qkv, &a.att, self.attention(l));
+            be.attention_backward(&s.dqkv, &s.dpre, &s.dresidual, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
             self.memory_backward(be, &s.dln, &dq.qkv, &s.dqkv, &a.ln1, &a.hq, &q.qkv);
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dq.ln1, &s.dln, x, &q.ln1, &a.ln1_stats, self.norm(d));

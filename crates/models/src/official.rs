@@ -350,16 +350,21 @@ pub fn read(bytes: &[u8]) -> Result<Imported> {
     let axes_meta = recorded_axes(bytes)?;
     let names: Vec<String> = file.names().into_iter().map(|n| n.to_string()).collect();
     let known: Vec<&str> = MAPPINGS.iter().map(|m| m.official).collect();
-    let unknown: Vec<&String> = names.iter().filter(|n| !known.contains(&n.as_str())).collect();
+    let mut unknown: Vec<&String> = names.iter().filter(|n| !known.contains(&n.as_str())).collect();
+    unknown.sort();
     if !unknown.is_empty() {
         let hint = if names.iter().any(|n| n.starts_with("blocks.") || n == "wte") {
             " (this looks like a resmem file: load it with --checkpoint, or import only official ones)"
         } else {
             ""
         };
+        let more = match unknown.len() {
+            n if n > 6 => format!(" and {} more", n - 6),
+            _ => String::new(),
+        };
         return Err(bad(format!(
-            "it has tensors the official RMT does not: {}{hint}",
-            unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            "it has tensors the official RMT does not: {}{more}{hint}",
+            unknown.iter().take(6).map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
         )));
     }
     let missing: Vec<&str> = known.iter().copied().filter(|k| !names.iter().any(|n| n == k)).collect();

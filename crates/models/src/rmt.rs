@@ -506,7 +506,7 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
                 gain: &q.ln1,
             };
             self.retrieve_from_norm(be, site(Layer::Attn, Op::Retrieval), &a.qkv, &q.r_qkv, n1);
-            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
+            be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
             let at = Self::site(l, Layer::Attn, Op::Storage);
             self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.atty);
             // x_FF = r_FF ·₁ Norm(X); f = W2 · GELU(W1 · x_FF); X ← X + Σ_h w_FF ⊗ f_h
@@ -578,7 +578,7 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
             // Attention
             let at = Self::site(l, Layer::Attn, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
-            be.attention_backward(&s.dqkv, &s.dpre, &s.dvec, &a.qkv, &a.att, self.attention(l));
+            be.attention_backward(&s.dqkv, &s.dpre, &s.dvec, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
             let n1 = Normed {
                 x: self.residual_in(l),
                 stats: &a.ln1_stats,

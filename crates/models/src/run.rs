@@ -33,6 +33,10 @@ pub enum DataConfig {
         tokenizer: TokenizerKind,
         /// T: tokens per training window (at most the model's context length N).
         seq_len: usize,
+        /// Mask attention across documents: the tokenizer's end-of-text token starts one
+        /// (SPEC §2a). A learned position table still counts from the window's start.
+        #[serde(default, skip_serializing_if = "is_false")]
+        doc_mask: bool,
     },
     /// Fixed windows of T + 1 tokens: the tensor `tokens` (rows, T + 1) of a safetensors file,
     /// e.g. the batch the official RMT code's outputs were computed on. Training cycles through
@@ -42,10 +46,40 @@ pub enum DataConfig {
         tokenizer: TokenizerKind,
         /// T, one less than the rows' width.
         seq_len: usize,
+        #[serde(default, skip_serializing_if = "is_false")]
+        doc_mask: bool,
     },
 }
 
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 impl DataConfig {
+    /// The token that starts a document when documents are masked apart.
+    pub fn separator(&self) -> Option<u32> {
+        match self {
+            DataConfig::Text { tokenizer, doc_mask: true, .. } | DataConfig::Tokens { tokenizer, doc_mask: true, .. } => {
+                tokenizer.end_of_text()
+            }
+            _ => None,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        match self {
+            DataConfig::Text { tokenizer, doc_mask: true, .. } | DataConfig::Tokens { tokenizer, doc_mask: true, .. }
+                if tokenizer.end_of_text().is_none() =>
+            {
+                Err(ModelError::Config(format!(
+                    "doc_mask needs a tokenizer with a document separator; the {tokenizer} tokenizer has none (gpt2 \
+                     has <|endoftext|>)"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// T
     pub fn seq_len(&self) -> usize {
         match self {
@@ -136,6 +170,7 @@ fn small_text(model: ModelConfig) -> RunConfig {
             path: SHAKESPEARE_GPT2.into(),
             tokenizer: TokenizerKind::Gpt2,
             seq_len: 64,
+            doc_mask: false,
         },
         cadence: Cadence {
             log_every: 10,
@@ -165,6 +200,7 @@ fn paper(model: ModelConfig) -> RunConfig {
             path: SHAKESPEARE_GPT2.into(),
             tokenizer: TokenizerKind::Gpt2,
             seq_len,
+            doc_mask: false,
         },
         cadence: Cadence {
             log_every: 10,
@@ -277,6 +313,20 @@ pub fn presets() -> Vec<Preset> {
             build: || small_text(ModelConfig::MemoryFormer(small_memoryformer())),
         },
         Preset {
+            name: "official",
+            about: "the official RMT code's conventions (SPEC §2a: ALiBi, whole-matrix RMSNorm eps 1e-6, logits / \
+                    (layer + 1), tanh GELU, z-loss 1e-4, documents masked apart) at small-rmt's sizes",
+            build: || RunConfig {
+                data: DataConfig::Text {
+                    path: SHAKESPEARE_GPT2.into(),
+                    tokenizer: TokenizerKind::Gpt2,
+                    seq_len: 64,
+                    doc_mask: true,
+                },
+                ..small_text(ModelConfig::Rmt(crate::official::official_conventions(128)))
+            },
+        },
+        Preset {
             name: "memoryformer-tiny",
             about: "MemoryFormer paper, tiny (Pythia-70M's d, L, H; τ8)",
             build: || paper(ModelConfig::MemoryFormer(pythia("pythia-70m"))),
@@ -358,6 +408,7 @@ impl RunConfig {
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;
         self.train.validate()?;
+        self.data.validate()?;
         let (t, n) = (self.data.seq_len(), self.context());
         if t == 0 {
             return Err(ModelError::Config("data.seq_len (T) must be at least 1".into()));

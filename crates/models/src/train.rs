@@ -174,6 +174,11 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         Ok(())
     }
 
+    /// Masks attention across documents that `separator` starts, in training and evaluation.
+    pub fn mask_documents(&mut self, separator: Option<u32>) {
+        self.evaluator.mask_documents(separator);
+    }
+
     /// The mean loss of `batch` under the current parameters, without training.
     pub async fn eval(&mut self, be: &B, batch: &Batch) -> Result<f32> {
         self.evaluator.loss(be, &self.model, batch).await
@@ -217,6 +222,11 @@ impl<B: Backend> Evaluator<B> {
             batch: BatchTensors::new(be, b, t, model.vocab())?,
             plan: None,
         })
+    }
+
+    /// Masks attention across documents that `separator` starts (None: plain causal).
+    pub fn mask_documents(&mut self, separator: Option<u32>) {
+        self.batch.mask_documents(separator);
     }
 
     /// Runs the forward of `batch`; its logits are then in `model.head().logits`.

@@ -299,7 +299,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             // X ← X + W_O · attention(W_QKV · Norm(X))
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm(bt));
             be.matmul(&a.qkv, &a.ln1, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
-            be.attention_forward(&a.atty, &a.att, &a.qkv, self.attention(l));
+            be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
             be.matmul(&self.proj, &a.atty, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
             be.add(&a.res_att, x, &self.proj);
             // X ← X + W2 · GELU(W1 · Norm(X))
@@ -362,7 +362,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             // Attention
             be.matmul(&dp.w_o, &s.dresidual, &a.atty, MatmulDims::new(c, hd, bt).trans_a());
             be.matmul(&s.datty, &s.dresidual, &p.w_o, MatmulDims::new(bt, hd, c));
-            be.attention_backward(&s.dqkv, &s.dpre, &s.datty, &a.qkv, &a.att, self.attention(l));
+            be.attention_backward(&s.dqkv, &s.dpre, &s.datty, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
             be.matmul(&dp.w_qkv, &s.dqkv, &a.ln1, MatmulDims::new(3 * hd, c, bt).trans_a());
             be.matmul(&s.dln, &s.dqkv, &p.w_qkv, MatmulDims::new(bt, c, 3 * hd));
             be.norm_backward(

@@ -239,8 +239,15 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             dims,
         )
     }
-    fn attention_forward(&self, out: &CpuTensor<T>, att: &CpuTensor<T>, qkv: &CpuTensor<T>, dims: AttentionDims) {
-        ops::attention::cpu_forward(&mut out.get_mut(), &mut att.get_mut(), &qkv.get(), dims)
+    fn attention_forward(
+        &self,
+        out: &CpuTensor<T>,
+        att: &CpuTensor<T>,
+        qkv: &CpuTensor<T>,
+        doc_start: &CpuIndex,
+        dims: AttentionDims,
+    ) {
+        ops::attention::cpu_forward(&mut out.get_mut(), &mut att.get_mut(), &qkv.get(), &doc_start.get(), dims)
     }
     fn attention_backward(
         &self,
@@ -249,6 +256,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         dout: &CpuTensor<T>,
         qkv: &CpuTensor<T>,
         att: &CpuTensor<T>,
+        doc_start: &CpuIndex,
         dims: AttentionDims,
     ) {
         ops::attention::cpu_backward(
@@ -257,6 +265,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             &dout.get(),
             &qkv.get(),
             &att.get(),
+            &doc_start.get(),
             dims,
         )
     }

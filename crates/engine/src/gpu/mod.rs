@@ -238,8 +238,15 @@ impl Backend for GpuBackend {
     ) {
         ops::norm::gpu_backward(self, dx, dgain, dout, x, gain, stats, dims)
     }
-    fn attention_forward(&self, out: &GpuTensor, att: &GpuTensor, qkv: &GpuTensor, dims: AttentionDims) {
-        ops::attention::gpu_forward(self, out, att, qkv, dims)
+    fn attention_forward(
+        &self,
+        out: &GpuTensor,
+        att: &GpuTensor,
+        qkv: &GpuTensor,
+        doc_start: &GpuIndex,
+        dims: AttentionDims,
+    ) {
+        ops::attention::gpu_forward(self, out, att, qkv, doc_start, dims)
     }
     fn attention_backward(
         &self,
@@ -248,9 +255,10 @@ impl Backend for GpuBackend {
         dout: &GpuTensor,
         qkv: &GpuTensor,
         att: &GpuTensor,
+        doc_start: &GpuIndex,
         dims: AttentionDims,
     ) {
-        ops::attention::gpu_backward(self, dqkv, dpre, dout, qkv, att, dims)
+        ops::attention::gpu_backward(self, dqkv, dpre, dout, qkv, att, doc_start, dims)
     }
     fn norm_stats(&self, stats: &GpuTensor, x: &GpuTensor, dims: NormDims) {
         ops::norm::gpu_stats(self, stats, x, dims)

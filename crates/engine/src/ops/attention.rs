@@ -1,7 +1,7 @@
 //! Causal multi-head attention in f32 (SPEC §1): softmax(scale·q·kᵀ + bias + causal mask)·v per
 //! head, where the bias is ALiBi's `−slope_h·(i − j)` when it is on and 0 otherwise (SPEC §2a).
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionDims {
@@ -27,7 +27,8 @@ impl AttentionDims {
 }
 
 impl AttentionDims {
-    fn check(&self, qkv: usize, out: usize, att: usize) {
+    fn check(&self, qkv: usize, out: usize, att: usize, doc_start: usize) {
+        assert_eq!(doc_start, self.b * self.t, "attention: doc_start has {doc_start} values for {self:?}");
         let c = self.h * self.dh;
         assert_eq!(
             qkv,
@@ -46,6 +47,11 @@ impl AttentionDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
+
+    /// The first key query `t` (at flat row `row`) may see: its document's start, at most `t`.
+    fn first_key(doc_start: &[u32], row: usize, t: usize) -> usize {
+        (doc_start[row] as usize).min(t)
+    }
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -92,10 +98,11 @@ mod cpu_twin {
         }
     }
 
-    /// Per batch element and head: scores = scale·q·kᵀ + bias by GEMM, a causal softmax per
-    /// row, then out = att·v by GEMM. att keeps the probabilities, 0 above the diagonal.
-    pub fn cpu_forward<T: Scalar>(out: &mut [T], att: &mut [T], qkv: &[T], d: AttentionDims) {
-        d.check(qkv.len(), out.len(), att.len());
+    /// Per batch element and head: scores = scale·q·kᵀ + bias by GEMM, a softmax per row over
+    /// the keys of the query's document up to itself, then out = att·v by GEMM. att keeps the
+    /// probabilities, 0 outside the mask.
+    pub fn cpu_forward<T: Scalar>(out: &mut [T], att: &mut [T], qkv: &[T], doc_start: &[u32], d: AttentionDims) {
+        d.check(qkv.len(), out.len(), att.len(), doc_start.len());
         let (tt, c) = (d.t, d.h * d.dh);
         let scale = T::of(d.scale as f64);
         out.par_chunks_mut(tt * c)
@@ -118,19 +125,22 @@ mod cpu_twin {
                     gemm(tt, d.dh, tt, qkv, part(0, h), qkv, kt, att, h * tt * tt, tt);
                     let slope = T::of(d.slope(h));
                     for t in 0..tt {
+                        let first = first_key(doc_start, b * tt + t, t);
                         let row = &mut att[(h * tt + t) * tt..(h * tt + t + 1) * tt];
-                        for (s, a) in row[..=t].iter_mut().enumerate() {
+                        for (s, a) in row.iter_mut().enumerate().take(t + 1).skip(first) {
                             *a = *a * scale - slope * T::of((t - s) as f64);
                         }
-                        let mx = row[..=t].iter().copied().fold(T::neg_infinity(), T::max);
+                        let seen = &mut row[first..=t];
+                        let mx = seen.iter().copied().fold(T::neg_infinity(), T::max);
                         let mut sum = T::zero();
-                        for a in &mut row[..=t] {
+                        for a in seen.iter_mut() {
                             *a = (*a - mx).exp();
                             sum = sum + *a;
                         }
-                        for a in &mut row[..=t] {
+                        for a in seen.iter_mut() {
                             *a = *a / sum;
                         }
+                        row[..first].fill(T::zero());
                         row[t + 1..].fill(T::zero());
                     }
                     let probs = Mat {
@@ -146,8 +156,17 @@ mod cpu_twin {
 
     /// Per batch element and head, by GEMM: datt = dout·vᵀ; dpre = att ⊙ (datt − Σ att·datt);
     /// dq = scale·dpre·k, dk = scale·dpreᵀ·q, dv = attᵀ·dout.
-    pub fn cpu_backward<T: Scalar>(dqkv: &mut [T], dpre: &mut [T], dout: &[T], qkv: &[T], att: &[T], d: AttentionDims) {
-        d.check(qkv.len(), dout.len(), att.len());
+    /// att is 0 outside the mask, so masked pairs get dpre = 0 with no test of their own.
+    pub fn cpu_backward<T: Scalar>(
+        dqkv: &mut [T],
+        dpre: &mut [T],
+        dout: &[T],
+        qkv: &[T],
+        att: &[T],
+        doc_start: &[u32],
+        d: AttentionDims,
+    ) {
+        d.check(qkv.len(), dout.len(), att.len(), doc_start.len());
         let (tt, c) = (d.t, d.h * d.dh);
         let scale = T::of(d.scale as f64);
         dqkv.par_chunks_mut(tt * 3 * c)
@@ -225,14 +244,21 @@ fn params(d: &AttentionDims) -> [u32; 6] {
     ]
 }
 
-pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, att: &GpuTensor, qkv: &GpuTensor, d: AttentionDims) {
-    d.check(qkv.len, out.len, att.len);
+pub fn gpu_forward(
+    gpu: &GpuBackend,
+    out: &GpuTensor,
+    att: &GpuTensor,
+    qkv: &GpuTensor,
+    doc_start: &GpuIndex,
+    d: AttentionDims,
+) {
+    d.check(qkv.len, out.len, att.len, doc_start.len);
     let grid = grid_1d(d.b * d.h * d.t, 256);
     gpu.dispatch(
         "attention",
         "attention_forward",
         &params(&d),
-        &[out.arg(), att.arg(), qkv.arg()],
+        &[out.arg(), att.arg(), qkv.arg(), doc_start.arg()],
         grid,
     );
 }
@@ -244,11 +270,12 @@ pub fn gpu_backward(
     dout: &GpuTensor,
     qkv: &GpuTensor,
     att: &GpuTensor,
+    doc_start: &GpuIndex,
     d: AttentionDims,
 ) {
-    d.check(qkv.len, dout.len, att.len);
+    d.check(qkv.len, dout.len, att.len, doc_start.len);
     assert_eq!(dpre.len, att.len, "attention: dpre must match att");
-    let args = [dqkv.arg(), dpre.arg(), dout.arg(), qkv.arg(), att.arg()];
+    let args = [dqkv.arg(), dpre.arg(), dout.arg(), qkv.arg(), att.arg(), doc_start.arg()];
     let grid = grid_1d(d.b * d.h * d.t, 256);
     gpu.dispatch("attention", "attention_backward_query", &params(&d), &args, grid);
     gpu.dispatch("attention", "attention_backward_key", &params(&d), &args, grid);
