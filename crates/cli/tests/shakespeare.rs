@@ -38,6 +38,7 @@ fn small_presets_learn_shakespeare_well_under_the_unigram_entropy() {
     for (preset, steps) in [
         ("small-rmt", "150"),
         ("small-memoryformer", "150"),
+        ("small-hybrid", "150"),
         ("small-transformer", "300"),
     ] {
         let out = dir.path().join(preset);
