@@ -36,6 +36,12 @@ pub enum Command {
     /// Prepare text corpora.
     #[command(subcommand)]
     Data(crate::prepare::DataCommand),
+    /// Bring weights from other code into a resmem run.
+    #[command(subcommand)]
+    Import(crate::interop::ImportCommand),
+    /// Write a run's weights for other code.
+    #[command(subcommand)]
+    Export(crate::interop::ExportCommand),
 }
 
 #[derive(Subcommand)]

@@ -25,23 +25,34 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     let (values, path) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);
     let mut evaluator = Evaluator::new(be, &model)?;
-    let mut total = 0.0f64;
+    let (mut ce, mut z) = (0.0f64, 0.0f64);
     for batch in &held_out {
-        total += f64::from(pollster::block_on(evaluator.loss(be, &model, batch))?);
+        let (c, zt) = pollster::block_on(evaluator.losses(be, &model, batch))?;
+        (ce, z) = (ce + f64::from(c), z + f64::from(zt));
     }
-    let loss = total / m as f64;
+    let loss = ce / m as f64;
+    // The official RMT code reports CE + z-loss as its loss: both are printed.
+    let total = (ce + z) / m as f64;
+    let with_z = cfg.model.z_loss() > 0.0;
     let tokens = m * b * t;
     if args.json {
-        say(&serde_json::json!({
+        let mut row = serde_json::json!({
             "val_loss": loss,
             "perplexity": loss.exp(),
             "tokens": tokens,
             "checkpoint": path,
-        })
-        .to_string());
+        });
+        if with_z {
+            row["val_total"] = total.into();
+        }
+        say(&row.to_string());
     } else {
+        let total = match with_z {
+            true => format!("  total {total:.6} (with the z-loss)"),
+            false => String::new(),
+        };
         say(&format!(
-            "val_loss {loss:.4}  perplexity {:.2}  ({m} batches of {b}×{t} held-out tokens, {})",
+            "val_loss {loss:.6}  perplexity {:.2}{total}  ({m} batches of {b}×{t} held-out tokens, {})",
             loss.exp(),
             path.display()
         ));

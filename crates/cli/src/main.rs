@@ -6,6 +6,7 @@ mod buckets;
 mod console;
 mod count;
 mod eval;
+mod interop;
 mod load;
 mod prepare;
 mod run_dir;
@@ -26,6 +27,8 @@ fn main() {
         args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
         args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
         args::Command::Data(c) => prepare::run(c),
+        args::Command::Import(c) => interop::import(c),
+        args::Command::Export(c) => interop::export(c),
     };
     if let Err(e) = result {
         console::warn(&format!("error: {e:#}"));

@@ -1,8 +1,10 @@
 //! A run's data: a synthetic task or a prepared corpus, its tokenizer, the training batches
 //! and the fixed held-out batches of every evaluation.
 
-use anyhow::{Context, Result};
-use data::{Batch, BatchSource, Corpus, Split, TaskSampler, TextSampler, Tokenizer, TokenizerKind};
+use anyhow::{bail, Context, Result};
+use data::{Batch, BatchSource, Corpus, FixedRows, Split, TaskSampler, TextSampler, Tokenizer, TokenizerKind};
+use safetensors::{Dtype, SafeTensors};
+use std::path::Path;
 use models::DataConfig;
 use std::sync::Arc;
 
@@ -19,6 +21,8 @@ pub struct Data {
 enum Kind {
     Task(data::Task),
     Text(Arc<Corpus>),
+    /// Rows of T + 1 tokens.
+    Rows { tokens: Vec<u32>, width: usize },
 }
 
 pub fn open(cfg: &DataConfig) -> Result<Data> {
@@ -50,14 +54,60 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
                 kind: Kind::Text(Arc::new(corpus)),
             }
         }
+        DataConfig::Tokens { path, tokenizer, seq_len } => {
+            let (tokens, width) = read_rows(path)?;
+            let vocab = Tokenizer::new(*tokenizer)?.vocab();
+            if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+                bail!("{} holds the token {bad}, outside the {tokenizer} vocabulary of {vocab}", path.display());
+            }
+            if width != seq_len + 1 {
+                bail!(
+                    "{} holds rows of {width} tokens, but the run config says seq_len = {seq_len} (rows of {})",
+                    path.display(),
+                    seq_len + 1
+                );
+            }
+            Data {
+                vocab,
+                describe: format!("{} rows of {width} tokens in {}", tokens.len() / width, path.display()),
+                kind: Kind::Rows { tokens, width },
+            }
+        }
     })
+}
+
+/// The tensor `tokens` of a safetensors file: (rows, T + 1) integers of any width.
+pub fn read_rows(path: &Path) -> Result<(Vec<u32>, usize)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+    let file = SafeTensors::deserialize(&bytes)
+        .map_err(|e| anyhow::anyhow!("{} is not a safetensors file ({e})", path.display()))?;
+    let t = file.tensor("tokens").map_err(|_| {
+        anyhow::anyhow!("{} has no tensor named `tokens` (rows of T + 1 token ids)", path.display())
+    })?;
+    let &[rows, width] = t.shape() else {
+        bail!("`tokens` in {} has shape {:?}; it must be (rows, T + 1)", path.display(), t.shape());
+    };
+    let d = t.data();
+    let ids: Vec<i64> = match t.dtype() {
+        Dtype::I32 => d.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]).into()).collect(),
+        Dtype::U32 => d.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into()).collect(),
+        Dtype::I64 => d.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))).collect(),
+        Dtype::U16 => d.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]).into()).collect(),
+        other => bail!("`tokens` in {} is {other:?}; token ids must be integers", path.display()),
+    };
+    let tokens = ids
+        .iter()
+        .map(|&id| u32::try_from(id).map_err(|_| anyhow::anyhow!("{} holds the token id {id}", path.display())))
+        .collect::<Result<Vec<u32>>>()?;
+    anyhow::ensure!(rows > 0, "{} holds no token rows", path.display());
+    Ok((tokens, width))
 }
 
 /// The tokenizer a run's config names, without opening its corpus.
 pub fn tokenizer(cfg: &DataConfig) -> Result<Tokenizer> {
     let kind = match cfg {
         DataConfig::Task { .. } => TokenizerKind::Bytes,
-        DataConfig::Text { tokenizer, .. } => *tokenizer,
+        DataConfig::Text { tokenizer, .. } | DataConfig::Tokens { tokenizer, .. } => *tokenizer,
     };
     Ok(Tokenizer::new(kind)?)
 }
@@ -68,6 +118,7 @@ impl Data {
         Ok(match &self.kind {
             Kind::Task(task) => BatchSource::Task(TaskSampler::new(*task, b, t, seed)?),
             Kind::Text(corpus) => BatchSource::Text(TextSampler::new(corpus.clone(), Split::Train, b, t, seed)?),
+            Kind::Rows { tokens, width } => BatchSource::Fixed(self.rows(tokens, *width, b, t)?),
         })
     }
 
@@ -79,6 +130,25 @@ impl Data {
                 (0..m as u64).map(|k| sampler.batch(k)).collect()
             }
             Kind::Text(corpus) => TextSampler::new(corpus.clone(), Split::Val, b, t, seed)?.fixed_batches(m),
+            Kind::Rows { tokens, width } => {
+                let rows = self.rows(tokens, *width, b, t)?;
+                if m > rows.len() {
+                    bail!(
+                        "the token file makes {} batches of {b}; evaluate at most that many (--batches)",
+                        rows.len()
+                    );
+                }
+                (0..m as u64).map(|k| rows.batch(k)).collect()
+            }
         })
+    }
+
+    fn rows(&self, tokens: &[u32], width: usize, b: usize, t: usize) -> Result<FixedRows> {
+        anyhow::ensure!(
+            t + 1 == width,
+            "the token file holds rows of {width} tokens, for windows of T = {}, not {t}",
+            width - 1
+        );
+        Ok(FixedRows::new(tokens, width, b)?)
     }
 }

@@ -192,6 +192,11 @@ fn resolve(args: &TrainArgs) -> Result<RunConfig> {
             tokenizer,
             seq_len: t,
         },
+        (None, None, DataConfig::Tokens { path, tokenizer, .. }) => DataConfig::Tokens {
+            path,
+            tokenizer,
+            seq_len: t,
+        },
     };
     Ok(cfg)
 }
@@ -271,6 +276,7 @@ impl Session {
         let mut warned = false;
         let mut last_checkpoint: Option<PathBuf> = None;
         let mut last_val: Option<f32> = None;
+        let z_loss = cfg.model.z_loss() > 0.0;
         // Writes the trainer's state atomically and remembers it as the last good checkpoint.
         let checkpoint = |trainer: &Trainer<B, _>, last: &mut Option<PathBuf>| -> Result<PathBuf> {
             let state: TrainState = pollster::block_on(trainer.state(be))?;
@@ -297,7 +303,8 @@ impl Session {
                 );
             }
             let step = trainer.step + 1;
-            let lr = trainer.step(be, &train.batch(step as u64 - 1))?;
+            let batch = train.batch(step as u64 - 1);
+            let lr = trainer.step(be, &batch)?;
             window.1 += b * t;
             let last = step == steps;
             let log = step % cadence.log_every == 0 || step == 1 || last;
@@ -328,13 +335,21 @@ impl Session {
                 "tokens_per_s": tokens_per_s, "elapsed_s": start.elapsed().as_secs_f64(),
             });
             window = (Instant::now(), 0);
+            // With a z-loss, the total (CE + z-loss) too: the official RMT code reports that.
+            if z_loss {
+                row["total"] = (loss + pollster::block_on(trainer.z_term(be, &batch))?).into();
+            }
             if eval {
-                let mut total = 0.0f64;
+                let (mut ce, mut z) = (0.0f64, 0.0f64);
                 for batch in &held_out {
-                    total += f64::from(pollster::block_on(trainer.eval(be, batch))?);
+                    let (c, zt) = pollster::block_on(trainer.eval_losses(be, batch))?;
+                    (ce, z) = (ce + f64::from(c), z + f64::from(zt));
                 }
-                let val = (total / held_out.len() as f64) as f32;
+                let val = (ce / held_out.len() as f64) as f32;
                 row["val_loss"] = val.into();
+                if z_loss {
+                    row["val_total"] = ((ce + z) / held_out.len() as f64).into();
+                }
                 last_val = Some(val);
             }
             metrics.append(&row)?;

@@ -144,8 +144,60 @@ impl TextSampler {
 }
 
 /// Where a training run's batches come from.
+/// Fixed windows of T + 1 tokens, in order, b to a batch: batch k is the (k mod n)-th of the
+/// n batches they make. The input of a window is its first T tokens, the target its last T
+/// (the official RMT code's `tokens[:-1]`, `tokens[1:]`).
+#[derive(Clone, Debug)]
+pub struct FixedRows {
+    batches: Vec<Batch>,
+    pub b: usize,
+    pub t: usize,
+}
+
+impl FixedRows {
+    /// `tokens` holds rows of `width` = T + 1 tokens.
+    pub fn new(tokens: &[u32], width: usize, b: usize) -> Result<Self, crate::DataError> {
+        let bad = crate::DataError::Invalid;
+        if width < 2 {
+            return Err(bad(format!("token rows of {width} tokens hold no (input, target) pair; they need at least 2")));
+        }
+        if tokens.is_empty() || !tokens.len().is_multiple_of(width) {
+            return Err(bad(format!("{} tokens are not whole rows of {width}", tokens.len())));
+        }
+        let rows = tokens.len() / width;
+        if b == 0 || rows < b {
+            return Err(bad(format!("{rows} token rows cannot fill a batch of {b}; use a batch of at most {rows}")));
+        }
+        let t = width - 1;
+        let batches = tokens
+            .chunks_exact(width * b)
+            .map(|chunk| Batch {
+                b,
+                t,
+                inputs: chunk.chunks_exact(width).flat_map(|r| r[..t].to_vec()).collect(),
+                targets: chunk.chunks_exact(width).flat_map(|r| r[1..].to_vec()).collect(),
+            })
+            .collect();
+        Ok(Self { batches, b, t })
+    }
+
+    pub fn batch(&self, step: u64) -> Batch {
+        self.batches[(step % self.batches.len() as u64) as usize].clone()
+    }
+
+    /// The number of distinct batches.
+    pub fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+}
+
 pub enum BatchSource {
     Task(TaskSampler),
+    Fixed(FixedRows),
     #[cfg(feature = "text")]
     Text(TextSampler),
 }
@@ -154,6 +206,7 @@ impl BatchSource {
     pub fn batch(&self, step: u64) -> Batch {
         match self {
             BatchSource::Task(s) => s.batch(step),
+            BatchSource::Fixed(s) => s.batch(step),
             #[cfg(feature = "text")]
             BatchSource::Text(s) => s.batch(step),
         }
@@ -162,6 +215,7 @@ impl BatchSource {
     pub fn b(&self) -> usize {
         match self {
             BatchSource::Task(s) => s.b(),
+            BatchSource::Fixed(s) => s.b,
             #[cfg(feature = "text")]
             BatchSource::Text(s) => s.b(),
         }
@@ -170,6 +224,7 @@ impl BatchSource {
     pub fn t(&self) -> usize {
         match self {
             BatchSource::Task(s) => s.t(),
+            BatchSource::Fixed(s) => s.t,
             #[cfg(feature = "text")]
             BatchSource::Text(s) => s.t(),
         }

@@ -44,6 +44,21 @@ impl<B: Backend> LossHead<B> {
         be.sum(&self.loss, &self.losses, false);
     }
 
+    /// The z-loss term of the last forward on `batch`: z·mean (log Z)² over its counted targets.
+    /// The loss is the cross-entropy alone; the official RMT code reports CE + this as its loss.
+    pub async fn z_term(&self, be: &B, batch: &data::Batch) -> engine::Result<f32> {
+        if self.dims.z == 0.0 {
+            return Ok(0.0);
+        }
+        let lse = be.read(&self.lse).await?;
+        let (sum, n) = lse
+            .iter()
+            .zip(&batch.targets)
+            .filter(|(_, &t)| t != data::IGNORE)
+            .fold((0.0f64, 0usize), |(s, n), (&l, _)| (s + f64::from(l) * f64::from(l), n + 1));
+        Ok((f64::from(self.dims.z) * sum / n.max(1) as f64) as f32)
+    }
+
     /// dlogits of the mean CE + z·(log Z)² over the counted targets.
     pub fn backward(&self, be: &B, dlogits: &B::Tensor, batch: &BatchTensors<B>) {
         be.cross_entropy_backward(

@@ -34,13 +34,24 @@ pub enum DataConfig {
         /// T: tokens per training window (at most the model's context length N).
         seq_len: usize,
     },
+    /// Fixed windows of T + 1 tokens: the tensor `tokens` (rows, T + 1) of a safetensors file,
+    /// e.g. the batch the official RMT code's outputs were computed on. Training cycles through
+    /// them; evaluation reads them in order.
+    Tokens {
+        path: PathBuf,
+        tokenizer: TokenizerKind,
+        /// T, one less than the rows' width.
+        seq_len: usize,
+    },
 }
 
 impl DataConfig {
     /// T
     pub fn seq_len(&self) -> usize {
         match self {
-            DataConfig::Task { seq_len, .. } | DataConfig::Text { seq_len, .. } => *seq_len,
+            DataConfig::Task { seq_len, .. } | DataConfig::Text { seq_len, .. } | DataConfig::Tokens { seq_len, .. } => {
+                *seq_len
+            }
         }
     }
 }
@@ -429,6 +440,15 @@ impl ModelConfig {
             ModelConfig::Rmt(_) => "rmt",
             ModelConfig::MemoryFormer(_) => "memoryformer",
             ModelConfig::Hybrid(_) => "hybrid",
+        }
+    }
+
+    /// The weight of the z-loss, which every architecture has.
+    pub fn z_loss(&self) -> f32 {
+        match self {
+            ModelConfig::Transformer(c) => c.z_loss,
+            ModelConfig::Rmt(c) => c.z_loss,
+            ModelConfig::MemoryFormer(c) => c.z_loss,
         }
     }
 

@@ -130,6 +130,12 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         Ok(be.read(&self.model.head().loss).await?[0])
     }
 
+    /// The z-loss term of the last step, whose batch was `batch`: the official RMT code
+    /// reports the loss plus this.
+    pub async fn z_term(&self, be: &B, batch: &Batch) -> Result<f32> {
+        Ok(self.model.head().z_term(be, batch).await?)
+    }
+
     /// The sum of the training losses since the last `reset_loss_sum`: non-finite when any of
     /// those steps' losses was.
     pub async fn loss_sum(&self, be: &B) -> Result<f32> {
@@ -171,6 +177,11 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
     /// The mean loss of `batch` under the current parameters, without training.
     pub async fn eval(&mut self, be: &B, batch: &Batch) -> Result<f32> {
         self.evaluator.loss(be, &self.model, batch).await
+    }
+
+    /// The mean cross-entropy of `batch` and its z-loss term, without training.
+    pub async fn eval_losses(&mut self, be: &B, batch: &Batch) -> Result<(f32, f32)> {
+        self.evaluator.losses(be, &self.model, batch).await
     }
 
     /// Variance ratios of every storage and retrieval on `batch` under the current parameters:
@@ -221,5 +232,11 @@ impl<B: Backend> Evaluator<B> {
     pub async fn loss<M: LanguageModel<B>>(&mut self, be: &B, model: &M, batch: &Batch) -> Result<f32> {
         self.forward(be, model, batch)?;
         Ok(be.read(&model.head().loss).await?[0])
+    }
+
+    /// The mean cross-entropy of `batch` and its z-loss term (0 when the model has none).
+    pub async fn losses<M: LanguageModel<B>>(&mut self, be: &B, model: &M, batch: &Batch) -> Result<(f32, f32)> {
+        let ce = self.loss(be, model, batch).await?;
+        Ok((ce, model.head().z_term(be, batch).await?))
     }
 }
