@@ -449,6 +449,7 @@ impl ModelConfig {
             ModelConfig::Transformer(c) => c.z_loss,
             ModelConfig::Rmt(c) => c.z_loss,
             ModelConfig::MemoryFormer(c) => c.z_loss,
+            ModelConfig::Hybrid(c) => c.z_loss,
         }
     }
 
