@@ -49,9 +49,9 @@ impl DataConfig {
     /// T
     pub fn seq_len(&self) -> usize {
         match self {
-            DataConfig::Task { seq_len, .. } | DataConfig::Text { seq_len, .. } | DataConfig::Tokens { seq_len, .. } => {
-                *seq_len
-            }
+            DataConfig::Task { seq_len, .. }
+            | DataConfig::Text { seq_len, .. }
+            | DataConfig::Tokens { seq_len, .. } => *seq_len,
         }
     }
 }
