@@ -1,48 +1,31 @@
 //! `resmem analyze variance`: how variance propagates through storage and retrieval, in closed
 //! form (RMT paper Table 1) or measured by hooks on a real batch.
 
-use crate::args::{Arch, BackendKind, InitArg, VarianceArgs};
-use anyhow::{Context, Result};
+use crate::args::{InitArg, VarianceArgs};
+use anyhow::Result;
 use data::{ByteTokenizer, TaskSampler};
-use engine::cpu::CpuBackend;
-use engine::gpu::GpuBackend;
 use engine::Backend;
 use models::variance::{self, InitScheme};
-use models::{Rmt, TrainConfig, Trainer};
+use models::{ModelConfig, Purpose, TrainConfig, Trainer};
 
 pub fn variance(args: VarianceArgs) -> Result<()> {
     args.model.check_applies()?;
     if args.measured {
-        return match args.backend {
-            BackendKind::Cpu => measured(&CpuBackend::<f32>::new(), &args),
-            BackendKind::Gpu => {
-                let be = pollster::block_on(GpuBackend::new()).context("cannot use --backend gpu")?;
-                measured(&be, &args)
-            }
-        };
+        return crate::with_backend!(args.backend, be => measured(be, &args));
     }
-    let d = args.model.preset()?;
     let init = match args.init {
         InitArg::Xavier => InitScheme::Xavier,
         InitArg::Lecun => InitScheme::Lecun,
         InitArg::Default => InitScheme::Default,
     };
-    let rows = match args.model.arch {
-        Arch::Transformer => {
-            let c = args.model.dims.transformer(d.transformer());
-            c.validate()?;
-            variance::transformer(&c, init)
-        }
-        Arch::Rmt => {
-            let c = args.model.dims.rmt(d.rmt());
-            c.validate()?;
-            variance::rmt(&c, init)
-        }
-        Arch::Memoryformer => anyhow::bail!(
-            "variance propagation covers storage and retrieval (--arch rmt) and the linear layers they \
-             replace (--arch transformer); for MemoryFormer see `resmem analyze buckets`"
-        ),
+    let cfg = args.model.config()?;
+    let Some(rows) = variance::closed_form(&cfg, init) else {
+        anyhow::bail!(
+            "variance propagation covers storage and retrieval (--arch rmt or hybrid) and the linear layers \
+             they replace (--arch transformer); for MemoryFormer see `resmem analyze buckets`"
+        );
     };
+    cfg.validate()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -65,18 +48,19 @@ pub fn variance(args: VarianceArgs) -> Result<()> {
     Ok(())
 }
 
-/// Measured ratios of the RMT's storages and retrievals, per block, on a batch of the task.
-fn measured<B: Backend>(be: &B, args: &VarianceArgs) -> Result<()> {
-    anyhow::ensure!(
-        args.model.arch == Arch::Rmt,
-        "--measured probes the RMT's storage and retrieval; pass --arch rmt"
-    );
-    let d = args.model.preset()?;
-    let mut cfg = args.model.dims.rmt(d.rmt());
-    cfg.vocab = ByteTokenizer::VOCAB;
-    cfg.seq_len = args.tokens;
-    cfg.zero_unembedding = !args.random_unembedding;
-    let model = Rmt::new(be, cfg, args.batch, args.tokens, args.seed)?;
+/// Measured ratios of the storages and retrievals of an RMT or a hybrid, per block, on a batch
+/// of the task.
+fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
+    let mut cfg = args.model.config()?;
+    let zero_unembedding = !args.random_unembedding;
+    match &mut cfg {
+        ModelConfig::Rmt(c) => c.zero_unembedding = zero_unembedding,
+        ModelConfig::Hybrid(c) => c.zero_unembedding = zero_unembedding,
+        _ => anyhow::bail!("--measured probes storage and retrieval; pass --arch rmt or --arch hybrid"),
+    }
+    cfg.set_vocab(ByteTokenizer::VOCAB);
+    cfg.set_context(args.tokens);
+    let model = cfg.build(be, args.batch, args.tokens, Purpose::Train, args.seed)?;
     let train = TrainConfig {
         batch: args.batch,
         steps: args.steps.max(1),
@@ -89,12 +73,13 @@ fn measured<B: Backend>(be: &B, args: &VarianceArgs) -> Result<()> {
     for _ in 0..args.steps {
         trainer.step(be, &sampler.next_batch())?;
     }
-    let rows = pollster::block_on(trainer.measure(be, &sampler.next_batch()))?.expect("the RMT has variance probes");
+    let rows = pollster::block_on(trainer.measure(be, &sampler.next_batch()))?
+        .ok_or_else(|| anyhow::anyhow!("this model has no variance probes"))?;
     if args.json {
         let rows: Vec<_> = rows
             .iter()
             .map(|m| {
-                serde_json::json!({ "model": "rmt", "step": args.steps, "block": m.site.block,
+                serde_json::json!({ "model": cfg.arch(), "step": args.steps, "block": m.site.block,
                 "layer": m.site.layer, "op": m.site.op,
                 "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio })
             })
@@ -102,7 +87,12 @@ fn measured<B: Backend>(be: &B, args: &VarianceArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!("rmt after {} steps, measured on a batch of {}", args.steps, args.task);
+    println!(
+        "{} after {} steps, measured on a batch of {}",
+        cfg.arch(),
+        args.steps,
+        args.task
+    );
     println!(
         "{:<6} {:<5} {:<10} {:>12} {:>12}",
         "block", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"

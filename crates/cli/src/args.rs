@@ -3,14 +3,16 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
 use models::presets::{self, Dims};
-use models::{MemoryFormerConfig, Norm, Position, RmtConfig, TransformerConfig};
+use models::{
+    HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, RunConfig, TransformerConfig, Trunk,
+};
 use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
     name = "resmem",
     version,
-    about = "Train and study Residual Matrix Transformers, MemoryFormers and baseline transformers"
+    about = "Train and study Residual Matrix Transformers, MemoryFormers, their hybrid and baseline transformers"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -46,13 +48,14 @@ pub enum Command {
 pub enum Analyze {
     /// Variance propagation through storage and retrieval (RMT paper Tables 1 and 2).
     Variance(VarianceArgs),
-    /// Bucket use of a trained MemoryFormer's hash tables (MemoryFormer paper Figure 4).
+    /// Bucket use of the hash tables of a trained MemoryFormer or hybrid (MemoryFormer paper
+    /// Figure 4).
     Buckets(BucketsArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct BucketsArgs {
-    /// A directory written by `resmem train --arch memoryformer`.
+    /// A directory written by `resmem train --arch memoryformer` or `--arch hybrid`.
     #[arg(long)]
     pub run: PathBuf,
     /// Held-out batches to count over.
@@ -119,6 +122,8 @@ pub enum Arch {
     Transformer,
     Rmt,
     Memoryformer,
+    /// An RMT whose feed-forward core is a MemoryFormer memory block.
+    Hybrid,
 }
 
 impl Arch {
@@ -128,6 +133,7 @@ impl Arch {
             Arch::Transformer => "transformer",
             Arch::Rmt => "rmt",
             Arch::Memoryformer => "memoryformer",
+            Arch::Hybrid => "hybrid",
         }
     }
 }
@@ -187,7 +193,8 @@ pub struct ModelDims {
     /// Weights start N(0, init_std²/fan_in).
     #[arg(long)]
     pub init_std: Option<f32>,
-    /// MemoryFormer: bits per hashed chunk (K = d_model / tau tables per layer).
+    /// MemoryFormer and hybrid: bits per hashed chunk (K = d / tau tables per layer, with
+    /// d = d_model or rank·d_v).
     #[arg(long)]
     pub tau: Option<usize>,
 }
@@ -203,20 +210,20 @@ fn parse_norm(s: &str) -> Result<Norm, String> {
 impl ModelDims {
     /// The dimension flags given, by name, with the architectures each applies to.
     fn given(&self) -> [(&'static str, bool, &'static [Arch]); 12] {
-        use Arch::{Memoryformer as M, Rmt as R, Transformer as T};
+        use Arch::{Hybrid as H, Memoryformer as M, Rmt as R, Transformer as T};
         [
             ("--d-model", self.d_model.is_some(), &[T, M]),
-            ("--d-k", self.d_k.is_some(), &[R]),
-            ("--d-v", self.d_v.is_some(), &[R]),
-            ("--rank", self.rank.is_some(), &[R]),
-            ("--layers", self.layers.is_some(), &[T, R, M]),
+            ("--d-k", self.d_k.is_some(), &[R, H]),
+            ("--d-v", self.d_v.is_some(), &[R, H]),
+            ("--rank", self.rank.is_some(), &[R, H]),
+            ("--layers", self.layers.is_some(), &[T, R, M, H]),
             ("--heads", self.heads.is_some(), &[T, M]),
             ("--head-dim", self.head_dim.is_some(), &[T]),
             ("--d-ff", self.d_ff.is_some(), &[T, R]),
-            ("--norm", self.norm.is_some(), &[T, R, M]),
-            ("--position", self.position.is_some(), &[R]),
-            ("--init-std", self.init_std.is_some(), &[T, R, M]),
-            ("--tau", self.tau.is_some(), &[M]),
+            ("--norm", self.norm.is_some(), &[T, R, M, H]),
+            ("--position", self.position.is_some(), &[R, H]),
+            ("--init-std", self.init_std.is_some(), &[T, R, M, H]),
+            ("--tau", self.tau.is_some(), &[M, H]),
         ]
     }
 
@@ -263,20 +270,40 @@ impl ModelDims {
         c
     }
 
-    pub fn rmt(&self, mut c: RmtConfig) -> RmtConfig {
-        c.d_k = self.d_k.unwrap_or(c.d_k);
-        c.d_v = self.d_v.unwrap_or(c.d_v);
-        c.rank = self.rank.unwrap_or(c.rank);
-        c.n_layers = self.layers.unwrap_or(c.n_layers);
-        c.d_ff = self.d_ff.unwrap_or(c.d_ff);
-        c.norm = self.norm.unwrap_or(c.norm);
-        c.init_std = self.init_std.unwrap_or(c.init_std);
-        c.position = match self.position {
+    /// The flags every residual-matrix model has.
+    fn trunk(&self, mut t: Trunk) -> Trunk {
+        t.d_k = self.d_k.unwrap_or(t.d_k);
+        t.d_v = self.d_v.unwrap_or(t.d_v);
+        t.rank = self.rank.unwrap_or(t.rank);
+        t.n_layers = self.layers.unwrap_or(t.n_layers);
+        t.norm = self.norm.unwrap_or(t.norm);
+        t.init_std = self.init_std.unwrap_or(t.init_std);
+        t.position = match self.position {
             Some(PositionArg::Learned) => Position::Learned,
             Some(PositionArg::Alibi) => Position::Alibi,
-            None => c.position,
+            None => t.position,
         };
-        c
+        t
+    }
+
+    pub fn rmt(&self, c: RmtConfig) -> RmtConfig {
+        RmtConfig::new(self.trunk(c.trunk()), self.d_ff.unwrap_or(c.d_ff))
+    }
+
+    pub fn hybrid(&self, c: HybridConfig) -> HybridConfig {
+        let mut h = c.hashing();
+        h.tau = self.tau.unwrap_or(h.tau);
+        HybridConfig::new(self.trunk(c.trunk()), h)
+    }
+
+    /// `c` with the flags that `c`'s architecture has applied.
+    pub fn apply(&self, c: ModelConfig) -> ModelConfig {
+        match c {
+            ModelConfig::Transformer(c) => ModelConfig::Transformer(self.transformer(c)),
+            ModelConfig::Rmt(c) => ModelConfig::Rmt(self.rmt(c)),
+            ModelConfig::MemoryFormer(c) => ModelConfig::MemoryFormer(self.memoryformer(c)),
+            ModelConfig::Hybrid(c) => ModelConfig::Hybrid(self.hybrid(c)),
+        }
     }
 }
 
@@ -447,7 +474,8 @@ pub struct PaperDims {
     #[arg(long, value_enum, default_value = "transformer")]
     pub arch: Arch,
     /// gpt2-small, gpt2-medium (the default), table8-49m … table8-405m, table9-46m …
-    /// table9-305m, table10; for memoryformer pythia-70m (the default), pythia-160m, pythia-410m
+    /// table9-305m, table10; for memoryformer pythia-70m (the default), pythia-160m, pythia-410m;
+    /// or any `resmem train --list-presets` preset of --arch (tiny-hybrid, small-rmt, …)
     #[arg(long)]
     pub preset: Option<String>,
     #[command(flatten)]
@@ -466,22 +494,46 @@ impl PaperDims {
         self.dims.check_applies(self.arch)
     }
 
-    pub fn preset(&self) -> models::Result<Dims> {
-        let mut d = Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium"))?;
-        d.vocab = self.vocab.unwrap_or(d.vocab);
-        d.seq_len = self.seq_len.unwrap_or(d.seq_len);
-        Ok(d)
+    /// The model --arch and --preset name, then the dimension flags, --vocab and --seq-len;
+    /// not validated, so that a count can name the setting that overflows first.
+    pub fn config(&self) -> anyhow::Result<ModelConfig> {
+        let mut c = self.dims.apply(self.preset_config()?);
+        if let Some(v) = self.vocab {
+            c.set_vocab(v);
+        }
+        if let Some(n) = self.seq_len {
+            c.set_context(n);
+        }
+        Ok(c)
     }
 
-    /// A MemoryFormer from a Pythia preset (τ = 8, s = 2048), then the flags.
-    pub fn memoryformer(&self) -> models::Result<MemoryFormerConfig> {
-        let mut c = self
-            .dims
-            .memoryformer(presets::memoryformer(self.preset.as_deref().unwrap_or("pythia-70m"))?);
-        c.vocab = self.vocab.unwrap_or(c.vocab);
-        c.seq_len = self.seq_len.unwrap_or(c.seq_len);
-        c.validate()?;
-        Ok(c)
+    /// --preset as a paper preset (a Pythia one for MemoryFormer), else as a training preset.
+    fn preset_config(&self) -> anyhow::Result<ModelConfig> {
+        let paper = match self.arch {
+            Arch::Memoryformer => {
+                let name = self.preset.as_deref().unwrap_or("pythia-70m");
+                presets::memoryformer(name).map(ModelConfig::MemoryFormer)
+            }
+            arch => Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium")).map(|d| match arch {
+                Arch::Transformer => ModelConfig::Transformer(d.transformer()),
+                Arch::Rmt => ModelConfig::Rmt(d.rmt()),
+                _ => ModelConfig::Hybrid(d.hybrid()),
+            }),
+        };
+        let Some(name) = self.preset.as_deref() else {
+            return Ok(paper?);
+        };
+        match (paper, RunConfig::preset(name)) {
+            (Ok(c), _) => Ok(c),
+            (Err(_), Ok(run)) if run.arch() == self.arch.name() => Ok(run.model),
+            (Err(_), Ok(run)) => anyhow::bail!(
+                "the preset `{name}` is a {} model, not --arch {}; choose a {} preset",
+                run.arch(),
+                self.arch.name(),
+                self.arch.name()
+            ),
+            (Err(e), Err(_)) => Err(anyhow::anyhow!("{e}, or a preset of `resmem train --list-presets`")),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! `resmem analyze buckets`: load a trained MemoryFormer from its run directory, run batches of
-//! the run's task through it, and report how evenly each hash table's buckets are used.
+//! `resmem analyze buckets`: load a trained MemoryFormer or hybrid from its run directory, run
+//! batches of the run's task through it, and report how evenly each hash table's buckets are
+//! used.
 
 use crate::args::BucketsArgs;
 use crate::console::say;
@@ -7,7 +8,7 @@ use crate::{load, source};
 use anyhow::{bail, Result};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
-use models::{Evaluator, ModelConfig, Purpose};
+use models::{Evaluator, Purpose};
 
 pub fn run(args: BucketsArgs) -> Result<()> {
     crate::with_backend!(args.backend, be => measure(be, &args))
@@ -17,9 +18,10 @@ fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     anyhow::ensure!(args.batches >= 1, "--batches must be at least 1");
     models::run::check_eval_batches(args.batches)?;
     let cfg = load::config(&args.run)?;
-    if !matches!(cfg.model, ModelConfig::MemoryFormer(_)) {
+    if !cfg.model.has_hash_tables() {
         bail!(
-            "{} holds a {} run; bucket statistics need a MemoryFormer (`resmem train --arch memoryformer`)",
+            "{} holds a {} run; bucket statistics need hash tables: a MemoryFormer or a hybrid \
+             (`resmem train --arch memoryformer` or `--arch hybrid`)",
             args.run.display(),
             cfg.arch()
         );

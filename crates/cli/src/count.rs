@@ -4,34 +4,35 @@
 use crate::args::{Arch, CountArgs};
 use anyhow::Result;
 use models::count::{self, thousands, Counts};
+use models::{MemoryFormerConfig, ModelConfig};
 
 pub fn run(args: CountArgs) -> Result<()> {
     args.model.check_applies()?;
     if args.model.arch == Arch::Memoryformer {
-        return memoryformer(&args);
+        if let Some(table) = args.paper_table {
+            return paper_table(table);
+        }
     }
     anyhow::ensure!(
         args.paper_table.is_none(),
         "--paper-table reproduces the MemoryFormer paper's tables; pass --arch memoryformer"
     );
-    let d = args.model.preset()?;
-    let dims = &args.model.dims;
-    let (counts, n, describe) = match args.model.arch {
-        Arch::Memoryformer => unreachable!("handled above"),
-        Arch::Transformer => {
-            let c = dims.transformer(d.transformer());
-            // Counted first: a config whose counts overflow gets that error, naming the setting.
-            let counts = count::try_transformer(&c)?;
+    let cfg = args.model.config()?;
+    // Counted first: a config whose counts overflow gets that error, naming the setting.
+    match &cfg {
+        ModelConfig::Transformer(c) => {
+            let counts = count::try_transformer(c)?;
             c.validate()?;
             let describe = format!(
                 "transformer: L={} D={} H={} D_h={} D_FF={} V={} N={}",
                 c.n_layers, c.d_model, c.n_heads, c.head_dim, c.d_ff, c.vocab, c.seq_len
             );
-            (counts, c.seq_len, describe)
+            show(args.json, &counts, || {
+                print(&describe, "paper (Table 7)", &counts, c.seq_len)
+            })
         }
-        Arch::Rmt => {
-            let c = dims.rmt(d.rmt());
-            let counts = count::try_rmt(&c)?;
+        ModelConfig::Rmt(c) => {
+            let counts = count::try_rmt(c)?;
             c.validate()?;
             let describe = format!(
                 "rmt: L={} D_k={} D_v={} R={} D_FF={} V={} N={} (residual {})",
@@ -44,20 +45,55 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.seq_len,
                 c.residual()
             );
-            (counts, c.seq_len, describe)
+            show(args.json, &counts, || {
+                print(&describe, "paper (Table 7)", &counts, c.seq_len)
+            })
         }
-    };
-    if args.json {
-        println!("{}", serde_json::to_string(&counts)?);
-    } else {
-        print(&describe, &counts, n);
+        ModelConfig::Hybrid(c) => {
+            let h = count::try_hybrid(c)?;
+            c.validate()?;
+            let describe = format!(
+                "hybrid: L={} D_k={} D_v={} R={} τ={} (K={}, ML1 to {}) V={} N={} (residual {})",
+                c.n_layers,
+                c.d_k,
+                c.d_v,
+                c.rank,
+                c.tau,
+                c.chunks(),
+                c.d_hidden(),
+                c.vocab,
+                c.seq_len,
+                c.residual()
+            );
+            show(args.json, &h, || {
+                print(&describe, "paper (SPEC §5)", &h.counts, c.seq_len);
+                println!(
+                    "hash tables          {:>18} ({:.1}% of the parameters, {:.1} MB in f32)",
+                    thousands(h.table_params),
+                    100.0 * h.table_params as f64 / h.counts.params.max(1) as f64,
+                    h.table_mb_f32
+                );
+            })
+        }
+        ModelConfig::MemoryFormer(c) => {
+            c.validate()?;
+            memoryformer(args.json, c)
+        }
+    }
+}
+
+/// Prints `counts` as JSON, or the table `table` prints.
+fn show<T: serde::Serialize>(json: bool, counts: &T, table: impl FnOnce()) -> Result<()> {
+    match json {
+        true => println!("{}", serde_json::to_string(counts)?),
+        false => table(),
     }
     Ok(())
 }
 
-fn print(describe: &str, c: &Counts, n: usize) {
+fn print(describe: &str, paper: &str, c: &Counts, n: usize) {
     println!("{describe}");
-    println!("                     {:>18} {:>18}", "as built", "paper (Table 7)");
+    println!("                     {:>18} {:>18}", "as built", paper);
     println!(
         "parameters           {:>18} {:>18}",
         thousands(c.params),
@@ -75,17 +111,18 @@ fn print(describe: &str, c: &Counts, n: usize) {
     );
 }
 
-/// Per-block FLOPs beside a dense block of the same width, and the table memory.
-fn memoryformer(args: &CountArgs) -> Result<()> {
-    match args.paper_table {
-        Some(1) => return table1(),
-        Some(3) => return table3(),
-        Some(n) => anyhow::bail!("the MemoryFormer paper's tables with counts are 1 and 3, not {n}"),
-        None => {}
+fn paper_table(n: u8) -> Result<()> {
+    match n {
+        1 => table1(),
+        3 => table3(),
+        n => anyhow::bail!("the MemoryFormer paper's tables with counts are 1 and 3, not {n}"),
     }
-    let c = args.model.memoryformer()?;
-    let b = count::try_memoryformer_block(&c)?;
-    if args.json {
+}
+
+/// Per-block FLOPs beside a dense block of the same width, and the table memory.
+fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
+    let b = count::try_memoryformer_block(c)?;
+    if json {
         println!("{}", serde_json::to_string(&b)?);
         return Ok(());
     }

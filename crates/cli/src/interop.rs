@@ -157,7 +157,10 @@ fn data_for(args: &ImportArgs, dims: &OfficialDims) -> Result<(DataConfig, usize
     };
     let (tokens, width) = source::read_rows(&path)?;
     if let Some(t) = args.seq_len.filter(|&t| t + 1 != width) {
-        bail!("--seq-len {t} does not match the rows of {width} tokens in {}", path.display());
+        bail!(
+            "--seq-len {t} does not match the rows of {width} tokens in {}",
+            path.display()
+        );
     }
     let tokenizer = match dims.vocab {
         256 => TokenizerKind::Bytes,
@@ -171,7 +174,10 @@ fn data_for(args: &ImportArgs, dims: &OfficialDims) -> Result<(DataConfig, usize
     let eval_batches = rows / batch;
     check_eval_batches(eval_batches)?;
     if args.tokens.is_none() {
-        say(&format!("evaluation windows: the `tokens` of {} (found beside the parameters)", path.display()));
+        say(&format!(
+            "evaluation windows: the `tokens` of {} (found beside the parameters)",
+            path.display()
+        ));
     }
     let data = DataConfig::Tokens {
         path: std::path::absolute(&path).unwrap_or(path),
@@ -193,7 +199,10 @@ fn beside(params: &Path) -> Option<PathBuf> {
 pub fn export(cmd: ExportCommand) -> Result<()> {
     let ExportCommand::Official(args) = cmd;
     if args.out.exists() {
-        bail!("{} exists; choose another --out, or remove it first", args.out.display());
+        bail!(
+            "{} exists; choose another --out, or remove it first",
+            args.out.display()
+        );
     }
     let cfg = load::config(&args.run)?;
     let ModelConfig::Rmt(rmt) = &cfg.model else {

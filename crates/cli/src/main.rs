@@ -1,4 +1,4 @@
-//! `resmem`: train and study Transformer, RMT and MemoryFormer models from the command line.
+//! `resmem`: train and study Transformer, RMT, MemoryFormer and hybrid models from the command line.
 
 mod analyze;
 mod args;

@@ -3,9 +3,9 @@
 
 use anyhow::{bail, Context, Result};
 use data::{Batch, BatchSource, Corpus, FixedRows, Split, TaskSampler, TextSampler, Tokenizer, TokenizerKind};
+use models::DataConfig;
 use safetensors::{Dtype, SafeTensors};
 use std::path::Path;
-use models::DataConfig;
 use std::sync::Arc;
 
 /// Held-out task batches come from a seed no training run uses.
@@ -22,7 +22,10 @@ enum Kind {
     Task(data::Task),
     Text(Arc<Corpus>),
     /// Rows of T + 1 tokens.
-    Rows { tokens: Vec<u32>, width: usize },
+    Rows {
+        tokens: Vec<u32>,
+        width: usize,
+    },
 }
 
 pub fn open(cfg: &DataConfig) -> Result<Data> {
@@ -58,7 +61,10 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
             let (tokens, width) = read_rows(path)?;
             let vocab = Tokenizer::new(*tokenizer)?.vocab();
             if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-                bail!("{} holds the token {bad}, outside the {tokenizer} vocabulary of {vocab}", path.display());
+                bail!(
+                    "{} holds the token {bad}, outside the {tokenizer} vocabulary of {vocab}",
+                    path.display()
+                );
             }
             if width != seq_len + 1 {
                 bail!(
@@ -82,18 +88,40 @@ pub fn read_rows(path: &Path) -> Result<(Vec<u32>, usize)> {
     let file = SafeTensors::deserialize(&bytes)
         .map_err(|e| anyhow::anyhow!("{} is not a safetensors file ({e})", path.display()))?;
     let t = file.tensor("tokens").map_err(|_| {
-        anyhow::anyhow!("{} has no tensor named `tokens` (rows of T + 1 token ids)", path.display())
+        anyhow::anyhow!(
+            "{} has no tensor named `tokens` (rows of T + 1 token ids)",
+            path.display()
+        )
     })?;
     let &[rows, width] = t.shape() else {
-        bail!("`tokens` in {} has shape {:?}; it must be (rows, T + 1)", path.display(), t.shape());
+        bail!(
+            "`tokens` in {} has shape {:?}; it must be (rows, T + 1)",
+            path.display(),
+            t.shape()
+        );
     };
     let d = t.data();
     let ids: Vec<i64> = match t.dtype() {
-        Dtype::I32 => d.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]).into()).collect(),
-        Dtype::U32 => d.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into()).collect(),
-        Dtype::I64 => d.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))).collect(),
-        Dtype::U16 => d.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]).into()).collect(),
-        other => bail!("`tokens` in {} is {other:?}; token ids must be integers", path.display()),
+        Dtype::I32 => d
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]).into())
+            .collect(),
+        Dtype::U32 => d
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into())
+            .collect(),
+        Dtype::I64 => d
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect(),
+        Dtype::U16 => d
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]).into())
+            .collect(),
+        other => bail!(
+            "`tokens` in {} is {other:?}; token ids must be integers",
+            path.display()
+        ),
     };
     let tokens = ids
         .iter()

@@ -82,28 +82,21 @@ fn closed_form_prints_table2_transformer_rows() {
     }
 }
 
+/// `analyze variance --measured` of `arch` at `preset` and the flags `dims`, on the CPU with
+/// a random unembedding; its rows, which must be four sites for each of two blocks.
+fn measured(arch: &str, preset: &str, dims: &[&str]) -> Vec<Value> {
+    let mut args = vec!["analyze", "variance", "--measured", "--arch", arch, "--preset", preset];
+    args.extend_from_slice(dims);
+    args.extend(["--backend", "cpu", "--random-unembedding", "--json"]);
+    let rows = json(&args).as_array().unwrap().clone();
+    assert_eq!(rows.len(), 2 * 4, "two blocks, four sites each: {rows:?}");
+    rows
+}
+
 #[test]
 fn measured_variance_reports_every_site() {
-    let rows = json(&[
-        "analyze",
-        "variance",
-        "--measured",
-        "--arch",
-        "rmt",
-        "--preset",
-        "table9-46m",
-        "--layers",
-        "2",
-        "--d-ff",
-        "64",
-        "--backend",
-        "cpu",
-        "--random-unembedding",
-        "--json",
-    ]);
-    let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 2 * 4, "two blocks, four sites each: {rows:?}");
-    for r in rows {
+    let rows = measured("rmt", "table9-46m", &["--layers", "2", "--d-ff", "64"]);
+    for r in &rows {
         for key in ["model", "layer", "op", "forward_ratio", "backward_ratio"] {
             assert!(r.get(key).is_some(), "{key} missing from {r}");
         }
@@ -159,4 +152,37 @@ fn count_memoryformer_prints_the_paper_tables() {
         text.contains("MF-tiny") && text.contains("4.7 G") && text.contains("10.7 G"),
         "{text}"
     );
+}
+
+/// The hybrid from a training preset: its counts beside the RMT's (its memory block replaces
+/// W1 and W2), its storages and retrievals with the RMT's closed form, and measured probes.
+#[test]
+fn hybrid_counts_and_variance() {
+    let h = json(&["count", "--arch", "hybrid", "--preset", "small-hybrid", "--json"]);
+    for key in [
+        "params",
+        "params_paper",
+        "flops_fwd",
+        "flops_fwd_paper",
+        "table_params",
+        "table_mb_f32",
+    ] {
+        assert!(num(&h, key) > 0.0, "{key} missing from {h}");
+    }
+    assert!(num(&h, "table_params") < num(&h, "params"), "{h}");
+    let r = json(&["count", "--arch", "rmt", "--preset", "small-rmt", "--json"]);
+    assert!(num(&h, "flops_fwd") < num(&r, "flops_fwd"), "{h} vs {r}");
+    let closed = |arch: &str| {
+        let rows = json(&["analyze", "variance", "--closed-form", "--arch", arch, "--json"]);
+        let rows = rows.as_array().unwrap().clone();
+        assert!(rows.iter().all(|row| row["model"] == arch), "{rows:?}");
+        rows.iter()
+            .map(|row| (num(row, "forward_ratio"), num(row, "backward_ratio")))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(closed("hybrid"), closed("rmt"));
+    let rows = measured("hybrid", "tiny-hybrid", &[]);
+    assert!(rows
+        .iter()
+        .all(|r| r["model"] == "hybrid" && num(r, "backward_ratio") > 0.0));
 }

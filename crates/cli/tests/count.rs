@@ -27,7 +27,13 @@ fn counts_that_overflow_name_the_setting() {
     );
     let err = fails(&["count", "--arch", "rmt", "--d-k", "1000000000000000", "--json"]);
     assert!(err.contains("overflow"), "{err}");
-    for (arch, flag) in [("transformer", "--seq-len"), ("rmt", "--seq-len"), ("rmt", "--d-k")] {
+    for (arch, flag) in [
+        ("transformer", "--seq-len"),
+        ("rmt", "--seq-len"),
+        ("rmt", "--d-k"),
+        ("hybrid", "--seq-len"),
+        ("hybrid", "--d-k"),
+    ] {
         let err = fails(&["count", "--arch", arch, flag, "18446744073709551615"]);
         assert!(err.contains("overflow"), "{arch} {flag}: {err}");
     }
@@ -61,6 +67,10 @@ fn inapplicable_dimension_flags_are_errors() {
         ("memoryformer", &["--position", "learned"]),
         ("memoryformer", &["--head-dim", "16"]),
         ("memoryformer", &["--d-ff", "64"]),
+        ("hybrid", &["--d-ff", "64"]),
+        ("hybrid", &["--d-model", "64"]),
+        ("hybrid", &["--heads", "4"]),
+        ("hybrid", &["--head-dim", "16"]),
     ];
     for &(arch, flag) in cases {
         let mut args = vec!["count", "--arch", arch];
@@ -82,7 +92,7 @@ fn inapplicable_dimension_flags_are_errors() {
 
 #[test]
 fn non_finite_init_std_is_refused() {
-    for arch in ["transformer", "rmt"] {
+    for arch in ["transformer", "rmt", "hybrid"] {
         let err = fails(&[
             "analyze",
             "variance",
@@ -108,4 +118,12 @@ fn non_finite_init_std_is_refused() {
     assert!(err.contains("init_std = inf"), "{err}");
     let err = fails(&["count", "--arch", "transformer", "--init-std", "NaN"]);
     assert!(err.contains("init_std = NaN"), "{err}");
+}
+
+#[test]
+fn a_preset_of_another_arch_is_refused() {
+    let err = fails(&["count", "--arch", "hybrid", "--preset", "small-rmt"]);
+    assert!(err.contains("`small-rmt` is a rmt model, not --arch hybrid"), "{err}");
+    let err = fails(&["count", "--arch", "hybrid", "--tau", "15"]);
+    assert!(err.contains("tau of at most 14"), "{err}");
 }

@@ -159,14 +159,18 @@ impl FixedRows {
     pub fn new(tokens: &[u32], width: usize, b: usize) -> Result<Self, crate::DataError> {
         let bad = crate::DataError::Invalid;
         if width < 2 {
-            return Err(bad(format!("token rows of {width} tokens hold no (input, target) pair; they need at least 2")));
+            return Err(bad(format!(
+                "token rows of {width} tokens hold no (input, target) pair; they need at least 2"
+            )));
         }
         if tokens.is_empty() || !tokens.len().is_multiple_of(width) {
             return Err(bad(format!("{} tokens are not whole rows of {width}", tokens.len())));
         }
         let rows = tokens.len() / width;
         if b == 0 || rows < b {
-            return Err(bad(format!("{rows} token rows cannot fill a batch of {b}; use a batch of at most {rows}")));
+            return Err(bad(format!(
+                "{rows} token rows cannot fill a batch of {b}; use a batch of at most {rows}"
+            )));
         }
         let t = width - 1;
         let batches = tokens

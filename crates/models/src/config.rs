@@ -209,6 +209,49 @@ impl RmtConfig {
     /// R=8 heads of D_v=16 (as the tiny transformer's 8×16), D_k=8, so the residual holds 128
     /// values against the transformer's 64, at about the same parameter count.
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        Self::new(Trunk::tiny(vocab, seq_len), 256)
+    }
+
+    /// The RMT of `trunk` with a dense core of width `d_ff`.
+    pub fn new(trunk: Trunk, d_ff: usize) -> Self {
+        Self::from_parts(trunk, d_ff)
+    }
+
+    /// The residual size D_k·D_v, the RMT's counterpart of the transformer's D.
+    pub fn residual(&self) -> usize {
+        self.trunk().residual()
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        self.trunk().validate(&[("d_ff", self.d_ff)])?;
+        crate::memory::rmt_params(self)?.addressable().map(|_| ())
+    }
+}
+
+/// What every residual-matrix model shares, whatever its feed-forward core: the RMT of SPEC §2
+/// with the core taken out. `RmtConfig` (a dense core) and `HybridConfig` (a memory block) are
+/// each a trunk and a core.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Trunk {
+    pub vocab: usize,
+    pub seq_len: usize,
+    pub d_k: usize,
+    pub d_v: usize,
+    pub rank: usize,
+    pub n_layers: usize,
+    pub norm: Norm,
+    pub norm_eps: f32,
+    pub position: Position,
+    pub attn_layer_scale: bool,
+    pub scaled_output_init: bool,
+    pub init_std: f32,
+    pub zero_unembedding: bool,
+    pub z_loss: f32,
+}
+
+impl Trunk {
+    /// The tiny RMT's: R=8 heads of D_v=16, D_k=8, two layers.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
         Self {
             vocab,
             seq_len,
@@ -216,7 +259,6 @@ impl RmtConfig {
             d_v: 16,
             rank: 8,
             n_layers: 2,
-            d_ff: 256,
             norm: Norm::RmsNorm,
             norm_eps: 1e-6,
             position: Position::Learned,
@@ -228,13 +270,20 @@ impl RmtConfig {
         }
     }
 
-    /// The residual size D_k·D_v, the RMT's counterpart of the transformer's D.
+    /// The residual size D_k·D_v.
     pub fn residual(&self) -> usize {
         // Saturates rather than wraps on a config `validate` would refuse.
         self.d_k.saturating_mul(self.d_v)
     }
 
-    pub fn validate(&self) -> Result<()> {
+    /// R·D_v: the width of the R vectors that one retrieval reads per token, the feed-forward
+    /// core's input and output.
+    pub fn width(&self) -> usize {
+        self.rank.saturating_mul(self.d_v)
+    }
+
+    /// Checks the trunk's settings, and that the core's `sizes` are at least 1.
+    fn validate(&self, sizes: &[(&str, usize)]) -> Result<()> {
         require_positive(&[
             ("vocab", self.vocab),
             ("seq_len", self.seq_len),
@@ -242,14 +291,75 @@ impl RmtConfig {
             ("d_v", self.d_v),
             ("rank", self.rank),
             ("n_layers", self.n_layers),
-            ("d_ff", self.d_ff),
         ])?;
+        require_positive(sizes)?;
         require_in_range(&[
             ("norm_eps", self.norm_eps, Range::Positive),
             ("init_std", self.init_std, Range::Positive),
             ("z_loss", self.z_loss, Range::NonNegative),
-        ])?;
-        crate::memory::rmt_params(self)?.addressable().map(|_| ())
+        ])
+    }
+}
+
+/// How a model's Memory Layers hash and start (SPEC §3), the same for MemoryFormer and the
+/// hybrid: K = ⌊d/τ⌋ chunks of τ bits read tables of 2^τ rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hashing {
+    pub tau: usize,
+    pub temperature: f32,
+    pub l1_weight: bool,
+    pub table_std: f32,
+    pub bias_std: f32,
+    pub table_lr_mult: f32,
+}
+
+impl Hashing {
+    /// The MemoryFormer paper's: temperature 1, tables N(0, 0.02²), biases N(0, 1e-3²), tables
+    /// at 3× the learning rate.
+    pub fn paper(tau: usize) -> Self {
+        Self {
+            tau,
+            temperature: 1.0,
+            l1_weight: false,
+            table_std: 0.02,
+            bias_std: 1e-3,
+            table_lr_mult: 3.0,
+        }
+    }
+
+    /// K = ⌊d/τ⌋ chunks of an input of width `d`; values past K·τ are not hashed.
+    pub fn chunks(&self, d: usize) -> usize {
+        d.checked_div(self.tau).unwrap_or(0)
+    }
+
+    /// The width the memory block's ML1 expands to, (τ + 2)·K, which ML2 hashes in K chunks of
+    /// τ + 2 bits.
+    pub fn d_hidden(&self, d: usize) -> usize {
+        // Saturates rather than wraps on a config `validate` would refuse.
+        self.tau.saturating_add(2).saturating_mul(self.chunks(d))
+    }
+
+    /// Checks τ against the width `d` it hashes (named `d_name`), and the float settings.
+    fn validate(&self, d_name: &str, d: usize) -> Result<()> {
+        require_positive(&[("tau", self.tau)])?;
+        if self.tau > 14 {
+            return Err(ModelError::Config(format!(
+                "tau = {} makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
+                self.tau
+            )));
+        }
+        if self.tau > d {
+            return Err(ModelError::Config(format!(
+                "tau = {} exceeds {d_name} = {d}: there is not one whole chunk to hash",
+                self.tau
+            )));
+        }
+        require_in_range(&[
+            ("temperature", self.temperature, Range::Positive),
+            ("table_std", self.table_std, Range::NonNegative),
+            ("bias_std", self.bias_std, Range::NonNegative),
+            ("table_lr_mult", self.table_lr_mult, Range::Positive),
+        ])
     }
 }
 
@@ -316,13 +426,12 @@ impl MemoryFormerConfig {
 
     /// K = ⌊d/τ⌋; values of d past K·τ are not hashed (the paper's d = 510 = 51·10 case).
     pub fn chunks(&self) -> usize {
-        self.d_model.checked_div(self.tau).unwrap_or(0)
+        self.hashing().chunks(self.d_model)
     }
 
     /// The width ML1 expands to, (τ + 2)·K, which ML2 hashes in K chunks of τ + 2 bits.
     pub fn d_hidden(&self) -> usize {
-        // Saturates rather than wraps on a config `validate` would refuse.
-        self.tau.saturating_add(2).saturating_mul(self.chunks())
+        self.hashing().d_hidden(self.d_model)
     }
 
     pub fn head_dim(&self) -> usize {
@@ -336,20 +445,8 @@ impl MemoryFormerConfig {
             ("d_model", self.d_model),
             ("n_layers", self.n_layers),
             ("n_heads", self.n_heads),
-            ("tau", self.tau),
         ])?;
-        if self.tau > 14 {
-            return Err(ModelError::Config(format!(
-                "tau = {} makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
-                self.tau
-            )));
-        }
-        if self.tau > self.d_model {
-            return Err(ModelError::Config(format!(
-                "tau = {} exceeds d_model = {}: there is not one whole chunk to hash",
-                self.tau, self.d_model
-            )));
-        }
+        self.hashing().validate("d_model", self.d_model)?;
         if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(ModelError::Config(format!(
                 "d_model = {} is not a multiple of n_heads = {}",
@@ -358,16 +455,184 @@ impl MemoryFormerConfig {
         }
         require_in_range(&[
             ("norm_eps", self.norm_eps, Range::Positive),
-            ("temperature", self.temperature, Range::Positive),
-            ("table_std", self.table_std, Range::NonNegative),
-            ("bias_std", self.bias_std, Range::NonNegative),
             ("embed_std", self.embed_std, Range::Positive),
-            ("table_lr_mult", self.table_lr_mult, Range::Positive),
             ("z_loss", self.z_loss, Range::NonNegative),
         ])?;
         crate::memory::memoryformer_params(self)?.addressable().map(|_| ())
     }
 }
+
+/// The hybrid of SPEC §5: an RMT whose feed-forward core W2·GELU(W1·x) is MemoryFormer's
+/// memory block ML2(Norm(ML1(x))). The settings are the RMT's without d_ff, and the memory
+/// block's: it hashes the R·D_v values that the FF adapters retrieve in K = ⌊R·D_v/τ⌋ chunks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HybridConfig {
+    /// V
+    pub vocab: usize,
+    /// N, the context length.
+    pub seq_len: usize,
+    /// D_k: rows of each token's residual matrix.
+    pub d_k: usize,
+    /// D_v: columns of the residual matrix; also the attention head width.
+    pub d_v: usize,
+    /// R: heads = storage/retrieval vectors per layer = FF adapter vectors.
+    pub rank: usize,
+    /// L
+    pub n_layers: usize,
+    /// The residual's norm (whole matrix) and the memory block's inner norm.
+    pub norm: Norm,
+    pub norm_eps: f32,
+    pub position: Position,
+    /// Divide attention logits by (layer index + 1); ALiBi's bias is added after, undivided.
+    pub attn_layer_scale: bool,
+    /// Storage keys of the attention and FF outputs get an extra 1/sqrt(2L).
+    pub scaled_output_init: bool,
+    /// Keys ~ N(0, init_std²/fan_in); embedding tables ~ N(0, init_std²).
+    pub init_std: f32,
+    /// W_U starts at zero, so the first loss is exactly ln V.
+    pub zero_unembedding: bool,
+    /// τ: ML1 hashes chunks of τ bits (tables of 2^τ rows), ML2 chunks of τ + 2.
+    pub tau: usize,
+    /// t in p(z) = Π_j 1/(1 + exp(−2|z_j|/t)).
+    pub temperature: f32,
+    /// Multiply p(z) by ‖z‖₁, as MemoryFormer's community code does.
+    pub l1_weight: bool,
+    /// Tables ~ N(0, table_std²); MemoryFormer's 0.02.
+    pub table_std: f32,
+    /// Biases ~ N(0, bias_std²); MemoryFormer's 1e-3.
+    pub bias_std: f32,
+    /// Tables learn at this multiple of the learning rate: their gradients are sparse.
+    pub table_lr_mult: f32,
+    pub z_loss: f32,
+}
+
+impl HybridConfig {
+    /// The tiny RMT's trunk (R·D_v = 128) with a memory block of τ = 4: K = 32 tables of 16
+    /// rows in ML1, 32 of 64 rows in ML2.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        Self::new(Trunk::tiny(vocab, seq_len), Hashing::paper(4))
+    }
+
+    /// The hybrid of `trunk` whose core hashes as `h` says.
+    pub fn new(trunk: Trunk, h: Hashing) -> Self {
+        Self::from_parts(
+            trunk,
+            h.tau,
+            h.temperature,
+            h.l1_weight,
+            h.table_std,
+            h.bias_std,
+            h.table_lr_mult,
+        )
+    }
+
+    /// The residual size D_k·D_v.
+    pub fn residual(&self) -> usize {
+        self.trunk().residual()
+    }
+
+    /// d = R·D_v: the width the memory block reads and writes.
+    pub fn width(&self) -> usize {
+        self.trunk().width()
+    }
+
+    /// K = ⌊R·D_v/τ⌋ tables per Memory Layer.
+    pub fn chunks(&self) -> usize {
+        self.hashing().chunks(self.width())
+    }
+
+    /// The width ML1 expands to, (τ + 2)·K.
+    pub fn d_hidden(&self) -> usize {
+        self.hashing().d_hidden(self.width())
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        self.trunk().validate(&[])?;
+        self.hashing().validate("rank × d_v", self.width())?;
+        crate::memory::hybrid_params(self)?.addressable().map(|_| ())
+    }
+}
+
+/// `trunk()` and `from_parts(trunk, core settings…)` for a config made of `Trunk`'s fields
+/// (under their names) and its core's `$field`s: the one place each field is mapped.
+macro_rules! trunk_and_core {
+    ($cfg:ident { $($field:ident: $ty:ty),* }) => {
+        impl $cfg {
+            /// Everything but the feed-forward core.
+            pub fn trunk(&self) -> Trunk {
+                Trunk {
+                    vocab: self.vocab,
+                    seq_len: self.seq_len,
+                    d_k: self.d_k,
+                    d_v: self.d_v,
+                    rank: self.rank,
+                    n_layers: self.n_layers,
+                    norm: self.norm,
+                    norm_eps: self.norm_eps,
+                    position: self.position,
+                    attn_layer_scale: self.attn_layer_scale,
+                    scaled_output_init: self.scaled_output_init,
+                    init_std: self.init_std,
+                    zero_unembedding: self.zero_unembedding,
+                    z_loss: self.z_loss,
+                }
+            }
+
+            #[allow(clippy::too_many_arguments)]
+            fn from_parts(t: Trunk, $($field: $ty),*) -> Self {
+                Self {
+                    vocab: t.vocab,
+                    seq_len: t.seq_len,
+                    d_k: t.d_k,
+                    d_v: t.d_v,
+                    rank: t.rank,
+                    n_layers: t.n_layers,
+                    norm: t.norm,
+                    norm_eps: t.norm_eps,
+                    position: t.position,
+                    attn_layer_scale: t.attn_layer_scale,
+                    scaled_output_init: t.scaled_output_init,
+                    init_std: t.init_std,
+                    zero_unembedding: t.zero_unembedding,
+                    z_loss: t.z_loss,
+                    $($field),*
+                }
+            }
+        }
+    };
+}
+
+trunk_and_core!(RmtConfig { d_ff: usize });
+trunk_and_core!(HybridConfig {
+    tau: usize,
+    temperature: f32,
+    l1_weight: bool,
+    table_std: f32,
+    bias_std: f32,
+    table_lr_mult: f32
+});
+
+/// `hashing()` for a config with `Hashing`'s fields under their names.
+macro_rules! has_hashing {
+    ($($cfg:ident),*) => {$(
+        impl $cfg {
+            /// How its Memory Layers hash and start.
+            pub fn hashing(&self) -> Hashing {
+                Hashing {
+                    tau: self.tau,
+                    temperature: self.temperature,
+                    l1_weight: self.l1_weight,
+                    table_std: self.table_std,
+                    bias_std: self.bias_std,
+                    table_lr_mult: self.table_lr_mult,
+                }
+            }
+        }
+    )*};
+}
+
+has_hashing!(MemoryFormerConfig, HybridConfig);
 
 /// Which architecture, with its config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -376,6 +641,7 @@ pub enum ModelConfig {
     Transformer(TransformerConfig),
     Rmt(RmtConfig),
     MemoryFormer(MemoryFormerConfig),
+    Hybrid(HybridConfig),
 }
 
 /// How to train: AdamW with warmup and cosine decay (SPEC §2, App. C of the RMT paper).

@@ -1,5 +1,6 @@
 //! Parameter and forward-FLOP counts per sequence of N tokens: the paper's Table 7 formulas
-//! (with the V·D correction of SPEC §2) and the exact count of the model as built.
+//! (with the V·D correction of SPEC §2; for the hybrid, SPEC §5's change of them) and the exact
+//! count of the model as built.
 //!
 //! Every count is checked: a config whose counts overflow u64 is an error naming the setting to
 //! shrink (the `try_` functions), never a wrapped number.
@@ -12,7 +13,7 @@
 //! leaves them out.
 
 use crate::memory;
-use crate::{MemoryFormerConfig, ModelError, Position, Result, RmtConfig, TransformerConfig};
+use crate::{HybridConfig, MemoryFormerConfig, ModelError, Position, Result, RmtConfig, TransformerConfig, Trunk};
 use serde::Serialize;
 use std::ops::{Add, Div, Mul};
 
@@ -125,6 +126,48 @@ pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
     })
 }
 
+/// The settings an overflowing count of a residual-matrix model may name: the trunk's and the
+/// core's `core`.
+fn trunk_settings(t: &Trunk, core: (&'static str, usize)) -> [(&'static str, usize); 7] {
+    [
+        ("vocab", t.vocab),
+        ("seq_len", t.seq_len),
+        ("d_k", t.d_k),
+        ("d_v", t.d_v),
+        ("rank", t.rank),
+        ("layers", t.n_layers),
+        core,
+    ]
+}
+
+/// Table 7's RMT formulas without the feed-forward core's terms: (parameters, FLOPs).
+fn trunk_paper(t: &Trunk) -> (N, N) {
+    let [v, n_, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(dim);
+    let params = r * (n(2u8) * dk * (n(3u8) * l + n(1u8)) + dv * (v + n_));
+    let flops =
+        n(6u8) * n_ * r * dk * dv * (n(1u8) + l) + n_ * r * (n(4u8) * v * dv + l * (n(4u8) * n_ * dv + n(3u8) * n_));
+    (params, flops)
+}
+
+/// A residual-matrix model's forward FLOPs per sequence as built, around a feed-forward core
+/// of `core` FLOPs per layer and sequence.
+fn residual_matrix_flops(t: &Trunk, core: N) -> N {
+    let [v, n_, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(dim);
+    let causal = n_ * (n_ + n(1u8)) / n(2u8);
+    // One retrieval or storage of R vectors over N tokens.
+    let rs = n(2u8) * n_ * r * dk * dv;
+    let positions = match t.position {
+        Position::Learned => n(1u8),
+        Position::Alibi => n(0u8),
+    };
+    let embedding = rs * (n(1u8) + positions);
+    let attention = n(3u8) * rs + r * (n(4u8) * dv * causal + n(3u8) * causal) + rs;
+    // The FF adapters' retrieval and storage around the core.
+    let ff = rs + core + rs;
+    let unembedding = rs + n(2u8) * n_ * v * r * dv;
+    embedding + l * (attention + ff) + unembedding
+}
+
 /// The RMT at sequence length `cfg.seq_len`; u64::MAX everywhere if a count overflows (see
 /// [`try_rmt`] for the error).
 pub fn rmt(cfg: &RmtConfig) -> Counts {
@@ -134,37 +177,97 @@ pub fn rmt(cfg: &RmtConfig) -> Counts {
 /// The RMT at sequence length `cfg.seq_len`, or an error naming the setting that makes a count
 /// overflow.
 pub fn try_rmt(cfg: &RmtConfig) -> Result<Counts> {
-    let settings = [
-        ("vocab", cfg.vocab),
-        ("seq_len", cfg.seq_len),
-        ("d_k", cfg.d_k),
-        ("d_v", cfg.d_v),
-        ("rank", cfg.rank),
-        ("layers", cfg.n_layers),
-        ("d_ff", cfg.d_ff),
-    ];
-    let [v, n_, dk, dv, r, l, f] = settings.map(|s| dim(s.1));
-    let causal = n_ * (n_ + n(1u8)) / n(2u8);
-    // One retrieval or storage of R vectors over N tokens.
-    let rs = n(2u8) * n_ * r * dk * dv;
-    let positions = match cfg.position {
-        Position::Learned => n(1u8),
-        Position::Alibi => n(0u8),
-    };
-    let embedding = rs * (n(1u8) + positions);
-    let attention = n(3u8) * rs + r * (n(4u8) * dv * causal + n(3u8) * causal) + rs;
-    let ff = rs + n(4u8) * n_ * r * dv * f + rs;
-    let unembedding = rs + n(2u8) * n_ * v * r * dv;
+    let t = cfg.trunk();
+    let settings = trunk_settings(&t, ("d_ff", cfg.d_ff));
+    let [n_, dv, r, l, f] = [t.seq_len, t.d_v, t.rank, t.n_layers, cfg.d_ff].map(dim);
+    // W1 and W2: 2·R·D_v·D_FF multiply-adds per token.
+    let dense = n(4u8) * n_ * r * dv * f;
+    let (trunk_params, trunk_flops) = trunk_paper(&t);
     let params = memory::rmt_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
     Ok(Counts {
         params,
-        params_paper: (r * (n(2u8) * dk * (n(3u8) * l + n(1u8)) + dv * (n(2u8) * l * f + v + n_))).get(&settings)?,
-        flops_fwd: (embedding + l * (attention + ff) + unembedding).get(&settings)?,
-        flops_fwd_paper: (n(6u8) * n_ * r * dk * dv * (n(1u8) + l)
-            + n_ * r * (n(4u8) * v * dv + l * (n(4u8) * n_ * dv + n(3u8) * n_ + n(4u8) * dv * f)))
-            .get(&settings)?,
+        params_paper: (trunk_params + n(2u8) * l * r * dv * f).get(&settings)?,
+        flops_fwd: residual_matrix_flops(&t, dense).get(&settings)?,
+        flops_fwd_paper: (trunk_flops + l * dense).get(&settings)?,
+    })
+}
+
+/// The hybrid's counts: the RMT's kinds, and its hash tables.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HybridCounts {
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Values in the hash tables of every layer, a part of `params`.
+    pub table_params: u64,
+    /// Their memory in MB (10^6 bytes) of f32, as resmem stores them.
+    pub table_mb_f32: f64,
+}
+
+/// 2^bits, None past u128.
+fn pow2(bits: N) -> N {
+    N(bits
+        .0
+        .and_then(|b| u32::try_from(b).ok())
+        .and_then(|b| 1u128.checked_shl(b)))
+}
+
+/// FLOPs of one row through one Memory Layer of K tables hashing `bits` bits into `out`
+/// values, at `mac` FLOPs per multiply-add: K·out to weigh and add the rows read, `out` for
+/// the bias, 2 per hashed value for the sign and p(z).
+fn memory_layer_row(mac: N, k: N, bits: N, out: N) -> N {
+    mac * k * out + out + n(2u8) * k * bits
+}
+
+/// The hybrid at sequence length `cfg.seq_len`; u64::MAX everywhere if a count overflows (see
+/// [`try_hybrid`] for the error).
+pub fn hybrid(cfg: &HybridConfig) -> HybridCounts {
+    try_hybrid(cfg).unwrap_or(HybridCounts {
+        counts: Counts::SATURATED,
+        table_params: u64::MAX,
+        table_mb_f32: f64::INFINITY,
+    })
+}
+
+/// The hybrid at sequence length `cfg.seq_len` (SPEC §5), or an error naming the setting that
+/// makes a count overflow. Its memory block replaces the RMT's W1 and W2:
+/// - paper: Table 7's RMT formulas without the two FF products, plus per layer the tables
+///   `K·2^τ·(τ+2)K + K·2^(τ+2)·d`, the biases and the inner norm's gain, and the memory block's
+///   `K·(τ+2)K + K·d` multiply-adds per token, at 2 FLOPs each as everywhere in the RMT's count;
+/// - as built: the layout's parameters, and per row and Memory Layer the multiply-adds, the
+///   bias and the hashing (as MemoryFormer's block is counted).
+pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
+    let t = cfg.trunk();
+    let settings = trunk_settings(&t, ("tau", cfg.tau));
+    let [n_, l, tau, d, k, dh] = [
+        t.seq_len,
+        t.n_layers,
+        cfg.tau,
+        cfg.width(),
+        cfg.chunks(),
+        cfg.d_hidden(),
+    ]
+    .map(dim);
+    let tau2 = tau + n(2u8);
+    let tables = k * pow2(tau) * dh + k * pow2(tau2) * d;
+    let macs = k * dh + k * d;
+    let rows = memory_layer_row(n(2u8), k, tau, dh) + memory_layer_row(n(2u8), k, tau2, d);
+    let (trunk_params, trunk_flops) = trunk_paper(&t);
+    let params = memory::hybrid_params(cfg)
+        .map(|p| p.count)
+        .or_else(|_| N(None).get(&settings))?;
+    let table_params = (l * tables).get(&settings)?;
+    Ok(HybridCounts {
+        counts: Counts {
+            params,
+            // Biases of (τ+2)K and d, and the inner norm's gain of (τ+2)K.
+            params_paper: (trunk_params + l * (tables + dh + d + dh)).get(&settings)?,
+            flops_fwd: residual_matrix_flops(&t, n_ * rows).get(&settings)?,
+            flops_fwd_paper: (trunk_flops + l * n(2u8) * n_ * macs).get(&settings)?,
+        },
+        table_params,
+        table_mb_f32: table_params as f64 * 4.0 / 1e6,
     })
 }
 
@@ -240,7 +343,7 @@ pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
     let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
     let per_row = layers
         .iter()
-        .fold(n(0u8), |acc, &(bits, out)| acc + k * out + out + n(2u8) * k * bits);
+        .fold(n(0u8), |acc, &(bits, out)| acc + memory_layer_row(n(1u8), k, bits, out));
     let causal = s * (s + n(1u8)) / n(2u8);
     let attention = n(2u8) * d * causal + n(3u8) * h * causal;
     let get = |x: N| x.get(&settings);

@@ -1,14 +1,17 @@
 //! Models written once against the engine's `Backend` trait: configs, parameter layouts, init,
-//! the Transformer and the RMT, AdamW and the training step, the counters and the variance
-//! analysis.
+//! the Transformer, the RMT, the MemoryFormer and the hybrid (built from shared units), AdamW
+//! and the training step, the counters and the variance analysis.
 
 pub mod batch;
 pub mod buckets;
 pub mod checkpoint;
 pub mod config;
 pub mod count;
+pub mod ff;
+pub mod hybrid;
 pub mod loss;
 pub mod memory;
+pub mod memory_layer;
 pub mod memoryformer;
 pub mod official;
 pub mod optim;
@@ -22,7 +25,11 @@ pub mod transformer;
 pub mod variance;
 
 pub use batch::BatchTensors;
-pub use config::{MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig};
+pub use config::{
+    Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig,
+    Trunk,
+};
+pub use hybrid::Hybrid;
 pub use memory::{MemoryEstimate, Purpose};
 pub use memoryformer::MemoryFormer;
 pub use optim::{AdamW, Schedule};

@@ -55,7 +55,9 @@ impl<B: Backend> LossHead<B> {
             .iter()
             .zip(&batch.targets)
             .filter(|(_, &t)| t != data::IGNORE)
-            .fold((0.0f64, 0usize), |(s, n), (&l, _)| (s + f64::from(l) * f64::from(l), n + 1));
+            .fold((0.0f64, 0usize), |(s, n), (&l, _)| {
+                (s + f64::from(l) * f64::from(l), n + 1)
+            });
         Ok((f64::from(self.dims.z) * sum / n.max(1) as f64) as f32)
     }
 

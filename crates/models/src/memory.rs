@@ -6,7 +6,10 @@
 //! the GPU a zero-length buffer still takes 4 bytes; host-side vectors (init values, position
 //! buckets) are temporary and not counted.
 
-use crate::{MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig};
+use crate::{
+    Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig,
+    Trunk,
+};
 use engine::gpu::VIEW_ALIGN;
 use engine::ops::residual_matrix::KEY_GRAD_CHUNK;
 use engine::Hyper;
@@ -88,11 +91,15 @@ impl Tally {
     }
 }
 
-/// Sums a model's parameter views: (repeat, what, shape) with each view padded to 64 values.
-fn param_sizes(specs: &[(u64, &str, &[u64])]) -> Result<ParamSizes> {
+/// A parameter view declared `repeat` times: (repeat, what, shape).
+type Spec<'a> = (u64, &'a str, Vec<u64>);
+
+/// Sums a model's parameter views, each padded to 64 values.
+fn param_sizes(specs: &[Spec]) -> Result<ParamSizes> {
     let (mut count, mut total) = (0u64, 0u64);
     // A view declared 0 times (ALiBi's position table) has no size to overflow.
-    for &(repeat, what, shape) in specs.iter().filter(|s| s.0 > 0) {
+    for (repeat, what, shape) in specs.iter().filter(|s| s.0 > 0) {
+        let (repeat, what, shape) = (*repeat, *what, &shape[..]);
         let len = product(what, shape)?;
         let padded = len
             .checked_next_multiple_of(VIEW_ALIGN as u64)
@@ -128,71 +135,114 @@ pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
     let hd = product("n_heads × head_dim", &[h, dh])?;
     let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
     param_sizes(&[
-        (1, "wte (vocab × d_model)", &[v, d]),
-        (1, "wpe (seq_len × d_model)", &[n, d]),
-        (l, "the norm gains (d_model)", &[d]),
-        (l, "w_qkv (3·n_heads·head_dim × d_model)", &[qkv, d]),
-        (l, "w_o (d_model × n_heads·head_dim)", &[d, hd]),
-        (l, "the norm gains (d_model)", &[d]),
-        (l, "w1 (d_ff × d_model)", &[f, d]),
-        (l, "w2 (d_model × d_ff)", &[d, f]),
-        (1, "lnf (d_model)", &[d]),
-        (1, "w_u (vocab × d_model)", &[v, d]),
+        (1, "wte (vocab × d_model)", vec![v, d]),
+        (1, "wpe (seq_len × d_model)", vec![n, d]),
+        (l, "the norm gains (d_model)", vec![d]),
+        (l, "w_qkv (3·n_heads·head_dim × d_model)", vec![qkv, d]),
+        (l, "w_o (d_model × n_heads·head_dim)", vec![d, hd]),
+        (l, "the norm gains (d_model)", vec![d]),
+        (l, "w1 (d_ff × d_model)", vec![f, d]),
+        (l, "w2 (d_model × d_ff)", vec![d, f]),
+        (1, "lnf (d_model)", vec![d]),
+        (1, "w_u (vocab × d_model)", vec![v, d]),
     ])
 }
 
-/// The RMT's parameters, as `rmt::layout` declares them.
-pub fn rmt_params(c: &RmtConfig) -> Result<ParamSizes> {
-    let [v, n, dk, dv, r, l, f] = [c.vocab, c.seq_len, c.d_k, c.d_v, c.rank, c.n_layers, c.d_ff].map(|x| x as u64);
-    let rv = product("rank × d_v", &[r, dv])?;
+/// R·D_v, checked: the width of the trunk's vectors and of its feed-forward core.
+fn trunk_width(t: &Trunk) -> Result<u64> {
+    product("rank × d_v", &[t.rank as u64, t.d_v as u64])
+}
+
+/// The parameters of a residual-matrix model, as `rmt::layout` declares them: the trunk's,
+/// and `core`, the feed-forward core's views.
+fn residual_matrix_params(t: &Trunk, core: Vec<Spec>) -> Result<ParamSizes> {
+    let [v, n, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(|x| x as u64);
+    let rv = trunk_width(t)?;
     let r3 = product("3 × rank", &[3, r])?;
-    let learned = u64::from(c.position == Position::Learned);
-    param_sizes(&[
-        (1, "wte (vocab × rank × d_v)", &[v, rv]),
-        (1, "w_e (rank × d_k)", &[r, dk]),
-        (learned, "wpe (seq_len × rank × d_v)", &[n, rv]),
-        (learned, "w_pe (rank × d_k)", &[r, dk]),
-        (l, "the norm gains (d_k × d_v)", &[dk, dv]),
-        (l, "r_qkv (3·rank × d_k)", &[r3, dk]),
-        (l, "w_o (rank × d_k)", &[r, dk]),
-        (l, "the norm gains (d_k × d_v)", &[dk, dv]),
-        (l, "r_ff (rank × d_k)", &[r, dk]),
-        (l, "w1 (d_ff × rank·d_v)", &[f, rv]),
-        (l, "w2 (rank·d_v × d_ff)", &[rv, f]),
-        (l, "w_ff (rank × d_k)", &[r, dk]),
-        (1, "lnf (d_k × d_v)", &[dk, dv]),
-        (1, "r_u (rank × d_k)", &[r, dk]),
-        (1, "w_u (vocab × rank × d_v)", &[v, rv]),
-    ])
+    let learned = u64::from(t.position == Position::Learned);
+    let mut specs = vec![
+        (1, "wte (vocab × rank × d_v)", vec![v, rv]),
+        (1, "w_e (rank × d_k)", vec![r, dk]),
+        (learned, "wpe (seq_len × rank × d_v)", vec![n, rv]),
+        (learned, "w_pe (rank × d_k)", vec![r, dk]),
+        (l, "the norm gains (d_k × d_v)", vec![dk, dv]),
+        (l, "r_qkv (3·rank × d_k)", vec![r3, dk]),
+        (l, "w_o (rank × d_k)", vec![r, dk]),
+        (l, "the norm gains (d_k × d_v)", vec![dk, dv]),
+        (l, "r_ff (rank × d_k)", vec![r, dk]),
+        (l, "w_ff (rank × d_k)", vec![r, dk]),
+        (1, "lnf (d_k × d_v)", vec![dk, dv]),
+        (1, "r_u (rank × d_k)", vec![r, dk]),
+        (1, "w_u (vocab × rank × d_v)", vec![v, rv]),
+    ];
+    specs.extend(core);
+    param_sizes(&specs)
 }
 
-/// MemoryFormer's widths: (K, d_hidden), checked; tau must already be at most 14.
-fn memoryformer_widths(c: &MemoryFormerConfig) -> Result<(u64, u64)> {
-    let k = (c.d_model as u64).checked_div(c.tau as u64).unwrap_or(0);
-    Ok((k, product("(tau + 2) × K", &[c.tau as u64 + 2, k])?))
+/// The RMT's parameters: the trunk's and the dense core's W1 and W2 in every layer.
+pub fn rmt_params(c: &RmtConfig) -> Result<ParamSizes> {
+    let t = c.trunk();
+    let (l, f, rv) = (t.n_layers as u64, c.d_ff as u64, trunk_width(&t)?);
+    let core = vec![
+        (l, "w1 (d_ff × rank·d_v)", vec![f, rv]),
+        (l, "w2 (rank·d_v × d_ff)", vec![rv, f]),
+    ];
+    residual_matrix_params(&t, core)
+}
+
+/// The hybrid's parameters: the trunk's and a memory block over R·D_v in every layer.
+pub fn hybrid_params(c: &HybridConfig) -> Result<ParamSizes> {
+    let t = c.trunk();
+    let core = memory_block_params(t.n_layers as u64, trunk_width(&t)?, &c.hashing())?;
+    residual_matrix_params(&t, core)
+}
+
+/// Memory Layers' widths over an input of width `d`: (K, (τ + 2)·K), checked; τ must already
+/// be at most 14.
+fn hashed_widths(d: u64, tau: usize) -> Result<(u64, u64)> {
+    let k = d.checked_div(tau as u64).unwrap_or(0);
+    Ok((k, product("(tau + 2) × K", &[tau as u64 + 2, k])?))
+}
+
+/// Rows of a table hashed with `bits` bits.
+fn table_rows(bits: u64) -> u64 {
+    1u64.checked_shl(bits as u32).filter(|_| bits < 64).unwrap_or(0)
+}
+
+/// The views of `l` memory blocks over width `d`, as `MemoryBlock::declare` declares them.
+fn memory_block_params(l: u64, d: u64, h: &Hashing) -> Result<Vec<Spec<'static>>> {
+    let (k, dh) = hashed_widths(d, h.tau)?;
+    let tau = h.tau as u64;
+    Ok(vec![
+        (l, "the ml1 tables (K × 2^tau × d_hidden)", vec![k, table_rows(tau), dh]),
+        (l, "the ml1 bias (d_hidden)", vec![dh]),
+        (l, "the norm gains (d_hidden)", vec![dh]),
+        (l, "the ml2 tables (K × 2^(tau+2) × d)", vec![k, table_rows(tau + 2), d]),
+        (l, "the ml2 bias (d)", vec![d]),
+    ])
 }
 
 /// MemoryFormer's parameters, as `memoryformer::layout` declares them.
 pub fn memoryformer_params(c: &MemoryFormerConfig) -> Result<ParamSizes> {
     let [v, n, d, l, tau] = [c.vocab, c.seq_len, c.d_model, c.n_layers, c.tau].map(|x| x as u64);
-    let (k, dh) = memoryformer_widths(c)?;
+    let (k, _) = hashed_widths(d, c.tau)?;
     let d3 = product("3 × d_model", &[3, d])?;
-    let rows = |bits: u64| 1u64.checked_shl(bits as u32).filter(|_| bits < 64).unwrap_or(0);
-    param_sizes(&[
-        (1, "wte (vocab × d_model)", &[v, d]),
-        (1, "wpe (seq_len × d_model)", &[n, d]),
-        (l, "the norm gains (d_model)", &[d]),
-        (l, "the qkv tables (K × 2^tau × 3·d_model)", &[k, rows(tau), d3]),
-        (l, "the qkv bias (3·d_model)", &[d3]),
-        (l, "the norm gains (d_model)", &[d]),
-        (l, "the ml1 tables (K × 2^tau × d_hidden)", &[k, rows(tau), dh]),
-        (l, "the ml1 bias (d_hidden)", &[dh]),
-        (l, "the norm gains (d_hidden)", &[dh]),
-        (l, "the ml2 tables (K × 2^(tau+2) × d_model)", &[k, rows(tau + 2), d]),
-        (l, "the ml2 bias (d_model)", &[d]),
-        (1, "lnf (d_model)", &[d]),
-        (1, "w_u (vocab × d_model)", &[v, d]),
-    ])
+    let mut specs = vec![
+        (1, "wte (vocab × d_model)", vec![v, d]),
+        (1, "wpe (seq_len × d_model)", vec![n, d]),
+        (l, "the norm gains (d_model)", vec![d]),
+        (
+            l,
+            "the qkv tables (K × 2^tau × 3·d_model)",
+            vec![k, table_rows(tau), d3],
+        ),
+        (l, "the qkv bias (3·d_model)", vec![d3]),
+        (l, "the norm gains (d_model)", vec![d]),
+        (1, "lnf (d_model)", vec![d]),
+        (1, "w_u (vocab × d_model)", vec![v, d]),
+    ];
+    specs.extend(memory_block_params(l, d, &c.hashing())?);
+    param_sizes(&specs)
 }
 
 /// The parameters of any architecture.
@@ -201,6 +251,7 @@ pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
         ModelConfig::Transformer(c) => transformer_params(c),
         ModelConfig::Rmt(c) => rmt_params(c),
         ModelConfig::MemoryFormer(c) => memoryformer_params(c),
+        ModelConfig::Hybrid(c) => hybrid_params(c),
     }
 }
 
@@ -263,10 +314,58 @@ fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Ac
     })
 }
 
-fn rmt_acts(c: &RmtConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
-    let [dk, dv, r, v, f, n] = [c.d_k, c.d_v, c.rank, c.vocab, c.d_ff, c.seq_len].map(|x| x as u64);
+/// What a feed-forward core adds to a model's activations, in values.
+#[derive(Default)]
+struct CoreActs {
+    /// In each block.
+    per_block: Tally,
+    /// Once, shared by every block's forward.
+    shared: Tally,
+    /// Backward scratch, once.
+    scratch: Tally,
+}
+
+/// The RMT's dense core: the hidden layer before and after GELU, and their gradients.
+fn dense_core_acts(bt: u64, f: u64) -> Result<CoreActs> {
+    let mut core = CoreActs::default();
+    core.per_block.buf("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?;
+    core.per_block.buf("the FF hidden", &[bt, f])?;
+    core.scratch.buf("the FF gradient", &[bt, f])?;
+    core.scratch.buf("the FF gradient", &[bt, f])?;
+    Ok(core)
+}
+
+/// What one Memory Layer keeps (`memory_layer::Hashed`): codes, weights, rows and bucket starts.
+fn hashed(per: &mut Tally, bt: u64, k: u64, bits: u64) -> Result<()> {
+    per.buf("the hash codes (batch × seq_len × K)", &[bt, k])?;
+    per.buf("the hash weights", &[bt, k])?;
+    per.buf("the bucket rows", &[k, bt])?;
+    per.buf("the bucket starts", &[k, table_rows(bits) + 1])
+}
+
+/// A memory block over width `d` (`memory_layer::MemoryBlock`): its two Memory Layers, ML1's
+/// output and its norm; the sort's cursor, sized for ML2's 2^(τ+2) buckets, the widest; and
+/// the gradients of ML1's output and of its norm.
+fn memory_block_acts(bt: u64, d: u64, h: &Hashing) -> Result<CoreActs> {
+    let (k, dh) = hashed_widths(d, h.tau)?;
+    let tau = h.tau as u64;
+    let mut core = CoreActs::default();
+    hashed(&mut core.per_block, bt, k, tau)?;
+    core.per_block.buf("the ml1 output", &[bt, dh])?;
+    core.per_block.buf("ln3", &[bt, dh])?;
+    core.per_block.buf("the norm statistics", &[bt, 2])?;
+    hashed(&mut core.per_block, bt, k, tau + 2)?;
+    core.shared.buf("the bucket cursor", &[k, table_rows(tau + 2)])?;
+    core.scratch.buf("the ml1 gradient", &[bt, dh])?;
+    core.scratch.buf("the ln3 gradient", &[bt, dh])?;
+    Ok(core)
+}
+
+/// A residual-matrix model's activations: the trunk's and its feed-forward `core`'s.
+fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> Result<Acts> {
+    let [dk, dv, r, v, n] = [c.d_k, c.d_v, c.rank, c.vocab, c.seq_len].map(|x| x as u64);
     let m = product("d_k × d_v", &[dk, dv])?;
-    let rv = product("rank × d_v", &[r, dv])?;
+    let rv = trunk_width(c)?;
     let att = "the attention probabilities (batch × rank × seq_len²)";
     let res = "the residual matrices (batch × seq_len × d_k × d_v)";
     let mut per = Tally::default();
@@ -277,13 +376,13 @@ fn rmt_acts(c: &RmtConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
     per.buf(res, &[bt, m])?;
     per.buf("the norm statistics", &[bt, 2])?;
     per.buf("the FF adapters", &[bt, rv])?;
-    per.buf("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?;
-    per.buf("the FF hidden", &[bt, f])?;
+    per.buf("the feed-forward core", &[core.per_block.0])?;
     per.buf("the FF output", &[bt, rv])?;
     per.buf(res, &[bt, m])?;
     let learned = c.position == Position::Learned;
     let mut fwd = Tally::default();
     fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
+    fwd.buf("the feed-forward core's scratch", &[core.shared.0])?;
     if learned {
         // Each row's position and the rows grouped by position (BT each), and the N + 1 starts.
         fwd.buf("the positions and their buckets", &[bt, 2])?;
@@ -306,8 +405,7 @@ fn rmt_acts(c: &RmtConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
     bwd.buf("the vector gradient", &[bt, rv])?;
     bwd.buf("the qkv gradient", &[bt, 3, rv])?;
     bwd.buf(att, &[b, r, t, t])?;
-    bwd.buf("the FF gradient", &[bt, f])?;
-    bwd.buf("the FF gradient", &[bt, f])?;
+    bwd.buf("the feed-forward core's gradients", &[core.scratch.0])?;
     let chunks = bt.div_ceil(KEY_GRAD_CHUNK as u64);
     bwd.buf("the key-gradient partial sums", &[chunks, 3, r, dk])?;
     bwd.buf("the probe scratch", &[bt, m])?;
@@ -326,35 +424,25 @@ fn rmt_acts(c: &RmtConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
 
 fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
     let [d, v, h, tau] = [c.d_model, c.vocab, c.n_heads, c.tau].map(|x| x as u64);
-    let (k, dh) = memoryformer_widths(c)?;
+    let (k, _) = hashed_widths(d, c.tau)?;
+    let ff = memory_block_acts(bt, d, &c.hashing())?;
     let att = "the attention probabilities (batch × n_heads × seq_len²)";
-    let hashed = |per: &mut Tally, bits: u64| -> Result<()> {
-        per.buf("the hash codes (batch × seq_len × K)", &[bt, k])?;
-        per.buf("the hash weights", &[bt, k])?;
-        per.buf("the bucket rows", &[k, bt])?;
-        per.buf("the bucket starts", &[k, (1 << bits) + 1])
-    };
     let mut per = Tally::default();
     per.buf("ln1 (batch × seq_len × d_model)", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
-    hashed(&mut per, tau)?;
+    hashed(&mut per, bt, k, tau)?;
     per.buf("qkv", &[bt, 3, d])?;
     per.buf("the attention output", &[bt, d])?;
     per.buf(att, &[b, h, t, t])?;
     per.buf("the residual", &[bt, d])?;
     per.buf("ln2", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
-    hashed(&mut per, tau)?;
-    per.buf("the ml1 output", &[bt, dh])?;
-    per.buf("ln3", &[bt, dh])?;
-    per.buf("the norm statistics", &[bt, 2])?;
-    hashed(&mut per, tau + 2)?;
+    per.buf("the memory block", &[ff.per_block.0])?;
     per.buf("the ml2 output", &[bt, d])?;
     per.buf("the residual", &[bt, d])?;
     let mut fwd = Tally::default();
     fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
-    // The sort's cursor, sized for ML2's 2^(τ+2) buckets, the widest.
-    fwd.buf("the bucket cursor", &[k, 1 << (tau + 2)])?;
+    fwd.buf("the bucket cursor", &[ff.shared.0])?;
     fwd.buf("the embeddings", &[bt, d])?;
     fwd.buf("the final norm", &[bt, d])?;
     fwd.buf("the final norm statistics", &[bt, 2])?;
@@ -365,8 +453,7 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
     bwd.buf("the norm gradient", &[bt, d])?;
     bwd.buf("the qkv gradient", &[bt, 3, d])?;
     bwd.buf(att, &[b, h, t, t])?;
-    bwd.buf("the ml1 gradient", &[bt, dh])?;
-    bwd.buf("the ln3 gradient", &[bt, dh])?;
+    bwd.buf("the memory block's gradients", &[ff.scratch.0])?;
     Ok(Acts {
         forward: fwd.0,
         backward: bwd.0,
@@ -377,16 +464,8 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
 /// `purpose`, with one batch's buffers and, for training, AdamW. Fails, naming the setting, when
 /// the config is invalid, the shape does not fit the model, or any size overflows.
 pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Result<MemoryEstimate> {
-    let (vocab, seq_len) = match cfg {
-        ModelConfig::Transformer(c) => (c.vocab, c.seq_len),
-        ModelConfig::Rmt(c) => (c.vocab, c.seq_len),
-        ModelConfig::MemoryFormer(c) => (c.vocab, c.seq_len),
-    };
-    match cfg {
-        ModelConfig::Transformer(c) => c.validate()?,
-        ModelConfig::Rmt(c) => c.validate()?,
-        ModelConfig::MemoryFormer(c) => c.validate()?,
-    }
+    let (vocab, seq_len) = (cfg.vocab(), cfg.context());
+    cfg.validate()?;
     if b == 0 || t == 0 {
         return Err(ModelError::Config(format!(
             "a batch of {b} sequences of {t} tokens is empty; use a batch and a sequence length of at least 1"
@@ -406,11 +485,18 @@ pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Resu
     let p = params(cfg)?.addressable()?;
     let acts = match cfg {
         ModelConfig::Transformer(c) => transformer_acts(c, b64, t64, bt)?,
-        ModelConfig::Rmt(c) => rmt_acts(c, b64, t64, bt)?,
+        ModelConfig::Rmt(c) => {
+            let core = dense_core_acts(bt, c.d_ff as u64)?;
+            residual_matrix_acts(&c.trunk(), b64, t64, bt, core)?
+        }
+        ModelConfig::Hybrid(c) => {
+            let core = memory_block_acts(bt, trunk_width(&c.trunk())?, &c.hashing())?;
+            residual_matrix_acts(&c.trunk(), b64, t64, bt, core)?
+        }
         ModelConfig::MemoryFormer(c) => memoryformer_acts(c, b64, t64, bt)?,
     };
     let mut batch = Tally::default();
-    batch.buf("the batch's tokens, targets and buckets", &[bt, 3])?;
+    batch.buf("the batch's tokens, targets, buckets and document starts", &[bt, 4])?;
     batch.buf("the token bucket starts (vocab + 1)", &[vocab as u64, 1])?;
     batch.buf("the token bucket starts", &[1])?;
     batch.buf("the loss scale", &[1])?;

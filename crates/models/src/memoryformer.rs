@@ -13,28 +13,23 @@
 
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
+use crate::ff::FfCore;
 use crate::loss::LossHead;
 use crate::memory::{self, Purpose};
+use crate::memory_layer::{
+    layer_dims, Hashed, MemoryBlock, MemoryBlockActs, MemoryBlockParams, MemoryBlockScratch, MemoryParams,
+};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
 use crate::{MemoryFormerConfig, ModelConfig, Result};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, MemoryDims, NormDims};
 
-/// One Memory Layer's parameters.
-#[derive(Clone, Copy, Debug)]
-struct Memory<T> {
-    tables: T, // (K, 2^τ, d_out)
-    bias: T,   // (d_out)
-}
-
 #[derive(Clone, Debug)]
 struct Block<T> {
     ln1: T,
-    qkv: Memory<T>, // d → 3d
+    qkv: MemoryParams<T>, // d → 3d
     ln2: T,
-    ml1: Memory<T>, // d → (τ+2)K
-    ln3: T,         // ((τ+2)K)
-    ml2: Memory<T>, // (τ+2)K → d
+    ff: MemoryBlockParams<T>,
 }
 
 #[derive(Clone, Debug)]
@@ -44,15 +39,6 @@ struct Weights<T> {
     blocks: Vec<Block<T>>,
     lnf: T,
     w_u: T, // (V, d)
-}
-
-impl<T: Copy> Memory<T> {
-    fn map<U>(&self, f: &impl Fn(T) -> U) -> Memory<U> {
-        Memory {
-            tables: f(self.tables),
-            bias: f(self.bias),
-        }
-    }
 }
 
 impl Weights<ParamId> {
@@ -67,9 +53,7 @@ impl Weights<ParamId> {
                     ln1: f(b.ln1),
                     qkv: b.qkv.map(&f),
                     ln2: f(b.ln2),
-                    ml1: b.ml1.map(&f),
-                    ln3: f(b.ln3),
-                    ml2: b.ml2.map(&f),
+                    ff: b.ff.map(&f),
                 })
                 .collect(),
             lnf: f(self.lnf),
@@ -78,43 +62,28 @@ impl Weights<ParamId> {
     }
 }
 
-/// The three Memory Layers of a block: (name, input width, τ, output width).
-fn layer_shapes(cfg: &MemoryFormerConfig) -> [(&'static str, usize, usize, usize); 3] {
-    let d = cfg.d_model;
-    [
-        ("qkv", d, cfg.tau, 3 * d),
-        ("ml1", d, cfg.tau, cfg.d_hidden()),
-        ("ml2", cfg.d_hidden(), cfg.tau + 2, d),
-    ]
+/// The Memory Layer ML_QKV (d → 3d) and the memory block over `tokens` rows.
+fn units(cfg: &MemoryFormerConfig, tokens: usize) -> (MemoryDims, MemoryBlock) {
+    let (d, h) = (cfg.d_model, cfg.hashing());
+    let qkv = layer_dims(&h, tokens, d, cfg.chunks(), cfg.tau, 3 * d);
+    (qkv, MemoryBlock::new(h, tokens, d, cfg.norm.into(), cfg.norm_eps))
 }
 
 fn declare(cfg: &MemoryFormerConfig) -> (ParamLayout, Weights<ParamId>) {
-    let (d, v, k) = (cfg.d_model, cfg.vocab, cfg.chunks());
+    let (d, v) = (cfg.d_model, cfg.vocab);
+    // The layout does not depend on the batch.
+    let (qkv, ff) = units(cfg, 0);
     let mut lb = LayoutBuilder::default();
-    let table = Init::Normal { std: cfg.table_std };
-    let bias = Init::Normal { std: cfg.bias_std };
     let gain = Init::Constant(1.0);
     let embed = Init::Normal { std: cfg.embed_std };
     let wte = lb.add("wte", &[v, d], false, embed);
     let wpe = lb.add("wpe", &[cfg.seq_len, d], false, embed);
-    let memory = |lb: &mut LayoutBuilder, name: String, tau: usize, d_out: usize| Memory {
-        tables: lb.add_boosted(
-            format!("{name}.tables"),
-            &[k, 1 << tau, d_out],
-            cfg.table_lr_mult,
-            table,
-        ),
-        bias: lb.add(format!("{name}.bias"), &[d_out], false, bias),
-    };
-    let [(_, _, tq, dq), (_, _, t1, d1), (_, _, t2, d2)] = layer_shapes(cfg);
     let blocks = (0..cfg.n_layers)
         .map(|i| Block {
             ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, gain),
-            qkv: memory(&mut lb, format!("blocks.{i}.qkv"), tq, dq),
+            qkv: MemoryParams::declare(&mut lb, &format!("blocks.{i}.qkv"), &cfg.hashing(), qkv),
             ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, gain),
-            ml1: memory(&mut lb, format!("blocks.{i}.ml1"), t1, d1),
-            ln3: lb.add(format!("blocks.{i}.ln3"), &[cfg.d_hidden()], false, gain),
-            ml2: memory(&mut lb, format!("blocks.{i}.ml2"), t2, d2),
+            ff: ff.declare(&mut lb, &format!("blocks.{i}")),
         })
         .collect();
     let lnf = lb.add("lnf", &[d], false, gain);
@@ -135,27 +104,6 @@ pub fn layout(cfg: &MemoryFormerConfig) -> ParamLayout {
     declare(cfg).0
 }
 
-/// What one Memory Layer keeps from the forward for the backward.
-struct Hashed<B: Backend> {
-    codes: B::Index,  // (BT, K)
-    p: B::Tensor,     // (BT, K)
-    rows: B::Index,   // (K, BT)
-    starts: B::Index, // (K, 2^τ + 1)
-    dims: MemoryDims,
-}
-
-impl<B: Backend> Hashed<B> {
-    fn new(be: &B, dims: MemoryDims) -> engine::Result<Self> {
-        Ok(Self {
-            codes: be.index("hash codes", dims.tokens * dims.k)?,
-            p: be.zeros("hash weights", dims.tokens * dims.k)?,
-            rows: be.index("bucket rows", dims.k * dims.tokens)?,
-            starts: be.index("bucket starts", dims.starts_len())?,
-            dims,
-        })
-    }
-}
-
 struct BlockActs<B: Backend> {
     ln1: B::Tensor,
     ln1_stats: B::Tensor,
@@ -166,12 +114,8 @@ struct BlockActs<B: Backend> {
     res_att: B::Tensor,
     ln2: B::Tensor,
     ln2_stats: B::Tensor,
-    h1: Hashed<B>,
-    hid: B::Tensor, // (BT, (τ+2)K) ML1's output
-    ln3: B::Tensor,
-    ln3_stats: B::Tensor,
-    h2: Hashed<B>,
-    out: B::Tensor, // (BT, d) ML2's output
+    ff: MemoryBlockActs<B>,
+    out: B::Tensor, // (BT, d) the memory block's output
     res_ff: B::Tensor,
 }
 
@@ -181,8 +125,7 @@ struct Scratch<B: Backend> {
     dln: B::Tensor,       // (BT, d)
     dqkv: B::Tensor,      // (BT, 3d)
     dpre: B::Tensor,
-    dhid: B::Tensor, // (BT, (τ+2)K)
-    dln3: B::Tensor, // (BT, (τ+2)K)
+    ff: MemoryBlockScratch<B>,
 }
 
 pub struct MemoryFormer<B: Backend> {
@@ -197,8 +140,9 @@ pub struct MemoryFormer<B: Backend> {
     blocks: Vec<BlockActs<B>>,
     lnf: B::Tensor,
     lnf_stats: B::Tensor,
-    /// The sort's scratch, sized for the widest layer; each sort uses its first K·2^τ values.
+    /// The sort's scratch, sized for the widest layer (ML2); each sort uses its first K·2^τ values.
     cursor: B::Index,
+    ff: MemoryBlock,
     head: LossHead<B>,
     /// None for inference.
     s: Option<Scratch<B>>,
@@ -230,39 +174,25 @@ impl<B: Backend> MemoryFormer<B> {
         let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
         let bt = b * t;
         let z = |what: &str, n: usize| be.zeros(what, n);
-        let dims = layer_shapes(&cfg).map(|(_, d_in, tau, d_out)| MemoryDims {
-            tokens: bt,
-            d_in,
-            tau,
-            k: cfg.chunks(),
-            d_out,
-            temperature: cfg.temperature,
-            l1: cfg.l1_weight,
-        });
-        let dh = cfg.d_hidden();
+        let (qkv, ff) = units(&cfg, bt);
         let blocks = (0..cfg.n_layers)
             .map(|_| {
                 Ok(BlockActs {
                     ln1: z("ln1", bt * d)?,
                     ln1_stats: z("ln1 stats", bt * 2)?,
-                    hq: Hashed::new(be, dims[0])?,
+                    hq: Hashed::new(be, qkv)?,
                     qkv: z("qkv", bt * 3 * d)?,
                     atty: z("attention output", bt * d)?,
                     att: z("attention probabilities", b * h * t * t)?,
                     res_att: z("residual", bt * d)?,
                     ln2: z("ln2", bt * d)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
-                    h1: Hashed::new(be, dims[1])?,
-                    hid: z("ml1 output", bt * dh)?,
-                    ln3: z("ln3", bt * dh)?,
-                    ln3_stats: z("ln3 stats", bt * 2)?,
-                    h2: Hashed::new(be, dims[2])?,
+                    ff: ff.acts(be)?,
                     out: z("ml2 output", bt * d)?,
                     res_ff: z("residual", bt * d)?,
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
-        let widest = dims.iter().map(|d| d.k * d.buckets()).max().unwrap_or(1);
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
                 dlogits: z("logit gradients", bt * v)?,
@@ -270,8 +200,7 @@ impl<B: Backend> MemoryFormer<B> {
                 dln: z("norm gradient", bt * d)?,
                 dqkv: z("qkv gradient", bt * 3 * d)?,
                 dpre: z("attention logit gradient", b * h * t * t)?,
-                dhid: z("ml1 gradient", bt * dh)?,
-                dln3: z("ln3 gradient", bt * dh)?,
+                ff: ff.scratch(be)?,
             })
         };
         let s = match store.trainable() {
@@ -288,7 +217,8 @@ impl<B: Backend> MemoryFormer<B> {
             blocks,
             lnf: z("final norm", bt * d)?,
             lnf_stats: z("final norm stats", bt * 2)?,
-            cursor: be.index("bucket cursor", widest)?,
+            cursor: ff.shared(be)?,
+            ff,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
             cfg,
@@ -327,29 +257,6 @@ impl<B: Backend> MemoryFormer<B> {
             &self.blocks[l - 1].res_ff
         }
     }
-
-    /// y = ML(x): hash, group rows by bucket (for the backward and the statistics), gather.
-    fn memory(&self, be: &B, y: &B::Tensor, x: &B::Tensor, h: &Hashed<B>, m: &Memory<B::Tensor>) {
-        be.memory_hash(&h.codes, &h.p, x, h.dims);
-        be.memory_bucket(&h.rows, &h.starts, &self.cursor, &h.codes, h.dims);
-        be.memory_forward(y, &h.codes, &h.p, &m.tables, &m.bias, h.dims);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn memory_backward(
-        &self,
-        be: &B,
-        dx: &B::Tensor,
-        dm: &Memory<B::Tensor>,
-        dy: &B::Tensor,
-        x: &B::Tensor,
-        h: &Hashed<B>,
-        m: &Memory<B::Tensor>,
-    ) {
-        be.memory_backward(
-            dx, &dm.tables, &dm.bias, dy, x, &h.codes, &h.p, &h.rows, &h.starts, &m.tables, h.dims,
-        );
-    }
 }
 
 impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
@@ -366,7 +273,7 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
     }
 
     fn forward(&self, be: &B, batch: &BatchTensors<B>) {
-        let (bt, d, v, dh) = (self.b * self.t, self.cfg.d_model, self.cfg.vocab, self.cfg.d_hidden());
+        let (bt, d, v) = (self.b * self.t, self.cfg.d_model, self.cfg.vocab);
         let w = &self.w;
         let wpe = be.view(&w.wpe, 0, self.t * d);
         let emb = EmbeddingDims { bt, t: self.t, c: d, v };
@@ -375,14 +282,12 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
             let x = self.residual_in(l);
             // X ← X + MHA(ML_QKV(Norm(X)))
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &q.ln1, self.norm(d));
-            self.memory(be, &a.qkv, &a.ln1, &a.hq, &q.qkv);
+            a.hq.forward(be, &a.qkv, &a.ln1, &q.qkv, &self.cursor);
             be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
             be.add(&a.res_att, x, &a.atty);
             // X ← X + ML2(Norm(ML1(Norm(X))))
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &q.ln2, self.norm(d));
-            self.memory(be, &a.hid, &a.ln2, &a.h1, &q.ml1);
-            be.norm_forward(&a.ln3, &a.ln3_stats, &a.hid, &q.ln3, self.norm(dh));
-            self.memory(be, &a.out, &a.ln3, &a.h2, &q.ml2);
+            self.ff.forward(be, &a.out, &a.ln2, &a.ff, &self.cursor, &q.ff);
             be.add(&a.res_ff, &a.res_att, &a.out);
         }
         let last = self.residual_in(self.cfg.n_layers);
@@ -397,7 +302,7 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
-        let (bt, d, v, dh) = (self.b * self.t, self.cfg.d_model, self.cfg.vocab, self.cfg.d_hidden());
+        let (bt, d, v) = (self.b * self.t, self.cfg.d_model, self.cfg.vocab);
         // An inference model has no gradients to fill.
         let (w, Some(dw), Some(s)) = (&self.w, &self.dw, &self.s) else {
             return;
@@ -419,10 +324,8 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
         for l in (0..self.cfg.n_layers).rev() {
             let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             // Memory Block: dresidual flows through the add into ML2's output.
-            self.memory_backward(be, &s.dln3, &dq.ml2, &s.dresidual, &a.ln3, &a.h2, &q.ml2);
-            be.fill(&s.dhid, 0.0);
-            be.norm_backward(&s.dhid, &dq.ln3, &s.dln3, &a.hid, &q.ln3, &a.ln3_stats, self.norm(dh));
-            self.memory_backward(be, &s.dln, &dq.ml1, &s.dhid, &a.ln2, &a.h1, &q.ml1);
+            self.ff
+                .backward(be, &s.ff, &s.dln, &dq.ff, &s.dresidual, &a.ln2, &a.ff, &q.ff);
             be.norm_backward(
                 &s.dresidual,
                 &dq.ln2,
@@ -434,7 +337,7 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
             );
             // Attention, straight from the residual: there is no output projection.
             be.attention_backward(&s.dqkv, &s.dpre, &s.dresidual, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
-            self.memory_backward(be, &s.dln, &dq.qkv, &s.dqkv, &a.ln1, &a.hq, &q.qkv);
+            a.hq.backward(be, &s.dln, &dq.qkv, &s.dqkv, &a.ln1, &q.qkv);
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dq.ln1, &s.dln, x, &q.ln1, &a.ln1_stats, self.norm(d));
         }
@@ -459,12 +362,9 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
             .iter()
             .enumerate()
             .flat_map(|(i, a)| {
-                [("qkv", &a.hq), ("ml1", &a.h1), ("ml2", &a.h2)].map(|(name, h)| HashedLayer {
-                    name: format!("block{i}.{name}"),
-                    tau: h.dims.tau,
-                    tables: h.dims.k,
-                    starts: &h.starts,
-                })
+                let mut layers = vec![a.hq.layer(format!("block{i}.qkv"))];
+                layers.extend(self.ff.hashed_layers(&a.ff, &format!("block{i}")));
+                layers
             })
             .collect()
     }

@@ -272,7 +272,14 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 
 /// Copies `src` (axes `from`, sizes from `dims`) into `dst` laid out with axes `to`; `fixed`
 /// pins one axis of `from` that `to` lacks (the layer) to an index.
-fn transpose(src: &[f32], from: &[Axis], dst: &mut [f32], to: &[Axis], dims: &OfficialDims, fixed: Option<(Axis, usize)>) {
+fn transpose(
+    src: &[f32],
+    from: &[Axis],
+    dst: &mut [f32],
+    to: &[Axis],
+    dims: &OfficialDims,
+    fixed: Option<(Axis, usize)>,
+) {
     let src_strides = strides(&dims.shape(from));
     let stride_of = |a: Axis| src_strides[from.iter().position(|&x| x == a).expect("mapped axes match")];
     let base = fixed.map_or(0, |(a, i)| i * stride_of(a));
@@ -293,7 +300,14 @@ fn transpose(src: &[f32], from: &[Axis], dst: &mut [f32], to: &[Axis], dims: &Of
 }
 
 /// The inverse of `transpose`: scatters `src` (axes `to`) into the slice of `dst` (axes `from`).
-fn untranspose(src: &[f32], to: &[Axis], dst: &mut [f32], from: &[Axis], dims: &OfficialDims, fixed: Option<(Axis, usize)>) {
+fn untranspose(
+    src: &[f32],
+    to: &[Axis],
+    dst: &mut [f32],
+    from: &[Axis],
+    dims: &OfficialDims,
+    fixed: Option<(Axis, usize)>,
+) {
     let dst_strides = strides(&dims.shape(from));
     let stride_of = |a: Axis| dst_strides[from.iter().position(|&x| x == a).expect("mapped axes match")];
     let base = fixed.map_or(0, |(a, i)| i * stride_of(a));
@@ -338,9 +352,11 @@ fn recorded_axes(bytes: &[u8]) -> Result<Option<HashMap<String, Vec<String>>>> {
     let Some(json) = header.metadata().as_ref().and_then(|m| m.get(AXES_KEY)) else {
         return Ok(None);
     };
-    serde_json::from_str(json)
-        .map(Some)
-        .map_err(|e| bad(format!("its `{AXES_KEY}` metadata is not a JSON object of axis-name lists ({e})")))
+    serde_json::from_str(json).map(Some).map_err(|e| {
+        bad(format!(
+            "its `{AXES_KEY}` metadata is not a JSON object of axis-name lists ({e})"
+        ))
+    })
 }
 
 /// Reads an official parameter file: every name, dtype, shape and (where recorded) axis order
@@ -367,7 +383,11 @@ pub fn read(bytes: &[u8]) -> Result<Imported> {
             unknown.iter().take(6).map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
         )));
     }
-    let missing: Vec<&str> = known.iter().copied().filter(|k| !names.iter().any(|n| n == k)).collect();
+    let missing: Vec<&str> = known
+        .iter()
+        .copied()
+        .filter(|k| !names.iter().any(|n| n == k))
+        .collect();
     if !missing.is_empty() {
         return Err(bad(format!(
             "it lacks the official RMT tensors {}; export every parameter of the model",
@@ -415,7 +435,12 @@ pub fn read(bytes: &[u8]) -> Result<Imported> {
         }
         let want = dims.shape(m.axes);
         if view.shape() != want.as_slice() {
-            let named: Vec<String> = m.axes.iter().zip(&want).map(|(a, n)| format!("{}={n}", a.symbol())).collect();
+            let named: Vec<String> = m
+                .axes
+                .iter()
+                .zip(&want)
+                .map(|(a, n)| format!("{}={n}", a.symbol()))
+                .collect();
             return Err(bad(format!(
                 "{} has shape {:?}; with the sizes the other tensors imply it must be [{}] (axes {axis_list})",
                 m.official,
@@ -446,7 +471,10 @@ pub fn read(bytes: &[u8]) -> Result<Imported> {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(bad(format!("{} holds a non-finite value ({}) at flat index {i}", m.official, values[i])));
+            return Err(bad(format!(
+                "{} holds a non-finite value ({}) at flat index {i}",
+                m.official, values[i]
+            )));
         }
         tensors.insert(m.official.to_string(), values);
     }
@@ -474,7 +502,14 @@ pub fn to_flat(imported: &Imported, layout: &ParamLayout) -> Result<Vec<f32>> {
             if spec.len() != dims.shape(m.resmem_axes).iter().product::<usize>() {
                 return Err(bad(format!("{name} has shape {:?} in the resmem model", spec.shape)));
             }
-            transpose(src, m.axes, &mut flat[spec.offset..spec.offset + spec.len()], m.resmem_axes, dims, fixed);
+            transpose(
+                src,
+                m.axes,
+                &mut flat[spec.offset..spec.offset + spec.len()],
+                m.resmem_axes,
+                dims,
+                fixed,
+            );
             filled += 1;
         }
     }
@@ -490,7 +525,11 @@ pub fn to_flat(imported: &Imported, layout: &ParamLayout) -> Result<Vec<f32>> {
 /// The flat buffer of `layout` (parameters, or their gradients) as official tensors.
 pub fn from_flat(flat: &[f32], layout: &ParamLayout, dims: &OfficialDims) -> Result<BTreeMap<String, Vec<f32>>> {
     if flat.len() != layout.total {
-        return Err(bad(format!("a buffer of {} values for a layout of {}", flat.len(), layout.total)));
+        return Err(bad(format!(
+            "a buffer of {} values for a layout of {}",
+            flat.len(),
+            layout.total
+        )));
     }
     let mut out = BTreeMap::new();
     for m in &MAPPINGS {
@@ -501,7 +540,14 @@ pub fn from_flat(flat: &[f32], layout: &ParamLayout, dims: &OfficialDims) -> Res
                     "the model has no parameter {name}: only an RMT with ALiBi (the official conventions) exports"
                 ))
             })?;
-            untranspose(&flat[spec.offset..spec.offset + spec.len()], m.resmem_axes, &mut dst, m.axes, dims, fixed);
+            untranspose(
+                &flat[spec.offset..spec.offset + spec.len()],
+                m.resmem_axes,
+                &mut dst,
+                m.axes,
+                dims,
+                fixed,
+            );
         }
         out.insert(m.official.to_string(), dst);
     }
@@ -513,14 +559,19 @@ pub fn to_bytes(tensors: &BTreeMap<String, Vec<f32>>, dims: &OfficialDims) -> Re
     let mut views = vec![];
     let mut axes = BTreeMap::new();
     for m in &MAPPINGS {
-        let values = tensors.get(m.official).ok_or_else(|| bad(format!("no tensor {}", m.official)))?;
+        let values = tensors
+            .get(m.official)
+            .ok_or_else(|| bad(format!("no tensor {}", m.official)))?;
         let data = bytemuck::cast_slice::<f32, u8>(values);
         let view = TensorView::new(Dtype::F32, dims.shape(m.axes), data).map_err(|e| bad(e.to_string()))?;
         views.push((m.official.to_string(), view));
         axes.insert(m.official, m.axes.iter().map(|a| a.name()).collect::<Vec<_>>());
     }
     let meta = HashMap::from([
-        (AXES_KEY.to_string(), serde_json::to_string(&axes).map_err(|e| bad(e.to_string()))?),
+        (
+            AXES_KEY.to_string(),
+            serde_json::to_string(&axes).map_err(|e| bad(e.to_string()))?,
+        ),
         ("format".to_string(), "official-rmt".to_string()),
     ]);
     safetensors::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))

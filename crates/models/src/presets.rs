@@ -1,12 +1,12 @@
 //! The paper's model dimensions (RMT paper App. C, Tables 8-10; GPT-2), as one flat set of
-//! numbers from which either architecture is built, for `resmem count` and `analyze variance`.
+//! numbers from which each architecture is built, for `resmem count` and `analyze variance`.
 //!
 //! An RMT built from transformer dimensions takes R = H, D_v = D_h and D_k = D / D_h, so both
 //! have the same residual size; a transformer built from RMT dimensions takes H = R, D_h = D_v
 //! and D = R·D_v (the paper's footnote 3: "RMT's R·D_v equals transformer's D").
 //! Every preset uses N = 512, the sequence length of the paper's experiments (App. C.1).
 
-use crate::{ModelError, Norm, Position, Result, RmtConfig, TransformerConfig};
+use crate::{Hashing, HybridConfig, ModelError, Norm, Position, Result, RmtConfig, TransformerConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dims {
@@ -155,6 +155,12 @@ impl Dims {
             init_std: 0.02,
             ..RmtConfig::tiny(self.vocab, self.seq_len)
         }
+    }
+
+    /// The paper's RMT with a memory block of τ = 8 for its dense core (SPEC §5), as the
+    /// MemoryFormer paper's models hash with τ = 8.
+    pub fn hybrid(&self) -> HybridConfig {
+        HybridConfig::new(self.rmt().trunk(), Hashing::paper(8))
     }
 }
 

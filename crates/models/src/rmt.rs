@@ -4,14 +4,19 @@
 //!   X⁰ = Σ_h w_E^(h) ⊗ W_E^(h)[token] (+ Σ_h w_PE^(h) ⊗ W_PE^(h)[position], or ALiBi)
 //!   Q, K, V = r_Q ·₁ Norm(X), r_K ·₁ Norm(X), r_V ·₁ Norm(X)         3R retrievals at once
 //!   X ← X + Σ_h w_O^(h) ⊗ SHA^(h)(Q, K, V)
-//!   X ← X + Σ_h w_FF^(h) ⊗ f_h,  f = W2 · GELU(W1 · concat_h(r_FF^(h) ·₁ Norm(X)))
+//!   X ← X + Σ_h w_FF^(h) ⊗ f_h,  f = core(concat_h(r_FF^(h) ·₁ Norm(X)))
 //!   logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
+//!
+//! The feed-forward core is a unit (`ff::FfCore`): the RMT's is W2 · GELU(W1 · x), the
+//! hybrid's (`hybrid.rs`) MemoryFormer's memory block. Everything else is this file, once.
 //!
 //! The backward is the forward read in reverse. A retrieval's input gradient is a storage of
 //! its output gradient with the same keys, and a storage's data gradient is a retrieval.
 
 use crate::batch::BatchTensors;
-use crate::config::Position;
+use crate::buckets::HashedLayer;
+use crate::config::{Position, Trunk};
+use crate::ff::{Dense, FfCore};
 use crate::loss::LossHead;
 use crate::memory::{self, Purpose};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
@@ -20,32 +25,71 @@ use crate::train::LanguageModel;
 use crate::{ModelConfig, Result, RmtConfig};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
 
+/// A residual-matrix model's config: the trunk (everything of SPEC §2 but the feed-forward
+/// core) and the core that fills it.
+pub trait ResidualMatrixConfig: Clone {
+    type Core: FfCore;
+    fn trunk(&self) -> Trunk;
+    /// The core for `tokens` rows of x_FF.
+    fn core(&self, tokens: usize) -> Self::Core;
+    /// The config in the one enum of architectures.
+    fn model(&self) -> ModelConfig;
+}
+
+/// The RMT: the trunk around a dense core.
+pub type Rmt<B> = ResidualMatrix<B, RmtConfig>;
+
+impl ResidualMatrixConfig for RmtConfig {
+    type Core = Dense;
+
+    fn trunk(&self) -> Trunk {
+        RmtConfig::trunk(self)
+    }
+
+    fn core(&self, tokens: usize) -> Dense {
+        Dense {
+            tokens,
+            width: self.trunk().width(),
+            d_ff: self.d_ff,
+            init_std: self.init_std,
+        }
+    }
+
+    fn model(&self) -> ModelConfig {
+        ModelConfig::Rmt(self.clone())
+    }
+}
+
+/// A core's parameters for the config `C`.
+type CoreParams<C, T> = <<C as ResidualMatrixConfig>::Core as FfCore>::Params<T>;
+
 #[derive(Clone, Debug)]
-struct Block<T> {
+struct Block<T, P> {
     ln1: T,   // (D_k·D_v)
     r_qkv: T, // (3R, D_k) retrieval keys r_Q, r_K, r_V
     w_o: T,   // (R, D_k) storage keys
     ln2: T,   // (D_k·D_v)
     r_ff: T,  // (R, D_k)
-    w1: T,    // (F, R·D_v)
-    w2: T,    // (R·D_v, F)
+    core: P,  // the feed-forward core's
     w_ff: T,  // (R, D_k)
 }
 
 #[derive(Clone, Debug)]
-struct Weights<T> {
+struct Weights<T, P> {
     wte: T,         // (V, R·D_v)
     w_e: T,         // (R, D_k)
     wpe: Option<T>, // (N, R·D_v) with learned positions
     w_pe: Option<T>,
-    blocks: Vec<Block<T>>,
+    blocks: Vec<Block<T, P>>,
     lnf: T, // (D_k·D_v)
     r_u: T, // (R, D_k)
     w_u: T, // (V, R·D_v)
 }
 
-impl Weights<ParamId> {
-    fn map<T>(&self, f: impl Fn(ParamId) -> T) -> Weights<T> {
+impl<P> Weights<ParamId, P> {
+    /// The same parameters seen through `f` (a parameter's or its gradient's view); the core
+    /// `K` maps its own.
+    fn map<K: FfCore<Params<ParamId> = P>, T>(&self, f: impl Fn(ParamId) -> T) -> Weights<T, K::Params<T>> {
         Weights {
             wte: f(self.wte),
             w_e: f(self.w_e),
@@ -60,8 +104,7 @@ impl Weights<ParamId> {
                     w_o: f(b.w_o),
                     ln2: f(b.ln2),
                     r_ff: f(b.r_ff),
-                    w1: f(b.w1),
-                    w2: f(b.w2),
+                    core: K::map(&b.core, &f),
                     w_ff: f(b.w_ff),
                 })
                 .collect(),
@@ -72,17 +115,24 @@ impl Weights<ParamId> {
     }
 }
 
+type Ids<C> = Weights<ParamId, CoreParams<C, ParamId>>;
+/// The parameters' or the gradients' views of a model of config `C`.
+type Views<B, C> = Weights<<B as Backend>::Tensor, CoreParams<C, <B as Backend>::Tensor>>;
+
 /// The parameters of the model `cfg` describes: their layout and where each one sits.
-fn declare(cfg: &RmtConfig) -> (ParamLayout, Weights<ParamId>) {
-    let (dk, dv, r, v, f, l) = (cfg.d_k, cfg.d_v, cfg.rank, cfg.vocab, cfg.d_ff, cfg.n_layers);
+fn declare<C: ResidualMatrixConfig>(cfg: &C) -> (ParamLayout, Ids<C>) {
+    let c = cfg.trunk();
+    let (dk, dv, r, v, l) = (c.d_k, c.d_v, c.rank, c.vocab, c.n_layers);
     let rv = r * dv;
+    // The layout does not depend on the batch.
+    let core = cfg.core(0);
     // Every weight ~ N(0, std²/fan_in), fan_in the contracted size; output storage keys get an
     // extra 1/sqrt(2L); tables ~ N(0, std²); the unembedding starts at zero (SPEC §2).
-    let std = cfg.init_std;
+    let std = c.init_std;
     let fan = |fan_in: usize| Init::Normal {
         std: std / (fan_in as f32).sqrt(),
     };
-    let out_scale = if cfg.scaled_output_init {
+    let out_scale = if c.scaled_output_init {
         1.0 / (2.0 * l as f32).sqrt()
     } else {
         1.0
@@ -94,9 +144,9 @@ fn declare(cfg: &RmtConfig) -> (ParamLayout, Weights<ParamId>) {
     let mut lb = LayoutBuilder::default();
     let wte = lb.add("wte", &[v, r, dv], false, table);
     let w_e = lb.add("w_e", &[r, dk], true, fan(r));
-    let (wpe, w_pe) = match cfg.position {
+    let (wpe, w_pe) = match c.position {
         Position::Learned => (
-            Some(lb.add("wpe", &[cfg.seq_len, r, dv], false, table)),
+            Some(lb.add("wpe", &[c.seq_len, r, dv], false, table)),
             Some(lb.add("w_pe", &[r, dk], true, fan(r))),
         ),
         Position::Alibi => (None, None),
@@ -109,14 +159,13 @@ fn declare(cfg: &RmtConfig) -> (ParamLayout, Weights<ParamId>) {
             w_o: lb.add(format!("blocks.{i}.w_o"), &[r, dk], true, fan_out(r)),
             ln2: lb.add(format!("blocks.{i}.ln2"), &[dk, dv], false, gain),
             r_ff: lb.add(format!("blocks.{i}.r_ff"), &[r, dk], true, fan(dk)),
-            w1: lb.add(format!("blocks.{i}.w1"), &[f, rv], true, fan(rv)),
-            w2: lb.add(format!("blocks.{i}.w2"), &[rv, f], true, fan(f)),
+            core: core.declare(&mut lb, &format!("blocks.{i}")),
             w_ff: lb.add(format!("blocks.{i}.w_ff"), &[r, dk], true, fan_out(r)),
         })
         .collect();
     let lnf = lb.add("lnf", &[dk, dv], false, gain);
     let r_u = lb.add("r_u", &[r, dk], true, fan(dk));
-    let w_u_init = match cfg.zero_unembedding {
+    let w_u_init = match c.zero_unembedding {
         true => Init::Normal { std: 0.0 },
         false => fan(rv),
     };
@@ -135,40 +184,41 @@ fn declare(cfg: &RmtConfig) -> (ParamLayout, Weights<ParamId>) {
 }
 
 /// The parameter layout of the model `cfg` describes, without building it.
-pub fn layout(cfg: &RmtConfig) -> ParamLayout {
+pub fn layout<C: ResidualMatrixConfig>(cfg: &C) -> ParamLayout {
     declare(cfg).0
 }
 
 /// Saved activations of one block.
-struct BlockActs<T> {
-    ln1_stats: T, // (BT, 2): Norm(X) itself is never written; retrievals normalise as they read
-    qkv: T,       // (BT, 3R·D_v)
-    atty: T,      // (BT, R·D_v)
-    att: T,       // (B, R, T, T)
-    res_att: T,   // (BT, D_k·D_v)
-    ln2_stats: T,
-    xff: T,      // (BT, R·D_v) the FF adapters' retrievals
-    fch: T,      // (BT, F)
-    fch_gelu: T, // (BT, F)
-    f: T,        // (BT, R·D_v) the FF output, stored with w_FF
-    res_ff: T,   // (BT, D_k·D_v)
+struct BlockActs<B: Backend, K: FfCore> {
+    ln1_stats: B::Tensor, // (BT, 2): Norm(X) itself is never written; retrievals normalise as they read
+    qkv: B::Tensor,       // (BT, 3R·D_v)
+    atty: B::Tensor,      // (BT, R·D_v)
+    att: B::Tensor,       // (B, R, T, T)
+    res_att: B::Tensor,   // (BT, D_k·D_v)
+    ln2_stats: B::Tensor,
+    xff: B::Tensor,    // (BT, R·D_v) the FF adapters' retrievals
+    core: K::Acts<B>,  // the core's
+    f: B::Tensor,      // (BT, R·D_v) the core's output, stored with w_FF
+    res_ff: B::Tensor, // (BT, D_k·D_v)
 }
 
 /// Gradient scratch shared by all blocks.
-struct Scratch<T> {
-    dlogits: T,     // (BT, V)
-    dresidual: T,   // (BT, D_k·D_v)
-    dln: T,         // (BT, D_k·D_v)
-    dvec: T,        // (BT, R·D_v): gradients of retrieved or stored vectors
-    dqkv: T,        // (BT, 3R·D_v)
-    dpre: T,        // (B, R, T, T)
-    dfch: T,        // (BT, F)
-    dfch_gelu: T,   // (BT, F)
-    partials: T,    // key-gradient partial sums
-    stored: T,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes
-    probe_stats: T, // (BT, 2)
-    dtable: T,      // (T, R·D_v) the unused position gradient of a token gather
+struct Scratch<B: Backend, K: FfCore> {
+    dlogits: B::Tensor,     // (BT, V)
+    dresidual: B::Tensor,   // (BT, D_k·D_v)
+    dln: B::Tensor,         // (BT, D_k·D_v)
+    dvec: B::Tensor,        // (BT, R·D_v): gradients of retrieved or stored vectors
+    dqkv: B::Tensor,        // (BT, 3R·D_v)
+    dpre: B::Tensor,        // (B, R, T, T)
+    core: K::Scratch<B>,    // the core's
+    partials: B::Tensor,    // key-gradient partial sums
+    stored: B::Tensor,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes
+    probe_stats: B::Tensor, // (BT, 2)
+    dtable: B::Tensor,      // (T, R·D_v) the unused position gradient of a token gather
 }
+
+/// The probes and their scratch, while probing.
+type Probing<'a, B, K> = (&'a Probes<B>, &'a Scratch<B, K>);
 
 /// The position of every row and its buckets, for gathering W_PE like a token table.
 struct Positions<B: Backend> {
@@ -177,25 +227,32 @@ struct Positions<B: Backend> {
     bucket_start: B::Index,
 }
 
-pub struct Rmt<B: Backend> {
-    pub cfg: RmtConfig,
+/// The RMT of SPEC §2 around the feed-forward core `C::Core`: `Rmt` and `Hybrid` are this
+/// model with a dense core and with a memory block.
+pub struct ResidualMatrix<B: Backend, C: ResidualMatrixConfig> {
+    pub cfg: C,
+    /// The dims of `cfg` that every residual-matrix model has.
+    trunk: Trunk,
+    core: C::Core,
     b: usize,
     t: usize,
     store: ParamStore<B>,
-    w: Weights<B::Tensor>,
+    w: Views<B, C>,
     /// Gradient views; None for inference.
-    dw: Option<Weights<B::Tensor>>,
+    dw: Option<Views<B, C>>,
     etok: B::Tensor,         // (BT, R·D_v) W_E[token]
     epos: Option<B::Tensor>, // (BT, R·D_v) W_PE[position]
     zeros_t: B::Tensor,      // (T, R·D_v) the gather's position term when there is none
     positions: Option<Positions<B>>,
     encoded: B::Tensor, // (BT, D_k·D_v)
-    blocks: Vec<BlockActs<B::Tensor>>,
+    blocks: Vec<BlockActs<B, C::Core>>,
+    /// The core's forward scratch, shared by every block.
+    shared: <C::Core as FfCore>::Shared<B>,
     lnf_stats: B::Tensor,
     yu: B::Tensor, // (BT, R·D_v) the unembedding's retrievals
     head: LossHead<B>,
     /// Backward and probe scratch, and the probes; None for inference.
-    s: Option<Scratch<B::Tensor>>,
+    s: Option<Scratch<B, C::Core>>,
     probes: Option<Probes<B>>,
 }
 
@@ -206,7 +263,7 @@ struct Normed<'a, B: Backend> {
     gain: &'a B::Tensor,
 }
 
-/// The probed sites of block `l`, in the order `Rmt::site` indexes them.
+/// The probed sites of block `l`, in the order `ResidualMatrix::site` indexes them.
 const SITES: [(Layer, Op); 4] = [
     (Layer::Attn, Op::Retrieval),
     (Layer::Attn, Op::Storage),
@@ -214,33 +271,37 @@ const SITES: [(Layer, Op); 4] = [
     (Layer::Ff, Op::Storage),
 ];
 
-impl<B: Backend> Rmt<B> {
+impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
     /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
-    pub fn new(be: &B, cfg: RmtConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
+    pub fn new(be: &B, cfg: C, b: usize, t: usize, seed: u64) -> Result<Self> {
         Self::build(be, cfg, b, t, Some(seed))
     }
 
     /// Forward only: parameters (all 0 until written) and activations, no gradients, backward
     /// scratch or variance probes. `backward` does nothing on it.
-    pub fn inference(be: &B, cfg: RmtConfig, b: usize, t: usize) -> Result<Self> {
+    pub fn inference(be: &B, cfg: C, b: usize, t: usize) -> Result<Self> {
         Self::build(be, cfg, b, t, None)
     }
 
-    fn build(be: &B, cfg: RmtConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
+    fn build(be: &B, cfg: C, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
         // Validates and checks every size below, so no product here can overflow.
         let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
-        memory::estimate(&ModelConfig::Rmt(cfg.clone()), b, t, purpose)?;
-        let (dk, dv, r, v, f, l) = (cfg.d_k, cfg.d_v, cfg.rank, cfg.vocab, cfg.d_ff, cfg.n_layers);
+        memory::estimate(&cfg.model(), b, t, purpose)?;
+        let trunk = cfg.trunk();
+        let (dk, dv, r, v, l) = (trunk.d_k, trunk.d_v, trunk.rank, trunk.vocab, trunk.n_layers);
         let (m, rv) = (dk * dv, r * dv);
         let (layout, ids) = declare(&cfg);
         let store = match seed {
             Some(seed) => ParamStore::new(be, layout, seed)?,
             None => ParamStore::inference(be, layout)?,
         };
-        let w = ids.map(|id| store.param(be, id));
-        let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
+        let w = ids.map::<C::Core, _>(|id| store.param(be, id));
+        let dw = store
+            .trainable()
+            .then(|| ids.map::<C::Core, _>(|id| store.grad(be, id)));
 
         let bt = b * t;
+        let core = cfg.core(bt);
         let z = |what: &str, n: usize| be.zeros(what, n);
         let blocks = (0..l)
             .map(|_| {
@@ -252,8 +313,7 @@ impl<B: Backend> Rmt<B> {
                     res_att: z("residual", bt * m)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
                     xff: z("ff adapters", bt * rv)?,
-                    fch: z("ff hidden", bt * f)?,
-                    fch_gelu: z("ff hidden", bt * f)?,
+                    core: core.acts(be)?,
                     f: z("ff output", bt * rv)?,
                     res_ff: z("residual", bt * m)?,
                 })
@@ -273,8 +333,7 @@ impl<B: Backend> Rmt<B> {
                 dvec: z("vector gradient", bt * rv)?,
                 dqkv: z("qkv gradient", bt * 3 * rv)?,
                 dpre: z("attention logit gradient", b * r * t * t)?,
-                dfch: z("ff gradient", bt * f)?,
-                dfch_gelu: z("ff gradient", bt * f)?,
+                core: core.scratch(be)?,
                 partials: z("key gradient partial sums", widest.key_grad_scratch())?,
                 stored: z("probe scratch", bt * m)?,
                 probe_stats: z("probe scratch", bt * 2)?,
@@ -285,10 +344,10 @@ impl<B: Backend> Rmt<B> {
             true => Some(scratch()?),
             false => None,
         };
-        let positions = match cfg.position {
+        let positions = match trunk.position {
             Position::Learned => {
                 let rows: Vec<u32> = (0..bt).map(|i| (i % t) as u32).collect();
-                let buckets = engine::TokenBuckets::new(&rows, cfg.seq_len);
+                let buckets = engine::TokenBuckets::new(&rows, trunk.seq_len);
                 let upload = |what: &str, data: &[u32]| -> engine::Result<B::Index> {
                     let ix = be.index(what, data.len())?;
                     be.write_index(&ix, data);
@@ -316,7 +375,7 @@ impl<B: Backend> Rmt<B> {
             w,
             dw,
             etok: z("token embeddings", bt * rv)?,
-            epos: match cfg.position {
+            epos: match trunk.position {
                 Position::Learned => Some(z("position embeddings", bt * rv)?),
                 Position::Alibi => None,
             },
@@ -324,12 +383,15 @@ impl<B: Backend> Rmt<B> {
             positions,
             encoded: z("embeddings", bt * m)?,
             blocks,
+            shared: core.shared(be)?,
             lnf_stats: z("final norm stats", bt * 2)?,
             yu: z("unembedding retrievals", bt * rv)?,
-            head: LossHead::new(be, bt, v, cfg.z_loss)?,
+            head: LossHead::new(be, bt, v, trunk.z_loss)?,
             s,
             probes,
             cfg,
+            trunk,
+            core,
         })
     }
 
@@ -337,8 +399,8 @@ impl<B: Backend> Rmt<B> {
     fn rm(&self, keys: usize) -> ResidualDims {
         ResidualDims {
             tokens: self.b * self.t,
-            dk: self.cfg.d_k,
-            dv: self.cfg.d_v,
+            dk: self.trunk.d_k,
+            dv: self.trunk.d_v,
             keys,
         }
     }
@@ -346,24 +408,24 @@ impl<B: Backend> Rmt<B> {
     fn norm(&self) -> NormDims {
         NormDims {
             rows: self.b * self.t,
-            c: self.cfg.residual(),
-            kind: self.cfg.norm.into(),
-            eps: self.cfg.norm_eps,
+            c: self.trunk.residual(),
+            kind: self.trunk.norm.into(),
+            eps: self.trunk.norm_eps,
         }
     }
 
     fn attention(&self, layer: usize) -> AttentionDims {
-        let mut scale = 1.0 / (self.cfg.d_v as f32).sqrt();
-        if self.cfg.attn_layer_scale {
+        let mut scale = 1.0 / (self.trunk.d_v as f32).sqrt();
+        if self.trunk.attn_layer_scale {
             scale /= (layer + 1) as f32;
         }
         AttentionDims {
             b: self.b,
             t: self.t,
-            h: self.cfg.rank,
-            dh: self.cfg.d_v,
+            h: self.trunk.rank,
+            dh: self.trunk.d_v,
             scale,
-            alibi: self.cfg.position == Position::Alibi,
+            alibi: self.trunk.position == Position::Alibi,
         }
     }
 
@@ -372,7 +434,7 @@ impl<B: Backend> Rmt<B> {
         EmbeddingDims {
             bt: self.b * self.t,
             t: self.t,
-            c: self.cfg.rank * self.cfg.d_v,
+            c: self.trunk.rank * self.trunk.d_v,
             v: rows,
         }
     }
@@ -393,17 +455,17 @@ impl<B: Backend> Rmt<B> {
     /// alone (out − base) and of its input vectors.
     #[allow(clippy::too_many_arguments)]
     fn store_probed(&self, be: &B, site: usize, out: &B::Tensor, base: &B::Tensor, keys: &B::Tensor, data: &B::Tensor) {
-        be.store(out, Some(base), keys, data, self.rm(self.cfg.rank));
+        be.store(out, Some(base), keys, data, self.rm(self.trunk.rank));
         if let Some((probes, s)) = self.probing() {
             be.fill(&s.stored, 0.0);
-            be.store(&s.stored, None, keys, data, self.rm(self.cfg.rank));
+            be.store(&s.stored, None, keys, data, self.rm(self.trunk.rank));
             probes.record(be, site, Quantity::In, data);
             probes.record(be, site, Quantity::Out, &s.stored);
         }
     }
 
     /// The probes and their scratch while probing is on; None otherwise and for inference.
-    fn probing(&self) -> Option<(&Probes<B>, &Scratch<B::Tensor>)> {
+    fn probing(&self) -> Option<Probing<'_, B, C::Core>> {
         match (&self.probes, &self.s) {
             (Some(p), Some(s)) if p.on.get() => Some((p, s)),
             _ => None,
@@ -416,7 +478,7 @@ impl<B: Backend> Rmt<B> {
     fn store_backward(
         &self,
         be: &B,
-        s: &Scratch<B::Tensor>,
+        s: &Scratch<B, C::Core>,
         probes: &Probes<B>,
         site: usize,
         ddata: &B::Tensor,
@@ -424,7 +486,7 @@ impl<B: Backend> Rmt<B> {
         keys: &B::Tensor,
         data: &B::Tensor,
     ) {
-        let d = self.rm(self.cfg.rank);
+        let d = self.rm(self.trunk.rank);
         be.retrieve(ddata, &s.dresidual, keys, d);
         be.key_grad(dkeys, &s.partials, data, &s.dresidual, d);
         probes.record(be, site, Quantity::GradOut, &s.dresidual);
@@ -434,7 +496,7 @@ impl<B: Backend> Rmt<B> {
     /// `y = keys ·₁ Norm(x)`, normalising as it reads; with probes on, also records σ² of
     /// Norm(x) and of y.
     fn retrieve_from_norm(&self, be: &B, site: Option<usize>, y: &B::Tensor, keys: &B::Tensor, n: Normed<'_, B>) {
-        let d = self.rm(be.len(keys) / self.cfg.d_k);
+        let d = self.rm(be.len(keys) / self.trunk.d_k);
         be.norm_stats(n.stats, n.x, self.norm());
         be.retrieve_normed(y, n.x, n.stats, n.gain, keys, d);
         if let (Some(site), Some((probes, s))) = (site, self.probing()) {
@@ -450,7 +512,7 @@ impl<B: Backend> Rmt<B> {
     fn retrieve_from_norm_backward(
         &self,
         be: &B,
-        s: &Scratch<B::Tensor>,
+        s: &Scratch<B, C::Core>,
         probes: &Probes<B>,
         site: Option<usize>,
         dkeys: &B::Tensor,
@@ -459,7 +521,7 @@ impl<B: Backend> Rmt<B> {
         keys: &B::Tensor,
         n: Normed<'_, B>,
     ) {
-        let d = self.rm(be.len(keys) / self.cfg.d_k);
+        let d = self.rm(be.len(keys) / self.trunk.d_k);
         be.fill(&s.dln, 0.0);
         be.store(&s.dln, None, keys, dy, d);
         be.key_grad_normed(dkeys, &s.partials, dy, n.x, n.stats, n.gain, d);
@@ -471,7 +533,7 @@ impl<B: Backend> Rmt<B> {
     }
 }
 
-impl<B: Backend> LanguageModel<B> for Rmt<B> {
+impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B, C> {
     fn store(&self) -> &ParamStore<B> {
         &self.store
     }
@@ -481,19 +543,19 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
     }
 
     fn vocab(&self) -> usize {
-        self.cfg.vocab
+        self.trunk.vocab
     }
 
     fn forward(&self, be: &B, batch: &BatchTensors<B>) {
-        let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
-        let rv = r * self.cfg.d_v;
+        let (bt, v, r) = (self.b * self.t, self.trunk.vocab, self.trunk.rank);
+        let rv = r * self.trunk.d_v;
         let w = &self.w;
         // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
         be.embedding_forward(&self.etok, &batch.tokens, &w.wte, &self.zeros_t, self.gather(v));
         be.fill(&self.encoded, 0.0);
         be.store(&self.encoded, None, &w.w_e, &self.etok, self.rm(r));
         if let (Some(epos), Some(pos), Some(wpe), Some(w_pe)) = (&self.epos, &self.positions, &w.wpe, &w.w_pe) {
-            be.embedding_forward(epos, &pos.rows, wpe, &self.zeros_t, self.gather(self.cfg.seq_len));
+            be.embedding_forward(epos, &pos.rows, wpe, &self.zeros_t, self.gather(self.trunk.seq_len));
             be.store(&self.encoded, None, w_pe, epos, self.rm(r));
         }
         for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
@@ -509,21 +571,19 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
             be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
             let at = Self::site(l, Layer::Attn, Op::Storage);
             self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.atty);
-            // x_FF = r_FF ·₁ Norm(X); f = W2 · GELU(W1 · x_FF); X ← X + Σ_h w_FF ⊗ f_h
+            // x_FF = r_FF ·₁ Norm(X); f = core(x_FF); X ← X + Σ_h w_FF ⊗ f_h
             let n2 = Normed {
                 x: &a.res_att,
                 stats: &a.ln2_stats,
                 gain: &q.ln2,
             };
             self.retrieve_from_norm(be, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
-            be.matmul(&a.fch, &a.xff, &q.w1, MatmulDims::new(bt, f, rv).trans_b());
-            be.gelu_forward(&a.fch_gelu, &a.fch);
-            be.matmul(&a.f, &a.fch_gelu, &q.w2, MatmulDims::new(bt, rv, f).trans_b());
+            self.core.forward(be, &a.f, &a.xff, &a.core, &self.shared, &q.core);
             let at = Self::site(l, Layer::Ff, Op::Storage);
             self.store_probed(be, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
         }
         // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
-        let last = self.residual_in(self.cfg.n_layers);
+        let last = self.residual_in(self.trunk.n_layers);
         let nf = Normed {
             x: last,
             stats: &self.lnf_stats,
@@ -540,8 +600,8 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
-        let (bt, f, v, r) = (self.b * self.t, self.cfg.d_ff, self.cfg.vocab, self.cfg.rank);
-        let rv = r * self.cfg.d_v;
+        let (bt, v, r) = (self.b * self.t, self.trunk.vocab, self.trunk.rank);
+        let rv = r * self.trunk.d_v;
         // An inference model has no gradients to fill.
         let (w, Some(dw), Some(s), Some(probes)) = (&self.w, &self.dw, &self.s, &self.probes) else {
             return;
@@ -550,24 +610,22 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
         be.matmul(&dw.w_u, &s.dlogits, &self.yu, MatmulDims::new(v, rv, bt).trans_a());
         be.matmul(&s.dvec, &s.dlogits, &w.w_u, MatmulDims::new(bt, rv, v));
         be.fill(&s.dresidual, 0.0);
-        let last = self.residual_in(self.cfg.n_layers);
+        let last = self.residual_in(self.trunk.n_layers);
         let nf = Normed {
             x: last,
             stats: &self.lnf_stats,
             gain: &w.lnf,
         };
         self.retrieve_from_norm_backward(be, s, probes, None, &dw.r_u, &dw.lnf, &s.dvec, &w.r_u, nf);
-        for l in (0..self.cfg.n_layers).rev() {
+        for l in (0..self.trunk.n_layers).rev() {
             let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             let site = |layer, op| Some(Self::site(l, layer, op));
             // FF: dresidual flows through the add unchanged into the storage.
             let at = Self::site(l, Layer::Ff, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
-            be.matmul(&dq.w2, &s.dvec, &a.fch_gelu, MatmulDims::new(rv, f, bt).trans_a());
-            be.matmul(&s.dfch_gelu, &s.dvec, &q.w2, MatmulDims::new(bt, f, rv));
-            be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
-            be.matmul(&dq.w1, &s.dfch, &a.xff, MatmulDims::new(f, rv, bt).trans_a());
-            be.matmul(&s.dvec, &s.dfch, &q.w1, MatmulDims::new(bt, rv, f));
+            // The core's input gradient overwrites its output gradient in dvec.
+            self.core
+                .backward(be, &s.core, &s.dvec, &dq.core, &s.dvec, &a.xff, &a.core, &q.core);
             let n2 = Normed {
                 x: &a.res_att,
                 stats: &a.ln2_stats,
@@ -610,7 +668,7 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
                 &s.dvec,
                 &pos.bucket_rows,
                 &pos.bucket_start,
-                self.gather(self.cfg.seq_len),
+                self.gather(self.trunk.seq_len),
             );
         }
     }
@@ -621,5 +679,13 @@ impl<B: Backend> LanguageModel<B> for Rmt<B> {
 
     fn probes(&self) -> Option<&Probes<B>> {
         self.probes.as_ref()
+    }
+
+    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| self.core.hashed_layers(&a.core, &format!("block{i}")))
+            .collect()
     }
 }

@@ -8,8 +8,8 @@
 use crate::memory::Purpose;
 use crate::presets::{self, Dims};
 use crate::{
-    LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, ModelError, Result, Rmt, RmtConfig, TrainConfig,
-    Transformer, TransformerConfig,
+    Hashing, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, ModelError, Result,
+    Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
 };
 use data::{Task, TokenizerKind};
 use engine::Backend;
@@ -83,9 +83,9 @@ impl DataConfig {
     /// T
     pub fn seq_len(&self) -> usize {
         match self {
-            DataConfig::Task { seq_len, .. } | DataConfig::Text { seq_len, .. } | DataConfig::Tokens { seq_len, .. } => {
-                *seq_len
-            }
+            DataConfig::Task { seq_len, .. }
+            | DataConfig::Text { seq_len, .. }
+            | DataConfig::Tokens { seq_len, .. } => *seq_len,
         }
     }
 }
@@ -184,11 +184,7 @@ fn small_text(model: ModelConfig) -> RunConfig {
 
 /// The paper sizes train on real text at N = T = their context length, batch 8.
 fn paper(model: ModelConfig) -> RunConfig {
-    let seq_len = match &model {
-        ModelConfig::Transformer(c) => c.seq_len,
-        ModelConfig::Rmt(c) => c.seq_len,
-        ModelConfig::MemoryFormer(c) => c.seq_len,
-    };
+    let seq_len = model.context();
     RunConfig {
         model,
         train: TrainConfig {
@@ -254,6 +250,12 @@ fn small_memoryformer() -> MemoryFormerConfig {
     }
 }
 
+/// The small RMT with a memory block in place of its dense core: d = R·D_v = 64 in K = 8
+/// chunks of τ = 8, as small-memoryformer hashes its d = 64.
+fn small_hybrid() -> HybridConfig {
+    HybridConfig::new(small_rmt().trunk(), Hashing::paper(8))
+}
+
 fn dims(name: &str) -> Dims {
     Dims::preset(name).expect("every paper preset named below exists in presets::PRESETS")
 }
@@ -262,7 +264,9 @@ fn pythia(name: &str) -> MemoryFormerConfig {
     presets::memoryformer(name).expect("every Pythia preset named below exists in presets::PYTHIA")
 }
 
-macro_rules! paper_pair {
+/// The paper's dimensions `$name` as a transformer `$t`, an RMT `$r` and a hybrid
+/// `$name-hybrid`.
+macro_rules! paper_trio {
     ($t:literal, $r:literal, $name:literal) => {
         [
             Preset {
@@ -274,6 +278,11 @@ macro_rules! paper_pair {
                 name: $r,
                 about: concat!($name, ", the RMT of the same dimensions"),
                 build: || paper(ModelConfig::Rmt(dims($name).rmt())),
+            },
+            Preset {
+                name: concat!($name, "-hybrid"),
+                about: concat!($name, ", the RMT with a memory block (τ8) for its FF core"),
+                build: || paper(ModelConfig::Hybrid(dims($name).hybrid())),
             },
         ]
     };
@@ -296,6 +305,11 @@ pub fn presets() -> Vec<Preset> {
             name: "tiny-memoryformer",
             about: "learns the copy task in 300 steps (the default for --arch memoryformer)",
             build: || tiny_task(ModelConfig::MemoryFormer(MemoryFormerConfig::tiny(256, 16))),
+        },
+        Preset {
+            name: "tiny-hybrid",
+            about: "learns the copy task in 300 steps (the default for --arch hybrid)",
+            build: || tiny_task(ModelConfig::Hybrid(HybridConfig::tiny(256, 16))),
         },
         Preset {
             name: "small-rmt",
@@ -327,6 +341,11 @@ pub fn presets() -> Vec<Preset> {
             },
         },
         Preset {
+            name: "small-hybrid",
+            about: "small-rmt with a memory block for its FF core: L2, R4, D_k16, D_v16, τ8",
+            build: || small_text(ModelConfig::Hybrid(small_hybrid())),
+        },
+        Preset {
             name: "memoryformer-tiny",
             about: "MemoryFormer paper, tiny (Pythia-70M's d, L, H; τ8)",
             build: || paper(ModelConfig::MemoryFormer(pythia("pythia-70m"))),
@@ -342,17 +361,17 @@ pub fn presets() -> Vec<Preset> {
             build: || paper(ModelConfig::MemoryFormer(pythia("pythia-410m"))),
         },
     ];
-    all.extend(paper_pair!("gpt2-small", "gpt2-small-rmt", "gpt2-small"));
-    all.extend(paper_pair!("gpt2-medium", "gpt2-medium-rmt", "gpt2-medium"));
-    all.extend(paper_pair!("table8-49m", "table8-49m-rmt", "table8-49m"));
-    all.extend(paper_pair!("table8-160m", "table8-160m-rmt", "table8-160m"));
-    all.extend(paper_pair!("table8-260m", "table8-260m-rmt", "table8-260m"));
-    all.extend(paper_pair!("table8-405m", "table8-405m-rmt", "table8-405m"));
-    all.extend(paper_pair!("table9-46m-transformer", "table9-46m", "table9-46m"));
-    all.extend(paper_pair!("table9-134m-transformer", "table9-134m", "table9-134m"));
-    all.extend(paper_pair!("table9-206m-transformer", "table9-206m", "table9-206m"));
-    all.extend(paper_pair!("table9-305m-transformer", "table9-305m", "table9-305m"));
-    all.extend(paper_pair!("table10-transformer", "table10-rmt", "table10"));
+    all.extend(paper_trio!("gpt2-small", "gpt2-small-rmt", "gpt2-small"));
+    all.extend(paper_trio!("gpt2-medium", "gpt2-medium-rmt", "gpt2-medium"));
+    all.extend(paper_trio!("table8-49m", "table8-49m-rmt", "table8-49m"));
+    all.extend(paper_trio!("table8-160m", "table8-160m-rmt", "table8-160m"));
+    all.extend(paper_trio!("table8-260m", "table8-260m-rmt", "table8-260m"));
+    all.extend(paper_trio!("table8-405m", "table8-405m-rmt", "table8-405m"));
+    all.extend(paper_trio!("table9-46m-transformer", "table9-46m", "table9-46m"));
+    all.extend(paper_trio!("table9-134m-transformer", "table9-134m", "table9-134m"));
+    all.extend(paper_trio!("table9-206m-transformer", "table9-206m", "table9-206m"));
+    all.extend(paper_trio!("table9-305m-transformer", "table9-305m", "table9-305m"));
+    all.extend(paper_trio!("table10-transformer", "table10-rmt", "table10"));
     all
 }
 
@@ -372,36 +391,24 @@ impl RunConfig {
         }
     }
 
-    /// The model's name in the config: transformer, rmt or memoryformer.
+    /// The model's name in the config: transformer, rmt, memoryformer or hybrid.
     pub fn arch(&self) -> &'static str {
         self.model.arch()
     }
 
     /// N, the model's context length.
     pub fn context(&self) -> usize {
-        match &self.model {
-            ModelConfig::Transformer(c) => c.seq_len,
-            ModelConfig::Rmt(c) => c.seq_len,
-            ModelConfig::MemoryFormer(c) => c.seq_len,
-        }
+        self.model.context()
     }
 
     /// The model's vocabulary V.
     pub fn vocab(&self) -> usize {
-        match &self.model {
-            ModelConfig::Transformer(c) => c.vocab,
-            ModelConfig::Rmt(c) => c.vocab,
-            ModelConfig::MemoryFormer(c) => c.vocab,
-        }
+        self.model.vocab()
     }
 
     /// Sets V, which always follows the data's tokenizer.
     pub fn set_vocab(&mut self, vocab: usize) {
-        match &mut self.model {
-            ModelConfig::Transformer(c) => c.vocab = vocab,
-            ModelConfig::Rmt(c) => c.vocab = vocab,
-            ModelConfig::MemoryFormer(c) => c.vocab = vocab,
-        }
+        self.model.set_vocab(vocab);
     }
 
     /// Checks every part, and that the training window fits the context.
@@ -461,8 +468,8 @@ impl RunConfig {
         toml::from_str(&text).map_err(|e: toml::de::Error| ModelError::Config(format!("in the merged config: {e}")))
     }
 
-    /// Builds the model this config describes for (B, T) batches: for training, or forward
-    /// only, with no gradient buffers.
+    /// Builds the model this config describes for (B, T) batches: for training (initialised
+    /// from the run's seed), or forward only, with no gradient buffers.
     pub fn build<B: Backend + 'static>(
         &self,
         be: &B,
@@ -470,24 +477,20 @@ impl RunConfig {
         t: usize,
         purpose: Purpose,
     ) -> Result<Box<dyn LanguageModel<B>>> {
-        let seed = self.train.seed;
-        Ok(match (&self.model, purpose) {
-            (ModelConfig::Transformer(c), Purpose::Train) => Box::new(Transformer::new(be, c.clone(), b, t, seed)?),
-            (ModelConfig::Transformer(c), Purpose::Infer) => Box::new(Transformer::inference(be, c.clone(), b, t)?),
-            (ModelConfig::Rmt(c), Purpose::Train) => Box::new(Rmt::new(be, c.clone(), b, t, seed)?),
-            (ModelConfig::Rmt(c), Purpose::Infer) => Box::new(Rmt::inference(be, c.clone(), b, t)?),
-            (ModelConfig::MemoryFormer(c), Purpose::Train) => Box::new(MemoryFormer::new(be, c.clone(), b, t, seed)?),
-            (ModelConfig::MemoryFormer(c), Purpose::Infer) => Box::new(MemoryFormer::inference(be, c.clone(), b, t)?),
-        })
+        self.model.build(be, b, t, purpose, self.train.seed)
     }
 }
 
+/// The one place an architecture is chosen: every constructor, estimate and counter of a
+/// `ModelConfig` goes through these.
 impl ModelConfig {
+    /// transformer, rmt, memoryformer or hybrid: the `arch` of the config.
     pub fn arch(&self) -> &'static str {
         match self {
             ModelConfig::Transformer(_) => "transformer",
             ModelConfig::Rmt(_) => "rmt",
             ModelConfig::MemoryFormer(_) => "memoryformer",
+            ModelConfig::Hybrid(_) => "hybrid",
         }
     }
 
@@ -497,6 +500,7 @@ impl ModelConfig {
             ModelConfig::Transformer(c) => c.z_loss,
             ModelConfig::Rmt(c) => c.z_loss,
             ModelConfig::MemoryFormer(c) => c.z_loss,
+            ModelConfig::Hybrid(c) => c.z_loss,
         }
     }
 
@@ -505,7 +509,73 @@ impl ModelConfig {
             ModelConfig::Transformer(c) => c.validate(),
             ModelConfig::Rmt(c) => c.validate(),
             ModelConfig::MemoryFormer(c) => c.validate(),
+            ModelConfig::Hybrid(c) => c.validate(),
         }
+    }
+
+    /// (V, N): the vocabulary and the context length, which every architecture has.
+    fn sizes(&self) -> (usize, usize) {
+        match self {
+            ModelConfig::Transformer(c) => (c.vocab, c.seq_len),
+            ModelConfig::Rmt(c) => (c.vocab, c.seq_len),
+            ModelConfig::MemoryFormer(c) => (c.vocab, c.seq_len),
+            ModelConfig::Hybrid(c) => (c.vocab, c.seq_len),
+        }
+    }
+
+    fn sizes_mut(&mut self) -> (&mut usize, &mut usize) {
+        match self {
+            ModelConfig::Transformer(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::Rmt(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::MemoryFormer(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::Hybrid(c) => (&mut c.vocab, &mut c.seq_len),
+        }
+    }
+
+    /// V
+    pub fn vocab(&self) -> usize {
+        self.sizes().0
+    }
+
+    /// N, the context length.
+    pub fn context(&self) -> usize {
+        self.sizes().1
+    }
+
+    pub fn set_vocab(&mut self, vocab: usize) {
+        *self.sizes_mut().0 = vocab;
+    }
+
+    /// Sets N.
+    pub fn set_context(&mut self, seq_len: usize) {
+        *self.sizes_mut().1 = seq_len;
+    }
+
+    /// Whether the model has hash tables whose bucket use can be read (`hashed_layers`).
+    pub fn has_hash_tables(&self) -> bool {
+        matches!(self, ModelConfig::MemoryFormer(_) | ModelConfig::Hybrid(_))
+    }
+
+    /// Builds the model for (B, T) batches: for training, initialised from `seed`, or forward
+    /// only, with no gradient buffers (`seed` unused).
+    pub fn build<B: Backend + 'static>(
+        &self,
+        be: &B,
+        b: usize,
+        t: usize,
+        purpose: Purpose,
+        seed: u64,
+    ) -> Result<Box<dyn LanguageModel<B>>> {
+        Ok(match (self, purpose) {
+            (ModelConfig::Transformer(c), Purpose::Train) => Box::new(Transformer::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Transformer(c), Purpose::Infer) => Box::new(Transformer::inference(be, c.clone(), b, t)?),
+            (ModelConfig::Rmt(c), Purpose::Train) => Box::new(Rmt::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Rmt(c), Purpose::Infer) => Box::new(Rmt::inference(be, c.clone(), b, t)?),
+            (ModelConfig::MemoryFormer(c), Purpose::Train) => Box::new(MemoryFormer::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::MemoryFormer(c), Purpose::Infer) => Box::new(MemoryFormer::inference(be, c.clone(), b, t)?),
+            (ModelConfig::Hybrid(c), Purpose::Train) => Box::new(Hybrid::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Hybrid(c), Purpose::Infer) => Box::new(Hybrid::inference(be, c.clone(), b, t)?),
+        })
     }
 }
 

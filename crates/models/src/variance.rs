@@ -9,7 +9,7 @@
 //!   (H·D_h → D) and W2 (D_FF → D) in place of storage.
 
 use crate::probes::{Layer, Op};
-use crate::{RmtConfig, TransformerConfig};
+use crate::{HybridConfig, ModelConfig, RmtConfig, TransformerConfig, Trunk};
 use serde::Serialize;
 
 /// How weights start.
@@ -42,7 +42,7 @@ struct Map {
     output: bool,
 }
 
-fn closed_form(model: &'static str, maps: &[Map], init: InitScheme, std: f64, out_scale: f64) -> Vec<ClosedForm> {
+fn from_maps(model: &'static str, maps: &[Map], init: InitScheme, std: f64, out_scale: f64) -> Vec<ClosedForm> {
     maps.iter()
         .map(|m| {
             let (fi, fo) = (m.fan_in as f64, m.fan_out as f64);
@@ -63,6 +63,27 @@ fn closed_form(model: &'static str, maps: &[Map], init: InitScheme, std: f64, ou
 }
 
 pub fn rmt(cfg: &RmtConfig, init: InitScheme) -> Vec<ClosedForm> {
+    residual_matrix("rmt", &cfg.trunk(), init)
+}
+
+/// The hybrid's storages and retrievals are the RMT's: the memory block between the FF
+/// adapters changes neither side of them (SPEC §5).
+pub fn hybrid(cfg: &HybridConfig, init: InitScheme) -> Vec<ClosedForm> {
+    residual_matrix("hybrid", &cfg.trunk(), init)
+}
+
+/// The closed form of any architecture that has one: the transformer's linear layers, the
+/// storages and retrievals of the RMT and the hybrid; None for MemoryFormer, which has neither.
+pub fn closed_form(cfg: &ModelConfig, init: InitScheme) -> Option<Vec<ClosedForm>> {
+    match cfg {
+        ModelConfig::Transformer(c) => Some(transformer(c, init)),
+        ModelConfig::Rmt(c) => Some(rmt(c, init)),
+        ModelConfig::Hybrid(c) => Some(hybrid(c, init)),
+        ModelConfig::MemoryFormer(_) => None,
+    }
+}
+
+fn residual_matrix(model: &'static str, cfg: &Trunk, init: InitScheme) -> Vec<ClosedForm> {
     let (dk, r) = (cfg.d_k, cfg.rank);
     let maps = [
         Map {
@@ -99,7 +120,7 @@ pub fn rmt(cfg: &RmtConfig, init: InitScheme) -> Vec<ClosedForm> {
     } else {
         1.0
     };
-    closed_form("rmt", &maps, init, cfg.init_std as f64, out_scale)
+    from_maps(model, &maps, init, cfg.init_std as f64, out_scale)
 }
 
 pub fn transformer(cfg: &TransformerConfig, init: InitScheme) -> Vec<ClosedForm> {
@@ -139,5 +160,5 @@ pub fn transformer(cfg: &TransformerConfig, init: InitScheme) -> Vec<ClosedForm>
     } else {
         1.0
     };
-    closed_form("transformer", &maps, init, cfg.init_std as f64, out_scale)
+    from_maps("transformer", &maps, init, cfg.init_std as f64, out_scale)
 }

@@ -2,7 +2,7 @@
 //! setting and its value.
 
 use resmem_models::params::{Init, LayoutBuilder};
-use resmem_models::{MemoryFormerConfig, RmtConfig, TrainConfig, TransformerConfig};
+use resmem_models::{HybridConfig, MemoryFormerConfig, RmtConfig, TrainConfig, TransformerConfig};
 
 /// Asserts that `validate` refuses `bad` and names `field` in the error.
 fn refuses(field: &str, bad: f32, validate: impl Fn(f32) -> resmem_models::Result<()>) {
@@ -88,6 +88,46 @@ fn model_floats_must_be_finite_and_in_range() {
     }
     .validate()
     .is_ok());
+}
+
+#[test]
+fn hybrid_settings_are_validated_by_name() {
+    let h = HybridConfig::tiny(16, 8);
+    assert!(h.validate().is_ok());
+    type Set = fn(&mut HybridConfig, f32);
+    let fields: [(&str, Set); 7] = [
+        ("init_std", |c, x| c.init_std = x),
+        ("norm_eps", |c, x| c.norm_eps = x),
+        ("temperature", |c, x| c.temperature = x),
+        ("table_std", |c, x| c.table_std = x),
+        ("bias_std", |c, x| c.bias_std = x),
+        ("table_lr_mult", |c, x| c.table_lr_mult = x),
+        ("z_loss", |c, x| c.z_loss = x),
+    ];
+    for bad in NON_FINITE.into_iter().chain([-1.0]) {
+        for (field, set) in fields {
+            refuses(field, bad, |x| {
+                let mut c = h.clone();
+                set(&mut c, x);
+                c.validate()
+            });
+        }
+    }
+    let err = |c: HybridConfig| c.validate().unwrap_err().to_string();
+    let e = err(HybridConfig { tau: 15, ..h.clone() });
+    assert!(e.contains("tau of at most 14"), "{e}");
+    let e = err(HybridConfig { tau: 0, ..h.clone() });
+    assert!(e.contains("tau must be at least 1"), "{e}");
+    // R·D_v = 2·3 = 6 values cannot fill one chunk of 8.
+    let e = err(HybridConfig {
+        rank: 2,
+        d_v: 3,
+        tau: 8,
+        ..h.clone()
+    });
+    assert!(e.contains("tau = 8 exceeds rank × d_v = 6"), "{e}");
+    let e = err(HybridConfig { rank: 0, ..h });
+    assert!(e.contains("rank must be at least 1"), "{e}");
 }
 
 #[test]

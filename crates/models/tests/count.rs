@@ -189,3 +189,85 @@ fn memoryformer_table3_memory() {
         assert!((q - mb).abs() < 0.05, "τ = {tau}: {q} MB");
     }
 }
+
+/// SPEC §5, computed here from its formulas and the RMT of the same trunk: the hybrid has the
+/// RMT's parameters minus L·2·R·D_v·D_FF, plus per layer the tables K·2^τ·(τ+2)K + K·2^(τ+2)·d,
+/// the biases ((τ+2)K and d) and the inner norm's gain ((τ+2)K); its FLOPs are the RMT's minus
+/// the two FF products plus the memory block's K·(τ+2)K + K·d multiply-adds per token, at 2
+/// FLOPs each as everywhere in the RMT's count (as built, also the biases' adds and 2 per hashed
+/// value, as MemoryFormer's block is counted).
+#[test]
+fn hybrid_counts_follow_the_spec_formulas() {
+    let mut configs: Vec<(String, resmem_models::HybridConfig)> =
+        ["gpt2-small", "gpt2-medium", "table9-46m", "table10"]
+            .iter()
+            .map(|name| (name.to_string(), Dims::preset(name).unwrap().hybrid()))
+            .collect();
+    for name in ["tiny-hybrid", "small-hybrid"] {
+        let resmem_models::ModelConfig::Hybrid(c) = resmem_models::RunConfig::preset(name).unwrap().model else {
+            panic!("{name} is not a hybrid")
+        };
+        configs.push((name.to_string(), c.clone()));
+        // τ that does not divide d = R·D_v: K = ⌊d/τ⌋ and the rest unhashed; ALiBi.
+        configs.push((
+            format!("{name} τ5 alibi"),
+            resmem_models::HybridConfig {
+                tau: 5,
+                position: resmem_models::Position::Alibi,
+                ..c
+            },
+        ));
+    }
+    for (name, h) in configs {
+        let d_ff = 1000; // any: it cancels
+        let rmt = count::rmt(&resmem_models::RmtConfig::new(h.trunk(), d_ff));
+        let c = count::try_hybrid(&h).unwrap();
+        let [n, dv, r, l, tau, f] = [h.seq_len, h.d_v, h.rank, h.n_layers, h.tau, d_ff].map(|x| x as u64);
+        let d = r * dv;
+        let k = d / tau;
+        let dh = (tau + 2) * k;
+        let tables = k * (1 << tau) * dh + k * (1 << (tau + 2)) * d;
+        let per_layer = tables + dh + d + dh;
+        let ff_params = l * 2 * r * dv * f;
+        assert_eq!(c.counts.params, rmt.params - ff_params + l * per_layer, "{name}");
+        assert_eq!(
+            c.counts.params_paper,
+            rmt.params_paper - ff_params + l * per_layer,
+            "{name}"
+        );
+        assert_eq!(c.table_params, l * tables, "{name}");
+        assert!((c.table_mb_f32 - (l * tables * 4) as f64 / 1e6).abs() < 1e-9, "{name}");
+        let ff_flops = l * 4 * n * r * dv * f;
+        let macs = k * dh + k * d;
+        let extra = dh + d + 2 * k * tau + 2 * k * (tau + 2);
+        assert_eq!(
+            c.counts.flops_fwd_paper,
+            rmt.flops_fwd_paper - ff_flops + l * n * 2 * macs,
+            "{name}"
+        );
+        assert_eq!(
+            c.counts.flops_fwd,
+            rmt.flops_fwd - ff_flops + l * n * (2 * macs + extra),
+            "{name}"
+        );
+        eprintln!(
+            "{name}: {:.2}M parameters ({:.2}M in tables), {} FLOPs/token (the RMT with D_FF = 4·R·D_v: {})",
+            c.counts.params as f64 / 1e6,
+            c.table_params as f64 / 1e6,
+            c.counts.flops_fwd / n,
+            count::rmt(&resmem_models::RmtConfig::new(h.trunk(), 4 * h.width())).flops_fwd / n
+        );
+    }
+}
+
+/// A count that overflows is an error naming the setting, and the infallible form saturates.
+#[test]
+fn hybrid_counts_that_overflow_are_errors() {
+    let h = resmem_models::HybridConfig {
+        d_k: usize::MAX / 2,
+        ..Dims::preset("gpt2-small").unwrap().hybrid()
+    };
+    let err = count::try_hybrid(&h).unwrap_err().to_string();
+    assert!(err.contains("overflow") && err.contains("d_k"), "{err}");
+    assert_eq!(count::hybrid(&h).counts.flops_fwd, u64::MAX);
+}

@@ -50,7 +50,7 @@ fn second_document(logits: &[f32]) -> &[f32] {
 
 fn check<B: Backend + 'static>(be: &B) {
     let (a, b) = (batch(&[1, 2, 3, 4, 5]), batch(&[9, 19, 29, 39, 49]));
-    for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "official"] {
+    for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "tiny-hybrid", "official"] {
         let (ma, mb) = (logits(be, preset, &a, true), logits(be, preset, &b, true));
         assert!(
             second_document(&ma) == second_document(&mb),

@@ -97,7 +97,13 @@ fn load_config(text: &str) -> Option<RunConfig> {
 
 #[test]
 fn corrupt_config_files_never_panic_and_load_only_when_valid() {
-    let good = RunConfig::preset("small-rmt").unwrap().to_toml().unwrap();
+    for preset in ["small-rmt", "small-hybrid"] {
+        corrupt_configs_of(preset);
+    }
+}
+
+fn corrupt_configs_of(preset: &str) {
+    let good = RunConfig::preset(preset).unwrap().to_toml().unwrap();
     assert!(load_config(&good).is_some());
     let mut cases = 0;
     let mut errors = 0;
@@ -154,9 +160,9 @@ fn corrupt_config_files_never_panic_and_load_only_when_valid() {
             check(&good.replace(line, &format!("{key} = {lie}")));
         }
     }
-    assert!(cases >= 10_000, "{cases} cases");
+    assert!(cases >= 10_000, "{preset}: {cases} cases");
     assert!(
         errors > cases / 2,
-        "only {errors} of {cases} corrupt configs were refused"
+        "{preset}: only {errors} of {cases} corrupt configs were refused"
     );
 }

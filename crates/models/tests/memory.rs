@@ -7,8 +7,8 @@ use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::{
-    AdamW, BatchTensors, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Position, Rmt, RmtConfig,
-    TrainConfig, Transformer, TransformerConfig,
+    AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Position,
+    Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
 };
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,18 @@ fn memoryformer(vocab: usize, n: usize) -> MemoryFormerConfig {
     }
 }
 
+fn hybrid(vocab: usize, n: usize, position: Position) -> HybridConfig {
+    HybridConfig {
+        d_k: 3,
+        d_v: 5,
+        rank: 3,
+        tau: 4, // K = 3 over R·D_v = 15, three values unhashed
+        n_layers: 2,
+        position,
+        ..HybridConfig::tiny(vocab, n)
+    }
+}
+
 /// Every architecture at a few awkward shapes: (config, b, t).
 fn cases() -> Vec<(ModelConfig, usize, usize)> {
     let mut cases = vec![];
@@ -53,10 +65,13 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::Rmt(rmt(vocab, n, Position::Learned)), b, t));
         cases.push((ModelConfig::Rmt(rmt(vocab, n, Position::Alibi)), b, t));
         cases.push((ModelConfig::MemoryFormer(memoryformer(vocab, n)), b, t));
+        cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Learned)), b, t));
+        cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Alibi)), b, t));
     }
     cases
 }
 
+/// Through the one constructor every command uses.
 fn build(
     be: &CpuBackend,
     cfg: &ModelConfig,
@@ -64,23 +79,11 @@ fn build(
     t: usize,
     purpose: Purpose,
 ) -> Box<dyn LanguageModel<CpuBackend>> {
-    let train = purpose == Purpose::Train;
-    match cfg.clone() {
-        ModelConfig::Transformer(c) if train => Box::new(Transformer::new(be, c, b, t, 1).unwrap()),
-        ModelConfig::Transformer(c) => Box::new(Transformer::inference(be, c, b, t).unwrap()),
-        ModelConfig::Rmt(c) if train => Box::new(Rmt::new(be, c, b, t, 1).unwrap()),
-        ModelConfig::Rmt(c) => Box::new(Rmt::inference(be, c, b, t).unwrap()),
-        ModelConfig::MemoryFormer(c) if train => Box::new(MemoryFormer::new(be, c, b, t, 1).unwrap()),
-        ModelConfig::MemoryFormer(c) => Box::new(MemoryFormer::inference(be, c, b, t).unwrap()),
-    }
+    cfg.build(be, b, t, purpose, 1).unwrap()
 }
 
 fn vocab(cfg: &ModelConfig) -> usize {
-    match cfg {
-        ModelConfig::Transformer(c) => c.vocab,
-        ModelConfig::Rmt(c) => c.vocab,
-        ModelConfig::MemoryFormer(c) => c.vocab,
-    }
+    cfg.vocab()
 }
 
 /// Bytes the backend allocates for the model, one batch and, for training, AdamW.
@@ -196,6 +199,7 @@ fn a_batch_whose_size_overflows_is_refused_at_once() {
     assert!(err.contains("batch × sequence length overflows"), "{err}");
     assert!(Rmt::new(&be, RmtConfig::tiny(256, 4), b, t, 0).is_err());
     assert!(MemoryFormer::inference(&be, MemoryFormerConfig::tiny(256, 4), b, t).is_err());
+    assert!(Hybrid::new(&be, HybridConfig::tiny(256, 4), b, t, 0).is_err());
     assert_eq!(be.allocated_bytes(), 0, "nothing may be allocated before the refusal");
     assert!(start.elapsed() < Duration::from_secs(1));
 }
@@ -232,5 +236,12 @@ fn dimensions_whose_products_overflow_are_config_errors() {
         ..MemoryFormerConfig::tiny(256, 16)
     };
     assert!(many.validate().is_err());
+    let wide = HybridConfig {
+        rank: huge,
+        ..HybridConfig::tiny(256, 16)
+    };
+    let err = wide.validate().unwrap_err().to_string();
+    assert!(err.contains("overflows"), "{err}");
+    assert!(Hybrid::inference(&be, wide, 1, 1).is_err());
     assert_eq!(be.allocated_bytes(), 0);
 }

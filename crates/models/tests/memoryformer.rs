@@ -85,11 +85,10 @@ fn same_seed_same_losses_on_each_backend() {
 #[test]
 fn gpu_table_gradients_are_bit_identical_across_runs() {
     let g = gpu();
-    let a = train_steps(&g, small(&g, 3), 3, 3, false);
-    let b = train_steps(&g, small(&g, 3), 3, 3, false);
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&a.grads), bits(&b.grads), "gradients differ between runs");
-    assert_eq!(bits(&a.params), bits(&b.params), "parameters differ between runs");
+    assert_bit_identical(
+        &train_steps(&g, small(&g, 3), 3, 3, false),
+        &train_steps(&g, small(&g, 3), 3, 3, false),
+    );
 }
 
 #[test]

@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/official-rmt").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt")
+        .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read the fixture {}: {e}", path.display()))
 }
 
@@ -32,11 +34,18 @@ fn outputs() -> Outputs {
     let mut floats = BTreeMap::new();
     let ints = |name: &str| -> Vec<u32> {
         let t = file.tensor(name).unwrap();
-        t.data().chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32).collect()
+        t.data()
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32)
+            .collect()
     };
     for (name, t) in file.tensors() {
         if t.dtype() == safetensors::Dtype::F32 {
-            let v = t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64).collect();
+            let v = t
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+                .collect();
             floats.insert(name, v);
         }
     }
@@ -112,11 +121,17 @@ fn failures(c: &Computed) -> Vec<String> {
     }
     let total = (c.total - f["total"][0]).abs();
     if total > 1e-6 {
-        bad.push(format!("total loss {} against the official {} ({total:.3e})", c.total, f["total"][0]));
+        bad.push(format!(
+            "total loss {} against the official {} ({total:.3e})",
+            c.total, f["total"][0]
+        ));
     }
     let ce = (c.ce - f["ce"][0]).abs();
     if ce > 1e-6 {
-        bad.push(format!("cross-entropy {} against the official {} ({ce:.3e})", c.ce, f["ce"][0]));
+        bad.push(format!(
+            "cross-entropy {} against the official {} ({ce:.3e})",
+            c.ce, f["ce"][0]
+        ));
     }
     let mut worst_grad = 0.0f64;
     for (name, ours) in &c.grads {
@@ -126,7 +141,9 @@ fn failures(c: &Computed) -> Vec<String> {
         let d = max_diff(&ours, theirs);
         worst_grad = worst_grad.max(d / (1e-6 + 1e-4 * scale));
         if d > 1e-6 + 1e-4 * scale {
-            bad.push(format!("grad.{name} differs by {d:.3e} (largest magnitude {scale:.3e})"));
+            bad.push(format!(
+                "grad.{name} differs by {d:.3e} (largest magnitude {scale:.3e})"
+            ));
         }
     }
     eprintln!(
@@ -149,7 +166,9 @@ fn the_official_fixture_conforms_on_the_cpu_in_f64() {
 #[test]
 fn the_official_fixture_conforms_on_the_cpu_in_f32() {
     let be = CpuBackend::<f32>::new();
-    let c = compute(&be, official_config(), &params(), |t| t.get().iter().map(|&v| v as f64).collect());
+    let c = compute(&be, official_config(), &params(), |t| {
+        t.get().iter().map(|&v| v as f64).collect()
+    });
     assert_eq!(failures(&c), Vec::<String>::new());
 }
 
@@ -157,7 +176,11 @@ fn the_official_fixture_conforms_on_the_cpu_in_f32() {
 fn the_official_fixture_conforms_on_the_gpu() {
     let be = gpu();
     let read = |t: &_| -> Vec<f64> {
-        pollster::block_on(be.read(t)).unwrap().into_iter().map(f64::from).collect()
+        pollster::block_on(be.read(t))
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect()
     };
     let c = compute(&be, official_config(), &params(), read);
     assert_eq!(failures(&c), Vec::<String>::new());
@@ -186,7 +209,10 @@ fn a_wrong_convention_fails_the_comparison() {
         ),
     ];
     for (what, cfg) in mistakes {
-        assert!(!failures(&run(cfg, &params())).is_empty(), "{what} passed the conformance checks");
+        assert!(
+            !failures(&run(cfg, &params())).is_empty(),
+            "{what} passed the conformance checks"
+        );
     }
     // ALiBi's slope belongs to the head's index: the same heads in reverse order compute the same
     // function but for the slopes, so this is the model with every head's slope mistaken.
@@ -228,8 +254,15 @@ fn import_then_export_is_bit_exact() {
     let imported = official::read(&original).unwrap();
     let layout = resmem_models::rmt::layout(&imported.dims.config(9));
     let flat = official::to_flat(&imported, &layout).unwrap();
-    let exported = official::to_bytes(&official::from_flat(&flat, &layout, &imported.dims).unwrap(), &imported.dims).unwrap();
-    let (a, b) = (SafeTensors::deserialize(&original).unwrap(), SafeTensors::deserialize(&exported).unwrap());
+    let exported = official::to_bytes(
+        &official::from_flat(&flat, &layout, &imported.dims).unwrap(),
+        &imported.dims,
+    )
+    .unwrap();
+    let (a, b) = (
+        SafeTensors::deserialize(&original).unwrap(),
+        SafeTensors::deserialize(&exported).unwrap(),
+    );
     let mut names = a.names();
     names.sort();
     let mut names_b = b.names();
@@ -254,7 +287,10 @@ fn import_then_export_is_bit_exact() {
     let bytes = official::to_bytes(&official::from_flat(&flat, &layout, &dims).unwrap(), &dims).unwrap();
     let back = official::to_flat(&official::read(&bytes).unwrap(), &layout).unwrap();
     let used: Vec<usize> = layout.specs.iter().flat_map(|s| s.offset..s.offset + s.len()).collect();
-    assert!(used.iter().all(|&i| back[i] == flat[i]), "resmem → official → resmem changed values");
+    assert!(
+        used.iter().all(|&i| back[i] == flat[i]),
+        "resmem → official → resmem changed values"
+    );
 }
 
 /// Files that are not an official RMT get a message that says what is wrong.
@@ -271,8 +307,18 @@ fn bad_files_are_refused_with_a_reason() {
     t.remove("norm.weight");
     let mut views = vec![];
     for (name, v) in &t {
-        let shape = official::MAPPINGS.iter().find(|m| m.official == name).unwrap().axes.iter().map(|&a| dims.size(a)).collect();
-        views.push((name.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, bytemuck::cast_slice(v)).unwrap()));
+        let shape = official::MAPPINGS
+            .iter()
+            .find(|m| m.official == name)
+            .unwrap()
+            .axes
+            .iter()
+            .map(|&a| dims.size(a))
+            .collect();
+        views.push((
+            name.clone(),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, bytemuck::cast_slice(v)).unwrap(),
+        ));
     }
     let missing = safetensors::serialize(views, None).unwrap();
     assert!(reason(&missing).contains("lacks the official RMT tensors norm.weight"));

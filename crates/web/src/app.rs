@@ -1,10 +1,11 @@
 //! The page: pick an architecture and a task, start and stop training, and watch the step, the
-//! loss and its curve; for the RMT, its cost beside a transformer and its variance view; for the
-//! MemoryFormer, live histograms of its hash tables' buckets.
+//! loss and its curve; for the RMT and the hybrid, their cost beside a transformer and their
+//! variance view; for the MemoryFormer and the hybrid, live histograms of their hash tables'
+//! buckets.
 
 use crate::chart::histogram_svg;
 use crate::chart::{loss_svg, variance_svg};
-use crate::session::{counts, Arch, Session, Settings};
+use crate::session::{costs, Arch, Session, Settings};
 use data::Task;
 use engine::gpu::GpuBackend;
 use leptos::prelude::*;
@@ -18,7 +19,7 @@ use std::rc::Rc;
 
 /// How often the loss is read back from the GPU, in steps.
 const READ_EVERY: usize = 1;
-/// How often the RMT's variance probes run (after step 1, then every this many steps): each
+/// How often the variance probes (RMT, hybrid) run (after step 1, then every this many steps): each
 /// measurement costs about one more forward and backward.
 const MEASURE_EVERY: usize = 10;
 
@@ -216,23 +217,23 @@ pub fn App() -> impl IntoView {
                 " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
             </p>
             <div id="chart" inner_html=move || loss_svg(&points.get())></div>
-            <Show when=move || arch.get() == Arch::Rmt>
+            <Show when=move || arch.get().has_variance()>
                 <Cost />
                 <VarianceView history closed block set_block snapshot set_snapshot />
             </Show>
-            <Show when=move || arch.get() == Arch::MemoryFormer>
+            <Show when=move || arch.get().has_buckets()>
                 <BucketView hits />
             </Show>
         </main>
     }
 }
 
-/// What the tiny RMT costs beside a transformer of matching dimensions.
+/// What the tiny RMT and hybrid cost beside a transformer of matching dimensions.
 #[component]
 fn Cost() -> impl IntoView {
-    let seq_len = Settings::default().seq_len;
-    let (rmt, transformer) = counts(seq_len);
-    let (r, t) = crate::session::configs(seq_len);
+    let c = costs();
+    let (r, h, t) = (&c.rmt, &c.hybrid, &c.transformer);
+    let seq_len = r.seq_len;
     let row = |name: String, c: models::count::Counts| {
         view! {
             <tr>
@@ -247,11 +248,14 @@ fn Cost() -> impl IntoView {
             <h2>"Cost"</h2>
             <table id="counts">
                 <tr><th>"model"</th><th>"parameters"</th><th>"forward FLOPs / token"</th></tr>
-                {row(format!("RMT: D_k={} D_v={} R={} (residual {})", r.d_k, r.d_v, r.rank, r.residual()), rmt)}
-                {row(format!("Transformer: D={} H={} D_h={}", t.d_model, t.n_heads, t.head_dim), transformer)}
+                {row(format!("RMT: D_k={} D_v={} R={} (residual {})", r.d_k, r.d_v, r.rank, r.residual()), c.rmt_counts)}
+                {row(format!("Hybrid: the RMT with a memory block, τ={} (K={})", h.tau, h.chunks()), c.hybrid_counts.counts)}
+                {row(format!("Transformer: D={} H={} D_h={}", t.d_model, t.n_heads, t.head_dim), c.transformer_counts)}
             </table>
-            <p class="note">"Both have L=" {r.n_layers} ", D_FF=" {r.d_ff} ", V=" {r.vocab} ", N=" {seq_len}
-                ". The RMT's residual can grow (D_k) without adding parameters or FLOPs beyond the key vectors."</p>
+            <p class="note">"All have L=" {r.n_layers} ", V=" {r.vocab} ", N=" {seq_len} "; the RMT and the transformer D_FF="
+                {r.d_ff} ". The RMT's residual can grow (D_k) without adding parameters or FLOPs beyond the key vectors; \
+                the hybrid trades the FF matrix products for hash-table reads ("
+                {thousands(c.hybrid_counts.table_params)} " table values)."</p>
         </section>
     }
 }

@@ -4,30 +4,30 @@
 use data::{Batch, Task, TaskSampler};
 use engine::gpu::GpuBackend;
 use models::buckets::{self, BucketCounts};
-use models::count::{self, Counts};
+use models::count::{self, Counts, HybridCounts};
 use models::probes::Measured;
 use models::variance::{self, ClosedForm, InitScheme};
-use models::{
-    LanguageModel, MemoryFormer, MemoryFormerConfig, Rmt, RmtConfig, TrainConfig, Trainer, Transformer,
-    TransformerConfig,
-};
+use models::{LanguageModel, ModelConfig, Purpose, RunConfig, Trainer};
 
-/// The architectures the page offers.
+/// The architectures the page offers, each its `tiny-ARCH` training preset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     Transformer,
     Rmt,
     MemoryFormer,
+    Hybrid,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 3] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer];
+    pub const ALL: [Arch; 4] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer, Arch::Hybrid];
 
+    /// The `arch` of its config.
     pub fn name(self) -> &'static str {
         match self {
             Arch::Transformer => "transformer",
             Arch::Rmt => "rmt",
             Arch::MemoryFormer => "memoryformer",
+            Arch::Hybrid => "hybrid",
         }
     }
 
@@ -36,11 +36,27 @@ impl Arch {
             Arch::Transformer => "Transformer",
             Arch::Rmt => "Residual Matrix Transformer",
             Arch::MemoryFormer => "MemoryFormer",
+            Arch::Hybrid => "Hybrid: RMT with a memory block",
         }
     }
 
     pub fn parse(s: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// Its storages and retrievals have variance probes and a closed form.
+    pub fn has_variance(self) -> bool {
+        matches!(self, Arch::Rmt | Arch::Hybrid)
+    }
+
+    /// It has hash tables whose buckets the page can show.
+    pub fn has_buckets(self) -> bool {
+        matches!(self, Arch::MemoryFormer | Arch::Hybrid)
+    }
+
+    /// The `tiny-ARCH` preset: the model and the copy task at T = 16.
+    pub fn preset(self) -> RunConfig {
+        RunConfig::preset(&format!("tiny-{}", self.name())).expect("every architecture has a tiny preset")
     }
 }
 
@@ -66,24 +82,38 @@ impl Default for Settings {
     }
 }
 
-/// The tiny RMT and the transformer of matching dimensions (H = R, D_h = D_v, D = R·D_v).
-pub fn configs(seq_len: usize) -> (RmtConfig, TransformerConfig) {
-    let rmt = RmtConfig::tiny(data::ByteTokenizer::VOCAB, seq_len);
-    let transformer = TransformerConfig {
+/// The tiny RMT's and hybrid's counts, and those of the transformer of matching dimensions
+/// (H = R, D_h = D_v, D = R·D_v), for the page's cost table.
+pub struct Costs {
+    pub rmt: models::RmtConfig,
+    pub rmt_counts: Counts,
+    pub hybrid: models::HybridConfig,
+    pub hybrid_counts: HybridCounts,
+    pub transformer: models::TransformerConfig,
+    pub transformer_counts: Counts,
+}
+
+pub fn costs() -> Costs {
+    let (ModelConfig::Rmt(rmt), ModelConfig::Hybrid(hybrid)) = (Arch::Rmt.preset().model, Arch::Hybrid.preset().model)
+    else {
+        unreachable!("tiny-rmt and tiny-hybrid are an RMT and a hybrid")
+    };
+    let transformer = models::TransformerConfig {
         d_model: rmt.rank * rmt.d_v,
         n_layers: rmt.n_layers,
         n_heads: rmt.rank,
         head_dim: rmt.d_v,
         d_ff: rmt.d_ff,
-        ..TransformerConfig::tiny(rmt.vocab, seq_len)
+        ..models::TransformerConfig::tiny(rmt.vocab, rmt.seq_len)
     };
-    (rmt, transformer)
-}
-
-/// Parameters and FLOPs of the tiny RMT beside the matching transformer, for the page.
-pub fn counts(seq_len: usize) -> (Counts, Counts) {
-    let (rmt, transformer) = configs(seq_len);
-    (count::rmt(&rmt), count::transformer(&transformer))
+    Costs {
+        rmt_counts: count::rmt(&rmt),
+        hybrid_counts: count::hybrid(&hybrid),
+        transformer_counts: count::transformer(&transformer),
+        rmt,
+        hybrid,
+        transformer,
+    }
 }
 
 pub struct Session {
@@ -92,46 +122,26 @@ pub struct Session {
     pub sampler: TaskSampler,
     pub settings: Settings,
     pub params: usize,
-    /// The closed form of the paper's Table 1 for this model's dims and init (RMT only).
+    /// The closed form of the paper's Table 1 for this model's dims and init (RMT and hybrid).
     pub closed_form: Vec<ClosedForm>,
     last_batch: Option<Batch>,
 }
 
 impl Session {
+    /// The `tiny-ARCH` model, built by the one constructor every command uses.
     pub fn new(be: GpuBackend, s: Settings, seed: u64) -> Result<Self, String> {
-        let (rmt, transformer) = configs(s.seq_len);
+        let mut cfg = s.arch.preset();
+        cfg.train.batch = s.batch;
+        cfg.train.steps = s.steps;
+        cfg.train.seed = seed;
         let err = |e: models::ModelError| e.to_string();
-        let (model, closed_form): (Box<dyn LanguageModel<GpuBackend>>, _) = match s.arch {
-            Arch::Transformer => {
-                let cfg = TransformerConfig::tiny(transformer.vocab, s.seq_len);
-                (
-                    Box::new(Transformer::new(&be, cfg, s.batch, s.seq_len, seed).map_err(err)?),
-                    vec![],
-                )
-            }
-            Arch::Rmt => {
-                let closed = variance::rmt(&rmt, InitScheme::Default);
-                (
-                    Box::new(Rmt::new(&be, rmt, s.batch, s.seq_len, seed).map_err(err)?),
-                    closed,
-                )
-            }
-            Arch::MemoryFormer => {
-                let cfg = MemoryFormerConfig::tiny(transformer.vocab, s.seq_len);
-                (
-                    Box::new(MemoryFormer::new(&be, cfg, s.batch, s.seq_len, seed).map_err(err)?),
-                    vec![],
-                )
-            }
+        let closed_form = match s.arch.has_variance() {
+            true => variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default(),
+            false => vec![],
         };
+        let model = cfg.build(&be, s.batch, s.seq_len, Purpose::Train).map_err(err)?;
         let params = model.store().layout.count();
-        let train = TrainConfig {
-            batch: s.batch,
-            steps: s.steps,
-            seed,
-            ..Default::default()
-        };
-        let trainer = Trainer::new(&be, model, train).map_err(err)?;
+        let trainer = Trainer::new(&be, model, cfg.train.clone()).map_err(err)?;
         let sampler = TaskSampler::new(s.task, s.batch, s.seq_len, seed + 1).map_err(|e| e.to_string())?;
         Ok(Self {
             be,

@@ -1,0 +1,163 @@
+//! The feed-forward cores of a residual-matrix block: what turns the R vectors the FF adapters
+//! retrieve, x_FF = concat_h(r_FF^(h) ·₁ Norm(X)) ∈ R^{R·D_v}, into the R vectors they store.
+//!
+//!   Dense         f = W2 · GELU(W1 · x_FF)        the RMT (SPEC §2), here
+//!   MemoryBlock   f = ML2(Norm(ML1(x_FF)))        the hybrid (SPEC §5), in memory_layer.rs
+//!
+//! The model around the core (`rmt::ResidualMatrix`) is the same for both.
+
+use crate::buckets::HashedLayer;
+use crate::params::{Init, LayoutBuilder, ParamId};
+use engine::{Backend, MatmulDims};
+
+/// A feed-forward core over `tokens` rows of R·D_v values, in and out.
+pub trait FfCore {
+    /// One block's parameters: ids when declared, then views of the parameters or gradients.
+    type Params<T>;
+    /// What one block keeps from the forward for the backward.
+    type Acts<B: Backend>;
+    /// Forward scratch shared by every block, allocated for inference too.
+    type Shared<B: Backend>;
+    /// Backward scratch shared by every block.
+    type Scratch<B: Backend>;
+
+    /// Declares one block's parameters, named `{prefix}.…`.
+    fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> Self::Params<ParamId>;
+    fn map<T>(p: &Self::Params<ParamId>, f: &impl Fn(ParamId) -> T) -> Self::Params<T>;
+    fn acts<B: Backend>(&self, be: &B) -> engine::Result<Self::Acts<B>>;
+    fn shared<B: Backend>(&self, be: &B) -> engine::Result<Self::Shared<B>>;
+    fn scratch<B: Backend>(&self, be: &B) -> engine::Result<Self::Scratch<B>>;
+    /// f = core(x).
+    fn forward<B: Backend>(
+        &self,
+        be: &B,
+        f: &B::Tensor,
+        x: &B::Tensor,
+        a: &Self::Acts<B>,
+        shared: &Self::Shared<B>,
+        p: &Self::Params<B::Tensor>,
+    );
+    /// dx (written) and the core's parameter gradients from df. dx may be df's own buffer: df
+    /// is read before dx is written.
+    #[allow(clippy::too_many_arguments)]
+    fn backward<B: Backend>(
+        &self,
+        be: &B,
+        s: &Self::Scratch<B>,
+        dx: &B::Tensor,
+        dp: &Self::Params<B::Tensor>,
+        df: &B::Tensor,
+        x: &B::Tensor,
+        a: &Self::Acts<B>,
+        p: &Self::Params<B::Tensor>,
+    );
+    /// The core's hash tables, for bucket statistics; none for a dense core.
+    fn hashed_layers<'a, B: Backend>(&self, _a: &'a Self::Acts<B>, _prefix: &str) -> Vec<HashedLayer<'a, B>> {
+        vec![]
+    }
+}
+
+/// f = W2 · GELU(W1 · x), W1 ∈ R^{D_FF×R·D_v}, both N(0, init_std²/fan_in).
+#[derive(Clone, Copy, Debug)]
+pub struct Dense {
+    pub tokens: usize,
+    /// R·D_v
+    pub width: usize,
+    pub d_ff: usize,
+    pub init_std: f32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct DenseParams<T> {
+    w1: T, // (F, R·D_v)
+    w2: T, // (R·D_v, F)
+}
+
+pub struct DenseActs<B: Backend> {
+    fch: B::Tensor,      // (BT, F)
+    fch_gelu: B::Tensor, // (BT, F)
+}
+
+pub struct DenseScratch<B: Backend> {
+    dfch: B::Tensor,      // (BT, F)
+    dfch_gelu: B::Tensor, // (BT, F)
+}
+
+impl FfCore for Dense {
+    type Params<T> = DenseParams<T>;
+    type Acts<B: Backend> = DenseActs<B>;
+    type Shared<B: Backend> = ();
+    type Scratch<B: Backend> = DenseScratch<B>;
+
+    fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> DenseParams<ParamId> {
+        let (rv, f) = (self.width, self.d_ff);
+        let fan = |fan_in: usize| Init::Normal {
+            std: self.init_std / (fan_in as f32).sqrt(),
+        };
+        DenseParams {
+            w1: lb.add(format!("{prefix}.w1"), &[f, rv], true, fan(rv)),
+            w2: lb.add(format!("{prefix}.w2"), &[rv, f], true, fan(f)),
+        }
+    }
+
+    fn map<T>(p: &DenseParams<ParamId>, f: &impl Fn(ParamId) -> T) -> DenseParams<T> {
+        DenseParams {
+            w1: f(p.w1),
+            w2: f(p.w2),
+        }
+    }
+
+    fn acts<B: Backend>(&self, be: &B) -> engine::Result<DenseActs<B>> {
+        let n = self.tokens * self.d_ff;
+        Ok(DenseActs {
+            fch: be.zeros("ff hidden", n)?,
+            fch_gelu: be.zeros("ff hidden", n)?,
+        })
+    }
+
+    fn shared<B: Backend>(&self, _be: &B) -> engine::Result<()> {
+        Ok(())
+    }
+
+    fn scratch<B: Backend>(&self, be: &B) -> engine::Result<DenseScratch<B>> {
+        let n = self.tokens * self.d_ff;
+        Ok(DenseScratch {
+            dfch: be.zeros("ff gradient", n)?,
+            dfch_gelu: be.zeros("ff gradient", n)?,
+        })
+    }
+
+    fn forward<B: Backend>(
+        &self,
+        be: &B,
+        f: &B::Tensor,
+        x: &B::Tensor,
+        a: &DenseActs<B>,
+        _shared: &(),
+        p: &DenseParams<B::Tensor>,
+    ) {
+        let (bt, rv, ff) = (self.tokens, self.width, self.d_ff);
+        be.matmul(&a.fch, x, &p.w1, MatmulDims::new(bt, ff, rv).trans_b());
+        be.gelu_forward(&a.fch_gelu, &a.fch);
+        be.matmul(f, &a.fch_gelu, &p.w2, MatmulDims::new(bt, rv, ff).trans_b());
+    }
+
+    fn backward<B: Backend>(
+        &self,
+        be: &B,
+        s: &DenseScratch<B>,
+        dx: &B::Tensor,
+        dp: &DenseParams<B::Tensor>,
+        df: &B::Tensor,
+        x: &B::Tensor,
+        a: &DenseActs<B>,
+        p: &DenseParams<B::Tensor>,
+    ) {
+        let (bt, rv, ff) = (self.tokens, self.width, self.d_ff);
+        be.matmul(&dp.w2, df, &a.fch_gelu, MatmulDims::new(rv, ff, bt).trans_a());
+        be.matmul(&s.dfch_gelu, df, &p.w2, MatmulDims::new(bt, ff, rv));
+        be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
+        be.matmul(&dp.w1, &s.dfch, x, MatmulDims::new(ff, rv, bt).trans_a());
+        be.matmul(dx, &s.dfch, &p.w1, MatmulDims::new(bt, rv, ff));
+    }
+}

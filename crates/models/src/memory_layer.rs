@@ -1,0 +1,265 @@
+//! MemoryFormer's two units (SPEC §3), shared by the MemoryFormer and the hybrid:
+//!
+//!   Memory Layer   ML(x) = Σ_k p(z_k) · T_k[hash(z_k)] + b        no matrix product
+//!   memory block   f = ML2(Norm(ML1(x)))                           ML1: d → (τ+2)K, ML2: → d
+//!
+//! Each unit declares its parameters, allocates what its forward keeps, and runs its forward and
+//! backward; a model only wires them.
+
+use crate::buckets::HashedLayer;
+use crate::ff::FfCore;
+use crate::params::{Init, LayoutBuilder, ParamId};
+use crate::Hashing;
+use engine::{Backend, MemoryDims, NormDims};
+
+/// One Memory Layer's parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryParams<T> {
+    pub tables: T, // (K, 2^τ, d_out)
+    pub bias: T,   // (d_out)
+}
+
+impl MemoryParams<ParamId> {
+    /// Tables N(0, table_std²) that learn at table_lr_mult × the learning rate, and a bias
+    /// N(0, bias_std²), named `{name}.tables` and `{name}.bias`.
+    pub fn declare(lb: &mut LayoutBuilder, name: &str, h: &Hashing, dims: MemoryDims) -> Self {
+        Self {
+            tables: lb.add_boosted(
+                format!("{name}.tables"),
+                &[dims.k, dims.buckets(), dims.d_out],
+                h.table_lr_mult,
+                Init::Normal { std: h.table_std },
+            ),
+            bias: lb.add(
+                format!("{name}.bias"),
+                &[dims.d_out],
+                false,
+                Init::Normal { std: h.bias_std },
+            ),
+        }
+    }
+
+    pub fn map<U>(&self, f: &impl Fn(ParamId) -> U) -> MemoryParams<U> {
+        MemoryParams {
+            tables: f(self.tables),
+            bias: f(self.bias),
+        }
+    }
+}
+
+/// The dims of a Memory Layer hashing `d_in` values of `tokens` rows in K chunks of `tau` bits.
+pub fn layer_dims(h: &Hashing, tokens: usize, d_in: usize, k: usize, tau: usize, d_out: usize) -> MemoryDims {
+    MemoryDims {
+        tokens,
+        d_in,
+        tau,
+        k,
+        d_out,
+        temperature: h.temperature,
+        l1: h.l1_weight,
+    }
+}
+
+/// What one Memory Layer keeps from the forward for the backward; its bucket starts are also
+/// the usage statistics.
+pub struct Hashed<B: Backend> {
+    codes: B::Index,  // (BT, K)
+    p: B::Tensor,     // (BT, K)
+    rows: B::Index,   // (K, BT)
+    starts: B::Index, // (K, 2^τ + 1)
+    pub dims: MemoryDims,
+}
+
+impl<B: Backend> Hashed<B> {
+    pub fn new(be: &B, dims: MemoryDims) -> engine::Result<Self> {
+        Ok(Self {
+            codes: be.index("hash codes", dims.tokens * dims.k)?,
+            p: be.zeros("hash weights", dims.tokens * dims.k)?,
+            rows: be.index("bucket rows", dims.k * dims.tokens)?,
+            starts: be.index("bucket starts", dims.starts_len())?,
+            dims,
+        })
+    }
+
+    /// y = ML(x): hash, group rows by bucket (for the backward and the statistics), gather.
+    /// `cursor` is the sort's scratch of at least K·2^τ values.
+    pub fn forward(&self, be: &B, y: &B::Tensor, x: &B::Tensor, m: &MemoryParams<B::Tensor>, cursor: &B::Index) {
+        be.memory_hash(&self.codes, &self.p, x, self.dims);
+        be.memory_bucket(&self.rows, &self.starts, cursor, &self.codes, self.dims);
+        be.memory_forward(y, &self.codes, &self.p, &m.tables, &m.bias, self.dims);
+    }
+
+    /// dx (written) and the tables' and bias's gradients from dy.
+    pub fn backward(
+        &self,
+        be: &B,
+        dx: &B::Tensor,
+        dm: &MemoryParams<B::Tensor>,
+        dy: &B::Tensor,
+        x: &B::Tensor,
+        m: &MemoryParams<B::Tensor>,
+    ) {
+        let (codes, p, rows, starts) = (&self.codes, &self.p, &self.rows, &self.starts);
+        be.memory_backward(
+            dx, &dm.tables, &dm.bias, dy, x, codes, p, rows, starts, &m.tables, self.dims,
+        );
+    }
+
+    /// The layer's bucket use after a forward, named `name`.
+    pub fn layer(&self, name: String) -> HashedLayer<'_, B> {
+        HashedLayer {
+            name,
+            tau: self.dims.tau,
+            tables: self.dims.k,
+            starts: &self.starts,
+        }
+    }
+}
+
+/// The memory block's parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryBlockParams<T> {
+    pub ml1: MemoryParams<T>, // d → (τ+2)K
+    pub ln3: T,               // ((τ+2)K)
+    pub ml2: MemoryParams<T>, // (τ+2)K → d
+}
+
+impl MemoryBlockParams<ParamId> {
+    pub fn map<U>(&self, f: &impl Fn(ParamId) -> U) -> MemoryBlockParams<U> {
+        MemoryBlockParams {
+            ml1: self.ml1.map(f),
+            ln3: f(self.ln3),
+            ml2: self.ml2.map(f),
+        }
+    }
+}
+
+/// What the memory block keeps from the forward for the backward.
+pub struct MemoryBlockActs<B: Backend> {
+    h1: Hashed<B>,
+    hid: B::Tensor, // (BT, (τ+2)K) ML1's output
+    ln3: B::Tensor,
+    ln3_stats: B::Tensor,
+    h2: Hashed<B>,
+}
+
+/// The memory block's backward scratch, shared by every block of a model.
+pub struct MemoryBlockScratch<B: Backend> {
+    dhid: B::Tensor, // (BT, (τ+2)K)
+    dln3: B::Tensor, // (BT, (τ+2)K)
+}
+
+/// f = ML2(Norm(ML1(x))) for `tokens` rows of width d (SPEC §3's memory block, SPEC §5's core):
+/// ML1 hashes K = ⌊d/τ⌋ chunks of τ values into (τ+2)·K, ML2 hashes K chunks of τ + 2 into d.
+/// There is no activation: the hash is the non-linearity.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryBlock {
+    pub hashing: Hashing,
+    pub ml1: MemoryDims,
+    pub ml2: MemoryDims,
+    /// The inner norm over ML1's (τ+2)·K outputs.
+    pub norm: NormDims,
+}
+
+impl MemoryBlock {
+    /// The block over `tokens` rows of width `d`, its inner norm of `kind` and `eps`.
+    pub fn new(h: Hashing, tokens: usize, d: usize, kind: engine::NormKind, eps: f32) -> Self {
+        let (k, dh) = (h.chunks(d), h.d_hidden(d));
+        Self {
+            hashing: h,
+            ml1: layer_dims(&h, tokens, d, k, h.tau, dh),
+            ml2: layer_dims(&h, tokens, dh, k, h.tau + 2, d),
+            norm: NormDims {
+                rows: tokens,
+                c: dh,
+                kind,
+                eps,
+            },
+        }
+    }
+}
+
+/// The memory block is a feed-forward core: the hybrid's (SPEC §5), and MemoryFormer's FF.
+impl FfCore for MemoryBlock {
+    type Params<T> = MemoryBlockParams<T>;
+    type Acts<B: Backend> = MemoryBlockActs<B>;
+    /// The bucket sort's cursor, shared by every Memory Layer of a model: ML2's K·2^(τ+2)
+    /// values, the most any of them needs.
+    type Shared<B: Backend> = B::Index;
+    type Scratch<B: Backend> = MemoryBlockScratch<B>;
+
+    /// `{prefix}.ml1`, `{prefix}.ln3` and `{prefix}.ml2`, in that order. Tables and biases start
+    /// as MemoryFormer's, not with a fan-in init.
+    fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> MemoryBlockParams<ParamId> {
+        let h = &self.hashing;
+        MemoryBlockParams {
+            ml1: MemoryParams::declare(lb, &format!("{prefix}.ml1"), h, self.ml1),
+            ln3: lb.add(format!("{prefix}.ln3"), &[self.norm.c], false, Init::Constant(1.0)),
+            ml2: MemoryParams::declare(lb, &format!("{prefix}.ml2"), h, self.ml2),
+        }
+    }
+
+    fn map<T>(p: &MemoryBlockParams<ParamId>, f: &impl Fn(ParamId) -> T) -> MemoryBlockParams<T> {
+        p.map(f)
+    }
+
+    fn acts<B: Backend>(&self, be: &B) -> engine::Result<MemoryBlockActs<B>> {
+        let n = self.ml1.tokens * self.norm.c;
+        Ok(MemoryBlockActs {
+            h1: Hashed::new(be, self.ml1)?,
+            hid: be.zeros("ml1 output", n)?,
+            ln3: be.zeros("ln3", n)?,
+            ln3_stats: be.zeros("ln3 stats", self.ml1.tokens * 2)?,
+            h2: Hashed::new(be, self.ml2)?,
+        })
+    }
+
+    fn shared<B: Backend>(&self, be: &B) -> engine::Result<B::Index> {
+        be.index("bucket cursor", self.ml2.k * self.ml2.buckets())
+    }
+
+    fn scratch<B: Backend>(&self, be: &B) -> engine::Result<MemoryBlockScratch<B>> {
+        let n = self.ml1.tokens * self.norm.c;
+        Ok(MemoryBlockScratch {
+            dhid: be.zeros("ml1 gradient", n)?,
+            dln3: be.zeros("ln3 gradient", n)?,
+        })
+    }
+
+    /// out = ML2(Norm(ML1(x))).
+    fn forward<B: Backend>(
+        &self,
+        be: &B,
+        out: &B::Tensor,
+        x: &B::Tensor,
+        a: &MemoryBlockActs<B>,
+        cursor: &B::Index,
+        p: &MemoryBlockParams<B::Tensor>,
+    ) {
+        a.h1.forward(be, &a.hid, x, &p.ml1, cursor);
+        be.norm_forward(&a.ln3, &a.ln3_stats, &a.hid, &p.ln3, self.norm);
+        a.h2.forward(be, out, &a.ln3, &p.ml2, cursor);
+    }
+
+    fn backward<B: Backend>(
+        &self,
+        be: &B,
+        s: &MemoryBlockScratch<B>,
+        dx: &B::Tensor,
+        dp: &MemoryBlockParams<B::Tensor>,
+        dout: &B::Tensor,
+        x: &B::Tensor,
+        a: &MemoryBlockActs<B>,
+        p: &MemoryBlockParams<B::Tensor>,
+    ) {
+        a.h2.backward(be, &s.dln3, &dp.ml2, dout, &a.ln3, &p.ml2);
+        be.fill(&s.dhid, 0.0);
+        be.norm_backward(&s.dhid, &dp.ln3, &s.dln3, &a.hid, &p.ln3, &a.ln3_stats, self.norm);
+        a.h1.backward(be, dx, &dp.ml1, &s.dhid, x, &p.ml1);
+    }
+
+    /// ML1's and ML2's bucket use, named `{prefix}.ml1` and `{prefix}.ml2`.
+    fn hashed_layers<'a, B: Backend>(&self, a: &'a MemoryBlockActs<B>, prefix: &str) -> Vec<HashedLayer<'a, B>> {
+        vec![a.h1.layer(format!("{prefix}.ml1")), a.h2.layer(format!("{prefix}.ml2"))]
+    }
+}
