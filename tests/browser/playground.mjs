@@ -135,6 +135,22 @@ await test('the playground trains a MemoryFormer and shows live bucket histogram
   }
 });
 
+await test('the playground trains the hybrid and shows its variance view and bucket histograms', async () => {
+  const { browser, page, errors } = await open(url, true);
+  try {
+    await trainOnPage(page, errors, 'hybrid', MF_STEPS, 'playground-hybrid.png');
+    const stats = await page.textContent('#bucket-stats');
+    console.log(`     ${stats}`);
+    // The memory block's ML1 hashes τ = 4 bits: 16 buckets.
+    const m = /entropy ([\d.]+) · dead buckets (\d+) of (\d+)/.exec(stats);
+    if (!m || m[3] !== '16') throw new Error(`no bucket statistics of a 16-bucket table: ${stats}`);
+    const rects = (await page.$$('#variance-chart svg rect')).length;
+    if (rects < 8) throw new Error(`the hybrid's variance chart has ${rects} rects, not 8 bars`);
+  } finally {
+    await browser.close();
+  }
+});
+
 await test('without WebGPU the page says so in plain words', async () => {
   const { browser, page } = await open(url, false);
   try {
