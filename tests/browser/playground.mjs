@@ -97,8 +97,10 @@ await test('the playground trains an RMT and shows its cost and variance view', 
   try {
     const counts = await page.$$eval('#counts tr', (rows) => rows.slice(1).map((r) => [...r.cells].map((c) => c.textContent)));
     console.log(`     counts: ${JSON.stringify(counts)}`);
-    if (counts.length !== 2 || !counts.every((r) => /^[\d,]+$/.test(r[1]) && /^[\d,]+$/.test(r[2])))
-      throw new Error(`the cost table is not two rows of numbers: ${JSON.stringify(counts)}`);
+    // One row per architecture the page trains, each with its parameters and FLOPs per token.
+    const names = counts.map((r) => r[0].split(':')[0]);
+    if (names.join() !== 'RMT,Hybrid,Transformer' || !counts.every((r) => /^[\d,]+$/.test(r[1]) && /^[\d,]+$/.test(r[2])))
+      throw new Error(`the cost table is not the RMT, the hybrid and the transformer with numbers: ${JSON.stringify(counts)}`);
     await trainOnPage(page, errors, 'rmt', RMT_STEPS, 'playground-rmt.png');
     // Measurements after steps 1 and 10: the step scrubber spans them, the bars are drawn.
     const measuredAt = await page.textContent('#vstep-value');
