@@ -13,7 +13,9 @@
 //! leaves them out.
 
 use crate::memory;
-use crate::{HybridConfig, MemoryFormerConfig, ModelError, Position, Result, RmtConfig, TransformerConfig, Trunk};
+use crate::{
+    HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig, Trunk,
+};
 use serde::Serialize;
 use std::ops::{Add, Div, Mul};
 
@@ -356,6 +358,60 @@ pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
         block_flops_no_attn: get(s * per_row)?,
         table_mb_f16: table_memory(cfg),
     })
+}
+
+/// A whole model as built at sequence length N = its context: parameters, and forward FLOPs
+/// per sequence at 2 FLOPs per multiply-add for every architecture, so that models of different
+/// kinds compare (a MemoryFormer's blocks converted from its paper's 1 per multiply-add).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ModelCounts {
+    pub params: u64,
+    pub flops_fwd: u64,
+}
+
+impl ModelCounts {
+    /// Forward FLOPs per token.
+    pub fn flops_per_token(&self, seq_len: usize) -> f64 {
+        self.flops_fwd as f64 / seq_len.max(1) as f64
+    }
+}
+
+/// Any model's [`ModelCounts`], or an error naming the setting that makes a count overflow.
+pub fn try_model(cfg: &ModelConfig) -> Result<ModelCounts> {
+    let (params, flops_fwd) = match cfg {
+        ModelConfig::Transformer(c) => try_transformer(c).map(|c| (c.params, c.flops_fwd))?,
+        ModelConfig::Rmt(c) => try_rmt(c).map(|c| (c.params, c.flops_fwd))?,
+        ModelConfig::Hybrid(c) => try_hybrid(c).map(|h| (h.counts.params, h.counts.flops_fwd))?,
+        ModelConfig::MemoryFormer(c) => try_memoryformer_model(c)?,
+    };
+    Ok(ModelCounts { params, flops_fwd })
+}
+
+/// A MemoryFormer as built: L blocks (attention over the causal triangle, 3 per probability,
+/// and the Memory Layers' rows at 2 per multiply-add) and the dense LM head.
+fn try_memoryformer_model(cfg: &MemoryFormerConfig) -> Result<(u64, u64)> {
+    let settings = [
+        ("vocab", cfg.vocab),
+        ("seq_len", cfg.seq_len),
+        ("d_model", cfg.d_model),
+        ("layers", cfg.n_layers),
+        ("heads", cfg.n_heads),
+        ("tau", cfg.tau),
+    ];
+    let [v, s, d, l, h, tau] = settings.map(|x| dim(x.1));
+    let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
+    let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
+    let per_row = layers
+        .iter()
+        .fold(n(0u8), |acc, &(bits, out)| acc + memory_layer_row(n(2u8), k, bits, out));
+    let causal = s * (s + n(1u8)) / n(2u8);
+    // QKᵀ and AV: d multiply-adds per head-summed pair each.
+    let attention = n(4u8) * d * causal + n(3u8) * h * causal;
+    let params = memory::memoryformer_params(cfg)
+        .map(|p| p.count)
+        .or_else(|_| N(None).get(&settings))?;
+    let flops = (l * (attention + s * per_row) + n(2u8) * s * v * d).get(&settings)?;
+    Ok((params, flops))
 }
 
 /// 1234567 → "1,234,567", for tables of counts.

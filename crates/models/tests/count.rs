@@ -271,3 +271,33 @@ fn hybrid_counts_that_overflow_are_errors() {
     assert!(err.contains("overflow") && err.contains("d_k"), "{err}");
     assert_eq!(count::hybrid(&h).counts.flops_fwd, u64::MAX);
 }
+
+/// The whole-model counter used by sweeps and plots: the per-architecture counts for the models
+/// of Table 7, and for the MemoryFormer its blocks at 2 FLOPs per multiply-add plus the LM head
+/// (docs/experiments.md's hand count of small-memoryformer: 6,479,724 FLOPs per token at N = 128).
+#[test]
+fn whole_model_counts_compare_architectures() {
+    use resmem_models::{ModelConfig, RunConfig};
+    let model = |name: &str| {
+        let mut m = RunConfig::preset(name).unwrap().model;
+        m.set_vocab(50257);
+        m.set_context(128);
+        m
+    };
+    let mf = model("small-memoryformer");
+    let c = count::try_model(&mf).unwrap();
+    assert_eq!(c.flops_fwd / 128, 6_479_724);
+    assert_eq!(c.params, 8_604_928);
+    let ModelConfig::MemoryFormer(m) = &mf else { panic!() };
+    // Its blocks are the paper-convention block count doubled, less the hashing and biases
+    // counted once (they are not multiply-adds).
+    let block = count::memoryformer_block(m);
+    let lm_head = 2 * 128 * 50257 * m.d_model as u64;
+    let blocks = c.flops_fwd - lm_head;
+    assert!(blocks < 2 * m.n_layers as u64 * block.block_flops && blocks > m.n_layers as u64 * block.block_flops);
+    for (name, expect) in [("small-rmt", 6_629_260u64), ("small-hybrid", 6_503_660)] {
+        assert_eq!(count::try_model(&model(name)).unwrap().flops_fwd / 128, expect, "{name}");
+    }
+    let ModelConfig::Rmt(r) = model("small-rmt") else { panic!() };
+    assert_eq!(count::try_model(&model("small-rmt")).unwrap().params, count::rmt(&r).params);
+}
