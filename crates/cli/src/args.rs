@@ -24,6 +24,10 @@ pub enum Command {
     /// Train a model into a run directory: config.toml, metrics.jsonl, checkpoints/ and
     /// model.safetensors.
     Train(Box<TrainArgs>),
+    /// Train a grid of runs, one directory each, and summarize them: `--set d_k=4,8,16 --seeds
+    /// 0,1,2` with any `resmem train` flags, or an experiment file. Re-running the same command
+    /// skips finished points and resumes unfinished ones.
+    Sweep(Box<SweepArgs>),
     /// The validation loss and perplexity of a run.
     Eval(EvalArgs),
     /// Continue a prompt with a trained run.
@@ -466,6 +470,27 @@ impl TrainArgs {
         push("cadence", "keep", self.keep.map(int));
         flags
     }
+}
+
+/// `resmem sweep`: its own flags, then `resmem train`'s, shared by every point (`--out` is the
+/// sweep's directory).
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// An experiment file (experiments/*.toml): title, seeds, [flags], [grid], [[variants]]
+    /// and [quick]. Command-line flags override its [flags].
+    pub experiment: Option<PathBuf>,
+    /// Run the experiment file's [quick] variant: a few steps, for a check in seconds.
+    #[arg(long)]
+    pub quick: bool,
+    /// A swept setting, NAME=V1,V2,… with NAME a `resmem train` flag (d_k or d-k); repeat it
+    /// for a grid of every combination.
+    #[arg(long = "set", value_name = "NAME=V1,V2,…")]
+    pub set: Vec<String>,
+    /// The seeds every point is trained with.
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Vec<u64>,
+    #[command(flatten)]
+    pub train: TrainArgs,
 }
 
 /// A model's dimensions for the counters and the closed form: a paper preset, then overrides.

@@ -12,15 +12,18 @@ mod prepare;
 mod run_dir;
 mod sample;
 mod source;
+mod sweep;
 mod train;
 
 use anyhow::{Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() {
-    let cli = args::Cli::parse();
+    let matches = args::Cli::command().get_matches();
+    let cli = args::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         args::Command::Train(a) => train::run(*a),
+        args::Command::Sweep(a) => sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default()),
         args::Command::Eval(a) => eval::run(a),
         args::Command::Sample(a) => sample::run(a),
         args::Command::Count(a) => count::run(a),

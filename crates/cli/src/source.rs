@@ -57,7 +57,12 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
                 kind: Kind::Text(Arc::new(corpus)),
             }
         }
-        DataConfig::Tokens { path, tokenizer, seq_len, .. } => {
+        DataConfig::Tokens {
+            path,
+            tokenizer,
+            seq_len,
+            ..
+        } => {
             let (tokens, width) = read_rows(path)?;
             let vocab = Tokenizer::new(*tokenizer)?.vocab();
             if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {

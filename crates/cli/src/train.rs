@@ -11,7 +11,7 @@ use models::checkpoint::{self, TrainState};
 use models::{DataConfig, Purpose, RunConfig, Trainer};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// A loss past this multiple of the first one warns of divergence.
@@ -39,10 +39,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             (cfg, RunDir::create(out)?, false)
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    // Ctrl-C and SIGTERM finish the step and write a checkpoint; a second one is not special.
-    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
+    let stop = stop_flag()?;
     let session = Session {
         backend: args.backend,
         cfg,
@@ -51,6 +48,19 @@ pub fn run(args: TrainArgs) -> Result<()> {
         stop,
     };
     crate::with_backend!(args.backend, be => session.train(be))
+}
+
+/// Set by Ctrl-C and SIGTERM: the step finishes and a checkpoint is written; a second signal is
+/// not special. One handler per process, shared by every run a sweep trains in turn.
+pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    if let Some(flag) = STOP.get() {
+        return Ok(flag.clone());
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    ctrlc::set_handler(move || set.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
+    Ok(STOP.get_or_init(|| flag).clone())
 }
 
 /// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
@@ -94,7 +104,7 @@ pub fn read_config(path: &Path) -> Result<RunConfig> {
 }
 
 /// The preset (or tiny-ARCH), then `--config`, then the flags.
-fn resolve(args: &TrainArgs) -> Result<RunConfig> {
+pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     let file: Option<toml::Table> = match &args.config {
         Some(path) => {
             let text =

@@ -25,7 +25,9 @@ fn fails(args: &[&str]) -> String {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/official-rmt").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt")
+        .join(name)
 }
 
 fn s(p: &Path) -> &str {
@@ -36,7 +38,11 @@ fn s(p: &Path) -> &str {
 fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut all: Vec<(String, Vec<u8>)> = file.tensors().into_iter().map(|(n, t)| (n, t.data().to_vec())).collect();
+    let mut all: Vec<(String, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| (n, t.data().to_vec()))
+        .collect();
     all.sort();
     all
 }
@@ -61,7 +67,17 @@ fn the_official_fixture_imports_evaluates_and_exports_back() {
     assert_eq!(a.len(), 13);
     assert!(a == b, "import then export changed some tensor's bytes");
     // It samples, and it refuses to overwrite.
-    ok(&["sample", "--run", s(&run), "--prompt", "ab", "--tokens", "4", "--backend", "cpu"]);
+    ok(&[
+        "sample",
+        "--run",
+        s(&run),
+        "--prompt",
+        "ab",
+        "--tokens",
+        "4",
+        "--backend",
+        "cpu",
+    ]);
     assert!(fails(&["export", "official", "--run", s(&run), "--out", s(&out)]).contains("exists"));
     assert!(fails(&["import", "official", s(&params), "--out", s(&run)]).contains("already holds a run"));
 }
@@ -71,7 +87,13 @@ fn bad_imports_and_exports_say_why() {
     let tmp = tempfile::tempdir().unwrap();
     let out = |name: &str| tmp.path().join(name);
     // Not the parameters: the outputs file holds logits and gradients.
-    let err = fails(&["import", "official", s(&fixture("rmt_official_small_outputs.safetensors")), "--out", s(&out("a"))]);
+    let err = fails(&[
+        "import",
+        "official",
+        s(&fixture("rmt_official_small_outputs.safetensors")),
+        "--out",
+        s(&out("a")),
+    ]);
     assert!(err.contains("tensors the official RMT does not"), "{err}");
     let junk = out("junk.safetensors");
     std::fs::write(&junk, b"definitely not safetensors").unwrap();
@@ -82,11 +104,38 @@ fn bad_imports_and_exports_say_why() {
     assert!(fails(&["import", "official", s(&lone), "--out", s(&out("c"))]).contains("--tokens"));
     // Only an RMT with the official conventions exports.
     let tiny = out("tiny");
-    ok(&["train", "--arch", "rmt", "--steps", "1", "--backend", "cpu", "--out", s(&tiny)]);
-    let err = fails(&["export", "official", "--run", s(&tiny), "--out", s(&out("t.safetensors"))]);
+    ok(&[
+        "train",
+        "--arch",
+        "rmt",
+        "--steps",
+        "1",
+        "--backend",
+        "cpu",
+        "--out",
+        s(&tiny),
+    ]);
+    let err = fails(&[
+        "export",
+        "official",
+        "--run",
+        s(&tiny),
+        "--out",
+        s(&out("t.safetensors")),
+    ]);
     assert!(err.contains("position = \"alibi\""), "{err}");
     let mf = out("mf");
-    ok(&["train", "--arch", "memoryformer", "--steps", "1", "--backend", "cpu", "--out", s(&mf)]);
+    ok(&[
+        "train",
+        "--arch",
+        "memoryformer",
+        "--steps",
+        "1",
+        "--backend",
+        "cpu",
+        "--out",
+        s(&mf),
+    ]);
     assert!(fails(&["export", "official", "--run", s(&mf), "--out", s(&out("m.safetensors"))]).contains("only an RMT"));
 }
 
@@ -96,30 +145,79 @@ fn bad_imports_and_exports_say_why() {
 fn the_official_preset_trains_exports_and_imports() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/shakespeare-gpt2");
-    assert!(corpus.join("meta.json").is_file(), "run `cargo xtask corpus` first (cargo xtask test does)");
+    assert!(
+        corpus.join("meta.json").is_file(),
+        "run `cargo xtask corpus` first (cargo xtask test does)"
+    );
     let run = tmp.path().join("run");
     ok(&[
-        "train", "--preset", "official", "--data", s(&corpus), "--steps", "3", "--batch", "2", "--seq-len", "16",
-        "--backend", "cpu", "--out", s(&run),
+        "train",
+        "--preset",
+        "official",
+        "--data",
+        s(&corpus),
+        "--steps",
+        "3",
+        "--batch",
+        "2",
+        "--seq-len",
+        "16",
+        "--backend",
+        "cpu",
+        "--out",
+        s(&run),
     ]);
     let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
-    for line in ["doc_mask = true", "position = \"alibi\"", "norm = \"rmsnorm\"", "attn_layer_scale = true", "z_loss = 0.0001"] {
+    for line in [
+        "doc_mask = true",
+        "position = \"alibi\"",
+        "norm = \"rmsnorm\"",
+        "attn_layer_scale = true",
+        "z_loss = 0.0001",
+    ] {
         assert!(config.contains(line), "{line} missing from\n{config}");
     }
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    assert!(metrics.contains("\"total\""), "training does not report the total with the z-loss: {metrics}");
+    assert!(
+        metrics.contains("\"total\""),
+        "training does not report the total with the z-loss: {metrics}"
+    );
     let exported = tmp.path().join("p.safetensors");
     ok(&["export", "official", "--run", s(&run), "--out", s(&exported)]);
     let back = tmp.path().join("back");
     ok(&[
-        "import", "official", s(&exported), "--out", s(&back), "--data", s(&corpus), "--seq-len", "16", "--context",
+        "import",
+        "official",
+        s(&exported),
+        "--out",
+        s(&back),
+        "--data",
+        s(&corpus),
+        "--seq-len",
+        "16",
+        "--context",
         "128",
     ]);
     let again = tmp.path().join("again.safetensors");
     ok(&["export", "official", "--run", s(&back), "--out", s(&again)]);
-    assert!(tensors(&exported) == tensors(&again), "export → import → export changed bytes");
-    let out = ok(&["eval", "--run", s(&back), "--backend", "cpu", "--batches", "2", "--json"]);
+    assert!(
+        tensors(&exported) == tensors(&again),
+        "export → import → export changed bytes"
+    );
+    let out = ok(&[
+        "eval",
+        "--run",
+        s(&back),
+        "--backend",
+        "cpu",
+        "--batches",
+        "2",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let (ce, total) = (v["val_loss"].as_f64().unwrap(), v["val_total"].as_f64().unwrap());
-    assert!(ce.is_finite() && total > ce, "the imported run evaluates to ce {ce}, total {total}");
+    assert!(
+        ce.is_finite() && total > ce,
+        "the imported run evaluates to ce {ce}, total {total}"
+    );
 }

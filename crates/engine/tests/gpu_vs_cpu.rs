@@ -228,7 +228,9 @@ fn causal_attention() {
         // Plain causal, then documents starting at 0, 1, 7 and 18 (the last token alone) in the
         // first sequence and at 0 and 11 in the second.
         let plain = vec![0u32; d.b * d.t];
-        let first: Vec<u32> = (0..d.t as u32).map(|i| [0, 1, 7, 18].into_iter().filter(|&s| s <= i).max().unwrap()).collect();
+        let first: Vec<u32> = (0..d.t as u32)
+            .map(|i| [0, 1, 7, 18].into_iter().filter(|&s| s <= i).max().unwrap())
+            .collect();
         let second: Vec<u32> = (0..d.t as u32).map(|i| if i >= 11 { 11 } else { 0 }).collect();
         let docs = [first, second].concat();
         for (mask, starts) in [("causal", &plain), ("documents", &docs)] {

@@ -190,15 +190,26 @@ fn attention_case(alibi: bool, starts: &[u32]) {
     attention::cpu_forward(&mut out, &mut att, &qkv, starts, d);
     let (mut dqkv, mut dpre) = (vec![0.0; qkv.len()], vec![0.0; 150]);
     attention::cpu_backward(&mut dqkv, &mut dpre, &w, &qkv, &att, starts, d);
-    check(&format!("attention(alibi {alibi}, starts {starts:?}).qkv"), &qkv, &dqkv, fwd);
+    check(
+        &format!("attention(alibi {alibi}, starts {starts:?}).qkv"),
+        &qkv,
+        &dqkv,
+        fwd,
+    );
     // Each row's probabilities sum to 1 over its document up to itself, and are 0 elsewhere.
     for bh in 0..6 {
         for t in 0..5 {
             let first = starts[(bh / 3) * 5 + t] as usize;
             let row = &att[(bh * 5 + t) * 5..(bh * 5 + t + 1) * 5];
             let inside: f64 = row[first..=t].iter().sum();
-            assert!((inside - 1.0).abs() < 1e-12, "row {t} of head {bh} sums to {inside} inside its document");
-            assert!(row[..first].iter().chain(&row[t + 1..]).all(|&a| a == 0.0), "row {t} of head {bh}: {row:?}");
+            assert!(
+                (inside - 1.0).abs() < 1e-12,
+                "row {t} of head {bh} sums to {inside} inside its document"
+            );
+            assert!(
+                row[..first].iter().chain(&row[t + 1..]).all(|&a| a == 0.0),
+                "row {t} of head {bh}: {row:?}"
+            );
         }
     }
     // Causality: row 0 of every head attends only to itself.

@@ -112,7 +112,10 @@ mod tests {
     #[test]
     fn a_separator_starts_a_document_in_its_own_sequence() {
         let inputs = [5, 9, 1, 9, 9, 2, /* next sequence */ 3, 4, 9, 1, 2, 9];
-        assert_eq!(document_starts(&inputs, 6, Some(9)), [0, 1, 1, 3, 4, 4, 0, 0, 2, 2, 2, 5]);
+        assert_eq!(
+            document_starts(&inputs, 6, Some(9)),
+            [0, 1, 1, 3, 4, 4, 0, 0, 2, 2, 2, 5]
+        );
         assert_eq!(document_starts(&inputs, 6, None), [0; 12]);
     }
 }

@@ -336,7 +336,15 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
                 self.norm(d),
             );
             // Attention, straight from the residual: there is no output projection.
-            be.attention_backward(&s.dqkv, &s.dpre, &s.dresidual, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
+            be.attention_backward(
+                &s.dqkv,
+                &s.dpre,
+                &s.dresidual,
+                &a.qkv,
+                &a.att,
+                &batch.doc_start,
+                self.attention(l),
+            );
             a.hq.backward(be, &s.dln, &dq.qkv, &s.dqkv, &a.ln1, &q.qkv);
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dq.ln1, &s.dln, x, &q.ln1, &a.ln1_stats, self.norm(d));

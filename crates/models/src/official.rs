@@ -380,7 +380,12 @@ pub fn read(bytes: &[u8]) -> Result<Imported> {
         };
         return Err(bad(format!(
             "it has tensors the official RMT does not: {}{more}{hint}",
-            unknown.iter().take(6).map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            unknown
+                .iter()
+                .take(6)
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     let missing: Vec<&str> = known

@@ -636,7 +636,15 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             // Attention
             let at = Self::site(l, Layer::Attn, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
-            be.attention_backward(&s.dqkv, &s.dpre, &s.dvec, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
+            be.attention_backward(
+                &s.dqkv,
+                &s.dpre,
+                &s.dvec,
+                &a.qkv,
+                &a.att,
+                &batch.doc_start,
+                self.attention(l),
+            );
             let n1 = Normed {
                 x: self.residual_in(l),
                 stats: &a.ln1_stats,

@@ -59,23 +59,35 @@ impl DataConfig {
     /// The token that starts a document when documents are masked apart.
     pub fn separator(&self) -> Option<u32> {
         match self {
-            DataConfig::Text { tokenizer, doc_mask: true, .. } | DataConfig::Tokens { tokenizer, doc_mask: true, .. } => {
-                tokenizer.end_of_text()
+            DataConfig::Text {
+                tokenizer,
+                doc_mask: true,
+                ..
             }
+            | DataConfig::Tokens {
+                tokenizer,
+                doc_mask: true,
+                ..
+            } => tokenizer.end_of_text(),
             _ => None,
         }
     }
 
     fn validate(&self) -> Result<()> {
         match self {
-            DataConfig::Text { tokenizer, doc_mask: true, .. } | DataConfig::Tokens { tokenizer, doc_mask: true, .. }
-                if tokenizer.end_of_text().is_none() =>
-            {
-                Err(ModelError::Config(format!(
-                    "doc_mask needs a tokenizer with a document separator; the {tokenizer} tokenizer has none (gpt2 \
-                     has <|endoftext|>)"
-                )))
+            DataConfig::Text {
+                tokenizer,
+                doc_mask: true,
+                ..
             }
+            | DataConfig::Tokens {
+                tokenizer,
+                doc_mask: true,
+                ..
+            } if tokenizer.end_of_text().is_none() => Err(ModelError::Config(format!(
+                "doc_mask needs a tokenizer with a document separator; the {tokenizer} tokenizer has none (gpt2 \
+                     has <|endoftext|>)"
+            ))),
             _ => Ok(()),
         }
     }

@@ -362,7 +362,15 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             // Attention
             be.matmul(&dp.w_o, &s.dresidual, &a.atty, MatmulDims::new(c, hd, bt).trans_a());
             be.matmul(&s.datty, &s.dresidual, &p.w_o, MatmulDims::new(bt, hd, c));
-            be.attention_backward(&s.dqkv, &s.dpre, &s.datty, &a.qkv, &a.att, &batch.doc_start, self.attention(l));
+            be.attention_backward(
+                &s.dqkv,
+                &s.dpre,
+                &s.datty,
+                &a.qkv,
+                &a.att,
+                &batch.doc_start,
+                self.attention(l),
+            );
             be.matmul(&dp.w_qkv, &s.dqkv, &a.ln1, MatmulDims::new(3 * hd, c, bt).trans_a());
             be.matmul(&s.dln, &s.dqkv, &p.w_qkv, MatmulDims::new(bt, c, 3 * hd));
             be.norm_backward(

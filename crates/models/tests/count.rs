@@ -296,8 +296,17 @@ fn whole_model_counts_compare_architectures() {
     let blocks = c.flops_fwd - lm_head;
     assert!(blocks < 2 * m.n_layers as u64 * block.block_flops && blocks > m.n_layers as u64 * block.block_flops);
     for (name, expect) in [("small-rmt", 6_629_260u64), ("small-hybrid", 6_503_660)] {
-        assert_eq!(count::try_model(&model(name)).unwrap().flops_fwd / 128, expect, "{name}");
+        assert_eq!(
+            count::try_model(&model(name)).unwrap().flops_fwd / 128,
+            expect,
+            "{name}"
+        );
     }
-    let ModelConfig::Rmt(r) = model("small-rmt") else { panic!() };
-    assert_eq!(count::try_model(&model("small-rmt")).unwrap().params, count::rmt(&r).params);
+    let ModelConfig::Rmt(r) = model("small-rmt") else {
+        panic!()
+    };
+    assert_eq!(
+        count::try_model(&model("small-rmt")).unwrap().params,
+        count::rmt(&r).params
+    );
 }

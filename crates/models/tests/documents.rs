@@ -33,7 +33,11 @@ fn logits<B: Backend + 'static>(be: &B, preset: &str, batch: &data::Batch, maske
     let model = cfg.build(be, 2, T, Purpose::Train).unwrap();
     // A nonzero unembedding, so that the logits show what reaches them.
     let mut values = pollster::block_on(be.read(&model.store().params)).unwrap();
-    values.iter_mut().filter(|v| **v == 0.0).enumerate().for_each(|(i, v)| *v = ((i % 13) as f32 - 6.0) * 0.05);
+    values
+        .iter_mut()
+        .filter(|v| **v == 0.0)
+        .enumerate()
+        .for_each(|(i, v)| *v = ((i % 13) as f32 - 6.0) * 0.05);
     be.write(&model.store().params, &values);
     let mut tensors = BatchTensors::new(be, 2, T, 256).unwrap();
     tensors.mask_documents(masked.then_some(SEPARATOR));
@@ -50,16 +54,28 @@ fn second_document(logits: &[f32]) -> &[f32] {
 
 fn check<B: Backend + 'static>(be: &B) {
     let (a, b) = (batch(&[1, 2, 3, 4, 5]), batch(&[9, 19, 29, 39, 49]));
-    for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "tiny-hybrid", "official"] {
+    for preset in [
+        "tiny-rmt",
+        "tiny-transformer",
+        "tiny-memoryformer",
+        "tiny-hybrid",
+        "official",
+    ] {
         let (ma, mb) = (logits(be, preset, &a, true), logits(be, preset, &b, true));
         assert!(
             second_document(&ma) == second_document(&mb),
             "{preset}: with documents masked, the second document's logits depend on the first"
         );
-        assert!(ma[..5 * 256] != mb[..5 * 256], "{preset}: the first document's logits ignore its tokens");
+        assert!(
+            ma[..5 * 256] != mb[..5 * 256],
+            "{preset}: the first document's logits ignore its tokens"
+        );
         // The second sequence has no separator: the mask changes nothing there.
         let plain = logits(be, preset, &a, false);
-        assert!(ma[T * 256..] == plain[T * 256..], "{preset}: a sequence without a separator changed");
+        assert!(
+            ma[T * 256..] == plain[T * 256..],
+            "{preset}: a sequence without a separator changed"
+        );
         let (pa, pb) = (plain, logits(be, preset, &b, false));
         assert!(
             second_document(&pa) != second_document(&pb),

@@ -247,7 +247,13 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         doc_start: &CpuIndex,
         dims: AttentionDims,
     ) {
-        ops::attention::cpu_forward(&mut out.get_mut(), &mut att.get_mut(), &qkv.get(), &doc_start.get(), dims)
+        ops::attention::cpu_forward(
+            &mut out.get_mut(),
+            &mut att.get_mut(),
+            &qkv.get(),
+            &doc_start.get(),
+            dims,
+        )
     }
     fn attention_backward(
         &self,

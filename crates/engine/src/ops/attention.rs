@@ -28,7 +28,11 @@ impl AttentionDims {
 
 impl AttentionDims {
     fn check(&self, qkv: usize, out: usize, att: usize, doc_start: usize) {
-        assert_eq!(doc_start, self.b * self.t, "attention: doc_start has {doc_start} values for {self:?}");
+        assert_eq!(
+            doc_start,
+            self.b * self.t,
+            "attention: doc_start has {doc_start} values for {self:?}"
+        );
         let c = self.h * self.dh;
         assert_eq!(
             qkv,
@@ -275,7 +279,14 @@ pub fn gpu_backward(
 ) {
     d.check(qkv.len, dout.len, att.len, doc_start.len);
     assert_eq!(dpre.len, att.len, "attention: dpre must match att");
-    let args = [dqkv.arg(), dpre.arg(), dout.arg(), qkv.arg(), att.arg(), doc_start.arg()];
+    let args = [
+        dqkv.arg(),
+        dpre.arg(),
+        dout.arg(),
+        qkv.arg(),
+        att.arg(),
+        doc_start.arg(),
+    ];
     let grid = grid_1d(d.b * d.h * d.t, 256);
     gpu.dispatch("attention", "attention_backward_query", &params(&d), &args, grid);
     gpu.dispatch("attention", "attention_backward_key", &params(&d), &args, grid);

@@ -1,0 +1,265 @@
+//! `resmem sweep` as a researcher runs it: a grid of runs with a summary whose numbers are the
+//! runs' own, skipped when finished and resumed when not, bad grids refused with messages; and
+//! the experiments' quick variants re-run to the numbers committed in docs/experiments/.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `resmem ARGS` from the repository root, where experiments name data/….
+fn resmem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = resmem(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "resmem {args:?} failed: {err}");
+    String::from_utf8_lossy(&out.stdout).to_string() + &err
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = resmem(args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "resmem {args:?} should fail: {err}");
+    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
+    err
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn summary(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+fn metrics(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The numbers of a point that training decides (wall times left out).
+fn numbers(p: &Value) -> Vec<Value> {
+    [
+        "params",
+        "flops_per_token",
+        "tokens",
+        "final_loss",
+        "final_val_loss",
+        "best_val_loss",
+    ]
+    .iter()
+    .map(|k| p[k].clone())
+    .collect()
+}
+
+const GRID: [&str; 16] = [
+    "sweep",
+    "--backend",
+    "cpu",
+    "--preset",
+    "tiny-rmt",
+    "--task",
+    "copy",
+    "--steps",
+    "4",
+    "--eval-every",
+    "2",
+    "--set",
+    "d_k=4,8",
+    "--seeds",
+    "0,1",
+    "--out",
+];
+
+#[test]
+fn a_grid_trains_every_point_and_summarizes_what_the_runs_wrote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("dk");
+    let args: Vec<&str> = GRID.iter().copied().chain([s(&out)]).collect();
+    ok(&args);
+    let sum = summary(&out);
+    assert_eq!(sum["swept"], serde_json::json!(["d_k"]));
+    let points = sum["points"].as_array().unwrap();
+    let labels: Vec<&str> = points.iter().map(|p| p["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["d_k=4 seed=0", "d_k=4 seed=1", "d_k=8 seed=0", "d_k=8 seed=1"]);
+    for p in points {
+        assert_eq!(p["status"], "done");
+        let run = out.join(p["dir"].as_str().unwrap());
+        let d_k = p["settings"]["d_k"].as_u64().unwrap().to_string();
+        // The point's own config: its D_k and seed.
+        let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+        assert!(config.contains(&format!("d_k = {d_k}\n")), "{config}");
+        assert!(
+            config.contains(&format!("seed = {}\n", p["settings"]["seed"])),
+            "{config}"
+        );
+        // Parameters and FLOPs as `resmem count` counts the model (V 256, at T 16).
+        let count: Value = serde_json::from_str(&ok(&[
+            "count", "--arch", "rmt", "--preset", "tiny-rmt", "--d-k", &d_k, "--vocab", "256", "--json",
+        ]))
+        .unwrap();
+        assert_eq!(p["params"], count["params"], "{}", p["label"]);
+        let at_t: Value = serde_json::from_str(&ok(&[
+            "count",
+            "--arch",
+            "rmt",
+            "--preset",
+            "tiny-rmt",
+            "--d-k",
+            &d_k,
+            "--vocab",
+            "256",
+            "--seq-len",
+            "16",
+            "--json",
+        ]))
+        .unwrap();
+        assert_eq!(
+            p["flops_per_token"].as_f64().unwrap(),
+            at_t["flops_fwd"].as_f64().unwrap() / 16.0
+        );
+        // tiny-rmt trains batches of 32 windows of T = 16.
+        assert_eq!(p["tokens"], 4 * 32 * 16);
+        let rows = metrics(&run);
+        let vals: Vec<f64> = rows.iter().filter_map(|r| r["val_loss"].as_f64()).collect();
+        assert_eq!(vals.len(), 2);
+        assert_eq!(p["final_val_loss"].as_f64().unwrap(), *vals.last().unwrap());
+        assert_eq!(
+            p["best_val_loss"].as_f64().unwrap(),
+            vals.iter().copied().fold(f64::MAX, f64::min)
+        );
+        assert_eq!(p["final_loss"], rows.last().unwrap()["loss"]);
+    }
+    // The seeds differ, the same seed at another D_k too.
+    let finals: Vec<f64> = points.iter().map(|p| p["final_val_loss"].as_f64().unwrap()).collect();
+    assert!(finals[0] != finals[1] && finals[0] != finals[2], "{finals:?}");
+    let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.starts_with("d_k,seed,dir,status,arch,params,flops_per_token,tokens"),
+        "{header}"
+    );
+    assert_eq!(csv.lines().count(), 5);
+    assert!(
+        csv.lines()
+            .nth(3)
+            .unwrap()
+            .starts_with("8,0,\"d_k=8,seed=0\",done,rmt,"),
+        "{csv}"
+    );
+
+    // Re-run after one point lost its end: the others are skipped, that one resumes from its
+    // checkpoint, and every number is the same.
+    std::fs::remove_file(out.join("d_k=8,seed=0/model.safetensors")).unwrap();
+    let log = ok(&args);
+    assert_eq!(log.matches("done already").count(), 3, "{log}");
+    assert!(log.contains("resuming"), "{log}");
+    let again = summary(&out);
+    for (a, b) in points.iter().zip(again["points"].as_array().unwrap()) {
+        assert_eq!(numbers(a), numbers(b));
+    }
+
+    // The same --out with another setting is refused, not mixed in.
+    let mut other = args.clone();
+    other[8] = "5";
+    let err = fails(&other);
+    assert!(err.contains("holds a run of another config"), "{err}");
+}
+
+#[test]
+fn bad_sweeps_are_refused_before_anything_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bad");
+    let o = s(&out);
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["sweep", "--set", "dk=4,8", "--out", o],
+            "`dk` is not a `resmem train` flag",
+        ),
+        (&["sweep", "--set", "seed=1,2", "--out", o], "--seeds"),
+        (&["sweep", "--set", "d_k", "--out", o], "NAME=V1,V2"),
+        (
+            &["sweep", "--d-k", "4", "--set", "d-k=4,8", "--out", o],
+            "both swept and given",
+        ),
+        (
+            &["sweep", "--set", "lr=fast", "--task", "copy", "--out", o],
+            "invalid value 'fast'",
+        ),
+        (&["sweep", "--quick", "--out", o], "experiment file"),
+        (
+            &["sweep", "--set", "d_k=4", "--arch", "transformer", "--out", o],
+            "d-k does not apply",
+        ),
+    ];
+    for (args, says) in cases {
+        let err = fails(args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert!(!out.exists(), "a refused sweep created {}", out.display());
+    let file = tmp.path().join("e.toml");
+    std::fs::write(&file, "title = \"x\"\nsteps = 3\n").unwrap();
+    let err = fails(&["sweep", s(&file), "--out", o]);
+    assert!(err.contains("not a valid experiment") && err.contains("steps"), "{err}");
+    std::fs::write(
+        &file,
+        "reference = \"b\"\n[[variants]]\nlabel = \"a\"\npreset = \"tiny-rmt\"\n",
+    )
+    .unwrap();
+    let err = fails(&["sweep", s(&file), "--out", o]);
+    assert!(err.contains("reference `b`"), "{err}");
+}
+
+/// Every experiment's quick variant gives the numbers committed beside its write-up: training
+/// is deterministic, so a re-run on another machine agrees (to 1e-4, since the GEMM crate may
+/// pick other kernels for another CPU).
+#[test]
+fn the_experiments_quick_variants_reproduce_their_committed_summaries() {
+    let data = root().join("data/shakespeare-bytes/meta.json");
+    assert!(
+        data.exists(),
+        "{} is missing: run `cargo xtask corpus` first",
+        data.display()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["residual-scaling", "rmt-vs-transformer", "memoryformer-vs-dense"] {
+        let out = tmp.path().join(name);
+        let file = format!("experiments/{name}.toml");
+        ok(&["sweep", &file, "--quick", "--out", s(&out)]);
+        let committed_path = root().join(format!("docs/experiments/{name}.quick.json"));
+        let committed: Value = serde_json::from_str(&std::fs::read_to_string(&committed_path).unwrap()).unwrap();
+        let fresh = summary(&out);
+        let (a, b) = (
+            committed["points"].as_array().unwrap(),
+            fresh["points"].as_array().unwrap(),
+        );
+        assert_eq!(a.len(), b.len(), "{name}");
+        for (a, b) in a.iter().zip(b) {
+            assert_eq!(a["label"], b["label"]);
+            assert_eq!(a["params"], b["params"], "{name} {}", a["label"]);
+            assert_eq!(a["flops_per_token"], b["flops_per_token"], "{name} {}", a["label"]);
+            assert_eq!(a["tokens"], b["tokens"], "{name} {}", a["label"]);
+            for k in ["final_loss", "final_val_loss", "best_val_loss"] {
+                let (x, y) = (a[k].as_f64().unwrap(), b[k].as_f64().unwrap());
+                assert!(
+                    (x - y).abs() < 1e-4,
+                    "{name} {} {k}: committed {x}, now {y}",
+                    a["label"]
+                );
+            }
+        }
+    }
+}
