@@ -1,14 +1,20 @@
 //! `resmem analyze variance`: how variance propagates through storage and retrieval, in closed
 //! form (RMT paper Table 1) or measured by hooks on a real batch.
 
-use crate::args::{InitArg, VarianceArgs};
+use crate::args::{BackendKind, InitArg, VarianceArgs};
+use crate::{load, source};
 use anyhow::Result;
 use data::{ByteTokenizer, TaskSampler};
 use engine::Backend;
+use models::probes::Measured;
 use models::variance::{self, InitScheme};
 use models::{ModelConfig, Purpose, TrainConfig, Trainer};
+use std::path::Path;
 
 pub fn variance(args: VarianceArgs) -> Result<()> {
+    if let Some(run) = &args.run {
+        return of_run(run, &args);
+    }
     args.model.check_applies()?;
     if args.measured {
         return crate::with_backend!(args.backend, be => measured(be, &args));
@@ -56,7 +62,11 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     match &mut cfg {
         ModelConfig::Rmt(c) => c.zero_unembedding = zero_unembedding,
         ModelConfig::Hybrid(c) => c.zero_unembedding = zero_unembedding,
-        _ => anyhow::bail!("--measured probes storage and retrieval; pass --arch rmt or --arch hybrid"),
+        ModelConfig::Transformer(_) if args.random_unembedding => anyhow::bail!(
+            "the transformer's W_U always starts at zero; drop --random-unembedding and measure after --steps 1"
+        ),
+        ModelConfig::Transformer(_) => {}
+        _ => anyhow::bail!("--measured probes storage and retrieval; pass --arch rmt, hybrid or transformer"),
     }
     cfg.set_vocab(ByteTokenizer::VOCAB);
     cfg.set_context(args.tokens);
@@ -112,6 +122,92 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
         println!("n/a: no gradient reached that layer; W_U starts at zero. Pass --random-unembedding or --steps.");
     }
     Ok(())
+}
+
+/// A run's measured ratios against its closed form.
+fn of_run(run: &Path, args: &VarianceArgs) -> Result<()> {
+    let (cfg, from, rows) = measure_run(run, args.backend, args.checkpoint.as_deref(), args.at_init)?;
+    let closed = variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default();
+    let closed_of = |m: &Measured| closed.iter().find(|c| (c.layer, c.op) == (m.site.layer, m.site.op));
+    if args.json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|m| {
+                let c = closed_of(m);
+                serde_json::json!({ "model": cfg.arch(), "from": from, "block": m.site.block,
+                "layer": m.site.layer, "op": m.site.op,
+                "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio,
+                "closed_forward_ratio": c.map(|c| c.forward_ratio),
+                "closed_backward_ratio": c.map(|c| c.backward_ratio) })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("{} ({from}), measured on its first held-out batch", cfg.arch());
+    println!(
+        "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
+        "block", "layer", "op", "σ²out/σ²in", "closed", "σ²gin/σ²gout", "closed"
+    );
+    let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
+    for m in &rows {
+        let c = closed_of(m);
+        println!(
+            "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
+            m.site.block,
+            json_name(&m.site.layer)?,
+            json_name(&m.site.op)?,
+            show(m.forward_ratio),
+            show(c.map(|c| c.forward_ratio)),
+            show(m.backward_ratio),
+            show(c.map(|c| c.backward_ratio)),
+        );
+    }
+    if rows.iter().any(|m| m.backward_ratio.is_none()) {
+        println!("n/a: no gradient reached that layer; W_U starts at zero, so at init none does.");
+    }
+    Ok(())
+}
+
+/// Measures the variance ratios of the run in `run` on its first held-out batch: its model at
+/// init (`at_init`, as its seed made it), or the parameters of `checkpoint` (default: the newest
+/// checkpoint, else model.safetensors). Returns the run's config, what was measured, and the
+/// ratios.
+pub fn measure_run(
+    run: &Path,
+    backend: BackendKind,
+    checkpoint: Option<&Path>,
+    at_init: bool,
+) -> Result<(models::RunConfig, String, Vec<Measured>)> {
+    let cfg = load::config(run)?;
+    if variance::closed_form(&cfg.model, InitScheme::Default).is_none() {
+        anyhow::bail!(
+            "{} is a {} run; variance probes cover the RMT, the hybrid and the transformer (for a MemoryFormer, \
+             see `resmem analyze buckets`)",
+            run.display(),
+            cfg.arch()
+        );
+    }
+    crate::with_backend!(backend, be => {
+        let data = source::open(&cfg.data)?;
+        let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+        let batch = data.held_out(b, t, cfg.train.seed, 1)?.remove(0);
+        crate::check_memory(&cfg, b, t, Purpose::Train, backend)?;
+        let model = cfg.build(be, b, t, Purpose::Train)?;
+        let from = match at_init {
+            true => "at init".to_string(),
+            false => {
+                let (values, path) = load::params(run, checkpoint, &model.store().layout)?;
+                be.write(&model.store().params, &values);
+                path.display().to_string()
+            }
+        };
+        let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
+        trainer.mask_documents(cfg.data.separator());
+        let rows = pollster::block_on(trainer.measure(be, &batch))?
+            .ok_or_else(|| anyhow::anyhow!("this model has no variance probes"))?;
+        Ok((cfg.clone(), from, rows))
+    })
 }
 
 /// 0.5 → "0.5000"; ratios below 0.01 in scientific notation, so that they do not print as 0.

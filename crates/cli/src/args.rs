@@ -51,7 +51,7 @@ pub enum Command {
 #[derive(Subcommand)]
 pub enum Analyze {
     /// Variance propagation through storage and retrieval (RMT paper Tables 1 and 2).
-    Variance(VarianceArgs),
+    Variance(Box<VarianceArgs>),
     /// Bucket use of the hash tables of a trained MemoryFormer or hybrid (MemoryFormer paper
     /// Figure 4).
     Buckets(BucketsArgs),
@@ -579,9 +579,20 @@ pub struct VarianceArgs {
     /// The closed form of the paper's Table 1 for the given dimensions and init.
     #[arg(long, conflicts_with = "measured", required_unless_present = "measured")]
     pub closed_form: bool,
-    /// Measured by hooks on a real batch of --task, after --steps steps of training.
+    /// Measured by hooks on a real batch of --task, after --steps steps of training; or, with
+    /// --run, on a held-out batch of a trained run.
     #[arg(long)]
     pub measured: bool,
+    /// Measured: a directory written by `resmem train`; its newest checkpoint (or --checkpoint)
+    /// is measured on its first held-out batch, with its closed form beside.
+    #[arg(long, requires = "measured", conflicts_with_all = ["steps", "task", "batch", "tokens", "random_unembedding", "seed"])]
+    pub run: Option<PathBuf>,
+    /// With --run: a checkpoint or model file to measure.
+    #[arg(long, requires = "run", conflicts_with = "at_init")]
+    pub checkpoint: Option<PathBuf>,
+    /// With --run: measure the run's model as its seed initialised it, before training.
+    #[arg(long, requires = "run")]
+    pub at_init: bool,
     #[command(flatten)]
     pub model: PaperDims,
     /// The init the closed form assumes.

@@ -27,7 +27,7 @@ fn main() {
         args::Command::Eval(a) => eval::run(a),
         args::Command::Sample(a) => sample::run(a),
         args::Command::Count(a) => count::run(a),
-        args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(a),
+        args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(*a),
         args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
         args::Command::Data(c) => prepare::run(c),
         args::Command::Import(c) => interop::import(c),

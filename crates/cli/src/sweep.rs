@@ -13,6 +13,8 @@ use crate::train;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, Parser};
+use models::probes::{Layer, Measured, Op};
+use models::variance::{self, InitScheme};
 use models::RunConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,9 +50,15 @@ struct Experiment {
     seeds: Vec<u64>,
     /// A variant the others are compared with at equal loss (RMT paper Table 3's form).
     reference: Option<String>,
+    /// Measure every point's variance ratios at init and after training (RMT paper Tables 1-2).
+    #[serde(default)]
+    variance: bool,
     /// `--quick`: its flags are added, and its grid, variants and seeds replace the full ones.
     quick: Option<Box<Experiment>>,
 }
+
+/// `resmem train` flags by long name, with their values, in order.
+type Flags = Vec<(String, String)>;
 
 /// One run of the sweep.
 #[derive(Clone, Debug)]
@@ -58,7 +66,7 @@ struct Point {
     /// What sets it apart, in order: variant, grid settings, seed.
     settings: Vec<(String, String)>,
     /// Every flag of its `resmem train`.
-    flags: Vec<(String, String)>,
+    flags: Flags,
 }
 
 impl Point {
@@ -96,6 +104,15 @@ pub struct PointSummary {
     /// Wall seconds of training, summed over resumed segments.
     pub wall_s: Option<f64>,
     pub tokens_per_s: Option<f64>,
+    /// With `variance = true`: the ratios at init and after training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variance: Option<PointVariance>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct PointVariance {
+    pub init: Vec<Measured>,
+    pub trained: Vec<Measured>,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -104,9 +121,27 @@ pub struct Summary {
     /// Settings that vary between points, the seed left out.
     pub swept: Vec<String>,
     pub points: Vec<PointSummary>,
+    /// With `variance = true`: per variant and site, the closed form and the measured ratios.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variance: Vec<VarianceRow>,
     /// With a `reference` variant: each other variant at the reference's final loss.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub equal_loss: Vec<EqualLoss>,
+}
+
+/// One site kind of one variant: the closed form at init, and the geometric means of the
+/// measured ratios over its blocks and seeds (ratios multiply, so their logs are averaged).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct VarianceRow {
+    pub variant: String,
+    pub layer: Layer,
+    pub op: Op,
+    pub closed_forward: f64,
+    pub closed_backward: f64,
+    pub init_forward: Option<f64>,
+    pub init_backward: Option<f64>,
+    pub trained_forward: Option<f64>,
+    pub trained_backward: Option<f64>,
 }
 
 /// RMT paper Table 3's form: what a variant spends to reach the reference's final validation
@@ -194,6 +229,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         experiment: experiment.title.clone(),
         swept,
         points: vec![],
+        variance: vec![],
         equal_loss: vec![],
     };
     let stop = train::stop_flag()?;
@@ -226,10 +262,23 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
                 }
             }
         };
-        summary.points.push(summarize(p, &dir, status)?);
+        let mut point = summarize(p, &dir, status)?;
+        if experiment.variance && point.status == "done" {
+            let measure = |at_init| crate::analyze::measure_run(&dir, backend_of(&p.flags), None, at_init);
+            point.variance = Some(PointVariance {
+                init: measure(true)?.2,
+                trained: measure(false)?.2,
+            });
+        }
+        summary.points.push(point);
         write_summary(&out, &summary)?;
     }
     print_table(&summary);
+    if experiment.variance && failed.is_empty() {
+        summary.variance = variance_rows(&out, &summary)?;
+        print_variance(&summary.variance);
+        write_summary(&out, &summary)?;
+    }
     if let Some(reference) = &experiment.reference {
         if failed.is_empty() {
             summary.equal_loss = equal_loss(&out, &summary, reference)?;
@@ -326,7 +375,7 @@ fn set(flags: &mut Vec<(String, String)>, flag: String, value: String) {
 
 /// The flags every point shares: the file's, then the command line's `resmem train` flags;
 /// and the names of the latter.
-fn base_flags(experiment: &Experiment, matches: &ArgMatches) -> Result<(Vec<(String, String)>, Vec<String>)> {
+fn base_flags(experiment: &Experiment, matches: &ArgMatches) -> Result<(Flags, Vec<String>)> {
     let (mut flags, mut given) = (vec![], vec![]);
     for (name, value) in &experiment.flags {
         set(
@@ -387,7 +436,7 @@ fn grid(experiment: &Experiment, sets: &[String], given: &[String]) -> Result<Ve
 }
 
 /// Each variant's label and flags.
-fn variants(tables: &[toml::Table]) -> Result<Vec<(String, Vec<(String, String)>)>> {
+fn variants(tables: &[toml::Table]) -> Result<Vec<(String, Flags)>> {
     let mut out = vec![];
     for t in tables {
         let label = match t.get("label") {
@@ -413,7 +462,7 @@ fn variants(tables: &[toml::Table]) -> Result<Vec<(String, Vec<(String, String)>
 /// Every combination: variants × grid × seeds, in that nesting.
 fn expand(
     base: &[(String, String)],
-    variants: &[(String, Vec<(String, String)>)],
+    variants: &[(String, Flags)],
     grid: &[(String, Vec<String>)],
     seeds: &[u64],
 ) -> Vec<Point> {
@@ -559,6 +608,7 @@ fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSummary> {
         best_val_loss: None,
         wall_s: None,
         tokens_per_s: None,
+        variance: None,
     };
     let Ok(cfg) = train::read_config(&dir.join(CONFIG_FILE)) else {
         return Ok(s);
@@ -821,6 +871,88 @@ fn print_equal_loss(rows: &[EqualLoss]) {
             pct(r.tokens_saving),
             pct(r.flops_saving),
             pct(Some(r.params_saving)),
+        );
+    }
+}
+
+/// The backend a point trains on (`resmem train`'s default when no flag says).
+fn backend_of(flags: &[(String, String)]) -> crate::args::BackendKind {
+    match flags.iter().find(|(f, _)| f == "backend").map(|(_, v)| v.as_str()) {
+        Some("cpu") => crate::args::BackendKind::Cpu,
+        _ => crate::args::BackendKind::Gpu,
+    }
+}
+
+/// The variance table: per variant (or per point label without variants) and site kind.
+fn variance_rows(out: &Path, summary: &Summary) -> Result<Vec<VarianceRow>> {
+    let group = |p: &PointSummary| match p.settings.get("variant").and_then(Value::as_str) {
+        Some(v) => v.to_string(),
+        None => p.label.clone(),
+    };
+    let mut groups: Vec<String> = vec![];
+    for p in &summary.points {
+        if !groups.contains(&group(p)) {
+            groups.push(group(p));
+        }
+    }
+    let geomean = |xs: Vec<Option<f64>>| -> Option<f64> {
+        let xs: Option<Vec<f64>> = xs.into_iter().collect();
+        let xs = xs.filter(|x| !x.is_empty() && x.iter().all(|v| *v > 0.0))?;
+        Some((xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp())
+    };
+    let mut rows = vec![];
+    for g in groups {
+        let points: Vec<&PointSummary> = summary.points.iter().filter(|p| group(p) == g).collect();
+        let Some(first) = points.first() else { continue };
+        let cfg = train::read_config(&out.join(&first.dir).join(CONFIG_FILE))?;
+        let Some(closed) = variance::closed_form(&cfg.model, InitScheme::Default) else {
+            continue;
+        };
+        for c in closed {
+            let of = |pick: fn(&PointVariance) -> &Vec<Measured>, fwd: bool| -> Vec<Option<f64>> {
+                points
+                    .iter()
+                    .filter_map(|p| p.variance.as_ref())
+                    .flat_map(|v| pick(v).iter())
+                    .filter(|m| (m.site.layer, m.site.op) == (c.layer, c.op))
+                    .map(|m| if fwd { m.forward_ratio } else { m.backward_ratio })
+                    .collect()
+            };
+            rows.push(VarianceRow {
+                variant: g.clone(),
+                layer: c.layer,
+                op: c.op,
+                closed_forward: c.forward_ratio,
+                closed_backward: c.backward_ratio,
+                init_forward: geomean(of(|v| &v.init, true)),
+                init_backward: geomean(of(|v| &v.init, false)),
+                trained_forward: geomean(of(|v| &v.trained, true)),
+                trained_backward: geomean(of(|v| &v.trained, false)),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn print_variance(rows: &[VarianceRow]) {
+    println!("variance ratios, geometric means over blocks and seeds (forward σ²out/σ²in, backward σ²gin/σ²gout):");
+    println!(
+        "{:<14} {:<5} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "variant", "layer", "op", "closed", "init", "trained", "closed", "init", "trained"
+    );
+    let f = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:.4}"));
+    for r in rows {
+        println!(
+            "{:<14} {:<5} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            r.variant,
+            format!("{:?}", r.layer).to_lowercase(),
+            format!("{:?}", r.op).to_lowercase(),
+            f(Some(r.closed_forward)),
+            f(r.init_forward),
+            f(r.trained_forward),
+            f(Some(r.closed_backward)),
+            f(r.init_backward),
+            f(r.trained_backward),
         );
     }
 }

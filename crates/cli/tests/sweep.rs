@@ -235,7 +235,12 @@ fn the_experiments_quick_variants_reproduce_their_committed_summaries() {
         data.display()
     );
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["residual-scaling", "rmt-vs-transformer", "memoryformer-vs-dense"] {
+    for name in [
+        "residual-scaling",
+        "rmt-vs-transformer",
+        "memoryformer-vs-dense",
+        "variance-through-training",
+    ] {
         let out = tmp.path().join(name);
         let file = format!("experiments/{name}.toml");
         ok(&["sweep", &file, "--quick", "--out", s(&out)]);
@@ -261,5 +266,39 @@ fn the_experiments_quick_variants_reproduce_their_committed_summaries() {
                 );
             }
         }
+    }
+}
+
+/// `variance = true` measures every point at init and after training: at init the ratios are
+/// those of the closed form (RMT paper Table 1 for the RMT's storages and retrievals, Table 2's
+/// linear maps for the transformer), and the backward has no gradient yet (W_U starts at zero).
+#[test]
+fn a_variance_sweep_measures_the_closed_form_at_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("v");
+    let file = tmp.path().join("v.toml");
+    std::fs::write(
+        &file,
+        "variance = true\n[flags]\nbackend = \"cpu\"\ntask = \"copy\"\nsteps = 3\n\
+         [[variants]]\nlabel = \"rmt\"\npreset = \"tiny-rmt\"\ninit_std = 1.0\n\
+         [[variants]]\nlabel = \"transformer\"\npreset = \"tiny-transformer\"\n",
+    )
+    .unwrap();
+    let log = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(log.contains("variance ratios"), "{log}");
+    let rows = summary(&out)["variance"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 8, "four sites of two variants");
+    for r in &rows {
+        let (closed, init) = (
+            r["closed_forward"].as_f64().unwrap(),
+            r["init_forward"].as_f64().unwrap(),
+        );
+        assert!((init / closed - 1.0).abs() < 0.35, "{r}");
+        assert!(r["init_backward"].is_null(), "{r}");
+        assert!(r["trained_backward"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // Every point keeps its own measurements, block by block.
+    for p in summary(&out)["points"].as_array().unwrap() {
+        assert_eq!(p["variance"]["init"].as_array().unwrap().len(), 2 * 4, "{}", p["label"]);
     }
 }

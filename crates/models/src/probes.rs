@@ -8,17 +8,17 @@
 use crate::Result;
 use engine::gpu::VIEW_ALIGN;
 use engine::Backend;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layer {
     Attn,
     Ff,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     Storage,
@@ -26,12 +26,40 @@ pub enum Op {
 }
 
 /// One storage or retrieval of one block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Site {
     /// Block index, from 0.
     pub block: usize,
     pub layer: Layer,
     pub op: Op,
+}
+
+/// The probed sites of every block, in the order [`site_index`] numbers them: the RMT's
+/// storages and retrievals, and the transformer's linear maps in their places (W_QKV and W1
+/// retrieve, W_O and W2 store; RMT paper Table 2).
+const BLOCK_SITES: [(Layer, Op); 4] = [
+    (Layer::Attn, Op::Retrieval),
+    (Layer::Attn, Op::Storage),
+    (Layer::Ff, Op::Retrieval),
+    (Layer::Ff, Op::Storage),
+];
+
+/// Every probed site of a model of `n_layers` blocks.
+pub fn block_sites(n_layers: usize) -> Vec<Site> {
+    (0..n_layers)
+        .flat_map(|block| BLOCK_SITES.map(|(layer, op)| Site { block, layer, op }))
+        .collect()
+}
+
+/// The index of block `l`'s site in [`block_sites`].
+pub fn site_index(l: usize, layer: Layer, op: Op) -> usize {
+    let within = match (layer, op) {
+        (Layer::Attn, Op::Retrieval) => 0,
+        (Layer::Attn, Op::Storage) => 1,
+        (Layer::Ff, Op::Retrieval) => 2,
+        (Layer::Ff, Op::Storage) => 3,
+    };
+    l * BLOCK_SITES.len() + within
 }
 
 /// The four tensors a site's two ratios come from.
@@ -45,7 +73,7 @@ pub enum Quantity {
 
 /// The measured ratios of one site. A ratio is None when its denominator is zero (for example
 /// every gradient of a model whose unembedding is still all zeros).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
     #[serde(flatten)]
     pub site: Site,

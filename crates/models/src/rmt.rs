@@ -20,7 +20,7 @@ use crate::ff::{Dense, FfCore};
 use crate::loss::LossHead;
 use crate::memory::{self, Purpose};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
-use crate::probes::{Layer, Op, Probes, Quantity, Site};
+use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
 use crate::{ModelConfig, Result, RmtConfig};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
@@ -263,14 +263,6 @@ struct Normed<'a, B: Backend> {
     gain: &'a B::Tensor,
 }
 
-/// The probed sites of block `l`, in the order `ResidualMatrix::site` indexes them.
-const SITES: [(Layer, Op); 4] = [
-    (Layer::Attn, Op::Retrieval),
-    (Layer::Attn, Op::Storage),
-    (Layer::Ff, Op::Retrieval),
-    (Layer::Ff, Op::Storage),
-];
-
 impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
     /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
     pub fn new(be: &B, cfg: C, b: usize, t: usize, seed: u64) -> Result<Self> {
@@ -361,11 +353,8 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             }
             Position::Alibi => None,
         };
-        let sites: Vec<Site> = (0..l)
-            .flat_map(|block| SITES.map(|(layer, op)| Site { block, layer, op }))
-            .collect();
         let probes = match store.trainable() {
-            true => Some(Probes::new(be, sites)?),
+            true => Some(Probes::new(be, probes::block_sites(l))?),
             false => None,
         };
         Ok(Self {
@@ -445,10 +434,6 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         } else {
             &self.blocks[l - 1].res_ff
         }
-    }
-
-    fn site(l: usize, layer: Layer, op: Op) -> usize {
-        l * SITES.len() + SITES.iter().position(|&s| s == (layer, op)).expect("a probed site")
     }
 
     /// Storage with the residual add fused; with probes on, also records σ² of the storage
@@ -560,7 +545,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         }
         for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             let x = self.residual_in(l);
-            let site = |layer, op| Some(Self::site(l, layer, op));
+            let site = |layer, op| Some(probes::site_index(l, layer, op));
             // Q, K, V = r_QKV ·₁ Norm(X); X ← X + Σ_h w_O ⊗ SHA_h
             let n1 = Normed {
                 x,
@@ -569,7 +554,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             };
             self.retrieve_from_norm(be, site(Layer::Attn, Op::Retrieval), &a.qkv, &q.r_qkv, n1);
             be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
-            let at = Self::site(l, Layer::Attn, Op::Storage);
+            let at = probes::site_index(l, Layer::Attn, Op::Storage);
             self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.atty);
             // x_FF = r_FF ·₁ Norm(X); f = core(x_FF); X ← X + Σ_h w_FF ⊗ f_h
             let n2 = Normed {
@@ -579,7 +564,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             };
             self.retrieve_from_norm(be, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
             self.core.forward(be, &a.f, &a.xff, &a.core, &self.shared, &q.core);
-            let at = Self::site(l, Layer::Ff, Op::Storage);
+            let at = probes::site_index(l, Layer::Ff, Op::Storage);
             self.store_probed(be, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
         }
         // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
@@ -619,9 +604,9 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         self.retrieve_from_norm_backward(be, s, probes, None, &dw.r_u, &dw.lnf, &s.dvec, &w.r_u, nf);
         for l in (0..self.trunk.n_layers).rev() {
             let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
-            let site = |layer, op| Some(Self::site(l, layer, op));
+            let site = |layer, op| Some(probes::site_index(l, layer, op));
             // FF: dresidual flows through the add unchanged into the storage.
-            let at = Self::site(l, Layer::Ff, Op::Storage);
+            let at = probes::site_index(l, Layer::Ff, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
             // The core's input gradient overwrites its output gradient in dvec.
             self.core
@@ -634,7 +619,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             let at = site(Layer::Ff, Op::Retrieval);
             self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_ff, &dq.ln2, &s.dvec, &q.r_ff, n2);
             // Attention
-            let at = Self::site(l, Layer::Attn, Op::Storage);
+            let at = probes::site_index(l, Layer::Attn, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
             be.attention_backward(
                 &s.dqkv,

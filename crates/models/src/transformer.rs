@@ -11,6 +11,7 @@ use crate::batch::BatchTensors;
 use crate::loss::LossHead;
 use crate::memory::{self, Purpose};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
+use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
 use crate::{ModelConfig, Result, TransformerConfig};
 use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims};
@@ -149,6 +150,8 @@ pub struct Transformer<B: Backend> {
     head: LossHead<B>,
     /// None for inference.
     s: Option<Scratch<B::Tensor>>,
+    /// Variance probes of W_QKV, W_O, W1 and W2; None for inference.
+    probes: Option<Probes<B>>,
 }
 
 impl<B: Backend> Transformer<B> {
@@ -209,9 +212,9 @@ impl<B: Backend> Transformer<B> {
                 dfch_gelu: z("ff gradient", bt * f)?,
             })
         };
-        let s = match store.trainable() {
-            true => Some(scratch()?),
-            false => None,
+        let (s, probes) = match store.trainable() {
+            true => (Some(scratch()?), Some(Probes::new(be, probes::block_sites(l))?)),
+            false => (None, None),
         };
         Ok(Self {
             b,
@@ -226,6 +229,7 @@ impl<B: Backend> Transformer<B> {
             lnf_stats: z("final norm stats", bt * 2)?,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
+            probes,
             cfg,
         })
     }
@@ -260,6 +264,25 @@ impl<B: Backend> Transformer<B> {
             t: self.t,
             c: self.cfg.d_model,
             v: self.cfg.vocab,
+        }
+    }
+
+    /// Records the forward quantities of block `l`'s site, when probing.
+    fn probe(&self, be: &B, l: usize, layer: Layer, op: Op, input: &B::Tensor, output: &B::Tensor) {
+        if let Some(p) = &self.probes {
+            let i = probes::site_index(l, layer, op);
+            p.record(be, i, Quantity::In, input);
+            p.record(be, i, Quantity::Out, output);
+        }
+    }
+
+    /// Records the backward quantities of block `l`'s site: the map's output gradient and the
+    /// gradient it passes to its input.
+    fn probe_grad(&self, be: &B, l: usize, layer: Layer, op: Op, grad_out: &B::Tensor, grad_in: &B::Tensor) {
+        if let Some(p) = &self.probes {
+            let i = probes::site_index(l, layer, op);
+            p.record(be, i, Quantity::GradOut, grad_out);
+            p.record(be, i, Quantity::GradIn, grad_in);
         }
     }
 
@@ -299,14 +322,18 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             // X ← X + W_O · attention(W_QKV · Norm(X))
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm(bt));
             be.matmul(&a.qkv, &a.ln1, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
+            self.probe(be, l, Layer::Attn, Op::Retrieval, &a.ln1, &a.qkv);
             be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
             be.matmul(&self.proj, &a.atty, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
+            self.probe(be, l, Layer::Attn, Op::Storage, &a.atty, &self.proj);
             be.add(&a.res_att, x, &self.proj);
             // X ← X + W2 · GELU(W1 · Norm(X))
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm(bt));
             be.matmul(&a.fch, &a.ln2, &p.w1, MatmulDims::new(bt, f, c).trans_b());
+            self.probe(be, l, Layer::Ff, Op::Retrieval, &a.ln2, &a.fch);
             be.gelu_forward(&a.fch_gelu, &a.fch);
             be.matmul(&self.proj, &a.fch_gelu, &p.w2, MatmulDims::new(bt, c, f).trans_b());
+            self.probe(be, l, Layer::Ff, Op::Storage, &a.fch_gelu, &self.proj);
             be.add(&a.res_ff, &a.res_att, &self.proj);
         }
         // logits = W_U · Norm(X); loss = mean CE (the z-loss enters the gradient only)
@@ -347,9 +374,11 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             // FF: dresidual flows through the add unchanged into W2's output.
             be.matmul(&dp.w2, &s.dresidual, &a.fch_gelu, MatmulDims::new(c, f, bt).trans_a());
             be.matmul(&s.dfch_gelu, &s.dresidual, &p.w2, MatmulDims::new(bt, f, c));
+            self.probe_grad(be, l, Layer::Ff, Op::Storage, &s.dresidual, &s.dfch_gelu);
             be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
             be.matmul(&dp.w1, &s.dfch, &a.ln2, MatmulDims::new(f, c, bt).trans_a());
             be.matmul(&s.dln, &s.dfch, &p.w1, MatmulDims::new(bt, c, f));
+            self.probe_grad(be, l, Layer::Ff, Op::Retrieval, &s.dfch, &s.dln);
             be.norm_backward(
                 &s.dresidual,
                 &dp.ln2,
@@ -362,6 +391,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             // Attention
             be.matmul(&dp.w_o, &s.dresidual, &a.atty, MatmulDims::new(c, hd, bt).trans_a());
             be.matmul(&s.datty, &s.dresidual, &p.w_o, MatmulDims::new(bt, hd, c));
+            self.probe_grad(be, l, Layer::Attn, Op::Storage, &s.dresidual, &s.datty);
             be.attention_backward(
                 &s.dqkv,
                 &s.dpre,
@@ -373,6 +403,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             );
             be.matmul(&dp.w_qkv, &s.dqkv, &a.ln1, MatmulDims::new(3 * hd, c, bt).trans_a());
             be.matmul(&s.dln, &s.dqkv, &p.w_qkv, MatmulDims::new(bt, c, 3 * hd));
+            self.probe_grad(be, l, Layer::Attn, Op::Retrieval, &s.dqkv, &s.dln);
             be.norm_backward(
                 &s.dresidual,
                 &dp.ln1,
@@ -397,5 +428,9 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
 
     fn head(&self) -> &LossHead<B> {
         &self.head
+    }
+
+    fn probes(&self) -> Option<&Probes<B>> {
+        self.probes.as_ref()
     }
 }

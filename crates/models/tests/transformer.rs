@@ -93,3 +93,41 @@ fn tiny_transformer_learns_copy_on_the_gpu() {
         "loss went from {first} to {last}: the model did not learn to copy"
     );
 }
+
+/// The transformer's linear maps in the places of the RMT's storages and retrievals (W_QKV and
+/// W1 retrieve, W_O and W2 store; RMT paper Table 2): at init their measured variance ratios
+/// match the closed form of the model's own init. W_U starts at zero, so one step at a tiny
+/// learning rate gives the backward something to carry without moving the other weights.
+#[test]
+fn measured_variance_at_init_matches_the_closed_form() {
+    use resmem_models::probes::{Layer, Op};
+    use resmem_models::variance::{self, InitScheme};
+    let be = CpuBackend::<f32>::new();
+    let cfg = TransformerConfig {
+        d_model: 64,
+        n_heads: 4,
+        head_dim: 16,
+        d_ff: 256,
+        n_layers: 3,
+        ..TransformerConfig::tiny(256, 16)
+    };
+    let closed = variance::transformer(&cfg, InitScheme::Default);
+    let model = Transformer::new(&be, cfg, 8, 16, 3).unwrap();
+    let train = TrainConfig {
+        lr: 1e-5,
+        warmup_frac: 0.0,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(&be, model, train).unwrap();
+    let mut sampler = TaskSampler::new(Task::Copy, 8, 16, 4).unwrap();
+    trainer.step(&be, &sampler.next_batch()).unwrap();
+    let measured = pollster::block_on(trainer.measure(&be, &sampler.next_batch()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(measured.len(), 3 * 4, "three blocks of four sites");
+    assert_variance_matches_closed_form(&measured, &closed);
+    // W1 (64 → 256) quadruples the gradient's variance back to its input, W2 quarters it.
+    let closed_of = |layer, op| closed.iter().find(|c| c.layer == layer && c.op == op).unwrap();
+    let ff_in = closed_of(Layer::Ff, Op::Retrieval);
+    assert!((ff_in.backward_ratio / ff_in.forward_ratio - 4.0).abs() < 1e-9);
+}

@@ -1,6 +1,6 @@
 //! The page: pick an architecture and a task, start and stop training, and watch the step, the
-//! loss and its curve; for the RMT and the hybrid, their cost beside a transformer and their
-//! variance view; for the MemoryFormer and the hybrid, live histograms of their hash tables'
+//! loss and its curve; for the RMT and the hybrid, their cost beside a transformer; for these
+//! and the transformer, the variance view; for the MemoryFormer and the hybrid, live histograms of their hash tables'
 //! buckets.
 
 use crate::chart::histogram_svg;
@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 /// How often the loss is read back from the GPU, in steps.
 const READ_EVERY: usize = 1;
-/// How often the variance probes (RMT, hybrid) run (after step 1, then every this many steps): each
+/// How often the variance probes (RMT, hybrid, transformer) run (after step 1, then every this many steps): each
 /// measurement costs about one more forward and backward.
 const MEASURE_EVERY: usize = 10;
 
@@ -295,7 +295,8 @@ fn VarianceView(
         <section id="variance">
             <h2>"Variance propagation"</h2>
             <p class="note">"σ²(out)/σ²(in) (blue) and σ²(grad in)/σ²(grad out) (orange) of every storage and retrieval, \
-                measured on the training batch; black ticks: the closed form at init (RMT paper, Table 1)."</p>
+                measured on the training batch (for the transformer, W_QKV and W1 retrieve, W_O and W2 store); \
+                black ticks: the closed form at init (RMT paper, Tables 1 and 2)."</p>
             <div class="controls">
                 <label>"Block "
                     <input id="block" type="range" min="0"

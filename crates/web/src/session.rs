@@ -44,9 +44,10 @@ impl Arch {
         Arch::ALL.into_iter().find(|a| a.name() == s)
     }
 
-    /// Its storages and retrievals have variance probes and a closed form.
+    /// Its storages and retrievals (the transformer's linear maps in their places) have
+    /// variance probes and a closed form.
     pub fn has_variance(self) -> bool {
-        matches!(self, Arch::Rmt | Arch::Hybrid)
+        matches!(self, Arch::Rmt | Arch::Hybrid | Arch::Transformer)
     }
 
     /// It has hash tables whose buckets the page can show.
