@@ -755,8 +755,11 @@ fn print_table(summary: &Summary) {
     }
 }
 
-/// A variant's validation curve, the mean over its seeds: (tokens, loss) at each evaluation.
-fn mean_curve(out: &Path, points: &[&PointSummary]) -> Result<Vec<(f64, f64)>> {
+/// (training tokens, validation loss) at each evaluation.
+type Curve = Vec<(f64, f64)>;
+
+/// A variant's validation curve, the mean over its seeds.
+fn mean_curve(out: &Path, points: &[&PointSummary]) -> Result<Curve> {
     let mut curves = vec![];
     for p in points {
         let dir = out.join(&p.dir);
@@ -808,7 +811,7 @@ fn equal_loss(out: &Path, summary: &Summary, reference: &str) -> Result<Vec<Equa
             .filter(|p| variant(p).as_deref() == Some(label))
             .collect()
     };
-    let facts = |label: &str| -> Result<(Vec<(f64, f64)>, f64, u64)> {
+    let facts = |label: &str| -> Result<(Curve, f64, u64)> {
         let points = of(label);
         let curve = mean_curve(out, &points)?;
         let p = points
