@@ -105,9 +105,15 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     // Measurements after steps 1 and 10: the step scrubber spans them, the bars are drawn.
     const measuredAt = await page.textContent('#vstep-value');
     if (measuredAt !== '10') throw new Error(`the variance view shows step ${measuredAt}, not 10`);
-    const bars = async () => (await page.$$('#variance-chart svg rect')).length;
+    // Blue forward bars and orange backward bars, each site named once, and a legend.
+    const fills = await page.$$eval('#variance-chart svg rect', (rs) => rs.map((r) => (r.getAttribute('fill') || '').toUpperCase()));
+    const blue = fills.filter((f) => f === '#1F77B4').length, orange = fills.filter((f) => f === '#FF7F0E').length;
+    if (blue < 4 || orange < 4) throw new Error(`the variance chart has ${blue} blue and ${orange} orange bars, not 4 of each and a legend: ${fills}`);
+    const texts = await page.$$eval('#variance-chart svg text', (ts) => ts.map((t) => t.textContent));
+    for (const want of ['forward σ²out/σ²in', 'backward σ²gin/σ²gout', 'closed form at init', 'attn retrieval', 'ff storage'])
+      if (!texts.includes(want)) throw new Error(`the variance chart lacks "${want}": ${JSON.stringify(texts)}`);
+    if (texts.filter((t) => t === 'attn retrieval').length !== 1) throw new Error(`a site is labelled more than once: ${JSON.stringify(texts)}`);
     const before = await page.innerHTML('#variance-chart');
-    if ((await bars()) < 8) throw new Error(`the variance chart has ${await bars()} rects, not 8 bars`);
     await page.fill('#block', '1');
     await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
     if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
@@ -124,6 +130,9 @@ await test('the playground trains a MemoryFormer and shows live bucket histogram
     console.log(`     ${stats}`);
     const m = /entropy ([\d.]+) · dead buckets (\d+) of (\d+)/.exec(stats);
     if (!m || m[3] !== '16') throw new Error(`no bucket statistics of a 16-bucket table: ${stats}`);
+    // Bucket numbers are whole: no axis label reads 2.0.
+    const axis = await page.$$eval('#histogram svg text', (ts) => ts.map((t) => t.textContent).filter((t) => /^[\d.]+$/.test(t)));
+    if (!axis.includes('0') || axis.some((t) => t.includes('.'))) throw new Error(`bucket axis labels: ${axis}`);
     const bars = async () => (await page.$$('#histogram svg rect')).length;
     if ((await bars()) < 16) throw new Error(`the histogram has ${await bars()} rects, not 16 bars`);
     // ML2 hashes τ + 2 = 6 bits: 64 buckets.

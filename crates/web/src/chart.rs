@@ -31,65 +31,102 @@ pub fn loss_svg(points: &[(usize, f32)]) -> String {
     svg
 }
 
-/// Bars of one block's measured variance ratios, forward and backward for each of its four
-/// storage and retrieval sites, on a log axis; a black tick marks the closed form of each.
+/// Forward bars: σ²(out)/σ²(in).
+pub const FORWARD: RGBColor = RGBColor(31, 119, 180);
+/// Backward bars: σ²(grad in)/σ²(grad out).
+pub const BACKWARD: RGBColor = RGBColor(255, 127, 14);
+
+/// Bars of one block's measured variance ratios on a log axis: for each of its four storage and
+/// retrieval sites a blue forward bar and an orange backward bar, a black tick on each at the
+/// closed form, the site named under its pair, and a legend.
 pub fn variance_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (480, 240)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (480, 260)).into_drawing_area();
         let _ = root.fill(&WHITE);
-        // (site, measured, closed form): the forward bar, then the backward bar, of each site.
-        let bars: Vec<(String, Option<f64>, Option<f64>)> = measured
+        // (site, [forward, backward] measured, [forward, backward] closed form).
+        type Bars = (String, [Option<f64>; 2], [Option<f64>; 2]);
+        let sites: Vec<Bars> = measured
             .iter()
-            .flat_map(|m| {
+            .map(|m| {
                 let c = closed.iter().find(|c| c.layer == m.site.layer && c.op == m.site.op);
-                let site = format!("{} {}", name(&m.site.layer), name(&m.site.op));
-                [
-                    (site.clone(), m.forward_ratio, c.map(|c| c.forward_ratio)),
-                    (site, m.backward_ratio, c.map(|c| c.backward_ratio)),
-                ]
+                (
+                    format!("{} {}", name(&m.site.layer), name(&m.site.op)),
+                    [m.forward_ratio, m.backward_ratio],
+                    [c.map(|c| c.forward_ratio), c.map(|c| c.backward_ratio)],
+                )
             })
             .collect();
-        let values = bars.iter().flat_map(|b| [b.1, b.2]).flatten().filter(|v| *v > 0.0);
+        let values = sites
+            .iter()
+            .flat_map(|b| b.1.into_iter().chain(b.2))
+            .flatten()
+            .filter(|v| *v > 0.0);
         let (lo, hi) = values.fold((1e-2f64, 1e1f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-        let (lo, hi) = (10f64.powf(lo.log10().floor()), 10f64.powf(hi.log10().ceil()));
-        let n = bars.len().max(1);
+        // A decade of headroom above for the legend.
+        let (lo, hi) = (10f64.powf(lo.log10().floor()), 10f64.powf(hi.log10().ceil() + 1.0));
+        let n = sites.len().max(1);
+        // Site i is centred on x = i, so that its label sits under its pair of bars.
         let chart = ChartBuilder::on(&root)
             .margin(8)
-            .x_label_area_size(40)
+            .x_label_area_size(28)
             .y_label_area_size(48)
-            .build_cartesian_2d(0f64..n as f64, (lo..hi).log_scale());
+            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, (lo..hi).log_scale());
         if let Ok(mut chart) = chart {
-            let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+            let labels: Vec<String> = sites.iter().map(|b| b.0.clone()).collect();
             let _ = chart
                 .configure_mesh()
                 .disable_x_mesh()
                 .x_labels(n)
-                .x_label_formatter(&|x| labels.get(x.floor() as usize).cloned().unwrap_or_default())
+                .x_label_formatter(&|x| {
+                    let i = x.round();
+                    match (x - i).abs() < 1e-6 && i >= 0.0 {
+                        true => labels.get(i as usize).cloned().unwrap_or_default(),
+                        false => String::new(),
+                    }
+                })
                 .y_desc("σ² ratio")
                 .y_label_formatter(&|y| format!("{y:.0e}"))
-                .label_style(("sans-serif", 9))
+                .label_style(("sans-serif", 10))
                 .draw();
-            for (i, (label, value, closed)) in bars.iter().enumerate() {
-                let x = i as f64;
-                let color = if label.ends_with("fwd") {
-                    RGBColor(31, 119, 180)
-                } else {
-                    RGBColor(255, 127, 14)
-                };
-                if let Some(v) = value.filter(|v| *v > 0.0) {
-                    let _ = chart.draw_series(std::iter::once(Rectangle::new(
-                        [(x + 0.15, lo), (x + 0.85, v)],
-                        color.filled(),
-                    )));
-                }
-                if let Some(c) = closed.filter(|c| *c > 0.0) {
-                    let _ = chart.draw_series(std::iter::once(PathElement::new(
-                        vec![(x + 0.05, c), (x + 0.95, c)],
-                        BLACK.stroke_width(2),
-                    )));
+            let bar = |i: usize, side: usize| {
+                let x = i as f64 - 0.42 + side as f64 * 0.44;
+                (x, x + 0.38)
+            };
+            for (side, color, label) in [
+                (0, FORWARD, "forward σ²out/σ²in"),
+                (1, BACKWARD, "backward σ²gin/σ²gout"),
+            ] {
+                let rects = sites.iter().enumerate().filter_map(|(i, b)| {
+                    let v = b.1[side].filter(|v| *v > 0.0)?;
+                    let (x0, x1) = bar(i, side);
+                    Some(Rectangle::new([(x0, lo), (x1, v)], color.filled()))
+                });
+                if let Ok(series) = chart.draw_series(rects) {
+                    series
+                        .label(label)
+                        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
                 }
             }
+            let ticks = sites.iter().enumerate().flat_map(|(i, b)| {
+                (0..2).filter_map(move |side| {
+                    let c = b.2[side].filter(|c| *c > 0.0)?;
+                    let (x0, x1) = bar(i, side);
+                    Some(PathElement::new(vec![(x0 - 0.03, c), (x1 + 0.03, c)], BLACK.stroke_width(2)))
+                })
+            });
+            if let Ok(series) = chart.draw_series(ticks) {
+                series
+                    .label("closed form at init")
+                    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK.stroke_width(2)));
+            }
+            let _ = chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.9))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 10))
+                .draw();
         }
         let _ = root.present();
     }
@@ -123,6 +160,8 @@ pub fn histogram_svg(counts: &[u64]) -> String {
                 .disable_x_mesh()
                 .x_desc("bucket")
                 .y_desc("hits")
+                // Buckets are whole numbers.
+                .x_label_formatter(&|x| format!("{}", x.round() as i64))
                 .label_style(("sans-serif", 10))
                 .draw();
             let _ = chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
