@@ -160,8 +160,9 @@ pub fn histogram_svg(counts: &[u64]) -> String {
                 .disable_x_mesh()
                 .x_desc("bucket")
                 .y_desc("hits")
-                // Buckets are whole numbers.
+                // Buckets and hits are whole numbers.
                 .x_label_formatter(&|x| format!("{}", x.round() as i64))
+                .y_label_formatter(&|y| format!("{}", y.round() as i64))
                 .label_style(("sans-serif", 10))
                 .draw();
             let _ = chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
