@@ -99,8 +99,13 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     console.log(`     counts: ${JSON.stringify(counts)}`);
     // One row per architecture the page trains, each with its parameters and FLOPs per token.
     const names = counts.map((r) => r[0].split(':')[0]);
-    if (names.join() !== 'RMT,Hybrid,Transformer' || !counts.every((r) => /^[\d,]+$/.test(r[1]) && /^[\d,]+$/.test(r[2])))
-      throw new Error(`the cost table is not the RMT, the hybrid and the transformer with numbers: ${JSON.stringify(counts)}`);
+    if (names.join() !== "RMT,Hybrid,Transformer of the RMT's dimensions,Transformer trained here"
+      || !counts.every((r) => /^[\d,]+$/.test(r[1]) && /^[\d,]+$/.test(r[2])))
+      throw new Error(`the cost table is not the RMT, the hybrid and the two transformers with numbers: ${JSON.stringify(counts)}`);
+    // The transformer the page trains is tiny-transformer (D 64, 8×16): `resmem count --arch
+    // transformer --preset tiny-transformer --vocab 256 --seq-len 16` prints 165,184 parameters.
+    if (!counts[3][0].includes('D=64') || counts[3][1] !== '165,184')
+      throw new Error(`the trained transformer's row is not tiny-transformer's: ${JSON.stringify(counts[3])}`);
     await trainOnPage(page, errors, 'rmt', RMT_STEPS, 'playground-rmt.png');
     // Measurements after steps 1 and 10: the step scrubber spans them, the bars are drawn.
     const measuredAt = await page.textContent('#vstep-value');

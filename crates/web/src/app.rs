@@ -232,7 +232,7 @@ pub fn App() -> impl IntoView {
 #[component]
 fn Cost() -> impl IntoView {
     let c = costs();
-    let (r, h, t) = (&c.rmt, &c.hybrid, &c.transformer);
+    let (r, h, t, tt) = (&c.rmt, &c.hybrid, &c.transformer, &c.trained_transformer);
     let seq_len = r.seq_len;
     let row = |name: String, c: models::count::Counts| {
         view! {
@@ -250,10 +250,11 @@ fn Cost() -> impl IntoView {
                 <tr><th>"model"</th><th>"parameters"</th><th>"forward FLOPs / token"</th></tr>
                 {row(format!("RMT: D_k={} D_v={} R={} (residual {})", r.d_k, r.d_v, r.rank, r.residual()), c.rmt_counts)}
                 {row(format!("Hybrid: the RMT with a memory block, τ={} (K={})", h.tau, h.chunks()), c.hybrid_counts.counts)}
-                {row(format!("Transformer: D={} H={} D_h={}", t.d_model, t.n_heads, t.head_dim), c.transformer_counts)}
+                {row(format!("Transformer of the RMT's dimensions: D={} H={} D_h={}", t.d_model, t.n_heads, t.head_dim), c.transformer_counts)}
+                {row(format!("Transformer trained here: D={} H={} D_h={}", tt.d_model, tt.n_heads, tt.head_dim), c.trained_transformer_counts)}
             </table>
-            <p class="note">"All have L=" {r.n_layers} ", V=" {r.vocab} ", N=" {seq_len} "; the RMT and the transformer D_FF="
-                {r.d_ff} ". The RMT's residual can grow (D_k) without adding parameters or FLOPs beyond the key vectors; \
+            <p class="note">"All have L=" {r.n_layers} ", V=" {r.vocab} ", N=" {seq_len} "; the RMT and the transformers D_FF="
+                {r.d_ff} ". The transformer the page trains is narrower (D=" {tt.d_model} ") than the RMT's twin (D=R·D_v=" {t.d_model} "). The RMT's residual can grow (D_k) without adding parameters or FLOPs beyond the key vectors; \
                 the hybrid trades the FF matrix products for hash-table reads ("
                 {thousands(c.hybrid_counts.table_params)} " table values)."</p>
         </section>

@@ -90,14 +90,21 @@ pub struct Costs {
     pub rmt_counts: Counts,
     pub hybrid: models::HybridConfig,
     pub hybrid_counts: HybridCounts,
+    /// The transformer of the RMT's dimensions: D = R·D_v, H = R, D_h = D_v.
     pub transformer: models::TransformerConfig,
     pub transformer_counts: Counts,
+    /// The transformer the page trains (tiny-transformer).
+    pub trained_transformer: models::TransformerConfig,
+    pub trained_transformer_counts: Counts,
 }
 
 pub fn costs() -> Costs {
-    let (ModelConfig::Rmt(rmt), ModelConfig::Hybrid(hybrid)) = (Arch::Rmt.preset().model, Arch::Hybrid.preset().model)
-    else {
-        unreachable!("tiny-rmt and tiny-hybrid are an RMT and a hybrid")
+    let (ModelConfig::Rmt(rmt), ModelConfig::Hybrid(hybrid), ModelConfig::Transformer(trained_transformer)) = (
+        Arch::Rmt.preset().model,
+        Arch::Hybrid.preset().model,
+        Arch::Transformer.preset().model,
+    ) else {
+        unreachable!("tiny-rmt, tiny-hybrid and tiny-transformer are an RMT, a hybrid and a transformer")
     };
     let transformer = models::TransformerConfig {
         d_model: rmt.rank * rmt.d_v,
@@ -111,9 +118,11 @@ pub fn costs() -> Costs {
         rmt_counts: count::rmt(&rmt),
         hybrid_counts: count::hybrid(&hybrid),
         transformer_counts: count::transformer(&transformer),
+        trained_transformer_counts: count::transformer(&trained_transformer),
         rmt,
         hybrid,
         transformer,
+        trained_transformer,
     }
 }
 
