@@ -103,9 +103,11 @@ pub fn App() -> impl IntoView {
         spawn_local(async move {
             let mut session = match Session::new(be, settings, 0) {
                 Ok(s) => s,
-                Err(e) => {
+                Err((be, e)) => {
                     set_status.set(format!("Cannot build the model: {e}"));
                     set_running.set(false);
+                    // The device comes back, so Start works again.
+                    *device.borrow_mut() = Some(be);
                     return;
                 }
             };

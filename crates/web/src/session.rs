@@ -126,6 +126,13 @@ pub fn costs() -> Costs {
     }
 }
 
+type Parts = (
+    Trainer<GpuBackend, Box<dyn LanguageModel<GpuBackend>>>,
+    TaskSampler,
+    usize,
+    Vec<ClosedForm>,
+);
+
 pub struct Session {
     pub be: GpuBackend,
     pub trainer: Trainer<GpuBackend, Box<dyn LanguageModel<GpuBackend>>>,
@@ -138,8 +145,25 @@ pub struct Session {
 }
 
 impl Session {
-    /// The `tiny-ARCH` model, built by the one constructor every command uses.
-    pub fn new(be: GpuBackend, s: Settings, seed: u64) -> Result<Self, String> {
+    /// The `tiny-ARCH` model, built by the one constructor every command uses. On failure the
+    /// device comes back with the message, so that the page can start again.
+    pub fn new(be: GpuBackend, s: Settings, seed: u64) -> Result<Self, (GpuBackend, String)> {
+        match Self::parts(&be, s, seed) {
+            Ok((trainer, sampler, params, closed_form)) => Ok(Self {
+                be,
+                trainer,
+                sampler,
+                settings: s,
+                params,
+                closed_form,
+                last_batch: None,
+            }),
+            Err(e) => Err((be, e)),
+        }
+    }
+
+    /// What a session holds besides its device.
+    fn parts(be: &GpuBackend, s: Settings, seed: u64) -> Result<Parts, String> {
         let mut cfg = s.arch.preset();
         cfg.train.batch = s.batch;
         cfg.train.steps = s.steps;
@@ -149,19 +173,11 @@ impl Session {
             true => variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default(),
             false => vec![],
         };
-        let model = cfg.build(&be, s.batch, s.seq_len, Purpose::Train).map_err(err)?;
+        let model = cfg.build(be, s.batch, s.seq_len, Purpose::Train).map_err(err)?;
         let params = model.store().layout.count();
-        let trainer = Trainer::new(&be, model, cfg.train.clone()).map_err(err)?;
+        let trainer = Trainer::new(be, model, cfg.train.clone()).map_err(err)?;
         let sampler = TaskSampler::new(s.task, s.batch, s.seq_len, seed + 1).map_err(|e| e.to_string())?;
-        Ok(Self {
-            be,
-            trainer,
-            sampler,
-            settings: s,
-            params,
-            closed_form,
-            last_batch: None,
-        })
+        Ok((trainer, sampler, params, closed_form))
     }
 
     /// One step; returns the learning rate used.
