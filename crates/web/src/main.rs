@@ -10,7 +10,18 @@ mod session;
 
 #[cfg(target_arch = "wasm32")]
 fn main() {
-    console_error_panic_hook::set_once();
+    // A bug shows on the page, not only in the console: a page frozen without a word is worse.
+    std::panic::set_hook(Box::new(|info| {
+        console_error_panic_hook::hook(info);
+        let status = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id("status"));
+        if let Some(status) = status {
+            status.set_text_content(Some(&format!(
+                "The page hit a bug and stopped: {info}. Reload the page to start again, and please report it."
+            )));
+        }
+    }));
     leptos::mount::mount_to_body(app::App);
 }
 
