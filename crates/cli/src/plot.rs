@@ -268,14 +268,14 @@ pub fn run(args: PlotArgs) -> Result<()> {
             let plot = setting_plot(&sweeps, &runs, setting, args.y, title)?;
             say(&plot.table());
             let points: usize = plot.groups.iter().map(|g| g.stats.len()).sum();
-            let summary = format!("{} lines, {points} points", plot.groups.len());
+            let summary = format!("{}, {}", counted(plot.groups.len(), "line"), counted(points, "point"));
             (Figure::Setting(plot), summary)
         }
         _ => {
             let plot = curves(&inputs, &x, args.y, title)?;
             let summary = format!(
-                "{} curves; x ({}) from {} to {}, y ({}) from {:.4} to {:.4}",
-                plot.series.len(),
+                "{}; x ({}) from {} to {}, y ({}) from {:.4} to {:.4}",
+                counted(plot.series.len(), "curve"),
                 x.name(),
                 plain(plot.x_span.0),
                 plain(plot.x_span.1),
@@ -289,6 +289,14 @@ pub fn run(args: PlotArgs) -> Result<()> {
     write(&figure, &args.out, format)?;
     say(&format!("wrote {}: {summary}", args.out.display()));
     Ok(())
+}
+
+/// "1 curve", "2 curves".
+fn counted(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
+    }
 }
 
 /// One logged step of a run.
