@@ -529,7 +529,8 @@ fn flatten(cfg: &RunConfig) -> Result<Vec<(String, String)>> {
 }
 
 /// Each run's legend: the settings whose values differ across the runs, by their last path
-/// segment (`d_k=4 seed=0`, `arch=rmt`), or the directory names when none differ.
+/// segment (`d_k=4 seed=0`, `arch=rmt`), or the directory names when none differ. A run
+/// without a setting (another architecture's) shows the others.
 fn legend_labels(runs: &[Run]) -> Result<Vec<String>> {
     let flat = runs.iter().map(|r| flatten(&r.cfg)).collect::<Result<Vec<_>>>()?;
     let value = |i: usize, key: &str| flat[i].iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
@@ -539,9 +540,17 @@ fn legend_labels(runs: &[Run]) -> Result<Vec<String>> {
             keys.push(k);
         }
     }
+    let arch = |i: usize| value(i, "model.arch");
+    // A model setting that only changes with the architecture (an RMT's d_k beside a
+    // transformer's d_model) says nothing the arch does not.
+    let by_arch = |k: &str| {
+        k.starts_with("model.")
+            && (0..runs.len()).all(|i| (0..runs.len()).all(|j| arch(i) != arch(j) || value(i, k) == value(j, k)))
+    };
     let mut differ: Vec<&str> = keys
         .into_iter()
         .filter(|k| (1..runs.len()).any(|i| value(i, k) != value(0, k)))
+        .filter(|k| *k == "model.arch" || !by_arch(k))
         .collect();
     // The architecture first: it explains most of what else differs.
     differ.sort_by_key(|k| *k != "model.arch");
@@ -977,6 +986,45 @@ impl Figure {
     }
 }
 
+/// The corner of the plot that the lines (sampled along each segment) cross least, the upper
+/// right on a tie: where the legend hides the least.
+fn legend_corner<'a>(
+    lines: impl Iterator<Item = &'a [(f64, f64)]>,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> SeriesLabelPosition {
+    // (position, x range, y range) of each corner, as fractions of the plot.
+    let corners = [
+        (SeriesLabelPosition::UpperRight, (0.5, 1.0), (0.6, 1.0)),
+        (SeriesLabelPosition::LowerLeft, (0.0, 0.5), (0.0, 0.4)),
+        (SeriesLabelPosition::UpperLeft, (0.0, 0.5), (0.6, 1.0)),
+        (SeriesLabelPosition::LowerRight, (0.5, 1.0), (0.0, 0.4)),
+    ];
+    let mut hits = [0usize; 4];
+    let norm = |(x, y): (f64, f64)| ((x - x0) / (x1 - x0), (y - y0) / (y1 - y0));
+    for line in lines {
+        let samples = line.windows(2).flat_map(|w| {
+            let (a, b) = (norm(w[0]), norm(w[1]));
+            (0..=16).map(move |k| {
+                let t = f64::from(k) / 16.0;
+                (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t)
+            })
+        });
+        for (x, y) in samples.chain(line.iter().map(|&p| norm(p))) {
+            for (n, (_, xs, ys)) in hits.iter_mut().zip(&corners) {
+                if (xs.0..=xs.1).contains(&x) && (ys.0..=ys.1).contains(&y) {
+                    *n += 1;
+                }
+            }
+        }
+    }
+    let best = (0..corners.len()).min_by_key(|&i| hits[i]).unwrap_or(0);
+    corners
+        .into_iter()
+        .nth(best)
+        .map_or(SeriesLabelPosition::UpperRight, |c| c.0)
+}
+
 /// A linear axis whose ticks are given values (a setting's), not round numbers.
 struct TickedAxis {
     range: RangedCoordf64,
@@ -1047,7 +1095,11 @@ fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Curves) ->
     drawn(
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend_corner(
+                c.series.iter().map(|s| s.points.as_slice()),
+                (x0, x1),
+                (y0, y1),
+            ))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 15))
@@ -1095,6 +1147,17 @@ fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s: &SettingPl
             .axis_desc_style(("sans-serif", 16))
             .draw(),
     )?;
+    // The legend must not hide a bar: its ends count as points of the lines.
+    let lines: Vec<Vec<(f64, f64)>> = s
+        .groups
+        .iter()
+        .map(|g| {
+            g.stats
+                .iter()
+                .flat_map(|p| [(p.at, p.min), (p.at, p.mean), (p.at, p.max)])
+                .collect()
+        })
+        .collect();
     for (i, g) in s.groups.iter().enumerate() {
         let colour = colour(i);
         let style = colour.stroke_width(2);
@@ -1113,7 +1176,7 @@ fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s: &SettingPl
     drawn(
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend_corner(lines.iter().map(Vec::as_slice), (x0, x1), (y0, y1)))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 15))

@@ -516,3 +516,54 @@ fn bad_inputs_are_clear_errors() {
         &["summary.json", "not a sweep summary"],
     );
 }
+
+#[test]
+fn runs_of_two_architectures_are_labelled_by_arch_not_by_its_dimensions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (rmt, transformer) = (tmp.path().join("r"), tmp.path().join("t"));
+    train(&rmt, "0.001");
+    ok(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--preset",
+        "tiny-transformer",
+        "--task",
+        "copy",
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--lr",
+        "0.001",
+        "--out",
+        s(&transformer),
+    ]);
+    let fig = tmp.path().join("arch.svg");
+    ok(&[
+        "plot",
+        s(&rmt),
+        s(&transformer),
+        "--x",
+        "flops",
+        "--y",
+        "val_loss",
+        "--out",
+        s(&fig),
+    ]);
+    let svg = std::fs::read_to_string(&fig).unwrap();
+    let legend: Vec<String> = texts(&svg)
+        .into_iter()
+        .map(|t| t.0)
+        .filter(|t| t.contains("arch="))
+        .collect();
+    assert_eq!(legend.len(), 2, "{legend:?}");
+    assert!(
+        legend[0].starts_with("arch=rmt") && legend[1].starts_with("arch=transformer"),
+        "{legend:?}"
+    );
+    // d_k and d_model only change with the architecture: the arch already says them.
+    for dim in ["d_k=", "d_model=", "n_heads="] {
+        assert!(legend.iter().all(|l| !l.contains(dim)), "{legend:?}");
+    }
+}
