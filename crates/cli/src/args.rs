@@ -46,6 +46,8 @@ pub enum Command {
     /// Write a run's weights for other code.
     #[command(subcommand)]
     Export(crate::interop::ExportCommand),
+    /// Plot runs' loss curves, or sweeps' final losses against a setting, as SVG or PNG.
+    Plot(crate::plot::PlotArgs),
 }
 
 #[derive(Subcommand)]

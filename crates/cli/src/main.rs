@@ -8,6 +8,7 @@ mod count;
 mod eval;
 mod interop;
 mod load;
+mod plot;
 mod prepare;
 mod run_dir;
 mod sample;
@@ -32,6 +33,7 @@ fn main() {
         args::Command::Data(c) => prepare::run(c),
         args::Command::Import(c) => interop::import(c),
         args::Command::Export(c) => interop::export(c),
+        args::Command::Plot(a) => plot::run(a),
     };
     if let Err(e) = result {
         console::warn(&format!("error: {e:#}"));
