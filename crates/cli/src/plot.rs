@@ -1173,6 +1173,10 @@ fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s: &SettingPl
         )?;
         drawn(chart.draw_series(g.stats.iter().map(|p| Circle::new((p.at, p.mean), 4, colour.filled()))))?;
     }
+    // One line needs no legend: the title names it.
+    if s.groups.len() < 2 {
+        return Ok(());
+    }
     drawn(
         chart
             .configure_series_labels()

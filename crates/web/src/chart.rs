@@ -112,7 +112,10 @@ pub fn variance_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
                 (0..2).filter_map(move |side| {
                     let c = b.2[side].filter(|c| *c > 0.0)?;
                     let (x0, x1) = bar(i, side);
-                    Some(PathElement::new(vec![(x0 - 0.03, c), (x1 + 0.03, c)], BLACK.stroke_width(2)))
+                    Some(PathElement::new(
+                        vec![(x0 - 0.03, c), (x1 + 0.03, c)],
+                        BLACK.stroke_width(2),
+                    ))
                 })
             });
             if let Ok(series) = chart.draw_series(ticks) {
