@@ -57,6 +57,46 @@ pub enum Analyze {
     /// Bucket use of the hash tables of a trained MemoryFormer or hybrid (MemoryFormer paper
     /// Figure 4).
     Buckets(BucketsArgs),
+    /// Each token's residual stream at every depth: an RMT's D_k×D_v matrix with its norm,
+    /// singular values and effective rank, or another model's residual vector.
+    Residual(ResidualArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ResidualArgs {
+    /// A directory written by `resmem train`: its newest checkpoint on its first held-out batch.
+    #[arg(long, conflicts_with_all = ["preset", "task", "batch", "seq_len", "step"])]
+    pub run: Option<PathBuf>,
+    /// With --run: a checkpoint or model file.
+    #[arg(long, requires = "run")]
+    pub checkpoint: Option<PathBuf>,
+    /// Without --run: a task preset (tiny-rmt, tiny-transformer, …), trained as the playground
+    /// trains it. Default tiny-rmt.
+    #[arg(long)]
+    pub preset: Option<String>,
+    #[arg(long)]
+    pub task: Option<Task>,
+    #[arg(long)]
+    pub batch: Option<usize>,
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Without --run: the residuals of this training step's forward (1: the initial weights).
+    #[arg(long, default_value_t = 1)]
+    pub step: usize,
+    /// Which sequence of the batch.
+    #[arg(long, default_value_t = 0)]
+    pub seq: usize,
+    /// One depth (embedding, block0.attn, block0.ff, …) and token: print its values.
+    #[arg(long)]
+    pub depth: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    pub token: usize,
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub backend: BackendKind,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -10,6 +10,7 @@ mod interop;
 mod load;
 mod plot;
 mod prepare;
+mod residual;
 mod run_dir;
 mod sample;
 mod source;
@@ -30,6 +31,7 @@ fn main() {
         args::Command::Count(a) => count::run(a),
         args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(*a),
         args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
+        args::Command::Analyze(args::Analyze::Residual(a)) => residual::run(a),
         args::Command::Data(c) => prepare::run(c),
         args::Command::Import(c) => interop::import(c),
         args::Command::Export(c) => interop::export(c),

@@ -186,3 +186,105 @@ fn hybrid_counts_and_variance() {
         .iter()
         .all(|r| r["model"] == "hybrid" && num(r, "backward_ratio") > 0.0));
 }
+
+/// `analyze residual` reads the residual stream the playground's viewer shows: the same values
+/// on the CPU and the GPU, the RMT's as D_k×D_v matrices whose spectrum is consistent (norm² =
+/// Σσ², 1 ≤ effective rank ≤ min(D_k, D_v)), the transformer's as vectors; bad depths,
+/// tokens and sequences are messages.
+#[test]
+fn analyze_residual_reads_every_depth_on_both_backends() {
+    let token = |backend: &str, preset: &str, depth: &str| {
+        json(&[
+            "analyze",
+            "residual",
+            "--preset",
+            preset,
+            "--step",
+            "2",
+            "--seq",
+            "1",
+            "--depth",
+            depth,
+            "--token",
+            "5",
+            "--backend",
+            backend,
+            "--json",
+        ])
+    };
+    for (preset, depth) in [("tiny-rmt", "block1.ff"), ("tiny-transformer", "block0.attn")] {
+        let (cpu, gpu) = (token("cpu", preset, depth), token("gpu", preset, depth));
+        let (a, b) = (cpu["values"].as_array().unwrap(), gpu["values"].as_array().unwrap());
+        assert_eq!(a.len(), b.len());
+        let scale = a.iter().map(|x| x.as_f64().unwrap().abs()).fold(0.0, f64::max);
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-4 * scale.max(1.0),
+                "{preset}: {x} {y}"
+            );
+        }
+        if preset == "tiny-rmt" {
+            assert_eq!(
+                cpu["shape"],
+                serde_json::json!({"kind": "matrix", "rows": 8, "cols": 16})
+            );
+            let sp = &cpu["spectrum"];
+            let sigma: Vec<f64> = sp["singular_values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_f64().unwrap())
+                .collect();
+            let norm2: f64 = a.iter().map(|x| x.as_f64().unwrap().powi(2)).sum();
+            assert!(
+                (sigma.iter().map(|s| s * s).sum::<f64>() - norm2).abs() < 1e-6 * norm2,
+                "{sp}"
+            );
+            assert!((num(sp, "norm").powi(2) - norm2).abs() < 1e-6 * norm2);
+            let rank = num(sp, "effective_rank");
+            assert!((1.0..=8.0).contains(&rank), "{rank}");
+        } else {
+            assert_eq!(cpu["shape"], serde_json::json!({"kind": "vector", "len": 64}));
+            assert!(cpu["spectrum"].is_null());
+        }
+    }
+    let table = json(&[
+        "analyze",
+        "residual",
+        "--preset",
+        "tiny-rmt",
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
+    let depths: Vec<&str> = table
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["depth"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        depths,
+        ["embedding", "block0.attn", "block0.ff", "block1.attn", "block1.ff"]
+    );
+    for (args, says) in [
+        (
+            &["--depth", "block9.ff"][..],
+            "this model's depths are embedding, block0.attn",
+        ),
+        (&["--depth", "embedding", "--token", "16"], "past the window"),
+        (&["--seq", "32"], "past the batch"),
+        (&["--preset", "small-rmt"], "give its run with --run"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+            .args(["analyze", "residual", "--backend", "cpu"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -13,6 +13,7 @@ pub mod loss;
 pub mod memory;
 pub mod memory_layer;
 pub mod memoryformer;
+pub mod observe;
 pub mod official;
 pub mod optim;
 pub mod params;

@@ -19,6 +19,7 @@ use crate::memory::{self, Purpose};
 use crate::memory_layer::{
     layer_dims, Hashed, MemoryBlock, MemoryBlockActs, MemoryBlockParams, MemoryBlockScratch, MemoryParams,
 };
+use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
 use crate::{MemoryFormerConfig, ModelConfig, Result};
@@ -375,5 +376,14 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
                 layers
             })
             .collect()
+    }
+
+    fn observables(&self) -> Vec<Observable<'_, B>> {
+        let shape = Shape::Vector { len: self.cfg.d_model };
+        observe::residual_stream(
+            shape,
+            &self.encoded,
+            self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
+        )
     }
 }

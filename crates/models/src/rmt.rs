@@ -19,6 +19,7 @@ use crate::config::{Position, Trunk};
 use crate::ff::{Dense, FfCore};
 use crate::loss::LossHead;
 use crate::memory::{self, Purpose};
+use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
@@ -672,6 +673,18 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
 
     fn probes(&self) -> Option<&Probes<B>> {
         self.probes.as_ref()
+    }
+
+    fn observables(&self) -> Vec<Observable<'_, B>> {
+        let shape = Shape::Matrix {
+            rows: self.trunk.d_k,
+            cols: self.trunk.d_v,
+        };
+        observe::residual_stream(
+            shape,
+            &self.encoded,
+            self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
+        )
     }
 
     fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {

@@ -5,6 +5,7 @@ use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
 use crate::checkpoint::TrainState;
 use crate::loss::LossHead;
+use crate::observe::Observable;
 use crate::optim::AdamW;
 use crate::params::ParamStore;
 use crate::probes::{Measured, Probes};
@@ -37,6 +38,10 @@ pub trait LanguageModel<B: Backend> {
     fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
         vec![]
     }
+    /// What viewers may read after a forward: the residual stream at every depth.
+    fn observables(&self) -> Vec<Observable<'_, B>> {
+        vec![]
+    }
 }
 
 /// A boxed model is a model, so a page or a tool can pick the architecture at run time.
@@ -67,6 +72,9 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     }
     fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
         (**self).hashed_layers()
+    }
+    fn observables(&self) -> Vec<Observable<'_, B>> {
+        (**self).observables()
     }
 }
 

@@ -10,6 +10,7 @@
 use crate::batch::BatchTensors;
 use crate::loss::LossHead;
 use crate::memory::{self, Purpose};
+use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
@@ -432,5 +433,14 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
 
     fn probes(&self) -> Option<&Probes<B>> {
         self.probes.as_ref()
+    }
+
+    fn observables(&self) -> Vec<Observable<'_, B>> {
+        let shape = Shape::Vector { len: self.cfg.d_model };
+        observe::residual_stream(
+            shape,
+            &self.encoded,
+            self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
+        )
     }
 }

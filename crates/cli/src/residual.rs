@@ -1,0 +1,150 @@
+//! `resmem analyze residual`: each token's residual stream at every depth, as the playground's
+//! residual viewer shows it: for an RMT the D_k×D_v matrix with its singular values, effective
+//! rank and norm; for the others the residual vector and its norm.
+
+use crate::args::ResidualArgs;
+use crate::{load, source};
+use anyhow::{bail, Context, Result};
+use data::TaskSampler;
+use engine::Backend;
+use models::observe::{self, Shape, Snapshot};
+use models::{Purpose, RunConfig, Trainer};
+
+pub fn run(args: ResidualArgs) -> Result<()> {
+    let (cfg, what, snapshots) = crate::with_backend!(args.backend, be => read(be, &args))?;
+    let t = cfg.data.seq_len();
+    if let Some(depth) = &args.depth {
+        let Some(s) = snapshots.iter().find(|s| &s.name == depth) else {
+            let names: Vec<&str> = snapshots.iter().map(|s| s.name.as_str()).collect();
+            bail!("no depth `{depth}`; this model's depths are {}", names.join(", "));
+        };
+        if args.token >= t {
+            bail!(
+                "--token {} is past the window of T = {t} tokens; use 0 to {}",
+                args.token,
+                t - 1
+            );
+        }
+        let values = s.token(args.token);
+        let spectrum = match s.shape {
+            Shape::Matrix { rows, cols } => Some(observe::spectrum(values, rows, cols)),
+            Shape::Vector { .. } => None,
+        };
+        let row = serde_json::json!({ "model": cfg.arch(), "from": what, "depth": s.name, "token": args.token,
+            "shape": s.shape, "values": values, "spectrum": spectrum });
+        println!(
+            "{}",
+            if args.json {
+                row.to_string()
+            } else {
+                serde_json::to_string_pretty(&row)?
+            }
+        );
+        return Ok(());
+    }
+    let rows: Vec<serde_json::Value> = snapshots.iter().map(|s| depth_summary(s, t)).collect();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!(
+        "{} ({what}), sequence {} of {t} tokens; means over its tokens",
+        cfg.arch(),
+        args.seq
+    );
+    println!("{:<12} {:>12} {:>16}", "depth", "norm", "effective rank");
+    for r in &rows {
+        let rank = r["effective_rank"].as_f64().map_or("-".into(), |x| format!("{x:.3}"));
+        println!(
+            "{:<12} {:>12.4} {:>16}",
+            r["depth"].as_str().unwrap_or_default(),
+            r["norm"].as_f64().unwrap_or(f64::NAN),
+            rank
+        );
+    }
+    Ok(())
+}
+
+/// The mean norm (and, for matrices, effective rank) over a sequence's tokens.
+fn depth_summary(s: &Snapshot, t: usize) -> serde_json::Value {
+    let (mut norm, mut rank) = (0.0, 0.0);
+    for i in 0..t {
+        let v = s.token(i);
+        match s.shape {
+            Shape::Matrix { rows, cols } => {
+                let sp = observe::spectrum(v, rows, cols);
+                norm += sp.norm;
+                rank += sp.effective_rank;
+            }
+            Shape::Vector { .. } => norm += v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt(),
+        }
+    }
+    let matrix = matches!(s.shape, Shape::Matrix { .. });
+    serde_json::json!({ "depth": s.name, "norm": norm / t as f64,
+        "effective_rank": matrix.then_some(rank / t as f64) })
+}
+
+/// The residuals of sequence `--seq` in the forward of a run's held-out batch (`--run`), or of
+/// training step `--step` of a fresh preset on its task, as the playground trains it.
+fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig, String, Vec<Snapshot>)> {
+    let (cfg, what, batch, trainer) = match &args.run {
+        Some(run) => {
+            let cfg = load::config(run)?;
+            let data = source::open(&cfg.data)?;
+            let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+            let batch = data.held_out(b, t, cfg.train.seed, 1)?.remove(0);
+            crate::check_memory(&cfg, b, t, Purpose::Train, args.backend)?;
+            let model = cfg.build(be, b, t, Purpose::Train)?;
+            let (values, path) = load::params(run, args.checkpoint.as_deref(), &model.store().layout)?;
+            be.write(&model.store().params, &values);
+            let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
+            trainer.mask_documents(cfg.data.separator());
+            (cfg, path.display().to_string(), batch, trainer)
+        }
+        None => {
+            let name = args.preset.as_deref().unwrap_or("tiny-rmt");
+            let mut cfg = RunConfig::preset(name)?;
+            let models::DataConfig::Task { task, .. } = cfg.data else {
+                bail!("the preset `{name}` trains on a text corpus; give its run with --run DIR");
+            };
+            let task = args.task.unwrap_or(task);
+            cfg.train.batch = args.batch.unwrap_or(cfg.train.batch);
+            cfg.train.seed = args.seed;
+            let t = args.seq_len.unwrap_or(cfg.data.seq_len());
+            cfg.data = models::DataConfig::Task { task, seq_len: t };
+            cfg.validate()?;
+            anyhow::ensure!(
+                args.step >= 1,
+                "--step counts from 1: the forward of the first training step"
+            );
+            let b = cfg.train.batch;
+            crate::check_memory(&cfg, b, t, Purpose::Train, args.backend)?;
+            let model = cfg.build(be, b, t, Purpose::Train)?;
+            let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
+            // The playground's sampler: the task's batches from seed + 1.
+            let mut sampler = TaskSampler::new(task, b, t, args.seed + 1).map_err(anyhow::Error::msg)?;
+            for _ in 1..args.step {
+                trainer.step(be, &sampler.next_batch())?;
+            }
+            (
+                cfg,
+                format!("the forward of step {}", args.step),
+                sampler.next_batch(),
+                trainer,
+            )
+        }
+    };
+    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    if args.seq >= b {
+        bail!(
+            "--seq {} is past the batch of {b} sequences; use 0 to {}",
+            args.seq,
+            b - 1
+        );
+    }
+    let mut trainer = trainer;
+    pollster::block_on(trainer.eval(be, &batch)).context("the forward failed")?;
+    let observables = trainer.model.observables();
+    let snapshots = pollster::block_on(observe::read(be, &observables, args.seq, t))?;
+    Ok((cfg, what, snapshots))
+}

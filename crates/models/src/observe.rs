@@ -1,0 +1,158 @@
+//! What a page or a tool may look at inside a model: named activations with their shape, read
+//! after a forward. One mechanism for every architecture: each model lists its residual stream
+//! at every depth, and the viewers read any of them the same way.
+
+use crate::Result;
+use engine::Backend;
+use serde::Serialize;
+
+/// How one token's row of an observable is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Shape {
+    /// The RMT's residual: a D_k×D_v matrix, row-major.
+    Matrix { rows: usize, cols: usize },
+    /// A transformer's or MemoryFormer's residual: a vector of D values.
+    Vector { len: usize },
+}
+
+impl Shape {
+    /// Values per token.
+    pub fn size(&self) -> usize {
+        match *self {
+            Shape::Matrix { rows, cols } => rows * cols,
+            Shape::Vector { len } => len,
+        }
+    }
+}
+
+/// One activation of the last forward: (B·T, size) rows, a token each.
+pub struct Observable<'a, B: Backend> {
+    /// `embedding`, `block0.attn`, `block0.ff`, …: the residual stream after it.
+    pub name: String,
+    pub shape: Shape,
+    pub tensor: &'a B::Tensor,
+}
+
+/// The residual stream of a model with blocks of attention then FF: after the embedding, and
+/// after each block's attention and FF.
+pub fn residual_stream<'a, B: Backend>(
+    shape: Shape,
+    encoded: &'a B::Tensor,
+    blocks: impl Iterator<Item = (&'a B::Tensor, &'a B::Tensor)>,
+) -> Vec<Observable<'a, B>> {
+    let mut all = vec![Observable {
+        name: "embedding".into(),
+        shape,
+        tensor: encoded,
+    }];
+    for (l, (att, ff)) in blocks.enumerate() {
+        all.push(Observable {
+            name: format!("block{l}.attn"),
+            shape,
+            tensor: att,
+        });
+        all.push(Observable {
+            name: format!("block{l}.ff"),
+            shape,
+            tensor: ff,
+        });
+    }
+    all
+}
+
+/// One sequence's rows of one observable.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Snapshot {
+    pub name: String,
+    pub shape: Shape,
+    /// (T, size), row-major.
+    pub values: Vec<f32>,
+}
+
+impl Snapshot {
+    /// Token `i`'s values.
+    pub fn token(&self, i: usize) -> &[f32] {
+        let n = self.shape.size();
+        &self.values[i * n..(i + 1) * n]
+    }
+}
+
+/// Reads sequence `seq` (of T tokens) of every observable: one small read each.
+pub async fn read<B: Backend>(
+    be: &B,
+    observables: &[Observable<'_, B>],
+    seq: usize,
+    t: usize,
+) -> Result<Vec<Snapshot>> {
+    let mut out = vec![];
+    for o in observables {
+        let n = o.shape.size();
+        let view = be.view(o.tensor, seq * t * n, t * n);
+        out.push(Snapshot {
+            name: o.name.clone(),
+            shape: o.shape,
+            values: be.read(&view).await?,
+        });
+    }
+    Ok(out)
+}
+
+/// How much of a residual matrix is in use.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Spectrum {
+    /// Largest first.
+    pub singular_values: Vec<f64>,
+    /// exp of the entropy of the singular values normalised to sum to 1: 1 for a rank-one
+    /// matrix, min(rows, cols) for one whose singular values are all equal.
+    pub effective_rank: f64,
+    /// The Frobenius norm.
+    pub norm: f64,
+}
+
+/// The spectrum of a `rows`×`cols` row-major matrix.
+pub fn spectrum(values: &[f32], rows: usize, cols: usize) -> Spectrum {
+    let m = nalgebra::DMatrix::from_row_iterator(rows, cols, values.iter().map(|&v| f64::from(v)));
+    let mut singular_values: Vec<f64> = m.singular_values().iter().copied().collect();
+    singular_values.sort_by(|a, b| b.total_cmp(a));
+    let total: f64 = singular_values.iter().sum();
+    let entropy: f64 = match total > 0.0 {
+        true => singular_values
+            .iter()
+            .map(|s| s / total)
+            .filter(|p| *p > 0.0)
+            .map(|p| -p * p.ln())
+            .sum(),
+        false => 0.0,
+    };
+    Spectrum {
+        norm: singular_values.iter().map(|s| s * s).sum::<f64>().sqrt(),
+        effective_rank: if total > 0.0 { entropy.exp() } else { 0.0 },
+        singular_values,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spectrum_of_known_matrices() {
+        // u vᵀ: rank one, norm |u||v|.
+        let (u, v) = ([1.0f32, 2.0, 2.0], [3.0f32, 4.0]);
+        let outer: Vec<f32> = u.iter().flat_map(|a| v.iter().map(move |b| a * b)).collect();
+        let s = spectrum(&outer, 3, 2);
+        assert!((s.norm - 15.0).abs() < 1e-9, "{s:?}");
+        assert!((s.singular_values[0] - 15.0).abs() < 1e-9 && s.singular_values[1].abs() < 1e-9);
+        assert!((s.effective_rank - 1.0).abs() < 1e-6);
+        // 2·I (3×3): three equal singular values, effective rank 3.
+        let eye: Vec<f32> = (0..9).map(|i| if i % 4 == 0 { 2.0 } else { 0.0 }).collect();
+        let s = spectrum(&eye, 3, 3);
+        assert!((s.effective_rank - 3.0).abs() < 1e-9 && (s.norm - 12f64.sqrt()).abs() < 1e-9);
+        // diag(3, 1): entropy of (¾, ¼).
+        let s = spectrum(&[3.0, 0.0, 0.0, 1.0], 2, 2);
+        let h: f64 = -(0.75f64 * 0.75f64.ln() + 0.25 * 0.25f64.ln());
+        assert!((s.effective_rank - h.exp()).abs() < 1e-9);
+        assert_eq!(spectrum(&[0.0; 4], 2, 2).effective_rank, 0.0);
+    }
+}
