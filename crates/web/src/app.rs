@@ -5,6 +5,7 @@
 
 use crate::chart::histogram_svg;
 use crate::chart::{loss_svg, variance_svg};
+use crate::residual::{self, ResidualView, Residuals};
 use crate::session::{costs, Arch, Session, Settings};
 use data::Task;
 use engine::gpu::GpuBackend;
@@ -25,6 +26,14 @@ const MEASURE_EVERY: usize = 10;
 
 /// Steps whose bucket hits the histograms sum.
 const BUCKET_WINDOW: usize = 10;
+
+/// What the training loop reads for the residual viewer, and where it puts it.
+#[derive(Clone, Copy)]
+struct Look {
+    open: ReadSignal<bool>,
+    seq: ReadSignal<usize>,
+    show: WriteSignal<Option<Residuals>>,
+}
 
 /// Variance ratios measured after one step.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +72,10 @@ pub fn App() -> impl IntoView {
     // Bucket hits summed over the last BUCKET_WINDOW steps, per hashed layer.
     let (hits, set_hits) = signal(Vec::<BucketCounts>::new());
     let (ready, set_ready) = signal(false);
+    // The residual viewer: what was read last, whether it is open, and which sequence.
+    let (residuals, set_residuals) = signal(None::<Residuals>);
+    let (residual_open, set_residual_open) = signal(false);
+    let (residual_seq, set_residual_seq) = signal(0usize);
     // The GPU device is created once and reused by every session.
     let device: Rc<RefCell<Option<GpuBackend>>> = Rc::new(RefCell::new(None));
 
@@ -97,6 +110,7 @@ pub fn App() -> impl IntoView {
         set_history.set(vec![]);
         set_snapshot.set(None);
         set_hits.set(vec![]);
+        set_residuals.set(None);
         set_step.set(0);
         set_loss.set(None);
         set_running.set(true);
@@ -128,7 +142,12 @@ pub fn App() -> impl IntoView {
                 set_history.update(|h| h.push(Snapshot { step, measured }));
             };
             let on_buckets = move |window: Vec<BucketCounts>| set_hits.set(window);
-            let outcome = train(&mut session, running, on_loss, on_measured, on_buckets).await;
+            let look = Look {
+                open: residual_open,
+                seq: residual_seq,
+                show: set_residuals,
+            };
+            let outcome = train(&mut session, running, on_loss, on_measured, on_buckets, look).await;
             match outcome {
                 Ok(()) => set_status.set(format!("Stopped after {} steps.", session.trainer.step)),
                 Err(e) => set_status.set(format!("Training failed: {e}")),
@@ -144,6 +163,7 @@ pub fn App() -> impl IntoView {
             on_loss: impl Fn(usize, f32),
             on_measured: impl Fn(usize, Vec<Measured>),
             on_buckets: impl Fn(Vec<BucketCounts>),
+            look: Look,
         ) -> Result<(), String> {
             let mut window: std::collections::VecDeque<Vec<BucketCounts>> = Default::default();
             while running.get_untracked() && session.trainer.step < session.settings.steps {
@@ -153,6 +173,17 @@ pub fn App() -> impl IntoView {
                 gloo_timers::future::TimeoutFuture::new(0).await;
                 if n % READ_EVERY == 0 || n == 1 {
                     on_loss(n, session.loss().await?);
+                }
+                // Before the probes run a forward of their own: these are the step's residuals.
+                if look.open.get_untracked() && (n == 1 || n % residual::READ_EVERY == 0) {
+                    let seq = look.seq.get_untracked();
+                    let (depths, inputs) = session.residuals(seq).await?;
+                    look.show.set(Some(Residuals {
+                        step: n,
+                        seq,
+                        depths,
+                        inputs,
+                    }));
                 }
                 if n == 1 || n % MEASURE_EVERY == 0 {
                     if let Some(measured) = session.measure().await? {
@@ -226,6 +257,7 @@ pub fn App() -> impl IntoView {
             <Show when=move || arch.get().has_buckets()>
                 <BucketView hits />
             </Show>
+            <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq />
         </main>
     }
 }

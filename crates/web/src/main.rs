@@ -6,6 +6,8 @@ mod app;
 #[cfg(target_arch = "wasm32")]
 mod chart;
 #[cfg(target_arch = "wasm32")]
+mod residual;
+#[cfg(target_arch = "wasm32")]
 mod session;
 
 #[cfg(target_arch = "wasm32")]

@@ -192,6 +192,21 @@ impl Session {
         self.trainer.loss(&self.be).await.map_err(|e| e.to_string())
     }
 
+    /// The residual stream of sequence `seq` at every depth in the last step's forward, with
+    /// that sequence's input tokens. Read it before anything else runs a forward.
+    pub async fn residuals(&self, seq: usize) -> Result<(Vec<models::observe::Snapshot>, Vec<u32>), String> {
+        let Some(batch) = &self.last_batch else {
+            return Ok((vec![], vec![]));
+        };
+        let (b, t) = (batch.b, batch.t);
+        let seq = seq.min(b.saturating_sub(1));
+        let observables = self.trainer.model.observables();
+        let snapshots = models::observe::read(&self.be, &observables, seq, t)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((snapshots, batch.inputs[seq * t..(seq + 1) * t].to_vec()))
+    }
+
     /// Bucket hits of every hash table in the last step's forward; empty for models without.
     pub async fn bucket_counts(&self) -> Result<Vec<BucketCounts>, String> {
         let layers = self.trainer.model.hashed_layers();

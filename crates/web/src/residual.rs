@@ -1,0 +1,210 @@
+//! The residual viewer: one token's residual stream at one depth, read from the GPU every few
+//! steps while the view is open. For an RMT the D_k×D_v matrix as a heatmap beside its singular
+//! values, effective rank and norm; for the transformer and the MemoryFormer the vector as a
+//! strip, so that the three can be compared.
+
+use leptos::prelude::*;
+use models::observe::{self, Shape, Snapshot};
+
+/// One read of the residual stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Residuals {
+    pub step: usize,
+    pub seq: usize,
+    /// Every depth: embedding, block0.attn, block0.ff, …
+    pub depths: Vec<Snapshot>,
+    /// The sequence's input tokens (bytes of the task).
+    pub inputs: Vec<u32>,
+}
+
+/// How often the viewer reads, in steps (after step 1).
+pub const READ_EVERY: usize = 5;
+
+/// Negative values blue, positive red, white at zero: a diverging scale symmetric about 0.
+fn diverging(x: f32, max: f32) -> String {
+    let a = if max > 0.0 { (x / max).clamp(-1.0, 1.0) } else { 0.0 };
+    let (r, g, b) = if a >= 0.0 { (214.0, 39.0, 40.0) } else { (31.0, 119.0, 180.0) };
+    let mix = |c: f32| (255.0 + (c - 255.0) * a.abs()).round() as u8;
+    format!("#{:02x}{:02x}{:02x}", mix(r), mix(g), mix(b))
+}
+
+/// The values as a grid of cells (rows × cols) with a colour legend from −max to +max.
+pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
+    let max = values.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let cell = (360 / cols.max(1)).clamp(4, 24);
+    let (w, h) = (cols * cell, rows * cell);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#,
+        w + 90,
+        h.max(120) + 10
+    );
+    for (i, v) in values.iter().enumerate() {
+        let (r, c) = (i / cols.max(1), i % cols.max(1));
+        svg += &format!(
+            r#"<rect x="{}" y="{}" width="{cell}" height="{cell}" fill="{}"><title>[{r},{c}] {v:.4}</title></rect>"#,
+            c * cell,
+            r * cell,
+            diverging(*v, max)
+        );
+    }
+    // The legend: a bar from +max (top) through 0 to −max (bottom).
+    let (lx, lh) = (w + 12, 100);
+    for k in 0..20 {
+        let x = max * (1.0 - 2.0 * (k as f32 + 0.5) / 20.0);
+        svg += &format!(
+            r#"<rect class="legend" x="{lx}" y="{}" width="12" height="5" fill="{}"/>"#,
+            k * 5,
+            diverging(x, max)
+        );
+    }
+    for (y, v) in [(8, max), (lh / 2 + 4, 0.0), (lh, -max)] {
+        svg += &format!(r#"<text class="legend" x="{}" y="{y}">{v:+.3}</text>"#, lx + 16);
+    }
+    svg + "</svg>"
+}
+
+/// The singular values as bars, largest first.
+pub fn spectrum_svg(sigma: &[f64]) -> String {
+    let top = sigma.first().copied().unwrap_or(0.0).max(1e-12);
+    let (w, h) = (200, 100);
+    let bar = w as f64 / sigma.len().max(1) as f64;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{}" font-family="sans-serif" font-size="11">"#,
+        h + 16
+    );
+    for (i, s) in sigma.iter().enumerate() {
+        let bh = s / top * h as f64;
+        svg += &format!(
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{bh:.1}" fill="#7f7f7f"><title>σ{i} {s:.4}</title></rect>"##,
+            i as f64 * bar + 1.0,
+            h as f64 - bh,
+            (bar - 2.0).max(1.0)
+        );
+    }
+    svg += &format!(r#"<text x="0" y="{}">σ₁ … σ{}</text>"#, h + 14, sigma.len());
+    svg + "</svg>"
+}
+
+/// A byte as the character it stands for, or its number.
+fn glyph(token: u32) -> String {
+    match char::from_u32(token) {
+        Some(c) if token < 128 && !c.is_control() && c != ' ' => c.to_string(),
+        Some(' ') => "␣".into(),
+        _ => format!("#{token}"),
+    }
+}
+
+#[component]
+pub fn ResidualView(
+    residuals: ReadSignal<Option<Residuals>>,
+    open: ReadSignal<bool>,
+    set_open: WriteSignal<bool>,
+    seq: ReadSignal<usize>,
+    set_seq: WriteSignal<usize>,
+) -> impl IntoView {
+    let (depth, set_depth) = signal(0usize);
+    let (token, set_token) = signal(0usize);
+    let depths = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.depths.len()));
+    let tokens = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.inputs.len()));
+    // The depth and token shown, clamped to what was read.
+    let shown = move || {
+        residuals.with(|r| {
+            let r = r.as_ref()?;
+            let d = r.depths.get(depth.get().min(r.depths.len().saturating_sub(1)))?;
+            let t = token.get().min(r.inputs.len().saturating_sub(1));
+            Some((r.step, r.seq, d.name.clone(), d.shape, t, d.token(t).to_vec()))
+        })
+    };
+    let picture = move || {
+        let Some((_, _, _, shape, _, values)) = shown() else {
+            return "<p>Read after step 1, then every 5 steps, while this view is open.</p>".to_string();
+        };
+        match shape {
+            Shape::Matrix { rows, cols } => heatmap_svg(&values, rows, cols),
+            Shape::Vector { len } => heatmap_svg(&values, 1, len),
+        }
+    };
+    let facts = move || {
+        let Some((_, _, _, shape, _, values)) = shown() else {
+            return (String::new(), String::new());
+        };
+        match shape {
+            Shape::Matrix { rows, cols } => {
+                let s = observe::spectrum(&values, rows, cols);
+                (
+                    format!(
+                        "norm {:.4} · effective rank {:.2} of {}",
+                        s.norm,
+                        s.effective_rank,
+                        rows.min(cols)
+                    ),
+                    spectrum_svg(&s.singular_values),
+                )
+            }
+            Shape::Vector { .. } => {
+                let norm = values.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+                (format!("norm {norm:.4} · a vector of {}", values.len()), String::new())
+            }
+        }
+    };
+    let text = move || {
+        residuals.with(|r| {
+            let Some(r) = r else { return vec![] };
+            let t = token.get();
+            r.inputs
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    let class = if i == t { "tok chosen" } else { "tok" };
+                    view! { <span class=class>{glyph(b)}</span> }
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let data = move |f: fn(&(usize, usize, String, Shape, usize, Vec<f32>)) -> String| shown().map(|s| f(&s));
+    view! {
+        <section id="residual">
+            <h2>"Residual stream"</h2>
+            <label><input id="residual-open" type="checkbox" prop:checked=open
+                on:change=move |ev| set_open.set(event_target_checked(&ev)) />
+                " Look inside: read one sequence's residuals while training"</label>
+            <Show when=move || open.get()>
+                <p class="note">"One token's residual at one depth: for the RMT its D_k×D_v matrix (red positive, blue \
+                    negative, white 0), with the singular values that say how much of the matrix is in use; for the \
+                    transformer and the MemoryFormer the residual vector."</p>
+                <div class="controls">
+                    <label>"Sequence "
+                        <input id="residual-seq" type="number" min="0" prop:value=move || seq.get()
+                            on:change=move |ev| set_seq.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                    </label>
+                    <label>"Depth "
+                        <input id="residual-depth" type="range" min="0"
+                            prop:max=move || depths().saturating_sub(1)
+                            prop:value=move || depth.get()
+                            on:input=move |ev| set_depth.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                        <span id="residual-depth-value">{move || shown().map(|s| s.2).unwrap_or_default()}</span>
+                    </label>
+                    <label>"Token "
+                        <input id="residual-token" type="range" min="0"
+                            prop:max=move || tokens().saturating_sub(1)
+                            prop:value=move || token.get()
+                            on:input=move |ev| set_token.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                        <span id="residual-token-value">{move || token.get()}</span>
+                    </label>
+                </div>
+                <p id="residual-text" class="readout">{text}</p>
+                <p id="residual-facts" class="readout">{move || facts().0}</p>
+                <div class="residual-row">
+                    <div id="residual-heatmap"
+                        attr:data-step=move || data(|s| s.0.to_string())
+                        attr:data-seq=move || data(|s| s.1.to_string())
+                        attr:data-depth=move || data(|s| s.2.clone())
+                        attr:data-token=move || data(|s| s.4.to_string())
+                        attr:data-values=move || data(|s| serde_json::to_string(&s.5).unwrap_or_default())
+                        inner_html=picture></div>
+                    <div id="residual-spectrum" inner_html=move || facts().1></div>
+                </div>
+            </Show>
+        </section>
+    }
+}
