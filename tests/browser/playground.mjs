@@ -7,6 +7,7 @@ import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
+import { execFileSync } from 'node:child_process';
 
 const [dist, shots] = process.argv.slice(2);
 // Measured on SwiftShader (about 3 s a step on 2 cores): the transformer goes 5.55 → 3.13 by
@@ -53,6 +54,24 @@ async function test(name, body) {
   }
 }
 
+// The resmem binary `cargo test` built: the page's residuals are checked against its CPU backend.
+const RESMEM = path.join(path.dirname(path.resolve(dist)), 'target', 'debug', 'resmem');
+
+/** What `resmem analyze residual` prints for the page's training (seed 0, batch 32, T 16). */
+function cpuResidual(preset, step, depth, token) {
+  const out = execFileSync(RESMEM, ['analyze', 'residual', '--preset', preset, '--batch', '32', '--seq-len', '16',
+    '--seed', '0', '--step', String(step), '--seq', '0', '--depth', depth, '--token', String(token), '--backend', 'cpu', '--json']);
+  return JSON.parse(out.toString());
+}
+
+/** The residual viewer's data after training: its step, depth, token and values. */
+async function residualShown(page) {
+  return page.$eval('#residual-heatmap', (e) => ({
+    step: parseInt(e.dataset.step), depth: e.dataset.depth, token: parseInt(e.dataset.token),
+    values: JSON.parse(e.dataset.values || '[]'),
+  }));
+}
+
 const server = await serve(dist);
 const url = `http://127.0.0.1:${server.address().port}/`;
 fs.mkdirSync(shots, { recursive: true });
@@ -86,7 +105,16 @@ async function trainOnPage(page, errors, arch, steps, shot) {
 await test('the playground trains a transformer and its loss falls', async () => {
   const { browser, page, errors } = await open(url, true);
   try {
+    await page.check('#residual-open');
     await trainOnPage(page, errors, 'transformer', STEPS, 'playground.png');
+    // The transformer's residual is a vector of D = 64: a strip, with its norm.
+    const shown = await residualShown(page);
+    const cpu = cpuResidual('tiny-transformer', shown.step, shown.depth, shown.token);
+    const worst = Math.max(...shown.values.map((v, i) => Math.abs(v - cpu.values[i])));
+    if (shown.values.length !== 64 || !(worst < 2e-3 * Math.max(1, ...cpu.values.map(Math.abs))))
+      throw new Error(`the transformer's residual: ${shown.values.length} values, worst difference ${worst}`);
+    if (!/a vector of 64/.test(await page.textContent('#residual-facts'))) throw new Error('no vector facts');
+    await page.screenshot({ path: path.join(shots, 'residual-transformer.png'), fullPage: true });
   } finally {
     await browser.close();
   }
@@ -106,7 +134,37 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     // transformer --preset tiny-transformer --vocab 256 --seq-len 16` prints 165,184 parameters.
     if (!counts[3][0].includes('D=64') || counts[3][1] !== '165,184')
       throw new Error(`the trained transformer's row is not tiny-transformer's: ${JSON.stringify(counts[3])}`);
+    await page.check('#residual-open');
     await trainOnPage(page, errors, 'rmt', RMT_STEPS, 'playground-rmt.png');
+    // The residual viewer: block 1's FF output, token 3 of sequence 0, as the CPU computes it.
+    await page.fill('#residual-depth', '4');
+    await page.fill('#residual-token', '3');
+    await page.waitForFunction(() => document.querySelector('#residual-heatmap')?.dataset.depth === 'block1.ff'
+      && document.querySelector('#residual-heatmap')?.dataset.token === '3');
+    const shown = await residualShown(page);
+    const cpu = cpuResidual('tiny-rmt', shown.step, 'block1.ff', 3);
+    if (shown.values.length !== 8 * 16) throw new Error(`the heatmap holds ${shown.values.length} values, not D_k×D_v = 128`);
+    const scale = Math.max(1, ...cpu.values.map(Math.abs));
+    const worst = Math.max(...shown.values.map((v, i) => Math.abs(v - cpu.values[i])));
+    console.log(`     residual at step ${shown.step}: worst difference from the CPU ${worst.toExponential(2)} (scale ${scale.toFixed(3)})`);
+    if (!(worst < 2e-3 * scale)) throw new Error(`the page's residual differs from the CPU's by ${worst}`);
+    // Red cells for positive values, blue for negative, and a legend from -max to +max.
+    const cells = await page.$$eval('#residual-heatmap svg rect:not(.legend)', (rs) => rs.map((r) => r.getAttribute('fill')));
+    const rgb = (h) => [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16));
+    const reds = cells.filter((h) => { const [r, , b] = rgb(h); return r > b + 20; }).length;
+    const blues = cells.filter((h) => { const [r, , b] = rgb(h); return b > r + 20; }).length;
+    if (cells.length !== 128 || reds === 0 || blues === 0) throw new Error(`heatmap: ${cells.length} cells, ${reds} red, ${blues} blue`);
+    const legend = await page.$$eval('#residual-heatmap svg text.legend', (ts) => ts.map((t) => t.textContent));
+    if (legend.length !== 3 || !legend[0].startsWith('+') || !legend[2].startsWith('-')) throw new Error(`heatmap legend: ${legend}`);
+    const facts = await page.textContent('#residual-facts');
+    const m = /norm ([\d.]+) · effective rank ([\d.]+) of 8/.exec(facts);
+    const cpuNorm = cpu.spectrum.norm;
+    if (!m || Math.abs(parseFloat(m[1]) - cpuNorm) > 2e-3 * Math.max(1, cpuNorm)) throw new Error(`facts "${facts}", CPU norm ${cpuNorm}`);
+    if (Math.abs(parseFloat(m[2]) - cpu.spectrum.effective_rank) > 0.02) throw new Error(`facts "${facts}", CPU rank ${cpu.spectrum.effective_rank}`);
+    if ((await page.$$('#residual-spectrum svg rect')).length !== 8) throw new Error('the spectrum is not 8 singular values');
+    const chosen = await page.textContent('#residual-text .tok.chosen');
+    if (!chosen) throw new Error('the input text does not mark the chosen token');
+    await page.screenshot({ path: path.join(shots, 'residual-rmt.png'), fullPage: true });
     // Measurements after steps 1 and 10: the step scrubber spans them, the bars are drawn.
     const measuredAt = await page.textContent('#vstep-value');
     if (measuredAt !== '10') throw new Error(`the variance view shows step ${measuredAt}, not 10`);

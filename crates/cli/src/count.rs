@@ -140,7 +140,11 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
         "                      {:>16} {:>16} {:>16}",
         "as built", "paper", "dense block"
     );
-    let g = |x: u64| format!("{:.2} G", x as f64 / 1e9);
+    // Paper sizes read in G; toy sizes would all print 0.00 G, so they are written out.
+    let g = |x: u64| match x >= 10_000_000 {
+        true => format!("{:.2} G", x as f64 / 1e9),
+        false => thousands(x),
+    };
     println!(
         "without attention     {:>16} {:>16} {:>16}",
         g(b.block_flops_no_attn),
