@@ -154,7 +154,7 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     const reds = cells.filter((h) => { const [r, , b] = rgb(h); return r > b + 20; }).length;
     const blues = cells.filter((h) => { const [r, , b] = rgb(h); return b > r + 20; }).length;
     if (cells.length !== 128 || reds === 0 || blues === 0) throw new Error(`heatmap: ${cells.length} cells, ${reds} red, ${blues} blue`);
-    const legend = await page.$$eval('#residual-heatmap svg text.legend', (ts) => ts.map((t) => t.textContent));
+    const legend = await page.$$eval('#residual-heatmap svg text.legend', (ts) => ts.map((t) => t.textContent.trim()));
     if (legend.length !== 3 || !legend[0].startsWith('+') || !legend[2].startsWith('-')) throw new Error(`heatmap legend: ${legend}`);
     const facts = await page.textContent('#residual-facts');
     const m = /norm ([\d.]+) · effective rank ([\d.]+) of 8/.exec(facts);
@@ -172,7 +172,7 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     const fills = await page.$$eval('#variance-chart svg rect', (rs) => rs.map((r) => (r.getAttribute('fill') || '').toUpperCase()));
     const blue = fills.filter((f) => f === '#1F77B4').length, orange = fills.filter((f) => f === '#FF7F0E').length;
     if (blue < 4 || orange < 4) throw new Error(`the variance chart has ${blue} blue and ${orange} orange bars, not 4 of each and a legend: ${fills}`);
-    const texts = await page.$$eval('#variance-chart svg text', (ts) => ts.map((t) => t.textContent));
+    const texts = await page.$$eval('#variance-chart svg text', (ts) => ts.map((t) => t.textContent.trim()));
     for (const want of ['forward σ²out/σ²in', 'backward σ²gin/σ²gout', 'closed form at init', 'attn retrieval', 'ff storage'])
       if (!texts.includes(want)) throw new Error(`the variance chart lacks "${want}": ${JSON.stringify(texts)}`);
     if (texts.filter((t) => t === 'attn retrieval').length !== 1) throw new Error(`a site is labelled more than once: ${JSON.stringify(texts)}`);
@@ -194,7 +194,7 @@ await test('the playground trains a MemoryFormer and shows live bucket histogram
     const m = /entropy ([\d.]+) · dead buckets (\d+) of (\d+)/.exec(stats);
     if (!m || m[3] !== '16') throw new Error(`no bucket statistics of a 16-bucket table: ${stats}`);
     // Bucket numbers are whole: no axis label reads 2.0.
-    const axis = await page.$$eval('#histogram svg text', (ts) => ts.map((t) => t.textContent).filter((t) => /^[\d.]+$/.test(t)));
+    const axis = await page.$$eval('#histogram svg text', (ts) => ts.map((t) => t.textContent.trim()).filter((t) => /^[\d.]+$/.test(t)));
     if (!axis.includes('0') || axis.some((t) => t.includes('.'))) throw new Error(`bucket axis labels: ${axis}`);
     const bars = async () => (await page.$$('#histogram svg rect')).length;
     if ((await bars()) < 16) throw new Error(`the histogram has ${await bars()} rects, not 16 bars`);

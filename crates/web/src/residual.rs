@@ -32,7 +32,9 @@ fn diverging(x: f32, max: f32) -> String {
 pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     let max = values.iter().fold(0f32, |m, v| m.max(v.abs()));
     let cell = (360 / cols.max(1)).clamp(4, 24);
-    let (w, h) = (cols * cell, rows * cell);
+    // A vector is one row: a strip tall enough to see.
+    let cell_h = if rows == 1 { 28 } else { cell };
+    let (w, h) = (cols * cell, rows * cell_h);
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#,
         w + 90,
@@ -41,9 +43,9 @@ pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     for (i, v) in values.iter().enumerate() {
         let (r, c) = (i / cols.max(1), i % cols.max(1));
         svg += &format!(
-            r#"<rect x="{}" y="{}" width="{cell}" height="{cell}" fill="{}"><title>[{r},{c}] {v:.4}</title></rect>"#,
+            r#"<rect x="{}" y="{}" width="{cell}" height="{cell_h}" fill="{}"><title>[{r},{c}] {v:.4}</title></rect>"#,
             c * cell,
-            r * cell,
+            r * cell_h,
             diverging(*v, max)
         );
     }
@@ -196,11 +198,11 @@ pub fn ResidualView(
                 <p id="residual-facts" class="readout">{move || facts().0}</p>
                 <div class="residual-row">
                     <div id="residual-heatmap"
-                        attr:data-step=move || data(|s| s.0.to_string())
-                        attr:data-seq=move || data(|s| s.1.to_string())
-                        attr:data-depth=move || data(|s| s.2.clone())
-                        attr:data-token=move || data(|s| s.4.to_string())
-                        attr:data-values=move || data(|s| serde_json::to_string(&s.5).unwrap_or_default())
+                        data-step=move || data(|s| s.0.to_string())
+                        data-seq=move || data(|s| s.1.to_string())
+                        data-depth=move || data(|s| s.2.clone())
+                        data-token=move || data(|s| s.4.to_string())
+                        data-values=move || data(|s| serde_json::to_string(&s.5).unwrap_or_default())
                         inner_html=picture></div>
                     <div id="residual-spectrum" inner_html=move || facts().1></div>
                 </div>
