@@ -237,6 +237,7 @@ fn the_experiments_quick_variants_reproduce_their_committed_summaries() {
     let tmp = tempfile::tempdir().unwrap();
     for name in [
         "residual-scaling",
+        "residual-scaling-lecun",
         "rmt-vs-transformer",
         "memoryformer-vs-dense",
         "variance-through-training",
