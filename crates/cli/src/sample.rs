@@ -9,7 +9,10 @@ use anyhow::{bail, Result};
 use data::Batch;
 use engine::{Backend, MatmulDims};
 use models::{Evaluator, Purpose};
-use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rand::{Rng, SeedableRng};
+// Xoshiro256++ by name, not rand's SmallRng, which is another generator on 32-bit targets: the
+// page (wasm32) would draw other weights and batches than the CLI from the same seed.
+use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub fn run(args: SampleArgs) -> Result<()> {
     if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
@@ -41,7 +44,7 @@ fn sample<B: Backend + 'static>(be: &B, args: &SampleArgs) -> Result<()> {
     // logits[pos] = one-hot(pos) · logits, so that one row of V values is read back, not N.
     let one_hot = be.zeros("position selector", n)?;
     let row = be.zeros("last logits", vocab)?;
-    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(args.seed);
     for _ in 0..args.tokens {
         let window = &tokens[tokens.len().saturating_sub(n)..];
         let mut inputs = window.to_vec();
@@ -78,7 +81,7 @@ fn sample<B: Backend + 'static>(be: &B, args: &SampleArgs) -> Result<()> {
 
 /// A token drawn from softmax(logits / temperature) over the `top_k` likeliest (all when 0);
 /// temperature 0 takes the likeliest.
-fn draw(logits: &[f32], temperature: f32, top_k: usize, rng: &mut SmallRng) -> u32 {
+fn draw(logits: &[f32], temperature: f32, top_k: usize, rng: &mut Xoshiro256PlusPlus) -> u32 {
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     if temperature == 0.0 {
@@ -112,7 +115,7 @@ mod tests {
     #[test]
     fn greedy_top_k_and_temperature() {
         let logits = [0.0, 3.0, 1.0, 2.9];
-        let mut rng = SmallRng::seed_from_u64(0);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
         assert_eq!(draw(&logits, 0.0, 0, &mut rng), 1);
         // With k = 2 only tokens 1 and 3 can come out, and both do.
         let drawn: Vec<u32> = (0..200).map(|_| draw(&logits, 1.0, 2, &mut rng)).collect();

@@ -8,7 +8,10 @@ use std::fmt;
 #[cfg(feature = "text")]
 use crate::{corpus::Corpus, DataError};
 #[cfg(feature = "text")]
-use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rand::{Rng, SeedableRng};
+// Xoshiro256++ by name, not rand's SmallRng, which is another generator on 32-bit targets: the
+// page (wasm32) would draw other weights and batches than the CLI from the same seed.
+use rand_xoshiro::Xoshiro256PlusPlus;
 #[cfg(feature = "text")]
 use std::sync::Arc;
 
@@ -100,7 +103,7 @@ impl TextSampler {
 
     /// Step `step`'s batch: B windows at uniformly random offsets.
     pub fn batch(&self, step: u64) -> Batch {
-        let mut rng = SmallRng::seed_from_u64(step_seed(self.seed, step));
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(step_seed(self.seed, step));
         let tokens = self.corpus.split(self.split);
         // `new` checked len ≥ T + 1.
         let last = tokens.len().saturating_sub(self.t + 1);

@@ -8,7 +8,10 @@
 //!   again in a random order; each value must be recalled (Arora et al., Zoology).
 
 use crate::{sampler::step_seed, DataError, IGNORE};
-use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
+use rand::{seq::SliceRandom, Rng, SeedableRng};
+// Xoshiro256++ by name, not rand's SmallRng, which is another generator on 32-bit targets: the
+// page (wasm32) would draw other weights and batches than the CLI from the same seed.
+use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -124,7 +127,7 @@ impl TaskSampler {
 
     /// Step `step`'s batch.
     pub fn batch(&self, step: u64) -> Batch {
-        let mut rng = SmallRng::seed_from_u64(step_seed(self.seed, step));
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(step_seed(self.seed, step));
         let (mut inputs, mut targets) = (Vec::with_capacity(self.b * self.t), Vec::with_capacity(self.b * self.t));
         for _ in 0..self.b {
             let (seq, counted) = self.sequence(&mut rng);
@@ -149,7 +152,7 @@ impl TaskSampler {
     }
 
     /// One sequence of T + 1 bytes, and for each byte whether predicting it counts.
-    fn sequence(&self, rng: &mut SmallRng) -> (Vec<u8>, Vec<bool>) {
+    fn sequence(&self, rng: &mut Xoshiro256PlusPlus) -> (Vec<u8>, Vec<bool>) {
         let len = self.t + 1;
         let mut seq = Vec::with_capacity(len);
         let mut counted = Vec::with_capacity(len);

@@ -8,8 +8,11 @@
 
 use engine::gpu::VIEW_ALIGN;
 use engine::Backend;
-use rand::{rngs::SmallRng, SeedableRng};
+use rand::SeedableRng;
+// Xoshiro256++ by name, not rand's SmallRng, which is another generator on 32-bit targets: the
+// page (wasm32) would draw other weights and batches than the CLI from the same seed.
 use rand_distr::{Distribution, StandardNormal};
+use rand_xoshiro::Xoshiro256PlusPlus;
 
 /// How a parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,7 +124,7 @@ impl ParamLayout {
     /// with no constructor that can fail: a std that validation missed gives non-finite values,
     /// never a panic.
     pub fn init_values(&self, seed: u64) -> Vec<f32> {
-        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let mut values = vec![0.0; self.total];
         for s in &self.specs {
             let Some(dst) = values.get_mut(s.offset..s.offset.saturating_add(s.len())) else {

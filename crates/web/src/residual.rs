@@ -23,7 +23,11 @@ pub const READ_EVERY: usize = 5;
 /// Negative values blue, positive red, white at zero: a diverging scale symmetric about 0.
 fn diverging(x: f32, max: f32) -> String {
     let a = if max > 0.0 { (x / max).clamp(-1.0, 1.0) } else { 0.0 };
-    let (r, g, b) = if a >= 0.0 { (214.0, 39.0, 40.0) } else { (31.0, 119.0, 180.0) };
+    let (r, g, b) = if a >= 0.0 {
+        (214.0, 39.0, 40.0)
+    } else {
+        (31.0, 119.0, 180.0)
+    };
     let mix = |c: f32| (255.0 + (c - 255.0) * a.abs()).round() as u8;
     format!("#{:02x}{:02x}{:02x}", mix(r), mix(g), mix(b))
 }
