@@ -48,8 +48,10 @@ struct Experiment {
     variants: Vec<toml::Table>,
     #[serde(default)]
     seeds: Vec<u64>,
-    /// A variant the others are compared with at equal loss (RMT paper Table 3's form).
-    reference: Option<String>,
+    /// Variants the others are compared with at equal loss (RMT paper Table 3's form): one
+    /// label, or a list of them.
+    #[serde(default)]
+    reference: References,
     /// Measure every point's variance ratios at init and after training (RMT paper Tables 1-2).
     #[serde(default)]
     variance: bool,
@@ -59,6 +61,26 @@ struct Experiment {
 
 /// `resmem train` flags by long name, with their values, in order.
 type Flags = Vec<(String, String)>;
+
+/// `reference = "a"` or `reference = ["a", "b"]`.
+#[derive(Deserialize, Default)]
+#[serde(untagged)]
+enum References {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+impl References {
+    fn labels(&self) -> Vec<String> {
+        match self {
+            References::None => vec![],
+            References::One(r) => vec![r.clone()],
+            References::Many(r) => r.clone(),
+        }
+    }
+}
 
 /// One run of the sweep.
 #[derive(Clone, Debug)]
@@ -200,8 +222,8 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     let (base, given) = base_flags(&experiment, matches)?;
     let grid = grid(&experiment, &args.set, &given)?;
     let variants = variants(&experiment.variants)?;
-    if let Some(r) = &experiment.reference {
-        if !variants.iter().any(|(label, _)| label == r) {
+    for r in experiment.reference.labels() {
+        if !variants.iter().any(|(label, _)| *label == r) {
             bail!("the reference `{r}` is not the label of one of the experiment's [[variants]]");
         }
         if !grid.is_empty() {
@@ -279,12 +301,13 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         print_variance(&summary.variance);
         write_summary(&out, &summary)?;
     }
-    if let Some(reference) = &experiment.reference {
-        if failed.is_empty() {
-            summary.equal_loss = equal_loss(&out, &summary, reference)?;
-            print_equal_loss(&summary.equal_loss);
-            write_summary(&out, &summary)?;
+    if failed.is_empty() {
+        for reference in experiment.reference.labels() {
+            let rows = equal_loss(&out, &summary, &reference)?;
+            print_equal_loss(&rows);
+            summary.equal_loss.extend(rows);
         }
+        write_summary(&out, &summary)?;
     }
     say(&format!(
         "wrote {} and {}",
