@@ -960,6 +960,15 @@ fn variance_rows(out: &Path, summary: &Summary) -> Result<Vec<VarianceRow>> {
     Ok(rows)
 }
 
+/// How far a variant's ratios are from 1, as one factor: exp of the mean |ln ratio| over its
+/// sites (1 when every ratio is 1; 2 when they are off by 2× on average, either way). None when
+/// a ratio is missing.
+fn distance_from_one(ratios: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let logs: Option<Vec<f64>> = ratios.map(|r| r.filter(|r| *r > 0.0).map(|r| r.ln().abs())).collect();
+    let logs = logs.filter(|l| !l.is_empty())?;
+    Some((logs.iter().sum::<f64>() / logs.len() as f64).exp())
+}
+
 fn print_variance(rows: &[VarianceRow]) {
     println!("variance ratios, geometric means over blocks and seeds (forward σ²out/σ²in, backward σ²gin/σ²gout):");
     println!(
@@ -979,6 +988,28 @@ fn print_variance(rows: &[VarianceRow]) {
             f(Some(r.closed_backward)),
             f(r.init_backward),
             f(r.trained_backward),
+        );
+    }
+    println!("distance from 1, exp of the mean |ln ratio| over the four sites:");
+    let mut variants: Vec<&str> = vec![];
+    for r in rows {
+        if !variants.contains(&r.variant.as_str()) {
+            variants.push(&r.variant);
+        }
+    }
+    for v in variants {
+        let of =
+            |pick: fn(&VarianceRow) -> Option<f64>| distance_from_one(rows.iter().filter(|r| r.variant == v).map(pick));
+        println!(
+            "{:<14} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            v,
+            "",
+            f(of(|r| Some(r.closed_forward))),
+            f(of(|r| r.init_forward)),
+            f(of(|r| r.trained_forward)),
+            f(of(|r| Some(r.closed_backward))),
+            f(of(|r| r.init_backward)),
+            f(of(|r| r.trained_backward)),
         );
     }
 }
