@@ -308,6 +308,11 @@ fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Ac
     bwd.buf(att, &[b, h, t, t])?;
     bwd.buf("the FF gradient", &[bt, f])?;
     bwd.buf("the FF gradient", &[bt, f])?;
+    // W_QKV, W_O, W1 and W2 of every block, as the RMT's probed sites.
+    bwd.buf(
+        "the variance probes",
+        &[c.n_layers as u64, 4 * 4 * 2, VIEW_ALIGN as u64],
+    )?;
     Ok(Acts {
         forward: fwd.0,
         backward: bwd.0,
