@@ -339,15 +339,9 @@ pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
         ("heads", cfg.n_heads),
         ("tau", cfg.tau),
     ];
-    let [s, d, h, tau] = settings.map(|x| dim(x.1));
-    let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
-    // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
-    let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
-    let per_row = layers
-        .iter()
-        .fold(n(0u8), |acc, &(bits, out)| acc + memory_layer_row(n(1u8), k, bits, out));
-    let causal = s * (s + n(1u8)) / n(2u8);
-    let attention = n(2u8) * d * causal + n(3u8) * h * causal;
+    let [s, d, _, _] = settings.map(|x| dim(x.1));
+    let k = dim(cfg.chunks());
+    let (attention, per_row) = memoryformer_block_parts(cfg, n(1u8));
     let get = |x: N| x.get(&settings);
     Ok(BlockCounts {
         block_flops_paper: get(n(2u8) * s * s * d + n(6u8) * k * s * d)?,
@@ -358,6 +352,22 @@ pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
         block_flops_no_attn: get(s * per_row)?,
         table_mb_f16: table_memory(cfg),
     })
+}
+
+/// One MemoryFormer block at `mac` FLOPs per multiply-add: its causal attention per sequence
+/// (QKᵀ and AV over the triangle, 3 per probability for the softmax) and its Memory Layers per
+/// row (ML_QKV, ML1 and ML2).
+fn memoryformer_block_parts(cfg: &MemoryFormerConfig, mac: N) -> (N, N) {
+    let [s, d, h, tau] = [cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.tau].map(dim);
+    let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
+    // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
+    let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
+    let per_row = layers
+        .iter()
+        .fold(n(0u8), |acc, &(bits, out)| acc + memory_layer_row(mac, k, bits, out));
+    let causal = s * (s + n(1u8)) / n(2u8);
+    let attention = mac * n(2u8) * d * causal + n(3u8) * h * causal;
+    (attention, per_row)
 }
 
 /// A whole model as built at sequence length N = its context: parameters, and forward FLOPs
@@ -398,15 +408,8 @@ fn try_memoryformer_model(cfg: &MemoryFormerConfig) -> Result<(u64, u64)> {
         ("heads", cfg.n_heads),
         ("tau", cfg.tau),
     ];
-    let [v, s, d, l, h, tau] = settings.map(|x| dim(x.1));
-    let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
-    let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
-    let per_row = layers
-        .iter()
-        .fold(n(0u8), |acc, &(bits, out)| acc + memory_layer_row(n(2u8), k, bits, out));
-    let causal = s * (s + n(1u8)) / n(2u8);
-    // QKᵀ and AV: d multiply-adds per head-summed pair each.
-    let attention = n(4u8) * d * causal + n(3u8) * h * causal;
+    let [v, s, d, l, _, _] = settings.map(|x| dim(x.1));
+    let (attention, per_row) = memoryformer_block_parts(cfg, n(2u8));
     let params = memory::memoryformer_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
