@@ -11,6 +11,7 @@ use crate::{corpus::Corpus, DataError};
 use rand::{Rng, SeedableRng};
 // Xoshiro256++ by name, not rand's SmallRng, which is another generator on 32-bit targets: the
 // page (wasm32) would draw other weights and batches than the CLI from the same seed.
+#[cfg(feature = "text")]
 use rand_xoshiro::Xoshiro256PlusPlus;
 #[cfg(feature = "text")]
 use std::sync::Arc;
