@@ -98,6 +98,13 @@ async function trainOnPage(page, errors, arch, steps, shot) {
   console.log(`     ${arch}: loss ${first} at step 1, ${later} at step ${step}`);
   if (!(Math.abs(first - Math.log(256)) < 1e-3)) throw new Error(`the first loss ${first} is not ln 256`);
   if (!(later < 0.6 * first)) throw new Error(`the loss did not fall: ${first} → ${later}`);
+  // Time per step and throughput agree: 32 sequences of 16 tokens a step.
+  const speed = await page.textContent('#speed');
+  const sm = /^(\d+) ms\/step · ([\d,]+) tokens\/s$/.exec(speed);
+  if (!sm) throw new Error(`no speed readout: "${speed}"`);
+  const [ms, tps] = [parseInt(sm[1]), parseInt(sm[2].replace(/,/g, ''))];
+  if (!(ms > 0 && Math.abs(tps * ms / 1000 / 512 - 1) < 0.02 + 1 / ms)) throw new Error(`"${speed}" is not 512 tokens a step`);
+  console.log(`     ${speed}`);
   const curve = await page.$$('#chart svg polyline, #chart svg path');
   if (curve.length === 0) throw new Error('the loss chart has no curve');
   if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);

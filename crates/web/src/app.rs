@@ -18,6 +18,9 @@ use models::variance::ClosedForm;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+/// Steps the time per step is averaged over.
+const SPEED_WINDOW: usize = 10;
+
 /// How often the loss is read back from the GPU, in steps.
 const READ_EVERY: usize = 1;
 /// How often the variance probes (RMT, hybrid, transformer) run (after step 1, then every this many steps): each
@@ -61,6 +64,8 @@ pub fn App() -> impl IntoView {
     let (running, set_running) = signal(false);
     let (step, set_step) = signal(0usize);
     let (loss, set_loss) = signal(None::<f32>);
+    // Milliseconds per step, averaged over the last SPEED_WINDOW steps, and tokens per step.
+    let (speed, set_speed) = signal(None::<(f64, usize)>);
     let (points, set_points) = signal(Vec::<(usize, f32)>::new());
     let (task, set_task) = signal(Task::Copy);
     let (arch, set_arch) = signal(Arch::Rmt);
@@ -113,6 +118,7 @@ pub fn App() -> impl IntoView {
         set_residuals.set(None);
         set_step.set(0);
         set_loss.set(None);
+        set_speed.set(None);
         set_running.set(true);
         spawn_local(async move {
             let mut session = match Session::new(be, settings, 0) {
@@ -147,7 +153,9 @@ pub fn App() -> impl IntoView {
                 seq: residual_seq,
                 show: set_residuals,
             };
-            let outcome = train(&mut session, running, on_loss, on_measured, on_buckets, look).await;
+            let tokens = settings.batch * settings.seq_len;
+            let on_speed = move |ms: f64| set_speed.set(Some((ms, tokens)));
+            let outcome = train(&mut session, running, on_loss, on_measured, on_buckets, on_speed, look).await;
             match outcome {
                 Ok(()) => set_status.set(format!("Stopped after {} steps.", session.trainer.step)),
                 Err(e) => set_status.set(format!("Training failed: {e}")),
@@ -163,10 +171,13 @@ pub fn App() -> impl IntoView {
             on_loss: impl Fn(usize, f32),
             on_measured: impl Fn(usize, Vec<Measured>),
             on_buckets: impl Fn(Vec<BucketCounts>),
+            on_speed: impl Fn(f64),
             look: Look,
         ) -> Result<(), String> {
             let mut window: std::collections::VecDeque<Vec<BucketCounts>> = Default::default();
+            let mut step_ms: std::collections::VecDeque<f64> = Default::default();
             while running.get_untracked() && session.trainer.step < session.settings.steps {
+                let t0 = js_sys::Date::now();
                 session.step()?;
                 let n = session.trainer.step;
                 // Return to the event loop before awaiting a map, then read.
@@ -174,6 +185,13 @@ pub fn App() -> impl IntoView {
                 if n % READ_EVERY == 0 || n == 1 {
                     on_loss(n, session.loss().await?);
                 }
+                // The loss read waits for the step to finish on the GPU: this is its time, without
+                // the views' reads below.
+                step_ms.push_back(js_sys::Date::now() - t0);
+                if step_ms.len() > SPEED_WINDOW {
+                    step_ms.pop_front();
+                }
+                on_speed(step_ms.iter().sum::<f64>() / step_ms.len() as f64);
                 // Before the probes run a forward of their own: these are the step's residuals.
                 if look.open.get_untracked() && (n == 1 || n % residual::READ_EVERY == 0) {
                     let seq = look.seq.get_untracked();
@@ -248,6 +266,9 @@ pub fn App() -> impl IntoView {
             <p class="readout">
                 "step " <span id="step">{step}</span>
                 " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
+                " · " <span id="speed">{move || speed.get().map_or("–".to_string(), |(ms, tokens)| {
+                    format!("{ms:.0} ms/step · {} tokens/s", thousands((tokens as f64 * 1000.0 / ms.max(1e-3)).round() as u64))
+                })}</span>
             </p>
             <div id="chart" inner_html=move || loss_svg(&points.get())></div>
             <Show when=move || arch.get().has_variance()>
