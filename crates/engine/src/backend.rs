@@ -33,6 +33,8 @@ pub trait Backend {
     fn read(&self, t: &Self::Tensor) -> impl Future<Output = Result<Vec<f32>>>;
     /// Reads an index back, like `read`.
     fn read_index(&self, t: &Self::Index) -> impl Future<Output = Result<Vec<u32>>>;
+    /// Reads several indices back in one round trip to the device.
+    fn read_indices(&self, ts: &[&Self::Index]) -> impl Future<Output = Result<Vec<Vec<u32>>>>;
     /// Submits the work recorded so far and reports any error the device raised.
     fn flush(&self) -> Result<()>;
     /// Runs `record` once and keeps its launches in `plan`; later calls replay the plan without

@@ -526,3 +526,22 @@ fn memory_table_gradient_is_bit_identical_across_runs() {
     assert_eq!(bits(&first[3]), bits(&second[3]), "table gradients differ between runs");
     assert_eq!(bits(&first[2]), bits(&second[2]), "input gradients differ between runs");
 }
+
+/// Several indices of awkward lengths (one empty) come back whole in one readback, on both
+/// backends, and a tensor read with an offset (a view) still reads its own values.
+#[test]
+fn many_indices_read_back_in_one_round_trip() {
+    let parts: Vec<Vec<u32>> = vec![(0..17).collect(), vec![], (100..103).collect(), vec![7; 65]];
+    let gpu = gpu();
+    let cpu = CpuBackend::<f32>::new();
+    let on_gpu: Vec<_> = parts.iter().map(|p| upload_index(&gpu, p)).collect();
+    let on_cpu: Vec<_> = parts.iter().map(|p| upload_index(&cpu, p)).collect();
+    gpu.flush().unwrap();
+    let got = pollster::block_on(gpu.read_indices(&on_gpu.iter().collect::<Vec<_>>())).unwrap();
+    assert_eq!(got, parts);
+    let got = pollster::block_on(cpu.read_indices(&on_cpu.iter().collect::<Vec<_>>())).unwrap();
+    assert_eq!(got, parts);
+    let values: Vec<f32> = (0..200).map(|i| i as f32).collect();
+    let t = upload(&gpu, &values);
+    assert_eq!(read(&gpu, &gpu.view(&t, 64, 70)), values[64..134].to_vec());
+}

@@ -37,9 +37,10 @@ pub struct TableStats {
 
 /// Reads the counts of the last forward from the bucket starts.
 pub async fn read<B: Backend>(be: &B, layers: &[HashedLayer<'_, B>]) -> Result<Vec<BucketCounts>> {
+    // One readback for every layer: the page reads these after each step.
+    let all = be.read_indices(&layers.iter().map(|l| l.starts).collect::<Vec<_>>()).await?;
     let mut out = vec![];
-    for l in layers {
-        let starts = be.read_index(l.starts).await?;
+    for (l, starts) in layers.iter().zip(all) {
         let nb = 1 << l.tau;
         let counts = starts
             .chunks(nb + 1)

@@ -46,6 +46,10 @@ pub struct MemoryEstimate {
     pub batch_bytes: u64,
     /// All of the above: the model, its batch buffers and, for training, AdamW.
     pub bytes: u64,
+    /// The largest single buffer, which must fit one storage binding on a GPU.
+    pub largest_buffer_bytes: u64,
+    /// What that buffer holds, with the settings it grows with.
+    pub largest_buffer: &'static str,
 }
 
 /// A config's parameters, in values.
@@ -79,14 +83,44 @@ fn sum(what: &str, parts: &[u64]) -> Result<u64> {
         .ok_or_else(|| ModelError::Config(format!("the total size of {what} overflows 64-bit arithmetic")))
 }
 
-/// A running total of buffer sizes in values.
+/// A running total of buffer sizes in values, and the largest single buffer.
 #[derive(Default)]
-struct Tally(u64);
+struct Tally {
+    values: u64,
+    largest: Largest,
+}
+
+/// The largest single buffer, in values, and what it holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Largest {
+    values: u64,
+    what: &'static str,
+}
+
+impl Largest {
+    fn consider(&mut self, what: &'static str, values: u64) {
+        if values > self.values {
+            *self = Largest { values, what };
+        }
+    }
+}
 
 impl Tally {
-    fn buf(&mut self, what: &str, dims: &[u64]) -> Result<()> {
+    /// One buffer of `dims` values.
+    fn buf(&mut self, what: &'static str, dims: &[u64]) -> Result<()> {
         let n = product(what, dims)?;
-        self.0 = sum(what, &[self.0, n])?;
+        self.values = sum(what, &[self.values, n])?;
+        self.largest.consider(what, n);
+        Ok(())
+    }
+
+    /// Every buffer of `inner`, `times` over.
+    fn include(&mut self, what: &str, inner: &Tally, times: u64) -> Result<()> {
+        let n = product(what, &[inner.values, times])?;
+        self.values = sum(what, &[self.values, n])?;
+        if times > 0 {
+            self.largest.consider(inner.largest.what, inner.largest.values);
+        }
         Ok(())
     }
 }
@@ -257,16 +291,13 @@ pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
 
 /// Activation values (forward, backward-only) of a model for (b, t), bt = b·t already checked.
 struct Acts {
-    forward: u64,
-    backward: u64,
+    forward: Tally,
+    backward: Tally,
 }
 
-/// `per` values in each of `l` blocks.
-fn blocks(l: usize, per: Tally) -> Result<u64> {
-    product(
-        "the activations of every block (n_layers × one block's)",
-        &[l as u64, per.0],
-    )
+/// `per`'s buffers in each of `l` blocks.
+fn blocks(fwd: &mut Tally, l: usize, per: &Tally) -> Result<()> {
+    fwd.include("the activations of every block (n_layers × one block's)", per, l as u64)
 }
 
 /// The loss head: logits (BT, V), per-row losses and log Z, and the mean loss.
@@ -293,7 +324,7 @@ fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Ac
     per.buf("the FF hidden", &[bt, f])?;
     per.buf("the residual", &[bt, d])?;
     let mut fwd = Tally::default();
-    fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
+    blocks(&mut fwd, c.n_layers, &per)?;
     fwd.buf("the projection", &[bt, d])?;
     fwd.buf("the embeddings", &[bt, d])?;
     fwd.buf("the final norm", &[bt, d])?;
@@ -314,8 +345,8 @@ fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Ac
         &[c.n_layers as u64, 4 * 4 * 2, VIEW_ALIGN as u64],
     )?;
     Ok(Acts {
-        forward: fwd.0,
-        backward: bwd.0,
+        forward: fwd,
+        backward: bwd,
     })
 }
 
@@ -381,13 +412,13 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     per.buf(res, &[bt, m])?;
     per.buf("the norm statistics", &[bt, 2])?;
     per.buf("the FF adapters", &[bt, rv])?;
-    per.buf("the feed-forward core", &[core.per_block.0])?;
+    per.include("the feed-forward core", &core.per_block, 1)?;
     per.buf("the FF output", &[bt, rv])?;
     per.buf(res, &[bt, m])?;
     let learned = c.position == Position::Learned;
     let mut fwd = Tally::default();
-    fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
-    fwd.buf("the feed-forward core's scratch", &[core.shared.0])?;
+    blocks(&mut fwd, c.n_layers, &per)?;
+    fwd.include("the feed-forward core's scratch", &core.shared, 1)?;
     if learned {
         // Each row's position and the rows grouped by position (BT each), and the N + 1 starts.
         fwd.buf("the positions and their buckets", &[bt, 2])?;
@@ -410,7 +441,7 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     bwd.buf("the vector gradient", &[bt, rv])?;
     bwd.buf("the qkv gradient", &[bt, 3, rv])?;
     bwd.buf(att, &[b, r, t, t])?;
-    bwd.buf("the feed-forward core's gradients", &[core.scratch.0])?;
+    bwd.include("the feed-forward core's gradients", &core.scratch, 1)?;
     let chunks = bt.div_ceil(KEY_GRAD_CHUNK as u64);
     bwd.buf("the key-gradient partial sums", &[chunks, 3, r, dk])?;
     bwd.buf("the probe scratch", &[bt, m])?;
@@ -422,8 +453,8 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
         &[c.n_layers as u64, 4 * 4 * 2, VIEW_ALIGN as u64],
     )?;
     Ok(Acts {
-        forward: fwd.0,
-        backward: bwd.0,
+        forward: fwd,
+        backward: bwd,
     })
 }
 
@@ -442,12 +473,12 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
     per.buf("the residual", &[bt, d])?;
     per.buf("ln2", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
-    per.buf("the memory block", &[ff.per_block.0])?;
+    per.include("the memory block", &ff.per_block, 1)?;
     per.buf("the ml2 output", &[bt, d])?;
     per.buf("the residual", &[bt, d])?;
     let mut fwd = Tally::default();
-    fwd.buf("the block activations", &[blocks(c.n_layers, per)?])?;
-    fwd.buf("the bucket cursor", &[ff.shared.0])?;
+    blocks(&mut fwd, c.n_layers, &per)?;
+    fwd.include("the bucket cursor", &ff.shared, 1)?;
     fwd.buf("the embeddings", &[bt, d])?;
     fwd.buf("the final norm", &[bt, d])?;
     fwd.buf("the final norm statistics", &[bt, 2])?;
@@ -458,10 +489,10 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
     bwd.buf("the norm gradient", &[bt, d])?;
     bwd.buf("the qkv gradient", &[bt, 3, d])?;
     bwd.buf(att, &[b, h, t, t])?;
-    bwd.buf("the memory block's gradients", &[ff.scratch.0])?;
+    bwd.include("the memory block's gradients", &ff.scratch, 1)?;
     Ok(Acts {
-        forward: fwd.0,
-        backward: bwd.0,
+        forward: fwd,
+        backward: bwd,
     })
 }
 
@@ -516,11 +547,17 @@ pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Resu
     let values = [
         p.total,
         if train { p.total } else { 0 },
-        acts.forward,
-        if train { acts.backward } else { 0 },
+        acts.forward.values,
+        if train { acts.backward.values } else { 0 },
         optimizer,
-        batch.0,
+        batch.values,
     ];
+    // The parameters, gradients and each AdamW moment are one flat buffer each.
+    let mut largest = acts.forward.largest;
+    if train {
+        largest.consider(acts.backward.largest.what, acts.backward.largest.values);
+    }
+    largest.consider("the parameters", p.total);
     let total = sum("the model, its batch and its optimizer", &values)?;
     // Each buffer is at most the total, so every later usize product fits when this does.
     if total
@@ -541,6 +578,8 @@ pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Resu
         optimizer_bytes: bytes(values[4])?,
         batch_bytes: bytes(values[5])?,
         bytes: bytes(total)?,
+        largest_buffer_bytes: bytes(largest.values)?,
+        largest_buffer: largest.what,
     })
 }
 
@@ -588,6 +627,27 @@ pub fn check_fits(est: &MemoryEstimate, available: Option<u64>) -> Result<()> {
             / GIB,
         activations as f64 / GIB,
         available as f64 / GIB,
+    )))
+}
+
+/// Fails when the largest buffer of `est` is over a GPU's limit for one storage binding or one
+/// buffer (in bytes), naming the buffer and the settings it grows with, before anything is
+/// allocated.
+pub fn check_binding_limit(est: &MemoryEstimate, max_binding_bytes: u64) -> Result<()> {
+    if est.largest_buffer_bytes <= max_binding_bytes {
+        return Ok(());
+    }
+    // "the logits (batch × seq_len × vocab)": the settings in the brackets are what to shrink.
+    let shrink = match est.largest_buffer.split_once('(') {
+        Some((_, dims)) => format!("lower {}", dims.trim_end_matches(')').replace(" × ", ", ")),
+        None => "make the model smaller (fewer layers or a smaller width)".to_string(),
+    };
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    Err(ModelError::Config(format!(
+        "this config needs {:.1} MiB for {} in one buffer, but this GPU binds at most {:.1} MiB; {shrink}",
+        mib(est.largest_buffer_bytes),
+        est.largest_buffer,
+        mib(max_binding_bytes),
     )))
 }
 

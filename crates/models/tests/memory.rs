@@ -86,15 +86,41 @@ fn vocab(cfg: &ModelConfig) -> usize {
     cfg.vocab()
 }
 
-/// Bytes the backend allocates for the model, one batch and, for training, AdamW.
-fn allocated(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> u64 {
+/// Bytes the backend allocates for the model, one batch and, for training, AdamW: in all, and
+/// in the largest single buffer.
+fn allocations(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> (u64, u64) {
     let be = CpuBackend::<f32>::new();
     let model = build(&be, cfg, b, t, purpose);
     let _batch = BatchTensors::new(&be, b, t, vocab(cfg)).unwrap();
     if purpose == Purpose::Train {
         AdamW::new(&be, &TrainConfig::default(), &model.store().layout).unwrap();
     }
-    be.allocated_bytes()
+    (be.allocated_bytes(), be.largest_allocation_bytes())
+}
+
+fn allocated(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> u64 {
+    allocations(cfg, b, t, purpose).0
+}
+
+/// The page refuses a config whose largest buffer is over the GPU's binding limit before it
+/// builds anything, so the estimate's largest buffer must be the model's.
+#[test]
+fn estimate_names_the_largest_buffer_each_model_allocates() {
+    for (cfg, b, t) in cases() {
+        for purpose in [Purpose::Train, Purpose::Infer] {
+            let est = estimate(&cfg, b, t, purpose).unwrap();
+            let (_, largest) = allocations(&cfg, b, t, purpose);
+            assert_eq!(est.largest_buffer_bytes, largest, "{purpose:?} {b}×{t} {cfg:?}: {est:?}");
+            assert!(memory::check_binding_limit(&est, largest).is_ok());
+            let err = memory::check_binding_limit(&est, largest - 4).unwrap_err().to_string();
+            assert!(err.contains(est.largest_buffer) && (err.contains("lower") || err.contains("smaller")), "{err}");
+        }
+    }
+    // GPT-2's vocabulary at batch 32 and T 64: the logits outgrow a browser's 128 MiB binding.
+    let cfg = ModelConfig::Rmt(RmtConfig::tiny(50257, 64));
+    let est = estimate(&cfg, 32, 64, Purpose::Train).unwrap();
+    let err = memory::check_binding_limit(&est, 128 << 20).unwrap_err().to_string();
+    assert!(err.contains("the logits") && err.contains("lower batch, seq_len, vocab"), "{err}");
 }
 
 #[test]

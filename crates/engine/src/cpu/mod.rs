@@ -50,6 +50,8 @@ pub struct CpuBackend<T = f32> {
     /// Bytes allocated by `zeros` and `index` so far (never decreased): lets tests compare a
     /// model's memory estimate with what it really allocates.
     allocated: AtomicU64,
+    /// The largest single allocation so far, in bytes.
+    largest: AtomicU64,
     _values: PhantomData<T>,
 }
 
@@ -57,6 +59,7 @@ impl<T: Scalar> CpuBackend<T> {
     pub fn new() -> Self {
         Self {
             allocated: AtomicU64::new(0),
+            largest: AtomicU64::new(0),
             _values: PhantomData,
         }
     }
@@ -66,9 +69,15 @@ impl<T: Scalar> CpuBackend<T> {
         self.allocated.load(Ordering::Relaxed)
     }
 
+    /// The largest tensor or index allocated so far, in bytes.
+    pub fn largest_allocation_bytes(&self) -> u64 {
+        self.largest.load(Ordering::Relaxed)
+    }
+
     fn count(&self, len: usize, value_bytes: usize) {
         let bytes = (len as u64).saturating_mul(value_bytes as u64);
         self.allocated.fetch_add(bytes, Ordering::Relaxed);
+        self.largest.fetch_max(bytes, Ordering::Relaxed);
     }
 }
 
@@ -154,6 +163,9 @@ impl<T: Scalar> Backend for CpuBackend<T> {
     }
     fn read_index(&self, t: &CpuIndex) -> impl std::future::Future<Output = Result<Vec<u32>>> {
         std::future::ready(Ok(t.get().to_vec()))
+    }
+    fn read_indices(&self, ts: &[&CpuIndex]) -> impl std::future::Future<Output = Result<Vec<Vec<u32>>>> {
+        std::future::ready(Ok(ts.iter().map(|t| t.get().to_vec()).collect()))
     }
     fn flush(&self) -> Result<()> {
         Ok(())

@@ -164,7 +164,12 @@ impl Backend for GpuBackend {
     }
 
     fn read_index(&self, t: &GpuIndex) -> impl Future<Output = Result<Vec<u32>>> {
-        self.read_indices(t)
+        let words = self.read_index_list(&[t]);
+        async move { Ok(words.await?.swap_remove(0)) }
+    }
+
+    fn read_indices(&self, ts: &[&GpuIndex]) -> impl Future<Output = Result<Vec<Vec<u32>>>> {
+        self.read_index_list(ts)
     }
 
     fn flush(&self) -> Result<()> {

@@ -7,18 +7,26 @@ use std::future::Future;
 
 impl GpuBackend {
     pub(crate) fn read_tensor(&self, t: &GpuTensor) -> impl Future<Output = Result<Vec<f32>>> {
-        let words = self.read_words(&t.buffer, t.offset, t.len);
-        async move { Ok(words.await?.into_iter().map(f32::from_bits).collect()) }
+        let words = self.read_words(&[(&t.buffer, t.offset, t.len)]);
+        async move {
+            let mut parts = words.await?;
+            Ok(parts.swap_remove(0).into_iter().map(f32::from_bits).collect())
+        }
     }
 
-    pub(crate) fn read_indices(&self, t: &GpuIndex) -> impl Future<Output = Result<Vec<u32>>> {
-        self.read_words(&t.buffer, 0, t.len)
+    /// Every index in one copy and one map: a view that reads many small buffers each step (the
+    /// bucket counts of every hash table) waits for the GPU once.
+    pub(crate) fn read_index_list(&self, ts: &[&GpuIndex]) -> impl Future<Output = Result<Vec<Vec<u32>>>> {
+        let parts: Vec<_> = ts.iter().map(|t| (&t.buffer, 0, t.len)).collect();
+        self.read_words(&parts)
     }
 
-    /// `len` 32-bit words of `buffer` from word `offset`.
-    fn read_words(&self, buffer: &wgpu::Buffer, offset: usize, len: usize) -> impl Future<Output = Result<Vec<u32>>> {
+    /// Each part's `len` 32-bit words of its buffer from word `offset`, copied into one staging
+    /// buffer and mapped once.
+    fn read_words(&self, parts: &[(&wgpu::Buffer, usize, usize)]) -> impl Future<Output = Result<Vec<Vec<u32>>>> {
         self.submit_pending();
-        let bytes = (len * 4) as u64;
+        let lens: Vec<usize> = parts.iter().map(|p| p.2).collect();
+        let bytes = (lens.iter().sum::<usize>() * 4) as u64;
         let staging = self
             .staging
             .borrow_mut()
@@ -35,8 +43,13 @@ impl GpuBackend {
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("readback"),
         });
-        if bytes > 0 {
-            encoder.copy_buffer_to_buffer(buffer, (offset * 4) as u64, &staging, 0, bytes);
+        let mut at = 0u64;
+        for &(buffer, offset, len) in parts {
+            let part = (len * 4) as u64;
+            if part > 0 {
+                encoder.copy_buffer_to_buffer(buffer, (offset * 4) as u64, &staging, at, part);
+            }
+            at += part;
         }
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
@@ -60,7 +73,14 @@ impl GpuBackend {
                 let view = staging
                     .get_mapped_range(..)
                     .map_err(|e| EngineError::Readback(e.to_string()))?;
-                bytemuck::cast_slice::<u8, u32>(&view)[..bytes as usize / 4].to_vec()
+                let words = bytemuck::cast_slice::<u8, u32>(&view);
+                let mut at = 0;
+                lens.iter()
+                    .map(|&len| {
+                        at += len;
+                        words[at - len..at].to_vec()
+                    })
+                    .collect()
             };
             staging.unmap();
             Ok(values)
