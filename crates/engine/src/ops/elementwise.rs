@@ -26,7 +26,7 @@ mod cpu_twin {
         let k = T::of(GELU_K);
         let half = T::of(0.5);
         out.par_iter_mut().zip(x).for_each(|(o, &x)| {
-            let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
+            let t = (k * (x + T::of(0.044715) * x * x * x)).gelu_tanh();
             *o = half * x * (T::one() + t);
         });
     }
@@ -39,7 +39,7 @@ mod cpu_twin {
         let k = T::of(GELU_K);
         let half = T::of(0.5);
         dx.par_iter_mut().zip(dout).zip(x).for_each(|((d, &g), &x)| {
-            let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
+            let t = (k * (x + T::of(0.044715) * x * x * x)).gelu_tanh();
             let dt = (T::one() - t * t) * k * (T::one() + T::of(3.0 * 0.044715) * x * x);
             *d = g * (half * (T::one() + t) + half * x * dt);
         });
