@@ -1,8 +1,11 @@
 // The playground in a real browser: headless Chromium with SwiftShader's WebGPU trains the tiny
 // transformer, RMT, MemoryFormer and hybrid, the loss shown on the page must fall, the cost
-// table, the variance view and the bucket histograms must show what they mean, and the residual
-// viewer must show the values the CPU backend computes for the same seed and step. Run by
-// `cargo xtask test` after Trunk has built dist/; usage: node playground.mjs <dist dir> <screenshot dir>
+// table, the variance grid and bars and the bucket histograms must show what they mean, the
+// residual viewer must show the values the CPU backend computes for the same seed and step, the
+// controls must change the count to what `resmem count` prints and refuse a config over the
+// device's limits, and runs must overlay with a legend. Each page load exercises several views,
+// since SwiftShader takes seconds a step. Run by `cargo xtask test` after Trunk has built dist/;
+// usage: node playground.mjs <dist dir> <screenshot dir>
 import { chromium } from 'playwright-core';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -77,25 +80,36 @@ const server = await serve(dist);
 const url = `http://127.0.0.1:${server.address().port}/`;
 fs.mkdirSync(shots, { recursive: true });
 
-/// Picks `arch`, trains until step `steps`, stops; returns the first and last losses shown.
-async function trainOnPage(page, errors, arch, steps, shot) {
-  await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Ready'), null, { timeout: 60_000 })
+/// Waits until Start may be pressed: the device is up, and no run holds it.
+async function ready(page, errors) {
+  await page.waitForFunction(() => document.querySelector('#start') && !document.querySelector('#start').disabled, null, { timeout: 60_000 })
     .catch(async () => { throw new Error(`no adapter: status "${await page.textContent('#status')}", errors ${errors}`); });
+}
+
+/// Picks `arch`, trains until step `steps`, calls `whileRunning` (if any), stops.
+async function trainOnPage(page, errors, arch, steps, shot, whileRunning) {
+  await ready(page, errors);
   await page.selectOption('#arch', arch);
   await page.click('#start');
-  await page.waitForFunction(() => document.querySelector('#step')?.textContent === '1', null, { timeout: 60_000 });
-  const first = parseFloat(await page.textContent('#loss'));
+  // The loss is read at step 1, then every 5 steps; the newest run's row holds the points read.
+  const points = () => page.$eval('#run-list tr[data-run]:last-child', (r) => JSON.parse(r.dataset.losses || '[]'));
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#run-list tr[data-run]:last-child')?.dataset.losses || '[]').length > 0,
+    null, { timeout: 60_000 });
+  const [firstStep, first] = (await points())[0];
+  if (firstStep !== 1) throw new Error(`the first loss read is at step ${firstStep}, not 1`);
   // Wait for the step count, but stop at once if the page reports a failure.
   await page.waitForFunction((n) => parseInt(document.querySelector('#step')?.textContent) >= n
     || /failed|Cannot/.test(document.querySelector('#status')?.textContent), steps, { timeout: 240_000 });
   const status = await page.textContent('#status');
   if (/failed|Cannot/.test(status)) throw new Error(`the page reports: ${status}`);
-  const later = parseFloat(await page.textContent('#loss'));
-  const step = await page.textContent('#step');
+  if (whileRunning) await whileRunning();
   await page.click('#stop');
   await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Stopped'), null, { timeout: 60_000 });
+  const [step, later] = (await points()).at(-1);
+  const shownLoss = parseFloat(await page.textContent('#loss'));
+  if (!(Math.abs(shownLoss - later) <= 5.1e-5)) throw new Error(`the loss shown, ${shownLoss}, is not the last read, ${later}`);
   await page.screenshot({ path: path.join(shots, shot), fullPage: true });
-  console.log(`     ${arch}: loss ${first} at step 1, ${later} at step ${step}`);
+  console.log(`     ${arch}: loss ${first} at step 1, ${later} by step ${step}`);
   if (!(Math.abs(first - Math.log(256)) < 1e-3)) throw new Error(`the first loss ${first} is not ln 256`);
   if (!(later < 0.6 * first)) throw new Error(`the loss did not fall: ${first} → ${later}`);
   // Time per step and throughput agree: 32 sequences of 16 tokens a step.
@@ -110,50 +124,93 @@ async function trainOnPage(page, errors, arch, steps, shot) {
   if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
 }
 
-await test('the playground trains a transformer and its loss falls', async () => {
+/** What `resmem count` prints for a preset with some flags. */
+function cliCount(args) {
+  return JSON.parse(execFileSync(RESMEM, ['count', ...args, '--vocab', '256', '--seq-len', '16', '--json']).toString());
+}
+
+/** The cost table's rows: [name, parameters, FLOPs per token]. */
+async function costRows(page) {
+  return page.$$eval('#counts tr', (rows) => rows.slice(1).map((r) => [...r.cells].map((c) => c.textContent)));
+}
+
+/** Sets a control's text as a person would, and lets the page react. */
+async function setControl(page, key, value) {
+  await page.fill(`#ctl-${key}`, String(value));
+  await page.press(`#ctl-${key}`, 'Tab');
+}
+
+/** The loss chart: the distinct stroke colours of its curves and its legend's texts. */
+async function chartLines(page) {
+  // The curves' colours: the axes are black.
+  const strokes = await page.$$eval('#chart svg polyline', (ps) => [...new Set(ps.map((p) => (p.getAttribute('stroke') || '').toUpperCase()))]
+    .filter((c) => c !== '#000000'));
+  const texts = await page.$$eval('#chart svg text', (ts) => ts.map((t) => t.textContent.trim()));
+  return { strokes, legend: texts.filter((t) => t.startsWith('#')) };
+}
+
+await test('controls, the cost table, a refusal, two runs overlaid, the residual viewer and the variance grid', async () => {
   const { browser, page, errors } = await open(url, true);
   try {
+    await ready(page, errors);
+    // The chosen config's row is what `resmem count` prints, and follows D_k.
+    let rows = await costRows(page);
+    console.log(`     counts: ${JSON.stringify(rows)}`);
+    const cli8 = cliCount(['--arch', 'rmt', '--preset', 'tiny-rmt']);
+    if (!rows[0][0].startsWith('RMT D_k=8') || rows[0][1] !== cli8.params.toLocaleString('en-US'))
+      throw new Error(`the RMT's row ${JSON.stringify(rows[0])} is not resmem count's ${cli8.params}`);
+    if (!rows[1][0].startsWith('Transformer of matching dimensions: Transformer D=128 H=8 D_h=16'))
+      throw new Error(`no transformer of matching dimensions: ${JSON.stringify(rows)}`);
+    await setControl(page, 'd_k', 16);
+    const cli16 = cliCount(['--arch', 'rmt', '--preset', 'tiny-rmt', '--d-k', '16']);
+    await page.waitForFunction((want) => document.querySelector('#counts tr:nth-child(2) td:nth-child(2)')?.textContent === want,
+      cli16.params.toLocaleString('en-US'), { timeout: 10_000 })
+      .catch(async () => { throw new Error(`D_k 16 shows ${JSON.stringify(await costRows(page))}, resmem count prints ${cli16.params}`); });
+    console.log(`     D_k 8 → 16: ${cli8.params} → ${cli16.params} parameters, as resmem count prints`);
+    await page.screenshot({ path: path.join(shots, 'controls.png'), fullPage: false });
+    await setControl(page, 'd_k', 8);
+    // A config over the device's limits is refused before anything is built, and Start still works.
+    // 3,000 × 64 tokens' logits over 256 bytes are 188 MiB, over a browser's 128 MiB binding.
+    await setControl(page, 'batch', 3000);
+    await setControl(page, 'seq_len', 64);
+    await page.click('#start');
+    await page.waitForFunction(() => /Refused/.test(document.querySelector('#status')?.textContent), null, { timeout: 10_000 });
+    const refusal = await page.textContent('#status');
+    console.log(`     ${refusal}`);
+    if (!/this config needs [\d.]+ MiB for the .* in one buffer, but this GPU binds at most [\d.]+ MiB; lower /.test(refusal))
+      throw new Error(`the refusal does not say what to shrink: ${refusal}`);
+    if (await page.isDisabled('#start')) throw new Error('Start is disabled after the refusal');
+    await setControl(page, 'batch', 32);
+    await setControl(page, 'seq_len', 16);
+
+    // Run 1: the transformer, with its residual vector checked against the CPU.
     await page.check('#residual-open');
     await trainOnPage(page, errors, 'transformer', STEPS, 'playground.png');
-    // The transformer's residual is a vector of D = 64: a strip, with its norm.
-    const shown = await residualShown(page);
-    const cpu = cpuResidual('tiny-transformer', shown.step, shown.depth, shown.token);
-    const worst = Math.max(...shown.values.map((v, i) => Math.abs(v - cpu.values[i])));
+    let shown = await residualShown(page);
+    let cpu = cpuResidual('tiny-transformer', shown.step, shown.depth, shown.token);
+    let worst = Math.max(...shown.values.map((v, i) => Math.abs(v - cpu.values[i])));
     if (shown.values.length !== 64 || !(worst < 2e-3 * Math.max(1, ...cpu.values.map(Math.abs))))
       throw new Error(`the transformer's residual: ${shown.values.length} values, worst difference ${worst}`);
     if (!/a vector of 64/.test(await page.textContent('#residual-facts'))) throw new Error('no vector facts');
     await page.screenshot({ path: path.join(shots, 'residual-transformer.png'), fullPage: true });
-  } finally {
-    await browser.close();
-  }
-});
 
-await test('the playground trains an RMT and shows its cost and variance view', async () => {
-  const { browser, page, errors } = await open(url, true);
-  try {
-    const counts = await page.$$eval('#counts tr', (rows) => rows.slice(1).map((r) => [...r.cells].map((c) => c.textContent)));
-    console.log(`     counts: ${JSON.stringify(counts)}`);
-    // One row per architecture the page trains, each with its parameters and FLOPs per token.
-    const names = counts.map((r) => r[0].split(':')[0]);
-    if (names.join() !== "RMT,Hybrid,Transformer of the RMT's dimensions,Transformer trained here"
-      || !counts.every((r) => /^[\d,]+$/.test(r[1]) && /^[\d,]+$/.test(r[2])))
-      throw new Error(`the cost table is not the RMT, the hybrid and the two transformers with numbers: ${JSON.stringify(counts)}`);
-    // The transformer the page trains is tiny-transformer (D 64, 8×16): `resmem count --arch
-    // transformer --preset tiny-transformer --vocab 256 --seq-len 16` prints 165,184 parameters.
-    if (!counts[3][0].includes('D=64') || counts[3][1] !== '165,184')
-      throw new Error(`the trained transformer's row is not tiny-transformer's: ${JSON.stringify(counts[3])}`);
-    await page.check('#residual-open');
-    await trainOnPage(page, errors, 'rmt', RMT_STEPS, 'playground-rmt.png');
+    // Run 2: the RMT. The variance grid is captured mid-training.
+    const midTraining = async () => {
+      await page.waitForFunction(() => document.querySelector('#vstep-value')?.textContent === '10', null, { timeout: 60_000 });
+      const grid = await page.$('#variance');
+      await grid.screenshot({ path: path.join(shots, 'variance-grid.png') });
+    };
+    await trainOnPage(page, errors, 'rmt', RMT_STEPS, 'playground-rmt.png', midTraining);
     // The residual viewer: block 1's FF output, token 3 of sequence 0, as the CPU computes it.
     await page.fill('#residual-depth', '4');
     await page.fill('#residual-token', '3');
     await page.waitForFunction(() => document.querySelector('#residual-heatmap')?.dataset.depth === 'block1.ff'
       && document.querySelector('#residual-heatmap')?.dataset.token === '3');
-    const shown = await residualShown(page);
-    const cpu = cpuResidual('tiny-rmt', shown.step, 'block1.ff', 3);
+    shown = await residualShown(page);
+    cpu = cpuResidual('tiny-rmt', shown.step, 'block1.ff', 3);
     if (shown.values.length !== 8 * 16) throw new Error(`the heatmap holds ${shown.values.length} values, not D_k×D_v = 128`);
     const scale = Math.max(1, ...cpu.values.map(Math.abs));
-    const worst = Math.max(...shown.values.map((v, i) => Math.abs(v - cpu.values[i])));
+    worst = Math.max(...shown.values.map((v, i) => Math.abs(v - cpu.values[i])));
     console.log(`     residual at step ${shown.step}: worst difference from the CPU ${worst.toExponential(2)} (scale ${scale.toFixed(3)})`);
     if (!(worst < 2e-3 * scale)) throw new Error(`the page's residual differs from the CPU's by ${worst}`);
     // Red cells for positive values, blue for negative, and a legend from -max to +max.
@@ -170,13 +227,45 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     if (!m || Math.abs(parseFloat(m[1]) - cpuNorm) > 2e-3 * Math.max(1, cpuNorm)) throw new Error(`facts "${facts}", CPU norm ${cpuNorm}`);
     if (Math.abs(parseFloat(m[2]) - cpu.spectrum.effective_rank) > 0.02) throw new Error(`facts "${facts}", CPU rank ${cpu.spectrum.effective_rank}`);
     if ((await page.$$('#residual-spectrum svg rect')).length !== 8) throw new Error('the spectrum is not 8 singular values');
+    // Each depth's effective rank for the token, the CPU's at block1.ff among them.
+    const depths = await page.textContent('#residual-depths');
+    console.log(`     ${depths}`);
+    const ff1 = /block1\.ff ([\d.]+)/.exec(depths);
+    if (!depths.startsWith('effective rank by depth: embedding') || !ff1 || Math.abs(parseFloat(ff1[1]) - cpu.spectrum.effective_rank) > 0.01)
+      throw new Error(`the ranks by depth "${depths}" lack block1.ff's ${cpu.spectrum.effective_rank}`);
     const chosen = await page.textContent('#residual-text .tok.chosen');
     if (!chosen) throw new Error('the input text does not mark the chosen token');
     await page.screenshot({ path: path.join(shots, 'residual-rmt.png'), fullPage: true });
-    // Measurements after steps 1 and 10: the step scrubber spans them, the bars are drawn.
+
+    // The variance grid: measurements after steps 1 and 10; every cell's colour says its ratio.
     const measuredAt = await page.textContent('#vstep-value');
     if (measuredAt !== '10') throw new Error(`the variance view shows step ${measuredAt}, not 10`);
-    // Blue forward bars and orange backward bars, each site named once, and a legend.
+    const gridCells = await page.$$eval('#variance-grid rect.vcell', (rs) => rs.map((r) => ({
+      block: r.dataset.block, site: r.dataset.site, dir: r.dataset.dir, ratio: parseFloat(r.dataset.ratio),
+      closed: parseFloat(r.dataset.closed), fill: r.getAttribute('fill') })));
+    if (gridCells.length !== 2 * 4 * 2) throw new Error(`the grid has ${gridCells.length} cells, not 2 blocks × 4 sites × 2`);
+    for (const c of gridCells) {
+      const [r, , b] = rgb(c.fill);
+      const ok = !(c.ratio > 0) ? c.dir === 'backward' || c.fill === '#dddddd'
+        : c.ratio > 1.05 ? r > b : c.ratio < 0.95 ? b > r : Math.abs(r - b) < 40;
+      if (!ok) throw new Error(`cell ${JSON.stringify(c)}: its colour does not say its ratio`);
+      if (!(c.closed > 0)) throw new Error(`cell ${JSON.stringify(c)} has no closed form beside it`);
+    }
+    const forward = gridCells.filter((c) => c.dir === 'forward' && c.ratio > 0).length;
+    const backward = gridCells.filter((c) => c.dir === 'backward' && c.ratio > 0).length;
+    if (forward !== 8 || backward !== 8) throw new Error(`measured ${forward} forward and ${backward} backward cells, not 8 and 8`);
+    const summary = await page.textContent('#variance-summary');
+    console.log(`     ${summary}`);
+    if (!/^step 10: on average the ratios sit [\d.]+× \(forward\) and [\d.]+× \(backward\) from 1/.test(summary))
+      throw new Error(`variance summary: ${summary}`);
+    // The step scrubber goes back to step 1; play walks forward to 10.
+    await page.fill('#vstep', '0');
+    await page.waitForFunction(() => document.querySelector('#vstep-value')?.textContent === '1');
+    const atOne = await page.$eval('#variance-grid rect.vcell', (r) => r.dataset.ratio);
+    await page.click('#vplay');
+    await page.waitForFunction(() => document.querySelector('#vstep-value')?.textContent === '10', null, { timeout: 10_000 });
+    if ((await page.$eval('#variance-grid rect.vcell', (r) => r.dataset.ratio)) === atOne) throw new Error('play shows the same grid at step 10 as at 1');
+    // The bars of one block: blue forward, orange backward, each site named once, a legend.
     const fills = await page.$$eval('#variance-chart svg rect', (rs) => rs.map((r) => (r.getAttribute('fill') || '').toUpperCase()));
     const blue = fills.filter((f) => f === '#1F77B4').length, orange = fills.filter((f) => f === '#FF7F0E').length;
     if (blue < 4 || orange < 4) throw new Error(`the variance chart has ${blue} blue and ${orange} orange bars, not 4 of each and a legend: ${fills}`);
@@ -188,6 +277,53 @@ await test('the playground trains an RMT and shows its cost and variance view', 
     await page.fill('#block', '1');
     await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
     if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
+
+    // Two runs: two curves in two colours, a legend entry each, labelled against the first run.
+    let lines = await chartLines(page);
+    console.log(`     curves ${JSON.stringify(lines)}`);
+    if (lines.strokes.length !== 2 || lines.legend.length !== 2 || lines.legend[0] !== '#1 transformer' || !lines.legend[1].startsWith('#2 rmt: D_k=8'))
+      throw new Error(`two runs should give two curves and two legend entries: ${JSON.stringify(lines)}`);
+    const variances = await page.$$eval('#run-list .run-variance', (cs) => cs.map((c) => c.textContent));
+    console.log(`     variance distance from 1 (forward / backward): ${JSON.stringify(variances)}`);
+    if (variances.length !== 2 || !variances.every((v) => /^[\d.]+× \/ [\d.]+×$/.test(v))) throw new Error(`run variances: ${variances}`);
+    // Hide the first run, then delete it: one curve, one row.
+    await page.uncheck('#run-list tr[data-run="1"] .run-visible');
+    await page.waitForFunction(() => document.querySelectorAll('#chart svg text').length > 0
+      && ![...document.querySelectorAll('#chart svg text')].some((t) => t.textContent.trim() === '#1 transformer'));
+    lines = await chartLines(page);
+    if (lines.strokes.length !== 1 || lines.legend.length !== 1) throw new Error(`after hiding run 1: ${JSON.stringify(lines)}`);
+    await page.click('#run-list tr[data-run="1"] .run-delete');
+    await page.waitForFunction(() => !document.querySelector('#run-list tr[data-run="1"]'));
+    if ((await page.$$('#run-list tr[data-run]')).length !== 1) throw new Error('deleting run 1 left another count of rows');
+  } finally {
+    await browser.close();
+  }
+});
+
+await test('one click trains the RMT, the transformer of its dimensions and a MemoryFormer, overlaid', async () => {
+  const { browser, page, errors } = await open(url, true);
+  try {
+    await ready(page, errors);
+    await setControl(page, 'steps', 4);
+    await page.click('#compare');
+    await page.waitForFunction(() => [...document.querySelectorAll('#run-list .run-state')].filter((c) => c.textContent === 'done').length === 3
+      || /failed|Cannot|Refused/.test(document.querySelector('#status')?.textContent), null, { timeout: 240_000 });
+    const status = await page.textContent('#status');
+    if (/failed|Cannot|Refused/.test(status)) throw new Error(`the page reports: ${status}`);
+    const models = await page.$$eval('#run-list .run-model', (cs) => cs.map((c) => c.textContent));
+    console.log(`     ${JSON.stringify(models)}`);
+    if (!models[0].startsWith('RMT D_k=8 D_v=16 R=8 D_FF=256 L=2') || models[1] !== 'Transformer D=128 H=8 D_h=16 D_FF=256 L=2'
+      || models[2] !== 'MemoryFormer d=128 H=8 τ=4 L=2')
+      throw new Error(`not the RMT, the transformer of its dimensions and a MemoryFormer of its width: ${JSON.stringify(models)}`);
+    const steps = await page.$$eval('#run-list tr[data-run] td:nth-child(5)', (cs) => cs.map((c) => c.textContent));
+    if (steps.join() !== '4,4,4') throw new Error(`steps per run: ${steps}`);
+    const lines = await chartLines(page);
+    console.log(`     curves ${JSON.stringify(lines)}`);
+    if (lines.strokes.length !== 3 || lines.legend.length !== 3 || lines.legend[0] !== '#1 rmt'
+      || !lines.legend[1].startsWith('#2 transformer: D=128') || !lines.legend[2].startsWith('#3 memoryformer: d=128'))
+      throw new Error(`three runs should give three labelled curves: ${JSON.stringify(lines)}`);
+    await page.screenshot({ path: path.join(shots, 'three-runs.png'), fullPage: true });
+    if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();
   }

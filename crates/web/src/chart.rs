@@ -1,17 +1,41 @@
-//! Charts as SVG strings, drawn with plotters: the loss curve and the variance bars.
+//! Charts as SVG strings, drawn with plotters: the runs' loss curves, the variance bars and the
+//! bucket histograms.
 
 use models::probes::Measured;
 use models::variance::ClosedForm;
 use plotters::prelude::*;
 
-/// (step, loss) points as a 480×220 SVG; an empty chart before the first point.
-pub fn loss_svg(points: &[(usize, f32)]) -> String {
+/// One run's loss curve: its legend label, colour and (step, loss) points.
+pub struct Curve {
+    pub label: String,
+    pub color: RGBColor,
+    pub points: Vec<(usize, f32)>,
+}
+
+/// Colours of runs, in the order they were made (Tableau 10).
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// Loss curves overlaid as a 560×260 SVG, with a legend naming each; an empty chart before the
+/// first point.
+pub fn loss_svg(curves: &[Curve]) -> String {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (480, 220)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (560, 260)).into_drawing_area();
         let _ = root.fill(&WHITE);
-        let max_step = points.last().map_or(10, |p| p.0.max(10));
-        let max_loss = points.iter().map(|p| p.1).fold(1.0f32, f32::max) * 1.05;
+        let points = curves.iter().flat_map(|c| c.points.iter());
+        let max_step = points.clone().map(|p| p.0).max().unwrap_or(10).max(10);
+        let max_loss = points.map(|p| p.1).filter(|l| l.is_finite()).fold(1.0f32, f32::max) * 1.05;
         let chart = ChartBuilder::on(&root)
             .margin(8)
             .x_label_area_size(34)
@@ -24,7 +48,23 @@ pub fn loss_svg(points: &[(usize, f32)]) -> String {
                 .y_desc("loss")
                 .label_style(("sans-serif", 11))
                 .draw();
-            let _ = chart.draw_series(LineSeries::new(points.iter().copied(), &RGBColor(31, 119, 180)));
+            for c in curves.iter().filter(|c| !c.points.is_empty()) {
+                let color = c.color;
+                if let Ok(series) = chart.draw_series(LineSeries::new(c.points.iter().copied(), color.stroke_width(2))) {
+                    series
+                        .label(c.label.clone())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
+                }
+            }
+            if curves.iter().any(|c| !c.points.is_empty()) {
+                let _ = chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperRight)
+                    .background_style(WHITE.mix(0.9))
+                    .border_style(BLACK.mix(0.3))
+                    .label_font(("sans-serif", 11))
+                    .draw();
+            }
         }
         let _ = root.present();
     }

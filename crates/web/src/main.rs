@@ -1,14 +1,24 @@
 //! The resmem playground: train a model on your own GPU through WebGPU and watch it learn.
-//! `main` only mounts; the page is in `app.rs`, the training loop in `session.rs`.
+//! `main` only mounts; the page is composed in `app.rs`, the training loop is `training.rs`.
 
 #[cfg(target_arch = "wasm32")]
 mod app;
 #[cfg(target_arch = "wasm32")]
+mod buckets;
+#[cfg(target_arch = "wasm32")]
 mod chart;
+#[cfg(target_arch = "wasm32")]
+mod controls;
 #[cfg(target_arch = "wasm32")]
 mod residual;
 #[cfg(target_arch = "wasm32")]
+mod runs;
+#[cfg(target_arch = "wasm32")]
 mod session;
+#[cfg(target_arch = "wasm32")]
+mod training;
+#[cfg(target_arch = "wasm32")]
+mod variance;
 
 #[cfg(target_arch = "wasm32")]
 fn main() {

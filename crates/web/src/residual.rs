@@ -153,6 +153,31 @@ pub fn ResidualView(
             }
         }
     };
+    // How the chosen token's residual fills up: each depth's effective rank (matrices) or norm.
+    let by_depth = move || {
+        residuals.with(|r| {
+            let Some(r) = r else { return String::new() };
+            let t = token.get().min(r.inputs.len().saturating_sub(1));
+            let parts: Vec<String> = r
+                .depths
+                .iter()
+                .map(|d| match d.shape {
+                    Shape::Matrix { rows, cols } => {
+                        format!("{} {:.2}", d.name, observe::spectrum(d.token(t), rows, cols).effective_rank)
+                    }
+                    Shape::Vector { .. } => {
+                        let norm = d.token(t).iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+                        format!("{} {norm:.2}", d.name)
+                    }
+                })
+                .collect();
+            let what = match r.depths.first().map(|d| d.shape) {
+                Some(Shape::Matrix { .. }) => "effective rank",
+                _ => "norm",
+            };
+            format!("{what} by depth: {}", parts.join(" → "))
+        })
+    };
     let text = move || {
         residuals.with(|r| {
             let Some(r) = r else { return vec![] };
@@ -200,6 +225,7 @@ pub fn ResidualView(
                 </div>
                 <p id="residual-text" class="readout">{text}</p>
                 <p id="residual-facts" class="readout">{move || facts().0}</p>
+                <p id="residual-depths" class="readout">{by_depth}</p>
                 <div class="residual-row">
                     <div id="residual-heatmap"
                         data-step=move || data(|s| s.0.to_string())

@@ -1,16 +1,20 @@
-//! A training session in the browser: the GPU backend, the model and its trainer. It lives
-//! outside the reactive graph (wgpu objects are not Send on wasm); the page sees plain numbers.
+//! What the page trains: an architecture, a task and every setting a control offers (`Setup`),
+//! turned into the same `RunConfig` the command line builds, through the same TOML merge; and a
+//! training session (the GPU backend, the model and its trainer), which lives outside the
+//! reactive graph (wgpu objects are not Send on wasm), so the page sees plain numbers.
 
 use data::{Batch, Task, TaskSampler};
 use engine::gpu::GpuBackend;
 use models::buckets::{self, BucketCounts};
-use models::count::{self, Counts, HybridCounts};
+use models::count::{self, ModelCounts};
+use models::memory::{self, Purpose};
 use models::probes::Measured;
 use models::variance::{self, ClosedForm, InitScheme};
-use models::{LanguageModel, ModelConfig, Purpose, RunConfig, Trainer};
+use models::{LanguageModel, ModelConfig, RunConfig, TransformerConfig, Trainer};
+use std::collections::BTreeMap;
 
-/// The architectures the page offers, each its `tiny-ARCH` training preset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The architectures the page offers, each starting from its `tiny-ARCH` training preset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Arch {
     Transformer,
     Rmt,
@@ -55,105 +59,314 @@ impl Arch {
         matches!(self, Arch::MemoryFormer | Arch::Hybrid)
     }
 
-    /// The `tiny-ARCH` preset: the model and the copy task at T = 16.
+    /// The `tiny-ARCH` preset: the model and the copy task at T = 16, batch 32, 300 steps.
     pub fn preset(self) -> RunConfig {
         RunConfig::preset(&format!("tiny-{}", self.name())).expect("every architecture has a tiny preset")
     }
 }
 
-/// What the page asks for.
+/// What a control's text must parse as.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Settings {
-    pub arch: Arch,
-    pub task: Task,
-    pub steps: usize,
-    pub batch: usize,
-    pub seq_len: usize,
+pub enum Kind {
+    Whole,
+    Number,
+    Choice(&'static [&'static str]),
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            arch: Arch::Transformer,
-            task: Task::Copy,
-            steps: 300,
-            batch: 32,
-            seq_len: 16,
+/// One setting the page offers: the key of its TOML table (also the CLI flag, with `-` for `_`),
+/// where it sits in the config, and the architectures that have it.
+#[derive(Clone, Copy, Debug)]
+pub struct Control {
+    pub key: &'static str,
+    pub table: &'static str,
+    pub label: &'static str,
+    pub kind: Kind,
+    pub archs: &'static [Arch],
+    pub help: &'static str,
+}
+
+const ALL: &[Arch] = &Arch::ALL;
+const RESIDUAL_MATRIX: &[Arch] = &[Arch::Rmt, Arch::Hybrid];
+const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer];
+const HASHED: &[Arch] = &[Arch::MemoryFormer, Arch::Hybrid];
+
+/// Every control, model sizes first. The keys are the config's own, so a setup is a partial
+/// config that `RunConfig::merged` checks like a user's TOML file.
+pub const CONTROLS: &[Control] = &[
+    Control { key: "d_k", table: "model", label: "D_k", kind: Kind::Whole, archs: RESIDUAL_MATRIX, help: "rows of each token's residual matrix: the residual grows with it, the parameters barely" },
+    Control { key: "d_v", table: "model", label: "D_v", kind: Kind::Whole, archs: RESIDUAL_MATRIX, help: "columns of each token's residual matrix: the width of what a key retrieves" },
+    Control { key: "rank", table: "model", label: "R", kind: Kind::Whole, archs: RESIDUAL_MATRIX, help: "keys per read and write: the attention heads" },
+    Control { key: "d_model", table: "model", label: "D", kind: Kind::Whole, archs: VECTOR_WIDTH, help: "the residual vector's width (the MemoryFormer's d)" },
+    Control { key: "n_heads", table: "model", label: "H", kind: Kind::Whole, archs: VECTOR_WIDTH, help: "attention heads" },
+    Control { key: "head_dim", table: "model", label: "D_h", kind: Kind::Whole, archs: &[Arch::Transformer], help: "width of each head" },
+    Control { key: "d_ff", table: "model", label: "D_FF", kind: Kind::Whole, archs: &[Arch::Transformer, Arch::Rmt], help: "the feed-forward hidden width" },
+    Control { key: "tau", table: "model", label: "τ", kind: Kind::Whole, archs: HASHED, help: "bits hashed per chunk: each table has 2^τ rows" },
+    Control { key: "n_layers", table: "model", label: "L", kind: Kind::Whole, archs: ALL, help: "blocks" },
+    Control { key: "norm", table: "model", label: "norm", kind: Kind::Choice(&["layernorm", "rmsnorm"]), archs: ALL, help: "the norm every block uses" },
+    Control { key: "position", table: "model", label: "position", kind: Kind::Choice(&["learned", "alibi"]), archs: RESIDUAL_MATRIX, help: "a learned position table, or ALiBi's bias on the attention logits" },
+    Control { key: "lr", table: "train", label: "learning rate", kind: Kind::Number, archs: ALL, help: "AdamW's peak learning rate" },
+    Control { key: "batch", table: "train", label: "batch", kind: Kind::Whole, archs: ALL, help: "sequences a step" },
+    Control { key: "seq_len", table: "data", label: "T", kind: Kind::Whole, archs: ALL, help: "tokens a sequence (the model's context follows it)" },
+    Control { key: "steps", table: "train", label: "steps", kind: Kind::Whole, archs: ALL, help: "steps of the schedule" },
+    Control { key: "seed", table: "train", label: "seed", kind: Kind::Whole, archs: ALL, help: "the weights' and the batches' seed" },
+];
+
+impl Control {
+    pub fn applies(&self, arch: Arch) -> bool {
+        self.archs.contains(&arch)
+    }
+
+    /// The label under `arch`: the MemoryFormer's width is d.
+    pub fn label_for(&self, arch: Arch) -> &'static str {
+        match (self.key, arch) {
+            ("d_model", Arch::MemoryFormer) => "d",
+            _ => self.label,
+        }
+    }
+
+    pub fn find(key: &str) -> Option<&'static Control> {
+        CONTROLS.iter().find(|c| c.key == key)
+    }
+
+    /// The text as a TOML value, or a message that names the control.
+    fn parse(&self, text: &str) -> Result<toml::Value, String> {
+        let text = text.trim();
+        let bad = |what: &str| format!("{} must be {what}, not \"{text}\"", self.label);
+        match self.kind {
+            Kind::Whole => text
+                .parse::<u32>()
+                .map(|v| toml::Value::Integer(v.into()))
+                .map_err(|_| bad("a whole number")),
+            Kind::Number => match text.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(toml::Value::Float(v)),
+                _ => Err(bad("a number")),
+            },
+            Kind::Choice(options) => match options.contains(&text) {
+                true => Ok(toml::Value::String(text.into())),
+                false => Err(bad(&format!("one of {}", options.join(", ")))),
+            },
         }
     }
 }
 
-/// The tiny RMT's and hybrid's counts, and those of the transformer of matching dimensions
-/// (H = R, D_h = D_v, D = R·D_v), for the page's cost table.
-pub struct Costs {
-    pub rmt: models::RmtConfig,
-    pub rmt_counts: Counts,
-    pub hybrid: models::HybridConfig,
-    pub hybrid_counts: HybridCounts,
-    /// The transformer of the RMT's dimensions: D = R·D_v, H = R, D_h = D_v.
-    pub transformer: models::TransformerConfig,
-    pub transformer_counts: Counts,
-    /// The transformer the page trains (tiny-transformer).
-    pub trained_transformer: models::TransformerConfig,
-    pub trained_transformer_counts: Counts,
-}
-
-pub fn costs() -> Costs {
-    let (ModelConfig::Rmt(rmt), ModelConfig::Hybrid(hybrid), ModelConfig::Transformer(trained_transformer)) = (
-        Arch::Rmt.preset().model,
-        Arch::Hybrid.preset().model,
-        Arch::Transformer.preset().model,
-    ) else {
-        unreachable!("tiny-rmt, tiny-hybrid and tiny-transformer are an RMT, a hybrid and a transformer")
-    };
-    let transformer = models::TransformerConfig {
-        d_model: rmt.rank * rmt.d_v,
-        n_layers: rmt.n_layers,
-        n_heads: rmt.rank,
-        head_dim: rmt.d_v,
-        d_ff: rmt.d_ff,
-        ..models::TransformerConfig::tiny(rmt.vocab, rmt.seq_len)
-    };
-    Costs {
-        rmt_counts: count::rmt(&rmt),
-        hybrid_counts: count::hybrid(&hybrid),
-        transformer_counts: count::transformer(&transformer),
-        trained_transformer_counts: count::transformer(&trained_transformer),
-        rmt,
-        hybrid,
-        transformer,
-        trained_transformer,
+/// A config value as a control shows it.
+fn text_of(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        // f32 settings, in their shortest form: 0.01, not 0.009999999776482582.
+        toml::Value::Float(f) => (*f as f32).to_string(),
+        other => other.to_string(),
     }
 }
 
-type Parts = (
-    Trainer<GpuBackend, Box<dyn LanguageModel<GpuBackend>>>,
-    TaskSampler,
-    usize,
-    Vec<ClosedForm>,
-);
+/// What the page trains: an architecture, a task, and the text of every control that applies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setup {
+    pub arch: Arch,
+    pub task: Task,
+    pub values: BTreeMap<&'static str, String>,
+}
+
+impl Setup {
+    /// `arch`'s tiny preset, as its controls show it.
+    pub fn new(arch: Arch, task: Task) -> Setup {
+        let table = toml::Table::try_from(arch.preset()).expect("a preset serialises");
+        let values = CONTROLS
+            .iter()
+            .filter(|c| c.applies(arch))
+            .filter_map(|c| Some((c.key, text_of(table.get(c.table)?.get(c.key)?))))
+            .collect();
+        Setup { arch, task, values }
+    }
+
+    /// The same training settings (and any size both have) under another architecture.
+    pub fn with_arch(&self, arch: Arch) -> Setup {
+        let mut next = Setup::new(arch, self.task);
+        for (k, v) in &self.values {
+            if let Some(slot) = next.values.get_mut(k) {
+                *slot = v.clone();
+            }
+        }
+        next
+    }
+
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    pub fn set(&mut self, key: &'static str, text: String) {
+        self.values.insert(key, text);
+    }
+
+    /// The run config: the preset with every control merged on top, checked like a user's
+    /// config file. The model's context N follows T.
+    pub fn config(&self) -> Result<RunConfig, String> {
+        let mut tables: BTreeMap<&str, toml::Table> = BTreeMap::new();
+        for (key, text) in &self.values {
+            let control = Control::find(key).ok_or_else(|| format!("no setting named {key}"))?;
+            tables
+                .entry(control.table)
+                .or_default()
+                .insert(key.to_string(), control.parse(text)?);
+        }
+        let data = tables.entry("data").or_default();
+        data.insert("task".into(), toml::Value::String(self.task.name().into()));
+        if let Some(t) = data.get("seq_len").cloned() {
+            tables.entry("model").or_default().insert("seq_len".into(), t);
+        }
+        let overrides: toml::Table = tables
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), toml::Value::Table(v)))
+            .collect();
+        let cfg = self.arch.preset().merged(&overrides).map_err(|e| e.to_string())?;
+        cfg.validate().map_err(|e| e.to_string())?;
+        Ok(cfg)
+    }
+
+    /// The settings that differ from `other`'s, as `key=value`, in the controls' order.
+    pub fn differences(&self, other: &Setup) -> Vec<String> {
+        let mut out = vec![];
+        if self.task != other.task {
+            out.push(format!("task={}", self.task));
+        }
+        for c in CONTROLS {
+            if let Some(v) = self.value(c.key) {
+                if other.value(c.key) != Some(v) {
+                    out.push(format!("{}={v}", c.label_for(self.arch)));
+                }
+            }
+        }
+        out
+    }
+
+    /// The RMT, the transformer of its dimensions (H = R, D_h = D_v, D = R·D_v, the same L and
+    /// D_FF) and a MemoryFormer of that width, all with this setup's training settings.
+    pub fn comparison(&self) -> Result<[Setup; 3], String> {
+        let rmt = self.with_arch(Arch::Rmt);
+        let Ok(ModelConfig::Rmt(r)) = rmt.config().map(|c| c.model) else {
+            return Err(rmt.config().err().unwrap_or_default());
+        };
+        let mut transformer = self.with_arch(Arch::Transformer);
+        let mut memoryformer = self.with_arch(Arch::MemoryFormer);
+        for (key, v) in [
+            ("d_model", r.rank * r.d_v),
+            ("n_heads", r.rank),
+            ("head_dim", r.d_v),
+            ("d_ff", r.d_ff),
+            ("n_layers", r.n_layers),
+        ] {
+            for s in [&mut transformer, &mut memoryformer] {
+                if let Some(slot) = s.values.get_mut(key) {
+                    *slot = v.to_string();
+                }
+            }
+        }
+        Ok([rmt, transformer, memoryformer])
+    }
+}
+
+/// Refuses a config whose largest buffer is over what one GPU binding may hold, before anything
+/// is built, naming what to shrink.
+pub fn check_limits(cfg: &RunConfig, max_binding_bytes: u64) -> Result<(), String> {
+    let est = memory::estimate(&cfg.model, cfg.train.batch, cfg.data.seq_len(), Purpose::Train)
+        .map_err(|e| e.to_string())?;
+    memory::check_binding_limit(&est, max_binding_bytes).map_err(|e| e.to_string())
+}
+
+/// One row of the cost table: a name, its parameters and forward FLOPs per token.
+pub struct CostRow {
+    pub name: String,
+    pub counts: ModelCounts,
+}
+
+/// The chosen config's counts, and a transformer of matching dimensions, computed by the
+/// counters `resmem count` prints.
+pub fn costs(cfg: &RunConfig) -> Result<Vec<CostRow>, String> {
+    let count = |m: &ModelConfig| count::try_model(m).map_err(|e| e.to_string());
+    let mut rows = vec![CostRow {
+        name: describe(&cfg.model),
+        counts: count(&cfg.model)?,
+    }];
+    let (vocab, n) = (cfg.model.vocab(), cfg.model.context());
+    let twin = |d: usize, l: usize, h: usize, dh: usize, ff: usize| TransformerConfig {
+        d_model: d,
+        n_layers: l,
+        n_heads: h,
+        head_dim: dh,
+        d_ff: ff,
+        ..TransformerConfig::tiny(vocab, n)
+    };
+    let matching = match &cfg.model {
+        ModelConfig::Rmt(r) => Some(twin(r.rank * r.d_v, r.n_layers, r.rank, r.d_v, r.d_ff)),
+        ModelConfig::Hybrid(h) => {
+            let d = h.rank * h.d_v;
+            Some(twin(d, h.n_layers, h.rank, h.d_v, 4 * d))
+        }
+        ModelConfig::MemoryFormer(m) => Some(twin(m.d_model, m.n_layers, m.n_heads, m.head_dim(), 4 * m.d_model)),
+        ModelConfig::Transformer(_) => None,
+    };
+    if let Some(t) = matching {
+        let t = ModelConfig::Transformer(t);
+        rows.push(CostRow {
+            name: format!("Transformer of matching dimensions: {}", describe(&t)),
+            counts: count(&t)?,
+        });
+    }
+    Ok(rows)
+}
+
+/// A model's sizes in the papers' letters.
+pub fn describe(m: &ModelConfig) -> String {
+    match m {
+        ModelConfig::Transformer(c) => format!(
+            "Transformer D={} H={} D_h={} D_FF={} L={}",
+            c.d_model, c.n_heads, c.head_dim, c.d_ff, c.n_layers
+        ),
+        ModelConfig::Rmt(c) => format!(
+            "RMT D_k={} D_v={} R={} D_FF={} L={} (residual {})",
+            c.d_k,
+            c.d_v,
+            c.rank,
+            c.d_ff,
+            c.n_layers,
+            c.residual()
+        ),
+        ModelConfig::Hybrid(c) => format!(
+            "Hybrid D_k={} D_v={} R={} τ={} L={}",
+            c.d_k, c.d_v, c.rank, c.tau, c.n_layers
+        ),
+        ModelConfig::MemoryFormer(c) => format!(
+            "MemoryFormer d={} H={} τ={} L={}",
+            c.d_model, c.n_heads, c.tau, c.n_layers
+        ),
+    }
+}
+
+type Model = Box<dyn LanguageModel<GpuBackend>>;
 
 pub struct Session {
     pub be: GpuBackend,
-    pub trainer: Trainer<GpuBackend, Box<dyn LanguageModel<GpuBackend>>>,
+    pub trainer: Trainer<GpuBackend, Model>,
     pub sampler: TaskSampler,
-    pub settings: Settings,
+    pub cfg: RunConfig,
     pub params: usize,
-    /// The closed form of the paper's Table 1 for this model's dims and init (RMT and hybrid).
+    /// The closed form of the paper's Table 1 for this model's dims and init.
     pub closed_form: Vec<ClosedForm>,
     last_batch: Option<Batch>,
 }
 
 impl Session {
-    /// The `tiny-ARCH` model, built by the one constructor every command uses. On failure the
-    /// device comes back with the message, so that the page can start again.
-    pub fn new(be: GpuBackend, s: Settings, seed: u64) -> Result<Self, (GpuBackend, String)> {
-        match Self::parts(&be, s, seed) {
+    /// The model of `cfg`, built by the one constructor every command uses, once its largest
+    /// buffer is known to fit the device. On failure the device comes back with the message, so
+    /// that the page can start again.
+    pub fn new(be: GpuBackend, cfg: RunConfig, task: Task) -> Result<Self, (GpuBackend, String)> {
+        match Self::parts(&be, &cfg, task) {
             Ok((trainer, sampler, params, closed_form)) => Ok(Self {
                 be,
                 trainer,
                 sampler,
-                settings: s,
+                cfg,
                 params,
                 closed_form,
                 last_batch: None,
@@ -162,32 +375,37 @@ impl Session {
         }
     }
 
-    /// What a session holds besides its device.
-    fn parts(be: &GpuBackend, s: Settings, seed: u64) -> Result<Parts, String> {
-        let mut cfg = s.arch.preset();
-        cfg.train.batch = s.batch;
-        cfg.train.steps = s.steps;
-        cfg.train.seed = seed;
+    fn parts(
+        be: &GpuBackend,
+        cfg: &RunConfig,
+        task: Task,
+    ) -> Result<(Trainer<GpuBackend, Model>, TaskSampler, usize, Vec<ClosedForm>), String> {
+        check_limits(cfg, be.max_binding_values() as u64 * 4)?;
         let err = |e: models::ModelError| e.to_string();
-        let closed_form = match s.arch.has_variance() {
-            true => variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default(),
-            false => vec![],
-        };
-        let model = cfg.build(be, s.batch, s.seq_len, Purpose::Train).map_err(err)?;
+        let (b, t, seed) = (cfg.train.batch, cfg.data.seq_len(), cfg.train.seed);
+        let closed_form = variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default();
+        let model = cfg.build(be, b, t, Purpose::Train).map_err(err)?;
         let params = model.store().layout.count();
         let trainer = Trainer::new(be, model, cfg.train.clone()).map_err(err)?;
-        let sampler = TaskSampler::new(s.task, s.batch, s.seq_len, seed + 1).map_err(|e| e.to_string())?;
+        // The batches' seed is the run's plus one, as `resmem analyze residual` follows it.
+        let sampler = TaskSampler::new(task, b, t, seed + 1).map_err(|e| e.to_string())?;
         Ok((trainer, sampler, params, closed_form))
     }
 
-    /// One step; returns the learning rate used.
-    pub fn step(&mut self) -> Result<f32, String> {
-        let batch = self.sampler.next_batch();
-        let lr = self.trainer.step(&self.be, &batch).map_err(|e| e.to_string())?;
-        self.last_batch = Some(batch);
-        Ok(lr)
+    /// Tokens a step.
+    pub fn tokens_per_step(&self) -> usize {
+        self.cfg.train.batch * self.cfg.data.seq_len()
     }
 
+    /// One step, recorded and submitted; nothing is read back.
+    pub fn step(&mut self) -> Result<(), String> {
+        let batch = self.sampler.next_batch();
+        self.trainer.step(&self.be, &batch).map_err(|e| e.to_string())?;
+        self.last_batch = Some(batch);
+        Ok(())
+    }
+
+    /// The last step's loss; waits for the GPU to finish it.
     pub async fn loss(&self) -> Result<f32, String> {
         self.trainer.loss(&self.be).await.map_err(|e| e.to_string())
     }
@@ -207,9 +425,13 @@ impl Session {
         Ok((snapshots, batch.inputs[seq * t..(seq + 1) * t].to_vec()))
     }
 
-    /// Bucket hits of every hash table in the last step's forward; empty for models without.
+    /// Bucket hits of every hash table in the last step's forward, in one readback; empty for
+    /// models without tables.
     pub async fn bucket_counts(&self) -> Result<Vec<BucketCounts>, String> {
         let layers = self.trainer.model.hashed_layers();
+        if layers.is_empty() {
+            return Ok(vec![]);
+        }
         buckets::read(&self.be, &layers).await.map_err(|e| e.to_string())
     }
 

@@ -1,0 +1,56 @@
+//! Live histograms of the hash tables' bucket use over the last steps, for a chosen layer and
+//! table (the MemoryFormer paper's Figure 4).
+
+use crate::chart::histogram_svg;
+use crate::training::BUCKET_WINDOW;
+use leptos::prelude::*;
+use models::buckets::{normalised_entropy, BucketCounts};
+
+#[component]
+pub fn BucketView(hits: Signal<Vec<BucketCounts>>) -> impl IntoView {
+    let (layer, set_layer) = signal(0usize);
+    let (table, set_table) = signal(0usize);
+    let selected = move || {
+        hits.with(|h| {
+            let l = h.get(layer.get().min(h.len().saturating_sub(1)))?;
+            l.counts.get(table.get().min(l.counts.len().saturating_sub(1))).cloned()
+        })
+    };
+    let tables = move || hits.with(|h| h.first().map_or(1, |l| l.counts.len()));
+    let names = move || hits.with(|h| h.iter().map(|l| l.layer.clone()).collect::<Vec<_>>());
+    let stats = move || {
+        selected().map_or("Counted while training.".to_string(), |c| {
+            let dead = c.iter().filter(|&&n| n == 0).count();
+            format!(
+                "entropy {:.3} · dead buckets {dead} of {}",
+                normalised_entropy(&c),
+                c.len()
+            )
+        })
+    };
+    view! {
+        <section id="buckets">
+            <h2>"Hash-table buckets"</h2>
+            <p class="note">"How often each bucket of one table was read over the last " {BUCKET_WINDOW}
+                " steps; the line is an even share. Entropy 1 means every bucket is used equally."</p>
+            <div class="controls">
+                <label>"Layer "
+                    <select id="bucket-layer" on:change=move |ev| set_layer.set(event_target_value(&ev).parse().unwrap_or(0))>
+                        {move || names().into_iter().enumerate().map(|(i, name)| {
+                            view! { <option value=i.to_string() selected=i == layer.get_untracked()>{name}</option> }
+                        }).collect_view()}
+                    </select>
+                </label>
+                <label>"Table "
+                    <input id="bucket-table" type="range" min="0"
+                        prop:max=move || tables().saturating_sub(1)
+                        prop:value=move || table.get()
+                        on:input=move |ev| set_table.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                    <span id="bucket-table-value">{move || table.get()}</span>
+                </label>
+            </div>
+            <p id="bucket-stats" class="readout">{stats}</p>
+            <div id="histogram" inner_html=move || selected().map(|c| histogram_svg(&c)).unwrap_or_default()></div>
+        </section>
+    }
+}

@@ -1,0 +1,115 @@
+//! The training loop of one run: it steps until the schedule ends or it is asked to stop, and
+//! emits what it reads as events. It reads the loss every few steps, not every step, the bucket
+//! counts of every table in one readback a step, the residuals only while a viewer wants them,
+//! and the variance probes every few steps.
+
+use crate::residual::{self, Residuals};
+use crate::session::Session;
+use models::buckets::BucketCounts;
+use models::probes::Measured;
+use std::collections::VecDeque;
+
+/// How often the loss is read back, in steps (and after step 1 and the last step).
+pub const LOSS_EVERY: usize = 5;
+/// How often the variance probes run (after step 1, then every this many steps): each
+/// measurement costs about one more forward and backward.
+pub const MEASURE_EVERY: usize = 10;
+/// Steps whose bucket hits the histograms sum.
+pub const BUCKET_WINDOW: usize = 10;
+/// Steps the time per step is averaged over (whole loss-read intervals).
+const SPEED_WINDOW: usize = 10;
+
+/// What a run reports as it trains.
+pub enum Event {
+    /// A step was submitted.
+    Step(usize),
+    /// The loss of a step, read back.
+    Loss { step: usize, loss: f32 },
+    /// Milliseconds a step, averaged over the recent steps.
+    Speed(f64),
+    /// Variance ratios measured on a step's batch.
+    Measured { step: usize, measured: Vec<Measured> },
+    /// Bucket hits of every hashed layer, summed over the last steps.
+    Buckets(Vec<BucketCounts>),
+    /// One sequence's residual stream at every depth.
+    Residuals(Residuals),
+}
+
+/// What the page asks of the loop while it runs.
+pub struct Wants<'a> {
+    /// Stop after the current step.
+    pub stop: &'a dyn Fn() -> bool,
+    /// The sequence whose residuals a viewer wants, while one is open.
+    pub residuals: &'a dyn Fn() -> Option<usize>,
+}
+
+/// Trains until the schedule ends or `wants.stop`, yielding to the page between steps.
+pub async fn train(session: &mut Session, wants: Wants<'_>, emit: &dyn Fn(Event)) -> Result<(), String> {
+    let steps = session.cfg.train.steps;
+    let mut window: VecDeque<Vec<BucketCounts>> = VecDeque::new();
+    // (steps, milliseconds) of each interval between loss reads.
+    let mut intervals: VecDeque<(usize, f64)> = VecDeque::new();
+    let (mut since, mut last_read) = (None::<f64>, 0usize);
+    while !(wants.stop)() && session.trainer.step < steps {
+        since.get_or_insert_with(js_sys::Date::now);
+        session.step()?;
+        let n = session.trainer.step;
+        emit(Event::Step(n));
+        // Return to the event loop, so the page stays responsive, before awaiting any map.
+        gloo_timers::future::TimeoutFuture::new(0).await;
+        let counts = session.bucket_counts().await?;
+        if !counts.is_empty() {
+            window.push_back(counts);
+            if window.len() > BUCKET_WINDOW {
+                window.pop_front();
+            }
+            emit(Event::Buckets(summed(&window)));
+        }
+        let last = n == steps || (wants.stop)();
+        if !(n == 1 || n % LOSS_EVERY == 0 || last) {
+            continue;
+        }
+        // The read waits for the GPU: the interval since the first step after the last read is
+        // the steps' time, without the views' reads below.
+        let loss = session.loss().await?;
+        intervals.push_back((n - last_read, js_sys::Date::now() - since.take().unwrap_or_default()));
+        last_read = n;
+        while intervals.iter().map(|i| i.0).sum::<usize>() - intervals[0].0 >= SPEED_WINDOW {
+            intervals.pop_front();
+        }
+        let (k, ms) = intervals.iter().fold((0, 0.0), |(k, ms), i| (k + i.0, ms + i.1));
+        emit(Event::Loss { step: n, loss });
+        emit(Event::Speed(ms / k.max(1) as f64));
+        if !loss.is_finite() {
+            return Err(format!(
+                "the loss became {loss} at step {n}; lower the learning rate (now {}) and start again",
+                session.cfg.train.lr
+            ));
+        }
+        // Before the probes run a forward of their own: these are the step's residuals.
+        if let Some(seq) = (wants.residuals)().filter(|_| n == 1 || n % residual::READ_EVERY == 0) {
+            let (depths, inputs) = session.residuals(seq).await?;
+            emit(Event::Residuals(Residuals {
+                step: n,
+                seq,
+                depths,
+                inputs,
+            }));
+        }
+        if n == 1 || n % MEASURE_EVERY == 0 {
+            if let Some(measured) = session.measure().await? {
+                emit(Event::Measured { step: n, measured });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Hits of every layer and table, summed over the window's steps.
+fn summed(window: &VecDeque<Vec<BucketCounts>>) -> Vec<BucketCounts> {
+    let mut sum = window[0].clone();
+    for w in window.iter().skip(1) {
+        sum.iter_mut().zip(w).for_each(|(a, b)| a.accumulate(b));
+    }
+    sum
+}

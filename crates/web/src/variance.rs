@@ -1,0 +1,234 @@
+//! Variance propagation while training: a grid of blocks × storages and retrievals coloured by
+//! the log of each measured ratio, forward and backward side by side, with the closed form marked
+//! in each cell; a step scrubber over every measurement with a play button; and one block's bars.
+
+use crate::chart::variance_svg;
+use leptos::prelude::*;
+use models::probes::{Layer, Measured, Op};
+use models::variance::ClosedForm;
+
+/// Variance ratios measured after one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub step: usize,
+    pub measured: Vec<Measured>,
+}
+
+/// The grid's columns: every block's four probed sites, in the order a block runs them.
+const SITES: [(Layer, Op, &str); 4] = [
+    (Layer::Attn, Op::Retrieval, "attn retrieval"),
+    (Layer::Attn, Op::Storage, "attn storage"),
+    (Layer::Ff, Op::Retrieval, "ff retrieval"),
+    (Layer::Ff, Op::Storage, "ff storage"),
+];
+
+/// Ratios beyond this factor from 1 get the full colour.
+const SATURATE: f64 = 10.0;
+
+/// 1 white, above 1 red, below 1 blue, by |log ratio| up to `SATURATE`; grey when unmeasured.
+pub fn ratio_color(ratio: Option<f64>) -> String {
+    let Some(r) = ratio.filter(|r| *r > 0.0 && r.is_finite()) else {
+        return "#dddddd".into();
+    };
+    let a = (r.ln() / SATURATE.ln()).clamp(-1.0, 1.0);
+    let (cr, cg, cb) = if a >= 0.0 {
+        (214.0, 39.0, 40.0)
+    } else {
+        (31.0, 119.0, 180.0)
+    };
+    let mix = |c: f64| (255.0 + (c - 255.0) * a.abs()).round() as u8;
+    format!("#{:02x}{:02x}{:02x}", mix(cr), mix(cg), mix(cb))
+}
+
+/// exp(mean |ln ratio|): how far, as a factor, the ratios sit from 1 on average.
+pub fn distance_from_one(ratios: impl Iterator<Item = f64>) -> Option<f64> {
+    let logs: Vec<f64> = ratios.filter(|r| *r > 0.0 && r.is_finite()).map(|r| r.ln().abs()).collect();
+    (!logs.is_empty()).then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp())
+}
+
+/// The forward and backward distances from 1 of one measurement.
+pub fn distances(measured: &[Measured]) -> (Option<f64>, Option<f64>) {
+    (
+        distance_from_one(measured.iter().filter_map(|m| m.forward_ratio)),
+        distance_from_one(measured.iter().filter_map(|m| m.backward_ratio)),
+    )
+}
+
+/// The grid as SVG: a row per block, a pair of cells (forward, backward) per site. Each cell
+/// carries its values in data attributes; a strip on its left is coloured by the closed form,
+/// whose value is written under the measured one.
+pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
+    let blocks = measured.iter().map(|m| m.site.block + 1).max().unwrap_or(0);
+    let (cw, ch, left, top) = (60, 34, 62, 40);
+    let (w, h) = (left + 8 * cw + 10, top + blocks * ch + 50);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    for (i, (_, _, name)) in SITES.iter().enumerate() {
+        let x = left + i * 2 * cw;
+        svg += &format!(r#"<text class="site" x="{}" y="14" text-anchor="middle">{name}</text>"#, x + cw);
+        for (j, dir) in ["forward", "backward"].iter().enumerate() {
+            svg += &format!(
+                r##"<text x="{}" y="32" text-anchor="middle" fill="#555">{dir}</text>"##,
+                x + j * cw + cw / 2
+            );
+        }
+    }
+    for block in 0..blocks {
+        let y = top + block * ch;
+        svg += &format!(r#"<text x="4" y="{}">block {block}</text>"#, y + ch / 2 + 4);
+        for (i, (layer, op, name)) in SITES.iter().enumerate() {
+            let m = measured.iter().find(|m| m.site.block == block && m.site.layer == *layer && m.site.op == *op);
+            let c = closed.iter().find(|c| c.layer == *layer && c.op == *op);
+            let pairs = [
+                ("forward", m.and_then(|m| m.forward_ratio), c.map(|c| c.forward_ratio)),
+                ("backward", m.and_then(|m| m.backward_ratio), c.map(|c| c.backward_ratio)),
+            ];
+            for (j, (dir, ratio, closed)) in pairs.into_iter().enumerate() {
+                let x = left + (2 * i + j) * cw;
+                let value = ratio.map_or("–".to_string(), |r| format!("{r:.3}"));
+                svg += &format!(
+                    r##"<rect class="vcell" x="{x}" y="{y}" width="{}" height="{}" fill="{}" stroke="#fff" data-block="{block}" data-site="{name}" data-dir="{dir}" data-ratio="{}" data-closed="{}"><title>block {block} {name} {dir}: {value} (closed form {})</title></rect>"##,
+                    cw - 1,
+                    ch - 1,
+                    ratio_color(ratio),
+                    ratio.map_or(String::new(), |r| r.to_string()),
+                    closed.map_or(String::new(), |c| c.to_string()),
+                    closed.map_or("–".to_string(), |c| format!("{c:.3}")),
+                );
+                svg += &format!(
+                    r#"<rect class="closed" x="{x}" y="{y}" width="5" height="{}" fill="{}"/>"#,
+                    ch - 1,
+                    ratio_color(closed)
+                );
+                svg += &format!(r#"<text x="{}" y="{}" text-anchor="middle">{value}</text>"#, x + cw / 2 + 2, y + 15);
+                if let Some(c) = closed {
+                    svg += &format!(
+                        r##"<text x="{}" y="{}" text-anchor="middle" font-size="9" fill="#444">cf {c:.2}</text>"##,
+                        x + cw / 2 + 2,
+                        y + 28
+                    );
+                }
+            }
+        }
+    }
+    // The legend: the colour of ratios from 1/SATURATE to SATURATE.
+    let ly = top + blocks * ch + 14;
+    for k in 0..40 {
+        let r = SATURATE.powf(k as f64 / 19.5 - 1.0);
+        svg += &format!(
+            r#"<rect class="legend" x="{}" y="{ly}" width="6" height="12" fill="{}"/>"#,
+            left + k * 6,
+            ratio_color(Some(r))
+        );
+    }
+    for (k, text) in [(0, "0.1"), (20, "1"), (40, "10")] {
+        svg += &format!(
+            r#"<text class="legend" x="{}" y="{}" text-anchor="middle">{text}</text>"#,
+            left + k * 6,
+            ly + 26
+        );
+    }
+    svg += &format!(
+        r#"<text x="{}" y="{}">ratio (left strip, cf: closed form at init)</text>"#,
+        left + 40 * 6 + 10,
+        ly + 10
+    );
+    svg + "</svg>"
+}
+
+/// The variance view of one run: its measurements and closed form.
+#[component]
+pub fn VarianceView(
+    history: Signal<Vec<Snapshot>>,
+    closed: Signal<Vec<ClosedForm>>,
+) -> impl IntoView {
+    let (block, set_block) = signal(0usize);
+    // Which measurement is shown; None: the latest.
+    let (snapshot, set_snapshot) = signal(None::<usize>);
+    let (playing, set_playing) = signal(false);
+    let count = move || history.with(|h| h.len());
+    let index = move || snapshot.get().unwrap_or(count().saturating_sub(1));
+    let shown = move || history.with(|h| h.get(index()).cloned());
+    let blocks = move || shown().map_or(0, |s| s.measured.iter().map(|m| m.site.block + 1).max().unwrap_or(0));
+    let empty = "<p>Measured after step 1, then every 10 steps.</p>".to_string();
+    let grid = move || shown().map_or(empty.clone(), |s| grid_svg(&s.measured, &closed.get()));
+    let bars = move || {
+        shown().map_or(String::new(), |s| {
+            let b = block.get();
+            let of_block: Vec<Measured> = s.measured.iter().filter(|m| m.site.block == b).copied().collect();
+            variance_svg(&of_block, &closed.get())
+        })
+    };
+    let summary = move || {
+        let Some(s) = shown() else { return String::new() };
+        let (f, b) = distances(&s.measured);
+        let cf = distance_from_one(closed.get().iter().flat_map(|c| [c.forward_ratio, c.backward_ratio]));
+        let x = |d: Option<f64>| d.map_or("–".to_string(), |d| format!("{d:.2}×"));
+        format!(
+            "step {}: on average the ratios sit {} (forward) and {} (backward) from 1; the closed form at init {}",
+            s.step,
+            x(f),
+            x(b),
+            x(cf)
+        )
+    };
+    let play = move |_| {
+        if playing.get_untracked() {
+            set_playing.set(false);
+            return;
+        }
+        // From the start when at the end.
+        if index() + 1 >= count() {
+            set_snapshot.set(Some(0));
+        }
+        set_playing.set(true);
+        leptos::task::spawn_local(async move {
+            loop {
+                gloo_timers::future::TimeoutFuture::new(700).await;
+                if !playing.get_untracked() {
+                    break;
+                }
+                let next = snapshot.get_untracked().unwrap_or(0) + 1;
+                if next >= history.with_untracked(|h| h.len()) {
+                    set_playing.set(false);
+                    break;
+                }
+                set_snapshot.set(Some(next));
+            }
+        });
+    };
+    view! {
+        <section id="variance">
+            <h2>"Variance propagation"</h2>
+            <p class="note">"σ²(out)/σ²(in) (forward) and σ²(grad in)/σ²(grad out) (backward) of every storage and \
+                retrieval, measured on the training batch (for the transformer, W_QKV and W1 retrieve, W_O and W2 store). \
+                White is 1: the signal keeps its scale; red grows it, blue shrinks it. The strip on each cell's left \
+                and its \"cf\" are the closed form at init (RMT paper, Tables 1 and 2)."</p>
+            <div class="controls">
+                <button id="vplay" on:click=play>{move || if playing.get() { "Pause" } else { "Play" }}</button>
+                <label>"Measurement "
+                    <input id="vstep" type="range" min="0"
+                        prop:max=move || count().saturating_sub(1)
+                        prop:value=index
+                        on:input=move |ev| set_snapshot.set(event_target_value(&ev).parse().ok()) />
+                    " step " <span id="vstep-value">{move || shown().map_or("–".to_string(), |s| s.step.to_string())}</span>
+                    " (" {move || index() + 1} " of " {count} ")"
+                </label>
+            </div>
+            <p id="variance-summary" class="readout">{summary}</p>
+            <div id="variance-grid" inner_html=grid></div>
+            <h3>"One block"</h3>
+            <div class="controls">
+                <label>"Block "
+                    <input id="block" type="range" min="0"
+                        prop:max=move || blocks().saturating_sub(1)
+                        prop:value=move || block.get()
+                        on:input=move |ev| set_block.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                    <span id="block-value">{move || block.get()}</span>
+                </label>
+            </div>
+            <div id="variance-chart" inner_html=bars></div>
+        </section>
+    }
+}
