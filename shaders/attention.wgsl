@@ -5,25 +5,27 @@
 // logit(i, j) = scale · q_i·k_j − slope_h · (i − j), where scale = 1/sqrt(Dh), divided by
 // (layer + 1) when that option is on, and slope_h is ALiBi's when `alibi` is 1, else 0 (SPEC §2a).
 //
-// The forward runs one workgroup of TILE × TILE threads per (batch, head, tile of TILE query
-// rows): thread (r, c) computes the logit of row r with key c of each key tile, and accumulates
-// out's columns c, c + TILE, … of row r with an online softmax (running max m and sum l).
-// It saves lse (B, H, T) = m + log l for the backward. q, k and v tiles sit in workgroup memory
-// CHUNK head dimensions at a time (10 KiB in all). A thread accumulates up to 128 columns, so a
-// wider head takes one workgroup per 128 columns, each computing the whole logits.
+// The forward runs one workgroup of ROWS threads per (batch, head, tile of ROWS query rows),
+// one thread per row: for each tile of ROWS keys it computes its row's logits, then updates its
+// output with an online softmax (running max m and sum l), and finally saves
+// lse (B, H, T) = m + log l for the backward. q, k and v tiles sit in workgroup memory CHUNK head
+// dimensions at a time (12.4 KiB in all); reads of the tile being swept are the same address in
+// every thread. A thread accumulates up to CHUNKS·CHUNK = 128 output columns, so a wider head
+// takes one workgroup per 128 columns, each computing the whole logits.
 //
 // The backward recomputes P(i, j) = exp(logit(i, j) − lse_i) tile by tile, without atomics, in
-// three launches: delta_i = dout_i·out_i per row; per query tile, dq = scale·Σ_j dS·k_j with
-// dS = P ⊙ (dout_i·v_j − delta_i); per key tile, dk = scale·Σ_i dS·q_i and dv = Σ_i P·dout_i.
-// Every value is written by one thread, its sum taken in a fixed order.
+// three launches: delta_i = dout_i·out_i per row; per query tile (a thread per query),
+// dq = scale·Σ_j dS·k_j with dS = P ⊙ (dout_i·v_j − delta_i); per key tile (a thread per key),
+// dk = scale·Σ_i dS·q_i and dv = Σ_i P·dout_i. Every value is written by one thread, its sum
+// taken in a fixed order.
 
 struct Params { b: u32, t: u32, h: u32, dh: u32, scale: f32, alibi: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-const TILE: u32 = 16u;   // query rows and keys per tile; a workgroup is TILE × TILE threads
-const CHUNK: u32 = 32u;  // head dimensions per chunk in workgroup memory
-const CHUNKS: u32 = 4u;  // the 128 columns one workgroup accumulates, in chunks
-const PER: u32 = 2u;     // CHUNK / TILE: accumulators per thread and chunk
+const ROWS: u32 = 32u;    // threads per workgroup: query rows (or keys) per tile
+const CHUNK: u32 = 32u;   // head dimensions per chunk in workgroup memory
+const STRIDE: u32 = 33u;  // a tile's row stride in workgroup memory, padded against bank conflicts
+const CHUNKS: u32 = 4u;   // the 128 output columns one workgroup accumulates, in chunks
 const NONE: u32 = 0xffffffffu;
 
 // attention_forward(out, lse, qkv, doc_start)
@@ -43,13 +45,15 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(6) var<storage, read> lse_in: array<f32>;        // (B, H, T)
 @group(0) @binding(7) var<storage, read> doc_start_in: array<u32>;  // (B, T)
 
-// Tiles of TILE rows × CHUNK head dimensions, row-major; ts and tp are TILE × TILE.
-var<workgroup> ta: array<f32, 512>;  // q
-var<workgroup> tb: array<f32, 512>;  // k (the forward's v too)
-var<workgroup> tc: array<f32, 512>;  // dout
-var<workgroup> td: array<f32, 512>;  // v
-var<workgroup> ts: array<f32, 256>;  // logits, or their gradients dS
-var<workgroup> tp: array<f32, 256>;  // probabilities
+// Tiles of ROWS rows × CHUNK head dimensions at row stride STRIDE.
+var<workgroup> ta: array<f32, 1056>;  // q
+var<workgroup> tb: array<f32, 1056>;  // k or v
+var<workgroup> tc: array<f32, 1056>;  // dout
+
+// Where element e (row e / CHUNK, column e % CHUNK) of a chunk sits in a tile.
+fn slot(e: u32) -> u32 {
+    return (e / CHUNK) * STRIDE + e % CHUNK;
+}
 
 // Where element `e` of chunk `ch` of a tile of rows from token t0 sits in a (B, T, stride) array
 // whose head h starts at `base` in a row: an index, or NONE past the sequence or the head.
@@ -99,16 +103,29 @@ fn chunk_width(ch: u32) -> u32 {
 // (batch, head, first row, first chunk of its columns) of a tile workgroup, or x = NONE past
 // the last tile.
 fn tile_of(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
-    let tiles = (p.t + TILE - 1u) / TILE;
+    let tiles = (p.t + ROWS - 1u) / ROWS;
     let chunks = (p.dh + CHUNK - 1u) / CHUNK;
     let columns = (chunks + CHUNKS - 1u) / CHUNKS;
     let flat = flat_group(wid, nwg);
     if (flat >= p.b * p.h * tiles * columns) { return vec4<u32>(NONE, 0u, 0u, 0u); }
     let g = flat / columns;
-    return vec4<u32>(g / (p.h * tiles), (g / tiles) % p.h, (g % tiles) * TILE, (flat % columns) * CHUNKS);
+    return vec4<u32>(g / (p.h * tiles), (g / tiles) % p.h, (g % tiles) * ROWS, (flat % columns) * CHUNKS);
 }
 
-@compute @workgroup_size(256)
+// The first key any row of the tile from i0 sees: the same in every thread.
+fn tile_first_key(b: u32, i0: u32, end: u32) -> u32 {
+    var first = end;
+    for (var x = i0; x < end; x = x + 1u) { first = min(first, min(doc_start[b * p.t + x], x)); }
+    return first;
+}
+
+fn tile_first_key_in(b: u32, i0: u32, end: u32) -> u32 {
+    var first = end;
+    for (var x = i0; x < end; x = x + 1u) { first = min(first, min(doc_start_in[b * p.t + x], x)); }
+    return first;
+}
+
+@compute @workgroup_size(32)
 fn attention_forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -120,52 +137,57 @@ fn attention_forward(
     let h = tile.y;
     let i0 = tile.z;
     let c0 = tile.w;
-    let r = lid / TILE;
-    let c = lid % TILE;
-    let i = i0 + r;
+    let i = i0 + lid;
     let live = i < p.t;
     var first = 0u;
     if (live) { first = min(doc_start[b * p.t + i], i); }
-    // Key tiles from the first key any row sees to the last row: the same for every thread.
-    let end = min(i0 + TILE, p.t);
-    var k_first = end;
-    for (var x = i0; x < end; x = x + 1u) { k_first = min(k_first, min(doc_start[b * p.t + x], x)); }
+    let end = min(i0 + ROWS, p.t);
     let slope = slope_of(h);
     let chunks = (p.dh + CHUNK - 1u) / CHUNK;
     // With a single chunk, q is loaded once; the first barrier below publishes it.
-    let q_once = chunks == 1u;
-    if (q_once) {
-        for (var e = lid; e < TILE * CHUNK; e = e + WG) { ta[e] = qkv_value(b, h, 0u, i0, 0u, e); }
+    let once = chunks == 1u;
+    if (once) {
+        for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) { ta[slot(e)] = qkv_value(b, h, 0u, i0, 0u, e); }
     }
     var m = F32_LOWEST;
     var l = 0.0;
-    var o: array<f32, 8>;  // CHUNKS · PER
-    for (var j0 = k_first; j0 < end; j0 = j0 + TILE) {
-        var dot = 0.0;
+    var o: array<f32, 128>;  // CHUNKS · CHUNK
+    var s: array<f32, 32>;   // ROWS: this row's logits, then probabilities, over the key tile
+    for (var j0 = tile_first_key(b, i0, end); j0 < end; j0 = j0 + ROWS) {
+        let n = min(ROWS, end - j0);  // keys in this tile
+        for (var c = 0u; c < n; c = c + 1u) { s[c] = 0.0; }
         for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-            for (var e = lid; e < TILE * CHUNK; e = e + WG) {
-                if (!q_once) { ta[e] = qkv_value(b, h, 0u, i0, ch, e); }
-                tb[e] = qkv_value(b, h, 1u, j0, ch, e);
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                if (!once) { ta[slot(e)] = qkv_value(b, h, 0u, i0, ch, e); }
+                tb[slot(e)] = qkv_value(b, h, 1u, j0, ch, e);
             }
             workgroupBarrier();
             let w = chunk_width(ch);
-            for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[r * CHUNK + x] * tb[c * CHUNK + x]; }
+            if (live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = s[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    s[c] = dot;
+                }
+            }
             workgroupBarrier();
         }
-        let j = j0 + c;
-        let seen = live && first <= j && j <= i;
-        var s = F32_LOWEST;
-        if (seen) { s = dot * p.scale - slope * f32(i - j); }
-        ts[lid] = s;
-        workgroupBarrier();
         var mx = m;
-        for (var x = 0u; x < TILE; x = x + 1u) { mx = max(mx, ts[r * TILE + x]); }
-        var e_s = 0.0;
-        if (seen) { e_s = exp(s - mx); }
-        tp[lid] = e_s;
-        workgroupBarrier();
+        for (var c = 0u; c < n; c = c + 1u) {
+            let j = j0 + c;
+            if (live && first <= j && j <= i) {
+                s[c] = s[c] * p.scale - slope * f32(i - j);
+                mx = max(mx, s[c]);
+            }
+        }
         var sum = 0.0;
-        for (var x = 0u; x < TILE; x = x + 1u) { sum = sum + tp[r * TILE + x]; }
+        for (var c = 0u; c < n; c = c + 1u) {
+            let j = j0 + c;
+            var e = 0.0;
+            if (live && first <= j && j <= i) { e = exp(s[c] - mx); }
+            s[c] = e;
+            sum = sum + e;
+        }
         // Both are F32_LOWEST until the row sees a key: alpha is then 1 on l = 0 and o = 0.
         let alpha = exp(m - mx);
         l = l * alpha + sum;
@@ -173,12 +195,15 @@ fn attention_forward(
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;
             if (cc < chunks) {
-                for (var e = lid; e < TILE * CHUNK; e = e + WG) { tb[e] = qkv_value(b, h, 2u, j0, cc, e); }
+                for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) { tb[slot(e)] = qkv_value(b, h, 2u, j0, cc, e); }
                 workgroupBarrier();
-                for (var u = 0u; u < PER; u = u + 1u) {
-                    var acc = o[ch * PER + u] * alpha;
-                    for (var y = 0u; y < TILE; y = y + 1u) { acc = acc + tp[r * TILE + y] * tb[y * CHUNK + u * TILE + c]; }
-                    o[ch * PER + u] = acc;
+                let w = chunk_width(cc);
+                if (live) {
+                    for (var x = 0u; x < w; x = x + 1u) {
+                        var acc = o[ch * CHUNK + x] * alpha;
+                        for (var c = 0u; c < n; c = c + 1u) { acc = acc + s[c] * tb[c * STRIDE + x]; }
+                        o[ch * CHUNK + x] = acc;
+                    }
                 }
                 workgroupBarrier();
             }
@@ -189,9 +214,9 @@ fn attention_forward(
         let inv = 1.0 / l;
         let at = (b * p.t + i) * p.h * p.dh + h * p.dh;
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-            for (var u = 0u; u < PER; u = u + 1u) {
-                let d = (c0 + ch) * CHUNK + u * TILE + c;
-                if (d < p.dh) { out[at + d] = o[ch * PER + u] * inv; }
+            for (var x = 0u; x < CHUNK; x = x + 1u) {
+                let d = (c0 + ch) * CHUNK + x;
+                if (d < p.dh) { out[at + d] = o[ch * CHUNK + x] * inv; }
             }
         }
     }
@@ -211,9 +236,9 @@ fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     delta[i] = acc;
 }
 
-// dq of one query tile: thread (r, c) recomputes P and dS of row r with key c of each key tile,
-// then accumulates dq's columns c, c + TILE, … of row r.
-@compute @workgroup_size(256)
+// dq of one query tile, a thread per query row: for each key tile it recomputes its row's
+// P and dS, then adds dS·k into dq.
+@compute @workgroup_size(32)
 fn attention_backward_query(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -225,9 +250,7 @@ fn attention_backward_query(
     let h = tile.y;
     let i0 = tile.z;
     let c0 = tile.w;
-    let r = lid / TILE;
-    let c = lid % TILE;
-    let i = i0 + r;
+    let i = i0 + lid;
     let live = i < p.t;
     var first = 0u;
     var lse_i = 0.0;
@@ -237,58 +260,81 @@ fn attention_backward_query(
         lse_i = lse_in[(b * p.h + h) * p.t + i];
         delta_i = delta_in[(b * p.h + h) * p.t + i];
     }
-    let end = min(i0 + TILE, p.t);
-    var k_first = end;
-    for (var x = i0; x < end; x = x + 1u) { k_first = min(k_first, min(doc_start_in[b * p.t + x], x)); }
+    let end = min(i0 + ROWS, p.t);
     let slope = slope_of(h);
     let chunks = (p.dh + CHUNK - 1u) / CHUNK;
-    // With a single chunk, q and dout are loaded once and k stays in tb for dq.
+    // With a single chunk, q and dout are loaded once, and k stays in tb for dq.
     let once = chunks == 1u;
     if (once) {
-        for (var e = lid; e < TILE * CHUNK; e = e + WG) {
-            ta[e] = qkv_in_value(b, h, 0u, i0, 0u, e);
-            tc[e] = dout_value(b, h, i0, 0u, e);
+        for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+            ta[slot(e)] = qkv_in_value(b, h, 0u, i0, 0u, e);
+            tc[slot(e)] = dout_value(b, h, i0, 0u, e);
         }
     }
-    var dq: array<f32, 8>;  // CHUNKS · PER
-    for (var j0 = k_first; j0 < end; j0 = j0 + TILE) {
-        var dot = 0.0;
-        var dp = 0.0;
+    var dq: array<f32, 128>;  // CHUNKS · CHUNK
+    var s: array<f32, 32>;    // logits, then dS
+    var dp: array<f32, 32>;   // dout_i · v_j
+    for (var j0 = tile_first_key_in(b, i0, end); j0 < end; j0 = j0 + ROWS) {
+        let n = min(ROWS, end - j0);  // keys in this tile
+        for (var c = 0u; c < n; c = c + 1u) {
+            s[c] = 0.0;
+            dp[c] = 0.0;
+        }
         for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-            for (var e = lid; e < TILE * CHUNK; e = e + WG) {
-                if (!once) {
-                    ta[e] = qkv_in_value(b, h, 0u, i0, ch, e);
-                    tc[e] = dout_value(b, h, i0, ch, e);
-                }
-                tb[e] = qkv_in_value(b, h, 1u, j0, ch, e);
-                td[e] = qkv_in_value(b, h, 2u, j0, ch, e);
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                if (!once) { tc[slot(e)] = dout_value(b, h, i0, ch, e); }
+                tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e);
             }
             workgroupBarrier();
             let w = chunk_width(ch);
-            for (var x = 0u; x < w; x = x + 1u) {
-                dot = dot + ta[r * CHUNK + x] * tb[c * CHUNK + x];
-                dp = dp + tc[r * CHUNK + x] * td[c * CHUNK + x];
+            if (live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = dp[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + tc[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    dp[c] = dot;
+                }
             }
             workgroupBarrier();
         }
-        let j = j0 + c;
-        var ds = 0.0;
-        if (live && first <= j && j <= i) {
-            let pr = exp(dot * p.scale - slope * f32(i - j) - lse_i);
-            ds = pr * (dp - delta_i);
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                if (!once) { ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e); }
+                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = s[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    s[c] = dot;
+                }
+            }
+            workgroupBarrier();
         }
-        ts[lid] = ds;
+        for (var c = 0u; c < n; c = c + 1u) {
+            let j = j0 + c;
+            var ds = 0.0;
+            if (live && first <= j && j <= i) {
+                let pr = exp(s[c] * p.scale - slope * f32(i - j) - lse_i);
+                ds = pr * (dp[c] - delta_i);
+            }
+            s[c] = ds;
+        }
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;
             if (cc < chunks) {
                 if (!once) {
-                    for (var e = lid; e < TILE * CHUNK; e = e + WG) { tb[e] = qkv_in_value(b, h, 1u, j0, cc, e); }
+                    for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) { tb[slot(e)] = qkv_in_value(b, h, 1u, j0, cc, e); }
                 }
                 workgroupBarrier();
-                for (var u = 0u; u < PER; u = u + 1u) {
-                    var acc = dq[ch * PER + u];
-                    for (var y = 0u; y < TILE; y = y + 1u) { acc = acc + ts[r * TILE + y] * tb[y * CHUNK + u * TILE + c]; }
-                    dq[ch * PER + u] = acc;
+                let w = chunk_width(cc);
+                if (live) {
+                    for (var x = 0u; x < w; x = x + 1u) {
+                        var acc = dq[ch * CHUNK + x];
+                        for (var c = 0u; c < n; c = c + 1u) { acc = acc + s[c] * tb[c * STRIDE + x]; }
+                        dq[ch * CHUNK + x] = acc;
+                    }
                 }
                 workgroupBarrier();
             }
@@ -297,18 +343,18 @@ fn attention_backward_query(
     if (live) {
         let at = qkv_at(b, i, h, 0u);
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-            for (var u = 0u; u < PER; u = u + 1u) {
-                let d = (c0 + ch) * CHUNK + u * TILE + c;
-                if (d < p.dh) { dqkv[at + d] = dq[ch * PER + u] * p.scale; }
+            for (var x = 0u; x < CHUNK; x = x + 1u) {
+                let d = (c0 + ch) * CHUNK + x;
+                if (d < p.dh) { dqkv[at + d] = dq[ch * CHUNK + x] * p.scale; }
             }
         }
     }
 }
 
-// dk and dv of one key tile: thread (a, e) recomputes P and dS of key a with query e of each
-// query tile from the key tile's first key on, then accumulates dk's and dv's columns
-// e, e + TILE, … of key a.
-@compute @workgroup_size(256)
+// dk and dv of one key tile, a thread per key: for each query tile from the key tile's first
+// key on it recomputes P and dS of its key with each query, then adds dS·q into dk and P·dout
+// into dv.
+@compute @workgroup_size(32)
 fn attention_backward_key(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -320,72 +366,88 @@ fn attention_backward_key(
     let h = tile.y;
     let j0 = tile.z;
     let c0 = tile.w;
-    let a = lid / TILE;
-    let e = lid % TILE;
-    let j = j0 + a;
+    let j = j0 + lid;
     let key_live = j < p.t;
     let slope = slope_of(h);
     let chunks = (p.dh + CHUNK - 1u) / CHUNK;
-    // With a single chunk, k and v are loaded once and q and dout stay in ta and tc.
+    // With a single chunk, q and dout stay in ta and tc for dk and dv.
     let once = chunks == 1u;
-    if (once) {
-        for (var x = lid; x < TILE * CHUNK; x = x + WG) {
-            tb[x] = qkv_in_value(b, h, 1u, j0, 0u, x);
-            td[x] = qkv_in_value(b, h, 2u, j0, 0u, x);
+    var dk: array<f32, 128>;  // CHUNKS · CHUNK
+    var dv: array<f32, 128>;
+    var s: array<f32, 32>;    // logits, then P
+    var dp: array<f32, 32>;   // dout_i · v_j, then dS
+    for (var i0 = j0; i0 < p.t; i0 = i0 + ROWS) {
+        let n = min(ROWS, p.t - i0);  // queries in this tile
+        for (var c = 0u; c < n; c = c + 1u) {
+            s[c] = 0.0;
+            dp[c] = 0.0;
         }
-    }
-    var dk: array<f32, 8>;  // CHUNKS · PER
-    var dv: array<f32, 8>;
-    for (var i0 = j0; i0 < p.t; i0 = i0 + TILE) {
-        let i = i0 + e;
-        var dot = 0.0;
-        var dp = 0.0;
         for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-            for (var x = lid; x < TILE * CHUNK; x = x + WG) {
-                ta[x] = qkv_in_value(b, h, 0u, i0, ch, x);
-                tc[x] = dout_value(b, h, i0, ch, x);
-                if (!once) {
-                    tb[x] = qkv_in_value(b, h, 1u, j0, ch, x);
-                    td[x] = qkv_in_value(b, h, 2u, j0, ch, x);
-                }
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
+                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
             }
             workgroupBarrier();
             let w = chunk_width(ch);
-            for (var x = 0u; x < w; x = x + 1u) {
-                dot = dot + ta[e * CHUNK + x] * tb[a * CHUNK + x];
-                dp = dp + tc[e * CHUNK + x] * td[a * CHUNK + x];
+            if (key_live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = s[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[c * STRIDE + x] * tb[lid * STRIDE + x]; }
+                    s[c] = dot;
+                }
             }
             workgroupBarrier();
         }
-        var pr = 0.0;
-        var ds = 0.0;
-        if (key_live && i < p.t && j <= i && min(doc_start_in[b * p.t + i], i) <= j) {
-            let row = (b * p.h + h) * p.t + i;
-            pr = exp(dot * p.scale - slope * f32(i - j) - lse_in[row]);
-            ds = pr * (dp - delta_in[row]);
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                tc[slot(e)] = dout_value(b, h, i0, ch, e);
+                tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (key_live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = dp[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + tc[c * STRIDE + x] * tb[lid * STRIDE + x]; }
+                    dp[c] = dot;
+                }
+            }
+            workgroupBarrier();
         }
-        // Key-major: key a's row holds its probability and dS with each query of the tile.
-        tp[lid] = pr;
-        ts[lid] = ds;
+        for (var c = 0u; c < n; c = c + 1u) {
+            let i = i0 + c;
+            var pr = 0.0;
+            var ds = 0.0;
+            if (key_live && i < p.t && j <= i && min(doc_start_in[b * p.t + i], i) <= j) {
+                let row = (b * p.h + h) * p.t + i;
+                pr = exp(s[c] * p.scale - slope * f32(i - j) - lse_in[row]);
+                ds = pr * (dp[c] - delta_in[row]);
+            }
+            s[c] = pr;
+            dp[c] = ds;
+        }
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;
             if (cc < chunks) {
                 if (!once) {
-                    for (var x = lid; x < TILE * CHUNK; x = x + WG) {
-                        ta[x] = qkv_in_value(b, h, 0u, i0, cc, x);
-                        tc[x] = dout_value(b, h, i0, cc, x);
+                    for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                        ta[slot(e)] = qkv_in_value(b, h, 0u, i0, cc, e);
+                        tc[slot(e)] = dout_value(b, h, i0, cc, e);
                     }
                 }
                 workgroupBarrier();
-                for (var u = 0u; u < PER; u = u + 1u) {
-                    var acc_k = dk[ch * PER + u];
-                    var acc_v = dv[ch * PER + u];
-                    for (var y = 0u; y < TILE; y = y + 1u) {
-                        acc_k = acc_k + ts[a * TILE + y] * ta[y * CHUNK + u * TILE + e];
-                        acc_v = acc_v + tp[a * TILE + y] * tc[y * CHUNK + u * TILE + e];
+                let w = chunk_width(cc);
+                if (key_live) {
+                    for (var x = 0u; x < w; x = x + 1u) {
+                        var acc_k = dk[ch * CHUNK + x];
+                        var acc_v = dv[ch * CHUNK + x];
+                        for (var c = 0u; c < n; c = c + 1u) {
+                            acc_k = acc_k + dp[c] * ta[c * STRIDE + x];
+                            acc_v = acc_v + s[c] * tc[c * STRIDE + x];
+                        }
+                        dk[ch * CHUNK + x] = acc_k;
+                        dv[ch * CHUNK + x] = acc_v;
                     }
-                    dk[ch * PER + u] = acc_k;
-                    dv[ch * PER + u] = acc_v;
                 }
                 workgroupBarrier();
             }
@@ -395,11 +457,11 @@ fn attention_backward_key(
         let k_at = qkv_at(b, j, h, 1u);
         let v_at = qkv_at(b, j, h, 2u);
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-            for (var u = 0u; u < PER; u = u + 1u) {
-                let d = (c0 + ch) * CHUNK + u * TILE + e;
+            for (var x = 0u; x < CHUNK; x = x + 1u) {
+                let d = (c0 + ch) * CHUNK + x;
                 if (d < p.dh) {
-                    dqkv[k_at + d] = dk[ch * PER + u] * p.scale;
-                    dqkv[v_at + d] = dv[ch * PER + u];
+                    dqkv[k_at + d] = dk[ch * CHUNK + x] * p.scale;
+                    dqkv[v_at + d] = dv[ch * CHUNK + x];
                 }
             }
         }

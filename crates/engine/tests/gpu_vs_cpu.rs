@@ -246,7 +246,7 @@ fn causal_attention() {
     }
 }
 
-/// The tiled kernels on shapes that fit no tile: T of 1, below, past and between tiles of 16;
+/// The tiled kernels on shapes that fit no tile: T of 1, below, at and past tiles of 32 rows;
 /// head widths of 7, 64, 128 and 200 (one, two, four and seven chunks of 32, the last two
 /// workgroups of columns); with and without ALiBi and the layer scaling; plain causal and with
 /// documents.
@@ -258,6 +258,7 @@ fn tiled_attention_awkward_shapes() {
         (1, 1, 2, 7, 0),
         (2, 37, 3, 7, 2),
         (1, 16, 1, 7, 0),
+        (1, 70, 1, 7, 1),
         (1, 33, 2, 64, 1),
         (1, 21, 1, 128, 0),
         (2, 5, 2, 128, 3),

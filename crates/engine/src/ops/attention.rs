@@ -7,17 +7,18 @@
 //! softmax's row term, equal to Σ_j P_ij·dP_ij) computed first into the scratch `delta` (B, H, T).
 //!
 //! On the GPU (`shaders/attention.wgsl`) the forward runs one workgroup per (batch, head, tile of
-//! [`TILE`] query rows), walking the key tiles with an online softmax; q, k and v tiles sit in
-//! workgroup memory [`CHUNK`] head dimensions at a time (10 KiB in all, under WebGPU's 16 KiB).
-//! A workgroup accumulates [`COLUMNS`] output columns; a wider head takes one workgroup per
-//! group of columns, each recomputing the logits. The backward is three launches without
-//! atomics: `delta`; per query tile, dq; per key tile, dk and dv. Each output value is written by
-//! one thread, summed in a fixed order.
+//! [`ROWS`] query rows), a thread per row, walking the tiles of ROWS keys with an online softmax;
+//! q, k and v tiles sit in workgroup memory [`CHUNK`] head dimensions at a time (12.4 KiB in all,
+//! under WebGPU's default 16 KiB). A thread accumulates [`COLUMNS`] output columns; a wider head
+//! takes one workgroup per group of columns, each recomputing the logits. The backward is three
+//! launches without atomics: `delta`; per query tile, dq; per key tile (a thread per key), dk and
+//! dv. Each output value is written by one thread, summed in a fixed order.
 
 use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
 
-/// Query rows (and keys) per workgroup tile of the GPU kernels.
-pub const TILE: usize = 16;
+/// Query rows (or keys) per workgroup of the GPU kernels, one thread each, and keys (or
+/// queries) per tile they sweep.
+pub const ROWS: usize = 32;
 /// Head dimensions per chunk held in workgroup memory.
 pub const CHUNK: usize = 32;
 /// Output columns one GPU workgroup accumulates in registers (4 chunks).
@@ -313,10 +314,10 @@ fn params(d: &AttentionDims) -> [u32; 6] {
     ]
 }
 
-/// One workgroup per (batch, head, tile of TILE rows, COLUMNS output columns), folded past
+/// One workgroup per (batch, head, tile of ROWS rows, COLUMNS output columns), folded past
 /// 65 535 like every launch.
 fn tiles(d: &AttentionDims) -> [u32; 3] {
-    grid_1d(d.b * d.h * d.t.div_ceil(TILE) * d.dh.div_ceil(COLUMNS).max(1), 1)
+    grid_1d(d.b * d.h * d.t.div_ceil(ROWS) * d.dh.div_ceil(COLUMNS).max(1), 1)
 }
 
 pub fn gpu_forward(
