@@ -1,23 +1,88 @@
-// Causal multi-head attention in f32, one thread per (batch, head, row).
-// qkv (B, T, 3·H·Dh) holds [q heads | k heads | v heads] per token; out is (B, T, H·Dh);
-// att (B, H, T, T) keeps the softmax probabilities (0 above the diagonal) for the backward.
-// Query t of a sequence sees keys s with doc_start[t] ≤ s ≤ t: causal within its document
-// (doc_start all 0: plain causal). Masked probabilities are stored as 0.
-// logits = scale · q·k + bias, where scale = 1/sqrt(Dh), divided by (layer + 1) when that option
-// is on, and bias is ALiBi's −slope_h·(t − s) when `alibi` is 1 (SPEC §2a). The bias is constant,
-// so the backward is the same with or without it.
+// Causal multi-head attention in f32, FlashAttention-style: no (T, T) matrix is ever kept.
+// qkv (B, T, 3·H·Dh) holds [q heads | k heads | v heads] per token; out is (B, T, H·Dh).
+// Query i of a sequence sees keys j with start(i) ≤ j ≤ i, start(i) = min(doc_start[i], i):
+// causal within its document (doc_start all 0: plain causal).
+// logit(i, j) = scale · q_i·k_j − slope_h · (i − j), where scale = 1/sqrt(Dh), divided by
+// (layer + 1) when that option is on, and slope_h is ALiBi's when `alibi` is 1, else 0 (SPEC §2a).
 //
-// The backward runs without atomics in two launches: per query row, the gradient of the
-// logits (dpre) and dq; then per key row, dk and dv summed over the query rows that saw it.
+// The forward runs one workgroup of ROWS threads per (batch, head, tile of ROWS query rows),
+// one thread per row: for each tile of ROWS keys it computes its row's logits, then updates its
+// output with an online softmax (running max m and sum l), and finally saves
+// lse (B, H, T) = m + log l for the backward. q, k and v tiles sit in workgroup memory CHUNK head
+// dimensions at a time (12.4 KiB in all); reads of the tile being swept are the same address in
+// every thread. A thread accumulates up to CHUNKS·CHUNK = 128 output columns, so a wider head
+// takes one workgroup per 128 columns, each computing the whole logits.
+//
+// The backward recomputes P(i, j) = exp(logit(i, j) − lse_i) tile by tile, without atomics, in
+// three launches: delta_i = dout_i·out_i per row; per query tile (a thread per query),
+// dq = scale·Σ_j dS·k_j with dS = P ⊙ (dout_i·v_j − delta_i); per key tile (a thread per key),
+// dk = scale·Σ_i dS·q_i and dv = Σ_i P·dout_i. Every value is written by one thread, its sum
+// taken in a fixed order.
 
 struct Params { b: u32, t: u32, h: u32, dh: u32, scale: f32, alibi: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-// attention_forward(out, att, qkv)
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;   // (B, T, H·Dh)
-@group(0) @binding(2) var<storage, read_write> att: array<f32>;   // (B, H, T, T)
-@group(0) @binding(3) var<storage, read> qkv: array<f32>;         // (B, T, 3·H·Dh)
-@group(0) @binding(4) var<storage, read> doc_start: array<u32>;   // (B, T)
+const ROWS: u32 = 32u;    // threads per workgroup: query rows (or keys) per tile
+const CHUNK: u32 = 32u;   // head dimensions per chunk in workgroup memory
+const STRIDE: u32 = 33u;  // a tile's row stride in workgroup memory, padded against bank conflicts
+const CHUNKS: u32 = 4u;   // the 128 output columns one workgroup accumulates, in chunks
+const NONE: u32 = 0xffffffffu;
+
+// attention_forward(out, lse, qkv, doc_start)
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // (B, T, H·Dh)
+@group(0) @binding(2) var<storage, read_write> lse: array<f32>;  // (B, H, T)
+@group(0) @binding(3) var<storage, read> qkv: array<f32>;        // (B, T, 3·H·Dh)
+@group(0) @binding(4) var<storage, read> doc_start: array<u32>;  // (B, T)
+
+// attention_backward_{delta,query,key}(dqkv, delta, dout, out, qkv, lse, doc_start); the delta
+// pass binds 2, 3 and 4 only, the others all but 4.
+@group(0) @binding(1) var<storage, read_write> dqkv: array<f32>;    // (B, T, 3·H·Dh)
+@group(0) @binding(2) var<storage, read_write> delta: array<f32>;   // (B, H, T), the delta pass
+@group(0) @binding(2) var<storage, read> delta_in: array<f32>;      // (B, H, T), read after it
+@group(0) @binding(3) var<storage, read> dout: array<f32>;          // (B, T, H·Dh)
+@group(0) @binding(4) var<storage, read> out_in: array<f32>;        // (B, T, H·Dh)
+@group(0) @binding(5) var<storage, read> qkv_in: array<f32>;        // (B, T, 3·H·Dh)
+@group(0) @binding(6) var<storage, read> lse_in: array<f32>;        // (B, H, T)
+@group(0) @binding(7) var<storage, read> doc_start_in: array<u32>;  // (B, T)
+
+// Tiles of ROWS rows × CHUNK head dimensions at row stride STRIDE.
+var<workgroup> ta: array<f32, 1056>;  // q
+var<workgroup> tb: array<f32, 1056>;  // k or v
+var<workgroup> tc: array<f32, 1056>;  // dout
+
+// Where element e (row e / CHUNK, column e % CHUNK) of a chunk sits in a tile.
+fn slot(e: u32) -> u32 {
+    return (e / CHUNK) * STRIDE + e % CHUNK;
+}
+
+// Where element `e` of chunk `ch` of a tile of rows from token t0 sits in a (B, T, stride) array
+// whose head h starts at `base` in a row: an index, or NONE past the sequence or the head.
+fn tile_at(b: u32, t0: u32, ch: u32, e: u32, stride: u32, base: u32) -> u32 {
+    let t = t0 + e / CHUNK;
+    let d = ch * CHUNK + e % CHUNK;
+    if (t >= p.t || d >= p.dh) { return NONE; }
+    return (b * p.t + t) * stride + base + d;
+}
+
+// Element e of chunk ch of part `part` (0 q, 1 k, 2 v) of head h, rows from t0: the forward's
+// binding, then the backward's.
+fn qkv_value(b: u32, h: u32, part: u32, t0: u32, ch: u32, e: u32) -> f32 {
+    let at = tile_at(b, t0, ch, e, 3u * p.h * p.dh, (part * p.h + h) * p.dh);
+    if (at == NONE) { return 0.0; }
+    return qkv[at];
+}
+
+fn qkv_in_value(b: u32, h: u32, part: u32, t0: u32, ch: u32, e: u32) -> f32 {
+    let at = tile_at(b, t0, ch, e, 3u * p.h * p.dh, (part * p.h + h) * p.dh);
+    if (at == NONE) { return 0.0; }
+    return qkv_in[at];
+}
+
+fn dout_value(b: u32, h: u32, t0: u32, ch: u32, e: u32) -> f32 {
+    let at = tile_at(b, t0, ch, e, p.h * p.dh, h * p.dh);
+    if (at == NONE) { return 0.0; }
+    return dout[at];
+}
 
 // Offset of head `h`'s slot `part` (0 q, 1 k, 2 v) of token (b, t) in qkv.
 fn qkv_at(b: u32, t: u32, h: u32, part: u32) -> u32 {
@@ -25,112 +90,380 @@ fn qkv_at(b: u32, t: u32, h: u32, part: u32) -> u32 {
     return (b * p.t + t) * 3u * c + part * c + h * p.dh;
 }
 
-// (batch, head, row) of thread i, which handles row `i` of the (B, H, T) rows of att.
-fn row_coords(i: u32) -> vec3<u32> {
-    return vec3<u32>(i / (p.t * p.h), (i / p.t) % p.h, i % p.t);
+fn slope_of(h: u32) -> f32 {
+    if (p.alibi == 1u) { return exp2(-8.0 * f32(h + 1u) / f32(p.h)); }
+    return 0.0;
 }
 
-@compute @workgroup_size(256)
-fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
-    if (i >= p.b * p.h * p.t) { return; }
-    let c = row_coords(i);
-    let b = c.x;
-    let h = c.y;
-    let t = c.z;
-    let arow = i * p.t;
-    let q = qkv_at(b, t, h, 0u);
-    let first = min(doc_start[b * p.t + t], t);
-    var slope = 0.0;
-    if (p.alibi == 1u) { slope = exp2(-8.0 * f32(h + 1u) / f32(p.h)); }
-    var mx = F32_LOWEST;
-    for (var s = first; s <= t; s = s + 1u) {
-        let k = qkv_at(b, s, h, 1u);
-        var dot = 0.0;
-        for (var d = 0u; d < p.dh; d = d + 1u) { dot = dot + qkv[q + d] * qkv[k + d]; }
-        dot = dot * p.scale - slope * f32(t - s);
-        att[arow + s] = dot;
-        mx = max(mx, dot);
-    }
-    var sum = 0.0;
-    for (var s = first; s <= t; s = s + 1u) {
-        let e = exp(att[arow + s] - mx);
-        att[arow + s] = e;
-        sum = sum + e;
-    }
-    let inv = 1.0 / sum;
-    for (var s = first; s <= t; s = s + 1u) { att[arow + s] = att[arow + s] * inv; }
-    for (var s = 0u; s < first; s = s + 1u) { att[arow + s] = 0.0; }
-    for (var s = t + 1u; s < p.t; s = s + 1u) { att[arow + s] = 0.0; }
-    let o = (b * p.t + t) * p.h * p.dh + h * p.dh;
-    for (var d = 0u; d < p.dh; d = d + 1u) {
-        var acc = 0.0;
-        for (var s = first; s <= t; s = s + 1u) { acc = acc + att[arow + s] * qkv[qkv_at(b, s, h, 2u) + d]; }
-        out[o + d] = acc;
-    }
+// The head dimensions chunk ch holds.
+fn chunk_width(ch: u32) -> u32 {
+    return min(CHUNK, p.dh - ch * CHUNK);
 }
 
-// attention_backward_{query,key}(dqkv, dpre, dout, qkv, att, doc_start)
-@group(0) @binding(1) var<storage, read_write> dqkv: array<f32>;  // (B, T, 3·H·Dh)
-@group(0) @binding(2) var<storage, read_write> dpre: array<f32>;  // (B, H, T, T)
-@group(0) @binding(3) var<storage, read> dout: array<f32>;        // (B, T, H·Dh)
-@group(0) @binding(4) var<storage, read> qkv_in: array<f32>;      // (B, T, 3·H·Dh)
-@group(0) @binding(5) var<storage, read> att_in: array<f32>;      // (B, H, T, T)
-@group(0) @binding(6) var<storage, read> doc_start_in: array<u32>; // (B, T)
-
-@compute @workgroup_size(256)
-fn attention_backward_query(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
-    if (i >= p.b * p.h * p.t) { return; }
-    let c = row_coords(i);
-    let b = c.x;
-    let h = c.y;
-    let t = c.z;
-    let arow = i * p.t;
-    let o = (b * p.t + t) * p.h * p.dh + h * p.dh;
-    let first = min(doc_start_in[b * p.t + t], t);
-    // dpre = att ⊙ (datt - Σ att·datt), with datt[s] = dout_t · v_s
-    var tmp = 0.0;
-    for (var s = first; s <= t; s = s + 1u) {
-        let v = qkv_at(b, s, h, 2u);
-        var datt = 0.0;
-        for (var d = 0u; d < p.dh; d = d + 1u) { datt = datt + dout[o + d] * qkv_in[v + d]; }
-        dpre[arow + s] = datt;
-        tmp = tmp + att_in[arow + s] * datt;
-    }
-    for (var s = first; s <= t; s = s + 1u) { dpre[arow + s] = att_in[arow + s] * (dpre[arow + s] - tmp); }
-    for (var s = 0u; s < first; s = s + 1u) { dpre[arow + s] = 0.0; }
-    for (var s = t + 1u; s < p.t; s = s + 1u) { dpre[arow + s] = 0.0; }
-    let q = qkv_at(b, t, h, 0u);
-    for (var d = 0u; d < p.dh; d = d + 1u) {
-        var acc = 0.0;
-        for (var s = first; s <= t; s = s + 1u) { acc = acc + dpre[arow + s] * qkv_in[qkv_at(b, s, h, 1u) + d]; }
-        dqkv[q + d] = acc * p.scale;
-    }
+// (batch, head, first row, first chunk of its columns) of a tile workgroup, or x = NONE past
+// the last tile.
+fn tile_of(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let tiles = (p.t + ROWS - 1u) / ROWS;
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    let columns = (chunks + CHUNKS - 1u) / CHUNKS;
+    let flat = flat_group(wid, nwg);
+    if (flat >= p.b * p.h * tiles * columns) { return vec4<u32>(NONE, 0u, 0u, 0u); }
+    let g = flat / columns;
+    return vec4<u32>(g / (p.h * tiles), (g / tiles) % p.h, (g % tiles) * ROWS, (flat % columns) * CHUNKS);
 }
 
-@compute @workgroup_size(256)
-fn attention_backward_key(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
-    if (i >= p.b * p.h * p.t) { return; }
-    let c = row_coords(i);
-    let b = c.x;
-    let h = c.y;
-    let s = c.z;
-    let head = (b * p.h + h) * p.t;
-    let k = qkv_at(b, s, h, 1u);
-    let v = qkv_at(b, s, h, 2u);
-    for (var d = 0u; d < p.dh; d = d + 1u) {
-        var dk = 0.0;
-        var dv = 0.0;
-        for (var t = s; t < p.t; t = t + 1u) {
-            // Queries of later documents never saw key s.
-            if (min(doc_start_in[b * p.t + t], t) > s) { continue; }
-            let a = (head + t) * p.t + s;
-            dk = dk + dpre[a] * qkv_in[qkv_at(b, t, h, 0u) + d];
-            dv = dv + att_in[a] * dout[(b * p.t + t) * p.h * p.dh + h * p.dh + d];
+// The first key any row of the tile from i0 sees: the same in every thread.
+fn tile_first_key(b: u32, i0: u32, end: u32) -> u32 {
+    var first = end;
+    for (var x = i0; x < end; x = x + 1u) { first = min(first, min(doc_start[b * p.t + x], x)); }
+    return first;
+}
+
+fn tile_first_key_in(b: u32, i0: u32, end: u32) -> u32 {
+    var first = end;
+    for (var x = i0; x < end; x = x + 1u) { first = min(first, min(doc_start_in[b * p.t + x], x)); }
+    return first;
+}
+
+@compute @workgroup_size(32)
+fn attention_forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = tile_of(wid, nwg);
+    if (tile.x == NONE) { return; }
+    let b = tile.x;
+    let h = tile.y;
+    let i0 = tile.z;
+    let c0 = tile.w;
+    let i = i0 + lid;
+    let live = i < p.t;
+    var first = 0u;
+    if (live) { first = min(doc_start[b * p.t + i], i); }
+    let end = min(i0 + ROWS, p.t);
+    let slope = slope_of(h);
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    // With a single chunk, q is loaded once; the first barrier below publishes it.
+    let once = chunks == 1u;
+    if (once) {
+        for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) { ta[slot(e)] = qkv_value(b, h, 0u, i0, 0u, e); }
+    }
+    var m = F32_LOWEST;
+    var l = 0.0;
+    var o: array<f32, 128>;  // CHUNKS · CHUNK
+    var s: array<f32, 32>;   // ROWS: this row's logits, then probabilities, over the key tile
+    for (var j0 = tile_first_key(b, i0, end); j0 < end; j0 = j0 + ROWS) {
+        let n = min(ROWS, end - j0);  // keys in this tile
+        for (var c = 0u; c < n; c = c + 1u) { s[c] = 0.0; }
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                if (!once) { ta[slot(e)] = qkv_value(b, h, 0u, i0, ch, e); }
+                tb[slot(e)] = qkv_value(b, h, 1u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = s[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    s[c] = dot;
+                }
+            }
+            workgroupBarrier();
         }
-        dqkv[k + d] = dk * p.scale;
-        dqkv[v + d] = dv;
+        var mx = m;
+        for (var c = 0u; c < n; c = c + 1u) {
+            let j = j0 + c;
+            if (live && first <= j && j <= i) {
+                s[c] = s[c] * p.scale - slope * f32(i - j);
+                mx = max(mx, s[c]);
+            }
+        }
+        var sum = 0.0;
+        for (var c = 0u; c < n; c = c + 1u) {
+            let j = j0 + c;
+            var e = 0.0;
+            if (live && first <= j && j <= i) { e = exp(s[c] - mx); }
+            s[c] = e;
+            sum = sum + e;
+        }
+        // Both are F32_LOWEST until the row sees a key: alpha is then 1 on l = 0 and o = 0.
+        let alpha = exp(m - mx);
+        l = l * alpha + sum;
+        m = mx;
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            let cc = c0 + ch;
+            if (cc < chunks) {
+                for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) { tb[slot(e)] = qkv_value(b, h, 2u, j0, cc, e); }
+                workgroupBarrier();
+                let w = chunk_width(cc);
+                if (live) {
+                    for (var x = 0u; x < w; x = x + 1u) {
+                        var acc = o[ch * CHUNK + x] * alpha;
+                        for (var c = 0u; c < n; c = c + 1u) { acc = acc + s[c] * tb[c * STRIDE + x]; }
+                        o[ch * CHUNK + x] = acc;
+                    }
+                }
+                workgroupBarrier();
+            }
+        }
+    }
+    if (live) {
+        if (c0 == 0u) { lse[(b * p.h + h) * p.t + i] = m + log(l); }
+        let inv = 1.0 / l;
+        let at = (b * p.t + i) * p.h * p.dh + h * p.dh;
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            for (var x = 0u; x < CHUNK; x = x + 1u) {
+                let d = (c0 + ch) * CHUNK + x;
+                if (d < p.dh) { out[at + d] = o[ch * CHUNK + x] * inv; }
+            }
+        }
+    }
+}
+
+// delta (B, H, T): dout_i · out_i per row, one thread per (batch, head, row).
+@compute @workgroup_size(256)
+fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= p.b * p.h * p.t) { return; }
+    let b = i / (p.t * p.h);
+    let h = (i / p.t) % p.h;
+    let t = i % p.t;
+    let at = (b * p.t + t) * p.h * p.dh + h * p.dh;
+    var acc = 0.0;
+    for (var d = 0u; d < p.dh; d = d + 1u) { acc = acc + dout[at + d] * out_in[at + d]; }
+    delta[i] = acc;
+}
+
+// dq of one query tile, a thread per query row: for each key tile it recomputes its row's
+// P and dS, then adds dS·k into dq.
+@compute @workgroup_size(32)
+fn attention_backward_query(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = tile_of(wid, nwg);
+    if (tile.x == NONE) { return; }
+    let b = tile.x;
+    let h = tile.y;
+    let i0 = tile.z;
+    let c0 = tile.w;
+    let i = i0 + lid;
+    let live = i < p.t;
+    var first = 0u;
+    var lse_i = 0.0;
+    var delta_i = 0.0;
+    if (live) {
+        first = min(doc_start_in[b * p.t + i], i);
+        lse_i = lse_in[(b * p.h + h) * p.t + i];
+        delta_i = delta_in[(b * p.h + h) * p.t + i];
+    }
+    let end = min(i0 + ROWS, p.t);
+    let slope = slope_of(h);
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    // With a single chunk, q and dout are loaded once, and k stays in tb for dq.
+    let once = chunks == 1u;
+    if (once) {
+        for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+            ta[slot(e)] = qkv_in_value(b, h, 0u, i0, 0u, e);
+            tc[slot(e)] = dout_value(b, h, i0, 0u, e);
+        }
+    }
+    var dq: array<f32, 128>;  // CHUNKS · CHUNK
+    var s: array<f32, 32>;    // logits, then dS
+    var dp: array<f32, 32>;   // dout_i · v_j
+    for (var j0 = tile_first_key_in(b, i0, end); j0 < end; j0 = j0 + ROWS) {
+        let n = min(ROWS, end - j0);  // keys in this tile
+        for (var c = 0u; c < n; c = c + 1u) {
+            s[c] = 0.0;
+            dp[c] = 0.0;
+        }
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                if (!once) { tc[slot(e)] = dout_value(b, h, i0, ch, e); }
+                tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = dp[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + tc[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    dp[c] = dot;
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                if (!once) { ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e); }
+                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = s[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    s[c] = dot;
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var c = 0u; c < n; c = c + 1u) {
+            let j = j0 + c;
+            var ds = 0.0;
+            if (live && first <= j && j <= i) {
+                let pr = exp(s[c] * p.scale - slope * f32(i - j) - lse_i);
+                ds = pr * (dp[c] - delta_i);
+            }
+            s[c] = ds;
+        }
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            let cc = c0 + ch;
+            if (cc < chunks) {
+                if (!once) {
+                    for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) { tb[slot(e)] = qkv_in_value(b, h, 1u, j0, cc, e); }
+                }
+                workgroupBarrier();
+                let w = chunk_width(cc);
+                if (live) {
+                    for (var x = 0u; x < w; x = x + 1u) {
+                        var acc = dq[ch * CHUNK + x];
+                        for (var c = 0u; c < n; c = c + 1u) { acc = acc + s[c] * tb[c * STRIDE + x]; }
+                        dq[ch * CHUNK + x] = acc;
+                    }
+                }
+                workgroupBarrier();
+            }
+        }
+    }
+    if (live) {
+        let at = qkv_at(b, i, h, 0u);
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            for (var x = 0u; x < CHUNK; x = x + 1u) {
+                let d = (c0 + ch) * CHUNK + x;
+                if (d < p.dh) { dqkv[at + d] = dq[ch * CHUNK + x] * p.scale; }
+            }
+        }
+    }
+}
+
+// dk and dv of one key tile, a thread per key: for each query tile from the key tile's first
+// key on it recomputes P and dS of its key with each query, then adds dS·q into dk and P·dout
+// into dv.
+@compute @workgroup_size(32)
+fn attention_backward_key(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = tile_of(wid, nwg);
+    if (tile.x == NONE) { return; }
+    let b = tile.x;
+    let h = tile.y;
+    let j0 = tile.z;
+    let c0 = tile.w;
+    let j = j0 + lid;
+    let key_live = j < p.t;
+    let slope = slope_of(h);
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    // With a single chunk, q and dout stay in ta and tc for dk and dv.
+    let once = chunks == 1u;
+    var dk: array<f32, 128>;  // CHUNKS · CHUNK
+    var dv: array<f32, 128>;
+    var s: array<f32, 32>;    // logits, then P
+    var dp: array<f32, 32>;   // dout_i · v_j, then dS
+    for (var i0 = j0; i0 < p.t; i0 = i0 + ROWS) {
+        let n = min(ROWS, p.t - i0);  // queries in this tile
+        for (var c = 0u; c < n; c = c + 1u) {
+            s[c] = 0.0;
+            dp[c] = 0.0;
+        }
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
+                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (key_live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = s[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[c * STRIDE + x] * tb[lid * STRIDE + x]; }
+                    s[c] = dot;
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                tc[slot(e)] = dout_value(b, h, i0, ch, e);
+                tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            if (key_live) {
+                for (var c = 0u; c < n; c = c + 1u) {
+                    var dot = dp[c];
+                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + tc[c * STRIDE + x] * tb[lid * STRIDE + x]; }
+                    dp[c] = dot;
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var c = 0u; c < n; c = c + 1u) {
+            let i = i0 + c;
+            var pr = 0.0;
+            var ds = 0.0;
+            if (key_live && i < p.t && j <= i && min(doc_start_in[b * p.t + i], i) <= j) {
+                let row = (b * p.h + h) * p.t + i;
+                pr = exp(s[c] * p.scale - slope * f32(i - j) - lse_in[row]);
+                ds = pr * (dp[c] - delta_in[row]);
+            }
+            s[c] = pr;
+            dp[c] = ds;
+        }
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            let cc = c0 + ch;
+            if (cc < chunks) {
+                if (!once) {
+                    for (var e = lid; e < ROWS * CHUNK; e = e + ROWS) {
+                        ta[slot(e)] = qkv_in_value(b, h, 0u, i0, cc, e);
+                        tc[slot(e)] = dout_value(b, h, i0, cc, e);
+                    }
+                }
+                workgroupBarrier();
+                let w = chunk_width(cc);
+                if (key_live) {
+                    for (var x = 0u; x < w; x = x + 1u) {
+                        var acc_k = dk[ch * CHUNK + x];
+                        var acc_v = dv[ch * CHUNK + x];
+                        for (var c = 0u; c < n; c = c + 1u) {
+                            acc_k = acc_k + dp[c] * ta[c * STRIDE + x];
+                            acc_v = acc_v + s[c] * tc[c * STRIDE + x];
+                        }
+                        dk[ch * CHUNK + x] = acc_k;
+                        dv[ch * CHUNK + x] = acc_v;
+                    }
+                }
+                workgroupBarrier();
+            }
+        }
+    }
+    if (key_live) {
+        let k_at = qkv_at(b, j, h, 1u);
+        let v_at = qkv_at(b, j, h, 2u);
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            for (var x = 0u; x < CHUNK; x = x + 1u) {
+                let d = (c0 + ch) * CHUNK + x;
+                if (d < p.dh) {
+                    dqkv[k_at + d] = dk[ch * CHUNK + x] * p.scale;
+                    dqkv[v_at + d] = dv[ch * CHUNK + x];
+                }
+            }
+        }
     }
 }

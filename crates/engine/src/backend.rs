@@ -103,25 +103,30 @@ pub trait Backend {
     );
 
     // ---- attention (ops/attention.rs) ----
-    /// out (B, T, H·Dh) and att (B, H, T, T) from qkv (B, T, 3·H·Dh), causal within documents:
-    /// query i of a sequence sees keys j with doc_start[i] ≤ j ≤ i, where doc_start (B·T) holds
-    /// the position of the first token of each token's document (all 0: plain causal).
+    /// out (B, T, H·Dh) and lse (B, H, T), each row's log-sum-exp of its logits, from qkv
+    /// (B, T, 3·H·Dh), causal within documents: query i of a sequence sees keys j with
+    /// doc_start[i] ≤ j ≤ i, where doc_start (B·T) holds the position of the first token of each
+    /// token's document (all 0: plain causal). No (T, T) buffer: the backward recomputes the
+    /// probabilities from qkv and lse.
     fn attention_forward(
         &self,
         out: &Self::Tensor,
-        att: &Self::Tensor,
+        lse: &Self::Tensor,
         qkv: &Self::Tensor,
         doc_start: &Self::Index,
         dims: AttentionDims,
     );
-    /// dqkv (B, T, 3·H·Dh); dpre (B, H, T, T) is scratch for the gradient of the logits.
+    /// dqkv (B, T, 3·H·Dh) from dout, the forward's out and lse; delta (B, H, T) is scratch for
+    /// dout·out per row.
+    #[allow(clippy::too_many_arguments)]
     fn attention_backward(
         &self,
         dqkv: &Self::Tensor,
-        dpre: &Self::Tensor,
+        delta: &Self::Tensor,
         dout: &Self::Tensor,
+        out: &Self::Tensor,
         qkv: &Self::Tensor,
-        att: &Self::Tensor,
+        lse: &Self::Tensor,
         doc_start: &Self::Index,
         dims: AttentionDims,
     );

@@ -203,12 +203,19 @@ fn layernorm_and_rmsnorm() {
 fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
     let (qkv, dout, starts) = (upload(be, qkv), upload(be, dout), upload_index(be, starts));
     let out = be.zeros("out", d.b * d.t * d.h * d.dh).unwrap();
-    let att = be.zeros("att", d.b * d.h * d.t * d.t).unwrap();
-    let dpre = be.zeros("dpre", d.b * d.h * d.t * d.t).unwrap();
+    let lse = be.zeros("lse", d.rows()).unwrap();
+    let delta = be.zeros("delta", d.rows()).unwrap();
     let dqkv = be.zeros("dqkv", d.b * d.t * 3 * d.h * d.dh).unwrap();
-    be.attention_forward(&out, &att, &qkv, &starts, d);
-    be.attention_backward(&dqkv, &dpre, &dout, &qkv, &att, &starts, d);
-    vec![read(be, &out), read(be, &att), read(be, &dqkv)]
+    be.attention_forward(&out, &lse, &qkv, &starts, d);
+    be.attention_backward(&dqkv, &delta, &dout, &out, &qkv, &lse, &starts, d);
+    vec![read(be, &out), read(be, &lse), read(be, &dqkv)]
+}
+
+/// Each token's document start for documents beginning at `starts` (the first at 0).
+fn documents(t: usize, starts: &[u32]) -> Vec<u32> {
+    (0..t as u32)
+        .map(|i| starts.iter().copied().filter(|&s| s <= i).max().unwrap_or(0))
+        .collect()
 }
 
 #[test]
@@ -228,11 +235,7 @@ fn causal_attention() {
         // Plain causal, then documents starting at 0, 1, 7 and 18 (the last token alone) in the
         // first sequence and at 0 and 11 in the second.
         let plain = vec![0u32; d.b * d.t];
-        let first: Vec<u32> = (0..d.t as u32)
-            .map(|i| [0, 1, 7, 18].into_iter().filter(|&s| s <= i).max().unwrap())
-            .collect();
-        let second: Vec<u32> = (0..d.t as u32).map(|i| if i >= 11 { 11 } else { 0 }).collect();
-        let docs = [first, second].concat();
+        let docs = [documents(d.t, &[0, 1, 7, 18]), documents(d.t, &[0, 11])].concat();
         for (mask, starts) in [("causal", &plain), ("documents", &docs)] {
             both!(
                 &format!("attention (alibi {alibi}, {mask})"),
@@ -240,6 +243,111 @@ fn causal_attention() {
                 attention_case(&qkv, &dout, starts, d)
             );
         }
+    }
+}
+
+/// The tiled kernels on shapes that fit no tile: T of 1, below, at and past tiles of 32 rows;
+/// head widths of 7, 64, 128 and 200 (one, two, four and seven chunks of 32, the last two
+/// workgroups of columns); with and without ALiBi and the layer scaling; plain causal and with
+/// documents.
+#[test]
+fn tiled_attention_awkward_shapes() {
+    let mut rng = SmallRng::seed_from_u64(15);
+    // (b, t, h, dh, layer): the logits' scale is 1/sqrt(dh)/(layer + 1).
+    for (b, t, h, dh, layer) in [
+        (1, 1, 2, 7, 0),
+        (2, 37, 3, 7, 2),
+        (1, 16, 1, 7, 0),
+        (1, 70, 1, 7, 1),
+        (1, 33, 2, 64, 1),
+        (1, 21, 1, 128, 0),
+        (2, 5, 2, 128, 3),
+        (1, 18, 2, 200, 0),
+    ] {
+        for alibi in [false, true] {
+            let d = AttentionDims {
+                b,
+                t,
+                h,
+                dh,
+                scale: 1.0 / (dh as f32).sqrt() / (layer + 1) as f32,
+                alibi,
+            };
+            let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+            let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+            let plain = vec![0u32; b * t];
+            // Documents at 0, t/3, t/3 + 1 (a one-token document) and t − 1, in every sequence.
+            let docs = documents(t, &[0, t as u32 / 3, t as u32 / 3 + 1, t as u32 - 1]).repeat(b);
+            for (mask, starts) in [("causal", &plain), ("documents", &docs)] {
+                both!(
+                    &format!("attention {d:?} {mask}"),
+                    2e-5,
+                    attention_case(&qkv, &dout, starts, d)
+                );
+            }
+        }
+    }
+}
+
+/// T = 1,024 with few heads, and 2,048 with one: every buffer the op takes is at most
+/// (B, T, 3·H·Dh) or (B, H, T), none T × T, and the GPU matches the CPU twin there.
+#[test]
+fn long_attention_without_a_square_buffer() {
+    let mut rng = SmallRng::seed_from_u64(16);
+    for (t, h) in [(1024, 2), (2048, 1)] {
+        let d = AttentionDims {
+            b: 1,
+            t,
+            h,
+            dh: 8,
+            scale: 1.0 / 8f32.sqrt() / 2.0,
+            alibi: true,
+        };
+        let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+        let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+        let starts = documents(d.t, &[0, 300, 301, 777]);
+        let cpu = CpuBackend::<f32>::new();
+        let c = attention_case(&cpu, &qkv, &dout, &starts, d);
+        // qkv, dout, the document starts, out, lse, delta and dqkv: what the op was given is all
+        // it has, and together it is less than one (T, T) matrix of a single head.
+        let values = 2 * qkv.len() + 2 * dout.len() + 2 * d.rows();
+        assert_eq!(cpu.allocated_bytes(), 4 * (values + starts.len()) as u64);
+        assert!(
+            cpu.allocated_bytes() < 4 * (d.t * d.t) as u64,
+            "{} bytes for attention at T = {t}",
+            cpu.allocated_bytes(),
+        );
+        assert_eq!(c[1].len(), d.b * d.h * d.t, "lse is one value per (batch, head, row)");
+        let g = attention_case(&gpu(), &qkv, &dout, &starts, d);
+        assert_close(&format!("attention at T = {t}"), &g, &c, 2e-5);
+    }
+}
+
+/// Two runs of the backward give bit-identical gradients: no atomics, fixed summation order.
+#[test]
+fn attention_backward_is_deterministic() {
+    let mut rng = SmallRng::seed_from_u64(17);
+    let gpu = gpu();
+    for dh in [7, 64] {
+        let d = AttentionDims {
+            b: 2,
+            t: 45,
+            h: 2,
+            dh,
+            scale: 1.0 / (dh as f32).sqrt(),
+            alibi: true,
+        };
+        let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+        let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+        let starts = documents(d.t, &[0, 20]).repeat(d.b);
+        let bits = |v: Vec<Vec<f32>>| v.concat().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let first = bits(attention_case(&gpu, &qkv, &dout, &starts, d));
+        let second = bits(attention_case(&gpu, &qkv, &dout, &starts, d));
+        assert!(first == second, "GPU attention (dh {dh}) differs between two runs");
+        let cpu = CpuBackend::<f32>::new();
+        let first = bits(attention_case(&cpu, &qkv, &dout, &starts, d));
+        let second = bits(attention_case(&cpu, &qkv, &dout, &starts, d));
+        assert!(first == second, "CPU attention (dh {dh}) differs between two runs");
     }
 }
 

@@ -162,60 +162,99 @@ fn norms() {
 
 #[test]
 fn attention_with_awkward_sizes() {
-    for alibi in [false, true] {
-        attention_case(alibi, &[0; 10]);
-        // Documents starting at 0, 2 and 3 in the first sequence, at 0 and 4 in the second.
-        attention_case(alibi, &[0, 0, 2, 3, 3, 0, 0, 0, 0, 4]);
-    }
-}
-
-fn attention_case(alibi: bool, starts: &[u32]) {
-    let mut rng = SmallRng::seed_from_u64(5);
     let d = AttentionDims {
         b: 2,
         t: 5,
         h: 3,
         dh: 4,
         scale: 0.5 / 2.0,
-        alibi,
+        alibi: false,
     };
-    let qkv = rand_vec(&mut rng, 2 * 5 * 3 * 12, 1.0);
-    let w = rand_vec(&mut rng, 2 * 5 * 12, 1.0);
+    for alibi in [false, true] {
+        let d = AttentionDims { alibi, ..d };
+        attention_case(d, &[0; 10]);
+        // Documents starting at 0, 2 and 3 in the first sequence, at 0 and 4 in the second.
+        attention_case(d, &[0, 0, 2, 3, 3, 0, 0, 0, 0, 4]);
+    }
+}
+
+/// Past the CPU twin's block of 64 query rows: blocks whose keys start at different documents.
+#[test]
+fn attention_across_query_blocks() {
+    let d = AttentionDims {
+        b: 1,
+        t: 70,
+        h: 2,
+        dh: 3,
+        scale: 0.4,
+        alibi: true,
+    };
+    attention_case(d, &[0; 70]);
+    let starts: Vec<u32> = (0..70).map(|i| [0, 30, 66].into_iter().filter(|&s| s <= i).max().unwrap()).collect();
+    attention_case(d, &starts);
+}
+
+/// Attention by its definition, one row at a time: (out, lse).
+fn naive_attention(qkv: &[f64], starts: &[u32], d: AttentionDims) -> (Vec<f64>, Vec<f64>) {
+    let c = d.h * d.dh;
+    let at = |b: usize, t: usize, p: usize, h: usize| (b * d.t + t) * 3 * c + p * c + h * d.dh;
+    let (mut out, mut lse) = (vec![0.0; d.b * d.t * c], vec![0.0; d.b * d.h * d.t]);
+    for b in 0..d.b {
+        for h in 0..d.h {
+            for i in 0..d.t {
+                let first = (starts[b * d.t + i] as usize).min(i);
+                let logits: Vec<f64> = (first..=i)
+                    .map(|j| {
+                        let q = &qkv[at(b, i, 0, h)..at(b, i, 0, h) + d.dh];
+                        let k = &qkv[at(b, j, 1, h)..at(b, j, 1, h) + d.dh];
+                        d.scale as f64 * dot(q, k) - d.slope(h) * (i - j) as f64
+                    })
+                    .collect();
+                let z: f64 = logits.iter().map(|l| l.exp()).sum();
+                lse[(b * d.h + h) * d.t + i] = z.ln();
+                for (l, j) in logits.iter().zip(first..) {
+                    for x in 0..d.dh {
+                        out[(b * d.t + i) * c + h * d.dh + x] += l.exp() / z * qkv[at(b, j, 2, h) + x];
+                    }
+                }
+            }
+        }
+    }
+    (out, lse)
+}
+
+fn attention_case(d: AttentionDims, starts: &[u32]) {
+    let mut rng = SmallRng::seed_from_u64(5);
+    let c = d.h * d.dh;
+    let qkv = rand_vec(&mut rng, d.b * d.t * 3 * c, 1.0);
+    let w = rand_vec(&mut rng, d.b * d.t * c, 1.0);
     let fwd = |qkv: &[f64]| {
-        let (mut out, mut att) = (vec![0.0; 120], vec![0.0; 2 * 3 * 25]);
-        attention::cpu_forward(&mut out, &mut att, qkv, starts, d);
+        let (mut out, mut lse) = (vec![0.0; w.len()], vec![0.0; d.rows()]);
+        attention::cpu_forward(&mut out, &mut lse, qkv, starts, d);
         dot(&out, &w)
     };
-    let (mut out, mut att) = (vec![0.0; 120], vec![0.0; 150]);
-    attention::cpu_forward(&mut out, &mut att, &qkv, starts, d);
-    let (mut dqkv, mut dpre) = (vec![0.0; qkv.len()], vec![0.0; 150]);
-    attention::cpu_backward(&mut dqkv, &mut dpre, &w, &qkv, &att, starts, d);
+    let (mut out, mut lse) = (vec![0.0; w.len()], vec![0.0; d.rows()]);
+    attention::cpu_forward(&mut out, &mut lse, &qkv, starts, d);
+    let (mut dqkv, mut delta) = (vec![0.0; qkv.len()], vec![0.0; d.rows()]);
+    attention::cpu_backward(&mut dqkv, &mut delta, &w, &out, &qkv, &lse, starts, d);
     check(
-        &format!("attention(alibi {alibi}, starts {starts:?}).qkv"),
+        &format!("attention({d:?}, starts {starts:?}).qkv"),
         &qkv,
         &dqkv,
         fwd,
     );
-    // Each row's probabilities sum to 1 over its document up to itself, and are 0 elsewhere.
-    for bh in 0..6 {
-        for t in 0..5 {
-            let first = starts[(bh / 3) * 5 + t] as usize;
-            let row = &att[(bh * 5 + t) * 5..(bh * 5 + t + 1) * 5];
-            let inside: f64 = row[first..=t].iter().sum();
-            assert!(
-                (inside - 1.0).abs() < 1e-12,
-                "row {t} of head {bh} sums to {inside} inside its document"
-            );
-            assert!(
-                row[..first].iter().chain(&row[t + 1..]).all(|&a| a == 0.0),
-                "row {t} of head {bh}: {row:?}"
-            );
-        }
+    // The output and each row's log-sum-exp are those of the definition: a softmax over the
+    // query's document up to itself.
+    let (want_out, want_lse) = naive_attention(&qkv, starts, d);
+    for (name, got, want) in [("out", &out, &want_out), ("lse", &lse, &want_lse)] {
+        let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-12, "attention {name} differs from the definition by {worst}");
     }
-    // Causality: row 0 of every head attends only to itself.
-    for bh in 0..6 {
-        assert_eq!(att[bh * 25], 1.0);
-        assert!(att[bh * 25 + 1..bh * 25 + 5].iter().all(|&a| a == 0.0));
+    // delta is dout·out per row.
+    for (row, &dl) in delta.iter().enumerate() {
+        let (b, h, i) = (row / (d.h * d.t), (row / d.t) % d.h, row % d.t);
+        let at = (b * d.t + i) * c + h * d.dh;
+        assert!((dl - dot(&w[at..at + d.dh], &out[at..at + d.dh])).abs() < 1e-12);
     }
 }
 

@@ -310,13 +310,13 @@ fn head(fwd: &mut Tally, bt: u64, v: u64) -> Result<()> {
 fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
     let [d, v, h, dh, f] = [c.d_model, c.vocab, c.n_heads, c.head_dim, c.d_ff].map(|x| x as u64);
     let hd = product("n_heads × head_dim", &[h, dh])?;
-    let att = "the attention probabilities (batch × n_heads × seq_len²)";
+    let lse = "the attention log-sum-exps (batch × n_heads × seq_len)";
     let mut per = Tally::default();
     per.buf("ln1 (batch × seq_len × d_model)", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
     per.buf("qkv (batch × seq_len × 3·n_heads·head_dim)", &[bt, 3, hd])?;
     per.buf("the attention output", &[bt, hd])?;
-    per.buf(att, &[b, h, t, t])?;
+    per.buf(lse, &[b, h, t])?;
     per.buf("the residual", &[bt, d])?;
     per.buf("ln2", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
@@ -336,7 +336,7 @@ fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Ac
     bwd.buf("the norm gradient", &[bt, d])?;
     bwd.buf("the attention gradient", &[bt, hd])?;
     bwd.buf("the qkv gradient", &[bt, 3, hd])?;
-    bwd.buf(att, &[b, h, t, t])?;
+    bwd.buf("attention's dout·out per row (batch × n_heads × seq_len)", &[b, h, t])?;
     bwd.buf("the FF gradient", &[bt, f])?;
     bwd.buf("the FF gradient", &[bt, f])?;
     // W_QKV, W_O, W1 and W2 of every block, as the RMT's probed sites.
@@ -402,13 +402,13 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     let [dk, dv, r, v, n] = [c.d_k, c.d_v, c.rank, c.vocab, c.seq_len].map(|x| x as u64);
     let m = product("d_k × d_v", &[dk, dv])?;
     let rv = trunk_width(c)?;
-    let att = "the attention probabilities (batch × rank × seq_len²)";
+    let lse = "the attention log-sum-exps (batch × rank × seq_len)";
     let res = "the residual matrices (batch × seq_len × d_k × d_v)";
     let mut per = Tally::default();
     per.buf("the norm statistics", &[bt, 2])?;
     per.buf("qkv (batch × seq_len × 3·rank·d_v)", &[bt, 3, rv])?;
     per.buf("the attention output", &[bt, rv])?;
-    per.buf(att, &[b, r, t, t])?;
+    per.buf(lse, &[b, r, t])?;
     per.buf(res, &[bt, m])?;
     per.buf("the norm statistics", &[bt, 2])?;
     per.buf("the FF adapters", &[bt, rv])?;
@@ -440,7 +440,7 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     bwd.buf("the norm gradient", &[bt, m])?;
     bwd.buf("the vector gradient", &[bt, rv])?;
     bwd.buf("the qkv gradient", &[bt, 3, rv])?;
-    bwd.buf(att, &[b, r, t, t])?;
+    bwd.buf("attention's dout·out per row (batch × rank × seq_len)", &[b, r, t])?;
     bwd.include("the feed-forward core's gradients", &core.scratch, 1)?;
     let chunks = bt.div_ceil(KEY_GRAD_CHUNK as u64);
     bwd.buf("the key-gradient partial sums", &[chunks, 3, r, dk])?;
@@ -462,14 +462,14 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
     let [d, v, h, tau] = [c.d_model, c.vocab, c.n_heads, c.tau].map(|x| x as u64);
     let (k, _) = hashed_widths(d, c.tau)?;
     let ff = memory_block_acts(bt, d, &c.hashing())?;
-    let att = "the attention probabilities (batch × n_heads × seq_len²)";
+    let lse = "the attention log-sum-exps (batch × n_heads × seq_len)";
     let mut per = Tally::default();
     per.buf("ln1 (batch × seq_len × d_model)", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
     hashed(&mut per, bt, k, tau)?;
     per.buf("qkv", &[bt, 3, d])?;
     per.buf("the attention output", &[bt, d])?;
-    per.buf(att, &[b, h, t, t])?;
+    per.buf(lse, &[b, h, t])?;
     per.buf("the residual", &[bt, d])?;
     per.buf("ln2", &[bt, d])?;
     per.buf("the norm statistics", &[bt, 2])?;
@@ -488,7 +488,7 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
     bwd.buf("the residual gradient", &[bt, d])?;
     bwd.buf("the norm gradient", &[bt, d])?;
     bwd.buf("the qkv gradient", &[bt, 3, d])?;
-    bwd.buf(att, &[b, h, t, t])?;
+    bwd.buf("attention's dout·out per row (batch × n_heads × seq_len)", &[b, h, t])?;
     bwd.include("the memory block's gradients", &ff.scratch, 1)?;
     Ok(Acts {
         forward: fwd,

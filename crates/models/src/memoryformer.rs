@@ -111,7 +111,7 @@ struct BlockActs<B: Backend> {
     hq: Hashed<B>,
     qkv: B::Tensor,  // (BT, 3d)
     atty: B::Tensor, // (BT, d)
-    att: B::Tensor,  // (B, H, T, T)
+    lse: B::Tensor, // (B, H, T) each row's log-sum-exp of its attention logits
     res_att: B::Tensor,
     ln2: B::Tensor,
     ln2_stats: B::Tensor,
@@ -125,7 +125,7 @@ struct Scratch<B: Backend> {
     dresidual: B::Tensor, // (BT, d)
     dln: B::Tensor,       // (BT, d)
     dqkv: B::Tensor,      // (BT, 3d)
-    dpre: B::Tensor,
+    delta: B::Tensor, // (B, H, T) attention's dout·out per row
     ff: MemoryBlockScratch<B>,
 }
 
@@ -184,7 +184,7 @@ impl<B: Backend> MemoryFormer<B> {
                     hq: Hashed::new(be, qkv)?,
                     qkv: z("qkv", bt * 3 * d)?,
                     atty: z("attention output", bt * d)?,
-                    att: z("attention probabilities", b * h * t * t)?,
+                    lse: z("attention log-sum-exps", b * h * t)?,
                     res_att: z("residual", bt * d)?,
                     ln2: z("ln2", bt * d)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
@@ -200,7 +200,7 @@ impl<B: Backend> MemoryFormer<B> {
                 dresidual: z("residual gradient", bt * d)?,
                 dln: z("norm gradient", bt * d)?,
                 dqkv: z("qkv gradient", bt * 3 * d)?,
-                dpre: z("attention logit gradient", b * h * t * t)?,
+                delta: z("attention row terms", b * h * t)?,
                 ff: ff.scratch(be)?,
             })
         };
@@ -284,7 +284,7 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
             // X ← X + MHA(ML_QKV(Norm(X)))
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &q.ln1, self.norm(d));
             a.hq.forward(be, &a.qkv, &a.ln1, &q.qkv, &self.cursor);
-            be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
+            be.attention_forward(&a.atty, &a.lse, &a.qkv, &batch.doc_start, self.attention(l));
             be.add(&a.res_att, x, &a.atty);
             // X ← X + ML2(Norm(ML1(Norm(X))))
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &q.ln2, self.norm(d));
@@ -339,10 +339,11 @@ impl<B: Backend> LanguageModel<B> for MemoryFormer<B> {
             // Attention, straight from the residual: there is no output projection.
             be.attention_backward(
                 &s.dqkv,
-                &s.dpre,
+                &s.delta,
                 &s.dresidual,
+                &a.atty,
                 &a.qkv,
-                &a.att,
+                &a.lse,
                 &batch.doc_start,
                 self.attention(l),
             );

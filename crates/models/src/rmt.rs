@@ -194,7 +194,7 @@ struct BlockActs<B: Backend, K: FfCore> {
     ln1_stats: B::Tensor, // (BT, 2): Norm(X) itself is never written; retrievals normalise as they read
     qkv: B::Tensor,       // (BT, 3R·D_v)
     atty: B::Tensor,      // (BT, R·D_v)
-    att: B::Tensor,       // (B, R, T, T)
+    lse: B::Tensor, // (B, R, T) each row's log-sum-exp of its attention logits
     res_att: B::Tensor,   // (BT, D_k·D_v)
     ln2_stats: B::Tensor,
     xff: B::Tensor,    // (BT, R·D_v) the FF adapters' retrievals
@@ -210,7 +210,7 @@ struct Scratch<B: Backend, K: FfCore> {
     dln: B::Tensor,         // (BT, D_k·D_v)
     dvec: B::Tensor,        // (BT, R·D_v): gradients of retrieved or stored vectors
     dqkv: B::Tensor,        // (BT, 3R·D_v)
-    dpre: B::Tensor,        // (B, R, T, T)
+    delta: B::Tensor, // (B, R, T) attention's dout·out per row
     core: K::Scratch<B>,    // the core's
     partials: B::Tensor,    // key-gradient partial sums
     stored: B::Tensor,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes
@@ -302,7 +302,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
                     ln1_stats: z("ln1 stats", bt * 2)?,
                     qkv: z("qkv", bt * 3 * rv)?,
                     atty: z("attention output", bt * rv)?,
-                    att: z("attention probabilities", b * r * t * t)?,
+                    lse: z("attention log-sum-exps", b * r * t)?,
                     res_att: z("residual", bt * m)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
                     xff: z("ff adapters", bt * rv)?,
@@ -325,7 +325,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
                 dln: z("norm gradient", bt * m)?,
                 dvec: z("vector gradient", bt * rv)?,
                 dqkv: z("qkv gradient", bt * 3 * rv)?,
-                dpre: z("attention logit gradient", b * r * t * t)?,
+                delta: z("attention row terms", b * r * t)?,
                 core: core.scratch(be)?,
                 partials: z("key gradient partial sums", widest.key_grad_scratch())?,
                 stored: z("probe scratch", bt * m)?,
@@ -554,7 +554,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 gain: &q.ln1,
             };
             self.retrieve_from_norm(be, site(Layer::Attn, Op::Retrieval), &a.qkv, &q.r_qkv, n1);
-            be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
+            be.attention_forward(&a.atty, &a.lse, &a.qkv, &batch.doc_start, self.attention(l));
             let at = probes::site_index(l, Layer::Attn, Op::Storage);
             self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.atty);
             // x_FF = r_FF ·₁ Norm(X); f = core(x_FF); X ← X + Σ_h w_FF ⊗ f_h
@@ -624,10 +624,11 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
             be.attention_backward(
                 &s.dqkv,
-                &s.dpre,
+                &s.delta,
                 &s.dvec,
+                &a.atty,
                 &a.qkv,
-                &a.att,
+                &a.lse,
                 &batch.doc_start,
                 self.attention(l),
             );

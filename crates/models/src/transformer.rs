@@ -114,7 +114,7 @@ struct BlockActs<T> {
     ln1_stats: T, // (BT, 2)
     qkv: T,       // (BT, 3·H·Dh)
     atty: T,      // (BT, H·Dh)
-    att: T,       // (B, H, T, T)
+    lse: T, // (B, H, T) each row's log-sum-exp of its attention logits
     res_att: T,   // (BT, C) residual after attention
     ln2: T,       // (BT, C)
     ln2_stats: T, // (BT, 2)
@@ -130,7 +130,7 @@ struct Scratch<T> {
     dln: T,       // (BT, C)
     datty: T,     // (BT, H·Dh)
     dqkv: T,      // (BT, 3·H·Dh)
-    dpre: T,      // (B, H, T, T)
+    delta: T, // (B, H, T) attention's dout·out per row
     dfch: T,      // (BT, F)
     dfch_gelu: T, // (BT, F)
 }
@@ -191,7 +191,7 @@ impl<B: Backend> Transformer<B> {
                     ln1_stats: z("ln1 stats", bt * 2)?,
                     qkv: z("qkv", bt * 3 * hd)?,
                     atty: z("attention output", bt * hd)?,
-                    att: z("attention probabilities", b * cfg.n_heads * t * t)?,
+                    lse: z("attention log-sum-exps", b * cfg.n_heads * t)?,
                     res_att: z("residual", bt * c)?,
                     ln2: z("ln2", bt * c)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
@@ -208,7 +208,7 @@ impl<B: Backend> Transformer<B> {
                 dln: z("norm gradient", bt * c)?,
                 datty: z("attention gradient", bt * hd)?,
                 dqkv: z("qkv gradient", bt * 3 * hd)?,
-                dpre: z("attention logit gradient", b * cfg.n_heads * t * t)?,
+                delta: z("attention row terms", b * cfg.n_heads * t)?,
                 dfch: z("ff gradient", bt * f)?,
                 dfch_gelu: z("ff gradient", bt * f)?,
             })
@@ -324,7 +324,7 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm(bt));
             be.matmul(&a.qkv, &a.ln1, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
             self.probe(be, l, Layer::Attn, Op::Retrieval, &a.ln1, &a.qkv);
-            be.attention_forward(&a.atty, &a.att, &a.qkv, &batch.doc_start, self.attention(l));
+            be.attention_forward(&a.atty, &a.lse, &a.qkv, &batch.doc_start, self.attention(l));
             be.matmul(&self.proj, &a.atty, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
             self.probe(be, l, Layer::Attn, Op::Storage, &a.atty, &self.proj);
             be.add(&a.res_att, x, &self.proj);
@@ -395,10 +395,11 @@ impl<B: Backend> LanguageModel<B> for Transformer<B> {
             self.probe_grad(be, l, Layer::Attn, Op::Storage, &s.dresidual, &s.datty);
             be.attention_backward(
                 &s.dqkv,
-                &s.dpre,
+                &s.delta,
                 &s.datty,
+                &a.atty,
                 &a.qkv,
-                &a.att,
+                &a.lse,
                 &batch.doc_start,
                 self.attention(l),
             );

@@ -271,3 +271,36 @@ fn dimensions_whose_products_overflow_are_config_errors() {
     assert!(Hybrid::inference(&be, wide, 1, 1).is_err());
     assert_eq!(be.allocated_bytes(), 0);
 }
+
+/// At T = 1,024 no model keeps a (T, T) attention matrix: attention saves one log-sum-exp per
+/// (batch, head, row) and its backward one value more, so every architecture's activations and
+/// backward scratch together, exactly as allocated, stay under the size of a single head's
+/// (B, H, T, T) probabilities.
+#[test]
+fn long_sequences_allocate_no_square_attention_buffer() {
+    let (b, t, vocab) = (1, 1024, 16);
+    let configs = [
+        (
+            ModelConfig::Transformer(TransformerConfig {
+                d_model: 16,
+                n_heads: 2,
+                head_dim: 8,
+                n_layers: 1,
+                ..transformer(vocab, t)
+            }),
+            2,
+        ),
+        (ModelConfig::Rmt(rmt(vocab, t, Position::Alibi)), 3),
+        (ModelConfig::MemoryFormer(memoryformer(vocab, t)), 2),
+        (ModelConfig::Hybrid(hybrid(vocab, t, Position::Learned)), 3),
+    ];
+    for (cfg, heads) in configs {
+        let est = estimate(&cfg, b, t, Purpose::Train).unwrap();
+        assert_eq!(est.bytes, allocated(&cfg, b, t, Purpose::Train), "{cfg:?}");
+        let square = 4 * (b * heads * t * t) as u64;
+        assert!(
+            est.activation_bytes + est.backward_bytes < square,
+            "{cfg:?} at T = {t}: {est:?} against {square} bytes of one layer's (B, H, T, T)"
+        );
+    }
+}

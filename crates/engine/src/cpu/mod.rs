@@ -254,14 +254,14 @@ impl<T: Scalar> Backend for CpuBackend<T> {
     fn attention_forward(
         &self,
         out: &CpuTensor<T>,
-        att: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
         qkv: &CpuTensor<T>,
         doc_start: &CpuIndex,
         dims: AttentionDims,
     ) {
         ops::attention::cpu_forward(
             &mut out.get_mut(),
-            &mut att.get_mut(),
+            &mut lse.get_mut(),
             &qkv.get(),
             &doc_start.get(),
             dims,
@@ -270,19 +270,21 @@ impl<T: Scalar> Backend for CpuBackend<T> {
     fn attention_backward(
         &self,
         dqkv: &CpuTensor<T>,
-        dpre: &CpuTensor<T>,
+        delta: &CpuTensor<T>,
         dout: &CpuTensor<T>,
+        out: &CpuTensor<T>,
         qkv: &CpuTensor<T>,
-        att: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
         doc_start: &CpuIndex,
         dims: AttentionDims,
     ) {
         ops::attention::cpu_backward(
             &mut dqkv.get_mut(),
-            &mut dpre.get_mut(),
+            &mut delta.get_mut(),
             &dout.get(),
+            &out.get(),
             &qkv.get(),
-            &att.get(),
+            &lse.get(),
             &doc_start.get(),
             dims,
         )

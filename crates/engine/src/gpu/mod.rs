@@ -246,24 +246,25 @@ impl Backend for GpuBackend {
     fn attention_forward(
         &self,
         out: &GpuTensor,
-        att: &GpuTensor,
+        lse: &GpuTensor,
         qkv: &GpuTensor,
         doc_start: &GpuIndex,
         dims: AttentionDims,
     ) {
-        ops::attention::gpu_forward(self, out, att, qkv, doc_start, dims)
+        ops::attention::gpu_forward(self, out, lse, qkv, doc_start, dims)
     }
     fn attention_backward(
         &self,
         dqkv: &GpuTensor,
-        dpre: &GpuTensor,
+        delta: &GpuTensor,
         dout: &GpuTensor,
+        out: &GpuTensor,
         qkv: &GpuTensor,
-        att: &GpuTensor,
+        lse: &GpuTensor,
         doc_start: &GpuIndex,
         dims: AttentionDims,
     ) {
-        ops::attention::gpu_backward(self, dqkv, dpre, dout, qkv, att, doc_start, dims)
+        ops::attention::gpu_backward(self, dqkv, delta, dout, out, qkv, lse, doc_start, dims)
     }
     fn norm_stats(&self, stats: &GpuTensor, x: &GpuTensor, dims: NormDims) {
         ops::norm::gpu_stats(self, stats, x, dims)

@@ -1,7 +1,28 @@
 //! Causal multi-head attention in f32 (SPEC §1): softmax(scale·q·kᵀ + bias + causal mask)·v per
 //! head, where the bias is ALiBi's `−slope_h·(i − j)` when it is on and 0 otherwise (SPEC §2a).
+//!
+//! FlashAttention-style: no (T, T) matrix is ever kept. The forward saves only each row's
+//! log-sum-exp of its logits, `lse` (B, H, T); the backward recomputes the probabilities
+//! `P_ij = exp(logit_ij − lse_i)` from q, k and `lse`, with `D_i = Σ_d dout_i·out_i` (the
+//! softmax's row term, equal to Σ_j P_ij·dP_ij) computed first into the scratch `delta` (B, H, T).
+//!
+//! On the GPU (`shaders/attention.wgsl`) the forward runs one workgroup per (batch, head, tile of
+//! [`ROWS`] query rows), a thread per row, walking the tiles of ROWS keys with an online softmax;
+//! q, k and v tiles sit in workgroup memory [`CHUNK`] head dimensions at a time (12.4 KiB in all,
+//! under WebGPU's default 16 KiB). A thread accumulates [`COLUMNS`] output columns; a wider head
+//! takes one workgroup per group of columns, each recomputing the logits. The backward is three
+//! launches without atomics: `delta`; per query tile, dq; per key tile (a thread per key), dk and
+//! dv. Each output value is written by one thread, summed in a fixed order.
 
 use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+
+/// Query rows (or keys) per workgroup of the GPU kernels, one thread each, and keys (or
+/// queries) per tile they sweep.
+pub const ROWS: usize = 32;
+/// Head dimensions per chunk held in workgroup memory.
+pub const CHUNK: usize = 32;
+/// Output columns one GPU workgroup accumulates in registers (4 chunks).
+pub const COLUMNS: usize = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionDims {
@@ -24,10 +45,16 @@ impl AttentionDims {
             0.0
         }
     }
+
+    /// B·H·T: one value per (batch, head, query row), the length of the saved `lse` and of the
+    /// backward's `delta`.
+    pub fn rows(&self) -> usize {
+        self.b * self.h * self.t
+    }
 }
 
 impl AttentionDims {
-    fn check(&self, qkv: usize, out: usize, att: usize, doc_start: usize) {
+    fn check(&self, qkv: usize, out: usize, lse: usize, doc_start: usize) {
         assert_eq!(
             doc_start,
             self.b * self.t,
@@ -40,24 +67,28 @@ impl AttentionDims {
             "attention: qkv has {qkv} values for {self:?}"
         );
         assert_eq!(out, self.b * self.t * c, "attention: out has {out} values for {self:?}");
-        assert_eq!(
-            att,
-            self.b * self.h * self.t * self.t,
-            "attention: att has {att} values for {self:?}"
-        );
+        assert_eq!(lse, self.rows(), "attention: lse has {lse} values for {self:?}");
     }
 }
 
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
-
-    /// The first key query `t` (at flat row `row`) may see: its document's start, at most `t`.
-    fn first_key(doc_start: &[u32], row: usize, t: usize) -> usize {
-        (doc_start[row] as usize).min(t)
-    }
     use crate::ops::Scalar;
     use rayon::prelude::*;
+
+    /// Query rows per block of the CPU twin: a block's logits are QB × (its keys), never T × T.
+    const QB: usize = 64;
+
+    /// The first key query `i` of a sequence may see: its document's start, at most `i`.
+    fn first_key(starts: &[u32], i: usize) -> usize {
+        (starts[i] as usize).min(i)
+    }
+
+    /// The keys any query of rows `i0..i1` sees: from the earliest first key up to `i1`.
+    fn block_keys(starts: &[u32], i0: usize, i1: usize) -> usize {
+        (i0..i1).map(|i| first_key(starts, i)).min().unwrap_or(i0)
+    }
 
     /// A matrix in a slice: the element (i, j) is at `offset + i·rs + j·cs`.
     #[derive(Clone, Copy)]
@@ -67,7 +98,22 @@ mod cpu_twin {
         cs: usize,
     }
 
-    /// c (m×n, row stride rsc, from `c_at`) = a (m×k) · b (k×n), on the calling thread.
+    impl Mat {
+        /// Row-major rows of `rs` values from `offset`.
+        fn rows(offset: usize, rs: usize) -> Self {
+            Mat { offset, rs, cs: 1 }
+        }
+        /// The transpose.
+        fn t(self) -> Self {
+            Mat {
+                offset: self.offset,
+                rs: self.cs,
+                cs: self.rs,
+            }
+        }
+    }
+
+    /// c (m×n, row stride rsc, from `c_at`) = a (m×k) · b (k×n) + beta·c, on the calling thread.
     #[allow(clippy::too_many_arguments)]
     fn gemm<T: Scalar>(
         m: usize,
@@ -77,6 +123,7 @@ mod cpu_twin {
         am: Mat,
         b: &[T],
         bm: Mat,
+        beta: T,
         c: &mut [T],
         c_at: usize,
         rsc: usize,
@@ -95,142 +142,161 @@ mod cpu_twin {
                 b.as_ptr().add(bm.offset),
                 bm.rs as isize,
                 bm.cs as isize,
-                T::zero(),
+                beta,
                 c.as_mut_ptr().add(c_at),
                 rsc as isize,
             )
         }
     }
 
-    /// Per batch element and head: scores = scale·q·kᵀ + bias by GEMM, a softmax per row over
-    /// the keys of the query's document up to itself, then out = att·v by GEMM. att keeps the
-    /// probabilities, 0 outside the mask.
-    pub fn cpu_forward<T: Scalar>(out: &mut [T], att: &mut [T], qkv: &[T], doc_start: &[u32], d: AttentionDims) {
-        d.check(qkv.len(), out.len(), att.len(), doc_start.len());
-        let (tt, c) = (d.t, d.h * d.dh);
+    /// Where one batch element's tensors live: q, k, v of head h are (T, Dh) with row stride
+    /// 3C in qkv; out and dout rows have stride C.
+    struct Seq {
+        b: usize,
+        d: AttentionDims,
+    }
+
+    impl Seq {
+        fn c(&self) -> usize {
+            self.d.h * self.d.dh
+        }
+        /// Part `p` (0 q, 1 k, 2 v) of head `h` from token `t` of this sequence, in qkv.
+        fn qkv(&self, p: usize, h: usize, t: usize) -> Mat {
+            let c = self.c();
+            Mat::rows((self.b * self.d.t + t) * 3 * c + p * c + h * self.d.dh, 3 * c)
+        }
+        /// Head `h` from token `t`, in out or dout.
+        fn out(&self, h: usize, t: usize) -> Mat {
+            Mat::rows((self.b * self.d.t + t) * self.c() + h * self.d.dh, self.c())
+        }
+    }
+
+    /// logit(i, j) = scale·(q_i·k_j) − slope·(i − j), from the raw product q_i·k_j.
+    fn logit<T: Scalar>(dot: T, scale: T, slope: T, i: usize, j: usize) -> T {
+        dot * scale - slope * T::of((i - j) as f64)
+    }
+
+    /// Per batch element and head, in blocks of QB query rows: the block's products with its
+    /// keys by GEMM, a softmax per row over the keys of the query's document up to itself
+    /// (its log-sum-exp saved in `lse`), then out = probabilities · v by GEMM.
+    pub fn cpu_forward<T: Scalar>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], d: AttentionDims) {
+        d.check(qkv.len(), out.len(), lse.len(), doc_start.len());
+        let (tt, dh) = (d.t, d.dh);
         let scale = T::of(d.scale as f64);
-        out.par_chunks_mut(tt * c)
-            .zip(att.par_chunks_mut(d.h * tt * tt))
+        out.par_chunks_mut(tt * d.h * dh)
+            .zip(lse.par_chunks_mut(d.h * tt))
             .enumerate()
-            .for_each(|(b, (out, att))| {
-                // q, k, v of head h: (T, Dh) with row stride 3C inside this batch's tokens.
-                let part = |p: usize, h: usize| Mat {
-                    offset: b * tt * 3 * c + p * c + h * d.dh,
-                    rs: 3 * c,
-                    cs: 1,
-                };
+            .for_each(|(b, (out, lse))| {
+                let seq = Seq { b, d };
+                let starts = &doc_start[b * tt..(b + 1) * tt];
+                // The block's logits, then its probabilities: (rows, keys), keys from k0.
+                let mut s = vec![T::zero(); QB.min(tt) * tt];
                 for h in 0..d.h {
-                    let k = part(1, h);
-                    let kt = Mat {
-                        offset: k.offset,
-                        rs: 1,
-                        cs: 3 * c,
-                    };
-                    gemm(tt, d.dh, tt, qkv, part(0, h), qkv, kt, att, h * tt * tt, tt);
                     let slope = T::of(d.slope(h));
-                    for t in 0..tt {
-                        let first = first_key(doc_start, b * tt + t, t);
-                        let row = &mut att[(h * tt + t) * tt..(h * tt + t + 1) * tt];
-                        for (s, a) in row.iter_mut().enumerate().take(t + 1).skip(first) {
-                            *a = *a * scale - slope * T::of((t - s) as f64);
+                    for i0 in (0..tt).step_by(QB) {
+                        let i1 = (i0 + QB).min(tt);
+                        let k0 = block_keys(starts, i0, i1);
+                        let (m, nk) = (i1 - i0, i1 - k0);
+                        let kt = seq.qkv(1, h, k0).t();
+                        gemm(m, dh, nk, qkv, seq.qkv(0, h, i0), qkv, kt, T::zero(), &mut s, 0, nk);
+                        for (r, row) in s.chunks_mut(nk).take(m).enumerate() {
+                            let i = i0 + r;
+                            let first = first_key(starts, i);
+                            let seen = &mut row[first - k0..=i - k0];
+                            for (a, j) in seen.iter_mut().zip(first..) {
+                                *a = logit(*a, scale, slope, i, j);
+                            }
+                            let mx = seen.iter().copied().fold(T::neg_infinity(), T::max);
+                            let mut sum = T::zero();
+                            for a in seen.iter_mut() {
+                                *a = (*a - mx).exp();
+                                sum = sum + *a;
+                            }
+                            for a in seen.iter_mut() {
+                                *a = *a / sum;
+                            }
+                            lse[h * tt + i] = mx + sum.ln();
+                            row[..first - k0].fill(T::zero());
+                            row[i - k0 + 1..].fill(T::zero());
                         }
-                        let seen = &mut row[first..=t];
-                        let mx = seen.iter().copied().fold(T::neg_infinity(), T::max);
-                        let mut sum = T::zero();
-                        for a in seen.iter_mut() {
-                            *a = (*a - mx).exp();
-                            sum = sum + *a;
-                        }
-                        for a in seen.iter_mut() {
-                            *a = *a / sum;
-                        }
-                        row[..first].fill(T::zero());
-                        row[t + 1..].fill(T::zero());
+                        // Rows of `out` relative to this batch element's slice.
+                        let at = seq.out(h, i0).offset - b * tt * seq.c();
+                        gemm(m, nk, dh, &s, Mat::rows(0, nk), qkv, seq.qkv(2, h, k0), T::zero(), out, at, seq.c());
                     }
-                    let probs = Mat {
-                        offset: h * tt * tt,
-                        rs: tt,
-                        cs: 1,
-                    };
-                    let att_h: &[T] = att;
-                    gemm(tt, tt, d.dh, att_h, probs, qkv, part(2, h), out, h * d.dh, c);
                 }
             });
     }
 
-    /// Per batch element and head, by GEMM: datt = dout·vᵀ; dpre = att ⊙ (datt − Σ att·datt);
-    /// dq = scale·dpre·k, dk = scale·dpreᵀ·q, dv = attᵀ·dout.
-    /// att is 0 outside the mask, so masked pairs get dpre = 0 with no test of their own.
+    /// Per batch element and head: delta_i = dout_i · out_i; then per block of QB query rows,
+    /// the probabilities P = exp(logits − lse) recomputed by GEMM, dP = dout·vᵀ,
+    /// dS = scale·P ⊙ (dP − delta), and dq = dS·k, dk += dSᵀ·q, dv += Pᵀ·dout, the blocks in
+    /// order. Masked pairs get P = dS = 0.
+    #[allow(clippy::too_many_arguments)]
     pub fn cpu_backward<T: Scalar>(
         dqkv: &mut [T],
-        dpre: &mut [T],
+        delta: &mut [T],
         dout: &[T],
+        out: &[T],
         qkv: &[T],
-        att: &[T],
+        lse: &[T],
         doc_start: &[u32],
         d: AttentionDims,
     ) {
-        d.check(qkv.len(), dout.len(), att.len(), doc_start.len());
-        let (tt, c) = (d.t, d.h * d.dh);
+        d.check(qkv.len(), dout.len(), lse.len(), doc_start.len());
+        assert_eq!(out.len(), dout.len(), "attention: out and dout differ in length");
+        assert_eq!(dqkv.len(), qkv.len(), "attention: dqkv and qkv differ in length");
+        assert_eq!(delta.len(), lse.len(), "attention: delta and lse differ in length");
+        let (tt, dh) = (d.t, d.dh);
         let scale = T::of(d.scale as f64);
-        dqkv.par_chunks_mut(tt * 3 * c)
-            .zip(dpre.par_chunks_mut(d.h * tt * tt))
+        dqkv.par_chunks_mut(tt * 3 * d.h * dh)
+            .zip(delta.par_chunks_mut(d.h * tt))
             .enumerate()
-            .for_each(|(b, (dqkv, dpre))| {
-                let part = |p: usize, h: usize| Mat {
-                    offset: b * tt * 3 * c + p * c + h * d.dh,
-                    rs: 3 * c,
-                    cs: 1,
-                };
-                let att = &att[b * d.h * tt * tt..(b + 1) * d.h * tt * tt];
+            .for_each(|(b, (dqkv, delta))| {
+                let seq = Seq { b, d };
+                let c = seq.c();
+                let starts = &doc_start[b * tt..(b + 1) * tt];
+                let lse = &lse[b * d.h * tt..(b + 1) * d.h * tt];
+                // dk and dv add up over the query blocks.
+                dqkv.fill(T::zero());
+                // Where part p of head h from token t sits in this batch element's dqkv.
+                let local = |p: usize, h: usize, t: usize| seq.qkv(p, h, t).offset - b * tt * 3 * c;
+                let (mut pr, mut ds) = (vec![T::zero(); QB.min(tt) * tt], vec![T::zero(); QB.min(tt) * tt]);
                 for h in 0..d.h {
-                    let go = Mat {
-                        offset: b * tt * c + h * d.dh,
-                        rs: c,
-                        cs: 1,
-                    };
-                    let v = part(2, h);
-                    let vt = Mat {
-                        offset: v.offset,
-                        rs: 1,
-                        cs: 3 * c,
-                    };
-                    gemm(tt, d.dh, tt, dout, go, qkv, vt, dpre, h * tt * tt, tt);
-                    for t in 0..tt {
-                        let r = (h * tt + t) * tt;
-                        let tmp: T = (0..=t).map(|s| att[r + s] * dpre[r + s]).sum();
-                        for s in 0..tt {
-                            dpre[r + s] = if s <= t {
-                                att[r + s] * (dpre[r + s] - tmp) * scale
-                            } else {
-                                T::zero()
-                            };
-                        }
+                    let slope = T::of(d.slope(h));
+                    for i in 0..tt {
+                        let at = seq.out(h, i).offset;
+                        delta[h * tt + i] = (0..dh).map(|x| dout[at + x] * out[at + x]).sum();
                     }
-                    // With dpre scaled, dq and dk are plain products.
-                    let dp = Mat {
-                        offset: h * tt * tt,
-                        rs: tt,
-                        cs: 1,
-                    };
-                    let dpt = Mat {
-                        offset: h * tt * tt,
-                        rs: 1,
-                        cs: tt,
-                    };
-                    let local = |p: usize| p * c + h * d.dh;
-                    let dpre_h: &[T] = dpre;
-                    gemm(tt, tt, d.dh, dpre_h, dp, qkv, part(1, h), dqkv, local(0), 3 * c);
-                    gemm(tt, tt, d.dh, dpre_h, dpt, qkv, part(0, h), dqkv, local(1), 3 * c);
-                    let at = Mat {
-                        offset: h * tt * tt,
-                        rs: 1,
-                        cs: tt,
-                    };
-                    gemm(tt, tt, d.dh, att, at, dout, go, dqkv, local(2), 3 * c);
+                    for i0 in (0..tt).step_by(QB) {
+                        let i1 = (i0 + QB).min(tt);
+                        let k0 = block_keys(starts, i0, i1);
+                        let (m, nk) = (i1 - i0, i1 - k0);
+                        let (q, k, v, go) = (seq.qkv(0, h, i0), seq.qkv(1, h, k0), seq.qkv(2, h, k0), seq.out(h, i0));
+                        gemm(m, dh, nk, qkv, q, qkv, k.t(), T::zero(), &mut pr, 0, nk);
+                        gemm(m, dh, nk, dout, go, qkv, v.t(), T::zero(), &mut ds, 0, nk);
+                        for r in 0..m {
+                            let i = i0 + r;
+                            let first = first_key(starts, i);
+                            let row = (h * tt + i, r * nk);
+                            for j in k0..i1 {
+                                let at = row.1 + j - k0;
+                                if first <= j && j <= i {
+                                    let p = (logit(pr[at], scale, slope, i, j) - lse[row.0]).exp();
+                                    pr[at] = p;
+                                    ds[at] = p * (ds[at] - delta[row.0]) * scale;
+                                } else {
+                                    pr[at] = T::zero();
+                                    ds[at] = T::zero();
+                                }
+                            }
+                        }
+                        let (one, zero) = (T::one(), T::zero());
+                        let block = Mat::rows(0, nk);
+                        gemm(m, nk, dh, &ds, block, qkv, k, zero, dqkv, local(0, h, i0), 3 * c);
+                        gemm(nk, m, dh, &ds, block.t(), qkv, q, one, dqkv, local(1, h, k0), 3 * c);
+                        gemm(nk, m, dh, &pr, block.t(), dout, go, one, dqkv, local(2, h, k0), 3 * c);
+                    }
                 }
-                // dpre keeps the logits' gradient itself, without the scale, as the GPU's does.
-                dpre.iter_mut().for_each(|g| *g = *g / scale);
             });
     }
 }
@@ -248,46 +314,57 @@ fn params(d: &AttentionDims) -> [u32; 6] {
     ]
 }
 
+/// One workgroup per (batch, head, tile of ROWS rows, COLUMNS output columns), folded past
+/// 65 535 like every launch.
+fn tiles(d: &AttentionDims) -> [u32; 3] {
+    grid_1d(d.b * d.h * d.t.div_ceil(ROWS) * d.dh.div_ceil(COLUMNS).max(1), 1)
+}
+
 pub fn gpu_forward(
     gpu: &GpuBackend,
     out: &GpuTensor,
-    att: &GpuTensor,
+    lse: &GpuTensor,
     qkv: &GpuTensor,
     doc_start: &GpuIndex,
     d: AttentionDims,
 ) {
-    d.check(qkv.len, out.len, att.len, doc_start.len);
-    let grid = grid_1d(d.b * d.h * d.t, 256);
+    d.check(qkv.len, out.len, lse.len, doc_start.len);
     gpu.dispatch(
         "attention",
         "attention_forward",
         &params(&d),
-        &[out.arg(), att.arg(), qkv.arg(), doc_start.arg()],
-        grid,
+        &[out.arg(), lse.arg(), qkv.arg(), doc_start.arg()],
+        tiles(&d),
     );
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn gpu_backward(
     gpu: &GpuBackend,
     dqkv: &GpuTensor,
-    dpre: &GpuTensor,
+    delta: &GpuTensor,
     dout: &GpuTensor,
+    out: &GpuTensor,
     qkv: &GpuTensor,
-    att: &GpuTensor,
+    lse: &GpuTensor,
     doc_start: &GpuIndex,
     d: AttentionDims,
 ) {
-    d.check(qkv.len, dout.len, att.len, doc_start.len);
-    assert_eq!(dpre.len, att.len, "attention: dpre must match att");
+    d.check(qkv.len, dout.len, lse.len, doc_start.len);
+    assert_eq!(out.len, dout.len, "attention: out and dout differ in length");
+    assert_eq!(dqkv.len, qkv.len, "attention: dqkv and qkv differ in length");
+    assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
+    let p = params(&d);
+    let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
+    gpu.dispatch_at("attention", "attention_backward_delta", &p, &rows, grid_1d(d.rows(), 256));
     let args = [
-        dqkv.arg(),
-        dpre.arg(),
-        dout.arg(),
-        qkv.arg(),
-        att.arg(),
-        doc_start.arg(),
+        (1, dqkv.arg()),
+        (2, delta.arg()),
+        (3, dout.arg()),
+        (5, qkv.arg()),
+        (6, lse.arg()),
+        (7, doc_start.arg()),
     ];
-    let grid = grid_1d(d.b * d.h * d.t, 256);
-    gpu.dispatch("attention", "attention_backward_query", &params(&d), &args, grid);
-    gpu.dispatch("attention", "attention_backward_key", &params(&d), &args, grid);
+    gpu.dispatch_at("attention", "attention_backward_query", &p, &args, tiles(&d));
+    gpu.dispatch_at("attention", "attention_backward_key", &p, &args, tiles(&d));
 }
