@@ -62,7 +62,12 @@ pub fn App() -> impl IntoView {
             }
             match GpuBackend::new().await {
                 Ok(be) => {
-                    set_status.set(format!("Ready: {}", engine::Backend::describe(&be)));
+                    let mib = be.max_binding_values() as u64 * 4 >> 20;
+                    set_status.set(format!(
+                        "Ready: {} (buffers up to {} MiB)",
+                        engine::Backend::describe(&be),
+                        thousands(mib)
+                    ));
                     *device.borrow_mut() = Some(be);
                     set_ready.set(true);
                 }
@@ -254,7 +259,7 @@ fn Cost(setup: RwSignal<Setup>) -> impl IntoView {
                     </table>
                     <p class="note">"V=" {cfg.model.vocab()} ", N=T=" {n} ". The RMT's residual can grow (D_k) without adding \
                         parameters or FLOPs beyond the key vectors; the hybrid trades the FF matrix products for hash-table \
-                        reads. Counted as `resmem count` counts them."</p>
+                        reads. Counted as resmem count counts them."</p>
                 }
                 .into_any()
             }

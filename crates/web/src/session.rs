@@ -180,11 +180,13 @@ impl Setup {
         Setup { arch, task, values }
     }
 
-    /// The same training settings (and any size both have) under another architecture.
+    /// The same training settings under another architecture, with that architecture's own
+    /// preset sizes (a norm or depth carried over would silently make another model).
     pub fn with_arch(&self, arch: Arch) -> Setup {
         let mut next = Setup::new(arch, self.task);
         for (k, v) in &self.values {
-            if let Some(slot) = next.values.get_mut(k) {
+            let training = Control::find(k).is_some_and(|c| c.table != "model");
+            if let Some(slot) = next.values.get_mut(k).filter(|_| training) {
                 *slot = v.clone();
             }
         }

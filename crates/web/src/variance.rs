@@ -101,10 +101,17 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
                     ch - 1,
                     ratio_color(closed)
                 );
-                svg += &format!(r#"<text x="{}" y="{}" text-anchor="middle">{value}</text>"#, x + cw / 2 + 2, y + 15);
+                // White text on the darkest cells, beyond 4× from 1.
+                let dark = ratio.is_some_and(|r| r.ln().abs() > 4f64.ln());
+                let (ink, faint) = if dark { ("#fff", "#eee") } else { ("#222", "#444") };
+                svg += &format!(
+                    r#"<text x="{}" y="{}" text-anchor="middle" fill="{ink}">{value}</text>"#,
+                    x + cw / 2 + 2,
+                    y + 15
+                );
                 if let Some(c) = closed {
                     svg += &format!(
-                        r##"<text x="{}" y="{}" text-anchor="middle" font-size="9" fill="#444">cf {c:.2}</text>"##,
+                        r#"<text x="{}" y="{}" text-anchor="middle" font-size="9" fill="{faint}">cf {c:.2}</text>"#,
                         x + cw / 2 + 2,
                         y + 28
                     );
