@@ -62,7 +62,7 @@ pub fn App() -> impl IntoView {
             }
             match GpuBackend::new().await {
                 Ok(be) => {
-                    let mib = be.max_binding_values() as u64 * 4 >> 20;
+                    let mib = (be.max_binding_values() as u64 * 4) >> 20;
                     set_status.set(format!(
                         "Ready: {} (buffers up to {} MiB)",
                         engine::Backend::describe(&be),

@@ -6,9 +6,11 @@ use crate::session::{Arch, Control, Kind, Setup, CONTROLS};
 use data::Task;
 use leptos::prelude::*;
 
-/// The page's named starting points: a name, an architecture and the settings it changes from
-/// that architecture's tiny preset.
-const PRESETS: &[(&str, Arch, &[(&str, &str)])] = &[
+/// A named starting point: a name, an architecture and the settings it changes from that
+/// architecture's tiny preset.
+type PagePreset = (&'static str, Arch, &'static [(&'static str, &'static str)]);
+
+const PRESETS: &[PagePreset] = &[
     ("tiny RMT", Arch::Rmt, &[]),
     ("tiny transformer", Arch::Transformer, &[]),
     ("tiny MemoryFormer", Arch::MemoryFormer, &[]),

@@ -347,6 +347,9 @@ pub fn describe(m: &ModelConfig) -> String {
 
 type Model = Box<dyn LanguageModel<GpuBackend>>;
 
+/// What a session holds besides its device and config.
+type Parts = (Trainer<GpuBackend, Model>, TaskSampler, usize, Vec<ClosedForm>);
+
 pub struct Session {
     pub be: GpuBackend,
     pub trainer: Trainer<GpuBackend, Model>,
@@ -377,11 +380,7 @@ impl Session {
         }
     }
 
-    fn parts(
-        be: &GpuBackend,
-        cfg: &RunConfig,
-        task: Task,
-    ) -> Result<(Trainer<GpuBackend, Model>, TaskSampler, usize, Vec<ClosedForm>), String> {
+    fn parts(be: &GpuBackend, cfg: &RunConfig, task: Task) -> Result<Parts, String> {
         check_limits(cfg, be.max_binding_values() as u64 * 4)?;
         let err = |e: models::ModelError| e.to_string();
         let (b, t, seed) = (cfg.train.batch, cfg.data.seq_len(), cfg.train.seed);

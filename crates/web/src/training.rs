@@ -66,7 +66,7 @@ pub async fn train(session: &mut Session, wants: Wants<'_>, emit: &dyn Fn(Event)
             emit(Event::Buckets(summed(&window)));
         }
         let last = n == steps || (wants.stop)();
-        if !(n == 1 || n % LOSS_EVERY == 0 || last) {
+        if !(n == 1 || n.is_multiple_of(LOSS_EVERY) || last) {
             continue;
         }
         // The read waits for the GPU: the interval since the first step after the last read is
@@ -87,7 +87,7 @@ pub async fn train(session: &mut Session, wants: Wants<'_>, emit: &dyn Fn(Event)
             ));
         }
         // Before the probes run a forward of their own: these are the step's residuals.
-        if let Some(seq) = (wants.residuals)().filter(|_| n == 1 || n % residual::READ_EVERY == 0) {
+        if let Some(seq) = (wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY)) {
             let (depths, inputs) = session.residuals(seq).await?;
             emit(Event::Residuals(Residuals {
                 step: n,
@@ -96,7 +96,7 @@ pub async fn train(session: &mut Session, wants: Wants<'_>, emit: &dyn Fn(Event)
                 inputs,
             }));
         }
-        if n == 1 || n % MEASURE_EVERY == 0 {
+        if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
             if let Some(measured) = session.measure().await? {
                 emit(Event::Measured { step: n, measured });
             }
