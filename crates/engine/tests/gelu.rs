@@ -25,7 +25,20 @@ fn fast_tanh_is_within_10_ulps_over_all_of_f32() {
         let x = f32::from_bits(bits);
         worst = worst.max(check(x)).max(check(-x));
     }
-    for x in [7.9f32, 7.905_311, 7.91, 8.0, 9.0, 4e-4, 3.999e-4, 4.001e-4, 1.0, 0.5, 0.0, f32::MAX] {
+    for x in [
+        7.9f32,
+        7.905_311,
+        7.91,
+        8.0,
+        9.0,
+        4e-4,
+        3.999e-4,
+        4.001e-4,
+        1.0,
+        0.5,
+        0.0,
+        f32::MAX,
+    ] {
         worst = worst.max(check(x)).max(check(-x));
     }
     eprintln!("fast tanh: worst error {worst:.2} ulps");
@@ -38,7 +51,10 @@ fn fast_tanh_is_within_10_ulps_over_all_of_f32() {
 #[test]
 fn the_f32_gelu_matches_the_exact_tanh_gelu() {
     use resmem_engine::ops::elementwise::{cpu_gelu_backward, cpu_gelu_forward};
-    let xs: Vec<f32> = (-20_000..=20_000).map(|i| i as f32 * 1e-3).chain([1e6, -1e6, 1e-30]).collect();
+    let xs: Vec<f32> = (-20_000..=20_000)
+        .map(|i| i as f32 * 1e-3)
+        .chain([1e6, -1e6, 1e-30])
+        .collect();
     let x64: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
     let (mut y, mut y64) = (vec![0f32; xs.len()], vec![0f64; xs.len()]);
     cpu_gelu_forward(&mut y, &xs);
@@ -52,7 +68,19 @@ fn the_f32_gelu_matches_the_exact_tanh_gelu() {
         // gradient's 1 - tanh² is a few multiples of f32's step below 1 (6e-8), times x and the
         // cubic's slope (up to 60): absolute errors up to 4e-6, as with any f32 tanh.
         let tol = |v: f64| 1e-6 * v.abs() + 4e-6;
-        assert!((y[i] as f64 - y64[i]).abs() <= tol(y64[i]), "gelu({}) = {}, exact {}", xs[i], y[i], y64[i]);
-        assert!((d[i] as f64 - d64[i]).abs() <= tol(d64[i]), "gelu'({}) = {}, exact {}", xs[i], d[i], d64[i]);
+        assert!(
+            (y[i] as f64 - y64[i]).abs() <= tol(y64[i]),
+            "gelu({}) = {}, exact {}",
+            xs[i],
+            y[i],
+            y64[i]
+        );
+        assert!(
+            (d[i] as f64 - d64[i]).abs() <= tol(d64[i]),
+            "gelu'({}) = {}, exact {}",
+            xs[i],
+            d[i],
+            d64[i]
+        );
     }
 }

@@ -190,7 +190,9 @@ fn attention_across_query_blocks() {
         alibi: true,
     };
     attention_case(d, &[0; 70]);
-    let starts: Vec<u32> = (0..70).map(|i| [0, 30, 66].into_iter().filter(|&s| s <= i).max().unwrap()).collect();
+    let starts: Vec<u32> = (0..70)
+        .map(|i| [0, 30, 66].into_iter().filter(|&s| s <= i).max().unwrap())
+        .collect();
     attention_case(d, &starts);
 }
 
@@ -237,12 +239,7 @@ fn attention_case(d: AttentionDims, starts: &[u32]) {
     attention::cpu_forward(&mut out, &mut lse, &qkv, starts, d);
     let (mut dqkv, mut delta) = (vec![0.0; qkv.len()], vec![0.0; d.rows()]);
     attention::cpu_backward(&mut dqkv, &mut delta, &w, &out, &qkv, &lse, starts, d);
-    check(
-        &format!("attention({d:?}, starts {starts:?}).qkv"),
-        &qkv,
-        &dqkv,
-        fwd,
-    );
+    check(&format!("attention({d:?}, starts {starts:?}).qkv"), &qkv, &dqkv, fwd);
     // The output and each row's log-sum-exp are those of the definition: a softmax over the
     // query's document up to itself.
     let (want_out, want_lse) = naive_attention(&qkv, starts, d);

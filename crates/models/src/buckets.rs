@@ -38,7 +38,9 @@ pub struct TableStats {
 /// Reads the counts of the last forward from the bucket starts.
 pub async fn read<B: Backend>(be: &B, layers: &[HashedLayer<'_, B>]) -> Result<Vec<BucketCounts>> {
     // One readback for every layer: the page reads these after each step.
-    let all = be.read_indices(&layers.iter().map(|l| l.starts).collect::<Vec<_>>()).await?;
+    let all = be
+        .read_indices(&layers.iter().map(|l| l.starts).collect::<Vec<_>>())
+        .await?;
     let mut out = vec![];
     for (l, starts) in layers.iter().zip(all) {
         let nb = 1 << l.tau;

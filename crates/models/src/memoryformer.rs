@@ -111,7 +111,7 @@ struct BlockActs<B: Backend> {
     hq: Hashed<B>,
     qkv: B::Tensor,  // (BT, 3d)
     atty: B::Tensor, // (BT, d)
-    lse: B::Tensor, // (B, H, T) each row's log-sum-exp of its attention logits
+    lse: B::Tensor,  // (B, H, T) each row's log-sum-exp of its attention logits
     res_att: B::Tensor,
     ln2: B::Tensor,
     ln2_stats: B::Tensor,
@@ -125,7 +125,7 @@ struct Scratch<B: Backend> {
     dresidual: B::Tensor, // (BT, d)
     dln: B::Tensor,       // (BT, d)
     dqkv: B::Tensor,      // (BT, 3d)
-    delta: B::Tensor, // (B, H, T) attention's dout·out per row
+    delta: B::Tensor,     // (B, H, T) attention's dout·out per row
     ff: MemoryBlockScratch<B>,
 }
 

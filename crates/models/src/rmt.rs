@@ -194,7 +194,7 @@ struct BlockActs<B: Backend, K: FfCore> {
     ln1_stats: B::Tensor, // (BT, 2): Norm(X) itself is never written; retrievals normalise as they read
     qkv: B::Tensor,       // (BT, 3R·D_v)
     atty: B::Tensor,      // (BT, R·D_v)
-    lse: B::Tensor, // (B, R, T) each row's log-sum-exp of its attention logits
+    lse: B::Tensor,       // (B, R, T) each row's log-sum-exp of its attention logits
     res_att: B::Tensor,   // (BT, D_k·D_v)
     ln2_stats: B::Tensor,
     xff: B::Tensor,    // (BT, R·D_v) the FF adapters' retrievals
@@ -210,7 +210,7 @@ struct Scratch<B: Backend, K: FfCore> {
     dln: B::Tensor,         // (BT, D_k·D_v)
     dvec: B::Tensor,        // (BT, R·D_v): gradients of retrieved or stored vectors
     dqkv: B::Tensor,        // (BT, 3R·D_v)
-    delta: B::Tensor, // (B, R, T) attention's dout·out per row
+    delta: B::Tensor,       // (B, R, T) attention's dout·out per row
     core: K::Scratch<B>,    // the core's
     partials: B::Tensor,    // key-gradient partial sums
     stored: B::Tensor,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes

@@ -114,7 +114,7 @@ struct BlockActs<T> {
     ln1_stats: T, // (BT, 2)
     qkv: T,       // (BT, 3·H·Dh)
     atty: T,      // (BT, H·Dh)
-    lse: T, // (B, H, T) each row's log-sum-exp of its attention logits
+    lse: T,       // (B, H, T) each row's log-sum-exp of its attention logits
     res_att: T,   // (BT, C) residual after attention
     ln2: T,       // (BT, C)
     ln2_stats: T, // (BT, 2)
@@ -130,7 +130,7 @@ struct Scratch<T> {
     dln: T,       // (BT, C)
     datty: T,     // (BT, H·Dh)
     dqkv: T,      // (BT, 3·H·Dh)
-    delta: T, // (B, H, T) attention's dout·out per row
+    delta: T,     // (B, H, T) attention's dout·out per row
     dfch: T,      // (BT, F)
     dfch_gelu: T, // (BT, F)
 }

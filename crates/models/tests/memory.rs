@@ -110,17 +110,26 @@ fn estimate_names_the_largest_buffer_each_model_allocates() {
         for purpose in [Purpose::Train, Purpose::Infer] {
             let est = estimate(&cfg, b, t, purpose).unwrap();
             let (_, largest) = allocations(&cfg, b, t, purpose);
-            assert_eq!(est.largest_buffer_bytes, largest, "{purpose:?} {b}×{t} {cfg:?}: {est:?}");
+            assert_eq!(
+                est.largest_buffer_bytes, largest,
+                "{purpose:?} {b}×{t} {cfg:?}: {est:?}"
+            );
             assert!(memory::check_binding_limit(&est, largest).is_ok());
             let err = memory::check_binding_limit(&est, largest - 4).unwrap_err().to_string();
-            assert!(err.contains(est.largest_buffer) && (err.contains("lower") || err.contains("smaller")), "{err}");
+            assert!(
+                err.contains(est.largest_buffer) && (err.contains("lower") || err.contains("smaller")),
+                "{err}"
+            );
         }
     }
     // GPT-2's vocabulary at batch 32 and T 64: the logits outgrow a browser's 128 MiB binding.
     let cfg = ModelConfig::Rmt(RmtConfig::tiny(50257, 64));
     let est = estimate(&cfg, 32, 64, Purpose::Train).unwrap();
     let err = memory::check_binding_limit(&est, 128 << 20).unwrap_err().to_string();
-    assert!(err.contains("the logits") && err.contains("lower batch, seq_len, vocab"), "{err}");
+    assert!(
+        err.contains("the logits") && err.contains("lower batch, seq_len, vocab"),
+        "{err}"
+    );
 }
 
 #[test]

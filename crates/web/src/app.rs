@@ -87,12 +87,16 @@ pub fn App() -> impl IntoView {
             match s.config().and_then(|cfg| check_limits(&cfg, limit).map(|_| cfg)) {
                 Ok(cfg) => planned.push((s, cfg)),
                 Err(e) => {
-                    set_status.set(format!("Refused before building anything: {e}. Change it and press Start again."));
+                    set_status.set(format!(
+                        "Refused before building anything: {e}. Change it and press Start again."
+                    ));
                     return;
                 }
             }
         }
-        let Some(mut be) = device.borrow_mut().take() else { return };
+        let Some(mut be) = device.borrow_mut().take() else {
+            return;
+        };
         running.set(true);
         spawn_local(async move {
             for (s, cfg) in planned {
@@ -106,7 +110,8 @@ pub fn App() -> impl IntoView {
                 set_loss.set(None);
                 set_speed.set(None);
                 set_residuals.set(None);
-                let update = move |f: &dyn Fn(&mut Run)| runs.update(|rs| rs.iter_mut().filter(|r| r.id == id).for_each(f));
+                let update =
+                    move |f: &dyn Fn(&mut Run)| runs.update(|rs| rs.iter_mut().filter(|r| r.id == id).for_each(f));
                 let mut session = match Session::new(be, cfg, s.task) {
                     Ok(session) => session,
                     Err((back, e)) => {

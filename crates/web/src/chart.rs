@@ -50,7 +50,8 @@ pub fn loss_svg(curves: &[Curve]) -> String {
                 .draw();
             for c in curves.iter().filter(|c| !c.points.is_empty()) {
                 let color = c.color;
-                if let Ok(series) = chart.draw_series(LineSeries::new(c.points.iter().copied(), color.stroke_width(2))) {
+                if let Ok(series) = chart.draw_series(LineSeries::new(c.points.iter().copied(), color.stroke_width(2)))
+                {
                     series
                         .label(c.label.clone())
                         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));

@@ -18,8 +18,16 @@ const PRESETS: &[PagePreset] = &[
     ("RMT, 4× the residual (D_k 32)", Arch::Rmt, &[("d_k", "32")]),
     ("RMT with ALiBi", Arch::Rmt, &[("position", "alibi")]),
     ("deeper RMT (L 4)", Arch::Rmt, &[("n_layers", "4")]),
-    ("MemoryFormer with 256-row tables (τ 8)", Arch::MemoryFormer, &[("tau", "8")]),
-    ("longer sequences (T 64, batch 8)", Arch::Rmt, &[("seq_len", "64"), ("batch", "8")]),
+    (
+        "MemoryFormer with 256-row tables (τ 8)",
+        Arch::MemoryFormer,
+        &[("tau", "8")],
+    ),
+    (
+        "longer sequences (T 64, batch 8)",
+        Arch::Rmt,
+        &[("seq_len", "64"), ("batch", "8")],
+    ),
 ];
 
 fn preset_setup(i: usize, task: Task) -> Option<Setup> {

@@ -163,7 +163,11 @@ pub fn ResidualView(
                 .iter()
                 .map(|d| match d.shape {
                     Shape::Matrix { rows, cols } => {
-                        format!("{} {:.2}", d.name, observe::spectrum(d.token(t), rows, cols).effective_rank)
+                        format!(
+                            "{} {:.2}",
+                            d.name,
+                            observe::spectrum(d.token(t), rows, cols).effective_rank
+                        )
                     }
                     Shape::Vector { .. } => {
                         let norm = d.token(t).iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();

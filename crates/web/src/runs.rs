@@ -148,7 +148,9 @@ pub fn RunList(runs: RwSignal<Vec<Run>>, focus: RwSignal<Option<usize>>) -> impl
     };
     let rows = move || {
         let rs = runs.get();
-        let Some(first) = rs.first().cloned() else { return vec![] };
+        let Some(first) = rs.first().cloned() else {
+            return vec![];
+        };
         let focused = focus.get().or(rs.last().map(|r| r.id));
         rs.into_iter()
             .map(|r| {

@@ -10,7 +10,7 @@ use models::count::{self, ModelCounts};
 use models::memory::{self, Purpose};
 use models::probes::Measured;
 use models::variance::{self, ClosedForm, InitScheme};
-use models::{LanguageModel, ModelConfig, RunConfig, TransformerConfig, Trainer};
+use models::{LanguageModel, ModelConfig, RunConfig, Trainer, TransformerConfig};
 use std::collections::BTreeMap;
 
 /// The architectures the page offers, each starting from its `tiny-ARCH` training preset.
@@ -93,22 +93,134 @@ const HASHED: &[Arch] = &[Arch::MemoryFormer, Arch::Hybrid];
 /// Every control, model sizes first. The keys are the config's own, so a setup is a partial
 /// config that `RunConfig::merged` checks like a user's TOML file.
 pub const CONTROLS: &[Control] = &[
-    Control { key: "d_k", table: "model", label: "D_k", kind: Kind::Whole, archs: RESIDUAL_MATRIX, help: "rows of each token's residual matrix: the residual grows with it, the parameters barely" },
-    Control { key: "d_v", table: "model", label: "D_v", kind: Kind::Whole, archs: RESIDUAL_MATRIX, help: "columns of each token's residual matrix: the width of what a key retrieves" },
-    Control { key: "rank", table: "model", label: "R", kind: Kind::Whole, archs: RESIDUAL_MATRIX, help: "keys per read and write: the attention heads" },
-    Control { key: "d_model", table: "model", label: "D", kind: Kind::Whole, archs: VECTOR_WIDTH, help: "the residual vector's width (the MemoryFormer's d)" },
-    Control { key: "n_heads", table: "model", label: "H", kind: Kind::Whole, archs: VECTOR_WIDTH, help: "attention heads" },
-    Control { key: "head_dim", table: "model", label: "D_h", kind: Kind::Whole, archs: &[Arch::Transformer], help: "width of each head" },
-    Control { key: "d_ff", table: "model", label: "D_FF", kind: Kind::Whole, archs: &[Arch::Transformer, Arch::Rmt], help: "the feed-forward hidden width" },
-    Control { key: "tau", table: "model", label: "τ", kind: Kind::Whole, archs: HASHED, help: "bits hashed per chunk: each table has 2^τ rows" },
-    Control { key: "n_layers", table: "model", label: "L", kind: Kind::Whole, archs: ALL, help: "blocks" },
-    Control { key: "norm", table: "model", label: "norm", kind: Kind::Choice(&["layernorm", "rmsnorm"]), archs: ALL, help: "the norm every block uses" },
-    Control { key: "position", table: "model", label: "position", kind: Kind::Choice(&["learned", "alibi"]), archs: RESIDUAL_MATRIX, help: "a learned position table, or ALiBi's bias on the attention logits" },
-    Control { key: "lr", table: "train", label: "learning rate", kind: Kind::Number, archs: ALL, help: "AdamW's peak learning rate" },
-    Control { key: "batch", table: "train", label: "batch", kind: Kind::Whole, archs: ALL, help: "sequences a step" },
-    Control { key: "seq_len", table: "data", label: "T", kind: Kind::Whole, archs: ALL, help: "tokens a sequence (the model's context follows it)" },
-    Control { key: "steps", table: "train", label: "steps", kind: Kind::Whole, archs: ALL, help: "steps of the schedule" },
-    Control { key: "seed", table: "train", label: "seed", kind: Kind::Whole, archs: ALL, help: "the weights' and the batches' seed" },
+    Control {
+        key: "d_k",
+        table: "model",
+        label: "D_k",
+        kind: Kind::Whole,
+        archs: RESIDUAL_MATRIX,
+        help: "rows of each token's residual matrix: the residual grows with it, the parameters barely",
+    },
+    Control {
+        key: "d_v",
+        table: "model",
+        label: "D_v",
+        kind: Kind::Whole,
+        archs: RESIDUAL_MATRIX,
+        help: "columns of each token's residual matrix: the width of what a key retrieves",
+    },
+    Control {
+        key: "rank",
+        table: "model",
+        label: "R",
+        kind: Kind::Whole,
+        archs: RESIDUAL_MATRIX,
+        help: "keys per read and write: the attention heads",
+    },
+    Control {
+        key: "d_model",
+        table: "model",
+        label: "D",
+        kind: Kind::Whole,
+        archs: VECTOR_WIDTH,
+        help: "the residual vector's width (the MemoryFormer's d)",
+    },
+    Control {
+        key: "n_heads",
+        table: "model",
+        label: "H",
+        kind: Kind::Whole,
+        archs: VECTOR_WIDTH,
+        help: "attention heads",
+    },
+    Control {
+        key: "head_dim",
+        table: "model",
+        label: "D_h",
+        kind: Kind::Whole,
+        archs: &[Arch::Transformer],
+        help: "width of each head",
+    },
+    Control {
+        key: "d_ff",
+        table: "model",
+        label: "D_FF",
+        kind: Kind::Whole,
+        archs: &[Arch::Transformer, Arch::Rmt],
+        help: "the feed-forward hidden width",
+    },
+    Control {
+        key: "tau",
+        table: "model",
+        label: "τ",
+        kind: Kind::Whole,
+        archs: HASHED,
+        help: "bits hashed per chunk: each table has 2^τ rows",
+    },
+    Control {
+        key: "n_layers",
+        table: "model",
+        label: "L",
+        kind: Kind::Whole,
+        archs: ALL,
+        help: "blocks",
+    },
+    Control {
+        key: "norm",
+        table: "model",
+        label: "norm",
+        kind: Kind::Choice(&["layernorm", "rmsnorm"]),
+        archs: ALL,
+        help: "the norm every block uses",
+    },
+    Control {
+        key: "position",
+        table: "model",
+        label: "position",
+        kind: Kind::Choice(&["learned", "alibi"]),
+        archs: RESIDUAL_MATRIX,
+        help: "a learned position table, or ALiBi's bias on the attention logits",
+    },
+    Control {
+        key: "lr",
+        table: "train",
+        label: "learning rate",
+        kind: Kind::Number,
+        archs: ALL,
+        help: "AdamW's peak learning rate",
+    },
+    Control {
+        key: "batch",
+        table: "train",
+        label: "batch",
+        kind: Kind::Whole,
+        archs: ALL,
+        help: "sequences a step",
+    },
+    Control {
+        key: "seq_len",
+        table: "data",
+        label: "T",
+        kind: Kind::Whole,
+        archs: ALL,
+        help: "tokens a sequence (the model's context follows it)",
+    },
+    Control {
+        key: "steps",
+        table: "train",
+        label: "steps",
+        kind: Kind::Whole,
+        archs: ALL,
+        help: "steps of the schedule",
+    },
+    Control {
+        key: "seed",
+        table: "train",
+        label: "seed",
+        kind: Kind::Whole,
+        archs: ALL,
+        help: "the weights' and the batches' seed",
+    },
 ];
 
 impl Control {
@@ -271,8 +383,8 @@ impl Setup {
 /// Refuses a config whose largest buffer is over what one GPU binding may hold, before anything
 /// is built, naming what to shrink.
 pub fn check_limits(cfg: &RunConfig, max_binding_bytes: u64) -> Result<(), String> {
-    let est = memory::estimate(&cfg.model, cfg.train.batch, cfg.data.seq_len(), Purpose::Train)
-        .map_err(|e| e.to_string())?;
+    let est =
+        memory::estimate(&cfg.model, cfg.train.batch, cfg.data.seq_len(), Purpose::Train).map_err(|e| e.to_string())?;
     memory::check_binding_limit(&est, max_binding_bytes).map_err(|e| e.to_string())
 }
 

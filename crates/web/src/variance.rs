@@ -42,7 +42,10 @@ pub fn ratio_color(ratio: Option<f64>) -> String {
 
 /// exp(mean |ln ratio|): how far, as a factor, the ratios sit from 1 on average.
 pub fn distance_from_one(ratios: impl Iterator<Item = f64>) -> Option<f64> {
-    let logs: Vec<f64> = ratios.filter(|r| *r > 0.0 && r.is_finite()).map(|r| r.ln().abs()).collect();
+    let logs: Vec<f64> = ratios
+        .filter(|r| *r > 0.0 && r.is_finite())
+        .map(|r| r.ln().abs())
+        .collect();
     (!logs.is_empty()).then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp())
 }
 
@@ -66,7 +69,10 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
     );
     for (i, (_, _, name)) in SITES.iter().enumerate() {
         let x = left + i * 2 * cw;
-        svg += &format!(r#"<text class="site" x="{}" y="14" text-anchor="middle">{name}</text>"#, x + cw);
+        svg += &format!(
+            r#"<text class="site" x="{}" y="14" text-anchor="middle">{name}</text>"#,
+            x + cw
+        );
         for (j, dir) in ["forward", "backward"].iter().enumerate() {
             svg += &format!(
                 r##"<text x="{}" y="32" text-anchor="middle" fill="#555">{dir}</text>"##,
@@ -78,11 +84,17 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
         let y = top + block * ch;
         svg += &format!(r#"<text x="4" y="{}">block {block}</text>"#, y + ch / 2 + 4);
         for (i, (layer, op, name)) in SITES.iter().enumerate() {
-            let m = measured.iter().find(|m| m.site.block == block && m.site.layer == *layer && m.site.op == *op);
+            let m = measured
+                .iter()
+                .find(|m| m.site.block == block && m.site.layer == *layer && m.site.op == *op);
             let c = closed.iter().find(|c| c.layer == *layer && c.op == *op);
             let pairs = [
                 ("forward", m.and_then(|m| m.forward_ratio), c.map(|c| c.forward_ratio)),
-                ("backward", m.and_then(|m| m.backward_ratio), c.map(|c| c.backward_ratio)),
+                (
+                    "backward",
+                    m.and_then(|m| m.backward_ratio),
+                    c.map(|c| c.backward_ratio),
+                ),
             ];
             for (j, (dir, ratio, closed)) in pairs.into_iter().enumerate() {
                 let x = left + (2 * i + j) * cw;
@@ -146,10 +158,7 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
 
 /// The variance view of one run: its measurements and closed form.
 #[component]
-pub fn VarianceView(
-    history: Signal<Vec<Snapshot>>,
-    closed: Signal<Vec<ClosedForm>>,
-) -> impl IntoView {
+pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
     let (block, set_block) = signal(0usize);
     // Which measurement is shown; None: the latest.
     let (snapshot, set_snapshot) = signal(None::<usize>);

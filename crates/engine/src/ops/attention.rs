@@ -221,7 +221,19 @@ mod cpu_twin {
                         }
                         // Rows of `out` relative to this batch element's slice.
                         let at = seq.out(h, i0).offset - b * tt * seq.c();
-                        gemm(m, nk, dh, &s, Mat::rows(0, nk), qkv, seq.qkv(2, h, k0), T::zero(), out, at, seq.c());
+                        gemm(
+                            m,
+                            nk,
+                            dh,
+                            &s,
+                            Mat::rows(0, nk),
+                            qkv,
+                            seq.qkv(2, h, k0),
+                            T::zero(),
+                            out,
+                            at,
+                            seq.c(),
+                        );
                     }
                 }
             });
@@ -356,7 +368,13 @@ pub fn gpu_backward(
     assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
     let p = params(&d);
     let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
-    gpu.dispatch_at("attention", "attention_backward_delta", &p, &rows, grid_1d(d.rows(), 256));
+    gpu.dispatch_at(
+        "attention",
+        "attention_backward_delta",
+        &p,
+        &rows,
+        grid_1d(d.rows(), 256),
+    );
     let args = [
         (1, dqkv.arg()),
         (2, delta.arg()),
