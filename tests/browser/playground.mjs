@@ -375,14 +375,221 @@ await test('the playground trains the hybrid and shows its variance view and buc
   }
 });
 
-await test('without WebGPU the page says so in plain words', async () => {
-  const { browser, page } = await open(url, false);
+/** Rows of a run's metrics.jsonl, by step. */
+function metricsByStep(run) {
+  const rows = fs.readFileSync(path.join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  return new Map(rows.filter((r) => r.loss !== undefined).map((r) => [r.step, r.loss]));
+}
+
+/** The losses the page read for run `id`, as [step, loss] pairs. */
+async function pageLosses(page, id) {
+  return page.$eval(`#run-list tr[data-run="${id}"]`, (r) => JSON.parse(r.dataset.losses || '[]'));
+}
+
+/** Every point the page read agrees with the CLI's loss at that step. */
+function sameLosses(pagePoints, cli, tolerance, what) {
+  for (const [step, loss] of pagePoints) {
+    const want = cli.get(step);
+    if (want === undefined || !(Math.abs(loss - want) <= tolerance * Math.max(1, Math.abs(want))))
+      throw new Error(`${what}: the page's loss at step ${step} is ${loss}, the CLI's ${want}`);
+  }
+  console.log(`     ${what}: ${pagePoints.map(([s, l]) => `step ${s} ${l.toFixed(5)} (CLI ${cli.get(s).toFixed(5)})`).join(', ')}`);
+}
+
+/** Clicks the button `selector` and saves the file it offers; returns its path. */
+async function downloadFrom(page, selector, dir) {
+  const [download] = await Promise.all([page.waitForEvent('download'), page.click(selector)]);
+  const file = path.join(dir, download.suggestedFilename());
+  await download.saveAs(file);
+  return file;
+}
+
+function cli(args) {
+  return execFileSync(RESMEM, args, { env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || os.tmpdir() } }).toString();
+}
+
+await test('a link restores its settings and trains the CLI\'s losses; checkpoints go from page to CLI and back; runs survive a reload', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'resmem-link-'));
+  const query = 'v=1&d_k=4&seed=7&lr=0.003&steps=10';
+  const { browser, page, errors } = await open(`${url}?${query}`, true);
   try {
+    await ready(page, errors);
+    const shownValues = async () => ({ d_k: await page.inputValue('#ctl-d_k'), seed: await page.inputValue('#ctl-seed'),
+      lr: await page.inputValue('#ctl-lr'), steps: await page.inputValue('#ctl-steps'), arch: await page.inputValue('#arch') });
+    const restored = await shownValues();
+    if (JSON.stringify(restored) !== JSON.stringify({ d_k: '4', seed: '7', lr: '0.003', steps: '10', arch: 'rmt' }))
+      throw new Error(`the link's settings were not restored: ${JSON.stringify(restored)}`);
+    // "Copy link" gives a link that restores the same settings in a fresh page.
+    await page.click('#copy-link');
+    await page.waitForFunction(() => /link.*http/.test(document.querySelector('#status')?.textContent));
+    const copied = /(http\S+)$/.exec(await page.textContent('#status'))[1];
+    console.log(`     copied: ${copied}`);
+    const again = await browser.newPage();
+    await again.goto(copied);
+    await again.waitForSelector('#ctl-d_k');
+    const second = { d_k: await again.inputValue('#ctl-d_k'), seed: await again.inputValue('#ctl-seed'), lr: await again.inputValue('#ctl-lr'),
+      steps: await again.inputValue('#ctl-steps'), arch: await again.inputValue('#arch') };
+    if (JSON.stringify(second) !== JSON.stringify(restored)) throw new Error(`the copied link restores ${JSON.stringify(second)}`);
+    await again.close();
+
+    // The whole 10-step run, and the same config, seed and backend kind on the CLI (lavapipe).
+    await page.click('#start');
+    await page.waitForFunction(() => document.querySelector('#run-list tr[data-run="1"] .run-state')?.textContent === 'done'
+      || /failed|Cannot|Refused/.test(document.querySelector('#status')?.textContent), null, { timeout: 240_000 });
+    if (/failed|Cannot|Refused/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    const cliRun = path.join(tmp, 'cli');
+    cli(['train', '--preset', 'tiny-rmt', '--d-k', '4', '--seed', '7', '--lr', '0.003', '--steps', '10', '--log-every', '1',
+      '--backend', 'gpu', '--out', cliRun]);
+    sameLosses(await pageLosses(page, 1), metricsByStep(cliRun), 1e-4, 'page (SwiftShader) against CLI (lavapipe)');
+
+    // The page's checkpoint is a run for the CLI: its held-out loss is the CLI run's.
+    const ckpt = await downloadFrom(page, '#run-list tr[data-run="1"] .run-checkpoint', tmp);
+    const fromPage = JSON.parse(cli(['eval', '--run', ckpt, '--backend', 'cpu', '--json']));
+    const fromCli = JSON.parse(cli(['eval', '--run', cliRun, '--backend', 'cpu', '--json']));
+    console.log(`     resmem eval of ${path.basename(ckpt)}: val_loss ${fromPage.val_loss}; of the CLI's run: ${fromCli.val_loss}`);
+    if (!(Math.abs(fromPage.val_loss - fromCli.val_loss) < 1e-3)) throw new Error('the page\'s checkpoint is not the CLI\'s model');
+    // Metrics and charts download too.
+    const jsonl = fs.readFileSync(await downloadFrom(page, '#run-list tr[data-run="1"] .run-jsonl', tmp), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    if (JSON.stringify(jsonl.map((r) => [r.step, r.loss])) !== JSON.stringify(await pageLosses(page, 1))) throw new Error(`metrics.jsonl: ${JSON.stringify(jsonl)}`);
+    const csv = fs.readFileSync(await downloadFrom(page, '#run-list tr[data-run="1"] .run-csv', tmp), 'utf8');
+    if (!csv.startsWith('step,loss\n1,')) throw new Error(`csv: ${csv.slice(0, 40)}`);
+    const svg = fs.readFileSync(await downloadFrom(page, '.save-svg[data-target="chart"]', tmp), 'utf8');
+    if (!svg.startsWith('<svg') || !svg.includes('#1 rmt')) throw new Error(`the chart's SVG: ${svg.slice(0, 80)}`);
+    const png = fs.readFileSync(await downloadFrom(page, '.save-png[data-target="chart"]', tmp));
+    if (png.subarray(1, 4).toString() !== 'PNG' || png.length < 2000) throw new Error(`the chart's PNG is ${png.length} bytes`);
+
+    // Bad files are refused with a reason.
+    await page.setInputFiles('#import', { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('not a checkpoint') });
+    await page.waitForFunction(() => /Cannot import notes.txt/.test(document.querySelector('#status')?.textContent));
+    console.log(`     ${await page.textContent('#status')}`);
+    if (!/not a safetensors file/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    await page.setInputFiles('#import', path.join(cliRun, 'model.safetensors'));
+    await page.waitForFunction(() => /Cannot import model.safetensors/.test(document.querySelector('#status')?.textContent));
+    if (!/model file, not a checkpoint/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+
+    // The CLI's checkpoint in the page: its residuals are what `resmem analyze residual` computes.
+    await page.check('#residual-open');
+    const cliCkpt = fs.readdirSync(path.join(cliRun, 'checkpoints')).sort().at(-1);
+    await page.setInputFiles('#import', path.join(cliRun, 'checkpoints', cliCkpt));
+    await page.waitForFunction((name) => /^Imported/.test(document.querySelector('#status')?.textContent)
+      || document.querySelector('#status')?.textContent.includes(`Cannot import ${name}`), cliCkpt, { timeout: 120_000 });
+    console.log(`     ${await page.textContent('#status')}`);
+    if (!/^Imported/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    await page.fill('#residual-depth', '4');
+    await page.fill('#residual-token', '3');
+    await page.waitForFunction(() => document.querySelector('#residual-heatmap')?.dataset.depth === 'block1.ff'
+      && document.querySelector('#residual-heatmap')?.dataset.token === '3');
+    const shown = await residualShown(page);
+    const want = JSON.parse(cli(['analyze', 'residual', '--run', cliRun, '--depth', 'block1.ff', '--token', '3', '--backend', 'cpu', '--json']));
+    const worst = Math.max(...shown.values.map((v, i) => Math.abs(v - want.values[i])));
+    console.log(`     imported residual at step ${shown.step}: ${shown.values.length} values, worst difference from the CLI ${worst.toExponential(2)}`);
+    if (shown.step !== 10 || shown.values.length !== 4 * 16 || !(worst < 2e-3 * Math.max(1, ...want.values.map(Math.abs))))
+      throw new Error('the imported run\'s residuals are not the CLI\'s');
+    const sampled = await page.$eval('#sample', (e) => e.dataset.text);
+    if (!sampled) throw new Error('the imported run shows no sample');
+
+    // A reload keeps both runs, their curves and checkpoints; "clear" forgets them.
+    const before = [await pageLosses(page, 1), await pageLosses(page, 2)];
+    await page.reload();
+    await ready(page, errors);
+    await page.waitForFunction(() => document.querySelectorAll('#run-list tr[data-run]').length === 2, null, { timeout: 20_000 });
+    const after = [await pageLosses(page, 1), await pageLosses(page, 2)];
+    if (JSON.stringify(after) !== JSON.stringify(before)) throw new Error(`after a reload: ${JSON.stringify(after)}, before ${JSON.stringify(before)}`);
+    if (await page.isDisabled('#run-list tr[data-run="1"] .run-checkpoint')) throw new Error('the reloaded run lost its checkpoint');
+    await page.click('#clear-runs');
+    await page.waitForFunction(() => document.querySelectorAll('#run-list tr[data-run]').length === 0);
+    await page.reload();
+    await ready(page, errors);
+    await new Promise((ok) => setTimeout(ok, 1000));
+    if ((await page.$$('#run-list tr[data-run]')).length !== 0) throw new Error('cleared runs came back after a reload');
+    if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
+  } finally {
+    await browser.close();
+  }
+});
+
+await test('Shakespeare trains with samples, and a lost device is recovered and the run continued', async () => {
+  const { browser, page, errors } = await open(`${url}?v=1&data=shakespeare-bytes`, true);
+  try {
+    await ready(page, errors);
+    if ((await page.inputValue('#task')) !== 'shakespeare-bytes') throw new Error('the link did not choose Shakespeare');
+    await page.click('#start');
+    await page.waitForFunction(() => parseInt(document.querySelector('#step')?.textContent) >= 15
+      || /failed|Cannot/.test(document.querySelector('#status')?.textContent), null, { timeout: 240_000 });
+    if (/failed|Cannot/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    const swiftshader = await page.textContent('#speed');
+    await page.click('#stop');
+    await page.waitForFunction(() => document.querySelector('#run-list tr[data-run="1"] .run-state')?.textContent === 'done', null, { timeout: 120_000 });
+    const points = await pageLosses(page, 1);
+    const [first, last] = [points[0][1], points.at(-1)[1]];
+    console.log(`     Shakespeare (bytes), tiny RMT on SwiftShader: loss ${first} → ${last} by step ${points.at(-1)[0]}; ${swiftshader}`);
+    if (!(Math.abs(first - Math.log(256)) < 1e-2 && last < 0.75 * first)) throw new Error('the loss on Shakespeare did not fall');
+    const sample = await page.$eval('#sample', (e) => ({ text: e.dataset.text, step: document.querySelector('#sample-step').textContent,
+      p: [...e.querySelectorAll('.sample-tok')].map((t) => parseFloat(t.dataset.p)) }));
+    console.log(`     sample after step ${sample.step}: ${JSON.stringify(sample.text)}`);
+    if (sample.text.length < 32 || sample.p.length !== 64 || !sample.p.every((p) => p > 0 && p <= 1))
+      throw new Error(`the sample: ${JSON.stringify(sample)}`);
+
+    // Continue, lose the device mid-run, make a new one, continue from the kept checkpoint.
+    const stoppedAt = points.at(-1)[0];
+    await page.click('#run-list tr[data-run="1"] .run-continue');
+    await page.waitForFunction((n) => parseInt(document.querySelector('#step')?.textContent) >= n + 2, stoppedAt, { timeout: 120_000 });
+    await page.evaluate(() => window.resmemLoseDevice());
+    await page.waitForSelector('#device-lost', { timeout: 60_000 });
+    console.log(`     ${await page.textContent('#status')}`);
+    if (!/interrupted/.test(await page.textContent('#run-list tr[data-run="1"] .run-state'))) throw new Error('the run is not marked interrupted');
+    await page.click('#recover');
+    await page.waitForFunction(() => /^Ready/.test(document.querySelector('#status')?.textContent), null, { timeout: 60_000 });
+    await page.click('#run-list tr[data-run="1"] .run-continue');
+    await page.waitForFunction((n) => parseInt(document.querySelector('#step')?.textContent) >= n + 3
+      || /failed|Cannot/.test(document.querySelector('#status')?.textContent), stoppedAt, { timeout: 120_000 });
+    if (!/from step/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    await page.click('#stop');
+    await page.waitForFunction(() => document.querySelector('#run-list tr[data-run="1"] .run-state')?.textContent === 'done', null, { timeout: 120_000 });
+    const resumed = (await pageLosses(page, 1)).filter(([s]) => s > stoppedAt);
+    console.log(`     after the device was lost and made again: ${JSON.stringify(resumed)}`);
+    if (!resumed.length || !resumed.every(([, l]) => Number.isFinite(l) && l < first)) throw new Error('the continued run did not train');
+    await page.screenshot({ path: path.join(shots, 'shakespeare.png'), fullPage: true });
+  } finally {
+    await browser.close();
+  }
+});
+
+await test('a bad link is reported and its defaults stand; without WebGPU the CPU fallback trains the CLI\'s losses', async () => {
+  const { browser, page, errors } = await open(`${url}?v=2&d_k=32`, false);
+  try {
+    await page.waitForSelector('#link-problems');
+    const v2 = await page.textContent('#link-problems');
+    if (!/another version of the page \(v=2/.test(v2) || (await page.inputValue('#ctl-d_k')) !== '8') throw new Error(`v=2: ${v2}`);
+    await page.goto(`${url}?v=1&arch=nope&d_k=abc&bogus=1&seed=5&steps=12`);
     await page.waitForFunction(() => !document.querySelector('#status')?.textContent.startsWith('Checking'), null, { timeout: 60_000 });
+    const problems = await page.$$eval('#link-problems li', (ls) => ls.map((l) => l.textContent));
+    console.log(`     ${JSON.stringify(problems)}`);
+    if (problems.length !== 3 || !/arch=nope/.test(problems[0]) || !/D_k must be a whole number, not "abc"; its default stands/.test(problems.join())
+      || !/`bogus` is not a setting/.test(problems.join()))
+      throw new Error(`the link's problems: ${JSON.stringify(problems)}`);
+    if ((await page.inputValue('#ctl-d_k')) !== '8' || (await page.inputValue('#ctl-seed')) !== '5') throw new Error('the good settings were not kept');
     const status = await page.textContent('#status');
     console.log(`     status: ${status}`);
-    if (!/WebGPU/.test(status) || /Ready/.test(status)) throw new Error(`unexpected status: ${status}`);
-    if (!(await page.isDisabled('#start'))) throw new Error('Start is enabled without WebGPU');
+    if (!/WebGPU/.test(status) || !(await page.isDisabled('#start'))) throw new Error(`without WebGPU: ${status}`);
+    await page.click('#use-cpu');
+    await ready(page, errors);
+    if (!/^Ready: cpu/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    await page.click('#start');
+    await page.waitForFunction(() => document.querySelector('#run-list tr[data-run="1"] .run-state')?.textContent === 'done'
+      || /failed|Cannot/.test(document.querySelector('#status')?.textContent), null, { timeout: 240_000 });
+    if (/failed|Cannot/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    const cpuSpeed = await page.textContent('#speed');
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'resmem-cpu-'));
+    cli(['train', '--preset', 'tiny-rmt', '--seed', '5', '--steps', '12', '--log-every', '1', '--backend', 'cpu', '--out', path.join(tmp, 'r')]);
+    const points = await pageLosses(page, 1);
+    sameLosses(points, metricsByStep(path.join(tmp, 'r')), 1e-4, 'page (CPU, wasm32) against CLI (CPU)');
+    console.log(`     tiny RMT on the CPU fallback: ${cpuSpeed}`);
+    if (!(points.at(-1)[1] < 0.75 * points[0][1])) throw new Error('the loss did not fall on the CPU fallback');
+    const sample = await page.$eval('#sample', (e) => e.dataset.text);
+    if (!sample) throw new Error('no sample on the CPU fallback');
+    await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
+    if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();
   }

@@ -64,7 +64,8 @@ pub enum Analyze {
 
 #[derive(Args, Debug)]
 pub struct ResidualArgs {
-    /// A directory written by `resmem train`: its newest checkpoint on its first held-out batch.
+    /// A directory written by `resmem train` (its newest checkpoint), or one checkpoint file
+    /// such as the playground's download, on its first held-out batch.
     #[arg(long, conflicts_with_all = ["preset", "task", "batch", "seq_len", "step"])]
     pub run: Option<PathBuf>,
     /// With --run: a checkpoint or model file.
@@ -101,7 +102,8 @@ pub struct ResidualArgs {
 
 #[derive(Args, Debug)]
 pub struct BucketsArgs {
-    /// A directory written by `resmem train --arch memoryformer` or `--arch hybrid`.
+    /// A directory written by `resmem train --arch memoryformer` or `--arch hybrid`, or one of
+    /// its checkpoint files.
     #[arg(long)]
     pub run: PathBuf,
     /// Held-out batches to count over.
@@ -119,7 +121,8 @@ pub struct BucketsArgs {
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// A directory written by `resmem train`.
+    /// A directory written by `resmem train`, or one checkpoint file (it carries its config),
+    /// such as the playground's download.
     #[arg(long)]
     pub run: PathBuf,
     /// A checkpoint or model file (default: the run's newest checkpoint, else its model).
@@ -137,7 +140,8 @@ pub struct EvalArgs {
 
 #[derive(Args, Debug)]
 pub struct SampleArgs {
-    /// A directory written by `resmem train`.
+    /// A directory written by `resmem train`, or one checkpoint file (it carries its config),
+    /// such as the playground's download.
     #[arg(long)]
     pub run: PathBuf,
     #[arg(long, default_value = "\n")]
@@ -625,7 +629,8 @@ pub struct VarianceArgs {
     /// --run, on a held-out batch of a trained run.
     #[arg(long)]
     pub measured: bool,
-    /// Measured: a directory written by `resmem train`; its newest checkpoint (or --checkpoint)
+    /// Measured: a directory written by `resmem train` (or one checkpoint file); its newest
+    /// checkpoint (or --checkpoint)
     /// is measured on its first held-out batch, with its closed form beside.
     #[arg(long, requires = "measured", conflicts_with_all = ["steps", "task", "batch", "tokens", "random_unembedding", "seed"])]
     pub run: Option<PathBuf>,

@@ -6,12 +6,20 @@ use anyhow::{bail, Context, Result};
 use models::{checkpoint, ParamLayout, RunConfig};
 use std::path::{Path, PathBuf};
 
-/// The config of the run in `run`.
+/// The config of the run in `run`: a run directory, or one checkpoint file, which carries its
+/// run's config (the playground's downloads are such files).
 pub fn config(run: &Path) -> Result<RunConfig> {
+    if run.is_file() {
+        let bytes = std::fs::read(run).with_context(|| format!("cannot read {}", run.display()))?;
+        let text = checkpoint::config_of(&bytes).with_context(|| format!("cannot use {} as a run", run.display()))?;
+        return RunConfig::from_toml(&text)
+            .with_context(|| format!("the config inside {} is not a valid run config", run.display()));
+    }
     let path = run.join(CONFIG_FILE);
     if !path.is_file() {
         bail!(
-            "{} is not a run directory (it has no {CONFIG_FILE}); give --run a directory written by `resmem train`",
+            "{} is not a run directory (it has no {CONFIG_FILE}); give --run a directory written by `resmem train`, \
+             or a checkpoint file",
             run.display()
         );
     }
@@ -25,7 +33,7 @@ pub fn params(run: &Path, explicit: Option<&Path>, layout: &ParamLayout) -> Resu
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         checkpoint::from_bytes(layout, &bytes).with_context(|| format!("cannot load {}", path.display()))
     };
-    if let Some(path) = explicit {
+    if let Some(path) = explicit.or(run.is_file().then_some(run)) {
         return Ok((load(path)?, path.to_path_buf()));
     }
     let mut candidates: Vec<PathBuf> = checkpoints_in(run)?.into_iter().rev().map(|(_, p)| p).collect();

@@ -5,7 +5,7 @@
 use crate::args::ResidualArgs;
 use crate::{load, source};
 use anyhow::{bail, Context, Result};
-use data::TaskSampler;
+use data::DataSource;
 use engine::Backend;
 use models::observe::{self, Shape, Snapshot};
 use models::{Purpose, RunConfig, Trainer};
@@ -121,15 +121,15 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
             crate::check_memory(&cfg, b, t, Purpose::Train, args.backend)?;
             let model = cfg.build(be, b, t, Purpose::Train)?;
             let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
-            // The playground's sampler: the task's batches from seed + 1.
-            let mut sampler = TaskSampler::new(task, b, t, args.seed + 1).map_err(anyhow::Error::msg)?;
-            for _ in 1..args.step {
-                trainer.step(be, &sampler.next_batch())?;
+            // The batches `resmem train` and the playground draw: step k trains on batch k − 1.
+            let batches = DataSource::Task(task).train(b, t, args.seed)?;
+            for k in 1..args.step {
+                trainer.step(be, &batches.batch(k as u64 - 1))?;
             }
             (
                 cfg,
                 format!("the forward of step {}", args.step),
-                sampler.next_batch(),
+                batches.batch(args.step as u64 - 1),
                 trainer,
             )
         }

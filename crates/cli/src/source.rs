@@ -2,30 +2,17 @@
 //! and the fixed held-out batches of every evaluation.
 
 use anyhow::{bail, Context, Result};
-use data::{Batch, BatchSource, Corpus, FixedRows, Split, TaskSampler, TextSampler, Tokenizer, TokenizerKind};
+use data::{Batch, BatchSource, Corpus, DataSource, Tokenizer};
 use models::DataConfig;
 use safetensors::{Dtype, SafeTensors};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Held-out task batches come from a seed no training run uses.
-const HELD_OUT_SALT: u64 = 0x5EED_0FE7_A1D0_0075;
-
 pub struct Data {
     pub vocab: usize,
     /// "task copy" or "corpus data/shakespeare-gpt2 (gpt2, 1.2M train tokens)".
     pub describe: String,
-    kind: Kind,
-}
-
-enum Kind {
-    Task(data::Task),
-    Text(Arc<Corpus>),
-    /// Rows of T + 1 tokens.
-    Rows {
-        tokens: Vec<u32>,
-        width: usize,
-    },
+    source: DataSource,
 }
 
 pub fn open(cfg: &DataConfig) -> Result<Data> {
@@ -33,7 +20,7 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
         DataConfig::Task { task, .. } => Data {
             vocab: data::ByteTokenizer::VOCAB,
             describe: format!("task {task}"),
-            kind: Kind::Task(*task),
+            source: DataSource::Task(*task),
         },
         DataConfig::Text { path, tokenizer, .. } => {
             let corpus = Corpus::open(path).with_context(|| format!("cannot use the corpus {}", path.display()))?;
@@ -54,7 +41,7 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
                     corpus.meta.train_tokens,
                     corpus.meta.val_tokens
                 ),
-                kind: Kind::Text(Arc::new(corpus)),
+                source: DataSource::Text(Arc::new(corpus)),
             }
         }
         DataConfig::Tokens {
@@ -81,7 +68,7 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
             Data {
                 vocab,
                 describe: format!("{} rows of {width} tokens in {}", tokens.len() / width, path.display()),
-                kind: Kind::Rows { tokens, width },
+                source: DataSource::Rows { tokens, width },
             }
         }
     })
@@ -138,50 +125,17 @@ pub fn read_rows(path: &Path) -> Result<(Vec<u32>, usize)> {
 
 /// The tokenizer a run's config names, without opening its corpus.
 pub fn tokenizer(cfg: &DataConfig) -> Result<Tokenizer> {
-    let kind = match cfg {
-        DataConfig::Task { .. } => TokenizerKind::Bytes,
-        DataConfig::Text { tokenizer, .. } | DataConfig::Tokens { tokenizer, .. } => *tokenizer,
-    };
-    Ok(Tokenizer::new(kind)?)
+    Ok(Tokenizer::new(cfg.tokenizer())?)
 }
 
 impl Data {
     /// The training batches: batch k is a function of (seed, k) alone.
     pub fn train(&self, b: usize, t: usize, seed: u64) -> Result<BatchSource> {
-        Ok(match &self.kind {
-            Kind::Task(task) => BatchSource::Task(TaskSampler::new(*task, b, t, seed)?),
-            Kind::Text(corpus) => BatchSource::Text(TextSampler::new(corpus.clone(), Split::Train, b, t, seed)?),
-            Kind::Rows { tokens, width } => BatchSource::Fixed(self.rows(tokens, *width, b, t)?),
-        })
+        Ok(self.source.train(b, t, seed)?)
     }
 
     /// `m` held-out batches, the same at every evaluation of the run and of `resmem eval`.
     pub fn held_out(&self, b: usize, t: usize, seed: u64, m: usize) -> Result<Vec<Batch>> {
-        Ok(match &self.kind {
-            Kind::Task(task) => {
-                let sampler = TaskSampler::new(*task, b, t, seed ^ HELD_OUT_SALT)?;
-                (0..m as u64).map(|k| sampler.batch(k)).collect()
-            }
-            Kind::Text(corpus) => TextSampler::new(corpus.clone(), Split::Val, b, t, seed)?.fixed_batches(m),
-            Kind::Rows { tokens, width } => {
-                let rows = self.rows(tokens, *width, b, t)?;
-                if m > rows.len() {
-                    bail!(
-                        "the token file makes {} batches of {b}; evaluate at most that many (--batches)",
-                        rows.len()
-                    );
-                }
-                (0..m as u64).map(|k| rows.batch(k)).collect()
-            }
-        })
-    }
-
-    fn rows(&self, tokens: &[u32], width: usize, b: usize, t: usize) -> Result<FixedRows> {
-        anyhow::ensure!(
-            t + 1 == width,
-            "the token file holds rows of {width} tokens, for windows of T = {}, not {t}",
-            width - 1
-        );
-        Ok(FixedRows::new(tokens, width, b)?)
+        Ok(self.source.held_out(b, t, seed, m)?)
     }
 }

@@ -83,7 +83,7 @@ fn first_last(rows: &[serde_json::Value]) -> (f64, f64) {
 
 #[test]
 fn train_rmt_on_cpu_learns_copy_then_samples_the_copy() {
-    let (_dir, out, rows) = train_copy("rmt", "300");
+    let (dir, out, rows) = train_copy("rmt", "300");
     // Measured: 5.545 → 0.0002, off the unigram plateau (ln 16 = 50% of the first loss) by step
     // 150. 10% needs the copy skill itself.
     let (first, last) = first_last(&rows);
@@ -98,6 +98,14 @@ fn train_rmt_on_cpu_learns_copy_then_samples_the_copy() {
         rows.last().unwrap()["val_loss"].as_f64().map(|v| v as f32 as f64)
     );
     assert!((eval["perplexity"].as_f64().unwrap() - val.exp()).abs() < 1e-9);
+    // One checkpoint file is a run too (it carries its config): the playground's downloads.
+    let (_, newest) = checkpoints(&out).pop().expect("a checkpoint");
+    let lone = dir.path().join("downloaded.safetensors");
+    std::fs::copy(&newest, &lone).unwrap();
+    let o = on_run(&lone, &["eval", "--backend", "cpu", "--json"]);
+    let again: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(again["val_loss"], eval["val_loss"]);
+    assert_samples_the_copy(&lone);
 }
 
 /// The hybrid learns copy, its saved model samples the copy, and `analyze buckets` reports ML1

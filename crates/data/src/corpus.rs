@@ -93,9 +93,14 @@ impl Meta {
             ));
         }
         let text = fs::read(&meta_path).map_err(DataError::io("read", &meta_path))?;
-        let meta: Meta = serde_json::from_slice(&text)
-            .map_err(|e| DataError::corrupt(&meta_path, format!("it is not a valid meta.json ({e})")))?;
-        meta.validate(&meta_path)?;
+        Meta::parse(&meta_path, &text)
+    }
+
+    /// The validated meta.json in `text`; `path` names it in messages.
+    pub fn parse(path: &Path, text: &[u8]) -> Result<Meta, DataError> {
+        let meta: Meta = serde_json::from_slice(text)
+            .map_err(|e| DataError::corrupt(path, format!("it is not a valid meta.json ({e})")))?;
+        meta.validate(path)?;
         Ok(meta)
     }
 
@@ -405,13 +410,20 @@ impl TokenWriter {
     }
 }
 
-/// A memory-mapped file of little-endian u16 or u32 tokens, every one checked < vocab on open.
+/// A file of little-endian u16 or u32 tokens, every one checked < vocab on open: memory-mapped
+/// natively, or bytes already in memory (the page fetches its corpus).
 #[derive(Debug)]
 pub struct TokenFile {
     path: PathBuf,
-    map: Option<Mmap>,
+    bytes: TokenBytes,
     token_bytes: u8,
     len: usize,
+}
+
+#[derive(Debug)]
+enum TokenBytes {
+    Mapped(Option<Mmap>),
+    Owned(Vec<u8>),
 }
 
 impl TokenFile {
@@ -419,11 +431,37 @@ impl TokenFile {
     /// (2 or 4), each below `vocab`.
     pub fn open(path: &Path, token_bytes: u8, vocab: usize, expected: u64) -> Result<TokenFile, DataError> {
         let bad = |reason: String| DataError::corrupt(path, reason);
+        let file = File::open(path).map_err(|e| bad(format!("it cannot be opened ({e})")))?;
+        let size = file.metadata().map_err(DataError::io("read the size of", path))?.len();
+        let len = Self::check_size(path, size, token_bytes, expected)?;
+        let map = if size == 0 {
+            None // mmap refuses empty files
+        } else {
+            // SAFETY: the map is read-only. Corpora are written once and renamed into place; a
+            // process that truncated the file under us could still fault, which we accept.
+            Some(unsafe { Mmap::map(&file) }.map_err(DataError::io("memory-map", path))?)
+        };
+        Self::checked(path, TokenBytes::Mapped(map), token_bytes, len, vocab)
+    }
+
+    /// The same checks as `open`, on bytes already in memory; `path` names them in messages.
+    pub fn from_bytes(
+        path: &Path,
+        bytes: Vec<u8>,
+        token_bytes: u8,
+        vocab: usize,
+        expected: u64,
+    ) -> Result<TokenFile, DataError> {
+        let len = Self::check_size(path, bytes.len() as u64, token_bytes, expected)?;
+        Self::checked(path, TokenBytes::Owned(bytes), token_bytes, len, vocab)
+    }
+
+    /// The number of tokens in `size` bytes, which must be exactly `expected` of them.
+    fn check_size(path: &Path, size: u64, token_bytes: u8, expected: u64) -> Result<usize, DataError> {
+        let bad = |reason: String| DataError::corrupt(path, reason);
         if token_bytes != 2 && token_bytes != 4 {
             return Err(bad(format!("{token_bytes} bytes per token is neither 2 nor 4")));
         }
-        let file = File::open(path).map_err(|e| bad(format!("it cannot be opened ({e})")))?;
-        let size = file.metadata().map_err(DataError::io("read the size of", path))?.len();
         let width = u64::from(token_bytes);
         if size % width != 0 {
             return Err(bad(format!(
@@ -436,22 +474,27 @@ impl TokenFile {
                 size / width
             )));
         }
-        let len = usize::try_from(size / width).map_err(|_| bad("it is too large for this machine".into()))?;
-        let map = if size == 0 {
-            None // mmap refuses empty files
-        } else {
-            // SAFETY: the map is read-only. Corpora are written once and renamed into place; a
-            // process that truncated the file under us could still fault, which we accept.
-            Some(unsafe { Mmap::map(&file) }.map_err(DataError::io("memory-map", path))?)
-        };
+        usize::try_from(size / width).map_err(|_| bad("it is too large for this machine".into()))
+    }
+
+    fn checked(
+        path: &Path,
+        bytes: TokenBytes,
+        token_bytes: u8,
+        len: usize,
+        vocab: usize,
+    ) -> Result<TokenFile, DataError> {
         let tokens = TokenFile {
             path: path.to_path_buf(),
-            map,
+            bytes,
             token_bytes,
             len,
         };
         if let Some((i, t)) = tokens.iter().enumerate().find(|&(_, t)| t as usize >= vocab) {
-            return Err(bad(format!("token {i} is {t}, outside the vocabulary of {vocab}")));
+            return Err(DataError::corrupt(
+                path,
+                format!("token {i} is {t}, outside the vocabulary of {vocab}"),
+            ));
         }
         Ok(tokens)
     }
@@ -473,7 +516,10 @@ impl TokenFile {
     }
 
     fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or_default()
+        match &self.bytes {
+            TokenBytes::Mapped(map) => map.as_deref().unwrap_or_default(),
+            TokenBytes::Owned(bytes) => bytes,
+        }
     }
 
     fn decode(chunk: &[u8]) -> u32 {
@@ -526,6 +572,26 @@ impl Corpus {
         let meta = Meta::read(dir)?;
         let train = TokenFile::open(&dir.join(TRAIN_FILE), meta.token_bytes, meta.vocab, meta.train_tokens)?;
         let val = TokenFile::open(&dir.join(VAL_FILE), meta.token_bytes, meta.vocab, meta.val_tokens)?;
+        Ok(Corpus {
+            meta,
+            train,
+            val,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// A corpus whose meta.json and token files are already in memory (the page fetches them),
+    /// checked as `open` checks files; `dir` names it in messages.
+    pub fn from_bytes(dir: &Path, meta_json: &[u8], train: Vec<u8>, val: Vec<u8>) -> Result<Corpus, DataError> {
+        let meta = Meta::parse(&dir.join(META_FILE), meta_json)?;
+        let train = TokenFile::from_bytes(
+            &dir.join(TRAIN_FILE),
+            train,
+            meta.token_bytes,
+            meta.vocab,
+            meta.train_tokens,
+        )?;
+        let val = TokenFile::from_bytes(&dir.join(VAL_FILE), val, meta.token_bytes, meta.vocab, meta.val_tokens)?;
         Ok(Corpus {
             meta,
             train,

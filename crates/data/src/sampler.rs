@@ -315,3 +315,66 @@ mod tests {
         assert!(TextSampler::new(c, Split::Val, usize::MAX, 2, 0).is_err());
     }
 }
+
+/// Held-out task batches come from a seed no training run uses.
+const HELD_OUT_SALT: u64 = 0x5EED_0FE7_A1D0_0075;
+
+/// A run's data, opened: where its training batches and its fixed held-out batches come from.
+/// The command line opens it from files, the page from what it fetched; both draw the same
+/// batches from it.
+#[derive(Clone, Debug)]
+pub enum DataSource {
+    Task(crate::Task),
+    #[cfg(feature = "text")]
+    Text(Arc<Corpus>),
+    /// Rows of `width` = T + 1 tokens.
+    Rows {
+        tokens: Vec<u32>,
+        width: usize,
+    },
+}
+
+impl DataSource {
+    /// The training batches: batch k is a function of (seed, k) alone.
+    pub fn train(&self, b: usize, t: usize, seed: u64) -> Result<BatchSource, crate::DataError> {
+        Ok(match self {
+            DataSource::Task(task) => BatchSource::Task(TaskSampler::new(*task, b, t, seed)?),
+            #[cfg(feature = "text")]
+            DataSource::Text(corpus) => BatchSource::Text(TextSampler::new(corpus.clone(), Split::Train, b, t, seed)?),
+            DataSource::Rows { tokens, width } => BatchSource::Fixed(Self::rows(tokens, *width, b, t)?),
+        })
+    }
+
+    /// `m` held-out batches, the same at every evaluation of a run, in `resmem eval` and on the
+    /// page.
+    pub fn held_out(&self, b: usize, t: usize, seed: u64, m: usize) -> Result<Vec<Batch>, crate::DataError> {
+        Ok(match self {
+            DataSource::Task(task) => {
+                let sampler = TaskSampler::new(*task, b, t, seed ^ HELD_OUT_SALT)?;
+                (0..m as u64).map(|k| sampler.batch(k)).collect()
+            }
+            #[cfg(feature = "text")]
+            DataSource::Text(corpus) => TextSampler::new(corpus.clone(), Split::Val, b, t, seed)?.fixed_batches(m),
+            DataSource::Rows { tokens, width } => {
+                let rows = Self::rows(tokens, *width, b, t)?;
+                if m > rows.len() {
+                    return Err(crate::DataError::Invalid(format!(
+                        "the token file makes {} batches of {b}; evaluate at most that many (--batches)",
+                        rows.len()
+                    )));
+                }
+                (0..m as u64).map(|k| rows.batch(k)).collect()
+            }
+        })
+    }
+
+    fn rows(tokens: &[u32], width: usize, b: usize, t: usize) -> Result<FixedRows, crate::DataError> {
+        if t + 1 != width {
+            return Err(crate::DataError::Invalid(format!(
+                "the token file holds rows of {width} tokens, for windows of T = {}, not {t}",
+                width - 1
+            )));
+        }
+        FixedRows::new(tokens, width, b)
+    }
+}

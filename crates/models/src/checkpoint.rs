@@ -37,6 +37,23 @@ pub fn to_bytes(layout: &ParamLayout, values: &[f32]) -> Result<Vec<u8>> {
 /// Writes a checkpoint of `state` to `path` (not atomically: the caller writes a temporary
 /// file and renames it).
 pub fn write_state(layout: &ParamLayout, state: &TrainState, config_toml: &str, path: &Path) -> Result<()> {
+    let (tensors, meta) = prepare_state(layout, state, config_toml)?;
+    safetensors::serialize_to_file(tensors, Some(meta), path)
+        .map_err(|e| ModelError::Checkpoint(format!("cannot write {}: {e}", path.display())))
+}
+
+/// The bytes `write_state` writes (the page downloads them).
+pub fn state_to_bytes(layout: &ParamLayout, state: &TrainState, config_toml: &str) -> Result<Vec<u8>> {
+    let (tensors, meta) = prepare_state(layout, state, config_toml)?;
+    safetensors::serialize(tensors, Some(meta)).map_err(|e| ModelError::Checkpoint(e.to_string()))
+}
+
+#[allow(clippy::type_complexity)]
+fn prepare_state<'a>(
+    layout: &ParamLayout,
+    state: &'a TrainState,
+    config_toml: &str,
+) -> Result<(Vec<(String, TensorView<'a>)>, HashMap<String, String>)> {
     let meta = BTreeMap::from([
         ("step".to_string(), state.step.to_string()),
         ("config".to_string(), config_toml.to_string()),
@@ -46,9 +63,7 @@ pub fn write_state(layout: &ParamLayout, state: &TrainState, config_toml: &str, 
         ("adamw.m/", &state.m[..]),
         ("adamw.v/", &state.v[..]),
     ];
-    let (tensors, meta) = prepare(layout, &groups, meta)?;
-    safetensors::serialize_to_file(tensors, Some(meta), path)
-        .map_err(|e| ModelError::Checkpoint(format!("cannot write {}: {e}", path.display())))
+    prepare(layout, &groups, meta)
 }
 
 /// The named tensors of `groups` (prefix, flat buffer) and the metadata with its CRC.
@@ -243,6 +258,8 @@ mod tests {
         write_state(&l, &state, "a = 1\n", &dir).unwrap();
         let bytes = std::fs::read(&dir).unwrap();
         std::fs::remove_file(&dir).unwrap();
+        // The page's download is the same file.
+        assert_eq!(state_to_bytes(&l, &state, "a = 1\n").unwrap(), bytes);
         assert_eq!(state_from_bytes(&l, &bytes).unwrap(), state);
         assert_eq!(config_of(&bytes).unwrap(), "a = 1\n");
         // A checkpoint is also a model file.

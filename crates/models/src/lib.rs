@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod count;
 pub mod ff;
+pub mod generate;
 pub mod hybrid;
 pub mod loss;
 pub mod memory;

@@ -92,6 +92,14 @@ impl DataConfig {
         }
     }
 
+    /// The tokenizer its tokens are in: a task's are bytes.
+    pub fn tokenizer(&self) -> TokenizerKind {
+        match self {
+            DataConfig::Task { .. } => TokenizerKind::Bytes,
+            DataConfig::Text { tokenizer, .. } | DataConfig::Tokens { tokenizer, .. } => *tokenizer,
+        }
+    }
+
     /// T
     pub fn seq_len(&self) -> usize {
         match self {
@@ -149,6 +157,7 @@ pub struct Preset {
 
 /// Where `cargo xtask corpus` puts Shakespeare with GPT-2's BPE.
 pub const SHAKESPEARE_GPT2: &str = "data/shakespeare-gpt2";
+pub const SHAKESPEARE_BYTES: &str = "data/shakespeare-bytes";
 const GPT2_VOCAB: usize = 50257;
 
 fn tiny_task(model: ModelConfig) -> RunConfig {

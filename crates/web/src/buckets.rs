@@ -2,6 +2,7 @@
 //! table (the MemoryFormer paper's Figure 4).
 
 use crate::chart::histogram_svg;
+use crate::save::ChartExport;
 use crate::training::BUCKET_WINDOW;
 use leptos::prelude::*;
 use models::buckets::{normalised_entropy, BucketCounts};
@@ -51,6 +52,7 @@ pub fn BucketView(hits: Signal<Vec<BucketCounts>>) -> impl IntoView {
             </div>
             <p id="bucket-stats" class="readout">{stats}</p>
             <div id="histogram" inner_html=move || selected().map(|c| histogram_svg(&c)).unwrap_or_default()></div>
+            <ChartExport target="histogram" name="buckets" />
         </section>
     }
 }

@@ -2,8 +2,7 @@
 //! architecture and the training settings. What they say is one `Setup`; a setting the config
 //! refuses is named under the controls as it is typed.
 
-use crate::session::{Arch, Control, Kind, Setup, CONTROLS};
-use data::Task;
+use crate::session::{Arch, Control, Dataset, Kind, Setup, CONTROLS};
 use leptos::prelude::*;
 
 /// A named starting point: a name, an architecture and the settings it changes from that
@@ -30,9 +29,9 @@ const PRESETS: &[PagePreset] = &[
     ),
 ];
 
-fn preset_setup(i: usize, task: Task) -> Option<Setup> {
+fn preset_setup(i: usize, data: Dataset) -> Option<Setup> {
     let (_, arch, values) = PRESETS.get(i)?;
-    let mut setup = Setup::new(*arch, task);
+    let mut setup = Setup::new(*arch, data);
     for (k, v) in values.iter() {
         let control = Control::find(k)?;
         setup.set(control.key, v.to_string());
@@ -88,7 +87,7 @@ pub fn Controls(setup: RwSignal<Setup>, running: Signal<bool>) -> impl IntoView 
                         on:change=move |ev| {
                             let i: usize = event_target_value(&ev).parse().unwrap_or(0);
                             set_preset.set(i);
-                            if let Some(s) = preset_setup(i, setup.with_untracked(|s| s.task)) {
+                            if let Some(s) = preset_setup(i, setup.with_untracked(|s| s.data)) {
                                 setup.set(s);
                             }
                         }>
@@ -105,14 +104,14 @@ pub fn Controls(setup: RwSignal<Setup>, running: Signal<bool>) -> impl IntoView 
                         {Arch::ALL.iter().map(|a| view! { <option value=a.name()>{a.label()}</option> }).collect_view()}
                     </select>
                 </label>
-                <label>"Task "
-                    <select id="task" prop:disabled=running prop:value=move || setup.with(|s| s.task.name().to_string())
+                <label>"Data "
+                    <select id="task" prop:disabled=running prop:value=move || setup.with(|s| s.data.name().to_string())
                         on:change=move |ev| {
-                            if let Ok(t) = event_target_value(&ev).parse::<Task>() {
-                                setup.update(|s| s.task = t);
+                            if let Some(d) = Dataset::parse(&event_target_value(&ev)) {
+                                setup.update(|s| s.data = d);
                             }
                         }>
-                        {Task::ALL.iter().map(|t| view! { <option value=t.name()>{t.name()}</option> }).collect_view()}
+                        {Dataset::ALL.iter().map(|d| view! { <option value=d.name()>{d.label()}</option> }).collect_view()}
                     </select>
                 </label>
             </div>

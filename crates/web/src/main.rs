@@ -4,15 +4,23 @@
 #[cfg(target_arch = "wasm32")]
 mod app;
 #[cfg(target_arch = "wasm32")]
+mod browser;
+#[cfg(target_arch = "wasm32")]
 mod buckets;
 #[cfg(target_arch = "wasm32")]
 mod chart;
 #[cfg(target_arch = "wasm32")]
 mod controls;
 #[cfg(target_arch = "wasm32")]
+mod corpus;
+#[cfg(target_arch = "wasm32")]
 mod residual;
 #[cfg(target_arch = "wasm32")]
 mod runs;
+#[cfg(target_arch = "wasm32")]
+mod sample;
+#[cfg(target_arch = "wasm32")]
+mod save;
 #[cfg(target_arch = "wasm32")]
 mod session;
 #[cfg(target_arch = "wasm32")]

@@ -3,6 +3,7 @@
 //! values, effective rank and norm; for the transformer and the MemoryFormer the vector as a
 //! strip, so that the three can be compared.
 
+use crate::save::ChartExport;
 use leptos::prelude::*;
 use models::observe::{self, Shape, Snapshot};
 
@@ -240,6 +241,7 @@ pub fn ResidualView(
                         inner_html=picture></div>
                     <div id="residual-spectrum" inner_html=move || facts().1></div>
                 </div>
+                <ChartExport target="residual-heatmap" name="residual" />
             </Show>
         </section>
     }

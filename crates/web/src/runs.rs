@@ -1,19 +1,65 @@
 //! Every run of the session: kept, overlaid on one loss chart with a legend of what differs from
 //! the first run, and shown, hidden, looked into or deleted from a list.
 
+use crate::browser;
 use crate::chart::{loss_svg, Curve, PALETTE};
-use crate::session::Setup;
+use crate::sample::Sample;
+use crate::save::ChartExport;
+use crate::session::{Link, Setup};
 use crate::variance::{distances, Snapshot};
 use leptos::prelude::*;
 use models::buckets::BucketCounts;
 use models::count::thousands;
+use models::probes::Measured;
 use models::variance::ClosedForm;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum RunState {
     Training,
     Stopped,
     Failed(String),
+    /// Cut short by a lost device; it can continue from its checkpoint.
+    Interrupted(String),
+    /// Loaded from a checkpoint file, to look at and sample from.
+    Imported(String),
+}
+
+/// A run's newest checkpoint, in the format `resmem train` writes, kept in memory (and in the
+/// browser's store).
+#[derive(Clone, Debug)]
+pub struct Kept {
+    pub step: usize,
+    pub bytes: Arc<Vec<u8>>,
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Kept) -> bool {
+        self.step == other.step && Arc::ptr_eq(&self.bytes, &other.bytes)
+    }
+}
+
+impl Saved {
+    pub fn id(&self) -> usize {
+        self.id
+    }
+}
+
+/// A run as the browser's store keeps it: the setup as its link, and what was read. Its
+/// checkpoint is stored beside it under `checkpoint_key`.
+#[derive(Serialize, Deserialize)]
+pub struct Saved {
+    id: usize,
+    query: String,
+    model: String,
+    params: usize,
+    state: RunState,
+    visible: bool,
+    step: usize,
+    points: Vec<(usize, f32)>,
+    history: Vec<(usize, Vec<Measured>)>,
+    checkpoint_step: Option<usize>,
 }
 
 /// One run: what it trained and what it read.
@@ -33,6 +79,8 @@ pub struct Run {
     pub closed: Vec<ClosedForm>,
     /// Bucket hits over the last steps, per hashed layer.
     pub hits: Vec<BucketCounts>,
+    pub checkpoint: Option<Kept>,
+    pub sample: Option<Sample>,
 }
 
 impl Run {
@@ -49,7 +97,103 @@ impl Run {
             history: vec![],
             closed: vec![],
             hits: vec![],
+            checkpoint: None,
+            sample: None,
         }
+    }
+
+    /// The store's key for this run's checkpoint.
+    pub fn checkpoint_key(id: usize) -> String {
+        format!("checkpoint/{id}")
+    }
+
+    pub fn saved(&self) -> Saved {
+        Saved {
+            id: self.id,
+            query: self.setup.to_query(),
+            model: self.model.clone(),
+            params: self.params,
+            // A run cut short by the reload can continue from its checkpoint.
+            state: match &self.state {
+                RunState::Training => RunState::Interrupted("the page was reloaded while it trained".into()),
+                s => s.clone(),
+            },
+            visible: self.visible,
+            step: self.step,
+            points: self.points.clone(),
+            history: self.history.iter().map(|s| (s.step, s.measured.clone())).collect(),
+            checkpoint_step: self.checkpoint.as_ref().map(|k| k.step),
+        }
+    }
+
+    /// A stored run, with its checkpoint's bytes if they were found.
+    pub fn restored(saved: Saved, checkpoint: Option<Vec<u8>>) -> Run {
+        let setup = Link::parse(&saved.query).setup;
+        let closed = setup
+            .config()
+            .ok()
+            .and_then(|c| models::variance::closed_form(&c.model, models::variance::InitScheme::Default))
+            .unwrap_or_default();
+        Run {
+            id: saved.id,
+            setup,
+            model: saved.model,
+            params: saved.params,
+            state: saved.state,
+            visible: saved.visible,
+            step: saved.step,
+            points: saved.points,
+            history: saved
+                .history
+                .into_iter()
+                .map(|(step, measured)| Snapshot { step, measured })
+                .collect(),
+            closed,
+            hits: vec![],
+            checkpoint: saved.checkpoint_step.zip(checkpoint).map(|(step, bytes)| Kept {
+                step,
+                bytes: Arc::new(bytes),
+            }),
+            sample: None,
+        }
+    }
+
+    /// Whether it can train on from its checkpoint.
+    pub fn can_continue(&self) -> bool {
+        let unfinished = self.setup.config().is_ok_and(|c| self.step < c.train.steps);
+        let paused = matches!(
+            self.state,
+            RunState::Stopped | RunState::Interrupted(_) | RunState::Imported(_)
+        );
+        self.checkpoint.is_some() && unfinished && paused
+    }
+
+    /// The curve as `resmem train`'s metrics.jsonl rows.
+    pub fn metrics_jsonl(&self) -> String {
+        self.points
+            .iter()
+            // The f32 in its shortest form, as the page shows it, not widened to f64.
+            .map(|(step, loss)| {
+                format!(
+                    "{{\"step\":{step},\"loss\":{}}}\n",
+                    serde_json::to_string(loss).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    pub fn metrics_csv(&self) -> String {
+        let rows: String = self
+            .points
+            .iter()
+            .map(|(step, loss)| format!("{step},{loss}\n"))
+            .collect();
+        format!("step,loss\n{rows}")
+    }
+
+    /// A file name for this run's `what`: run-3-rmt-step-120.safetensors.
+    pub fn file_name(&self, what: &str, ext: &str) -> String {
+        format!("run-{}-{}-{what}.{ext}", self.id, self.setup.arch.name())
     }
 
     pub fn color(&self) -> plotters::style::RGBColor {
@@ -93,13 +237,22 @@ pub fn curves(runs: &[Run]) -> Vec<Curve> {
 /// The overlaid loss curves.
 #[component]
 pub fn LossChart(runs: RwSignal<Vec<Run>>) -> impl IntoView {
-    view! { <div id="chart" inner_html=move || runs.with(|r| loss_svg(&curves(r)))></div> }
+    view! {
+        <div id="chart" inner_html=move || runs.with(|r| loss_svg(&curves(r)))></div>
+        <ChartExport target="chart" name="loss" />
+    }
 }
 
 /// The list of runs: colour, label, model, parameters, steps, last loss, how far its variance
 /// ratios sit from 1, and buttons to show or hide it, look into it, or delete it.
 #[component]
-pub fn RunList(runs: RwSignal<Vec<Run>>, focus: RwSignal<Option<usize>>) -> impl IntoView {
+pub fn RunList(
+    runs: RwSignal<Vec<Run>>,
+    focus: RwSignal<Option<usize>>,
+    busy: Signal<bool>,
+    on_continue: UnsyncCallback<usize>,
+    on_delete: UnsyncCallback<usize>,
+) -> impl IntoView {
     let row = move |r: Run, first: Run, focused: bool| {
         let id = r.id;
         let last = r.points.last().map_or("–".to_string(), |p| format!("{:.4}", p.1));
@@ -112,8 +265,23 @@ pub fn RunList(runs: RwSignal<Vec<Run>>, focus: RwSignal<Option<usize>>) -> impl
             RunState::Training => "training".to_string(),
             RunState::Stopped => "done".to_string(),
             RunState::Failed(e) => format!("failed: {e}"),
+            RunState::Interrupted(e) => format!("interrupted: {e}"),
+            RunState::Imported(file) => format!("imported from {file}"),
         };
         let training = r.state == RunState::Training;
+        let can_continue = r.can_continue();
+        let kept = r.checkpoint.clone();
+        let (jsonl, csv) = (r.metrics_jsonl(), r.metrics_csv());
+        let (n1, n2, n3) = (
+            r.file_name(&format!("step-{}", kept.as_ref().map_or(0, |k| k.step)), "safetensors"),
+            r.file_name("metrics", "jsonl"),
+            r.file_name("metrics", "csv"),
+        );
+        let report = move |result: Result<(), String>| {
+            if let Err(e) = result {
+                web_sys::console::error_1(&format!("export failed: {e}").into());
+            }
+        };
         // The curve's points, for anyone who wants the numbers behind it.
         let losses = serde_json::to_string(&r.points).unwrap_or_default();
         view! {
@@ -135,12 +303,25 @@ pub fn RunList(runs: RwSignal<Vec<Run>>, focus: RwSignal<Option<usize>>) -> impl
                     " "
                     <button class="run-focus" on:click=move |_| focus.set(Some(id)) prop:disabled=focused>"look"</button>
                     " "
+                    <button class="run-continue" prop:disabled=move || !can_continue || busy.get()
+                        title="Train on from its checkpoint" on:click=move |_| on_continue.run(id)>"continue"</button>
+                    " "
+                    <button class="run-checkpoint" prop:disabled=kept.is_none()
+                        title="Its checkpoint, as resmem train writes it: resmem eval --run FILE reads it"
+                        on:click=move |_| if let Some(k) = &kept { report(browser::offer(&k.bytes, &n1, "application/octet-stream")) }>
+                        "checkpoint"</button>
+                    " "
+                    <button class="run-jsonl" on:click=move |_| report(browser::offer(jsonl.as_bytes(), &n2, "application/jsonl"))>"jsonl"</button>
+                    " "
+                    <button class="run-csv" on:click=move |_| report(browser::offer(csv.as_bytes(), &n3, "text/csv"))>"csv"</button>
+                    " "
                     <button class="run-delete" prop:disabled=training
                         on:click=move |_| {
                             runs.update(|rs| rs.retain(|r| r.id != id));
                             if focus.get_untracked() == Some(id) {
                                 focus.set(None);
                             }
+                            on_delete.run(id);
                         }>"delete"</button>
                 </td>
             </tr>

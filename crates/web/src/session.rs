@@ -3,15 +3,18 @@
 //! training session (the GPU backend, the model and its trainer), which lives outside the
 //! reactive graph (wgpu objects are not Send on wasm), so the page sees plain numbers.
 
-use data::{Batch, Task, TaskSampler};
-use engine::gpu::GpuBackend;
+use data::{Batch, BatchSource, DataSource, Task, TokenizerKind};
+use engine::Backend;
 use models::buckets::{self, BucketCounts};
+use models::checkpoint::{self, TrainState};
 use models::count::{self, ModelCounts};
+use models::generate::{self, Drawn, Sampling};
 use models::memory::{self, Purpose};
 use models::probes::Measured;
 use models::variance::{self, ClosedForm, InitScheme};
-use models::{LanguageModel, ModelConfig, RunConfig, Trainer, TransformerConfig};
+use models::{DataConfig, Evaluator, LanguageModel, ModelConfig, RunConfig, Trainer, TransformerConfig};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// The architectures the page offers, each starting from its `tiny-ARCH` training preset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -62,6 +65,79 @@ impl Arch {
     /// The `tiny-ARCH` preset: the model and the copy task at T = 16, batch 32, 300 steps.
     pub fn preset(self) -> RunConfig {
         RunConfig::preset(&format!("tiny-{}", self.name())).expect("every architecture has a tiny preset")
+    }
+}
+
+/// What the page trains on: a synthetic task, or Shakespeare, which `cargo xtask serve` places
+/// beside the page under the path the command line reads it from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dataset {
+    Task(Task),
+    Shakespeare(TokenizerKind),
+}
+
+impl Dataset {
+    pub const ALL: [Dataset; 5] = [
+        Dataset::Task(Task::Copy),
+        Dataset::Task(Task::Reverse),
+        Dataset::Task(Task::Mqar),
+        Dataset::Shakespeare(TokenizerKind::Bytes),
+        Dataset::Shakespeare(TokenizerKind::Gpt2),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dataset::Task(t) => t.name(),
+            Dataset::Shakespeare(TokenizerKind::Bytes) => "shakespeare-bytes",
+            Dataset::Shakespeare(TokenizerKind::Gpt2) => "shakespeare-gpt2",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Dataset::Task(Task::Copy) => "copy",
+            Dataset::Task(Task::Reverse) => "reverse",
+            Dataset::Task(Task::Mqar) => "mqar (associative recall)",
+            Dataset::Shakespeare(TokenizerKind::Bytes) => "Shakespeare, bytes",
+            Dataset::Shakespeare(TokenizerKind::Gpt2) => "Shakespeare, GPT-2 BPE (V 50,257: slow)",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Dataset> {
+        Dataset::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    pub fn tokenizer(self) -> TokenizerKind {
+        match self {
+            Dataset::Task(_) => TokenizerKind::Bytes,
+            Dataset::Shakespeare(k) => k,
+        }
+    }
+
+    /// Where a corpus lies, relative to the page and to the repository alike.
+    pub fn corpus_dir(self) -> Option<&'static str> {
+        match self {
+            Dataset::Task(_) => None,
+            Dataset::Shakespeare(TokenizerKind::Bytes) => Some(models::run::SHAKESPEARE_BYTES),
+            Dataset::Shakespeare(TokenizerKind::Gpt2) => Some(models::run::SHAKESPEARE_GPT2),
+        }
+    }
+
+    /// The dataset of a run config, if the page offers it.
+    pub fn of(data: &DataConfig) -> Option<Dataset> {
+        match data {
+            DataConfig::Task { task, .. } => Some(Dataset::Task(*task)),
+            DataConfig::Text { path, .. } => Dataset::ALL
+                .into_iter()
+                .find(|d| d.corpus_dir().map(Path::new) == Some(path)),
+            DataConfig::Tokens { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -276,26 +352,38 @@ fn text_of(v: &toml::Value) -> String {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Setup {
     pub arch: Arch,
-    pub task: Task,
+    pub data: Dataset,
     pub values: BTreeMap<&'static str, String>,
 }
 
 impl Setup {
     /// `arch`'s tiny preset, as its controls show it.
-    pub fn new(arch: Arch, task: Task) -> Setup {
-        let table = toml::Table::try_from(arch.preset()).expect("a preset serialises");
+    pub fn new(arch: Arch, data: Dataset) -> Setup {
+        Setup::of(&arch.preset(), arch, data)
+    }
+
+    /// `cfg` as the controls show it.
+    fn of(cfg: &RunConfig, arch: Arch, data: Dataset) -> Setup {
+        let table = toml::Table::try_from(cfg).expect("a config serialises");
         let values = CONTROLS
             .iter()
             .filter(|c| c.applies(arch))
             .filter_map(|c| Some((c.key, text_of(table.get(c.table)?.get(c.key)?))))
             .collect();
-        Setup { arch, task, values }
+        Setup { arch, data, values }
+    }
+
+    /// The setup of a run config (an imported checkpoint's), if the page offers its
+    /// architecture and data; `config()` gives back the same model.
+    pub fn from_config(cfg: &RunConfig) -> Option<Setup> {
+        let arch = Arch::parse(cfg.arch())?;
+        Some(Setup::of(cfg, arch, Dataset::of(&cfg.data)?))
     }
 
     /// The same training settings under another architecture, with that architecture's own
     /// preset sizes (a norm or depth carried over would silently make another model).
     pub fn with_arch(&self, arch: Arch) -> Setup {
-        let mut next = Setup::new(arch, self.task);
+        let mut next = Setup::new(arch, self.data);
         for (k, v) in &self.values {
             let training = Control::find(k).is_some_and(|c| c.table != "model");
             if let Some(slot) = next.values.get_mut(k).filter(|_| training) {
@@ -325,15 +413,29 @@ impl Setup {
                 .insert(key.to_string(), control.parse(text)?);
         }
         let data = tables.entry("data").or_default();
-        data.insert("task".into(), toml::Value::String(self.task.name().into()));
-        if let Some(t) = data.get("seq_len").cloned() {
-            tables.entry("model").or_default().insert("seq_len".into(), t);
+        if let Dataset::Task(task) = self.data {
+            data.insert("task".into(), toml::Value::String(task.name().into()));
         }
+        let t = data.get("seq_len").cloned();
+        let model = tables.entry("model").or_default();
+        if let Some(t) = t {
+            model.insert("seq_len".into(), t);
+        }
+        let vocab = self.data.tokenizer().vocab();
+        model.insert("vocab".into(), toml::Value::Integer(vocab as i64));
         let overrides: toml::Table = tables
             .into_iter()
             .map(|(k, v)| (k.to_string(), toml::Value::Table(v)))
             .collect();
-        let cfg = self.arch.preset().merged(&overrides).map_err(|e| e.to_string())?;
+        let mut cfg = self.arch.preset().merged(&overrides).map_err(|e| e.to_string())?;
+        if let (Some(dir), Dataset::Shakespeare(tokenizer)) = (self.data.corpus_dir(), self.data) {
+            cfg.data = DataConfig::Text {
+                path: dir.into(),
+                tokenizer,
+                seq_len: cfg.data.seq_len(),
+                doc_mask: false,
+            };
+        }
         cfg.validate().map_err(|e| e.to_string())?;
         Ok(cfg)
     }
@@ -341,8 +443,8 @@ impl Setup {
     /// The settings that differ from `other`'s, as `key=value`, in the controls' order.
     pub fn differences(&self, other: &Setup) -> Vec<String> {
         let mut out = vec![];
-        if self.task != other.task {
-            out.push(format!("task={}", self.task));
+        if self.data != other.data {
+            out.push(format!("data={}", self.data));
         }
         for c in CONTROLS {
             if let Some(v) = self.value(c.key) {
@@ -378,6 +480,174 @@ impl Setup {
         }
         Ok([rmt, transformer, memoryformer])
     }
+}
+
+/// The version of the page's links. A link of another version is reported, not guessed at.
+pub const LINK_VERSION: &str = "1";
+
+/// What a link restores: a setup, whether the controls are hidden (for embedding in a talk or
+/// a post), and what in it could not be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Link {
+    pub setup: Setup,
+    pub hide_controls: bool,
+    pub problems: Vec<String>,
+}
+
+/// The page's default: the tiny RMT on the copy task.
+pub fn default_setup() -> Setup {
+    Setup::new(Arch::Rmt, Dataset::Task(Task::Copy))
+}
+
+impl Setup {
+    /// The link's query: the version, then every setting that differs from the default of its
+    /// architecture, e.g. `v=1&arch=transformer&d_model=128&seed=3`.
+    pub fn to_query(&self) -> String {
+        let default = default_setup();
+        let own = Setup::new(self.arch, self.data);
+        let mut pairs = vec![("v", LINK_VERSION.to_string())];
+        if self.arch != default.arch {
+            pairs.push(("arch", self.arch.name().into()));
+        }
+        if self.data != default.data {
+            pairs.push(("data", self.data.name().into()));
+        }
+        for c in CONTROLS {
+            match self.value(c.key) {
+                Some(v) if own.value(c.key) != Some(v) => pairs.push((c.key, v.to_string())),
+                _ => {}
+            }
+        }
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", escape(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+impl Link {
+    /// The link of `query` (without the `?`). A parameter that is unknown, malformed or not a
+    /// setting of the chosen model is reported and its default stands; a link of another
+    /// version, or one whose settings make no valid config, restores the defaults.
+    pub fn parse(query: &str) -> Link {
+        let mut link = Link {
+            setup: default_setup(),
+            hide_controls: false,
+            problems: vec![],
+        };
+        let pairs: Vec<(String, String)> = query
+            .trim_start_matches('?')
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => (unescape(k), unescape(v)),
+                None => (unescape(p), String::new()),
+            })
+            .collect();
+        if pairs.is_empty() {
+            return link;
+        }
+        let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        match get("v") {
+            Some(LINK_VERSION) => {}
+            Some(v) => {
+                link.problems.push(format!(
+                    "this link was made by another version of the page (v={v}; this page reads v={LINK_VERSION}), so its settings were not applied"
+                ));
+                return link;
+            }
+            None => link.problems.push(format!(
+                "the link has no version (v={LINK_VERSION}); its settings were read as this version's"
+            )),
+        }
+        let (mut arch, mut data) = (Arch::Rmt, Dataset::Task(Task::Copy));
+        if let Some(a) = get("arch") {
+            match Arch::parse(a) {
+                Some(a) => arch = a,
+                None => link.problems.push(format!(
+                    "arch={a} is not a model here (the models are {})",
+                    Arch::ALL.map(Arch::name).join(", ")
+                )),
+            }
+        }
+        if let Some(d) = get("data") {
+            match Dataset::parse(d) {
+                Some(d) => data = d,
+                None => link.problems.push(format!(
+                    "data={d} is not a dataset here (they are {})",
+                    Dataset::ALL.map(Dataset::name).join(", ")
+                )),
+            }
+        }
+        let mut setup = Setup::new(arch, data);
+        for (key, value) in &pairs {
+            match key.as_str() {
+                "v" | "arch" | "data" => {}
+                "hide" if value == "controls" => link.hide_controls = true,
+                "hide" => link
+                    .problems
+                    .push(format!("hide={value} is not known; hide=controls hides the controls")),
+                _ => match Control::find(key) {
+                    None => link
+                        .problems
+                        .push(format!("`{key}` is not a setting of the page; it was ignored")),
+                    Some(c) if !c.applies(arch) => link.problems.push(format!(
+                        "`{key}` is not a setting of the {}; it was ignored",
+                        arch.label()
+                    )),
+                    Some(c) => match c.parse(value) {
+                        Ok(_) => setup.set(c.key, value.trim().to_string()),
+                        Err(e) => link.problems.push(format!("{e}; its default stands")),
+                    },
+                },
+            }
+        }
+        match setup.config() {
+            Ok(_) => link.setup = setup,
+            Err(e) => link.problems.push(format!(
+                "the link's settings make no valid model ({e}); the defaults stand"
+            )),
+        }
+        link
+    }
+}
+
+/// Percent-encodes all but letters, digits and `-._~`.
+fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Undoes `escape` (and `+` for a space); a malformed escape stays as it is.
+fn unescape(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Refuses a config whose largest buffer is over what one GPU binding may hold, before anything
@@ -457,52 +727,88 @@ pub fn describe(m: &ModelConfig) -> String {
     }
 }
 
-type Model = Box<dyn LanguageModel<GpuBackend>>;
+type Model<B> = Box<dyn LanguageModel<B>>;
 
 /// What a session holds besides its device and config.
-type Parts = (Trainer<GpuBackend, Model>, TaskSampler, usize, Vec<ClosedForm>);
+type Parts<B> = (Trainer<B, Model<B>>, BatchSource, usize, Vec<ClosedForm>);
 
-pub struct Session {
-    pub be: GpuBackend,
-    pub trainer: Trainer<GpuBackend, Model>,
-    pub sampler: TaskSampler,
+/// A model built for one sequence of its context, to sample from, with its forward's buffers.
+struct Sampler<B: Backend + 'static> {
+    model: Model<B>,
+    evaluator: Evaluator<B>,
+}
+
+/// One run on one device: the model, its trainer and its batches. Generic over the backend:
+/// the page trains on the GPU, or on the CPU where the browser has no WebGPU.
+pub struct Session<B: Backend + 'static> {
+    pub be: B,
+    pub trainer: Trainer<B, Model<B>>,
+    batches: BatchSource,
+    source: DataSource,
     pub cfg: RunConfig,
     pub params: usize,
     /// The closed form of the paper's Table 1 for this model's dims and init.
     pub closed_form: Vec<ClosedForm>,
     last_batch: Option<Batch>,
+    sampler: Option<Sampler<B>>,
 }
 
-impl Session {
+impl<B: Backend + 'static> Session<B> {
     /// The model of `cfg`, built by the one constructor every command uses, once its largest
-    /// buffer is known to fit the device. On failure the device comes back with the message, so
-    /// that the page can start again.
-    pub fn new(be: GpuBackend, cfg: RunConfig, task: Task) -> Result<Self, (GpuBackend, String)> {
-        match Self::parts(&be, &cfg, task) {
-            Ok((trainer, sampler, params, closed_form)) => Ok(Self {
+    /// buffer is known to fit `max_binding_bytes`. On failure the device comes back with the
+    /// message, so that the page can start again.
+    pub fn new(be: B, cfg: RunConfig, source: DataSource, max_binding_bytes: u64) -> Result<Self, (B, String)> {
+        match Self::parts(&be, &cfg, &source, max_binding_bytes) {
+            Ok((trainer, batches, params, closed_form)) => Ok(Self {
                 be,
                 trainer,
-                sampler,
+                batches,
+                source,
                 cfg,
                 params,
                 closed_form,
                 last_batch: None,
+                sampler: None,
             }),
             Err(e) => Err((be, e)),
         }
     }
 
-    fn parts(be: &GpuBackend, cfg: &RunConfig, task: Task) -> Result<Parts, String> {
-        check_limits(cfg, be.max_binding_values() as u64 * 4)?;
+    /// A session for `setup`'s config, its data fetched if need be, continuing from
+    /// `checkpoint` (a file `resmem train` writes) when one is given.
+    pub async fn open(
+        be: B,
+        cfg: RunConfig,
+        data: Dataset,
+        max_binding_bytes: u64,
+        checkpoint: Option<&[u8]>,
+    ) -> Result<Self, (B, String)> {
+        let source = match crate::corpus::source(data).await {
+            Ok(source) => source,
+            Err(e) => return Err((be, e)),
+        };
+        let mut session = Self::new(be, cfg, source, max_binding_bytes)?;
+        if let Some(bytes) = checkpoint {
+            let state = checkpoint::state_from_bytes(&session.trainer.model.store().layout, bytes);
+            if let Err(e) = state.map_err(|e| e.to_string()).and_then(|s| session.restore(&s)) {
+                return Err((session.be, e));
+            }
+        }
+        Ok(session)
+    }
+
+    fn parts(be: &B, cfg: &RunConfig, source: &DataSource, max_binding_bytes: u64) -> Result<Parts<B>, String> {
+        check_limits(cfg, max_binding_bytes)?;
         let err = |e: models::ModelError| e.to_string();
         let (b, t, seed) = (cfg.train.batch, cfg.data.seq_len(), cfg.train.seed);
         let closed_form = variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default();
         let model = cfg.build(be, b, t, Purpose::Train).map_err(err)?;
         let params = model.store().layout.count();
-        let trainer = Trainer::new(be, model, cfg.train.clone()).map_err(err)?;
-        // The batches' seed is the run's plus one, as `resmem analyze residual` follows it.
-        let sampler = TaskSampler::new(task, b, t, seed + 1).map_err(|e| e.to_string())?;
-        Ok((trainer, sampler, params, closed_form))
+        let mut trainer = Trainer::new(be, model, cfg.train.clone()).map_err(err)?;
+        trainer.mask_documents(cfg.data.separator());
+        // The batches `resmem train` draws for the same config and seed.
+        let batches = source.train(b, t, seed).map_err(|e| e.to_string())?;
+        Ok((trainer, batches, params, closed_form))
     }
 
     /// Tokens a step.
@@ -510,19 +816,70 @@ impl Session {
         self.cfg.train.batch * self.cfg.data.seq_len()
     }
 
-    /// One step, recorded and submitted; nothing is read back.
+    /// One step, recorded and submitted; nothing is read back. Step k trains on batch k − 1,
+    /// as `resmem train` does, so a run continued from a checkpoint sees the same batches.
     pub fn step(&mut self) -> Result<(), String> {
-        let batch = self.sampler.next_batch();
+        let batch = self.batches.batch(self.trainer.step as u64);
         self.trainer.step(&self.be, &batch).map_err(|e| e.to_string())?;
         self.last_batch = Some(batch);
         Ok(())
     }
 
-    /// The last step's loss; waits for the GPU to finish it.
+    /// Continues from a checkpoint's state: its weights, moments and step.
+    pub fn restore(&mut self, state: &TrainState) -> Result<(), String> {
+        self.trainer.restore(&self.be, state).map_err(|e| e.to_string())
+    }
+
+    /// The full training state, in the checkpoint format `resmem train` writes.
+    pub async fn checkpoint(&self) -> Result<Vec<u8>, String> {
+        let state = self.trainer.state(&self.be).await.map_err(|e| e.to_string())?;
+        let config = self.cfg.to_toml().map_err(|e| e.to_string())?;
+        checkpoint::state_to_bytes(&self.trainer.model.store().layout, &state, &config).map_err(|e| e.to_string())
+    }
+
+    /// A forward of the first held-out batch (the one `resmem analyze residual --run` reads),
+    /// so that the views show the current weights without training.
+    pub async fn inspect(&mut self) -> Result<f32, String> {
+        let (b, t, seed) = (self.cfg.train.batch, self.cfg.data.seq_len(), self.cfg.train.seed);
+        let batch = self
+            .source
+            .held_out(b, t, seed, 1)
+            .map_err(|e| e.to_string())?
+            .remove(0);
+        let loss = self.trainer.eval(&self.be, &batch).await.map_err(|e| e.to_string())?;
+        self.last_batch = Some(batch);
+        Ok(loss)
+    }
+
+    /// The last step's loss; waits for the device to finish it.
     pub async fn loss(&self) -> Result<f32, String> {
         self.trainer.loss(&self.be).await.map_err(|e| e.to_string())
     }
 
+    /// `count` tokens after `prompt` under the current weights, each with its probability,
+    /// drawn as `resmem sample` draws them.
+    pub async fn sample(&mut self, prompt: &[u32], count: usize, how: Sampling) -> Result<Vec<Drawn>, String> {
+        let err = |e: models::ModelError| e.to_string();
+        if self.sampler.is_none() {
+            let model = self
+                .cfg
+                .build(&self.be, 1, self.cfg.context(), Purpose::Infer)
+                .map_err(err)?;
+            let mut evaluator = Evaluator::new(&self.be, &model).map_err(err)?;
+            evaluator.mask_documents(self.cfg.data.separator());
+            self.sampler = Some(Sampler { model, evaluator });
+        }
+        let values = self
+            .be
+            .read(&self.trainer.model.store().params)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Sampler { model, evaluator } = self.sampler.as_mut().expect("built above");
+        self.be.write(&model.store().params, &values);
+        generate::continue_prompt(&self.be, model, evaluator, prompt, count, how)
+            .await
+            .map_err(err)
+    }
     /// The residual stream of sequence `seq` at every depth in the last step's forward, with
     /// that sequence's input tokens. Read it before anything else runs a forward.
     pub async fn residuals(&self, seq: usize) -> Result<(Vec<models::observe::Snapshot>, Vec<u32>), String> {

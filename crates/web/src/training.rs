@@ -1,13 +1,17 @@
 //! The training loop of one run: it steps until the schedule ends or it is asked to stop, and
 //! emits what it reads as events. It reads the loss every few steps, not every step, the bucket
 //! counts of every table in one readback a step, the residuals only while a viewer wants them,
-//! and the variance probes every few steps.
+//! the variance probes every few steps, a sample every few hundred steps and at the end, and
+//! keeps a checkpoint in memory every few steps, so that a lost device loses little.
 
 use crate::residual::{self, Residuals};
+use crate::sample::{self, Sample};
 use crate::session::Session;
+use engine::Backend;
 use models::buckets::BucketCounts;
 use models::probes::Measured;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// How often the loss is read back, in steps (and after step 1 and the last step).
 pub const LOSS_EVERY: usize = 5;
@@ -18,6 +22,8 @@ pub const MEASURE_EVERY: usize = 10;
 pub const BUCKET_WINDOW: usize = 10;
 /// Steps the time per step is averaged over (whole loss-read intervals).
 const SPEED_WINDOW: usize = 10;
+/// How often the run's checkpoint is refreshed in memory (and at the end).
+pub const KEEP_EVERY: usize = 25;
 
 /// What a run reports as it trains.
 pub enum Event {
@@ -33,6 +39,10 @@ pub enum Event {
     Buckets(Vec<BucketCounts>),
     /// One sequence's residual stream at every depth.
     Residuals(Residuals),
+    /// The run's checkpoint, in the format `resmem train` writes.
+    Checkpoint { step: usize, bytes: Arc<Vec<u8>> },
+    /// Text the model wrote after the prompt.
+    Sample(Sample),
 }
 
 /// What the page asks of the loop while it runs.
@@ -41,10 +51,16 @@ pub struct Wants<'a> {
     pub stop: &'a dyn Fn() -> bool,
     /// The sequence whose residuals a viewer wants, while one is open.
     pub residuals: &'a dyn Fn() -> Option<usize>,
+    /// The prompt to continue when a sample is due.
+    pub prompt: &'a dyn Fn() -> String,
 }
 
 /// Trains until the schedule ends or `wants.stop`, yielding to the page between steps.
-pub async fn train(session: &mut Session, wants: Wants<'_>, emit: &dyn Fn(Event)) -> Result<(), String> {
+pub async fn train<B: Backend + 'static>(
+    session: &mut Session<B>,
+    wants: Wants<'_>,
+    emit: &dyn Fn(Event),
+) -> Result<(), String> {
     let steps = session.cfg.train.steps;
     let mut window: VecDeque<Vec<BucketCounts>> = VecDeque::new();
     // (steps, milliseconds) of each interval between loss reads.
@@ -100,6 +116,13 @@ pub async fn train(session: &mut Session, wants: Wants<'_>, emit: &dyn Fn(Event)
             if let Some(measured) = session.measure().await? {
                 emit(Event::Measured { step: n, measured });
             }
+        }
+        if n.is_multiple_of(KEEP_EVERY) || last {
+            let bytes = Arc::new(session.checkpoint().await?);
+            emit(Event::Checkpoint { step: n, bytes });
+        }
+        if n.is_multiple_of(sample::EVERY) || last {
+            emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! in each cell; a step scrubber over every measurement with a play button; and one block's bars.
 
 use crate::chart::variance_svg;
+use crate::save::ChartExport;
 use leptos::prelude::*;
 use models::probes::{Layer, Measured, Op};
 use models::variance::ClosedForm;
@@ -234,6 +235,7 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
             </div>
             <p id="variance-summary" class="readout">{summary}</p>
             <div id="variance-grid" inner_html=grid></div>
+            <ChartExport target="variance-grid" name="variance-grid" />
             <h3>"One block"</h3>
             <div class="controls">
                 <label>"Block "
@@ -245,6 +247,7 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
                 </label>
             </div>
             <div id="variance-chart" inner_html=bars></div>
+            <ChartExport target="variance-chart" name="variance-block" />
         </section>
     }
 }

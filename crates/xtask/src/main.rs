@@ -232,6 +232,8 @@ fn corpus(root: &Path) -> Result<()> {
 
 fn serve(root: &Path) -> Result<()> {
     setup_web(root)?;
+    // The page's Shakespeare task is served from data/shakespeare-*.
+    corpus(root)?;
     println!("serving the resmem playground at http://{ADDRESS}:{PORT}/ (Ctrl-C stops it)");
     run(Command::new("trunk").args(["serve", "--release", "--address", ADDRESS, "--port", PORT]))
 }

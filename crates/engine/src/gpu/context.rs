@@ -257,6 +257,19 @@ impl GpuBackend {
         }
     }
 
+    /// Why the device was lost, once it has been: every later launch fails, and the page must
+    /// make a new backend.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap().clone()
+    }
+
+    /// A function that destroys this device, as a driver reset would: lets a test (and the
+    /// page's own check) exercise the recovery from a lost device.
+    pub fn destroyer(&self) -> impl Fn() + 'static {
+        let device = self.device.clone();
+        move || device.destroy()
+    }
+
     /// The largest number of f32 values one storage binding may hold on this device.
     pub fn max_binding_values(&self) -> usize {
         (self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size) as usize / 4
