@@ -351,7 +351,7 @@ pub fn App() -> impl IntoView {
             </Show>
             <Show when=move || page.lost.get().is_some()>
                 <p id="device-lost" class="error">"The GPU device was lost: " {move || page.lost.get().unwrap_or_default()}
-                    ". " <button id="recover" on:click=recover.clone()>"Make a new device"</button></p>
+                    ". " <button id="recover" on:click=recover.clone() prop:disabled=move || busy.get()>"Make a new device"</button></p>
             </Show>
             <div class:hidden=hide_controls>
                 <Controls setup running=busy.into() />
@@ -426,22 +426,18 @@ fn submit(page: Page, job: Job) {
     };
     page.busy.set(true);
     spawn_local(async move {
-        let engine = match engine {
+        match engine {
             Engine::Gpu(be) => {
                 let limit = be.max_binding_values() as u64 * 4;
                 let be = run_job(be, limit, page, job).await;
-                match be.lost() {
+                match page.lost.get_untracked().or(be.lost()) {
                     // A lost device is never lent again: the page offers to make a new one.
-                    Some(reason) => {
-                        page.lost.set(Some(reason));
-                        None
-                    }
-                    None => Some(Engine::Gpu(be)),
+                    Some(reason) => page.lost.set(Some(reason)),
+                    None => give_back(Some(Engine::Gpu(be))),
                 }
             }
-            Engine::Cpu(be) => Some(Engine::Cpu(run_job(be, CPU_LIMIT_BYTES, page, job).await)),
-        };
-        give_back(engine);
+            Engine::Cpu(be) => give_back(Some(Engine::Cpu(run_job(be, CPU_LIMIT_BYTES, page, job).await))),
+        }
         page.busy.set(false);
         save_runs(page).await;
     });
@@ -572,10 +568,16 @@ async fn train_run<B: Backend + 'static>(
         }
     ));
     let (params, closed) = (session.params, session.closed_form.clone());
+    // A run continued from step k forgets what it read after k, as `resmem train --resume`
+    // does: it will read those steps again.
+    let k = session.trainer.step;
     page.update(id, |r| {
         r.params = params;
         r.closed = closed.clone();
         r.state = RunState::Training;
+        r.step = k;
+        r.points.retain(|p| p.0 <= k);
+        r.history.retain(|h| h.step <= k);
     });
     let tokens = session.tokens_per_step();
     let emit = move |e: Event| match e {
@@ -630,7 +632,10 @@ async fn train_run<B: Backend + 'static>(
         }
         Err(e) => {
             let kept = page.run(id).and_then(|r| r.checkpoint).map(|k| k.step);
-            let lost = be_lost(&be);
+            let lost = be_lost(&be).await;
+            if let Some(reason) = &lost {
+                page.lost.set(Some(reason.clone()));
+            }
             let state = match (&lost, kept) {
                 (Some(reason), Some(k)) => {
                     page.status.set(format!(
@@ -638,6 +643,13 @@ async fn train_run<B: Backend + 'static>(
                          make a new device, then press \"continue\" to train on from there."
                     ));
                     RunState::Interrupted(format!("the device was lost at step {n}"))
+                }
+                (Some(reason), None) => {
+                    page.status.set(format!(
+                        "The GPU device was lost at step {n} ({reason}), before run #{id} kept a checkpoint: make a \
+                         new device and start again."
+                    ));
+                    RunState::Failed(format!("the device was lost at step {n}"))
                 }
                 _ => {
                     page.status.set(format!("Training failed: {e}"));
@@ -650,11 +662,21 @@ async fn train_run<B: Backend + 'static>(
     }
 }
 
-/// Why a GPU backend's device was lost; None for the CPU, which cannot be.
-fn be_lost<B: Backend + 'static>(be: &B) -> Option<String> {
-    (be as &dyn std::any::Any)
-        .downcast_ref::<GpuBackend>()
-        .and_then(GpuBackend::lost)
+/// Why a GPU backend's device was lost, after a failure; None for the CPU, which cannot be.
+/// The browser may report the loss after the failed read that revealed it (or not to wgpu at
+/// all), so a one-value round trip decides: a live device reads back what was written.
+async fn be_lost<B: Backend + 'static>(be: &B) -> Option<String> {
+    let gpu = (be as &dyn std::any::Any).downcast_ref::<GpuBackend>()?;
+    if let Some(reason) = gpu.lost() {
+        return Some(reason);
+    }
+    let probe = gpu.zeros("device check", 1).ok()?;
+    gpu.write(&probe, &[1.0]);
+    match gpu.read(&probe).await {
+        Ok(v) if v == [1.0] => None,
+        Ok(v) => Some(format!("it read back {v:?} for [1.0]")),
+        Err(e) => Some(gpu.lost().unwrap_or(e.to_string())),
+    }
 }
 
 /// A checkpoint file becomes a run: its weights on the first held-out batch, so that the views

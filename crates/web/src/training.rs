@@ -65,7 +65,10 @@ pub async fn train<B: Backend + 'static>(
     let mut window: VecDeque<Vec<BucketCounts>> = VecDeque::new();
     // (steps, milliseconds) of each interval between loss reads.
     let mut intervals: VecDeque<(usize, f64)> = VecDeque::new();
-    let (mut since, mut last_read) = (None::<f64>, 0usize);
+    // A continued run starts past step 0.
+    let first_step = session.trainer.step;
+    let (mut since, mut last_read) = (None::<f64>, first_step);
+    let (mut kept_at, mut sampled_at) = (first_step, first_step);
     while !(wants.stop)() && session.trainer.step < steps {
         since.get_or_insert_with(js_sys::Date::now);
         session.step()?;
@@ -117,14 +120,33 @@ pub async fn train<B: Backend + 'static>(
                 emit(Event::Measured { step: n, measured });
             }
         }
-        if n.is_multiple_of(KEEP_EVERY) || last {
-            let bytes = Arc::new(session.checkpoint().await?);
-            emit(Event::Checkpoint { step: n, bytes });
+        if n.is_multiple_of(KEEP_EVERY) {
+            keep(session, emit).await?;
+            kept_at = n;
         }
-        if n.is_multiple_of(sample::EVERY) || last {
+        if n.is_multiple_of(sample::EVERY) {
             emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
+            sampled_at = n;
         }
     }
+    // However the loop ended (the schedule, or Stop at any point of a step), the last step
+    // trained has its checkpoint and a sample.
+    let n = session.trainer.step;
+    if n > first_step && kept_at != n {
+        keep(session, emit).await?;
+    }
+    if n > first_step && sampled_at != n {
+        emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
+    }
+    Ok(())
+}
+
+async fn keep<B: Backend + 'static>(session: &Session<B>, emit: &dyn Fn(Event)) -> Result<(), String> {
+    let bytes = Arc::new(session.checkpoint().await?);
+    emit(Event::Checkpoint {
+        step: session.trainer.step,
+        bytes,
+    });
     Ok(())
 }
 
