@@ -107,7 +107,8 @@ async function trainOnPage(page, errors, arch, steps, shot, whileRunning) {
   if (/failed|Cannot/.test(status)) throw new Error(`the page reports: ${status}`);
   if (whileRunning) await whileRunning();
   await page.click('#stop');
-  await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Stopped'), null, { timeout: 60_000 });
+  // A run's end also keeps a checkpoint and draws a sample.
+  await page.waitForFunction(() => document.querySelector('#status')?.textContent.startsWith('Stopped'), null, { timeout: 120_000 });
   const [step, later] = (await points()).at(-1);
   const shownLoss = parseFloat(await page.textContent('#loss'));
   if (!(Math.abs(shownLoss - later) <= 5.1e-5)) throw new Error(`the loss shown, ${shownLoss}, is not the last read, ${later}`);

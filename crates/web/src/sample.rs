@@ -37,9 +37,11 @@ pub async fn draw<B: Backend + 'static>(session: &mut Session<B>, step: usize, p
     if tokens.is_empty() {
         return Err("the prompt is empty; type some text to continue".into());
     }
-    let count = match kind {
-        TokenizerKind::Bytes => 64,
-        TokenizerKind::Gpt2 => 24,
+    // Each token is a forward: a line of text, or as much of a task's answer as its window holds.
+    let count = match (kind, Dataset::of(&session.cfg.data)) {
+        (_, Some(Dataset::Task(_))) => 16,
+        (TokenizerKind::Bytes, _) => 64,
+        (TokenizerKind::Gpt2, _) => 24,
     };
     let how = Sampling {
         temperature: TEMPERATURE,
