@@ -314,7 +314,7 @@ await test('one click trains the RMT, the transformer of its dimensions and a Me
     await setControl(page, 'steps', 4);
     await page.click('#compare');
     await page.waitForFunction(() => [...document.querySelectorAll('#run-list .run-state')].filter((c) => c.textContent === 'done').length === 3
-      || /failed|Cannot|Refused/.test(document.querySelector('#status')?.textContent), null, { timeout: 240_000 });
+      || /failed|Cannot|Refused/.test(document.querySelector('#status')?.textContent), null, { timeout: 480_000 });
     const status = await page.textContent('#status');
     if (/failed|Cannot|Refused/.test(status)) throw new Error(`the page reports: ${status}`);
     const models = await page.$$eval('#run-list .run-model', (cs) => cs.map((c) => c.textContent));
