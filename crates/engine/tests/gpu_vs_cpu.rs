@@ -3,14 +3,33 @@
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::cpu::CpuBackend;
-use resmem_engine::gpu::GpuBackend;
+use resmem_engine::gpu::{GpuBackend, GpuOptions};
 use resmem_engine::ops::cross_entropy::IGNORE;
 use resmem_engine::*;
 
 fn gpu() -> GpuBackend {
+    gpu_with(GpuOptions::default())
+}
+
+fn gpu_with(options: GpuOptions) -> GpuBackend {
     std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
-    pollster::block_on(GpuBackend::new())
+    pollster::block_on(GpuBackend::with_options(options))
         .expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
+}
+
+/// 1-D launches fold past 3 workgroups a dimension, so every op's small test shapes fold.
+const FOLDED: GpuOptions = GpuOptions {
+    max_binding_bytes: None,
+    max_groups_per_dim: Some(3),
+};
+
+fn assert_same_bits(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    let bits = |v: &[Vec<f32>]| {
+        v.iter()
+            .map(|o| o.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    assert!(bits(got) == bits(want), "{name}: the outputs are not the same bits");
 }
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f32) -> Vec<f32> {
@@ -61,6 +80,8 @@ macro_rules! both {
         let g = $f(&gpu(), $($arg),*);
         let c = $f(&CpuBackend::<f32>::new(), $($arg),*);
         assert_close($name, &g, &c, $tol);
+        // Folding a launch moves no value from its thread: the same bits.
+        assert_same_bits($name, &$f(&gpu_with(FOLDED), $($arg),*), &g);
     }};
 }
 
@@ -446,10 +467,146 @@ fn recorded_plans_replay_the_same_work() {
 fn too_big_a_buffer_is_a_clear_error() {
     let be = gpu();
     let err = be
-        .zeros("the logits", be.max_binding_values() + 1)
+        .zeros("the logits", be.max_buffer_values() + 1)
         .unwrap_err()
         .to_string();
     assert!(err.contains("the logits") && err.contains("smaller"), "{err}");
+}
+
+/// 64 KiB bindings: 16,384 values, under every operand below, so each op binds windows.
+const SPLIT: GpuOptions = GpuOptions {
+    max_binding_bytes: Some(64 << 10),
+    max_groups_per_dim: None,
+};
+
+/// Ops over buffers larger than one binding run as several launches over windows, and give the
+/// same bits as one launch: matmul in every layout (split along M, N and K), the elementwise
+/// ops, the embedding (split along the vocabulary), cross-entropy (along rows), the sum of
+/// squares (windows of whole blocks) and AdamW (with decay and boost ends inside windows).
+#[test]
+fn split_launches_give_the_same_bits() {
+    let (whole, split) = (gpu(), gpu_with(SPLIT));
+    assert_eq!(split.max_binding_values(), 16 << 10);
+    let mut rng = SmallRng::seed_from_u64(20);
+    for (ta, tb, acc, k) in [
+        (false, false, false, 150),
+        (false, true, false, 150),
+        (true, false, false, 150),
+        (true, true, false, 150),
+        (false, false, true, 40),
+        (false, true, true, 40),
+    ] {
+        let (m, n) = (300, 200);
+        let mut d = MatmulDims::new(m, n, k);
+        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
+        let a = rand_vec(&mut rng, m * k, 1.0);
+        let b = rand_vec(&mut rng, k * n, 1.0);
+        let init = rand_vec(&mut rng, m * n, 1.0);
+        let name = format!("split matmul(ta={ta}, tb={tb}, acc={acc})");
+        let want = matmul_case(&whole, &a, &b, &init, d);
+        assert_same_bits(&name, &matmul_case(&split, &a, &b, &init, d), &want);
+        let cpu = matmul_case(&CpuBackend::<f32>::new(), &a, &b, &init, d);
+        assert_close(&name, &want, &cpu, 1e-5);
+    }
+
+    let (a, b) = (rand_vec(&mut rng, 70_001, 4.0), rand_vec(&mut rng, 70_001, 1.0));
+    let want = elementwise_case(&whole, &a, &b);
+    assert_same_bits("split elementwise", &elementwise_case(&split, &a, &b), &want);
+
+    let d = EmbeddingDims {
+        bt: 3 * 13,
+        t: 13,
+        c: 19,
+        v: 1000,
+    };
+    let tokens: Vec<u32> = (0..d.bt).map(|_| rng.random_range(0..d.v as u32)).collect();
+    let (wte, wpe, dout) = (
+        rand_vec(&mut rng, d.v * d.c, 1.0),
+        rand_vec(&mut rng, d.t * d.c, 1.0),
+        rand_vec(&mut rng, d.bt * d.c, 1.0),
+    );
+    let want = embedding_case(&whole, &tokens, &wte, &wpe, &dout, d);
+    let got = embedding_case(&split, &tokens, &wte, &wpe, &dout, d);
+    assert_same_bits("split embedding", &got, &want);
+
+    let d = CrossEntropyDims {
+        rows: 200,
+        v: 250,
+        z: 1e-4,
+    };
+    let logits = rand_vec(&mut rng, d.rows * d.v, 5.0);
+    let targets: Vec<u32> = (0..d.rows)
+        .map(|r| {
+            if r % 4 == 1 {
+                IGNORE
+            } else {
+                rng.random_range(0..d.v as u32)
+            }
+        })
+        .collect();
+    let want = cross_entropy_case(&whole, &logits, &targets, d);
+    let got = cross_entropy_case(&split, &logits, &targets, d);
+    assert_same_bits("split cross-entropy", &got, &want);
+
+    let n = 70_001;
+    let (p, g) = (rand_vec(&mut rng, n, 1.0), rand_vec(&mut rng, n, 0.1));
+    let m = rand_vec(&mut rng, n, 0.01);
+    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01).iter().map(|x| x.abs()).collect();
+    let hyper = Hyper {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 3,
+        max_grad_norm: 1.0,
+        lr_boost: 3.0,
+    };
+    let d = AdamWDims {
+        n,
+        decay_end: 40_000,
+        boost_end: 10_048,
+    };
+    let want = optim_case(&whole, &p, &g, &m, &v, hyper, d);
+    assert_same_bits(
+        "split sum + adamw",
+        &optim_case(&split, &p, &g, &m, &v, hyper, d),
+        &want,
+    );
+}
+
+/// What still cannot be split is refused at the flush with a message naming the op, never a
+/// panic or a wgpu validation error: a norm over rows larger than one binding, and an
+/// accumulating product whose K must be split.
+#[test]
+fn what_cannot_be_split_is_a_clear_error() {
+    let be = gpu_with(SPLIT);
+    let d = NormDims {
+        rows: 100,
+        c: 200,
+        kind: NormKind::LayerNorm,
+        eps: 1e-5,
+    };
+    let x = be.zeros("x", d.rows * d.c).unwrap();
+    let (out, stats, gain) = (
+        be.zeros("out", d.rows * d.c).unwrap(),
+        be.zeros("stats", 2 * d.rows).unwrap(),
+        be.zeros("gain", d.c).unwrap(),
+    );
+    be.norm_forward(&out, &stats, &x, &gain, d);
+    let err = be.flush().unwrap_err().to_string();
+    assert!(err.contains("norm_forward") && err.contains("smaller"), "{err}");
+    be.flush().unwrap();
+
+    let d = MatmulDims::new(8, 8, 5000).trans_a().accumulate();
+    let (out, a, b) = (
+        be.zeros("out", 64).unwrap(),
+        be.zeros("a", 8 * 5000).unwrap(),
+        be.zeros("b", 8 * 5000).unwrap(),
+    );
+    be.matmul(&out, &a, &b, d);
+    let err = be.flush().unwrap_err().to_string();
+    assert!(err.contains("matmul") && err.contains("accumulating"), "{err}");
 }
 
 fn residual_matrix_case<B: Backend>(

@@ -1,7 +1,9 @@
 //! Cross-entropy with z-loss (SPEC §1): per row CE + z·(log Z)², averaged over counted rows.
 //! The reported loss is the CE alone; the z-loss only shapes the gradient.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, VIEW_ALIGN};
+use crate::Backend;
+use std::ops::Range;
 
 /// A target that is not counted (a prompt position of a synthetic task, say).
 pub const IGNORE: u32 = u32::MAX;
@@ -92,6 +94,26 @@ fn params(d: &CrossEntropyDims) -> [u32; 3] {
     [d.rows as u32, d.v as u32, d.z.to_bits()]
 }
 
+/// Rows in runs of whole 64s whose logits fit one binding (one run when all of them fit):
+/// every row is computed alone, so the runs change nothing but the number of launches.
+fn row_ranges(gpu: &GpuBackend, d: &CrossEntropyDims) -> Option<Vec<Range<usize>>> {
+    let per = gpu.max_binding_values() / d.v.max(1) / VIEW_ALIGN * VIEW_ALIGN;
+    if per == 0 {
+        gpu.refuse(format!(
+            "cross_entropy: {VIEW_ALIGN} rows of {} logits do not fit this device's binding of {} values",
+            d.v,
+            gpu.max_binding_values()
+        ));
+        return None;
+    }
+    Some(
+        (0..d.rows.max(1))
+            .step_by(per)
+            .map(|s| s..(s + per).min(d.rows))
+            .collect(),
+    )
+}
+
 pub fn gpu_forward(
     gpu: &GpuBackend,
     losses: &GpuTensor,
@@ -102,14 +124,26 @@ pub fn gpu_forward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, losses.len);
-    let args = [losses.arg(), lse.arg(), logits.arg(), targets.arg(), scale.arg()];
-    gpu.dispatch(
-        "cross_entropy",
-        "cross_entropy_forward",
-        &params(&d),
-        &args,
-        grid_1d(d.rows, 1),
-    );
+    for r in row_ranges(gpu, &d).unwrap_or_default() {
+        let part = CrossEntropyDims { rows: r.len(), ..d };
+        let (rows, values) = (r.start..r.end, r.start * d.v..r.end * d.v);
+        let views = [(losses, &rows), (lse, &rows), (logits, &values)].map(|(t, w)| gpu.view(t, w.start, w.len()));
+        let targets = targets.window(r.start, r.len());
+        let args = [
+            views[0].arg(),
+            views[1].arg(),
+            views[2].arg(),
+            targets.arg(),
+            scale.arg(),
+        ];
+        gpu.dispatch(
+            "cross_entropy",
+            "cross_entropy_forward",
+            &params(&part),
+            &args,
+            gpu.grid_1d(part.rows, 1),
+        );
+    }
 }
 
 pub fn gpu_backward(
@@ -122,12 +156,24 @@ pub fn gpu_backward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, lse.len);
-    let args = [dlogits.arg(), logits.arg(), lse.arg(), targets.arg(), scale.arg()];
-    gpu.dispatch(
-        "cross_entropy",
-        "cross_entropy_backward",
-        &params(&d),
-        &args,
-        grid_1d(d.rows * d.v, 256),
-    );
+    for r in row_ranges(gpu, &d).unwrap_or_default() {
+        let part = CrossEntropyDims { rows: r.len(), ..d };
+        let (rows, values) = (r.start..r.end, r.start * d.v..r.end * d.v);
+        let views = [(dlogits, &values), (logits, &values), (lse, &rows)].map(|(t, w)| gpu.view(t, w.start, w.len()));
+        let targets = targets.window(r.start, r.len());
+        let args = [
+            views[0].arg(),
+            views[1].arg(),
+            views[2].arg(),
+            targets.arg(),
+            scale.arg(),
+        ];
+        gpu.dispatch(
+            "cross_entropy",
+            "cross_entropy_backward",
+            &params(&part),
+            &args,
+            gpu.grid_1d(part.rows * d.v, 256),
+        );
+    }
 }

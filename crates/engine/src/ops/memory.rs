@@ -11,7 +11,7 @@
 //! - **backward**: `dT_k[c] = Σ_{rows with code c} p_k · dy` (rows no token hit get 0),
 //!   `dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj`, `db = Σ dy`.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryDims {
@@ -231,7 +231,7 @@ pub fn gpu_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor
         "memory_hash",
         &params(&d),
         &args,
-        grid_1d(d.tokens * d.k, 256),
+        gpu.grid_1d(d.tokens * d.k, 256),
     );
 }
 
@@ -268,7 +268,7 @@ pub fn gpu_forward(
         "memory_forward",
         &params(&d),
         &args,
-        grid_1d(d.tokens * d.d_out, 256),
+        gpu.grid_1d(d.tokens * d.d_out, 256),
     );
 }
 
@@ -296,10 +296,16 @@ pub fn gpu_backward(
         "memory_table_grad",
         &pr,
         &args,
-        grid_1d(d.table_values(), 256),
+        gpu.grid_1d(d.table_values(), 256),
     );
     let args = [dx.arg(), dy.arg(), x.arg(), codes.arg(), tables.arg()];
-    gpu.dispatch("memory", "memory_input_grad", &pr, &args, grid_1d(d.tokens * d.k, 256));
+    gpu.dispatch(
+        "memory",
+        "memory_input_grad",
+        &pr,
+        &args,
+        gpu.grid_1d(d.tokens * d.k, 256),
+    );
     let args = [dbias.arg(), dy.arg()];
-    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, grid_1d(d.d_out, 256));
+    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, 256));
 }
