@@ -5,6 +5,7 @@ use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::cpu::CpuBackend;
 use resmem_engine::gpu::{GpuBackend, GpuOptions};
 use resmem_engine::ops::cross_entropy::IGNORE;
+use resmem_engine::ops::memory::sort_tiles;
 use resmem_engine::*;
 
 fn gpu() -> GpuBackend {
@@ -385,6 +386,18 @@ fn cross_entropy_case<B: Backend>(be: &B, logits: &[f32], targets: &[u32], d: Cr
     vec![read(be, &losses), read(be, &lse), read(be, &dlogits), read(be, &mean)]
 }
 
+/// Random logits, and targets of which every fourth is ignored.
+fn cross_entropy_inputs(rng: &mut SmallRng, d: CrossEntropyDims) -> (Vec<f32>, Vec<u32>) {
+    let logits = rand_vec(rng, d.rows * d.v, 5.0);
+    let targets = (0..d.rows)
+        .map(|r| match r % 4 {
+            1 => IGNORE,
+            _ => rng.random_range(0..d.v as u32),
+        })
+        .collect();
+    (logits, targets)
+}
+
 #[test]
 fn cross_entropy_and_mean() {
     let mut rng = SmallRng::seed_from_u64(15);
@@ -394,16 +407,7 @@ fn cross_entropy_and_mean() {
         v: 517,
         z: 1e-4,
     };
-    let logits = rand_vec(&mut rng, d.rows * d.v, 5.0);
-    let targets: Vec<u32> = (0..d.rows)
-        .map(|r| {
-            if r % 4 == 1 {
-                IGNORE
-            } else {
-                rng.random_range(0..d.v as u32)
-            }
-        })
-        .collect();
+    let (logits, targets) = cross_entropy_inputs(&mut rng, d);
     both!("cross_entropy", 2e-5, cross_entropy_case(&logits, &targets, d));
 }
 
@@ -424,13 +428,14 @@ fn optim_case<B: Backend>(
     vec![read(be, &sumsq), read(be, &pt), read(be, &mt), read(be, &vt)]
 }
 
-#[test]
-fn grad_norm_and_adamw() {
-    let mut rng = SmallRng::seed_from_u64(16);
+type OptimInputs = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Hyper, AdamWDims);
+
+/// 70,001 values: five blocks of `sum`, with the decay and boost ends inside blocks.
+fn optim_inputs(rng: &mut SmallRng) -> OptimInputs {
     let n = 70_001;
-    let (p, g) = (rand_vec(&mut rng, n, 1.0), rand_vec(&mut rng, n, 0.1));
-    let m = rand_vec(&mut rng, n, 0.01);
-    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01).iter().map(|x| x.abs()).collect();
+    let (p, g) = (rand_vec(rng, n, 1.0), rand_vec(rng, n, 0.1));
+    let m = rand_vec(rng, n, 0.01);
+    let v: Vec<f32> = rand_vec(rng, n, 0.01).iter().map(|x| x.abs()).collect();
     let hyper = Hyper {
         lr: 1e-2,
         beta1: 0.9,
@@ -446,6 +451,13 @@ fn grad_norm_and_adamw() {
         decay_end: 40_000,
         boost_end: 10_048,
     };
+    (p, g, m, v, hyper, d)
+}
+
+#[test]
+fn grad_norm_and_adamw() {
+    let mut rng = SmallRng::seed_from_u64(16);
+    let (p, g, m, v, hyper, d) = optim_inputs(&mut rng);
     both!("sum of squares + adamw", 1e-5, optim_case(&p, &g, &m, &v, hyper, d));
 }
 
@@ -534,39 +546,12 @@ fn split_launches_give_the_same_bits() {
         v: 250,
         z: 1e-4,
     };
-    let logits = rand_vec(&mut rng, d.rows * d.v, 5.0);
-    let targets: Vec<u32> = (0..d.rows)
-        .map(|r| {
-            if r % 4 == 1 {
-                IGNORE
-            } else {
-                rng.random_range(0..d.v as u32)
-            }
-        })
-        .collect();
+    let (logits, targets) = cross_entropy_inputs(&mut rng, d);
     let want = cross_entropy_case(&whole, &logits, &targets, d);
     let got = cross_entropy_case(&split, &logits, &targets, d);
     assert_same_bits("split cross-entropy", &got, &want);
 
-    let n = 70_001;
-    let (p, g) = (rand_vec(&mut rng, n, 1.0), rand_vec(&mut rng, n, 0.1));
-    let m = rand_vec(&mut rng, n, 0.01);
-    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01).iter().map(|x| x.abs()).collect();
-    let hyper = Hyper {
-        lr: 1e-2,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        step: 3,
-        max_grad_norm: 1.0,
-        lr_boost: 3.0,
-    };
-    let d = AdamWDims {
-        n,
-        decay_end: 40_000,
-        boost_end: 10_048,
-    };
+    let (p, g, m, v, hyper, d) = optim_inputs(&mut rng);
     let want = optim_case(&whole, &p, &g, &m, &v, hyper, d);
     assert_same_bits(
         "split sum + adamw",
@@ -716,7 +701,7 @@ fn memory_case<B: Backend>(
     let codes = be.index("codes", d.tokens * d.k).unwrap();
     let rows = be.index("rows", d.k * d.tokens).unwrap();
     let starts = be.index("starts", d.starts_len()).unwrap();
-    let cursor = be.index("cursor", d.k * d.buckets()).unwrap();
+    let cursor = be.index("cursor", d.sort_scratch()).unwrap();
     let p = be.zeros("p", d.tokens * d.k).unwrap();
     let y = be.zeros("y", d.tokens * d.d_out).unwrap();
     let dx = be.zeros("dx", d.tokens * d.d_in).unwrap();
@@ -765,6 +750,61 @@ fn memory_layer_hash_bucket_forward_backward() {
         assert_eq!(gb, cb, "bucket starts or rows differ");
         assert_close(&format!("memory {d:?}"), &g, &c, 1e-5);
     }
+}
+
+fn bucket_case<B: Backend>(be: &B, codes: &[u32], d: MemoryDims) -> Vec<u32> {
+    let codes = upload_index(be, codes);
+    let rows = be.index("rows", d.k * d.tokens).unwrap();
+    let starts = be.index("starts", d.starts_len()).unwrap();
+    let cursor = be.index("cursor", d.sort_scratch()).unwrap();
+    be.memory_bucket(&rows, &starts, &cursor, &codes, d);
+    be.flush().unwrap();
+    let mut out = pollster::block_on(be.read_index(&starts)).unwrap();
+    out.extend(pollster::block_on(be.read_index(&rows)).unwrap());
+    out
+}
+
+/// The sort runs a workgroup per tile of rows of each table; its buckets are the CPU twin's
+/// exactly, folded or not: one row; rows that are no multiple of 256; thousands of rows in one
+/// bucket across 20 tiles; 2^16 buckets (one tile); every bucket used.
+#[test]
+fn bucket_sort_across_workgroups_matches_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(18);
+    let (gpu, folded, cpu) = (gpu(), gpu_with(FOLDED), CpuBackend::<f32>::new());
+    for (tokens, tau, k, spread) in [
+        (1, 3, 2, 8),
+        (300, 5, 3, 32),
+        (1000, 2, 4, 4),
+        (5000, 10, 2, 1),
+        (777, 16, 1, 1 << 16),
+        (4099, 8, 3, 256),
+    ] {
+        let d = MemoryDims {
+            tokens,
+            d_in: tau * k,
+            tau,
+            k,
+            d_out: 1,
+            temperature: 1.0,
+            l1: false,
+        };
+        // spread 1 puts every row in one bucket (the last).
+        let codes: Vec<u32> = (0..tokens * k)
+            .map(|_| match spread {
+                1 => (1 << tau) - 1,
+                s => rng.random_range(0..s as u32),
+            })
+            .collect();
+        let want = bucket_case(&cpu, &codes, d);
+        eprintln!("{tokens} rows, τ {tau}, K {k}: {} tiles a table", d.sort_tiles());
+        assert_eq!(
+            bucket_case(&gpu, &codes, d),
+            want,
+            "{d:?}: buckets differ from the CPU's"
+        );
+        assert_eq!(bucket_case(&folded, &codes, d), want, "{d:?}: folded buckets differ");
+    }
+    assert_eq!(sort_tiles(5000, 1 << 10), 20);
 }
 
 /// The table gradient is a fixed-order sum: two runs give the same bits.

@@ -11,6 +11,7 @@ use crate::{
     Trunk,
 };
 use engine::gpu::VIEW_ALIGN;
+use engine::ops::memory::sort_tiles;
 use engine::ops::residual_matrix::KEY_GRAD_CHUNK;
 use engine::Hyper;
 use serde::Serialize;
@@ -419,7 +420,10 @@ fn memory_block_acts(bt: u64, d: u64, h: &Hashing) -> Result<CoreActs> {
     core.per_block.buf("ln3", &[bt, dh])?;
     core.per_block.buf("the norm statistics", &[bt, 2])?;
     hashed(&mut core.per_block, bt, k, tau + 2)?;
-    core.shared.buf("the bucket cursor", &[k, table_rows(tau + 2)])?;
+    // A counter per table, code and tile of the GPU's sort (engine::ops::memory::sort_tiles).
+    let buckets = table_rows(tau + 2);
+    let tiles = sort_tiles(usize::try_from(bt).unwrap_or(usize::MAX), buckets as usize) as u64;
+    core.shared.buf("the bucket cursor", &[k, buckets, tiles])?;
     core.scratch.buf("the ml1 gradient", &[bt, dh])?;
     core.scratch.buf("the ln3 gradient", &[bt, dh])?;
     Ok(core)
@@ -471,7 +475,10 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     bwd.buf("attention's dout·out per row (batch × rank × seq_len)", &[b, r, t])?;
     bwd.include("the feed-forward core's gradients", &core.scratch, 1)?;
     let chunks = bt.div_ceil(KEY_GRAD_CHUNK as u64);
-    bwd.buf("the key-gradient partial sums", &[chunks, 3, r, dk])?;
+    bwd.buf(
+        "the key-gradient partial sums (batch × seq_len × rank × d_k)",
+        &[chunks, 3, r, dk],
+    )?;
     bwd.buf("the probe scratch", &[bt, m])?;
     bwd.buf("the probe scratch", &[bt, 2])?;
     bwd.buf("the position gradient scratch", &[t, rv])?;
@@ -590,7 +597,9 @@ pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Resu
     largest.consider("the parameters", p.total);
     // The flat buffers are bound in windows (AdamW, the norm's sum); their views whole.
     bound.consider(p.bound.what, p.bound.values);
-    bound.consider(batch.bound.what, batch.bound.values);
+    // The batch is four index buffers of B·T values each and V + 1 bucket starts.
+    bound.consider("the batch's tokens (batch × seq_len)", bt);
+    bound.consider("the token bucket starts (vocab + 1)", (vocab as u64).saturating_add(1));
     let total = sum("the model, its batch and its optimizer", &values)?;
     // Each buffer is at most the total, so every later usize product fits when this does.
     if total

@@ -114,6 +114,40 @@ fn row_ranges(gpu: &GpuBackend, d: &CrossEntropyDims) -> Option<Vec<Range<usize>
     )
 }
 
+/// One launch of `entry` per run of rows: `tensors` are bound per row (`false`) or per logit
+/// (`true`), then the targets and the scale.
+fn launch(
+    gpu: &GpuBackend,
+    entry: &'static str,
+    tensors: [(&GpuTensor, bool); 3],
+    targets: &GpuIndex,
+    scale: &GpuTensor,
+    d: CrossEntropyDims,
+    threads_per_row: usize,
+) {
+    for r in row_ranges(gpu, &d).unwrap_or_default() {
+        let part = CrossEntropyDims { rows: r.len(), ..d };
+        let views = tensors.map(|(t, per_logit)| match per_logit {
+            true => gpu.view(t, r.start * d.v, r.len() * d.v),
+            false => gpu.view(t, r.start, r.len()),
+        });
+        let targets = targets.window(r.start, r.len());
+        let args = [
+            views[0].arg(),
+            views[1].arg(),
+            views[2].arg(),
+            targets.arg(),
+            scale.arg(),
+        ];
+        let grid = match threads_per_row {
+            1 => gpu.grid_1d(part.rows, 1),
+            _ => gpu.grid_1d(part.rows * d.v, 256),
+        };
+        gpu.dispatch("cross_entropy", entry, &params(&part), &args, grid);
+    }
+}
+
+/// A workgroup per row.
 pub fn gpu_forward(
     gpu: &GpuBackend,
     losses: &GpuTensor,
@@ -124,28 +158,11 @@ pub fn gpu_forward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, losses.len);
-    for r in row_ranges(gpu, &d).unwrap_or_default() {
-        let part = CrossEntropyDims { rows: r.len(), ..d };
-        let (rows, values) = (r.start..r.end, r.start * d.v..r.end * d.v);
-        let views = [(losses, &rows), (lse, &rows), (logits, &values)].map(|(t, w)| gpu.view(t, w.start, w.len()));
-        let targets = targets.window(r.start, r.len());
-        let args = [
-            views[0].arg(),
-            views[1].arg(),
-            views[2].arg(),
-            targets.arg(),
-            scale.arg(),
-        ];
-        gpu.dispatch(
-            "cross_entropy",
-            "cross_entropy_forward",
-            &params(&part),
-            &args,
-            gpu.grid_1d(part.rows, 1),
-        );
-    }
+    let tensors = [(losses, false), (lse, false), (logits, true)];
+    launch(gpu, "cross_entropy_forward", tensors, targets, scale, d, 1);
 }
 
+/// A thread per logit.
 pub fn gpu_backward(
     gpu: &GpuBackend,
     dlogits: &GpuTensor,
@@ -156,24 +173,6 @@ pub fn gpu_backward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, lse.len);
-    for r in row_ranges(gpu, &d).unwrap_or_default() {
-        let part = CrossEntropyDims { rows: r.len(), ..d };
-        let (rows, values) = (r.start..r.end, r.start * d.v..r.end * d.v);
-        let views = [(dlogits, &values), (logits, &values), (lse, &rows)].map(|(t, w)| gpu.view(t, w.start, w.len()));
-        let targets = targets.window(r.start, r.len());
-        let args = [
-            views[0].arg(),
-            views[1].arg(),
-            views[2].arg(),
-            targets.arg(),
-            scale.arg(),
-        ];
-        gpu.dispatch(
-            "cross_entropy",
-            "cross_entropy_backward",
-            &params(&part),
-            &args,
-            gpu.grid_1d(part.rows * d.v, 256),
-        );
-    }
+    let tensors = [(dlogits, true), (logits, true), (lse, false)];
+    launch(gpu, "cross_entropy_backward", tensors, targets, scale, d, d.v);
 }
