@@ -3,7 +3,9 @@
 // sums those rows in that fixed order, and dwpe[t, c] sums over the batch. Bit-identical
 // across runs.
 
-struct Params { bt: u32, t: u32, c: u32, v: u32 }
+// A table larger than one binding is launched once per range [v_lo, v_hi) of the vocabulary,
+// with wte (or dwte) bound from row v_lo.
+struct Params { bt: u32, t: u32, c: u32, v: u32, v_lo: u32, v_hi: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 // embedding_forward(out, tokens, wte, wpe)
@@ -18,7 +20,10 @@ fn embedding_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
     if (i >= p.bt * p.c) { return; }
     let row = i / p.c;
     let col = i % p.c;
-    out[i] = wte[tokens[row] * p.c + col] + wpe[(row % p.t) * p.c + col];
+    let tok = tokens[row];
+    // Another launch's range.
+    if (tok < p.v_lo || tok >= p.v_hi) { return; }
+    out[i] = wte[(tok - p.v_lo) * p.c + col] + wpe[(row % p.t) * p.c + col];
 }
 
 // embedding_backward_wte(dwte, dout, bucket_rows, bucket_start)
@@ -30,8 +35,8 @@ fn embedding_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 @compute @workgroup_size(256)
 fn embedding_backward_wte(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
-    if (i >= p.v * p.c) { return; }
-    let tok = i / p.c;
+    if (i >= (p.v_hi - p.v_lo) * p.c) { return; }
+    let tok = p.v_lo + i / p.c;
     let col = i % p.c;
     var acc = 0.0;
     for (var j = bucket_start[tok]; j < bucket_start[tok + 1u]; j = j + 1u) {

@@ -2,7 +2,8 @@
 // table T (K, 2^τ, d_out), weight it by p(z), add the bias. The table gradient is a fixed-order
 // sum over each bucket's rows, found by a stable counting sort: no atomics, bit-identical runs.
 
-struct Params { tokens: u32, d_in: u32, tau: u32, k: u32, d_out: u32, temperature: f32, l1: u32 }
+// tiles and span: the bucket sort's tiles of rows (below).
+struct Params { tokens: u32, d_in: u32, tau: u32, k: u32, d_out: u32, temperature: f32, l1: u32, tiles: u32, span: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 fn sigma(z: f32) -> f32 {
@@ -34,22 +35,31 @@ fn memory_hash(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     weights[i] = w;
 }
 
-// memory_bucket(rows, starts, cursor, codes): one workgroup per table k, a stable counting sort
-// of the rows by code. Rows go through in chunks of 256; in each chunk a thread's rank is the
-// number of earlier threads with its code, and only the last thread of each code updates that
-// code's count, so no two threads write one counter and no atomics are needed.
+// The bucket sort: per table, the rows grouped by code, in row order within each code (stable),
+// in three launches without atomics. Each table's rows are cut into p.tiles tiles of p.span rows
+// (a multiple of 256), both functions of the dims alone, so the order is fixed:
+// - memory_bucket_count: a workgroup per (table, tile) counts each code's rows in its tile into
+//   cursor[(k·2^τ + code)·tiles + tile];
+// - memory_bucket_scan: a workgroup per table turns those counts into each tile's first place
+//   within its code, and the codes' totals into starts;
+// - memory_bucket_scatter: a workgroup per (table, tile) writes each row at its code's start +
+//   its tile's place + the rows of its code before it in the tile.
+// Within a tile, rows go through in chunks of 256: a thread's rank is the number of earlier
+// threads with its code, and only the last thread of each code updates that code's counter, so
+// no two threads write one value. Counts are integers, so any order of adding them is exact.
 @group(0) @binding(1) var<storage, read_write> rows: array<u32>;    // (K, tokens)
 @group(0) @binding(2) var<storage, read_write> starts: array<u32>;  // (K, 2^τ + 1)
-@group(0) @binding(3) var<storage, read_write> cursor: array<u32>;  // (K, 2^τ)
+@group(0) @binding(3) var<storage, read_write> cursor: array<u32>;  // (K, 2^τ, tiles)
 @group(0) @binding(4) var<storage, read> codes: array<u32>;         // (tokens, K)
 
 var<workgroup> chunk: array<u32, 256>;
+var<workgroup> part: array<u32, 256>;
 
 const NO_CODE: u32 = 0xffffffffu;
 
-// The code of row `t` in table `k`, or NO_CODE past the end.
-fn code_of(t: u32, k: u32) -> u32 {
-    if (t < p.tokens) { return codes[t * p.k + k]; }
+// The code of row `t` in table `k`, or NO_CODE at or past `end`.
+fn code_of(t: u32, end: u32, k: u32) -> u32 {
+    if (t < end) { return codes[t * p.k + k]; }
     return NO_CODE;
 }
 
@@ -66,53 +76,97 @@ fn rank_in_chunk(lid: u32, code: u32) -> vec2<u32> {
     return vec2<u32>(rank, last);
 }
 
+// The counter of (table k, code, tile) in cursor.
+fn counter(k: u32, code: u32, tile: u32) -> u32 {
+    return (k * (1u << p.tau) + code) * p.tiles + tile;
+}
+
+// Walks tile `tile` of table `k` in chunks of 256 rows, moving each code's counter past the
+// chunk's rows of that code; with `place` (the scatter), first writes each row at its place.
+fn walk_tile(lid: u32, k: u32, tile: u32, place: bool) {
+    let s0 = k * ((1u << p.tau) + 1u);
+    let end = min(p.tokens, (tile + 1u) * p.span);
+    for (var base = tile * p.span; base < end; base = base + WG) {
+        let t = base + lid;
+        let code = code_of(t, end, k);
+        chunk[lid] = code;
+        workgroupBarrier();
+        let r = rank_in_chunk(lid, code);
+        if (place) {
+            if (code != NO_CODE) { rows[k * p.tokens + starts[s0 + code] + cursor[counter(k, code, tile)] + r.x] = t; }
+            storageBarrier();
+            workgroupBarrier();
+        }
+        if (code != NO_CODE && r.y == 1u) {
+            let i = counter(k, code, tile);
+            cursor[i] = cursor[i] + r.x + 1u;
+        }
+        storageBarrier();
+        workgroupBarrier();
+    }
+}
+
 @compute @workgroup_size(256)
-fn memory_bucket(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn memory_bucket_count(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = flat_group(wid, nwg);
+    if (g >= p.k * p.tiles) { return; }
+    let k = g / p.tiles;
+    let tile = g % p.tiles;
+    for (var c = lid3.x; c < (1u << p.tau); c = c + WG) { cursor[counter(k, c, tile)] = 0u; }
+    storageBarrier();
+    workgroupBarrier();
+    walk_tile(lid3.x, k, tile, false);
+}
+
+@compute @workgroup_size(256)
+fn memory_bucket_scan(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let k = flat_group(wid, nwg);
+    if (k >= p.k) { return; }
     let lid = lid3.x;
-    let k = wid.x;
     let nb = 1u << p.tau;
     let s0 = k * (nb + 1u);
-    let c0 = k * nb;
-    for (var c = lid; c < nb; c = c + WG) { cursor[c0 + c] = 0u; }
-    storageBarrier();
-    workgroupBarrier();
-    // Counts per code, into cursor.
-    for (var base = 0u; base < p.tokens; base = base + WG) {
-        let code = code_of(base + lid, k);
-        chunk[lid] = code;
-        workgroupBarrier();
-        let r = rank_in_chunk(lid, code);
-        if (code != NO_CODE && r.y == 1u) { cursor[c0 + code] = cursor[c0 + code] + r.x + 1u; }
-        storageBarrier();
-        workgroupBarrier();
-    }
-    // Exclusive scan into starts; cursor restarts at each bucket's start.
-    if (lid == 0u) {
-        var total = 0u;
-        for (var c = 0u; c < nb; c = c + 1u) {
-            let n = cursor[c0 + c];
-            starts[s0 + c] = total;
-            cursor[c0 + c] = total;
-            total = total + n;
+    // Each thread owns a run of codes: each tile's place within its code, and the codes' totals
+    // (kept in starts for now).
+    let per = (nb + WG - 1u) / WG;
+    let lo = min(nb, lid * per);
+    let hi = min(nb, lo + per);
+    var run = 0u;
+    for (var c = lo; c < hi; c = c + 1u) {
+        var n = 0u;
+        for (var t = 0u; t < p.tiles; t = t + 1u) {
+            let i = counter(k, c, t);
+            let x = cursor[i];
+            cursor[i] = n;
+            n = n + x;
         }
-        starts[s0 + nb] = total;
+        starts[s0 + c] = n;
+        run = run + n;
     }
-    storageBarrier();
+    part[lid] = run;
     workgroupBarrier();
-    // Scatter, in row order within each bucket.
-    for (var base = 0u; base < p.tokens; base = base + WG) {
-        let t = base + lid;
-        let code = code_of(t, k);
-        chunk[lid] = code;
-        workgroupBarrier();
-        let r = rank_in_chunk(lid, code);
-        if (code != NO_CODE) { rows[k * p.tokens + cursor[c0 + code] + r.x] = t; }
-        storageBarrier();
-        workgroupBarrier();
-        if (code != NO_CODE && r.y == 1u) { cursor[c0 + code] = cursor[c0 + code] + r.x + 1u; }
-        storageBarrier();
-        workgroupBarrier();
+    if (lid == 0u) {
+        var acc = 0u;
+        for (var j = 0u; j < WG; j = j + 1u) {
+            let x = part[j];
+            part[j] = acc;
+            acc = acc + x;
+        }
+        starts[s0 + nb] = acc;
     }
+    workgroupBarrier();
+    var acc = part[lid];
+    for (var c = lo; c < hi; c = c + 1u) {
+        let n = starts[s0 + c];
+        starts[s0 + c] = acc;
+        acc = acc + n;
+    }
+}
+
+@compute @workgroup_size(256)
+fn memory_bucket_scatter(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = flat_group(wid, nwg);
+    if (g >= p.k * p.tiles) { return; }
+    walk_tile(lid3.x, g / p.tiles, g % p.tiles, true);
 }
 
 // memory_forward(y, codes, weights, tables, bias): y[t][o] = b[o] + Σ_k p[t][k] · T[k][code][o]

@@ -1,6 +1,8 @@
 // Deterministic reductions and AdamW over flat parameter buffers.
 
-struct Params { n: u32, flag: u32, boost_end: u32 }
+// sum_partial also reads `first`, its first block, and `base`, the index in x of its binding's
+// first value: x may be bound in windows of whole blocks, one launch each.
+struct Params { n: u32, flag: u32, boost_end: u32, first: u32, base: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 var<workgroup> red: array<f32, 256>;
@@ -21,21 +23,23 @@ fn tree_sum(lid: u32) -> f32 {
     return red[0];
 }
 
-// sum_partial(partials, x): p.boost_end carries G, the number of blocks.
+// sum_partial(partials, x): p.boost_end carries G, the number of blocks; this launch adds blocks
+// first, first + 1, … of x bound from value base.
 @compute @workgroup_size(256)
 fn sum_partial(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let block = (p.n + p.boost_end - 1u) / p.boost_end;
-    let start = wid.x * block;
+    let g = p.first + wid.x;
+    let start = g * block;
     let end = min(p.n, start + block);
     var s = 0.0;
     for (var i = start + lid; i < end; i = i + WG) {
-        let v = x[i];
+        let v = x[i - p.base];
         if (p.flag != 0u) { s = s + v * v; } else { s = s + v; }
     }
     red[lid] = s;
     let t = tree_sum(lid);
-    if (lid == 0u) { total[wid.x] = t; }
+    if (lid == 0u) { total[g] = t; }
 }
 
 // sum_final(out, partials): n = G.

@@ -174,18 +174,19 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     await page.screenshot({ path: path.join(shots, 'controls.png'), fullPage: false });
     await setControl(page, 'd_k', 8);
     // A config over the device's limits is refused before anything is built, and Start still works.
-    // A narrow RMT (D_k 1, D_v 4, R 1) at T 64, with a batch whose logits over 256 bytes outgrow
-    // the largest buffer the device binds (1 GiB on SwiftShader), while the whole stays inside
-    // wasm32's 4 GiB.
+    // The logits and the flat buffers are bound in windows now, so the refusal needs a buffer an op
+    // binds whole: a wide RMT (D_k 512, D_v 1, R 256) at T 64 has key-gradient partial sums of
+    // 3 MiB a sequence, so a batch of a third of the limit in MiB outgrows the largest binding
+    // (1 GiB on SwiftShader) while the whole (about 2 GiB) stays inside wasm32's 4 GiB.
     const limitMiB = parseInt(/buffers up to ([\d,]+) MiB/.exec(await page.textContent('#status'))[1].replace(/,/g, ''));
-    const batch = Math.ceil(limitMiB * 1024 * 1024 / (64 * 256 * 4)) + 100;
-    const narrow = { d_k: 1, d_v: 4, rank: 1, d_ff: 4, seq_len: 64, batch };
-    for (const [k, v] of Object.entries(narrow)) await setControl(page, k, v);
+    const batch = Math.ceil(limitMiB / 3) + 10;
+    const wide = { d_k: 512, d_v: 1, rank: 256, d_ff: 4, seq_len: 64, batch };
+    for (const [k, v] of Object.entries(wide)) await setControl(page, k, v);
     await page.click('#start');
     await page.waitForFunction(() => /Refused/.test(document.querySelector('#status')?.textContent), null, { timeout: 10_000 });
     const refusal = await page.textContent('#status');
     console.log(`     ${refusal}`);
-    if (!/this config needs [\d.]+ MiB for the logits .* in one buffer, but this GPU binds at most [\d.]+ MiB; lower batch, seq_len, vocab/.test(refusal))
+    if (!/this config needs [\d.]+ MiB for the key-gradient partial sums .* in one buffer, but this GPU binds at most [\d.]+ MiB; lower batch, seq_len, rank, d_k/.test(refusal))
       throw new Error(`the refusal does not say what to shrink: ${refusal}`);
     if (await page.isDisabled('#start')) throw new Error('Start is disabled after the refusal');
     for (const [k, v] of Object.entries({ d_k: 8, d_v: 16, rank: 8, d_ff: 256, seq_len: 16, batch: 32 })) await setControl(page, k, v);

@@ -182,7 +182,7 @@ pub trait Backend {
     /// codes, p (tokens, K): each chunk's bucket and weight p(z).
     fn memory_hash(&self, codes: &Self::Index, p: &Self::Tensor, x: &Self::Tensor, dims: MemoryDims);
     /// rows (K, tokens) and starts (K, 2^τ + 1): per table, the rows grouped by code in row order.
-    /// `cursor` is scratch of at least K·2^τ values.
+    /// `cursor` is scratch of at least `dims.sort_scratch()` values.
     fn memory_bucket(
         &self,
         rows: &Self::Index,

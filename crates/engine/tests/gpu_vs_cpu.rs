@@ -3,14 +3,34 @@
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::cpu::CpuBackend;
-use resmem_engine::gpu::GpuBackend;
+use resmem_engine::gpu::{GpuBackend, GpuOptions};
 use resmem_engine::ops::cross_entropy::IGNORE;
+use resmem_engine::ops::memory::sort_tiles;
 use resmem_engine::*;
 
 fn gpu() -> GpuBackend {
+    gpu_with(GpuOptions::default())
+}
+
+fn gpu_with(options: GpuOptions) -> GpuBackend {
     std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
-    pollster::block_on(GpuBackend::new())
+    pollster::block_on(GpuBackend::with_options(options))
         .expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers")
+}
+
+/// 1-D launches fold past 3 workgroups a dimension, so every op's small test shapes fold.
+const FOLDED: GpuOptions = GpuOptions {
+    max_binding_bytes: None,
+    max_groups_per_dim: Some(3),
+};
+
+fn assert_same_bits(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    let bits = |v: &[Vec<f32>]| {
+        v.iter()
+            .map(|o| o.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    assert!(bits(got) == bits(want), "{name}: the outputs are not the same bits");
 }
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f32) -> Vec<f32> {
@@ -61,6 +81,8 @@ macro_rules! both {
         let g = $f(&gpu(), $($arg),*);
         let c = $f(&CpuBackend::<f32>::new(), $($arg),*);
         assert_close($name, &g, &c, $tol);
+        // Folding a launch moves no value from its thread: the same bits.
+        assert_same_bits($name, &$f(&gpu_with(FOLDED), $($arg),*), &g);
     }};
 }
 
@@ -364,6 +386,18 @@ fn cross_entropy_case<B: Backend>(be: &B, logits: &[f32], targets: &[u32], d: Cr
     vec![read(be, &losses), read(be, &lse), read(be, &dlogits), read(be, &mean)]
 }
 
+/// Random logits, and targets of which every fourth is ignored.
+fn cross_entropy_inputs(rng: &mut SmallRng, d: CrossEntropyDims) -> (Vec<f32>, Vec<u32>) {
+    let logits = rand_vec(rng, d.rows * d.v, 5.0);
+    let targets = (0..d.rows)
+        .map(|r| match r % 4 {
+            1 => IGNORE,
+            _ => rng.random_range(0..d.v as u32),
+        })
+        .collect();
+    (logits, targets)
+}
+
 #[test]
 fn cross_entropy_and_mean() {
     let mut rng = SmallRng::seed_from_u64(15);
@@ -373,16 +407,7 @@ fn cross_entropy_and_mean() {
         v: 517,
         z: 1e-4,
     };
-    let logits = rand_vec(&mut rng, d.rows * d.v, 5.0);
-    let targets: Vec<u32> = (0..d.rows)
-        .map(|r| {
-            if r % 4 == 1 {
-                IGNORE
-            } else {
-                rng.random_range(0..d.v as u32)
-            }
-        })
-        .collect();
+    let (logits, targets) = cross_entropy_inputs(&mut rng, d);
     both!("cross_entropy", 2e-5, cross_entropy_case(&logits, &targets, d));
 }
 
@@ -403,13 +428,14 @@ fn optim_case<B: Backend>(
     vec![read(be, &sumsq), read(be, &pt), read(be, &mt), read(be, &vt)]
 }
 
-#[test]
-fn grad_norm_and_adamw() {
-    let mut rng = SmallRng::seed_from_u64(16);
+type OptimInputs = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Hyper, AdamWDims);
+
+/// 70,001 values: five blocks of `sum`, with the decay and boost ends inside blocks.
+fn optim_inputs(rng: &mut SmallRng) -> OptimInputs {
     let n = 70_001;
-    let (p, g) = (rand_vec(&mut rng, n, 1.0), rand_vec(&mut rng, n, 0.1));
-    let m = rand_vec(&mut rng, n, 0.01);
-    let v: Vec<f32> = rand_vec(&mut rng, n, 0.01).iter().map(|x| x.abs()).collect();
+    let (p, g) = (rand_vec(rng, n, 1.0), rand_vec(rng, n, 0.1));
+    let m = rand_vec(rng, n, 0.01);
+    let v: Vec<f32> = rand_vec(rng, n, 0.01).iter().map(|x| x.abs()).collect();
     let hyper = Hyper {
         lr: 1e-2,
         beta1: 0.9,
@@ -425,6 +451,13 @@ fn grad_norm_and_adamw() {
         decay_end: 40_000,
         boost_end: 10_048,
     };
+    (p, g, m, v, hyper, d)
+}
+
+#[test]
+fn grad_norm_and_adamw() {
+    let mut rng = SmallRng::seed_from_u64(16);
+    let (p, g, m, v, hyper, d) = optim_inputs(&mut rng);
     both!("sum of squares + adamw", 1e-5, optim_case(&p, &g, &m, &v, hyper, d));
 }
 
@@ -446,10 +479,119 @@ fn recorded_plans_replay_the_same_work() {
 fn too_big_a_buffer_is_a_clear_error() {
     let be = gpu();
     let err = be
-        .zeros("the logits", be.max_binding_values() + 1)
+        .zeros("the logits", be.max_buffer_values() + 1)
         .unwrap_err()
         .to_string();
     assert!(err.contains("the logits") && err.contains("smaller"), "{err}");
+}
+
+/// 64 KiB bindings: 16,384 values, under every operand below, so each op binds windows.
+const SPLIT: GpuOptions = GpuOptions {
+    max_binding_bytes: Some(64 << 10),
+    max_groups_per_dim: None,
+};
+
+/// Ops over buffers larger than one binding run as several launches over windows, and give the
+/// same bits as one launch: matmul in every layout (split along M, N and K), the elementwise
+/// ops, the embedding (split along the vocabulary), cross-entropy (along rows), the sum of
+/// squares (windows of whole blocks) and AdamW (with decay and boost ends inside windows).
+#[test]
+fn split_launches_give_the_same_bits() {
+    let (whole, split) = (gpu(), gpu_with(SPLIT));
+    assert_eq!(split.max_binding_values(), 16 << 10);
+    let mut rng = SmallRng::seed_from_u64(20);
+    for (ta, tb, acc, k) in [
+        (false, false, false, 150),
+        (false, true, false, 150),
+        (true, false, false, 150),
+        (true, true, false, 150),
+        (false, false, true, 40),
+        (false, true, true, 40),
+    ] {
+        let (m, n) = (300, 200);
+        let mut d = MatmulDims::new(m, n, k);
+        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
+        let a = rand_vec(&mut rng, m * k, 1.0);
+        let b = rand_vec(&mut rng, k * n, 1.0);
+        let init = rand_vec(&mut rng, m * n, 1.0);
+        let name = format!("split matmul(ta={ta}, tb={tb}, acc={acc})");
+        let want = matmul_case(&whole, &a, &b, &init, d);
+        assert_same_bits(&name, &matmul_case(&split, &a, &b, &init, d), &want);
+        let cpu = matmul_case(&CpuBackend::<f32>::new(), &a, &b, &init, d);
+        assert_close(&name, &want, &cpu, 1e-5);
+    }
+
+    let (a, b) = (rand_vec(&mut rng, 70_001, 4.0), rand_vec(&mut rng, 70_001, 1.0));
+    let want = elementwise_case(&whole, &a, &b);
+    assert_same_bits("split elementwise", &elementwise_case(&split, &a, &b), &want);
+
+    let d = EmbeddingDims {
+        bt: 3 * 13,
+        t: 13,
+        c: 19,
+        v: 1000,
+    };
+    let tokens: Vec<u32> = (0..d.bt).map(|_| rng.random_range(0..d.v as u32)).collect();
+    let (wte, wpe, dout) = (
+        rand_vec(&mut rng, d.v * d.c, 1.0),
+        rand_vec(&mut rng, d.t * d.c, 1.0),
+        rand_vec(&mut rng, d.bt * d.c, 1.0),
+    );
+    let want = embedding_case(&whole, &tokens, &wte, &wpe, &dout, d);
+    let got = embedding_case(&split, &tokens, &wte, &wpe, &dout, d);
+    assert_same_bits("split embedding", &got, &want);
+
+    let d = CrossEntropyDims {
+        rows: 200,
+        v: 250,
+        z: 1e-4,
+    };
+    let (logits, targets) = cross_entropy_inputs(&mut rng, d);
+    let want = cross_entropy_case(&whole, &logits, &targets, d);
+    let got = cross_entropy_case(&split, &logits, &targets, d);
+    assert_same_bits("split cross-entropy", &got, &want);
+
+    let (p, g, m, v, hyper, d) = optim_inputs(&mut rng);
+    let want = optim_case(&whole, &p, &g, &m, &v, hyper, d);
+    assert_same_bits(
+        "split sum + adamw",
+        &optim_case(&split, &p, &g, &m, &v, hyper, d),
+        &want,
+    );
+}
+
+/// What still cannot be split is refused at the flush with a message naming the op, never a
+/// panic or a wgpu validation error: a norm over rows larger than one binding, and an
+/// accumulating product whose K must be split.
+#[test]
+fn what_cannot_be_split_is_a_clear_error() {
+    let be = gpu_with(SPLIT);
+    let d = NormDims {
+        rows: 100,
+        c: 200,
+        kind: NormKind::LayerNorm,
+        eps: 1e-5,
+    };
+    let x = be.zeros("x", d.rows * d.c).unwrap();
+    let (out, stats, gain) = (
+        be.zeros("out", d.rows * d.c).unwrap(),
+        be.zeros("stats", 2 * d.rows).unwrap(),
+        be.zeros("gain", d.c).unwrap(),
+    );
+    be.norm_forward(&out, &stats, &x, &gain, d);
+    let err = be.flush().unwrap_err().to_string();
+    assert!(err.contains("norm_forward") && err.contains("smaller"), "{err}");
+    be.flush().unwrap();
+
+    let d = MatmulDims::new(8, 8, 5000).trans_a().accumulate();
+    let (out, a, b) = (
+        be.zeros("out", 64).unwrap(),
+        be.zeros("a", 8 * 5000).unwrap(),
+        be.zeros("b", 8 * 5000).unwrap(),
+    );
+    be.matmul(&out, &a, &b, d);
+    let err = be.flush().unwrap_err().to_string();
+    assert!(err.contains("matmul") && err.contains("accumulating"), "{err}");
 }
 
 fn residual_matrix_case<B: Backend>(
@@ -559,7 +701,7 @@ fn memory_case<B: Backend>(
     let codes = be.index("codes", d.tokens * d.k).unwrap();
     let rows = be.index("rows", d.k * d.tokens).unwrap();
     let starts = be.index("starts", d.starts_len()).unwrap();
-    let cursor = be.index("cursor", d.k * d.buckets()).unwrap();
+    let cursor = be.index("cursor", d.sort_scratch()).unwrap();
     let p = be.zeros("p", d.tokens * d.k).unwrap();
     let y = be.zeros("y", d.tokens * d.d_out).unwrap();
     let dx = be.zeros("dx", d.tokens * d.d_in).unwrap();
@@ -608,6 +750,61 @@ fn memory_layer_hash_bucket_forward_backward() {
         assert_eq!(gb, cb, "bucket starts or rows differ");
         assert_close(&format!("memory {d:?}"), &g, &c, 1e-5);
     }
+}
+
+fn bucket_case<B: Backend>(be: &B, codes: &[u32], d: MemoryDims) -> Vec<u32> {
+    let codes = upload_index(be, codes);
+    let rows = be.index("rows", d.k * d.tokens).unwrap();
+    let starts = be.index("starts", d.starts_len()).unwrap();
+    let cursor = be.index("cursor", d.sort_scratch()).unwrap();
+    be.memory_bucket(&rows, &starts, &cursor, &codes, d);
+    be.flush().unwrap();
+    let mut out = pollster::block_on(be.read_index(&starts)).unwrap();
+    out.extend(pollster::block_on(be.read_index(&rows)).unwrap());
+    out
+}
+
+/// The sort runs a workgroup per tile of rows of each table; its buckets are the CPU twin's
+/// exactly, folded or not: one row; rows that are no multiple of 256; thousands of rows in one
+/// bucket across 20 tiles; 2^16 buckets (one tile); every bucket used.
+#[test]
+fn bucket_sort_across_workgroups_matches_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(18);
+    let (gpu, folded, cpu) = (gpu(), gpu_with(FOLDED), CpuBackend::<f32>::new());
+    for (tokens, tau, k, spread) in [
+        (1, 3, 2, 8),
+        (300, 5, 3, 32),
+        (1000, 2, 4, 4),
+        (5000, 10, 2, 1),
+        (777, 16, 1, 1 << 16),
+        (4099, 8, 3, 256),
+    ] {
+        let d = MemoryDims {
+            tokens,
+            d_in: tau * k,
+            tau,
+            k,
+            d_out: 1,
+            temperature: 1.0,
+            l1: false,
+        };
+        // spread 1 puts every row in one bucket (the last).
+        let codes: Vec<u32> = (0..tokens * k)
+            .map(|_| match spread {
+                1 => (1 << tau) - 1,
+                s => rng.random_range(0..s as u32),
+            })
+            .collect();
+        let want = bucket_case(&cpu, &codes, d);
+        eprintln!("{tokens} rows, τ {tau}, K {k}: {} tiles a table", d.sort_tiles());
+        assert_eq!(
+            bucket_case(&gpu, &codes, d),
+            want,
+            "{d:?}: buckets differ from the CPU's"
+        );
+        assert_eq!(bucket_case(&folded, &codes, d), want, "{d:?}: folded buckets differ");
+    }
+    assert_eq!(sort_tiles(5000, 1 << 10), 20);
 }
 
 /// The table gradient is a fixed-order sum: two runs give the same bits.

@@ -11,6 +11,7 @@ use crate::{
     Trunk,
 };
 use engine::gpu::VIEW_ALIGN;
+use engine::ops::memory::sort_tiles;
 use engine::ops::residual_matrix::KEY_GRAD_CHUNK;
 use engine::Hyper;
 use serde::Serialize;
@@ -46,10 +47,16 @@ pub struct MemoryEstimate {
     pub batch_bytes: u64,
     /// All of the above: the model, its batch buffers and, for training, AdamW.
     pub bytes: u64,
-    /// The largest single buffer, which must fit one storage binding on a GPU.
+    /// The largest single buffer, which must fit one buffer on a GPU.
     pub largest_buffer_bytes: u64,
     /// What that buffer holds, with the settings it grows with.
     pub largest_buffer: &'static str,
+    /// The largest buffer or parameter view some op binds whole, which must fit one storage
+    /// binding on a GPU. The flat parameters, gradients and moments, the vocabulary-sized
+    /// tables and the logits are not among them: their ops bind them in windows.
+    pub largest_binding_bytes: u64,
+    /// What that buffer holds, with the settings it grows with.
+    pub largest_binding: &'static str,
 }
 
 /// A config's parameters, in values.
@@ -59,6 +66,8 @@ pub struct ParamSizes {
     pub count: u64,
     /// The flat buffer with every view padded to 64 values, as `ParamLayout::total`.
     pub total: u64,
+    /// The largest view some op binds whole.
+    bound: Largest,
 }
 
 fn overflow(what: &str, dims: &[u64]) -> ModelError {
@@ -83,11 +92,13 @@ fn sum(what: &str, parts: &[u64]) -> Result<u64> {
         .ok_or_else(|| ModelError::Config(format!("the total size of {what} overflows 64-bit arithmetic")))
 }
 
-/// A running total of buffer sizes in values, and the largest single buffer.
+/// A running total of buffer sizes in values, the largest single buffer, and the largest one
+/// some op binds whole.
 #[derive(Default)]
 struct Tally {
     values: u64,
     largest: Largest,
+    bound: Largest,
 }
 
 /// The largest single buffer, in values, and what it holds.
@@ -106,8 +117,15 @@ impl Largest {
 }
 
 impl Tally {
-    /// One buffer of `dims` values.
+    /// One buffer of `dims` values, which some op binds whole.
     fn buf(&mut self, what: &'static str, dims: &[u64]) -> Result<()> {
+        self.windowed(what, dims)?;
+        self.bound.consider(what, product(what, dims)?);
+        Ok(())
+    }
+
+    /// One buffer of `dims` values that every op using it binds in windows (the logits).
+    fn windowed(&mut self, what: &'static str, dims: &[u64]) -> Result<()> {
         let n = product(what, dims)?;
         self.values = sum(what, &[self.values, n])?;
         self.largest.consider(what, n);
@@ -120,6 +138,7 @@ impl Tally {
         self.values = sum(what, &[self.values, n])?;
         if times > 0 {
             self.largest.consider(inner.largest.what, inner.largest.values);
+            self.bound.consider(inner.bound.what, inner.bound.values);
         }
         Ok(())
     }
@@ -128,9 +147,15 @@ impl Tally {
 /// A parameter view declared `repeat` times: (repeat, what, shape).
 type Spec<'a> = (u64, &'a str, Vec<u64>);
 
+/// Parameter views no op binds whole: the vocabulary-sized tables, which the embedding and the
+/// unembedding's matmul bind in windows of rows.
+fn windowed_view(what: &str) -> bool {
+    what.starts_with("wte ") || what.starts_with("w_u ")
+}
+
 /// Sums a model's parameter views, each padded to 64 values.
-fn param_sizes(specs: &[Spec]) -> Result<ParamSizes> {
-    let (mut count, mut total) = (0u64, 0u64);
+fn param_sizes(specs: &[Spec<'static>]) -> Result<ParamSizes> {
+    let (mut count, mut total, mut bound) = (0u64, 0u64, Largest::default());
     // A view declared 0 times (ALiBi's position table) has no size to overflow.
     for (repeat, what, shape) in specs.iter().filter(|s| s.0 > 0) {
         let (repeat, what, shape) = (*repeat, *what, &shape[..]);
@@ -140,8 +165,11 @@ fn param_sizes(specs: &[Spec]) -> Result<ParamSizes> {
             .ok_or_else(|| overflow(what, shape))?;
         count = sum("the parameters", &[count, product(what, &[repeat, len])?])?;
         total = sum("the parameters", &[total, product(what, &[repeat, padded])?])?;
+        if !windowed_view(what) {
+            bound.consider(what, len);
+        }
     }
-    Ok(ParamSizes { count, total })
+    Ok(ParamSizes { count, total, bound })
 }
 
 impl ParamSizes {
@@ -189,7 +217,7 @@ fn trunk_width(t: &Trunk) -> Result<u64> {
 
 /// The parameters of a residual-matrix model, as `rmt::layout` declares them: the trunk's,
 /// and `core`, the feed-forward core's views.
-fn residual_matrix_params(t: &Trunk, core: Vec<Spec>) -> Result<ParamSizes> {
+fn residual_matrix_params(t: &Trunk, core: Vec<Spec<'static>>) -> Result<ParamSizes> {
     let [v, n, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(|x| x as u64);
     let rv = trunk_width(t)?;
     let r3 = product("3 × rank", &[3, r])?;
@@ -302,7 +330,8 @@ fn blocks(fwd: &mut Tally, l: usize, per: &Tally) -> Result<()> {
 
 /// The loss head: logits (BT, V), per-row losses and log Z, and the mean loss.
 fn head(fwd: &mut Tally, bt: u64, v: u64) -> Result<()> {
-    fwd.buf("the logits (batch × seq_len × vocab)", &[bt, v])?;
+    // The unembedding's matmul and cross-entropy bind the logits in windows of rows.
+    fwd.windowed("the logits (batch × seq_len × vocab)", &[bt, v])?;
     fwd.buf("the per-row losses", &[bt, 2])?;
     fwd.buf("the loss", &[1])
 }
@@ -331,7 +360,7 @@ fn transformer_acts(c: &TransformerConfig, b: u64, t: u64, bt: u64) -> Result<Ac
     fwd.buf("the final norm statistics", &[bt, 2])?;
     head(&mut fwd, bt, v)?;
     let mut bwd = Tally::default();
-    bwd.buf("the logit gradients", &[bt, v])?;
+    bwd.windowed("the logit gradients", &[bt, v])?;
     bwd.buf("the residual gradient", &[bt, d])?;
     bwd.buf("the norm gradient", &[bt, d])?;
     bwd.buf("the attention gradient", &[bt, hd])?;
@@ -391,7 +420,10 @@ fn memory_block_acts(bt: u64, d: u64, h: &Hashing) -> Result<CoreActs> {
     core.per_block.buf("ln3", &[bt, dh])?;
     core.per_block.buf("the norm statistics", &[bt, 2])?;
     hashed(&mut core.per_block, bt, k, tau + 2)?;
-    core.shared.buf("the bucket cursor", &[k, table_rows(tau + 2)])?;
+    // A counter per table, code and tile of the GPU's sort (engine::ops::memory::sort_tiles).
+    let buckets = table_rows(tau + 2);
+    let tiles = sort_tiles(usize::try_from(bt).unwrap_or(usize::MAX), buckets as usize) as u64;
+    core.shared.buf("the bucket cursor", &[k, buckets, tiles])?;
     core.scratch.buf("the ml1 gradient", &[bt, dh])?;
     core.scratch.buf("the ln3 gradient", &[bt, dh])?;
     Ok(core)
@@ -435,7 +467,7 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     fwd.buf("the unembedding retrievals", &[bt, rv])?;
     head(&mut fwd, bt, v)?;
     let mut bwd = Tally::default();
-    bwd.buf("the logit gradients", &[bt, v])?;
+    bwd.windowed("the logit gradients", &[bt, v])?;
     bwd.buf("the residual gradient", &[bt, m])?;
     bwd.buf("the norm gradient", &[bt, m])?;
     bwd.buf("the vector gradient", &[bt, rv])?;
@@ -443,7 +475,10 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     bwd.buf("attention's dout·out per row (batch × rank × seq_len)", &[b, r, t])?;
     bwd.include("the feed-forward core's gradients", &core.scratch, 1)?;
     let chunks = bt.div_ceil(KEY_GRAD_CHUNK as u64);
-    bwd.buf("the key-gradient partial sums", &[chunks, 3, r, dk])?;
+    bwd.buf(
+        "the key-gradient partial sums (batch × seq_len × rank × d_k)",
+        &[chunks, 3, r, dk],
+    )?;
     bwd.buf("the probe scratch", &[bt, m])?;
     bwd.buf("the probe scratch", &[bt, 2])?;
     bwd.buf("the position gradient scratch", &[t, rv])?;
@@ -484,7 +519,7 @@ fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<
     fwd.buf("the final norm statistics", &[bt, 2])?;
     head(&mut fwd, bt, v)?;
     let mut bwd = Tally::default();
-    bwd.buf("the logit gradients", &[bt, v])?;
+    bwd.windowed("the logit gradients", &[bt, v])?;
     bwd.buf("the residual gradient", &[bt, d])?;
     bwd.buf("the norm gradient", &[bt, d])?;
     bwd.buf("the qkv gradient", &[bt, 3, d])?;
@@ -554,10 +589,17 @@ pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Resu
     ];
     // The parameters, gradients and each AdamW moment are one flat buffer each.
     let mut largest = acts.forward.largest;
+    let mut bound = acts.forward.bound;
     if train {
         largest.consider(acts.backward.largest.what, acts.backward.largest.values);
+        bound.consider(acts.backward.bound.what, acts.backward.bound.values);
     }
     largest.consider("the parameters", p.total);
+    // The flat buffers are bound in windows (AdamW, the norm's sum); their views whole.
+    bound.consider(p.bound.what, p.bound.values);
+    // The batch is four index buffers of B·T values each and V + 1 bucket starts.
+    bound.consider("the batch's tokens (batch × seq_len)", bt);
+    bound.consider("the token bucket starts (vocab + 1)", (vocab as u64).saturating_add(1));
     let total = sum("the model, its batch and its optimizer", &values)?;
     // Each buffer is at most the total, so every later usize product fits when this does.
     if total
@@ -580,6 +622,8 @@ pub fn estimate(cfg: &ModelConfig, b: usize, t: usize, purpose: Purpose) -> Resu
         bytes: bytes(total)?,
         largest_buffer_bytes: bytes(largest.values)?,
         largest_buffer: largest.what,
+        largest_binding_bytes: bytes(bound.values)?,
+        largest_binding: bound.what,
     })
 }
 
@@ -630,23 +674,24 @@ pub fn check_fits(est: &MemoryEstimate, available: Option<u64>) -> Result<()> {
     )))
 }
 
-/// Fails when the largest buffer of `est` is over a GPU's limit for one storage binding or one
-/// buffer (in bytes), naming the buffer and the settings it grows with, before anything is
-/// allocated.
+/// Fails when the largest buffer some op of `est` binds whole is over a GPU's limit for one
+/// storage binding (in bytes), naming the buffer and the settings it grows with, before
+/// anything is allocated. Buffers the ops bind in windows (the flat parameters, gradients and
+/// moments, the vocabulary-sized tables, the logits) may be larger.
 pub fn check_binding_limit(est: &MemoryEstimate, max_binding_bytes: u64) -> Result<()> {
-    if est.largest_buffer_bytes <= max_binding_bytes {
+    if est.largest_binding_bytes <= max_binding_bytes {
         return Ok(());
     }
-    // "the logits (batch × seq_len × vocab)": the settings in the brackets are what to shrink.
-    let shrink = match est.largest_buffer.split_once('(') {
+    // "the FF hidden (batch × seq_len × d_ff)": the settings in the brackets are what to shrink.
+    let shrink = match est.largest_binding.split_once('(') {
         Some((_, dims)) => format!("lower {}", dims.trim_end_matches(')').replace(" × ", ", ")),
         None => "make the model smaller (fewer layers or a smaller width)".to_string(),
     };
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     Err(ModelError::Config(format!(
         "this config needs {:.1} MiB for {} in one buffer, but this GPU binds at most {:.1} MiB; {shrink}",
-        mib(est.largest_buffer_bytes),
-        est.largest_buffer,
+        mib(est.largest_binding_bytes),
+        est.largest_binding,
         mib(max_binding_bytes),
     )))
 }

@@ -82,7 +82,7 @@ impl<B: Backend> Hashed<B> {
     }
 
     /// y = ML(x): hash, group rows by bucket (for the backward and the statistics), gather.
-    /// `cursor` is the sort's scratch of at least K·2^τ values.
+    /// `cursor` is the sort's scratch of at least `dims.sort_scratch()` values.
     pub fn forward(&self, be: &B, y: &B::Tensor, x: &B::Tensor, m: &MemoryParams<B::Tensor>, cursor: &B::Index) {
         be.memory_hash(&self.codes, &self.p, x, self.dims);
         be.memory_bucket(&self.rows, &self.starts, cursor, &self.codes, self.dims);
@@ -183,8 +183,8 @@ impl MemoryBlock {
 impl FfCore for MemoryBlock {
     type Params<T> = MemoryBlockParams<T>;
     type Acts<B: Backend> = MemoryBlockActs<B>;
-    /// The bucket sort's cursor, shared by every Memory Layer of a model: ML2's K·2^(τ+2)
-    /// values, the most any of them needs.
+    /// The bucket sort's cursor, shared by every Memory Layer of a model: ML2's
+    /// `sort_scratch()`, the most any of them needs (it grows with the buckets).
     type Shared<B: Backend> = B::Index;
     type Scratch<B: Backend> = MemoryBlockScratch<B>;
 
@@ -215,7 +215,7 @@ impl FfCore for MemoryBlock {
     }
 
     fn shared<B: Backend>(&self, be: &B) -> engine::Result<B::Index> {
-        be.index("bucket cursor", self.ml2.k * self.ml2.buckets())
+        be.index("bucket cursor", self.ml2.sort_scratch())
     }
 
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<MemoryBlockScratch<B>> {

@@ -1,17 +1,33 @@
 //! The GPU context, built once: device, queue, pipeline cache and the list of pending launches.
 
-use super::{Arg, Dispatch, GpuTensor};
+use super::{Arg, Dispatch, GpuTensor, VIEW_ALIGN};
 use crate::{shaders, EngineError, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
+/// Limits lower than the device's own, so that tests reach the split and folded launches at
+/// small shapes; `None` keeps the device's limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Bytes one storage binding may hold.
+    pub max_binding_bytes: Option<u64>,
+    /// Workgroups per grid dimension before a 1-D launch folds into a second dimension.
+    pub max_groups_per_dim: Option<u32>,
+}
+
 pub struct GpuBackend {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     pub(crate) description: String,
+    /// The adapter's own limits, which the device was created with.
     pub(crate) limits: wgpu::Limits,
+    /// Values one storage binding may hold: the device's limit or a lower one from
+    /// [`GpuOptions`], a multiple of [`VIEW_ALIGN`]. Ops split larger operands into launches.
+    pub(crate) binding_values: usize,
+    /// Workgroups per grid dimension, past which 1-D launches fold (`grid_1d`).
+    pub(crate) max_groups: u32,
     /// Compiled pipelines by (family, entry point): each shader is compiled once per context.
     pipelines: RefCell<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -29,6 +45,12 @@ pub struct GpuBackend {
 impl GpuBackend {
     /// Finds an adapter and creates a device with the adapter's own limits.
     pub async fn new() -> Result<Self> {
+        Self::with_options(GpuOptions::default()).await
+    }
+
+    /// Like [`Self::new`], with the binding size and the folding threshold lowered to `options`
+    /// (never raised past the device's): the same results through more, smaller launches.
+    pub async fn with_options(options: GpuOptions) -> Result<Self> {
         #[cfg(not(target_arch = "wasm32"))]
         let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
         #[cfg(target_arch = "wasm32")]
@@ -82,7 +104,20 @@ impl GpuBackend {
             offset: 0,
             len: crate::ops::optim::SUM_BLOCKS,
         };
+        // Natively and in the browser the device has the adapter's real limits; the binding size
+        // is what one launch may see, the buffer size what may be allocated at all.
+        let binding_bytes = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size)
+            .min(options.max_binding_bytes.unwrap_or(u64::MAX));
+        let binding_values = (binding_bytes / 4) as usize / VIEW_ALIGN * VIEW_ALIGN;
+        let max_groups = limits
+            .max_compute_workgroups_per_dimension
+            .min(options.max_groups_per_dim.unwrap_or(u32::MAX))
+            .max(1);
         Ok(Self {
+            binding_values,
+            max_groups,
             sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
             device,
@@ -101,7 +136,8 @@ impl GpuBackend {
         self.sum_partials.clone()
     }
 
-    /// A zeroed storage buffer of `len` 4-byte values, checked against the device's limits.
+    /// A zeroed storage buffer of `len` 4-byte values, checked against the device's buffer size.
+    /// It may exceed one binding: ops bind such buffers in windows.
     pub(crate) fn storage_buffer(&self, what: &str, len: usize) -> Result<wgpu::Buffer> {
         let bytes = (len.max(1) * 4) as u64;
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
@@ -111,14 +147,6 @@ impl GpuBackend {
                 needed_mib: mib(bytes),
                 limit_mib: mib(self.limits.max_buffer_size),
                 kind: "buffer",
-            });
-        }
-        if bytes > self.limits.max_storage_buffer_binding_size {
-            return Err(EngineError::TooBig {
-                what: what.into(),
-                needed_mib: mib(bytes),
-                limit_mib: mib(self.limits.max_storage_buffer_binding_size),
-                kind: "storage binding",
             });
         }
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -189,10 +217,30 @@ impl GpuBackend {
         args: &[(u32, Arg<'_>)],
         groups: [u32; 3],
     ) {
+        // A binding past the limit or a grid past the device's would be a validation error with
+        // no word of which op or buffer; say which instead, at the next flush.
+        let cap = self.binding_values as u64 * 4;
+        if let Some((i, a)) = args.iter().find(|(_, a)| a.size_bytes > cap) {
+            let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+            return self.refuse(format!(
+                "`{entry}` would bind {:.1} MiB at binding {i}, over this device's {:.1} MiB for one storage \
+                 binding; this op does not split that operand, so make the model or the batch smaller",
+                mib(a.size_bytes),
+                mib(cap)
+            ));
+        }
+        let device_groups = self.limits.max_compute_workgroups_per_dimension;
+        if groups.iter().any(|&g| g > device_groups) {
+            return self.refuse(format!(
+                "`{entry}` needs {groups:?} workgroups, over this device's {device_groups} per dimension; \
+                 make the model or the batch smaller"
+            ));
+        }
         let pipeline = self.pipeline(family, entry);
-        // Uniform structs are padded to 16 bytes.
+        // Uniform structs are padded to 16 bytes; at least 16 words, so that entry points that
+        // read fewer fields than their family's struct (sum_final, adamw) still bind all of it.
         let mut words = params.to_vec();
-        words.resize(params.len().next_multiple_of(4).max(4), 0);
+        words.resize(params.len().next_multiple_of(4).max(16), 0);
         let uniform = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(entry),
             contents: bytemuck::cast_slice(&words),
@@ -247,6 +295,14 @@ impl GpuBackend {
         self.queue.submit([encoder.finish()]);
     }
 
+    /// Records an op that cannot run as asked; the next flush reports it and nothing runs wrong.
+    pub(crate) fn refuse(&self, message: String) {
+        let mut slot = self.error.lock().unwrap();
+        if slot.is_none() {
+            *slot = Some(message);
+        }
+    }
+
     pub(crate) fn take_error(&self) -> Result<()> {
         if let Some(reason) = self.lost.lock().unwrap().clone() {
             return Err(EngineError::DeviceLost(reason));
@@ -270,8 +326,41 @@ impl GpuBackend {
         move || device.destroy()
     }
 
-    /// The largest number of f32 values one storage binding may hold on this device.
+    /// The largest number of f32 values one storage binding may hold on this device (or the
+    /// lower limit of [`GpuOptions`]). Ops that split their operands go past it.
     pub fn max_binding_values(&self) -> usize {
-        (self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size) as usize / 4
+        self.binding_values
+    }
+
+    /// Workgroups per grid dimension before a launch folds or splits.
+    pub(crate) fn max_groups(&self) -> u32 {
+        self.max_groups
+    }
+
+    /// The largest number of f32 values one buffer may hold on this device.
+    pub fn max_buffer_values(&self) -> usize {
+        (self.limits.max_buffer_size / 4) as usize
+    }
+
+    /// Workgroup counts for `n` items of `per_group` each, folded into 2-D past `max_groups` in
+    /// one dimension: the one folding every 1-D launch uses. Shaders recover the flat index
+    /// with `flat_index` (256 threads a group) or `flat_group` (one item a group).
+    pub(crate) fn grid_1d(&self, n: usize, per_group: usize) -> [u32; 3] {
+        let groups = n.div_ceil(per_group).max(1);
+        let x = groups.min(self.max_groups as usize);
+        [x as u32, groups.div_ceil(x) as u32, 1]
+    }
+
+    /// Splits `n` values into consecutive ranges of whole `unit`s (the last may be short) that
+    /// each fit one binding: the launches of an op over a buffer larger than a binding. Every
+    /// range starts at a multiple of `unit`; `unit` must be a multiple of [`VIEW_ALIGN`], so
+    /// views at those starts are aligned. None when one unit alone is over the binding limit.
+    pub(crate) fn split(&self, n: usize, unit: usize) -> Option<Vec<std::ops::Range<usize>>> {
+        debug_assert!(unit.is_multiple_of(VIEW_ALIGN));
+        let per = self.binding_values / unit * unit;
+        if per == 0 {
+            return None;
+        }
+        Some((0..n.max(1)).step_by(per).map(|s| s..(s + per).min(n)).collect())
     }
 }

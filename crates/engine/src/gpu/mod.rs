@@ -12,7 +12,7 @@ use crate::{
     ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, MemoryDims,
     NormDims, ResidualDims, Result,
 };
-pub use context::GpuBackend;
+pub use context::{GpuBackend, GpuOptions};
 use std::future::Future;
 
 /// Values per alignment unit of a view's offset: 256 bytes, WebGPU's largest
@@ -32,7 +32,22 @@ pub struct GpuTensor {
 #[derive(Clone, Debug)]
 pub struct GpuIndex {
     pub(crate) buffer: wgpu::Buffer,
+    /// In values, a multiple of [`VIEW_ALIGN`]: non-zero only in an op's own windows.
+    pub(crate) offset: usize,
     pub(crate) len: usize,
+}
+
+impl GpuIndex {
+    /// `len` indices from `offset` (a multiple of [`VIEW_ALIGN`]), for ops that bind a large
+    /// index in windows.
+    pub(crate) fn window(&self, offset: usize, len: usize) -> GpuIndex {
+        assert!(offset.is_multiple_of(VIEW_ALIGN) && offset + len <= self.len);
+        GpuIndex {
+            buffer: self.buffer.clone(),
+            offset: self.offset + offset,
+            len,
+        }
+    }
 }
 
 /// One recorded kernel launch: everything needed to encode it again.
@@ -83,18 +98,10 @@ impl AsArg for GpuIndex {
     fn arg(&self) -> Arg<'_> {
         Arg {
             buffer: &self.buffer,
-            offset_bytes: 0,
+            offset_bytes: (self.offset * 4) as u64,
             size_bytes: (self.len.max(1) * 4) as u64,
         }
     }
-}
-
-/// Workgroup counts for `n` items of `per_group` each, folded into 2-D when they exceed the
-/// 65 535 limit of one dimension. Shaders recover the flat index with `flat_index`.
-pub(crate) fn grid_1d(n: usize, per_group: usize) -> [u32; 3] {
-    let groups = n.div_ceil(per_group).max(1);
-    let x = groups.min(65_535);
-    [x as u32, groups.div_ceil(x) as u32, 1]
 }
 
 impl Backend for GpuBackend {
@@ -145,7 +152,7 @@ impl Backend for GpuBackend {
 
     fn index(&self, what: &str, len: usize) -> Result<GpuIndex> {
         let buffer = self.storage_buffer(what, len)?;
-        Ok(GpuIndex { buffer, len })
+        Ok(GpuIndex { buffer, offset: 0, len })
     }
 
     fn write_index(&self, t: &GpuIndex, data: &[u32]) {
@@ -156,7 +163,7 @@ impl Backend for GpuBackend {
             data.len(),
             t.len
         );
-        self.write_bytes(&t.buffer, 0, bytemuck::cast_slice(data));
+        self.write_bytes(&t.buffer, (t.offset * 4) as u64, bytemuck::cast_slice(data));
     }
 
     fn read(&self, t: &GpuTensor) -> impl Future<Output = Result<Vec<f32>>> {

@@ -17,7 +17,7 @@ impl GpuBackend {
     /// Every index in one copy and one map: a view that reads many small buffers each step (the
     /// bucket counts of every hash table) waits for the GPU once.
     pub(crate) fn read_index_list(&self, ts: &[&GpuIndex]) -> impl Future<Output = Result<Vec<Vec<u32>>>> {
-        let parts: Vec<_> = ts.iter().map(|t| (&t.buffer, 0, t.len)).collect();
+        let parts: Vec<_> = ts.iter().map(|t| (&t.buffer, t.offset, t.len)).collect();
         self.read_words(&parts)
     }
 

@@ -14,7 +14,7 @@
 //! launches without atomics: `delta`; per query tile, dq; per key tile (a thread per key), dk and
 //! dv. Each output value is written by one thread, summed in a fixed order.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
 
 /// Query rows (or keys) per workgroup of the GPU kernels, one thread each, and keys (or
 /// queries) per tile they sweep.
@@ -328,8 +328,8 @@ fn params(d: &AttentionDims) -> [u32; 6] {
 
 /// One workgroup per (batch, head, tile of ROWS rows, COLUMNS output columns), folded past
 /// 65 535 like every launch.
-fn tiles(d: &AttentionDims) -> [u32; 3] {
-    grid_1d(d.b * d.h * d.t.div_ceil(ROWS) * d.dh.div_ceil(COLUMNS).max(1), 1)
+fn tiles(gpu: &GpuBackend, d: &AttentionDims) -> [u32; 3] {
+    gpu.grid_1d(d.b * d.h * d.t.div_ceil(ROWS) * d.dh.div_ceil(COLUMNS).max(1), 1)
 }
 
 pub fn gpu_forward(
@@ -346,7 +346,7 @@ pub fn gpu_forward(
         "attention_forward",
         &params(&d),
         &[out.arg(), lse.arg(), qkv.arg(), doc_start.arg()],
-        tiles(&d),
+        tiles(gpu, &d),
     );
 }
 
@@ -373,7 +373,7 @@ pub fn gpu_backward(
         "attention_backward_delta",
         &p,
         &rows,
-        grid_1d(d.rows(), 256),
+        gpu.grid_1d(d.rows(), 256),
     );
     let args = [
         (1, dqkv.arg()),
@@ -383,6 +383,6 @@ pub fn gpu_backward(
         (6, lse.arg()),
         (7, doc_start.arg()),
     ];
-    gpu.dispatch_at("attention", "attention_backward_query", &p, &args, tiles(&d));
-    gpu.dispatch_at("attention", "attention_backward_key", &p, &args, tiles(&d));
+    gpu.dispatch_at("attention", "attention_backward_query", &p, &args, tiles(gpu, &d));
+    gpu.dispatch_at("attention", "attention_backward_key", &p, &args, tiles(gpu, &d));
 }

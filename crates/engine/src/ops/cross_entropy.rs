@@ -1,7 +1,9 @@
 //! Cross-entropy with z-loss (SPEC §1): per row CE + z·(log Z)², averaged over counted rows.
 //! The reported loss is the CE alone; the z-loss only shapes the gradient.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, VIEW_ALIGN};
+use crate::Backend;
+use std::ops::Range;
 
 /// A target that is not counted (a prompt position of a synthetic task, say).
 pub const IGNORE: u32 = u32::MAX;
@@ -92,6 +94,60 @@ fn params(d: &CrossEntropyDims) -> [u32; 3] {
     [d.rows as u32, d.v as u32, d.z.to_bits()]
 }
 
+/// Rows in runs of whole 64s whose logits fit one binding (one run when all of them fit):
+/// every row is computed alone, so the runs change nothing but the number of launches.
+fn row_ranges(gpu: &GpuBackend, d: &CrossEntropyDims) -> Option<Vec<Range<usize>>> {
+    let per = gpu.max_binding_values() / d.v.max(1) / VIEW_ALIGN * VIEW_ALIGN;
+    if per == 0 {
+        gpu.refuse(format!(
+            "cross_entropy: {VIEW_ALIGN} rows of {} logits do not fit this device's binding of {} values",
+            d.v,
+            gpu.max_binding_values()
+        ));
+        return None;
+    }
+    Some(
+        (0..d.rows.max(1))
+            .step_by(per)
+            .map(|s| s..(s + per).min(d.rows))
+            .collect(),
+    )
+}
+
+/// One launch of `entry` per run of rows: `tensors` are bound per row (`false`) or per logit
+/// (`true`), then the targets and the scale.
+fn launch(
+    gpu: &GpuBackend,
+    entry: &'static str,
+    tensors: [(&GpuTensor, bool); 3],
+    targets: &GpuIndex,
+    scale: &GpuTensor,
+    d: CrossEntropyDims,
+    threads_per_row: usize,
+) {
+    for r in row_ranges(gpu, &d).unwrap_or_default() {
+        let part = CrossEntropyDims { rows: r.len(), ..d };
+        let views = tensors.map(|(t, per_logit)| match per_logit {
+            true => gpu.view(t, r.start * d.v, r.len() * d.v),
+            false => gpu.view(t, r.start, r.len()),
+        });
+        let targets = targets.window(r.start, r.len());
+        let args = [
+            views[0].arg(),
+            views[1].arg(),
+            views[2].arg(),
+            targets.arg(),
+            scale.arg(),
+        ];
+        let grid = match threads_per_row {
+            1 => gpu.grid_1d(part.rows, 1),
+            _ => gpu.grid_1d(part.rows * d.v, 256),
+        };
+        gpu.dispatch("cross_entropy", entry, &params(&part), &args, grid);
+    }
+}
+
+/// A workgroup per row.
 pub fn gpu_forward(
     gpu: &GpuBackend,
     losses: &GpuTensor,
@@ -102,16 +158,11 @@ pub fn gpu_forward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, losses.len);
-    let args = [losses.arg(), lse.arg(), logits.arg(), targets.arg(), scale.arg()];
-    gpu.dispatch(
-        "cross_entropy",
-        "cross_entropy_forward",
-        &params(&d),
-        &args,
-        grid_1d(d.rows, 1),
-    );
+    let tensors = [(losses, false), (lse, false), (logits, true)];
+    launch(gpu, "cross_entropy_forward", tensors, targets, scale, d, 1);
 }
 
+/// A thread per logit.
 pub fn gpu_backward(
     gpu: &GpuBackend,
     dlogits: &GpuTensor,
@@ -122,12 +173,6 @@ pub fn gpu_backward(
     d: CrossEntropyDims,
 ) {
     d.check(logits.len, lse.len);
-    let args = [dlogits.arg(), logits.arg(), lse.arg(), targets.arg(), scale.arg()];
-    gpu.dispatch(
-        "cross_entropy",
-        "cross_entropy_backward",
-        &params(&d),
-        &args,
-        grid_1d(d.rows * d.v, 256),
-    );
+    let tensors = [(dlogits, true), (logits, true), (lse, false)];
+    launch(gpu, "cross_entropy_backward", tensors, targets, scale, d, d.v);
 }

@@ -1,6 +1,7 @@
 //! Elementwise ops over flat tensors of n values: fill, add, add_assign, tanh-GELU.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::Backend;
 
 #[cfg(feature = "cpu")]
 const GELU_K: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
@@ -48,36 +49,46 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-fn launch(gpu: &GpuBackend, entry: &'static str, n: usize, value: f32, args: &[crate::gpu::Arg<'_>]) {
-    gpu.dispatch(
-        "elementwise",
-        entry,
-        &[n as u32, value.to_bits()],
-        args,
-        grid_1d(n, 256),
-    );
+/// One launch per binding-sized range of equal-length tensors: each value is computed alone,
+/// so the split changes nothing but the number of launches.
+fn launch(gpu: &GpuBackend, entry: &'static str, value: f32, tensors: &[&GpuTensor]) {
+    let n = tensors[0].len;
+    let Some(ranges) = gpu.split(n, VIEW_ALIGN) else {
+        return gpu.refuse(format!("`{entry}`: this device binds no storage at all"));
+    };
+    for r in ranges {
+        let views: Vec<GpuTensor> = tensors.iter().map(|t| gpu.view(t, r.start, r.len())).collect();
+        let args: Vec<_> = views.iter().map(|t| t.arg()).collect();
+        gpu.dispatch(
+            "elementwise",
+            entry,
+            &[r.len() as u32, value.to_bits()],
+            &args,
+            gpu.grid_1d(r.len(), 256),
+        );
+    }
 }
 
 pub fn gpu_fill(gpu: &GpuBackend, out: &GpuTensor, value: f32) {
-    launch(gpu, "fill", out.len, value, &[out.arg()]);
+    launch(gpu, "fill", value, &[out]);
 }
 
 pub fn gpu_add(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor) {
     assert!(out.len == a.len && a.len == b.len, "add: lengths differ");
-    launch(gpu, "add", out.len, 0.0, &[out.arg(), a.arg(), b.arg()]);
+    launch(gpu, "add", 0.0, &[out, a, b]);
 }
 
 pub fn gpu_add_assign(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor) {
     assert_eq!(out.len, a.len, "add_assign: lengths differ");
-    launch(gpu, "add_assign", out.len, 0.0, &[out.arg(), a.arg()]);
+    launch(gpu, "add_assign", 0.0, &[out, a]);
 }
 
 pub fn gpu_gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {
     assert_eq!(out.len, x.len, "gelu: lengths differ");
-    launch(gpu, "gelu_forward", out.len, 0.0, &[out.arg(), x.arg()]);
+    launch(gpu, "gelu_forward", 0.0, &[out, x]);
 }
 
 pub fn gpu_gelu_backward(gpu: &GpuBackend, dx: &GpuTensor, dout: &GpuTensor, x: &GpuTensor) {
     assert!(dx.len == dout.len && dout.len == x.len, "gelu_backward: lengths differ");
-    launch(gpu, "gelu_backward", dx.len, 0.0, &[dx.arg(), dout.arg(), x.arg()]);
+    launch(gpu, "gelu_backward", 0.0, &[dx, dout, x]);
 }

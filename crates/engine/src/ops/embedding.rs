@@ -1,6 +1,8 @@
 //! Token + position embedding, with a deterministic scatter-add backward.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, VIEW_ALIGN};
+use crate::Backend;
+use std::ops::Range;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EmbeddingDims {
@@ -101,10 +103,39 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-fn params(d: &EmbeddingDims) -> [u32; 4] {
-    [d.bt as u32, d.t as u32, d.c as u32, d.v as u32]
+fn params(d: &EmbeddingDims, rows: &Range<usize>) -> [u32; 6] {
+    [d.bt, d.t, d.c, d.v, rows.start, rows.end].map(|x| x as u32)
 }
 
+/// The vocabulary in ranges of rows whose slice of wte fits one binding, each starting at an
+/// aligned value; a table that fits is one range. None when even the smallest aligned run of
+/// rows does not fit.
+fn vocab_ranges(gpu: &GpuBackend, d: &EmbeddingDims) -> Option<Vec<Range<usize>>> {
+    let c = d.c.max(1);
+    let unit = c / gcd(c, VIEW_ALIGN) * VIEW_ALIGN;
+    let ranges = gpu.split(d.v * c, unit)?;
+    Some(ranges.into_iter().map(|r| r.start / c..r.end / c).collect())
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn too_wide(gpu: &GpuBackend, d: &EmbeddingDims) {
+    gpu.refuse(format!(
+        "embedding: {} rows of {} values do not fit this device's binding of {} values",
+        VIEW_ALIGN,
+        d.c,
+        gpu.max_binding_values()
+    ))
+}
+
+/// One launch per vocabulary range: each binds its rows of wte and writes the rows of `out`
+/// whose token is in it, so every row is written once, as with one launch.
 pub fn gpu_forward(
     gpu: &GpuBackend,
     out: &GpuTensor,
@@ -114,14 +145,20 @@ pub fn gpu_forward(
     d: EmbeddingDims,
 ) {
     check(&d, out.len, wte.len, wpe.len);
-    let args = [out.arg(), tokens.arg(), wte.arg(), wpe.arg()];
-    gpu.dispatch(
-        "embedding",
-        "embedding_forward",
-        &params(&d),
-        &args,
-        grid_1d(d.bt * d.c, 256),
-    );
+    let Some(ranges) = vocab_ranges(gpu, &d) else {
+        return too_wide(gpu, &d);
+    };
+    for rows in ranges {
+        let wte = gpu.view(wte, rows.start * d.c, rows.len() * d.c);
+        let args = [out.arg(), tokens.arg(), wte.arg(), wpe.arg()];
+        gpu.dispatch(
+            "embedding",
+            "embedding_forward",
+            &params(&d, &rows),
+            &args,
+            gpu.grid_1d(d.bt * d.c, 256),
+        );
+    }
 }
 
 pub fn gpu_backward(
@@ -134,19 +171,25 @@ pub fn gpu_backward(
     d: EmbeddingDims,
 ) {
     check(&d, dout.len, dwte.len, dwpe.len);
-    let args = [dwte.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
-    gpu.dispatch(
-        "embedding",
-        "embedding_backward_wte",
-        &params(&d),
-        &args,
-        grid_1d(d.v * d.c, 256),
-    );
+    let Some(ranges) = vocab_ranges(gpu, &d) else {
+        return too_wide(gpu, &d);
+    };
+    for rows in ranges {
+        let dwte = gpu.view(dwte, rows.start * d.c, rows.len() * d.c);
+        let args = [dwte.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
+        gpu.dispatch(
+            "embedding",
+            "embedding_backward_wte",
+            &params(&d, &rows),
+            &args,
+            gpu.grid_1d(rows.len() * d.c, 256),
+        );
+    }
     gpu.dispatch(
         "embedding",
         "embedding_backward_wpe",
-        &params(&d),
+        &params(&d, &(0..d.v)),
         &[dwpe.arg(), dout.arg()],
-        grid_1d(d.t * d.c, 256),
+        gpu.grid_1d(d.t * d.c, 256),
     );
 }

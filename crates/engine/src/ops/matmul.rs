@@ -3,7 +3,8 @@
 //! A linear layer y = x·Wᵀ with W (OC, C) as PyTorch stores it: forward `y = x·Wᵀ` (trans_b),
 //! backward `dx = dy·W` and `dW = dyᵀ·x` (trans_a).
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::Backend;
 
 /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N) (+ out[b] when `accumulate`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -144,20 +145,176 @@ pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims
     });
 }
 
+/// The extent of one launch of a split product: rows of out, columns of out, and the shared
+/// dimension.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Block {
+    m: (usize, usize),
+    n: (usize, usize),
+    k: (usize, usize),
+}
+
+/// An operand stored row-major with `ld` values a row, of which a launch reads rows
+/// `rows` and columns `cols`: the window it binds, as (first value, values).
+fn window(ld: usize, rows: (usize, usize), cols: (usize, usize)) -> (usize, usize) {
+    let first = rows.0 * ld + cols.0;
+    let last = (rows.1 - 1) * ld + cols.1;
+    (first, last - first)
+}
+
+impl MatmulDims {
+    /// The windows of out, a and b that `blk` reads: (first value, values) each.
+    fn windows(&self, blk: &Block) -> [(usize, usize); 3] {
+        let out = window(self.n, blk.m, blk.n);
+        let a = match self.trans_a {
+            false => window(self.k, blk.m, blk.k),
+            true => window(self.m, blk.k, blk.m),
+        };
+        let b = match self.trans_b {
+            false => window(self.n, blk.k, blk.n),
+            true => window(self.k, blk.n, blk.k),
+        };
+        [out, a, b]
+    }
+
+    /// Sizes (M, N, K) of the launches when any operand or grid is too large for one: each
+    /// window, padded by up to 63 values to start aligned, must fit `cap`, and each grid
+    /// dimension `groups`. K is split at multiples of the shader's K tile, so that every launch
+    /// after the first continues the same chain of fmas. None when no split fits.
+    fn split(&self, cap: usize, groups: usize) -> Option<(usize, usize, usize)> {
+        let (mut mc, mut nc, mut kc) = (self.m.min(groups * 64), self.n.min(groups * 64), self.k);
+        loop {
+            let blk = Block {
+                m: (0, mc.max(1)),
+                n: (0, nc.max(1)),
+                k: (0, kc.max(1)),
+            };
+            let too_big = |i: usize| self.windows(&blk)[i].1 + VIEW_ALIGN > cap;
+            // Halve the outer dimension of the first operand that does not fit: the rows of
+            // its storage, which is what shrinks its window; then its columns.
+            let shrink = |x: &mut usize, min: usize| {
+                let before = *x;
+                *x = (*x / 2).next_multiple_of(min).max(min).min(before);
+                *x < before
+            };
+            let shrunk = if too_big(0) {
+                shrink(&mut mc, 1) || shrink(&mut nc, 1)
+            } else if too_big(1) {
+                match self.trans_a {
+                    false => shrink(&mut mc, 1) || shrink(&mut kc, TK),
+                    true => shrink(&mut kc, TK) || shrink(&mut mc, 1),
+                }
+            } else if too_big(2) {
+                match self.trans_b {
+                    false => shrink(&mut kc, TK) || shrink(&mut nc, 1),
+                    true => shrink(&mut nc, 1) || shrink(&mut kc, TK),
+                }
+            } else {
+                return Some((mc, nc, kc));
+            };
+            if !shrunk {
+                return None;
+            }
+        }
+    }
+}
+
+/// The product in one launch, or, when an operand is larger than one binding or the grid
+/// than one dimension allows, in blocks of out (and of K) that each bind windows of the
+/// operands. Each out value sees the same fmas in the same order either way: the first K block
+/// starts from 0 as the single launch does, later ones continue from what out holds.
 pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
     d.check(out.len, a.len, b.len);
+    let cap = gpu.max_binding_values();
+    let groups = gpu.max_groups() as usize;
+    let whole = Block {
+        m: (0, d.m),
+        n: (0, d.n),
+        k: (0, d.k),
+    };
+    let fits =
+        [out.len, a.len, b.len].iter().all(|&l| l <= cap) && d.m.div_ceil(64) <= groups && d.n.div_ceil(64) <= groups;
+    if fits || d.m == 0 || d.n == 0 {
+        let all = [(0, out.len), (0, a.len), (0, b.len)];
+        return launch(gpu, out, a, b, &d, &whole, all, d.accumulate as u32);
+    }
+    let split = d.split(cap, groups);
+    let Some((mc, nc, kc)) = split.filter(|_| d.batch == 1 && d.batch <= groups) else {
+        return gpu.refuse(format!(
+            "matmul: a {}×{}×{} product (batch {}) does not split into this device's bindings of {} values",
+            d.m, d.k, d.n, d.batch, cap
+        ));
+    };
+    if d.accumulate && kc < d.k {
+        // Adding to out would need the first K block's sum kept apart from out.
+        return gpu.refuse(format!(
+            "matmul: an accumulating product over K = {} is too large for one binding of {} values",
+            d.k, cap
+        ));
+    }
+    for m0 in (0..d.m).step_by(mc) {
+        for n0 in (0..d.n).step_by(nc) {
+            for k0 in (0..d.k.max(1)).step_by(kc.max(1)) {
+                let blk = Block {
+                    m: (m0, (m0 + mc).min(d.m)),
+                    n: (n0, (n0 + nc).min(d.n)),
+                    k: (k0, (k0 + kc).min(d.k)),
+                };
+                let mode = match (k0, d.accumulate) {
+                    (0, acc) => acc as u32,
+                    _ => CONTINUE,
+                };
+                launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode);
+            }
+        }
+    }
+}
+
+/// The shader's K tile (`TK` in matmul.wgsl): its zero padding only ever ends a chain.
+const TK: usize = 16;
+
+/// `mode` of a launch after the first along K: start from out instead of 0.
+const CONTINUE: u32 = 2;
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    gpu: &GpuBackend,
+    out: &GpuTensor,
+    a: &GpuTensor,
+    b: &GpuTensor,
+    d: &MatmulDims,
+    blk: &Block,
+    windows: [(usize, usize); 3],
+    mode: u32,
+) {
+    // Each window starts at the aligned value at or before its first; the shader adds the rest.
+    let bind = |t: &GpuTensor, (first, len): (usize, usize)| {
+        let base = first / VIEW_ALIGN * VIEW_ALIGN;
+        (gpu.view(t, base, (first + len).min(t.len) - base), first - base)
+    };
+    let (out, off_o) = bind(out, windows[0]);
+    let (a, off_a) = bind(a, windows[1]);
+    let (b, off_b) = bind(b, windows[2]);
+    let (m, n, k) = (blk.m.1 - blk.m.0, blk.n.1 - blk.n.0, blk.k.1 - blk.k.0);
     let params = [
         d.batch,
-        d.m,
-        d.n,
-        d.k,
+        m,
+        n,
+        k,
         d.trans_a as usize,
         d.trans_b as usize,
-        d.accumulate as usize,
+        mode as usize,
         d.stride_a,
         d.stride_b,
+        // Row strides of the whole operands, which a block's windows keep.
+        if d.trans_a { d.m } else { d.k },
+        if d.trans_b { d.k } else { d.n },
+        d.n,
+        off_a,
+        off_b,
+        off_o,
     ]
     .map(|x| x as u32);
-    let groups = [d.n.div_ceil(64) as u32, d.m.div_ceil(64) as u32, d.batch as u32];
+    let groups = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, d.batch as u32];
     gpu.dispatch("matmul", "matmul", &params, &[out.arg(), a.arg(), b.arg()], groups);
 }

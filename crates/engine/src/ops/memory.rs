@@ -11,7 +11,7 @@
 //! - **backward**: `dT_k[c] = Σ_{rows with code c} p_k · dy` (rows no token hit get 0),
 //!   `dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj`, `db = Σ dy`.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryDims {
@@ -41,6 +41,14 @@ impl MemoryDims {
     pub fn starts_len(&self) -> usize {
         self.k * (self.buckets() + 1)
     }
+    /// Tiles of rows the bucket sort gives a workgroup each, per table ([`sort_tiles`]).
+    pub fn sort_tiles(&self) -> usize {
+        sort_tiles(self.tokens, self.buckets())
+    }
+    /// Values of the bucket sort's scratch (`cursor`): a counter per table, code and tile.
+    pub fn sort_scratch(&self) -> usize {
+        self.k * self.buckets() * self.sort_tiles()
+    }
     fn check(&self, x: usize, codes: usize, p: usize) {
         assert!(
             self.tau >= 1 && self.tau <= 16,
@@ -56,6 +64,20 @@ impl MemoryDims {
         );
         assert_eq!(p, self.tokens * self.k, "memory: p has {p} values for {self:?}");
     }
+}
+
+/// Rows of a chunk of the bucket sort: the shader's workgroup size.
+const SORT_CHUNK: usize = 256;
+/// The sort keeps a counter per (code, tile): at most this many a table, unless 2^τ alone is more.
+const SORT_COUNTERS: usize = 1 << 15;
+
+/// Tiles of rows the GPU's bucket sort gives a workgroup each, per table: one per 256-row chunk,
+/// up to `SORT_COUNTERS / buckets` (at least 1). A function of the sizes alone, so the sort's
+/// order of work, like its result, is fixed.
+pub fn sort_tiles(tokens: usize, buckets: usize) -> usize {
+    tokens
+        .div_ceil(SORT_CHUNK)
+        .clamp(1, (SORT_COUNTERS / buckets.max(1)).max(1))
 }
 
 #[cfg(feature = "cpu")]
@@ -91,7 +113,8 @@ mod cpu_twin {
             });
     }
 
-    /// rows (K, tokens): per table, the rows sorted by code, stably; starts (K, 2^τ + 1).
+    /// rows (K, tokens): per table, the rows sorted by code, stably; starts (K, 2^τ + 1). The
+    /// twin of the GPU's three sort kernels, whose result depends on nothing but the codes.
     pub fn cpu_bucket(rows: &mut [u32], starts: &mut [u32], codes: &[u32], d: MemoryDims) {
         let nb = d.buckets();
         assert_eq!(rows.len(), d.k * d.tokens, "memory bucket: rows");
@@ -211,7 +234,9 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-fn params(d: &MemoryDims) -> [u32; 7] {
+fn params(d: &MemoryDims) -> [u32; 9] {
+    let tiles = d.sort_tiles();
+    let span = d.tokens.div_ceil(tiles).next_multiple_of(SORT_CHUNK);
     [
         d.tokens as u32,
         d.d_in as u32,
@@ -220,6 +245,8 @@ fn params(d: &MemoryDims) -> [u32; 7] {
         d.d_out as u32,
         d.temperature.to_bits(),
         d.l1 as u32,
+        tiles as u32,
+        span as u32,
     ]
 }
 
@@ -231,7 +258,7 @@ pub fn gpu_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor
         "memory_hash",
         &params(&d),
         &args,
-        grid_1d(d.tokens * d.k, 256),
+        gpu.grid_1d(d.tokens * d.k, 256),
     );
 }
 
@@ -245,10 +272,14 @@ pub fn gpu_bucket(
 ) {
     assert_eq!(rows.len, d.k * d.tokens, "memory bucket: rows");
     assert_eq!(starts.len, d.starts_len(), "memory bucket: starts");
-    assert!(cursor.len >= d.k * d.buckets(), "memory bucket: cursor too short");
-    // One workgroup sorts one table.
+    assert!(cursor.len >= d.sort_scratch(), "memory bucket: cursor too short");
+    // Count per tile, place the tiles within each code, scatter per tile (shaders/memory.wgsl).
+    let (pr, tiles) = (params(&d), gpu.grid_1d(d.k * d.sort_tiles(), 1));
     let args = [rows.arg(), starts.arg(), cursor.arg(), codes.arg()];
-    gpu.dispatch("memory", "memory_bucket", &params(&d), &args, [d.k as u32, 1, 1]);
+    gpu.dispatch("memory", "memory_bucket_count", &pr, &args, tiles);
+    let scan = [(2, starts.arg()), (3, cursor.arg())];
+    gpu.dispatch_at("memory", "memory_bucket_scan", &pr, &scan, gpu.grid_1d(d.k, 1));
+    gpu.dispatch("memory", "memory_bucket_scatter", &pr, &args, tiles);
 }
 
 pub fn gpu_forward(
@@ -268,7 +299,7 @@ pub fn gpu_forward(
         "memory_forward",
         &params(&d),
         &args,
-        grid_1d(d.tokens * d.d_out, 256),
+        gpu.grid_1d(d.tokens * d.d_out, 256),
     );
 }
 
@@ -296,10 +327,16 @@ pub fn gpu_backward(
         "memory_table_grad",
         &pr,
         &args,
-        grid_1d(d.table_values(), 256),
+        gpu.grid_1d(d.table_values(), 256),
     );
     let args = [dx.arg(), dy.arg(), x.arg(), codes.arg(), tables.arg()];
-    gpu.dispatch("memory", "memory_input_grad", &pr, &args, grid_1d(d.tokens * d.k, 256));
+    gpu.dispatch(
+        "memory",
+        "memory_input_grad",
+        &pr,
+        &args,
+        gpu.grid_1d(d.tokens * d.k, 256),
+    );
     let args = [dbias.arg(), dy.arg()];
-    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, grid_1d(d.d_out, 256));
+    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, 256));
 }

@@ -1,7 +1,7 @@
 //! LayerNorm and RMSNorm over the last axis, with a gain and no bias (SPEC §1: no biases).
 //! The same op normalises a transformer's C values or an RMT's whole D_k×D_v matrix.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKind {
@@ -126,14 +126,14 @@ fn params(d: &NormDims) -> [u32; 4] {
 pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, stats: &GpuTensor, x: &GpuTensor, gain: &GpuTensor, d: NormDims) {
     check(&d, x.len, gain.len, stats.len);
     let args = [out.arg(), stats.arg(), x.arg(), gain.arg()];
-    gpu.dispatch("norm", "norm_forward", &params(&d), &args, grid_1d(d.rows, 1));
+    gpu.dispatch("norm", "norm_forward", &params(&d), &args, gpu.grid_1d(d.rows, 1));
 }
 
 pub fn gpu_stats(gpu: &GpuBackend, stats: &GpuTensor, x: &GpuTensor, d: NormDims) {
     assert_eq!(stats.len, 2 * d.rows, "norm: stats has {} values for {d:?}", stats.len);
     assert_eq!(x.len, d.rows * d.c, "norm: x has {} values for {d:?}", x.len);
     let args = [(2, stats.arg()), (3, x.arg())];
-    gpu.dispatch_at("norm", "norm_stats", &params(&d), &args, grid_1d(d.rows, 1));
+    gpu.dispatch_at("norm", "norm_stats", &params(&d), &args, gpu.grid_1d(d.rows, 1));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -149,8 +149,14 @@ pub fn gpu_backward(
 ) {
     check(&d, x.len, gain.len, stats.len);
     let args = [dx.arg(), dout.arg(), x.arg(), gain.arg(), stats.arg()];
-    gpu.dispatch("norm", "norm_backward_input", &params(&d), &args, grid_1d(d.rows, 1));
+    gpu.dispatch(
+        "norm",
+        "norm_backward_input",
+        &params(&d),
+        &args,
+        gpu.grid_1d(d.rows, 1),
+    );
     // The gain itself is not needed here, so binding 4 stays empty.
     let args = [(1, dgain.arg()), (2, dout.arg()), (3, x.arg()), (5, stats.arg())];
-    gpu.dispatch_at("norm", "norm_backward_gain", &params(&d), &args, grid_1d(d.c, 256));
+    gpu.dispatch_at("norm", "norm_backward_gain", &params(&d), &args, gpu.grid_1d(d.c, 256));
 }

@@ -1,6 +1,6 @@
 //! Deterministic reductions and AdamW with decay groups and global-norm clipping.
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
 use crate::Backend;
 
 /// The per-step values AdamW reads from a small tensor, written by the host every step.
@@ -105,17 +105,39 @@ fn sum_blocks(n: usize) -> usize {
     n.div_ceil(16 * 1024).clamp(1, SUM_BLOCKS)
 }
 
+/// Σ x in two launches. The blocks of the first depend on n alone; when x is larger than one
+/// binding, runs of whole blocks are bound in windows, one launch each, and every block still
+/// adds its values in the same order, so the sum is the same bits at any binding size.
 pub fn gpu_sum(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor, squares: bool) {
     assert!(out.len >= 1, "sum: out needs one value");
     let g = sum_blocks(x.len);
+    let block = x.len.div_ceil(g);
     let partials = gpu.sum_partials();
-    gpu.dispatch(
-        "optim",
-        "sum_partial",
-        &[x.len as u32, squares as u32, g as u32],
-        &[partials.arg(), x.arg()],
-        [g as u32, 1, 1],
-    );
+    // A window starts at the aligned value at or before its first block: up to 63 more values.
+    let Some(per) = gpu
+        .max_binding_values()
+        .checked_sub(VIEW_ALIGN - 1)
+        .map(|v| v / block.max(1))
+        .filter(|&p| p > 0)
+    else {
+        return gpu.refuse(format!(
+            "sum: one block of {block} values is over this device's binding of {} values",
+            gpu.max_binding_values()
+        ));
+    };
+    for first in (0..g).step_by(per) {
+        let last = (first + per).min(g);
+        let base = (first * block).min(x.len) / VIEW_ALIGN * VIEW_ALIGN;
+        let end = (last * block).min(x.len);
+        let window = gpu.view(x, base, end - base);
+        gpu.dispatch(
+            "optim",
+            "sum_partial",
+            &[x.len as u32, squares as u32, g as u32, first as u32, base as u32],
+            &[partials.arg(), window.arg()],
+            [(last - first) as u32, 1, 1],
+        );
+    }
     gpu.dispatch(
         "optim",
         "sum_final",
@@ -125,6 +147,8 @@ pub fn gpu_sum(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor, squares: bool) 
     );
 }
 
+/// AdamW over binding-sized ranges, one launch each: every value is updated alone, and each
+/// range's decay and boost ends are moved to its own start.
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_adamw(
     gpu: &GpuBackend,
@@ -141,19 +165,26 @@ pub fn gpu_adamw(
         "adamw: lengths differ from {d:?}"
     );
     assert_eq!(hyper.len, Hyper::LEN, "adamw: hyper has {} values", hyper.len);
-    let args = [
-        params.arg(),
-        m.arg(),
-        v.arg(),
-        grads.arg(),
-        hyper.arg(),
-        grad_sumsq.arg(),
-    ];
-    gpu.dispatch(
-        "optim",
-        "adamw",
-        &[d.n as u32, d.decay_end as u32, d.boost_end as u32],
-        &args,
-        grid_1d(d.n, 256),
-    );
+    let Some(ranges) = gpu.split(d.n, VIEW_ALIGN) else {
+        return gpu.refuse("adamw: this device binds no storage at all".into());
+    };
+    for r in ranges {
+        let local = |end: usize| end.clamp(r.start, r.end) - r.start;
+        let views = [params, m, v, grads].map(|t| gpu.view(t, r.start, r.len()));
+        let args = [
+            views[0].arg(),
+            views[1].arg(),
+            views[2].arg(),
+            views[3].arg(),
+            hyper.arg(),
+            grad_sumsq.arg(),
+        ];
+        gpu.dispatch(
+            "optim",
+            "adamw",
+            &[r.len() as u32, local(d.decay_end) as u32, local(d.boost_end) as u32],
+            &args,
+            gpu.grid_1d(r.len(), 256),
+        );
+    }
 }

@@ -14,7 +14,7 @@
 //! dy with the same keys, and the data gradient of a storage is a retrieval of dX_out.
 //! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
 
-use crate::gpu::{grid_1d, AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResidualDims {
@@ -163,7 +163,7 @@ pub fn gpu_retrieve(gpu: &GpuBackend, y: &GpuTensor, x: &GpuTensor, keys: &GpuTe
         "retrieve",
         &params(&d),
         &[y.arg(), x.arg(), keys.arg()],
-        grid_1d(threads, 256),
+        gpu.grid_1d(threads, 256),
     );
 }
 
@@ -176,7 +176,7 @@ pub fn gpu_store(
     d: ResidualDims,
 ) {
     d.check("store", out.len, data.len, keys.len);
-    let grid = grid_1d(d.matrices(), 256);
+    let grid = gpu.grid_1d(d.matrices(), 256);
     match base {
         Some(base) => {
             assert_eq!(base.len, out.len, "store: base and out differ in length");
@@ -210,14 +210,14 @@ pub fn gpu_key_grad(
         "key_grad_partial",
         &params(&d),
         &[partials.arg(), a.arg(), b.arg()],
-        grid_1d(d.key_grad_scratch(), 256),
+        gpu.grid_1d(d.key_grad_scratch(), 256),
     );
     gpu.dispatch(
         "residual_matrix",
         "key_grad_reduce",
         &params(&d),
         &[dkeys.arg(), partials.arg()],
-        grid_1d(d.key_values(), 256),
+        gpu.grid_1d(d.key_values(), 256),
     );
 }
 
@@ -245,7 +245,7 @@ pub fn gpu_retrieve_normed(
         "retrieve_normed",
         &params(&d),
         &args,
-        grid_1d(threads, 256),
+        gpu.grid_1d(threads, 256),
     );
 }
 
@@ -270,7 +270,7 @@ pub fn gpu_key_grad_normed(
         "key_grad_partial_normed",
         &pr,
         &args,
-        grid_1d(d.key_grad_scratch(), 256),
+        gpu.grid_1d(d.key_grad_scratch(), 256),
     );
     let args = [dkeys.arg(), partials.arg()];
     gpu.dispatch(
@@ -278,6 +278,6 @@ pub fn gpu_key_grad_normed(
         "key_grad_reduce",
         &pr,
         &args,
-        grid_1d(d.key_values(), 256),
+        gpu.grid_1d(d.key_values(), 256),
     );
 }
