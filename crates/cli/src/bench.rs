@@ -36,7 +36,8 @@ pub struct Report {
     pub ms_per_step: Spread,
     /// Bytes of every buffer the model, optimiser and batch allocated on the device.
     pub peak_device_bytes: u64,
-    /// The process's peak resident memory (Linux VmHWM), 0 where unknown.
+    /// The process's peak resident memory (Linux VmHWM) before the peak measurements, 0 where
+    /// unknown.
     pub peak_rss_bytes: u64,
     /// `resmem count`'s forward FLOPs per token at this T.
     pub model_flops_per_token: f64,
@@ -177,6 +178,8 @@ fn measure<B: Replay + 'static>(be: Profiled<B>, mut cfg: RunConfig, args: &Benc
         _ => "per-op",
     };
 
+    // Before the peaks' own large buffers.
+    let peak_rss_bytes = peak_rss().unwrap_or(0);
     let peaks = device_peaks(&be.inner, kind, &wait)?;
     times.sort_by(f64::total_cmp);
     let step_s = times[times.len() / 2];
@@ -219,7 +222,7 @@ fn measure<B: Replay + 'static>(be: Profiled<B>, mut cfg: RunConfig, args: &Benc
             max: times[times.len() - 1] * 1e3,
         },
         peak_device_bytes: be.allocated_bytes(),
-        peak_rss_bytes: peak_rss().unwrap_or(0),
+        peak_rss_bytes,
         model_flops_per_token,
         forward_flops_per_token: forward_flops / tokens,
         step_flops_per_token: step_flops / tokens,
