@@ -21,8 +21,14 @@ fi
 }
 cargo build --release -q -p resmem-cli
 R="${CARGO_TARGET_DIR:-target}/release/resmem"
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+# KEEP=DIR keeps every run's JSON there.
+if [[ -n "${KEEP:-}" ]]; then
+    OUT=$KEEP
+    mkdir -p "$OUT"
+else
+    OUT=$(mktemp -d)
+    trap 'rm -rf "$OUT"' EXIT
+fi
 
 common=(--context 128 --seq-len 128 --batch 32 --backend cpu --warmup 3 --steps 10 --json)
 rmt=(--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024)
@@ -44,8 +50,8 @@ load = lambda name: json.load(open(os.path.join(out, name)))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
 t0 = load("torch-rmt-1.json")
 r0 = load("resmem-rmt-1.json")
-load = open("/proc/loadavg").read().split()[:3]
-print(f"machine: {cpu}, {os.cpu_count()} cores, load average {' '.join(load)} at the end; torch {t0['torch']} ({t0['threads']} threads); resmem {r0['backend']}")
+loadavg = " ".join(open("/proc/loadavg").read().split()[:3])
+print(f"machine: {cpu}, {os.cpu_count()} cores, load average {loadavg} at the end; torch {t0['torch']} ({t0['threads']} threads); resmem {r0['backend']}")
 print()
 print("| model | PyTorch eager tokens/s | resmem tokens/s | resmem / PyTorch |")
 print("|---|---:|---:|---:|")
