@@ -48,6 +48,23 @@ pub enum Command {
     Export(crate::interop::ExportCommand),
     /// Plot runs' loss curves, or sweeps' final losses against a setting, as SVG or PNG.
     Plot(crate::plot::PlotArgs),
+    /// Time training steps of a model (train's flags pick it): tokens/s, ms per step, peak
+    /// memory, and per kernel family the time, FLOPs, bytes and their rates against the
+    /// device's measured matmul and stream peaks.
+    Bench(Box<BenchArgs>),
+}
+
+/// `resmem bench`: `resmem train`'s model and data flags, with `--steps` the timed steps.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Untimed steps before the timed ones (the first records the step, and warms caches).
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub train: TrainArgs,
 }
 
 #[derive(Subcommand)]
@@ -381,8 +398,9 @@ pub struct TrainArgs {
     /// Continue the run in DIR from its newest valid checkpoint; its config.toml is used as is.
     #[arg(long, conflicts_with_all = ["config", "preset", "out"])]
     pub resume: Option<PathBuf>,
-    /// The run directory; it must not hold an earlier run.
-    #[arg(long, required_unless_present_any = ["resume", "list_presets"])]
+    /// The run directory; it must not hold an earlier run. (Checked by `train`, not by clap, so
+    /// that `bench` can share these flags.)
+    #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print the presets and exit.
     #[arg(long)]

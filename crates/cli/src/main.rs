@@ -2,6 +2,7 @@
 
 mod analyze;
 mod args;
+mod bench;
 mod buckets;
 mod console;
 mod count;
@@ -36,6 +37,7 @@ fn main() {
         args::Command::Import(c) => interop::import(c),
         args::Command::Export(c) => interop::export(c),
         args::Command::Plot(a) => plot::run(a),
+        args::Command::Bench(a) => bench::run(*a),
     };
     if let Err(e) = result {
         console::warn(&format!("error: {e:#}"));

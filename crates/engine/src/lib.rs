@@ -19,6 +19,9 @@ pub mod cpu;
 mod error;
 pub mod gpu;
 pub mod ops;
+/// `resmem bench`'s per-family costs and timings (not in the browser build: no clock there).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod profile;
 pub mod shaders;
 
 mod backend;

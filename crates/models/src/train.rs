@@ -133,6 +133,12 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         Ok(lr)
     }
 
+    /// The recorded training step, once the first `step` has recorded it: `resmem bench` replays
+    /// parts of it to time them.
+    pub fn plan(&self) -> Option<&B::Plan> {
+        self.plan.as_ref()
+    }
+
     /// The loss of the last step's batch, read back from the device.
     pub async fn loss(&self, be: &B) -> Result<f32> {
         Ok(be.read(&self.model.head().loss).await?[0])

@@ -70,6 +70,22 @@ impl GpuPlan {
     pub fn is_empty(&self) -> bool {
         self.dispatches.is_empty()
     }
+    /// The launches at the indices `keep` accepts, as a plan of their own: `resmem bench` times
+    /// one kernel family by replaying it alone.
+    pub fn filtered(&self, keep: impl Fn(usize) -> bool) -> GpuPlan {
+        let dispatches = (self.dispatches.iter().enumerate())
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, d)| d.clone())
+            .collect();
+        GpuPlan { dispatches }
+    }
+}
+
+impl GpuBackend {
+    /// Launches recorded since the last submission.
+    pub fn pending_launch_count(&self) -> usize {
+        self.pending.borrow().len()
+    }
 }
 
 /// A storage binding: a buffer range handed to a shader, in the order of its `@binding`s.

@@ -88,6 +88,8 @@ impl Scalar for f32 {
     fn f64(self) -> f64 {
         self as f64
     }
+    // Inlined so that the GELU loops vectorise through it.
+    #[inline(always)]
     fn gelu_tanh(self) -> f32 {
         fast_tanh(self)
     }
@@ -117,6 +119,7 @@ impl Scalar for f64 {
     fn f64(self) -> f64 {
         self
     }
+    #[inline(always)]
     fn gelu_tanh(self) -> f64 {
         self.tanh()
     }

@@ -67,7 +67,8 @@ mod cpu_twin {
     use rayon::prelude::*;
 
     // Retrieval and storage are batched GEMMs with the key matrix shared across tokens (stride
-    // 0 in `matmul::cpu`); the key gradient sums per-token GEMMs in fixed chunks of tokens.
+    // 0 in `matmul::cpu`); the normed retrieval and the key gradient gather chunks of tokens
+    // side by side into one GEMM each, the key gradient's chunks summed in a fixed order.
 
     /// y (tokens, R', D_v) = keys · X per token.
     pub fn cpu_retrieve<T: Scalar>(y: &mut [T], x: &[T], keys: &[T], d: ResidualDims) {
@@ -95,15 +96,46 @@ mod cpu_twin {
     /// each chunk of KEY_GRAD_CHUNK tokens in parallel, then the chunks in order, as on the GPU.
     pub fn cpu_key_grad<T: Scalar>(dkeys: &mut [T], a: &[T], b: &[T], d: ResidualDims) {
         d.check("key_grad", b.len(), a.len(), dkeys.len());
+        key_grad_chunks(dkeys, a, b, None, d)
+    }
+
+    /// The key gradient's chunks, each one GEMM over its tokens' D_v columns (per-token GEMMs of
+    /// R'×D_k×D_v spend their time packing): with A (R', n·D_v) and B (n·D_v, D_k) gathered from
+    /// the chunk's a and b, the partial is A·B. With `norm` (stats, gain) b is normalised as it
+    /// is gathered, so Norm(X) is never held whole.
+    fn key_grad_chunks<T: Scalar>(dkeys: &mut [T], a: &[T], b: &[T], norm: Option<(&[T], &[T])>, d: ResidualDims) {
         let (va, vb) = (d.keys * d.dv, d.dk * d.dv);
         let partials: Vec<Vec<T>> = (0..d.tokens.div_ceil(KEY_GRAD_CHUNK))
             .into_par_iter()
             .map(|c| {
-                let mut part = vec![T::zero(); d.key_values()];
-                for t in c * KEY_GRAD_CHUNK..d.tokens.min((c + 1) * KEY_GRAD_CHUNK) {
-                    let dims = MatmulDims::new(d.keys, d.dk, d.dv).trans_b().accumulate();
-                    matmul::cpu_single(&mut part, &a[t * va..(t + 1) * va], &b[t * vb..(t + 1) * vb], dims);
+                let t0 = c * KEY_GRAD_CHUNK;
+                let n = d.tokens.min(t0 + KEY_GRAD_CHUNK) - t0;
+                let cols = n * d.dv;
+                let mut at = vec![T::zero(); d.keys * cols];
+                for i in 0..n {
+                    for h in 0..d.keys {
+                        let src = &a[(t0 + i) * va + h * d.dv..][..d.dv];
+                        at[h * cols + i * d.dv..][..d.dv].copy_from_slice(src);
+                    }
                 }
+                let mut bt = vec![T::zero(); cols * d.dk];
+                for i in 0..n {
+                    let x = &b[(t0 + i) * vb..][..vb];
+                    let (mean, rstd) = norm.map_or((T::zero(), T::one()), |(st, _)| {
+                        (st[2 * (t0 + i)], st[2 * (t0 + i) + 1])
+                    });
+                    for k in 0..d.dk {
+                        for v in 0..d.dv {
+                            let e = k * d.dv + v;
+                            bt[(i * d.dv + v) * d.dk + k] = match norm {
+                                Some((_, gain)) => (x[e] - mean) * rstd * gain[e],
+                                None => x[e],
+                            };
+                        }
+                    }
+                }
+                let mut part = vec![T::zero(); d.key_values()];
+                matmul::cpu_single(&mut part, &at, &bt, MatmulDims::new(d.keys, d.dk, cols));
                 part
             })
             .collect();
@@ -113,36 +145,73 @@ mod cpu_twin {
         }
     }
 
-    /// Norm(X) per token from its statistics (mean, rstd) and gain: the reference for the fused
-    /// kernels, which compute the same values as they read.
-    pub fn cpu_normalised<T: Scalar>(x: &[T], stats: &[T], gain: &[T], d: ResidualDims) -> Vec<T> {
+    /// Tokens' matrices normalised from their (mean, rstd) pairs and the gain, as
+    /// (D_k, tokens·D_v): each row k holds every token's row k side by side, so one GEMM with
+    /// the keys retrieves from all of them.
+    fn normalise_side_by_side<T: Scalar>(x: &[T], stats: &[T], gain: &[T], d: &ResidualDims) -> Vec<T> {
         let m = d.dk * d.dv;
+        let n = x.len() / m;
+        let cols = n * d.dv;
+        let mut out = vec![T::zero(); x.len()];
+        for (i, (row, st)) in x.chunks(m).zip(stats.chunks(2)).enumerate() {
+            let (mean, rstd) = (st[0], st[1]);
+            for k in 0..d.dk {
+                let dst = &mut out[k * cols + i * d.dv..][..d.dv];
+                let (src, g) = (&row[k * d.dv..][..d.dv], &gain[k * d.dv..][..d.dv]);
+                for ((o, &v), &g) in dst.iter_mut().zip(src).zip(g) {
+                    *o = (v - mean) * rstd * g;
+                }
+            }
+        }
+        out
+    }
+
+    /// Tokens a retrieval normalises and multiplies at a time: the normalised matrices stay in
+    /// cache, and Norm(X) is never held whole (as on the GPU).
+    const NORMED_TOKENS: usize = 32;
+
+    fn check_norm<T>(stats: &[T], gain: &[T], d: &ResidualDims) {
         assert_eq!(
             stats.len(),
             2 * d.tokens,
             "normed: stats has {} values for {d:?}",
             stats.len()
         );
-        assert_eq!(gain.len(), m, "normed: gain has {} values for {d:?}", gain.len());
-        let mut out = vec![T::zero(); x.len()];
-        out.par_chunks_mut(m)
-            .zip(x.par_chunks(m))
-            .enumerate()
-            .for_each(|(t, (o, row))| {
-                let (mean, rstd) = (stats[2 * t], stats[2 * t + 1]);
-                for i in 0..m {
-                    o[i] = (row[i] - mean) * rstd * gain[i];
-                }
-            });
-        out
+        assert_eq!(
+            gain.len(),
+            d.dk * d.dv,
+            "normed: gain has {} values for {d:?}",
+            gain.len()
+        );
     }
 
     pub fn cpu_retrieve_normed<T: Scalar>(y: &mut [T], x: &[T], stats: &[T], gain: &[T], keys: &[T], d: ResidualDims) {
-        cpu_retrieve(y, &cpu_normalised(x, stats, gain, d), keys, d)
+        d.check("retrieve", x.len(), y.len(), keys.len());
+        check_norm(stats, gain, &d);
+        let (vy, vx) = (d.keys * d.dv, d.dk * d.dv);
+        (y.par_chunks_mut(NORMED_TOKENS * vy)
+            .zip(x.par_chunks(NORMED_TOKENS * vx)))
+        .enumerate()
+        .for_each(|(c, (y, x))| {
+            let t0 = c * NORMED_TOKENS;
+            let n = x.len() / vx;
+            let cols = n * d.dv;
+            // One GEMM for the chunk: (R', n·D_v) = keys (R', D_k) · Norm(X) side by side.
+            let normed = normalise_side_by_side(x, &stats[2 * t0..2 * (t0 + n)], gain, &d);
+            let mut out = vec![T::zero(); d.keys * cols];
+            matmul::cpu_single(&mut out, keys, &normed, MatmulDims::new(d.keys, cols, d.dk));
+            for i in 0..n {
+                for h in 0..d.keys {
+                    y[i * vy + h * d.dv..][..d.dv].copy_from_slice(&out[h * cols + i * d.dv..][..d.dv]);
+                }
+            }
+        });
     }
 
     pub fn cpu_key_grad_normed<T: Scalar>(dkeys: &mut [T], a: &[T], x: &[T], stats: &[T], gain: &[T], d: ResidualDims) {
-        cpu_key_grad(dkeys, a, &cpu_normalised(x, stats, gain, d), d)
+        d.check("key_grad", x.len(), a.len(), dkeys.len());
+        check_norm(stats, gain, &d);
+        key_grad_chunks(dkeys, a, x, Some((stats, gain)), d)
     }
 }
 #[cfg(feature = "cpu")]

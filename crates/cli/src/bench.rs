@@ -1,0 +1,343 @@
+//! `resmem bench`: times training steps of the model `resmem train`'s flags describe, and splits
+//! a step into kernel families (`engine::profile`) with their FLOPs, bytes and rates, against
+//! the device's own matmul and stream peaks measured by the same command.
+//!
+//! Timing: on the CPU each op is timed as it runs. On the GPU the step is one recorded plan, so
+//! each family is timed by replaying its launches alone, submitted and waited for (timestamp
+//! queries would split one submission, but lavapipe's and the browser's support varies, and a
+//! replay needs nothing from the adapter).
+
+use crate::args::{BackendKind, BenchArgs};
+use crate::console::say;
+use crate::source;
+use anyhow::{bail, Context, Result};
+use engine::profile::{Family, Profiled, Replay, Stat, Table};
+use engine::{Backend, MatmulDims};
+use models::count;
+use models::{Purpose, RunConfig, Trainer};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Timed steps when `--steps` is not given.
+const DEFAULT_STEPS: usize = 10;
+
+#[derive(Serialize)]
+pub struct Report {
+    pub arch: String,
+    pub backend: String,
+    /// "per-op" (CPU: each op timed as it runs) or "replay" (GPU: each family replayed alone).
+    pub family_timing: &'static str,
+    pub batch: usize,
+    pub seq_len: usize,
+    pub params: usize,
+    pub warmup_steps: usize,
+    pub timed_steps: usize,
+    pub tokens_per_s: f64,
+    pub ms_per_step: Spread,
+    /// Bytes of every buffer the model, optimiser and batch allocated on the device.
+    pub peak_device_bytes: u64,
+    /// The process's peak resident memory (Linux VmHWM) before the peak measurements, 0 where
+    /// unknown.
+    pub peak_rss_bytes: u64,
+    /// `resmem count`'s forward FLOPs per token at this T.
+    pub model_flops_per_token: f64,
+    /// The forward's FLOPs per token as the families count them from the shapes, summed over
+    /// the families the model counter counts: equal to `model_flops_per_token`.
+    pub forward_flops_per_token: f64,
+    /// Every family's FLOPs of a training step, per token.
+    pub step_flops_per_token: f64,
+    pub achieved_gflops: f64,
+    pub peaks: Peaks,
+    pub families: Vec<FamilyRow>,
+}
+
+#[derive(Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+#[derive(Serialize)]
+pub struct Peaks {
+    /// A square f32 matmul of this size.
+    pub matmul_n: usize,
+    pub matmul_gflops: f64,
+    /// The STREAM "add" kernel (out = a + b: 12 bytes a value) over this many values: the
+    /// backend has no copy op, and add is its simplest streaming one.
+    pub stream_values: usize,
+    pub stream_gbps: f64,
+}
+
+#[derive(Serialize)]
+pub struct FamilyRow {
+    pub family: &'static str,
+    pub calls: u64,
+    pub ms_per_step: f64,
+    pub share: f64,
+    pub flops: f64,
+    pub bytes: f64,
+    pub gflops: f64,
+    pub gbps: f64,
+    /// Achieved GFLOP/s over the matmul peak.
+    pub of_matmul_peak: f64,
+    /// Achieved GB/s over the stream peak.
+    pub of_stream_peak: f64,
+    pub in_model_count: bool,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let t = &args.train;
+    if t.out.is_some() || t.resume.is_some() || t.list_presets {
+        bail!("resmem bench writes no run directory: drop --out, --resume and --list-presets");
+    }
+    let steps = t.steps.unwrap_or(DEFAULT_STEPS);
+    if steps == 0 {
+        bail!("--steps must be at least 1: the number of timed steps");
+    }
+    let mut cfg = crate::train::resolve(t)?;
+    // The schedule runs over every step taken, so no step has a zero learning rate.
+    cfg.train.steps = args.warmup + steps;
+    let report = match t.backend {
+        BackendKind::Cpu => measure(Profiled::new(engine::cpu::CpuBackend::<f32>::new()), cfg, &args, steps)?,
+        BackendKind::Gpu => measure(Profiled::new(crate::gpu_backend()?), cfg, &args, steps)?,
+    };
+    if args.json {
+        say(&serde_json::to_string_pretty(&report)?);
+    } else {
+        print(&report);
+    }
+    Ok(())
+}
+
+fn measure<B: Replay + 'static>(be: Profiled<B>, mut cfg: RunConfig, args: &BenchArgs, steps: usize) -> Result<Report> {
+    let kind = args.train.backend;
+    let data = source::open(&cfg.data)?;
+    cfg.set_vocab(data.vocab);
+    cfg.validate()?;
+    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    let batches = data.train(b, t, cfg.train.seed)?;
+    crate::check_memory(&cfg, b, t, Purpose::Train, kind)?;
+    // The counter counts at sequence length N = the context; the step runs at T.
+    let mut at_t = cfg.model.clone();
+    at_t.set_context(t);
+    let model_flops_per_token = count::try_model(&at_t)?.flops_per_token(t);
+
+    let model = cfg.build(&be, b, t, Purpose::Train)?;
+    let params = model.store().layout.count();
+    let mut trainer = Trainer::new(&be, model, cfg.train.clone())?;
+    trainer.mask_documents(cfg.data.separator());
+    let one = be.inner.zeros("bench sync", 1)?;
+    let wait = || pollster::block_on(be.inner.read(&one)).map(|_| ());
+    let tokens = (b * t) as f64;
+
+    // One forward alone, for the FLOPs the model counter counts.
+    be.take();
+    pollster::block_on(trainer.eval(&be, &batches.batch(0)))?;
+    let forward = be.take();
+    let forward_flops: f64 = counted(&forward);
+
+    // Warm-up; the first step records the plan, so its costs are the step's.
+    let mut step_costs: Option<Table> = None;
+    let mut k = 0u64;
+    for _ in 0..args.warmup.max(1) {
+        trainer.step(&be, &batches.batch(k))?;
+        wait()?;
+        k += 1;
+        let table = be.take();
+        step_costs.get_or_insert(table);
+    }
+    let costs = step_costs.unwrap_or_default();
+
+    let mut times = Vec::with_capacity(steps);
+    let mut seconds = [0.0f64; Family::ALL.len()];
+    for _ in 0..steps {
+        let batch = batches.batch(k);
+        k += 1;
+        let start = Instant::now();
+        trainer.step(&be, &batch)?;
+        pollster::block_on(trainer.loss(&be))?;
+        times.push(start.elapsed().as_secs_f64());
+        for (s, stat) in seconds.iter_mut().zip(be.take()) {
+            *s += stat.seconds / steps as f64;
+        }
+    }
+    let loss = pollster::block_on(trainer.loss(&be))?;
+    if !loss.is_finite() {
+        bail!("the loss became {loss} during the benchmark; its timings would mean nothing");
+    }
+
+    let family_timing = match trainer.plan().map(|p| p.families().is_empty()) {
+        Some(false) => {
+            let plan = trainer.plan().context("the step was not recorded")?;
+            for (i, family) in Family::ALL.iter().enumerate() {
+                seconds[i] = be.time_family(plan, *family, steps, &wait)?.unwrap_or(0.0);
+            }
+            "replay"
+        }
+        _ => "per-op",
+    };
+
+    // Before the peaks' own large buffers.
+    let peak_rss_bytes = peak_rss().unwrap_or(0);
+    let peaks = device_peaks(&be.inner, kind, &wait)?;
+    times.sort_by(f64::total_cmp);
+    let step_s = times[times.len() / 2];
+    let total: f64 = seconds.iter().sum();
+    let families = Family::ALL
+        .iter()
+        .zip(costs.iter().zip(seconds))
+        .filter(|(_, (c, _))| c.calls > 0)
+        .map(|(family, (c, s))| {
+            let (gflops, gbps) = rates(c, s);
+            FamilyRow {
+                family: family.name(),
+                calls: c.calls,
+                ms_per_step: s * 1e3,
+                share: if total > 0.0 { s / total } else { 0.0 },
+                flops: c.flops,
+                bytes: c.bytes,
+                gflops,
+                gbps,
+                of_matmul_peak: gflops / peaks.matmul_gflops,
+                of_stream_peak: gbps / peaks.stream_gbps,
+                in_model_count: family.in_model_count(),
+            }
+        })
+        .collect();
+    let step_flops: f64 = costs.iter().map(|c| c.flops).sum();
+    Ok(Report {
+        arch: cfg.arch().to_string(),
+        backend: be.describe(),
+        family_timing,
+        batch: b,
+        seq_len: t,
+        params,
+        warmup_steps: args.warmup.max(1),
+        timed_steps: steps,
+        tokens_per_s: tokens / step_s,
+        ms_per_step: Spread {
+            median: step_s * 1e3,
+            min: times[0] * 1e3,
+            max: times[times.len() - 1] * 1e3,
+        },
+        peak_device_bytes: be.allocated_bytes(),
+        peak_rss_bytes,
+        model_flops_per_token,
+        forward_flops_per_token: forward_flops / tokens,
+        step_flops_per_token: step_flops / tokens,
+        achieved_gflops: step_flops / step_s / 1e9,
+        peaks,
+        families,
+    })
+}
+
+/// The FLOPs of the families the model counter counts.
+fn counted(table: &Table) -> f64 {
+    Family::ALL
+        .iter()
+        .zip(table)
+        .filter(|(f, _)| f.in_model_count())
+        .map(|(_, s)| s.flops)
+        .sum()
+}
+
+/// (GFLOP/s, GB/s) of `cost` done in `seconds`; 0 for an untimed family.
+fn rates(cost: &Stat, seconds: f64) -> (f64, f64) {
+    if seconds <= 0.0 {
+        return (0.0, 0.0);
+    }
+    (cost.flops / seconds / 1e9, cost.bytes / seconds / 1e9)
+}
+
+/// The device's matmul and stream rates, each the best of a few runs after one to warm up.
+fn device_peaks<B: Backend>(be: &B, kind: BackendKind, wait: &dyn Fn() -> engine::Result<()>) -> Result<Peaks> {
+    // Sizes that take about a second on each backend: lavapipe is 1,000× slower than a GEMM.
+    let (n, values) = match kind {
+        BackendKind::Cpu => (1024, 1 << 24),
+        BackendKind::Gpu => (384, 1 << 22),
+    };
+    let best = |run: &dyn Fn()| -> Result<f64> {
+        let mut best = f64::INFINITY;
+        for rep in 0..4 {
+            let start = Instant::now();
+            run();
+            be.flush()?;
+            wait()?;
+            if rep > 0 {
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+        }
+        Ok(best)
+    };
+    let (a, x, out) = (
+        be.zeros("peak a", n * n)?,
+        be.zeros("peak b", n * n)?,
+        be.zeros("peak out", n * n)?,
+    );
+    let mm = best(&|| be.matmul(&out, &a, &x, MatmulDims::new(n, n, n)))?;
+    let (a, x, out) = (
+        be.zeros("stream a", values)?,
+        be.zeros("stream b", values)?,
+        be.zeros("stream out", values)?,
+    );
+    let stream = best(&|| be.add(&out, &a, &x))?;
+    Ok(Peaks {
+        matmul_n: n,
+        matmul_gflops: 2.0 * (n as f64).powi(3) / mm / 1e9,
+        stream_values: values,
+        stream_gbps: 12.0 * values as f64 / stream / 1e9,
+    })
+}
+
+/// Peak resident memory from /proc/self/status (Linux); None elsewhere.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn print(r: &Report) {
+    say(&format!(
+        "{} ({} parameters) on {}, batch {}×{} tokens, {} timed steps after {} warm-up",
+        r.arch, r.params, r.backend, r.batch, r.seq_len, r.timed_steps, r.warmup_steps
+    ));
+    say(&format!(
+        "{:.0} tokens/s; {:.1} ms/step (median; {:.1}-{:.1}); peak memory {:.1} MiB on the device, {:.1} MiB \
+         resident",
+        r.tokens_per_s,
+        r.ms_per_step.median,
+        r.ms_per_step.min,
+        r.ms_per_step.max,
+        r.peak_device_bytes as f64 / 1048576.0,
+        r.peak_rss_bytes as f64 / 1048576.0
+    ));
+    say(&format!(
+        "FLOPs per token: {:.0} forward (resmem count), {:.0} forward (families), {:.0} a training step; \
+         {:.2} GFLOP/s achieved",
+        r.model_flops_per_token, r.forward_flops_per_token, r.step_flops_per_token, r.achieved_gflops
+    ));
+    say(&format!(
+        "peaks on this device: matmul {}³ {:.2} GFLOP/s, stream (a+b) {:.2} GB/s; families timed {}",
+        r.peaks.matmul_n, r.peaks.matmul_gflops, r.peaks.stream_gbps, r.family_timing
+    ));
+    say("");
+    say("| family | calls | ms/step | share | GFLOP/step | MB/step | GFLOP/s | GB/s | % matmul peak | % stream peak |");
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in &r.families {
+        say(&format!(
+            "| {} | {} | {:.2} | {:.1}% | {:.3} | {:.1} | {:.2} | {:.2} | {:.1}% | {:.1}% |",
+            f.family,
+            f.calls,
+            f.ms_per_step,
+            100.0 * f.share,
+            f.flops / 1e9,
+            f.bytes / 1e6,
+            f.gflops,
+            f.gbps,
+            100.0 * f.of_matmul_peak,
+            100.0 * f.of_stream_peak
+        ));
+    }
+}

@@ -1,0 +1,143 @@
+//! `resmem bench --json` on tiny configs, on both backends: every field is there and sane, and
+//! the families' forward FLOPs are the model counter's. No timing is compared: numbers live in
+//! bench/RESULTS.md.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> Value {
+    let runtime = std::env::temp_dir().join("resmem-xdg");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .env("XDG_RUNTIME_DIR", runtime)
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "resmem bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn positive(v: &Value, key: &str) -> f64 {
+    let x = v[key].as_f64().unwrap_or_else(|| panic!("no number `{key}` in {v}"));
+    assert!(x.is_finite() && x > 0.0, "`{key}` = {x} in {v}");
+    x
+}
+
+#[test]
+fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
+    for backend in ["cpu", "gpu"] {
+        for arch in ["rmt", "transformer", "memoryformer"] {
+            let r = bench(&[
+                "--arch",
+                arch,
+                "--backend",
+                backend,
+                "--batch",
+                "4",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--json",
+            ]);
+            let at = format!("{arch} on {backend}");
+            assert_eq!(r["arch"], arch, "{at}");
+            assert!(
+                r["backend"].as_str().is_some_and(|s| s.starts_with(backend)),
+                "{at}: {r}"
+            );
+            let timing = if backend == "cpu" { "per-op" } else { "replay" };
+            assert_eq!(r["family_timing"], timing, "{at}");
+            for key in [
+                "batch",
+                "seq_len",
+                "params",
+                "warmup_steps",
+                "timed_steps",
+                "tokens_per_s",
+                "peak_device_bytes",
+                "peak_rss_bytes",
+                "model_flops_per_token",
+                "forward_flops_per_token",
+                "step_flops_per_token",
+                "achieved_gflops",
+            ] {
+                positive(&r, key);
+            }
+            let ms = &r["ms_per_step"];
+            let (lo, mid, hi) = (positive(ms, "min"), positive(ms, "median"), positive(ms, "max"));
+            assert!(lo <= mid && mid <= hi, "{at}: {ms}");
+            for key in ["matmul_n", "matmul_gflops", "stream_values", "stream_gbps"] {
+                positive(&r["peaks"], key);
+            }
+            // The shapes' count of the forward is the model counter's.
+            let (model, forward, step) = (
+                r["model_flops_per_token"].as_f64().unwrap(),
+                r["forward_flops_per_token"].as_f64().unwrap(),
+                r["step_flops_per_token"].as_f64().unwrap(),
+            );
+            assert!((forward / model - 1.0).abs() < 0.01, "{at}: {forward} vs {model}");
+
+            let families = r["families"].as_array().unwrap_or_else(|| panic!("{at}: no families"));
+            let names: Vec<&str> = families.iter().filter_map(|f| f["family"].as_str()).collect();
+            for needed in ["matmul", "attention", "norm", "cross_entropy", "adamw", "elementwise"] {
+                assert!(names.contains(&needed), "{at}: no {needed} in {names:?}");
+            }
+            let own = match arch {
+                "rmt" => vec!["retrieval", "storage", "key_grad"],
+                "memoryformer" => vec!["memory_layer"],
+                _ => vec!["embedding"],
+            };
+            for needed in own {
+                assert!(names.contains(&needed), "{at}: no {needed} in {names:?}");
+            }
+            let mut shares = 0.0;
+            let mut counted = 0.0;
+            for f in families {
+                let name = &f["family"];
+                for key in ["calls", "ms_per_step", "share", "bytes", "gbps", "of_stream_peak"] {
+                    positive(f, key);
+                }
+                assert!(f["flops"].as_f64().is_some_and(|x| x >= 0.0), "{at} {name}");
+                assert!(f["of_matmul_peak"].as_f64().is_some_and(f64::is_finite), "{at} {name}");
+                shares += f["share"].as_f64().unwrap();
+                if f["in_model_count"] == true {
+                    counted += f["flops"].as_f64().unwrap();
+                }
+            }
+            assert!((shares - 1.0).abs() < 1e-6, "{at}: shares add to {shares}");
+            let tokens = r["batch"].as_f64().unwrap() * r["seq_len"].as_f64().unwrap();
+            // A step's products are three forwards' (the backward's twice the forward's); the
+            // other families only add to them.
+            let counted = counted / tokens;
+            assert!(
+                (counted / (3.0 * model) - 1.0).abs() < 0.02,
+                "{at}: {counted} vs 3 × {model}"
+            );
+            assert!(step >= counted, "{at}: step {step} < counted {counted}");
+        }
+    }
+}
+
+#[test]
+fn bench_refuses_a_run_directory_and_zero_steps() {
+    for (args, says) in [
+        (vec!["--out", "x"], "writes no run directory"),
+        (vec!["--steps", "0"], "at least 1"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+            .args(["bench", "--backend", "cpu"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
