@@ -251,7 +251,9 @@ pub fn App() -> impl IntoView {
         let import = import.clone();
         move |ev: web_sys::Event| {
             use wasm_bindgen::JsCast;
-            let input: web_sys::HtmlInputElement = ev.target().unwrap().unchecked_into();
+            let Some(input) = ev.target().map(|t| t.unchecked_into::<web_sys::HtmlInputElement>()) else {
+                return;
+            };
             if let Some(file) = input.files().and_then(|f| f.get(0)) {
                 read_file(file, import.clone());
             }
