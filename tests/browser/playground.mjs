@@ -573,7 +573,9 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     const v2 = await page.textContent('#link-problems');
     if (!/another version of the page \(v=2/.test(v2) || (await page.inputValue('#ctl-d_k')) !== '8') throw new Error(`v=2: ${v2}`);
     await page.goto(`${url}?v=1&arch=nope&d_k=abc&bogus=1&seed=5&steps=12`);
-    await page.waitForFunction(() => !document.querySelector('#status')?.textContent.startsWith('Checking'), null, { timeout: 60_000 });
+    // Mounted (a status exists) and past the adapter check.
+    await page.waitForFunction(() => document.querySelector('#status') && !document.querySelector('#status').textContent.startsWith('Checking'),
+      null, { timeout: 60_000 });
     const problems = await page.$$eval('#link-problems li', (ls) => ls.map((l) => l.textContent));
     console.log(`     ${JSON.stringify(problems)}`);
     if (problems.length !== 3 || !/arch=nope/.test(problems[0]) || !/D_k must be a whole number, not "abc"; its default stands/.test(problems.join())
