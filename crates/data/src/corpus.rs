@@ -463,7 +463,7 @@ impl TokenFile {
             return Err(bad(format!("{token_bytes} bytes per token is neither 2 nor 4")));
         }
         let width = u64::from(token_bytes);
-        if size % width != 0 {
+        if !size.is_multiple_of(width) {
             return Err(bad(format!(
                 "its {size} bytes are not a whole number of {token_bytes}-byte tokens"
             )));

@@ -46,7 +46,7 @@ const CPU_LIMIT_BYTES: u64 = 1 << 30;
 
 /// What trains: the GPU, or the CPU in WebAssembly.
 enum Engine {
-    Gpu(GpuBackend),
+    Gpu(Box<GpuBackend>),
     Cpu(CpuBackend),
 }
 
@@ -206,21 +206,14 @@ pub fn App() -> impl IntoView {
     };
 
     let submit = move |job: Job| submit(page, job);
-    let start = {
-        let submit = submit.clone();
-        move |_| submit(Job::Train(vec![setup.get_untracked()]))
-    };
+    let start = { move |_| submit(Job::Train(vec![setup.get_untracked()])) };
     let compare = {
-        let submit = submit.clone();
         move |_| match setup.get_untracked().comparison() {
             Ok(trio) => submit(Job::Train(trio.to_vec())),
             Err(e) => set_status.set(format!("Cannot compare: {e}")),
         }
     };
-    let on_continue = {
-        let submit = submit.clone();
-        UnsyncCallback::new(move |id: usize| submit(Job::Continue(id)))
-    };
+    let on_continue = { UnsyncCallback::new(move |id: usize| submit(Job::Continue(id))) };
     let on_delete = UnsyncCallback::new(move |id: usize| {
         spawn_local(async move {
             let _ = store::delete(&Run::checkpoint_key(id)).await;
@@ -239,7 +232,6 @@ pub fn App() -> impl IntoView {
         })
     };
     let import = {
-        let submit = submit.clone();
         move |name: String, bytes: Vec<u8>| {
             submit(Job::Import {
                 name,
@@ -248,29 +240,26 @@ pub fn App() -> impl IntoView {
         }
     };
     let import_picked = {
-        let import = import.clone();
         move |ev: web_sys::Event| {
             use wasm_bindgen::JsCast;
             let Some(input) = ev.target().map(|t| t.unchecked_into::<web_sys::HtmlInputElement>()) else {
                 return;
             };
             if let Some(file) = input.files().and_then(|f| f.get(0)) {
-                read_file(file, import.clone());
+                read_file(file, import);
             }
             input.set_value("");
         }
     };
     let import_dropped = {
-        let import = import.clone();
         move |ev: web_sys::DragEvent| {
             ev.prevent_default();
             if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {
-                read_file(file, import.clone());
+                read_file(file, import);
             }
         }
     };
     let sample_now = {
-        let submit = submit.clone();
         UnsyncCallback::new(move |()| {
             let id = page
                 .focus
@@ -349,11 +338,11 @@ pub fn App() -> impl IntoView {
                 </ul>
             </Show>
             <Show when=move || offer_cpu.get()>
-                <button id="use-cpu" on:click=use_cpu.clone()>"Train on the CPU (slower)"</button>
+                <button id="use-cpu" on:click=use_cpu>"Train on the CPU (slower)"</button>
             </Show>
             <Show when=move || page.lost.get().is_some()>
                 <p id="device-lost" class="error">"The GPU device was lost: " {move || page.lost.get().unwrap_or_default()}
-                    ". " <button id="recover" on:click=recover.clone() prop:disabled=move || busy.get()>"Make a new device"</button></p>
+                    ". " <button id="recover" on:click=recover prop:disabled=move || busy.get()>"Make a new device"</button></p>
             </Show>
             <div class:hidden=hide_controls>
                 <Controls setup running=busy.into() />
@@ -405,7 +394,7 @@ async fn start_gpu() -> Result<String, engine::EngineError> {
     hook.forget();
     let mib = (be.max_binding_values() as u64 * 4) >> 20;
     let text = format!("Ready: {} (buffers up to {} MiB)", be.describe(), thousands(mib));
-    give_back(Some(Engine::Gpu(be)));
+    give_back(Some(Engine::Gpu(Box::new(be))));
     Ok(text)
 }
 
@@ -431,11 +420,11 @@ fn submit(page: Page, job: Job) {
         match engine {
             Engine::Gpu(be) => {
                 let limit = be.max_binding_values() as u64 * 4;
-                let be = run_job(be, limit, page, job).await;
+                let be = run_job(*be, limit, page, job).await;
                 match page.lost.get_untracked().or(be.lost()) {
                     // A lost device is never lent again: the page offers to make a new one.
                     Some(reason) => page.lost.set(Some(reason)),
-                    None => give_back(Some(Engine::Gpu(be))),
+                    None => give_back(Some(Engine::Gpu(Box::new(be)))),
                 }
             }
             Engine::Cpu(be) => give_back(Some(Engine::Cpu(run_job(be, CPU_LIMIT_BYTES, page, job).await))),
