@@ -561,7 +561,7 @@ impl Link {
                 "the link has no version (v={LINK_VERSION}); its settings were read as this version's"
             )),
         }
-        let (mut arch, mut data) = (Arch::Rmt, Dataset::Task(Task::Copy));
+        let (mut arch, mut data) = (link.setup.arch, link.setup.data);
         if let Some(a) = get("arch") {
             match Arch::parse(a) {
                 Some(a) => arch = a,
