@@ -587,7 +587,10 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     if (!/WebGPU/.test(status) || !(await page.isDisabled('#start'))) throw new Error(`without WebGPU: ${status}`);
     await page.click('#use-cpu');
     await ready(page, errors);
-    if (!/^Ready: cpu/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    // The engine runs in its Web Worker, not on the page's thread.
+    const cpuStatus = await page.textContent('#status');
+    const workerWasm = page.workers().some((w) => w.url().endsWith('/resmem-worker_loader.js'));
+    if (!/^Ready: cpu.* in a worker/.test(cpuStatus) || !workerWasm) throw new Error(`CPU engine: "${cpuStatus}", worker loaded: ${workerWasm}`);
     await page.click('#start');
     await page.waitForFunction(() => document.querySelector('#run-list tr[data-run="1"] .run-state')?.textContent === 'done'
       || /failed|Cannot/.test(document.querySelector('#status')?.textContent), null, { timeout: 240_000 });
@@ -601,6 +604,20 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     if (!(points.at(-1)[1] < 0.75 * points[0][1])) throw new Error('the loss did not fall on the CPU fallback');
     const sample = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sample) throw new Error('no sample on the CPU fallback');
+    // Sampling again sends the run's checkpoint to the worker and the new prompt with it.
+    await page.fill('#prompt', 'abcdefgh|');
+    await page.click('#sample-now');
+    await page.waitForFunction(() => document.querySelector('#sample .prompt')?.textContent === 'abcdefgh|', null, { timeout: 60_000 });
+    console.log(`     sampled in the worker from run 1's checkpoint: ${JSON.stringify(await page.$eval('#sample', (e) => e.dataset.text))}`);
+    // Stop reaches the worker between steps.
+    await page.fill('#ctl-steps', '100000');
+    await page.click('#start');
+    await page.waitForFunction(() => Number(document.querySelector('#step')?.textContent) >= 3, null, { timeout: 60_000 });
+    await page.click('#stop');
+    await page.waitForFunction(() => document.querySelector('#run-list tr[data-run="2"] .run-state')?.textContent === 'done', null, { timeout: 60_000 });
+    const stoppedAt = Number(await page.textContent('#step'));
+    console.log(`     run 2 stopped at step ${stoppedAt} of 100000`);
+    if (!(stoppedAt < 1000)) throw new Error(`Stop did not reach the worker: step ${stoppedAt}`);
     await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
     if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {

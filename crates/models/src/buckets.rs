@@ -4,7 +4,7 @@
 
 use crate::Result;
 use engine::Backend;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A hashed layer's bucket boundaries on the device, as the model exposes them.
 pub struct HashedLayer<'a, B: Backend> {
@@ -17,7 +17,7 @@ pub struct HashedLayer<'a, B: Backend> {
 }
 
 /// Hits per bucket of every table of one layer.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BucketCounts {
     pub layer: String,
     pub tau: usize,

@@ -4,10 +4,10 @@
 
 use crate::Result;
 use engine::Backend;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How one token's row of an observable is laid out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum Shape {
     /// The RMT's residual: a D_k×D_v matrix, row-major.
@@ -62,7 +62,7 @@ pub fn residual_stream<'a, B: Backend>(
 }
 
 /// One sequence's rows of one observable.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub name: String,
     pub shape: Shape,

@@ -10,20 +10,19 @@
 use crate::browser::{self, store};
 use crate::buckets::BucketView;
 use crate::controls::Controls;
+use crate::jobs::{self, Controls, Job, Report};
 use crate::residual::{ResidualView, Residuals};
 use crate::runs::{Kept, LossChart, Run, RunList, RunState, Saved};
-use crate::sample::{self, Sample, SampleView};
-use crate::session::{check_limits, costs, describe, Arch, Link, Session, Setup};
-use crate::training::{self, Event, Wants};
+use crate::sample::{self, SampleView};
+use crate::session::{costs, Arch, Link, Setup};
+use crate::training::Event;
 use crate::variance::{Snapshot, VarianceView};
-use engine::cpu::CpuBackend;
+use crate::worker::CpuWorker;
 use engine::gpu::GpuBackend;
 use engine::Backend;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use models::checkpoint;
 use models::count::thousands;
-use models::RunConfig;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -41,39 +40,11 @@ const NO_ADAPTER: &str = "This browser knows WebGPU but found no GPU it may use 
     or the GPU blocked). You can train on the CPU instead, in WebAssembly: slower, but every view works. \
     For the GPU, turn WebGPU on in the browser's settings or flags, or update the graphics driver.";
 
-/// The largest single buffer the CPU fallback allocates: wasm32 addresses 4 GiB in all.
-const CPU_LIMIT_BYTES: u64 = 1 << 30;
-
-/// What trains: the GPU, or the CPU in WebAssembly.
-enum Engine {
-    Gpu(Box<GpuBackend>),
-    Cpu(CpuBackend),
-}
-
 thread_local! {
-    /// The device, lent to one job at a time (empty while a job holds it).
-    static DEVICE: RefCell<Option<Engine>> = const { RefCell::new(None) };
-}
-
-fn lend() -> Option<Engine> {
-    DEVICE.with(|d| d.borrow_mut().take())
-}
-
-fn give_back(engine: Option<Engine>) {
-    DEVICE.with(|d| *d.borrow_mut() = engine);
-}
-
-/// What a job does with the device.
-#[derive(Clone)]
-enum Job {
-    /// New runs of these setups, one after another.
-    Train(Vec<Setup>),
-    /// Run `id` trains on from its checkpoint.
-    Continue(usize),
-    /// A checkpoint file becomes a run to look at.
-    Import { name: String, bytes: Arc<Vec<u8>> },
-    /// Run `id`'s checkpoint continues the prompt.
-    Sample(usize),
+    /// The GPU, lent to one job at a time (empty while a job holds it).
+    static GPU: RefCell<Option<GpuBackend>> = const { RefCell::new(None) };
+    /// The CPU engine's worker, once the page falls back to it.
+    static CPU: RefCell<Option<CpuWorker>> = const { RefCell::new(None) };
 }
 
 /// The page's state that jobs write: signals are handles, so this is Copy.
@@ -88,11 +59,12 @@ struct Page {
     loss: WriteSignal<Option<f32>>,
     speed: WriteSignal<Option<(f64, usize)>>,
     residuals: WriteSignal<Option<Residuals>>,
-    residual_open: ReadSignal<bool>,
-    residual_seq: ReadSignal<usize>,
     prompt: RwSignal<String>,
     /// The device was lost: the page makes a new one.
     lost: RwSignal<Option<String>>,
+    ready: WriteSignal<bool>,
+    /// "gpu" or "cpu", once one is ready.
+    engine: WriteSignal<String>,
 }
 
 impl Page {
@@ -137,11 +109,26 @@ pub fn App() -> impl IntoView {
         loss: set_loss,
         speed: set_speed,
         residuals: set_residuals,
-        residual_open,
-        residual_seq,
         prompt: RwSignal::new(sample::default_prompt(link.setup.data).to_string()),
         lost: RwSignal::new(None),
+        ready: set_ready,
+        engine: set_engine_kind,
     };
+
+    // The running job reads what the page wants: whether to stop, which residuals, the prompt.
+    Effect::new(move |_| {
+        let controls = Controls {
+            stop: !page.training.get(),
+            residuals: residual_open.get().then(|| residual_seq.get()),
+            prompt: page.prompt.get(),
+        };
+        // Tracked so that a worker, once ready, is told too.
+        let cpu = engine_kind.with(|e| e == "cpu");
+        jobs::set_controls(controls.clone());
+        if cpu {
+            CPU.with(|w| w.borrow().as_ref().map(|w| w.controls(controls)));
+        }
+    });
 
     // The link always says what the controls say.
     Effect::new(move |_| {
@@ -191,29 +178,41 @@ pub fn App() -> impl IntoView {
             }
         });
     }
-    let use_cpu = {
-        move |_| {
-            let be = CpuBackend::new();
-            set_status.set(format!(
-                "Ready: {} in WebAssembly, slower than a GPU; every view works",
-                be.describe()
-            ));
-            give_back(Some(Engine::Cpu(be)));
-            set_offer_cpu.set(false);
-            set_engine_kind.set("cpu".into());
-            set_ready.set(true);
+    let use_cpu = move |_| {
+        set_offer_cpu.set(false);
+        set_status.set("Starting the CPU engine…".into());
+        match CpuWorker::start(move |r| apply(page, r)) {
+            Ok(worker) => CPU.with(|w| *w.borrow_mut() = Some(worker)),
+            Err(e) => set_status.set(format!(
+                "The CPU engine could not start: {e}. Reload the page, or open it in a browser with WebGPU."
+            )),
         }
     };
 
     let submit = move |job: Job| submit(page, job);
-    let start = { move |_| submit(Job::Train(vec![setup.get_untracked()])) };
-    let compare = {
-        move |_| match setup.get_untracked().comparison() {
-            Ok(trio) => submit(Job::Train(trio.to_vec())),
-            Err(e) => set_status.set(format!("Cannot compare: {e}")),
-        }
+    let train = move |setups: Vec<Setup>| {
+        submit(Job::Train {
+            first_id: page.next_id(),
+            setups,
+        })
     };
-    let on_continue = { UnsyncCallback::new(move |id: usize| submit(Job::Continue(id))) };
+    let start = move |_| train(vec![setup.get_untracked()]);
+    let compare = move |_| match setup.get_untracked().comparison() {
+        Ok(trio) => train(trio.to_vec()),
+        Err(e) => set_status.set(format!("Cannot compare: {e}")),
+    };
+    let on_continue = UnsyncCallback::new(move |id: usize| {
+        if let Some(run) = page.run(id) {
+            match run.checkpoint {
+                Some(kept) => submit(Job::Continue {
+                    id,
+                    data: run.setup.data,
+                    checkpoint: kept.bytes,
+                }),
+                None => set_status.set(format!("Run #{id} has no checkpoint to continue from.")),
+            }
+        }
+    });
     let on_delete = UnsyncCallback::new(move |id: usize| {
         spawn_local(async move {
             let _ = store::delete(&Run::checkpoint_key(id)).await;
@@ -231,13 +230,12 @@ pub fn App() -> impl IntoView {
             }
         })
     };
-    let import = {
-        move |name: String, bytes: Vec<u8>| {
-            submit(Job::Import {
-                name,
-                bytes: Arc::new(bytes),
-            })
-        }
+    let import = move |name: String, bytes: Vec<u8>| {
+        submit(Job::Import {
+            id: page.next_id(),
+            name,
+            bytes: Arc::new(bytes),
+        })
     };
     let import_picked = {
         move |ev: web_sys::Event| {
@@ -265,9 +263,17 @@ pub fn App() -> impl IntoView {
                 .focus
                 .get_untracked()
                 .or(page.runs.with_untracked(|r| r.last().map(|r| r.id)));
-            match id {
-                Some(id) => submit(Job::Sample(id)),
-                None => set_status.set("Train or import a run first, then sample from it.".into()),
+            let Some(run) = id.and_then(|id| page.run(id)) else {
+                return set_status.set("Train or import a run first, then sample from it.".into());
+            };
+            match run.checkpoint {
+                Some(kept) => submit(Job::Sample {
+                    id: run.id,
+                    data: run.setup.data,
+                    step: kept.step,
+                    checkpoint: kept.bytes,
+                }),
+                None => set_status.set(format!("Run #{} has no checkpoint yet to sample from.", run.id)),
             }
         })
     };
@@ -394,7 +400,7 @@ async fn start_gpu() -> Result<String, engine::EngineError> {
     hook.forget();
     let mib = (be.max_binding_values() as u64 * 4) >> 20;
     let text = format!("Ready: {} (buffers up to {} MiB)", be.describe(), thousands(mib));
-    give_back(Some(Engine::Gpu(Box::new(be))));
+    GPU.with(|g| *g.borrow_mut() = Some(be));
     Ok(text)
 }
 
@@ -409,169 +415,103 @@ fn read_file(file: web_sys::File, then: impl Fn(String, Vec<u8>) + 'static) {
     })
 }
 
-/// Runs `job` on the device, if it is free.
+/// Runs `job` on the device, if it is free: the GPU here, or the CPU engine in its worker.
+/// Either way the job reports through `apply`, and its last report, `Done`, frees the device.
 fn submit(page: Page, job: Job) {
-    let Some(engine) = lend() else {
-        page.status.set("The device is busy or not ready yet.".into());
-        return;
+    if page.busy.get_untracked() {
+        return page
+            .status
+            .set("The device is busy; wait for it, or press Stop.".into());
+    }
+    if CPU.with(|w| w.borrow().is_some()) {
+        page.busy.set(true);
+        return CPU
+            .with(|w| w.borrow().as_ref().map(|w| w.submit(job)))
+            .unwrap_or_default();
+    }
+    let Some(be) = GPU.with(|g| g.borrow_mut().take()) else {
+        return page.status.set("The device is not ready yet.".into());
     };
     page.busy.set(true);
     spawn_local(async move {
-        match engine {
-            Engine::Gpu(be) => {
-                let limit = be.max_binding_values() as u64 * 4;
-                let be = run_job(*be, limit, page, job).await;
-                match page.lost.get_untracked().or(be.lost()) {
-                    // A lost device is never lent again: the page offers to make a new one.
-                    Some(reason) => page.lost.set(Some(reason)),
-                    None => give_back(Some(Engine::Gpu(Box::new(be)))),
-                }
-            }
-            Engine::Cpu(be) => give_back(Some(Engine::Cpu(run_job(be, CPU_LIMIT_BYTES, page, job).await))),
+        let limit = be.max_binding_values() as u64 * 4;
+        let be = jobs::run(be, limit, job, &move |r| apply(page, r)).await;
+        match page.lost.get_untracked().or(be.lost()) {
+            // A lost device is never lent again: the page offers to make a new one.
+            Some(reason) => page.lost.set(Some(reason)),
+            None => GPU.with(|g| *g.borrow_mut() = Some(be)),
         }
-        page.busy.set(false);
-        save_runs(page).await;
     });
 }
 
-/// Does `job` on `be`, reporting on the page, and gives the backend back.
-async fn run_job<B: Backend + 'static>(mut be: B, limit: u64, page: Page, job: Job) -> B {
-    match job {
-        Job::Train(setups) => {
-            // Every config is checked, against the device's limits too, before anything is built.
-            let mut planned = vec![];
-            for s in setups {
-                match s.config().and_then(|cfg| check_limits(&cfg, limit).map(|_| cfg)) {
-                    Ok(cfg) => planned.push((s, cfg)),
-                    Err(e) => {
-                        page.status.set(format!(
-                            "Refused before building anything: {e}. Change it and press Start again."
-                        ));
-                        return be;
-                    }
-                }
+/// What the device reported, shown.
+fn apply(page: Page, report: Report) {
+    match report {
+        Report::Ready(what) => {
+            page.status.set(format!(
+                "Ready: {what} in WebAssembly, in a worker beside the page: slower than a GPU; every view works"
+            ));
+            page.engine.set("cpu".into());
+            page.ready.set(true);
+        }
+        Report::Status(text) => page.status.set(text),
+        Report::Training(on) => page.training.set(on),
+        Report::Begin { id, new } => {
+            page.focus.set(None);
+            page.step.set(0);
+            page.loss.set(None);
+            page.speed.set(None);
+            page.residuals.set(None);
+            if let Some((setup, model)) = new {
+                page.runs.update(|r| r.push(Run::new(id, setup, model)));
             }
-            page.training.set(true);
-            for (s, cfg) in planned {
-                if !page.training.get_untracked() {
-                    break;
-                }
-                let id = page.next_id();
-                page.runs
-                    .update(|r| r.push(Run::new(id, s.clone(), describe(&cfg.model))));
-                let ok;
-                (be, ok) = train_run(be, limit, page, id, cfg, s, None).await;
-                if !ok {
-                    break;
-                }
-            }
+        }
+        // A run continued from step k forgets what it read after k, as `resmem train
+        // --resume` does: it will read those steps again.
+        Report::Built { id, params, step } => page.update(id, |r| {
+            r.params = params;
+            r.state = RunState::Training;
+            r.step = step;
+            r.points.retain(|p| p.0 <= step);
+            r.history.retain(|h| h.step <= step);
+        }),
+        Report::Imported {
+            id,
+            name,
+            setup,
+            model,
+            params,
+            step,
+        } => {
+            let mut run = Run::new(id, setup, model);
+            run.params = params;
+            run.step = step;
+            run.state = RunState::Imported(name);
+            page.runs.update(|r| r.push(run));
+            page.focus.set(Some(id));
+        }
+        Report::Event { id, event } => show(page, id, event),
+        Report::State { id, state } => page.update(id, |r| r.state = state.clone()),
+        Report::Lost(reason) => page.lost.set(Some(reason)),
+        Report::Done => {
+            page.busy.set(false);
+            spawn_local(save_runs(page));
+        }
+        Report::Crashed(what) => {
+            page.status.set(format!(
+                "The CPU engine hit a bug and stopped: {what}. Reload the page to start again, and please report it."
+            ));
+            CPU.with(|w| w.borrow_mut().take().map(|w| w.stop()));
             page.training.set(false);
-        }
-        Job::Continue(id) => {
-            let Some(run) = page.run(id) else { return be };
-            let Some(kept) = run.checkpoint.clone() else { return be };
-            match checkpoint_config(&kept.bytes) {
-                Ok(cfg) => {
-                    page.training.set(true);
-                    (be, _) = train_run(be, limit, page, id, cfg, run.setup, Some(kept.bytes)).await;
-                    page.training.set(false);
-                }
-                Err(e) => page.status.set(format!("Cannot continue run #{id}: {e}")),
-            }
-        }
-        Job::Import { name, bytes } => be = import(be, limit, page, &name, bytes).await,
-        Job::Sample(id) => {
-            let Some(run) = page.run(id) else { return be };
-            let Some(kept) = run.checkpoint.clone() else {
-                page.status
-                    .set(format!("Run #{id} has no checkpoint yet to sample from."));
-                return be;
-            };
-            let cfg = match checkpoint_config(&kept.bytes) {
-                Ok(cfg) => cfg,
-                Err(e) => {
-                    page.status.set(format!("Cannot sample from run #{id}: {e}"));
-                    return be;
-                }
-            };
-            let mut session = match Session::open(be, cfg, run.setup.data, limit, Some(&kept.bytes)).await {
-                Ok(s) => s,
-                Err((back, e)) => {
-                    page.status.set(format!("Cannot sample from run #{id}: {e}"));
-                    return back;
-                }
-            };
-            let prompt = page.prompt.get_untracked();
-            match sample::draw(&mut session, kept.step, &prompt).await {
-                Ok(s) => {
-                    page.update(id, |r| r.sample = Some(s.clone()));
-                    page.status
-                        .set(format!("Sampled from run #{id} at step {}.", kept.step));
-                }
-                Err(e) => page.status.set(format!("Cannot sample from run #{id}: {e}")),
-            }
-            be = session.be;
+            page.ready.set(false);
+            page.busy.set(false);
         }
     }
-    be
 }
 
-/// The run config inside a checkpoint file, checked.
-fn checkpoint_config(bytes: &[u8]) -> Result<RunConfig, String> {
-    let text = checkpoint::config_of(bytes).map_err(|e| e.to_string())?;
-    RunConfig::from_toml(&text).map_err(|e| format!("its config is not one this page reads: {e}"))
-}
-
-/// Trains run `id` (new, or from `from`, a checkpoint) until its schedule ends or Stop; false
-/// when it failed and later runs should not start.
-async fn train_run<B: Backend + 'static>(
-    be: B,
-    limit: u64,
-    page: Page,
-    id: usize,
-    cfg: RunConfig,
-    setup: Setup,
-    from: Option<Arc<Vec<u8>>>,
-) -> (B, bool) {
-    page.focus.set(None);
-    page.step.set(0);
-    page.loss.set(None);
-    page.speed.set(None);
-    page.residuals.set(None);
-    let mut session = match Session::open(be, cfg, setup.data, limit, from.as_deref().map(|b| &b[..])).await {
-        Ok(session) => session,
-        Err((back, e)) => {
-            page.status.set(format!("Cannot build the model: {e}"));
-            page.update(id, |r| r.state = RunState::Failed(e.clone()));
-            return (back, false);
-        }
-    };
-    page.status.set(format!(
-        "Training a {}-parameter {} on {} ({}){}",
-        thousands(session.params as u64),
-        setup.arch.label(),
-        setup.data.label(),
-        session.be.describe(),
-        if from.is_some() {
-            format!(", from step {}", session.trainer.step)
-        } else {
-            String::new()
-        }
-    ));
-    let (params, closed) = (session.params, session.closed_form.clone());
-    // A run continued from step k forgets what it read after k, as `resmem train --resume`
-    // does: it will read those steps again.
-    let k = session.trainer.step;
-    page.update(id, |r| {
-        r.params = params;
-        r.closed = closed.clone();
-        r.state = RunState::Training;
-        r.step = k;
-        r.points.retain(|p| p.0 <= k);
-        r.history.retain(|h| h.step <= k);
-    });
-    let tokens = session.tokens_per_step();
-    let emit = move |e: Event| match e {
+/// What run `id` read, shown.
+fn show(page: Page, id: usize, event: Event) {
+    match event {
         Event::Step(n) => {
             page.step.set(n);
             page.update(id, |r| r.step = n);
@@ -580,7 +520,7 @@ async fn train_run<B: Backend + 'static>(
             page.loss.set(Some(loss));
             page.update(id, |r| r.points.push((step, loss)));
         }
-        Event::Speed(ms) => page.speed.set(Some((ms, tokens))),
+        Event::Speed { ms, tokens } => page.speed.set(Some((ms, tokens))),
         Event::Measured { step, measured } => page.update(id, |r| {
             r.history.push(Snapshot {
                 step,
@@ -599,145 +539,7 @@ async fn train_run<B: Backend + 'static>(
             spawn_local(save_checkpoint(page, id));
         }
         Event::Sample(s) => page.update(id, |r| r.sample = Some(s.clone())),
-    };
-    let stop = move || !page.training.get_untracked();
-    let look = move || {
-        page.residual_open
-            .get_untracked()
-            .then(|| page.residual_seq.get_untracked())
-    };
-    let prompt = move || page.prompt.get_untracked();
-    let wants = Wants {
-        stop: &stop,
-        residuals: &look,
-        prompt: &prompt,
-    };
-    let outcome = training::train(&mut session, wants, &emit).await;
-    let n = session.trainer.step;
-    let be = session.be;
-    match outcome {
-        Ok(()) => {
-            page.update(id, |r| r.state = RunState::Stopped);
-            page.status.set(format!("Stopped after {n} steps."));
-            (be, true)
-        }
-        Err(e) => {
-            let kept = page.run(id).and_then(|r| r.checkpoint).map(|k| k.step);
-            let lost = be_lost(&be).await;
-            if let Some(reason) = &lost {
-                page.lost.set(Some(reason.clone()));
-            }
-            let state = match (&lost, kept) {
-                (Some(reason), Some(k)) => {
-                    page.status.set(format!(
-                        "The GPU device was lost at step {n} ({reason}). Run #{id} kept its checkpoint of step {k}: \
-                         make a new device, then press \"continue\" to train on from there."
-                    ));
-                    RunState::Interrupted(format!("the device was lost at step {n}"))
-                }
-                (Some(reason), None) => {
-                    page.status.set(format!(
-                        "The GPU device was lost at step {n} ({reason}), before run #{id} kept a checkpoint: make a \
-                         new device and start again."
-                    ));
-                    RunState::Failed(format!("the device was lost at step {n}"))
-                }
-                _ => {
-                    page.status.set(format!("Training failed: {e}"));
-                    RunState::Failed(e.clone())
-                }
-            };
-            page.update(id, |r| r.state = state.clone());
-            (be, false)
-        }
     }
-}
-
-/// Why a GPU backend's device was lost, after a failure; None for the CPU, which cannot be.
-/// The browser may report the loss after the failed read that revealed it (or not to wgpu at
-/// all), so a one-value round trip decides: a live device reads back what was written.
-async fn be_lost<B: Backend + 'static>(be: &B) -> Option<String> {
-    let gpu = (be as &dyn std::any::Any).downcast_ref::<GpuBackend>()?;
-    if let Some(reason) = gpu.lost() {
-        return Some(reason);
-    }
-    let probe = gpu.zeros("device check", 1).ok()?;
-    gpu.write(&probe, &[1.0]);
-    match gpu.read(&probe).await {
-        Ok(v) if v == [1.0] => None,
-        Ok(v) => Some(format!("it read back {v:?} for [1.0]")),
-        Err(e) => Some(gpu.lost().unwrap_or(e.to_string())),
-    }
-}
-
-/// A checkpoint file becomes a run: its weights on the first held-out batch, so that the views
-/// show what `resmem analyze` computes for it, and a sample.
-async fn import<B: Backend + 'static>(be: B, limit: u64, page: Page, name: &str, bytes: Arc<Vec<u8>>) -> B {
-    let refuse = |e: String| page.status.set(format!("Cannot import {name}: {e}"));
-    let cfg = match checkpoint_config(&bytes) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            refuse(e);
-            return be;
-        }
-    };
-    let Some(setup) = Setup::from_config(&cfg) else {
-        refuse(format!(
-            "it was trained on data this page does not have ({:?}); look at it with resmem analyze instead",
-            cfg.data
-        ));
-        return be;
-    };
-    let mut session = match Session::open(be, cfg, setup.data, limit, Some(&bytes)).await {
-        Ok(s) => s,
-        Err((back, e)) => {
-            refuse(e);
-            return back;
-        }
-    };
-    let id = page.next_id();
-    let step = session.trainer.step;
-    let mut run = Run::new(id, setup, describe(&session.cfg.model));
-    run.params = session.params;
-    run.closed = session.closed_form.clone();
-    run.step = step;
-    run.state = RunState::Imported(name.to_string());
-    run.checkpoint = Some(Kept { step, bytes });
-    page.runs.update(|r| r.push(run));
-    page.focus.set(Some(id));
-    let views = async {
-        let loss = session.inspect().await?;
-        page.update(id, |r| r.points.push((step, loss)));
-        let (depths, inputs) = session.residuals(page.residual_seq.get_untracked()).await?;
-        page.residuals.set(Some(Residuals {
-            step,
-            seq: page.residual_seq.get_untracked(),
-            depths,
-            inputs,
-        }));
-        let hits = session.bucket_counts().await?;
-        if let Some(measured) = session.measure().await? {
-            page.update(id, |r| {
-                r.history = vec![Snapshot {
-                    step,
-                    measured: measured.clone(),
-                }]
-            });
-        }
-        page.update(id, |r| r.hits = hits.clone());
-        let s: Sample = sample::draw(&mut session, step, &page.prompt.get_untracked()).await?;
-        page.update(id, |r| r.sample = Some(s.clone()));
-        Ok::<f32, String>(loss)
-    };
-    match views.await {
-        Ok(loss) => page.status.set(format!(
-            "Imported {name}: step {step}, held-out loss {loss:.4} ({})",
-            session.be.describe()
-        )),
-        Err(e) => refuse(e),
-    }
-    save_checkpoint(page, id).await;
-    session.be
 }
 
 /// The store's key for the list of runs.

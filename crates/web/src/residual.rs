@@ -6,9 +6,10 @@
 use crate::save::ChartExport;
 use leptos::prelude::*;
 use models::observe::{self, Shape, Snapshot};
+use serde::{Deserialize, Serialize};
 
 /// One read of the residual stream.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Residuals {
     pub step: usize,
     pub seq: usize,

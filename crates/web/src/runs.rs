@@ -5,7 +5,7 @@ use crate::browser;
 use crate::chart::{loss_svg, Curve, PALETTE};
 use crate::sample::Sample;
 use crate::save::ChartExport;
-use crate::session::{Link, Setup};
+use crate::session::{closed_form, Link, Setup};
 use crate::variance::{distances, Snapshot};
 use leptos::prelude::*;
 use models::buckets::BucketCounts;
@@ -86,6 +86,7 @@ pub struct Run {
 impl Run {
     pub fn new(id: usize, setup: Setup, model: String) -> Run {
         Run {
+            closed: Run::closed_form(&setup),
             id,
             setup,
             model,
@@ -95,11 +96,15 @@ impl Run {
             step: 0,
             points: vec![],
             history: vec![],
-            closed: vec![],
             hits: vec![],
             checkpoint: None,
             sample: None,
         }
+    }
+
+    /// The closed form of the paper's Table 1 for the run's model.
+    fn closed_form(setup: &Setup) -> Vec<ClosedForm> {
+        setup.config().map(|c| closed_form(&c)).unwrap_or_default()
     }
 
     /// The store's key for this run's checkpoint.
@@ -129,11 +134,7 @@ impl Run {
     /// A stored run, with its checkpoint's bytes if they were found.
     pub fn restored(saved: Saved, checkpoint: Option<Vec<u8>>) -> Run {
         let setup = Link::parse(&saved.query).setup;
-        let closed = setup
-            .config()
-            .ok()
-            .and_then(|c| models::variance::closed_form(&c.model, models::variance::InitScheme::Default))
-            .unwrap_or_default();
+        let closed = Run::closed_form(&setup);
         Run {
             id: saved.id,
             setup,

@@ -6,6 +6,7 @@ use data::{Task, Tokenizer, TokenizerKind};
 use engine::Backend;
 use leptos::prelude::*;
 use models::generate::Sampling;
+use serde::{Deserialize, Serialize};
 
 /// A sample is drawn every this many steps, and when the run stops.
 pub const EVERY: usize = 200;
@@ -13,7 +14,7 @@ pub const EVERY: usize = 200;
 const TEMPERATURE: f32 = 0.8;
 
 /// A continuation: the prompt, then each token's text and the probability the model gave it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub step: usize,
     pub prompt: String,

@@ -494,6 +494,36 @@ pub struct Link {
     pub problems: Vec<String>,
 }
 
+/// A setup travels to and from the CPU engine's worker as its link's query.
+impl serde::Serialize for Setup {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_query())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Setup {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Setup, D::Error> {
+        let link = Link::parse(&String::deserialize(d)?);
+        match link.problems.first() {
+            None => Ok(link.setup),
+            Some(p) => Err(serde::de::Error::custom(p)),
+        }
+    }
+}
+
+impl serde::Serialize for Dataset {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Dataset {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Dataset, D::Error> {
+        let name = String::deserialize(d)?;
+        Dataset::parse(&name).ok_or_else(|| serde::de::Error::custom(format!("no data called {name}")))
+    }
+}
+
 /// The page's default: the tiny RMT on the copy task.
 pub fn default_setup() -> Setup {
     Setup::new(Arch::Rmt, Dataset::Task(Task::Copy))
@@ -727,10 +757,16 @@ pub fn describe(m: &ModelConfig) -> String {
     }
 }
 
+/// The closed form of the paper's Table 1 for `cfg`'s dims and init (none for a model
+/// without storages and retrievals).
+pub fn closed_form(cfg: &RunConfig) -> Vec<ClosedForm> {
+    variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default()
+}
+
 type Model<B> = Box<dyn LanguageModel<B>>;
 
 /// What a session holds besides its device and config.
-type Parts<B> = (Trainer<B, Model<B>>, BatchSource, usize, Vec<ClosedForm>);
+type Parts<B> = (Trainer<B, Model<B>>, BatchSource, usize);
 
 /// A model built for one sequence of its context, to sample from, with its forward's buffers.
 struct Sampler<B: Backend + 'static> {
@@ -747,8 +783,6 @@ pub struct Session<B: Backend + 'static> {
     source: DataSource,
     pub cfg: RunConfig,
     pub params: usize,
-    /// The closed form of the paper's Table 1 for this model's dims and init.
-    pub closed_form: Vec<ClosedForm>,
     last_batch: Option<Batch>,
     sampler: Option<Sampler<B>>,
 }
@@ -759,14 +793,13 @@ impl<B: Backend + 'static> Session<B> {
     /// message, so that the page can start again.
     pub fn new(be: B, cfg: RunConfig, source: DataSource, max_binding_bytes: u64) -> Result<Self, (B, String)> {
         match Self::parts(&be, &cfg, &source, max_binding_bytes) {
-            Ok((trainer, batches, params, closed_form)) => Ok(Self {
+            Ok((trainer, batches, params)) => Ok(Self {
                 be,
                 trainer,
                 batches,
                 source,
                 cfg,
                 params,
-                closed_form,
                 last_batch: None,
                 sampler: None,
             }),
@@ -801,14 +834,13 @@ impl<B: Backend + 'static> Session<B> {
         check_limits(cfg, max_binding_bytes)?;
         let err = |e: models::ModelError| e.to_string();
         let (b, t, seed) = (cfg.train.batch, cfg.data.seq_len(), cfg.train.seed);
-        let closed_form = variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default();
         let model = cfg.build(be, b, t, Purpose::Train).map_err(err)?;
         let params = model.store().layout.count();
         let mut trainer = Trainer::new(be, model, cfg.train.clone()).map_err(err)?;
         trainer.mask_documents(cfg.data.separator());
         // The batches `resmem train` draws for the same config and seed.
         let batches = source.train(b, t, seed).map_err(|e| e.to_string())?;
-        Ok((trainer, batches, params, closed_form))
+        Ok((trainer, batches, params))
     }
 
     /// Tokens a step.

@@ -10,6 +10,7 @@ use crate::session::Session;
 use engine::Backend;
 use models::buckets::BucketCounts;
 use models::probes::Measured;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -26,13 +27,14 @@ const SPEED_WINDOW: usize = 10;
 pub const KEEP_EVERY: usize = 25;
 
 /// What a run reports as it trains.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Event {
     /// A step was submitted.
     Step(usize),
     /// The loss of a step, read back.
     Loss { step: usize, loss: f32 },
-    /// Milliseconds a step, averaged over the recent steps.
-    Speed(f64),
+    /// Milliseconds a step, averaged over the recent steps, of `tokens` each.
+    Speed { ms: f64, tokens: usize },
     /// Variance ratios measured on a step's batch.
     Measured { step: usize, measured: Vec<Measured> },
     /// Bucket hits of every hashed layer, summed over the last steps.
@@ -40,7 +42,12 @@ pub enum Event {
     /// One sequence's residual stream at every depth.
     Residuals(Residuals),
     /// The run's checkpoint, in the format `resmem train` writes.
-    Checkpoint { step: usize, bytes: Arc<Vec<u8>> },
+    Checkpoint {
+        step: usize,
+        /// Carried beside the message between threads (`worker.rs`), not in it.
+        #[serde(skip)]
+        bytes: Arc<Vec<u8>>,
+    },
     /// Text the model wrote after the prompt.
     Sample(Sample),
 }
@@ -98,7 +105,10 @@ pub async fn train<B: Backend + 'static>(
         }
         let (k, ms) = intervals.iter().fold((0, 0.0), |(k, ms), i| (k + i.0, ms + i.1));
         emit(Event::Loss { step: n, loss });
-        emit(Event::Speed(ms / k.max(1) as f64));
+        emit(Event::Speed {
+            ms: ms / k.max(1) as f64,
+            tokens: session.tokens_per_step(),
+        });
         if !loss.is_finite() {
             return Err(format!(
                 "the loss became {loss} at step {n}; lower the learning rate (now {}) and start again",
