@@ -559,7 +559,10 @@ async fn save_checkpoint(page: Page, id: usize) {
         return;
     };
     if let Err(e) = store::put_bytes(&Run::checkpoint_key(id), &kept.bytes).await {
-        web_sys::console::warn_1(&format!("run #{id}'s checkpoint could not be kept: {e}").into());
+        page.status.set(format!(
+            "Run #{id}'s checkpoint could not be kept for your next visit ({e}); its \"checkpoint\" button \
+             downloads it."
+        ));
     }
     save_runs(page).await;
 }

@@ -26,6 +26,12 @@ function request(mode, act) {
 }
 export function store_put(key, value) { return request('readwrite', (s) => s.put(value, key)); }
 export function store_get(key) { return request('readonly', (s) => s.get(key)); }
+// Bytes go in as a Blob: a value is refused past about 128 MiB, a Blob is kept as a file.
+export function store_put_bytes(key, bytes) { return store_put(key, new Blob([bytes])); }
+export async function store_get_bytes(key) {
+  const v = await store_get(key);
+  return v instanceof Blob ? new Uint8Array(await v.arrayBuffer()) : v;
+}
 export function store_delete(key) { return request('readwrite', (s) => s.delete(key)); }
 export function store_clear() { return request('readwrite', (s) => s.clear()); }
 
@@ -86,6 +92,10 @@ extern "C" {
     fn store_put(key: &str, value: &JsValue) -> Result<js_sys::Promise, JsValue>;
     #[wasm_bindgen(catch)]
     fn store_get(key: &str) -> Result<js_sys::Promise, JsValue>;
+    #[wasm_bindgen(catch)]
+    fn store_put_bytes(key: &str, bytes: &[u8]) -> Result<js_sys::Promise, JsValue>;
+    #[wasm_bindgen(catch)]
+    fn store_get_bytes(key: &str) -> Result<js_sys::Promise, JsValue>;
     #[wasm_bindgen(catch)]
     fn store_delete(key: &str) -> Result<js_sys::Promise, JsValue>;
     #[wasm_bindgen(catch)]
@@ -154,7 +164,7 @@ pub fn address_with(q: &str) -> String {
     link(q)
 }
 
-/// A small persistent store (IndexedDB): text under a key, or bytes.
+/// A small persistent store (IndexedDB): text under a key, or bytes (of any size).
 pub mod store {
     use super::*;
 
@@ -163,9 +173,7 @@ pub mod store {
     }
 
     pub async fn put_bytes(key: &str, bytes: &[u8]) -> Result<(), String> {
-        settle(store_put(key, &js_sys::Uint8Array::from(bytes).into()))
-            .await
-            .map(|_| ())
+        settle(store_put_bytes(key, bytes)).await.map(|_| ())
     }
 
     pub async fn get_text(key: &str) -> Result<Option<String>, String> {
@@ -173,7 +181,7 @@ pub mod store {
     }
 
     pub async fn get_bytes(key: &str) -> Result<Option<Vec<u8>>, String> {
-        let v = settle(store_get(key)).await?;
+        let v = settle(store_get_bytes(key)).await?;
         Ok(v.dyn_ref::<js_sys::Uint8Array>().map(|a| a.to_vec()))
     }
 
