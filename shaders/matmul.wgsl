@@ -7,92 +7,266 @@
 // whose first values sit off_a, off_b, off_o into their bindings. mode 0 writes the sum, 1 adds
 // it to out, 2 (a later block along K) starts the sum from out: the same chain of fmas.
 //
-// Each workgroup computes a 64×64 tile of out; each of its 16×16 threads a 4×4 block, from
-// 64×16 slices of a and 16×64 slices of bm staged in workgroup memory.
+// Tiling: a workgroup of 16×16 threads computes a 128×128 tile of out, each thread an 8×8
+// block of it (rows ty*4.. and 64+ty*4.., columns tx*4.. and 64+tx*4..: two vec4s each way),
+// walking K in steps of TK = 16. Per k a thread reads 2 vec4s of a and 2 of bm and does 64
+// fmas, where the old 64×64 tile with 4×4 blocks did 16 fmas for 8 scalar reads: the register
+// block, not memory, now bounds the rate. The staged slices of a and bm fill 16 KiB of
+// workgroup memory, WebGPU's default limit. Global reads are vec4s where the operand's offset
+// and strides are multiples of 4 (vec_a, vec_b) and scalars otherwise (odd shapes, windows).
+//
+// Every out value is one fma chain over k = 0, 1, …, K-1 (then zeros up to the next multiple
+// of TK), from 0 or from out: the tiling, the subgroup entry point below and any split into
+// launches move operands around but never reorder a chain, so all give the same bits.
+//
+// The last section, from the line `// @subgroups`, is compiled only on devices with subgroups
+// (crates/engine/src/shaders.rs): there a's slice reaches the registers through subgroup
+// shuffles instead of workgroup memory.
 
 struct Params {
     batch: u32, m: u32, n: u32, k: u32,
     trans_a: u32, trans_b: u32, mode: u32, stride_a: u32,
     stride_b: u32, lda: u32, ldb: u32, ldo: u32,
-    off_a: u32, off_b: u32, off_o: u32,
+    off_a: u32, off_b: u32, off_o: u32, vec_a: u32,
+    vec_b: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // (batch, M, N)
-@group(0) @binding(2) var<storage, read> a: array<f32>;          // (batch, M, K) or (batch, K, M)
-@group(0) @binding(3) var<storage, read> bm: array<f32>;         // (batch, K, N) or (batch, N, K)
+// Read as vec4s; their bindings' sizes are multiples of 16 bytes (ops/matmul.rs).
+@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;    // (batch, M, K) or (batch, K, M)
+@group(0) @binding(3) var<storage, read> bm: array<vec4<f32>>;   // (batch, K, N) or (batch, N, K)
 
-const TILE: u32 = 64u;
-const TK: u32 = 16u;
-var<workgroup> a_tile: array<f32, 1024>; // [TK][TILE]: a_tile[kk * 64 + row]
-var<workgroup> b_tile: array<f32, 1024>; // [TK][TILE]: b_tile[kk * 64 + col]
+const BM: u32 = 128u;  // rows of out a workgroup computes
+const BN: u32 = 128u;  // columns
+const TK: u32 = 16u;   // the K tile: ops/matmul.rs splits K at its multiples
+const TX: u32 = BN / 8u;  // threads along columns, each 8 wide
+const TY: u32 = BM / 8u;  // threads along rows, each 8 high
+var<workgroup> a_tile: array<vec4<f32>, TK * BM / 4u>;  // [TK][BM]: a_tile[(kk * BM + row) / 4]
+var<workgroup> b_tile: array<vec4<f32>, TK * BN / 4u>;  // [TK][BN]: b_tile[(kk * BN + col) / 4]
 
-fn load_a(batch: u32, row: u32, kk: u32) -> f32 {
-    if (row >= p.m || kk >= p.k) { return 0.0; }
-    let base = batch * p.stride_a + p.off_a;
-    if (p.trans_a != 0u) { return a[base + kk * p.lda + row]; }
-    return a[base + row * p.lda + kk];
+// Four values of a that lie side by side in storage: row `outer` of the stored matrix,
+// columns inner..inner+3, zero past its edges. `inner` is a multiple of 4.
+fn load_a4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
+    let rows = select(p.m, p.k, p.trans_a != 0u);
+    let cols = select(p.k, p.m, p.trans_a != 0u);
+    var v = vec4<f32>(0.0);
+    if (outer >= rows) { return v; }
+    let i = batch * p.stride_a + p.off_a + outer * p.lda + inner;
+    if (p.vec_a != 0u && inner + 3u < cols) { return a[i / 4u]; }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (inner + j < cols) { v[j] = a[(i + j) / 4u][(i + j) % 4u]; }
+    }
+    return v;
 }
 
-fn load_b(batch: u32, kk: u32, col: u32) -> f32 {
-    if (kk >= p.k || col >= p.n) { return 0.0; }
-    let base = batch * p.stride_b + p.off_b;
-    if (p.trans_b != 0u) { return bm[base + col * p.ldb + kk]; }
-    return bm[base + kk * p.ldb + col];
+fn load_b4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
+    let rows = select(p.k, p.n, p.trans_b != 0u);
+    let cols = select(p.n, p.k, p.trans_b != 0u);
+    var v = vec4<f32>(0.0);
+    if (outer >= rows) { return v; }
+    let i = batch * p.stride_b + p.off_b + outer * p.ldb + inner;
+    if (p.vec_b != 0u && inner + 3u < cols) { return bm[i / 4u]; }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (inner + j < cols) { v[j] = bm[(i + j) / 4u][(i + j) % 4u]; }
+    }
+    return v;
 }
 
-@compute @workgroup_size(16, 16, 1)
-fn matmul(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let batch = wid.z;
-    let row0 = wid.y * TILE;
-    let col0 = wid.x * TILE;
-    let tid = lid.y * 16u + lid.x;
+// One element of a vec4 tile, by the index of the value.
+fn set_a(i: u32, v: f32) { a_tile[i / 4u][i % 4u] = v; }
+fn set_b(i: u32, v: f32) { b_tile[i / 4u][i % 4u] = v; }
+
+// Stages op(a)'s rows row0.. and columns k0.. (BM × TK) into a_tile, 2 vec4s a thread, each
+// read along the stored matrix's contiguous axis.
+fn stage_a(tid: u32, batch: u32, row0: u32, k0: u32) {
+    for (var l = 0u; l < TK * BM / 4u / (TX * TY); l = l + 1u) {
+        let e = tid + l * TX * TY;
+        if (p.trans_a != 0u) {
+            // Stored (K, M): a run of 4 rows of op(a) is one vec4 of the tile.
+            let kk = e / (BM / 4u);
+            let r = e % (BM / 4u) * 4u;
+            a_tile[(kk * BM + r) / 4u] = load_a4(batch, k0 + kk, row0 + r);
+        } else {
+            // Stored (M, K): a run of 4 k is a column of the tile.
+            let r = e / (TK / 4u);
+            let kk = e % (TK / 4u) * 4u;
+            let v = load_a4(batch, row0 + r, k0 + kk);
+            for (var j = 0u; j < 4u; j = j + 1u) { set_a((kk + j) * BM + r, v[j]); }
+        }
+    }
+}
+
+// Stages op(bm)'s rows k0.. and columns col0.. (TK × BN) into b_tile.
+fn stage_b(tid: u32, batch: u32, k0: u32, col0: u32) {
+    for (var l = 0u; l < TK * BN / 4u / (TX * TY); l = l + 1u) {
+        let e = tid + l * TX * TY;
+        if (p.trans_b != 0u) {
+            // Stored (N, K): a run of 4 k is a column of the tile.
+            let c = e / (TK / 4u);
+            let kk = e % (TK / 4u) * 4u;
+            let v = load_b4(batch, col0 + c, k0 + kk);
+            for (var j = 0u; j < 4u; j = j + 1u) { set_b((kk + j) * BN + c, v[j]); }
+        } else {
+            // Stored (K, N): a run of 4 columns is one vec4 of the tile.
+            let kk = e / (BN / 4u);
+            let c = e % (BN / 4u) * 4u;
+            b_tile[(kk * BN + c) / 4u] = load_b4(batch, k0 + kk, col0 + c);
+        }
+    }
+}
+
+// The thread's 8×8 block as 16 vec4s: acc[r * 2 + h] holds row r (0-3: ty*4 + r, 4-7:
+// BM/2 + ty*4 + r - 4), columns tx*4.. (h = 0) or BN/2 + tx*4.. (h = 1).
+alias Block = array<vec4<f32>, 16>;
+
+// One step k of every chain in the block: a0, a1 are op(a)'s 8 rows at k, b0, b1 op(bm)'s 8
+// columns.
+fn fma_step(acc: ptr<function, Block>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    (*acc)[0] = fma(vec4(a0.x), b0, (*acc)[0]);
+    (*acc)[1] = fma(vec4(a0.x), b1, (*acc)[1]);
+    (*acc)[2] = fma(vec4(a0.y), b0, (*acc)[2]);
+    (*acc)[3] = fma(vec4(a0.y), b1, (*acc)[3]);
+    (*acc)[4] = fma(vec4(a0.z), b0, (*acc)[4]);
+    (*acc)[5] = fma(vec4(a0.z), b1, (*acc)[5]);
+    (*acc)[6] = fma(vec4(a0.w), b0, (*acc)[6]);
+    (*acc)[7] = fma(vec4(a0.w), b1, (*acc)[7]);
+    (*acc)[8] = fma(vec4(a1.x), b0, (*acc)[8]);
+    (*acc)[9] = fma(vec4(a1.x), b1, (*acc)[9]);
+    (*acc)[10] = fma(vec4(a1.y), b0, (*acc)[10]);
+    (*acc)[11] = fma(vec4(a1.y), b1, (*acc)[11]);
+    (*acc)[12] = fma(vec4(a1.z), b0, (*acc)[12]);
+    (*acc)[13] = fma(vec4(a1.z), b1, (*acc)[13]);
+    (*acc)[14] = fma(vec4(a1.w), b0, (*acc)[14]);
+    (*acc)[15] = fma(vec4(a1.w), b1, (*acc)[15]);
+}
+
+fn block_row(ty: u32, r: u32) -> u32 { return ty * 4u + r % 4u + r / 4u * (BM / 2u); }
+fn block_col(tx: u32, h: u32, j: u32) -> u32 { return tx * 4u + j + h * (BN / 2u); }
+
+// The block's starting values: 0, or out in mode 2.
+fn block_init(batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) -> Block {
+    var acc: Block;
+    if (p.mode != 2u) { return acc; }
     let base = batch * p.m * p.ldo + p.off_o;
-    var acc: array<f32, 16>;
-    if (p.mode == 2u) {
-        for (var r = 0u; r < 4u; r = r + 1u) {
-            let row = row0 + lid.y + 16u * r;
-            for (var c = 0u; c < 4u; c = c + 1u) {
-                let col = col0 + lid.x + 16u * c;
-                if (row < p.m && col < p.n) { acc[r * 4u + c] = out[base + row * p.ldo + col]; }
+    for (var r = 0u; r < 8u; r = r + 1u) {
+        let row = row0 + block_row(ty, r);
+        for (var h = 0u; h < 2u; h = h + 1u) {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let col = col0 + block_col(tx, h, j);
+                if (row < p.m && col < p.n) { acc[r * 2u + h][j] = out[base + row * p.ldo + col]; }
             }
         }
     }
-    for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
-        for (var l = 0u; l < 4u; l = l + 1u) {
-            let e = tid + l * 256u;
-            // a: consecutive threads walk k, the contiguous axis of an untransposed a.
-            let ar = e / TK;
-            let ak = e % TK;
-            a_tile[ak * TILE + ar] = load_a(batch, row0 + ar, k0 + ak);
-            // bm: consecutive threads walk columns, the contiguous axis of an untransposed bm.
-            let bk = e / TILE;
-            let bc = e % TILE;
-            b_tile[bk * TILE + bc] = load_b(batch, k0 + bk, col0 + bc);
+    return acc;
+}
+
+// Writes the block, added to out in mode 1.
+fn block_store(acc: ptr<function, Block>, batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) {
+    let base = batch * p.m * p.ldo + p.off_o;
+    for (var r = 0u; r < 8u; r = r + 1u) {
+        let row = row0 + block_row(ty, r);
+        if (row >= p.m) { continue; }
+        for (var h = 0u; h < 2u; h = h + 1u) {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let col = col0 + block_col(tx, h, j);
+                if (col >= p.n) { continue; }
+                let i = base + row * p.ldo + col;
+                var v = (*acc)[r * 2u + h][j];
+                if (p.mode == 1u) { v = v + out[i]; }
+                out[i] = v;
+            }
         }
+    }
+}
+
+@compute @workgroup_size(TX * TY, 1, 1)
+fn matmul(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let batch = wid.z;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let tx = tid % TX;
+    let ty = tid / TX;
+    var acc = block_init(batch, row0, col0, tx, ty);
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
+        stage_a(tid, batch, row0, k0);
+        stage_b(tid, batch, k0, col0);
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            var av: array<f32, 4>;
-            var bv: array<f32, 4>;
-            for (var r = 0u; r < 4u; r = r + 1u) { av[r] = a_tile[kk * TILE + lid.y + 16u * r]; }
-            for (var c = 0u; c < 4u; c = c + 1u) { bv[c] = b_tile[kk * TILE + lid.x + 16u * c]; }
-            for (var r = 0u; r < 4u; r = r + 1u) {
-                for (var c = 0u; c < 4u; c = c + 1u) {
-                    acc[r * 4u + c] = fma(av[r], bv[c], acc[r * 4u + c]);
+            let a0 = a_tile[(kk * BM) / 4u + ty];
+            let a1 = a_tile[(kk * BM + BM / 2u) / 4u + ty];
+            let b0 = b_tile[(kk * BN) / 4u + tx];
+            let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+            fma_step(&acc, a0, a1, b0, b1);
+        }
+        workgroupBarrier();
+    }
+    block_store(&acc, batch, row0, col0, tx, ty);
+}
+
+// @subgroups
+//
+// The same tiles and chains; only bm is staged in workgroup memory. The lanes that share a
+// thread row ty (g = min(subgroup size, TX) of them, side by side) share op(a)'s 8 rows: each
+// reads those rows at one k of every g straight from global memory, and at each k the lanes
+// take them from the lane that read them with a shuffle. That needs the usual layout (lane =
+// local index mod subgroup size, subgroups full), which WGSL does not promise: a subgroup that
+// finds another reads its own a values from global memory instead, slower and the same bits.
+
+// An untransposed a at (row, k), zero past its edges.
+fn load_a1(batch: u32, row: u32, k: u32) -> f32 {
+    if (row >= p.m || k >= p.k) { return 0.0; }
+    let i = batch * p.stride_a + p.off_a + row * p.lda + k;
+    return a[i / 4u][i % 4u];
+}
+
+// op(a)'s rows r..r+3 (r a multiple of 4) at column k.
+fn load_a_rows(batch: u32, r: u32, k: u32) -> vec4<f32> {
+    if (p.trans_a != 0u) { return load_a4(batch, k, r); }
+    return vec4(load_a1(batch, r, k), load_a1(batch, r + 1u, k), load_a1(batch, r + 2u, k), load_a1(batch, r + 3u, k));
+}
+
+@compute @workgroup_size(TX * TY, 1, 1)
+fn matmul_subgroup(
+    @builtin(local_invocation_index) tid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) lanes: u32,
+) {
+    let batch = wid.z;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let tx = tid % TX;
+    let ty = tid / TX;
+    let g = min(lanes, TX);
+    let lead = lane - lane % g;
+    let full = subgroupAdd(1u) == lanes && lead + g <= lanes && TK % g == 0u;
+    let shared_rows = subgroupAll(full && subgroupShuffle(ty, lead) == ty);
+    let ra = row0 + ty * 4u;
+    let rb = row0 + BM / 2u + ty * 4u;
+    var acc = block_init(batch, row0, col0, tx, ty);
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
+        stage_b(tid, batch, k0, col0);
+        workgroupBarrier();
+        if (shared_rows) {
+            // Each lane reads the rows at one k of the next g; step kk takes them from lane kk.
+            for (var c = 0u; c < TK; c = c + g) {
+                let ha = load_a_rows(batch, ra, k0 + c + lane % g);
+                let hb = load_a_rows(batch, rb, k0 + c + lane % g);
+                for (var j = 0u; j < g; j = j + 1u) {
+                    let kk = c + j;
+                    let b0 = b_tile[(kk * BN) / 4u + tx];
+                    let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+                    fma_step(&acc, subgroupShuffle(ha, lead + j), subgroupShuffle(hb, lead + j), b0, b1);
                 }
+            }
+        } else {
+            for (var kk = 0u; kk < TK; kk = kk + 1u) {
+                let b0 = b_tile[(kk * BN) / 4u + tx];
+                let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+                fma_step(&acc, load_a_rows(batch, ra, k0 + kk), load_a_rows(batch, rb, k0 + kk), b0, b1);
             }
         }
         workgroupBarrier();
     }
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        let row = row0 + lid.y + 16u * r;
-        if (row >= p.m) { continue; }
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            let col = col0 + lid.x + 16u * c;
-            if (col >= p.n) { continue; }
-            let i = base + row * p.ldo + col;
-            var v = acc[r * 4u + c];
-            if (p.mode == 1u) { v = v + out[i]; }
-            out[i] = v;
-        }
-    }
+    block_store(&acc, batch, row0, col0, tx, ty);
 }

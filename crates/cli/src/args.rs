@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// On the GPU, run the plain kernels even where the adapter has subgroups, as browsers do.
+    #[arg(long)]
+    pub no_subgroups: bool,
     #[command(flatten)]
     pub train: TrainArgs,
 }

@@ -11,6 +11,7 @@ use crate::args::{BackendKind, BenchArgs};
 use crate::console::say;
 use crate::source;
 use anyhow::{bail, Context, Result};
+use engine::gpu::GpuOptions;
 use engine::profile::{Family, Profiled, Replay, Stat, Table};
 use engine::{Backend, MatmulDims};
 use models::count;
@@ -27,6 +28,9 @@ pub struct Report {
     pub backend: String,
     /// "per-op" (CPU: each op timed as it runs) or "replay" (GPU: each family replayed alone).
     pub family_timing: &'static str,
+    /// The GPU matmul's path: "subgroup" where the adapter has subgroups (and `--no-subgroups`
+    /// is off), else "plain"; "cpu" on the CPU.
+    pub matmul_path: &'static str,
     pub batch: usize,
     pub seq_len: usize,
     pub params: usize,
@@ -99,8 +103,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // The schedule runs over every step taken, so no step has a zero learning rate.
     cfg.train.steps = args.warmup + steps;
     let report = match t.backend {
-        BackendKind::Cpu => measure(Profiled::new(engine::cpu::CpuBackend::<f32>::new()), cfg, &args, steps)?,
-        BackendKind::Gpu => measure(Profiled::new(crate::gpu_backend()?), cfg, &args, steps)?,
+        BackendKind::Cpu => {
+            let be = Profiled::new(engine::cpu::CpuBackend::<f32>::new());
+            measure(be, cfg, &args, steps, "cpu")?
+        }
+        BackendKind::Gpu => {
+            let gpu = crate::gpu_backend_with(GpuOptions {
+                no_subgroups: args.no_subgroups,
+                ..GpuOptions::DEFAULT
+            })?;
+            let path = if gpu.subgroups() { "subgroup" } else { "plain" };
+            measure(Profiled::new(gpu), cfg, &args, steps, path)?
+        }
     };
     if args.json {
         say(&serde_json::to_string_pretty(&report)?);
@@ -110,7 +124,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn measure<B: Replay + 'static>(be: Profiled<B>, mut cfg: RunConfig, args: &BenchArgs, steps: usize) -> Result<Report> {
+fn measure<B: Replay + 'static>(
+    be: Profiled<B>,
+    mut cfg: RunConfig,
+    args: &BenchArgs,
+    steps: usize,
+    matmul_path: &'static str,
+) -> Result<Report> {
     let kind = args.train.backend;
     let data = source::open(&cfg.data)?;
     cfg.set_vocab(data.vocab);
@@ -210,6 +230,7 @@ fn measure<B: Replay + 'static>(be: Profiled<B>, mut cfg: RunConfig, args: &Benc
         arch: cfg.arch().to_string(),
         backend: be.describe(),
         family_timing,
+        matmul_path,
         batch: b,
         seq_len: t,
         params,
@@ -319,8 +340,8 @@ fn print(r: &Report) {
         r.model_flops_per_token, r.forward_flops_per_token, r.step_flops_per_token, r.achieved_gflops
     ));
     say(&format!(
-        "peaks on this device: matmul {}³ {:.2} GFLOP/s, stream (a+b) {:.2} GB/s; families timed {}",
-        r.peaks.matmul_n, r.peaks.matmul_gflops, r.peaks.stream_gbps, r.family_timing
+        "peaks on this device: matmul {}³ {:.2} GFLOP/s, stream (a+b) {:.2} GB/s; families timed {}; matmul path {}",
+        r.peaks.matmul_n, r.peaks.matmul_gflops, r.peaks.stream_gbps, r.family_timing, r.matmul_path
     ));
     say("");
     say("| family | calls | ms/step | share | GFLOP/step | MB/step | GFLOP/s | GB/s | % matmul peak | % stream peak |");

@@ -47,7 +47,12 @@ fn main() {
 
 /// The wgpu backend, or an error that says how to get one.
 pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
-    pollster::block_on(engine::gpu::GpuBackend::new()).context("cannot use --backend gpu")
+    gpu_backend_with(engine::gpu::GpuOptions::default())
+}
+
+/// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups).
+pub fn gpu_backend_with(options: engine::gpu::GpuOptions) -> Result<engine::gpu::GpuBackend> {
+    pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")
 }
 
 /// Runs `$body` with `$be` bound to the backend `$kind` names.

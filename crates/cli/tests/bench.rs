@@ -54,6 +54,12 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
             );
             let timing = if backend == "cpu" { "per-op" } else { "replay" };
             assert_eq!(r["family_timing"], timing, "{at}");
+            let paths: &[&str] = if backend == "cpu" {
+                &["cpu"]
+            } else {
+                &["subgroup", "plain"]
+            };
+            assert!(paths.iter().any(|p| r["matmul_path"] == *p), "{at}: {r}");
             for key in [
                 "batch",
                 "seq_len",

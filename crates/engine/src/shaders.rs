@@ -17,11 +17,38 @@ pub const FAMILIES: &[(&str, &str)] = &[
     ("memory", include_str!("../../../shaders/memory.wgsl")),
 ];
 
-/// The full source of one family: the common prelude, then the family's file.
+/// The line that opens the last section of a family's file, compiled only on devices with
+/// subgroups: entry points that use WGSL's subgroup built-ins.
+pub const SUBGROUP_SECTION: &str = "// @subgroups";
+
+/// Appended to a family's name, asks for the source with its subgroup section.
+pub const WITH_SUBGROUPS: &str = "+subgroups";
+
+/// The full source of one family: the common prelude, then the family's file up to its subgroup
+/// section; for `family` + [`WITH_SUBGROUPS`], the prelude and all of the file. That source has
+/// no `enable subgroups;`: naga 30 takes the built-ins without it and rejects the directive,
+/// and wgpu 30 offers subgroups only natively, where naga compiles every shader.
 pub fn source(family: &str) -> String {
+    let (base, subgroups) = match family.strip_suffix(WITH_SUBGROUPS) {
+        Some(base) => (base, true),
+        None => (family, false),
+    };
     let (_, body) = FAMILIES
         .iter()
-        .find(|(name, _)| *name == family)
-        .unwrap_or_else(|| panic!("no shader family named {family}"));
-    format!("{COMMON}\n{body}")
+        .find(|(name, _)| *name == base)
+        .unwrap_or_else(|| panic!("no shader family named {base}"));
+    let marker = format!("\n{SUBGROUP_SECTION}\n");
+    match (subgroups, body.find(&marker)) {
+        (true, Some(_)) => format!("{COMMON}\n{body}"),
+        (true, None) => panic!("shaders/{base}.wgsl has no subgroup section"),
+        (false, Some(end)) => format!("{COMMON}\n{}", &body[..end + 1]),
+        (false, None) => format!("{COMMON}\n{body}"),
+    }
+}
+
+/// Whether a family's file has a subgroup section.
+pub fn has_subgroup_section(family: &str) -> bool {
+    FAMILIES
+        .iter()
+        .any(|(name, body)| *name == family && body.contains(&format!("\n{SUBGROUP_SECTION}\n")))
 }

@@ -22,6 +22,7 @@ fn gpu_with(options: GpuOptions) -> GpuBackend {
 const FOLDED: GpuOptions = GpuOptions {
     max_binding_bytes: None,
     max_groups_per_dim: Some(3),
+    ..GpuOptions::DEFAULT
 };
 
 fn assert_same_bits(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
@@ -92,27 +93,59 @@ fn matmul_case<B: Backend>(be: &B, a: &[f32], b: &[f32], init: &[f32], d: Matmul
     vec![read(be, &out)]
 }
 
+/// The plain kernels, as browsers run them, on an adapter that may have subgroups.
+const PLAIN: GpuOptions = GpuOptions {
+    no_subgroups: true,
+    ..GpuOptions::DEFAULT
+};
+
+/// Says which matmul paths a test compared, so that a log shows it.
+fn matmul_paths(gpu: &GpuBackend) -> &'static str {
+    match gpu.subgroups() {
+        true => "the subgroup path against the plain path",
+        false => "the plain path only: this adapter has no subgroups",
+    }
+}
+
+/// Every transpose with and without accumulation, on shapes from one value to several tiles,
+/// odd ones (scalar reads) and multiples of 4 (vec4 reads), single, batched and with either
+/// operand broadcast over the batch: within a tolerance of the CPU, and the same bits on the
+/// subgroup path, the plain path and a folded grid.
 #[test]
 fn matmul_every_layout() {
+    let (sub, plain, folded, cpu) = (gpu(), gpu_with(PLAIN), gpu_with(FOLDED), CpuBackend::<f32>::new());
+    assert!(!plain.subgroups());
+    eprintln!("matmul_every_layout: {}", matmul_paths(&sub));
     let mut rng = SmallRng::seed_from_u64(10);
-    for (ta, tb, acc) in [
-        (false, false, false),
-        (false, true, false),
-        (true, false, true),
-        (true, true, false),
-    ] {
-        let (m, n, k, batch) = (67, 45, 93, 3);
-        let mut d = MatmulDims::new(m, n, k).batched(batch, false, ta && tb);
-        d.trans_a = ta;
-        d.trans_b = tb;
-        d.accumulate = acc;
-        let a = rand_vec(&mut rng, batch * m * k, 1.0);
-        let b = rand_vec(&mut rng, batch * k * n, 1.0);
-        let init = rand_vec(&mut rng, batch * m * n, 1.0);
-        both!(
-            &format!("matmul(ta={ta}, tb={tb}, acc={acc})"),
-            1e-5,
-            matmul_case(&a, &b, &init, d)
+    let mut cases = Vec::new();
+    for (m, n, k) in [(1, 1, 1), (67, 45, 93), (257, 129, 65), (100, 68, 36)] {
+        for (ta, tb, acc) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
+            cases.push((MatmulDims::new(m, n, k), ta, tb, acc));
+        }
+    }
+    for (batch, (m, n, k)) in [(3, (67, 45, 93)), (3, (100, 68, 36))] {
+        for (ba, bb) in [(false, false), (true, false), (false, true)] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                cases.push((MatmulDims::new(m, n, k).batched(batch, ba, bb), ta, tb, ta != tb));
+            }
+        }
+    }
+    for (mut d, ta, tb, acc) in cases {
+        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
+        let a = rand_vec(&mut rng, (d.batch - 1) * d.stride_a + d.m * d.k, 1.0);
+        let b = rand_vec(&mut rng, (d.batch - 1) * d.stride_b + d.k * d.n, 1.0);
+        let init = rand_vec(&mut rng, d.batch * d.m * d.n, 1.0);
+        let name = format!(
+            "matmul {}×{}×{} (batch {}, strides {} {}, ta={ta}, tb={tb}, acc={acc})",
+            d.m, d.n, d.k, d.batch, d.stride_a, d.stride_b
+        );
+        let want = matmul_case(&sub, &a, &b, &init, d);
+        assert_close(&name, &want, &matmul_case(&cpu, &a, &b, &init, d), 1e-5);
+        assert_same_bits(&format!("plain {name}"), &matmul_case(&plain, &a, &b, &init, d), &want);
+        assert_same_bits(
+            &format!("folded {name}"),
+            &matmul_case(&folded, &a, &b, &init, d),
+            &want,
         );
     }
 }
@@ -489,6 +522,7 @@ fn too_big_a_buffer_is_a_clear_error() {
 const SPLIT: GpuOptions = GpuOptions {
     max_binding_bytes: Some(64 << 10),
     max_groups_per_dim: None,
+    ..GpuOptions::DEFAULT
 };
 
 /// Ops over buffers larger than one binding run as several launches over windows, and give the
@@ -498,7 +532,12 @@ const SPLIT: GpuOptions = GpuOptions {
 #[test]
 fn split_launches_give_the_same_bits() {
     let (whole, split) = (gpu(), gpu_with(SPLIT));
+    let plain_split = gpu_with(GpuOptions {
+        no_subgroups: true,
+        ..SPLIT
+    });
     assert_eq!(split.max_binding_values(), 16 << 10);
+    eprintln!("split matmul: {}", matmul_paths(&whole));
     let mut rng = SmallRng::seed_from_u64(20);
     for (ta, tb, acc, k) in [
         (false, false, false, 150),
@@ -517,6 +556,11 @@ fn split_launches_give_the_same_bits() {
         let name = format!("split matmul(ta={ta}, tb={tb}, acc={acc})");
         let want = matmul_case(&whole, &a, &b, &init, d);
         assert_same_bits(&name, &matmul_case(&split, &a, &b, &init, d), &want);
+        assert_same_bits(
+            &format!("plain {name}"),
+            &matmul_case(&plain_split, &a, &b, &init, d),
+            &want,
+        );
         let cpu = matmul_case(&CpuBackend::<f32>::new(), &a, &b, &init, d);
         assert_close(&name, &want, &cpu, 1e-5);
     }

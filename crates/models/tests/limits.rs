@@ -24,12 +24,14 @@ fn gpu_with(options: GpuOptions) -> GpuBackend {
 const SPLIT: GpuOptions = GpuOptions {
     max_binding_bytes: Some(256 << 10),
     max_groups_per_dim: None,
+    ..GpuOptions::DEFAULT
 };
 
 /// Every 1-D launch of more than 3 workgroups folds; matmuls split.
 const FOLDED: GpuOptions = GpuOptions {
     max_binding_bytes: None,
     max_groups_per_dim: Some(3),
+    ..GpuOptions::DEFAULT
 };
 
 const VOCAB: usize = 1000;

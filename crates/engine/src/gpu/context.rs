@@ -8,13 +8,25 @@ use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
 /// Limits lower than the device's own, so that tests reach the split and folded launches at
-/// small shapes; `None` keeps the device's limit.
+/// small shapes (`None` keeps the device's limit), and adapter features left unused, so that
+/// tests compare the kernels that use them with those that do not on one adapter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Bytes one storage binding may hold.
     pub max_binding_bytes: Option<u64>,
     /// Workgroups per grid dimension before a 1-D launch folds into a second dimension.
     pub max_groups_per_dim: Option<u32>,
+    /// Run the plain kernels even where the adapter has subgroups: what a browser runs.
+    pub no_subgroups: bool,
+}
+
+impl GpuOptions {
+    /// The device's own limits and every feature it offers ([`Default`], usable in a const).
+    pub const DEFAULT: Self = Self {
+        max_binding_bytes: None,
+        max_groups_per_dim: None,
+        no_subgroups: false,
+    };
 }
 
 pub struct GpuBackend {
@@ -28,6 +40,9 @@ pub struct GpuBackend {
     pub(crate) binding_values: usize,
     /// Workgroups per grid dimension, past which 1-D launches fold (`grid_1d`).
     pub(crate) max_groups: u32,
+    /// Whether the device was created with subgroups, which kernels with a subgroup variant
+    /// (matmul) then use.
+    pub(crate) subgroups: bool,
     /// Compiled pipelines by (family, entry point): each shader is compiled once per context.
     pipelines: RefCell<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -65,10 +80,14 @@ impl GpuBackend {
             .map_err(|e| EngineError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
         let limits = adapter.limits();
+        // Only what the adapter offers: browsers and SwiftShader have no subgroups.
+        let subgroups = adapter.features().contains(wgpu::Features::SUBGROUP) && !options.no_subgroups;
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::SUBGROUP, subgroups);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("resmem"),
-                required_features: wgpu::Features::empty(),
+                required_features: features,
                 required_limits: limits.clone(),
                 experimental_features: wgpu::ExperimentalFeatures::disabled(),
                 memory_hints: wgpu::MemoryHints::Performance,
@@ -118,6 +137,7 @@ impl GpuBackend {
         Ok(Self {
             binding_values,
             max_groups,
+            subgroups,
             sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
             device,
@@ -137,9 +157,10 @@ impl GpuBackend {
     }
 
     /// A zeroed storage buffer of `len` 4-byte values, checked against the device's buffer size.
-    /// It may exceed one binding: ops bind such buffers in windows.
+    /// It may exceed one binding: ops bind such buffers in windows. Its size is rounded up to
+    /// 16 bytes, so that a kernel may read any tensor in it as vec4s (matmul).
     pub(crate) fn storage_buffer(&self, what: &str, len: usize) -> Result<wgpu::Buffer> {
-        let bytes = (len.max(1) * 4) as u64;
+        let bytes = (len.max(1) * 4).next_multiple_of(16) as u64;
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         if bytes > self.limits.max_buffer_size {
             return Err(EngineError::TooBig {
@@ -151,7 +172,7 @@ impl GpuBackend {
         }
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(what),
-            size: bytes.next_multiple_of(4),
+            size: bytes,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         }))
@@ -337,9 +358,16 @@ impl GpuBackend {
         self.max_groups
     }
 
-    /// The largest number of f32 values one buffer may hold on this device.
+    /// The largest number of f32 values one buffer may hold on this device (in whole vec4s:
+    /// buffers are allocated in multiples of 16 bytes).
     pub fn max_buffer_values(&self) -> usize {
-        (self.limits.max_buffer_size / 4) as usize
+        (self.limits.max_buffer_size / 16 * 4) as usize
+    }
+
+    /// Whether kernels with a subgroup variant use it: the adapter has subgroups and
+    /// [`GpuOptions::no_subgroups`] is off.
+    pub fn subgroups(&self) -> bool {
+        self.subgroups
     }
 
     /// Workgroup counts for `n` items of `per_group` each, folded into 2-D past `max_groups` in

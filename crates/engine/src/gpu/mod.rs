@@ -110,6 +110,19 @@ impl AsArg for GpuTensor {
     }
 }
 
+impl GpuTensor {
+    /// The tensor's binding rounded up to whole vec4s, for a shader that reads it as
+    /// `array<vec4<f32>>`: the values past its end belong to the same buffer, since views
+    /// start at multiples of [`VIEW_ALIGN`] and buffers are allocated in multiples of 16 bytes.
+    pub(crate) fn vec4_arg(&self) -> Arg<'_> {
+        Arg {
+            buffer: &self.buffer,
+            offset_bytes: (self.offset * 4) as u64,
+            size_bytes: (self.len.max(1).next_multiple_of(4) * 4) as u64,
+        }
+    }
+}
+
 impl AsArg for GpuIndex {
     fn arg(&self) -> Arg<'_> {
         Arg {

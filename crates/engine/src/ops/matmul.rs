@@ -182,7 +182,7 @@ impl MatmulDims {
     /// dimension `groups`. K is split at multiples of the shader's K tile, so that every launch
     /// after the first continues the same chain of fmas. None when no split fits.
     fn split(&self, cap: usize, groups: usize) -> Option<(usize, usize, usize)> {
-        let (mut mc, mut nc, mut kc) = (self.m.min(groups * 64), self.n.min(groups * 64), self.k);
+        let (mut mc, mut nc, mut kc) = (self.m.min(groups * BM), self.n.min(groups * BN), self.k);
         loop {
             let blk = Block {
                 m: (0, mc.max(1)),
@@ -233,7 +233,7 @@ pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: M
         k: (0, d.k),
     };
     let fits =
-        [out.len, a.len, b.len].iter().all(|&l| l <= cap) && d.m.div_ceil(64) <= groups && d.n.div_ceil(64) <= groups;
+        [out.len, a.len, b.len].iter().all(|&l| l <= cap) && d.m.div_ceil(BM) <= groups && d.n.div_ceil(BN) <= groups;
     if fits || d.m == 0 || d.n == 0 {
         let all = [(0, out.len), (0, a.len), (0, b.len)];
         return launch(gpu, out, a, b, &d, &whole, all, d.accumulate as u32);
@@ -273,6 +273,10 @@ pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: M
 /// The shader's K tile (`TK` in matmul.wgsl): its zero padding only ever ends a chain.
 const TK: usize = 16;
 
+/// Rows and columns of out one workgroup computes (`BM`, `BN` in matmul.wgsl).
+const BM: usize = 128;
+const BN: usize = 128;
+
 /// `mode` of a launch after the first along K: start from out instead of 0.
 const CONTINUE: u32 = 2;
 
@@ -296,6 +300,11 @@ fn launch(
     let (a, off_a) = bind(a, windows[1]);
     let (b, off_b) = bind(b, windows[2]);
     let (m, n, k) = (blk.m.1 - blk.m.0, blk.n.1 - blk.n.0, blk.k.1 - blk.k.0);
+    let (lda, ldb) = (if d.trans_a { d.m } else { d.k }, if d.trans_b { d.k } else { d.n });
+    // The shader reads a and b as vec4s where each batch's rows start at multiples of 4 values.
+    let whole_vec4s = |off: usize, ld: usize, stride: usize| {
+        off.is_multiple_of(4) && ld.is_multiple_of(4) && (d.batch == 1 || stride.is_multiple_of(4))
+    };
     let params = [
         d.batch,
         m,
@@ -307,14 +316,21 @@ fn launch(
         d.stride_a,
         d.stride_b,
         // Row strides of the whole operands, which a block's windows keep.
-        if d.trans_a { d.m } else { d.k },
-        if d.trans_b { d.k } else { d.n },
+        lda,
+        ldb,
         d.n,
         off_a,
         off_b,
         off_o,
+        whole_vec4s(off_a, lda, d.stride_a) as usize,
+        whole_vec4s(off_b, ldb, d.stride_b) as usize,
     ]
     .map(|x| x as u32);
-    let groups = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, d.batch as u32];
-    gpu.dispatch("matmul", "matmul", &params, &[out.arg(), a.arg(), b.arg()], groups);
+    let groups = [n.div_ceil(BN) as u32, m.div_ceil(BM) as u32, d.batch as u32];
+    let args = [out.arg(), a.vec4_arg(), b.vec4_arg()];
+    // Both entry points run the same chains: which one runs changes no bit of out.
+    match gpu.subgroups() {
+        true => gpu.dispatch("matmul+subgroups", "matmul_subgroup", &params, &args, groups),
+        false => gpu.dispatch("matmul", "matmul", &params, &args, groups),
+    }
 }
