@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// On the GPU, run the plain kernels even where the adapter has subgroups, as browsers do.
     #[arg(long)]
     pub no_subgroups: bool,
+    /// On the GPU, time each kernel family by replaying it alone even where the adapter has
+    /// timestamp queries.
+    #[arg(long)]
+    pub no_timestamps: bool,
     #[command(flatten)]
     pub train: TrainArgs,
 }

@@ -2,10 +2,11 @@
 //! a step into kernel families (`engine::profile`) with their FLOPs, bytes and rates, against
 //! the device's own matmul and stream peaks measured by the same command.
 //!
-//! Timing: on the CPU each op is timed as it runs. On the GPU the step is one recorded plan, so
-//! each family is timed by replaying its launches alone, submitted and waited for (timestamp
-//! queries would split one submission, but lavapipe's and the browser's support varies, and a
-//! replay needs nothing from the adapter).
+//! Timing: on the CPU each op is timed as it runs. On the GPU the step is one recorded plan:
+//! where the adapter has timestamp queries, the plan is replayed with a timestamp before and
+//! after each launch and each family's launches are summed; elsewhere (or with
+//! `--no-timestamps`) each family is timed by replaying its launches alone, submitted and waited
+//! for, which needs nothing from the adapter.
 
 use crate::args::{BackendKind, BenchArgs};
 use crate::console::say;
@@ -26,7 +27,9 @@ const DEFAULT_STEPS: usize = 10;
 pub struct Report {
     pub arch: String,
     pub backend: String,
-    /// "per-op" (CPU: each op timed as it runs) or "replay" (GPU: each family replayed alone).
+    /// "per-op" (CPU: each op timed as it runs), "timestamps" (GPU: one replay of the step with
+    /// timestamp queries around each launch) or "replay" (GPU without them: each family
+    /// replayed alone).
     pub family_timing: &'static str,
     /// The GPU matmul's path: "subgroup" where the adapter has subgroups (and `--no-subgroups`
     /// is off), else "plain"; "cpu" on the CPU.
@@ -110,6 +113,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BackendKind::Gpu => {
             let gpu = crate::gpu_backend_with(GpuOptions {
                 no_subgroups: args.no_subgroups,
+                no_timestamps: args.no_timestamps,
                 ..GpuOptions::DEFAULT
             })?;
             let path = if gpu.subgroups() { "subgroup" } else { "plain" };
@@ -190,10 +194,18 @@ fn measure<B: Replay + 'static>(
     let family_timing = match trainer.plan().map(|p| p.families().is_empty()) {
         Some(false) => {
             let plan = trainer.plan().context("the step was not recorded")?;
-            for (i, family) in Family::ALL.iter().enumerate() {
-                seconds[i] = be.time_family(plan, *family, steps, &wait)?.unwrap_or(0.0);
+            match pollster::block_on(be.time_families(plan, steps))? {
+                Some(timed) => {
+                    seconds = timed;
+                    "timestamps"
+                }
+                None => {
+                    for (i, family) in Family::ALL.iter().enumerate() {
+                        seconds[i] = be.time_family(plan, *family, steps, &wait)?.unwrap_or(0.0);
+                    }
+                    "replay"
+                }
             }
-            "replay"
         }
         _ => "per-op",
     };

@@ -1,6 +1,8 @@
 //! `resmem bench`'s instrument: [`Profiled`] wraps a backend, passes every op through, and
 //! books it under its kernel [`Family`] with the FLOPs and bytes its shapes imply; on a backend
-//! that runs ops eagerly (the CPU) it also times each op.
+//! that runs ops eagerly (the CPU) it also times each op. A recorded plan (the GPU) is timed
+//! afterwards: each launch of one replay by the device's timestamp queries where it has them
+//! ([`Profiled::time_families`]), or else each family replayed alone ([`Profiled::time_family`]).
 //!
 //! FLOPs follow `models::count`'s conventions, so a forward pass's matmul, attention, retrieval,
 //! storage and memory-layer FLOPs add up to the model counter's forward FLOPs: 2 per
@@ -97,13 +99,17 @@ pub struct Stat {
 pub type Table = [Stat; Family::ALL.len()];
 
 /// What the profiler needs from a backend beyond [`Backend`]: how many launches it has
-/// recorded, and a plan cut down to some of its launches, to time one family by replaying it
-/// alone. Eager backends record nothing.
+/// recorded, each launch's time from the device's timestamps where it has them, and otherwise
+/// a plan cut down to some of its launches, to time one family by replaying it alone. Eager
+/// backends record nothing.
 pub trait Replay: Backend {
     /// Launches recorded and not yet submitted.
     fn pending_launches(&self) -> usize;
     /// The launches of `plan` at the indices `keep` accepts, as a plan of their own.
     fn subplan(&self, plan: &Self::Plan, keep: &dyn Fn(usize) -> bool) -> Self::Plan;
+    /// One replay of `plan` with each launch's seconds, in order, from timestamp queries; None
+    /// where the backend has none.
+    fn launch_seconds(&self, plan: &Self::Plan) -> Option<impl Future<Output = Result<Vec<f64>>>>;
 }
 
 #[cfg(feature = "cpu")]
@@ -112,6 +118,9 @@ impl<T: crate::ops::Scalar> Replay for crate::cpu::CpuBackend<T> {
         0
     }
     fn subplan(&self, _plan: &(), _keep: &dyn Fn(usize) -> bool) {}
+    fn launch_seconds(&self, _plan: &()) -> Option<impl Future<Output = Result<Vec<f64>>>> {
+        None::<std::future::Ready<Result<Vec<f64>>>>
+    }
 }
 
 impl Replay for crate::gpu::GpuBackend {
@@ -120,6 +129,9 @@ impl Replay for crate::gpu::GpuBackend {
     }
     fn subplan(&self, plan: &crate::gpu::GpuPlan, keep: &dyn Fn(usize) -> bool) -> crate::gpu::GpuPlan {
         plan.filtered(keep)
+    }
+    fn launch_seconds(&self, plan: &crate::gpu::GpuPlan) -> Option<impl Future<Output = Result<Vec<f64>>>> {
+        self.timestamps().then(|| self.time_launches(plan))
     }
 }
 
@@ -194,6 +206,34 @@ impl<B: Replay> Profiled<B> {
             wait()?;
         }
         Ok(Some(start.elapsed().as_secs_f64() / reps.max(1) as f64))
+    }
+
+    /// Every family's seconds in one replay of `plan` (in the order of [`Family::ALL`]), from
+    /// the device's timestamp queries around each launch: the mean of `reps` replays after an
+    /// untimed one. None where the backend has no timestamps; [`Self::time_family`] then times
+    /// each family by replaying it alone.
+    pub async fn time_families(
+        &self,
+        plan: &ProfiledPlan<B::Plan>,
+        reps: usize,
+    ) -> Result<Option<[f64; Family::ALL.len()]>> {
+        let Some(inner) = plan.inner.as_ref() else {
+            return Ok(None);
+        };
+        let mut seconds = [0.0; Family::ALL.len()];
+        for rep in 0..=reps.max(1) {
+            let Some(timed) = self.inner.launch_seconds(inner) else {
+                return Ok(None);
+            };
+            let launches = timed.await?;
+            // The first replay may compile or page in, as in `time_family`.
+            if rep > 0 {
+                for (family, s) in plan.families.iter().zip(launches) {
+                    seconds[family.index()] += s / reps.max(1) as f64;
+                }
+            }
+        }
+        Ok(Some(seconds))
     }
 
     /// Runs one op: books its cost, its time, and (while recording) its launches' family.

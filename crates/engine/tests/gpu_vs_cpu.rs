@@ -894,3 +894,84 @@ fn many_indices_read_back_in_one_round_trip() {
     let t = upload(&gpu, &values);
     assert_eq!(read(&gpu, &gpu.view(&t, 64, 70)), values[64..134].to_vec());
 }
+
+/// Whether the adapter the tests get offers timestamp queries, asked of wgpu directly.
+fn adapter_has_timestamps() -> bool {
+    std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    }))
+    .expect("these tests need a GPU adapter; on Debian install mesa-vulkan-drivers");
+    adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY)
+}
+
+/// A recorded plan of three families (matmul, elementwise, norm), and the families it holds.
+fn profiled_plan(be: &profile::Profiled<GpuBackend>) -> profile::ProfiledPlan<gpu::GpuPlan> {
+    let mut rng = SmallRng::seed_from_u64(30);
+    let d = MatmulDims::new(67, 45, 93);
+    let (a, b) = (
+        upload(be, &rand_vec(&mut rng, 67 * 93, 1.0)),
+        upload(be, &rand_vec(&mut rng, 93 * 45, 1.0)),
+    );
+    let (out, sum) = (be.zeros("out", 67 * 45).unwrap(), be.zeros("sum", 67 * 45).unwrap());
+    let n = NormDims {
+        rows: 67,
+        c: 45,
+        kind: NormKind::RmsNorm,
+        eps: 1e-6,
+    };
+    let (normed, stats, gain) = (
+        be.zeros("normed", 67 * 45).unwrap(),
+        be.zeros("stats", 2 * 67).unwrap(),
+        upload(be, &[1.0; 45]),
+    );
+    let mut plan = None;
+    be.record_or_replay(&mut plan, || {
+        be.matmul(&out, &a, &b, d);
+        be.add(&sum, &out, &out);
+        be.norm_forward(&normed, &stats, &sum, &gain, n);
+    });
+    be.flush().unwrap();
+    plan.unwrap()
+}
+
+/// Where the adapter has timestamp queries, the device is created with them and one replay of
+/// a plan times every family in it: finite, and more than 0 for each family that ran, 0 for the
+/// others. With `no_timestamps` (or an adapter without them) there are none, and `resmem
+/// bench` replays each family alone instead. No time is compared with anything.
+#[test]
+fn timestamp_queries_time_each_family_of_a_plan() {
+    use profile::{Family, Profiled};
+    let offered = adapter_has_timestamps();
+    let be = Profiled::new(gpu());
+    assert_eq!(be.inner.timestamps(), offered);
+    let plan = profiled_plan(&be);
+    let timed = pollster::block_on(be.time_families(&plan, 2)).unwrap();
+    if offered {
+        eprintln!("timestamps: this adapter has timestamp queries; each family timed from them");
+        let seconds = timed.expect("timestamp queries were on, yet the families were not timed");
+        for (family, s) in Family::ALL.iter().zip(seconds) {
+            assert!(s.is_finite() && s >= 0.0, "{family:?}: {s} s");
+            let ran = [Family::Matmul, Family::Elementwise, Family::Norm].contains(family);
+            assert_eq!(ran, plan.families().contains(family), "{family:?}");
+            assert_eq!(s > 0.0, ran, "{family:?}: {s} s");
+        }
+    } else {
+        eprintln!("timestamps: this adapter has no timestamp queries; only replay timing is possible");
+        assert!(timed.is_none());
+    }
+
+    let off = Profiled::new(gpu_with(GpuOptions {
+        no_timestamps: true,
+        ..GpuOptions::DEFAULT
+    }));
+    assert!(!off.inner.timestamps());
+    let plan = profiled_plan(&off);
+    assert!(pollster::block_on(off.time_families(&plan, 2)).unwrap().is_none());
+    let sync = off.zeros("sync", 1).unwrap();
+    let wait = || pollster::block_on(off.read(&sync)).map(|_| ());
+    let replayed = off.time_family(&plan, Family::Matmul, 1, &wait).unwrap();
+    assert!(replayed.is_some_and(|s| s.is_finite() && s > 0.0));
+}

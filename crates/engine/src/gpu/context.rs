@@ -18,6 +18,9 @@ pub struct GpuOptions {
     pub max_groups_per_dim: Option<u32>,
     /// Run the plain kernels even where the adapter has subgroups: what a browser runs.
     pub no_subgroups: bool,
+    /// Leave timestamp queries off even where the adapter has them, so that a profile replays
+    /// each kernel family alone instead (`profile::Profiled`).
+    pub no_timestamps: bool,
 }
 
 impl GpuOptions {
@@ -26,6 +29,7 @@ impl GpuOptions {
         max_binding_bytes: None,
         max_groups_per_dim: None,
         no_subgroups: false,
+        no_timestamps: false,
     };
 }
 
@@ -43,6 +47,8 @@ pub struct GpuBackend {
     /// Whether the device was created with subgroups, which kernels with a subgroup variant
     /// (matmul) then use.
     pub(crate) subgroups: bool,
+    /// Whether the device was created with timestamp queries (`timing.rs`).
+    pub(crate) timestamps: bool,
     /// Compiled pipelines by (family, entry point): each shader is compiled once per context.
     pipelines: RefCell<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -80,10 +86,13 @@ impl GpuBackend {
             .map_err(|e| EngineError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        // Only what the adapter offers: browsers and SwiftShader have no subgroups.
+        // Only what the adapter offers: browsers and SwiftShader have no subgroups, and not every
+        // adapter has timestamp queries.
         let subgroups = adapter.features().contains(wgpu::Features::SUBGROUP) && !options.no_subgroups;
+        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY) && !options.no_timestamps;
         let mut features = wgpu::Features::empty();
         features.set(wgpu::Features::SUBGROUP, subgroups);
+        features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("resmem"),
@@ -138,6 +147,7 @@ impl GpuBackend {
             binding_values,
             max_groups,
             subgroups,
+            timestamps,
             sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
             device,

@@ -7,6 +7,7 @@
 
 mod context;
 mod readback;
+mod timing;
 
 use crate::{
     ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, MemoryDims,

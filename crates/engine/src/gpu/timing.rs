@@ -1,0 +1,126 @@
+//! Timestamp queries around each launch of a recorded plan, where the device has them:
+//! `resmem bench` splits one replay of a training step into its launches' times this way, and
+//! replays each kernel family alone where it cannot (`profile::Profiled::time_family`).
+//!
+//! Each launch runs in a compute pass of its own whose start and end the pass's
+//! `timestamp_writes` record: that needs only `Features::TIMESTAMP_QUERY`, which WebGPU has too,
+//! not writes inside a pass. Launches in separate passes see each other's writes as in one pass.
+
+use super::{Dispatch, GpuBackend, GpuPlan};
+use crate::{EngineError, Result};
+use std::future::Future;
+
+/// Launches per query set: two timestamps each, up to wgpu's largest query set.
+const PER_SET: usize = (wgpu::QUERY_SET_MAX_QUERIES / 2) as usize;
+
+impl GpuBackend {
+    /// Whether the device was created with timestamp queries: the adapter has them and
+    /// [`super::GpuOptions::no_timestamps`] is off.
+    pub fn timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// Replays `plan` once, after whatever is pending, with each launch in its own timed pass:
+    /// the seconds each launch took on the device, in the plan's order. An error on a device
+    /// without timestamp queries.
+    pub fn time_launches(&self, plan: &GpuPlan) -> impl Future<Output = Result<Vec<f64>>> {
+        self.submit_pending();
+        let launches = plan.dispatches.len();
+        let started = match self.timestamps {
+            true => Ok(self.encode_timed(&plan.dispatches)),
+            false => Err(EngineError::Gpu("this device has no timestamp queries".into())),
+        };
+        let period_ns = self.queue.get_timestamp_period() as f64;
+        #[cfg(not(target_arch = "wasm32"))]
+        let polled = self
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| EngineError::Readback(e.to_string()));
+        #[cfg(target_arch = "wasm32")]
+        let polled: Result<()> = Ok(());
+        let checked = self.take_error();
+        async move {
+            let (staging, rx) = started?;
+            polled?;
+            checked?;
+            rx.await
+                .map_err(|_| EngineError::Readback("the map callback never ran".into()))??;
+            let seconds = {
+                let view = staging
+                    .get_mapped_range(..)
+                    .map_err(|e| EngineError::Readback(e.to_string()))?;
+                let ticks = bytemuck::cast_slice::<u8, u64>(&view);
+                // A device may count past the end between passes: never a negative time.
+                (ticks.chunks_exact(2).take(launches))
+                    .map(|t| t[1].saturating_sub(t[0]) as f64 * period_ns * 1e-9)
+                    .collect()
+            };
+            staging.unmap();
+            Ok(seconds)
+        }
+    }
+
+    /// Encodes and submits `dispatches`, each in a pass with timestamps at its start and end,
+    /// and the copy of all timestamps to a staging buffer being mapped: the buffer and the
+    /// map's channel.
+    #[allow(clippy::type_complexity)]
+    fn encode_timed(
+        &self,
+        dispatches: &[Dispatch],
+    ) -> (
+        wgpu::Buffer,
+        futures_channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    ) {
+        // Each set's timestamps resolve to a whole number of 256-byte units.
+        let set_bytes = (PER_SET * 2) as u64 * wgpu::QUERY_SIZE as u64;
+        let bytes = (dispatches.len().div_ceil(PER_SET).max(1)) as u64 * set_bytes;
+        let buffer = |label, usage| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let resolved = buffer(
+            "timestamps",
+            wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        );
+        let staging = buffer(
+            "timestamps readback",
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("timed step"),
+        });
+        for (set_index, chunk) in dispatches.chunks(PER_SET).enumerate() {
+            let queries = (2 * chunk.len()) as u32;
+            let set = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("launch timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: queries,
+            });
+            for (i, d) in chunk.iter().enumerate() {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("timed launch"),
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: &set,
+                        beginning_of_pass_write_index: Some(2 * i as u32),
+                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    }),
+                });
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+            encoder.resolve_query_set(&set, 0..queries, &resolved, set_index as u64 * set_bytes);
+        }
+        encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 0, bytes);
+        self.queue.submit([encoder.finish()]);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        (staging, rx)
+    }
+}
