@@ -256,14 +256,18 @@ fn memory_input_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
     }
 }
 
-// memory_bias_grad(dbias, dy): db[o] = Σ_t dy[t][o], in row order.
+// memory_bias_grad(dbias, dy): db[o] = Σ_t dy[t][o], a workgroup summing SUM_COLS outputs over
+// all tokens (`column_total` in common.wgsl).
 @group(0) @binding(1) var<storage, read_write> dbias: array<f32>;  // (d_out)
 
 @compute @workgroup_size(256)
-fn memory_bias_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = flat_index(gid, nwg);
-    if (o >= p.d_out) { return; }
+fn memory_bias_grad(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lid = lid3.x;
+    let o = flat_group(wid, nwg) * SUM_COLS + lid % SUM_COLS;
     var acc = 0.0;
-    for (var t = 0u; t < p.tokens; t = t + 1u) { acc = acc + dy[t * p.d_out + o]; }
-    dbias[o] = acc;
+    if (o < p.d_out) {
+        for (var t = lid / SUM_COLS; t < p.tokens; t = t + SUM_LANES) { acc = acc + dy[t * p.d_out + o]; }
+    }
+    let total = column_total(lid, acc);
+    if (lid < SUM_COLS && o < p.d_out) { dbias[o] = total; }
 }

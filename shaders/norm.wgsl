@@ -100,16 +100,20 @@ fn norm_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
     }
 }
 
-// norm_backward_gain(dgain, dout, x, -, stats): one thread per column, rows summed in order.
+// norm_backward_gain(dgain, dout, x, -, stats): a workgroup sums SUM_COLS columns over all rows
+// (`column_total` in common.wgsl).
 @group(0) @binding(1) var<storage, read_write> dgain: array<f32>;   // (C)
 
 @compute @workgroup_size(256)
-fn norm_backward_gain(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let col = flat_index(gid, nwg);
-    if (col >= p.c) { return; }
+fn norm_backward_gain(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lid = lid3.x;
+    let col = flat_group(wid, nwg) * SUM_COLS + lid % SUM_COLS;
     var acc = 0.0;
-    for (var r = 0u; r < p.rows; r = r + 1u) {
-        acc = acc + dout[r * p.c + col] * (x[r * p.c + col] - saved[2u * r]) * saved[2u * r + 1u];
+    if (col < p.c) {
+        for (var r = lid / SUM_COLS; r < p.rows; r = r + SUM_LANES) {
+            acc = acc + dout[r * p.c + col] * (x[r * p.c + col] - saved[2u * r]) * saved[2u * r + 1u];
+        }
     }
-    dgain[col] = acc;
+    let total = column_total(lid, acc);
+    if (lid < SUM_COLS && col < p.c) { dgain[col] = total; }
 }

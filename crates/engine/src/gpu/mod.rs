@@ -20,6 +20,10 @@ use std::future::Future;
 /// `min_storage_buffer_offset_alignment`.
 pub const VIEW_ALIGN: usize = 64;
 
+/// Columns a workgroup sums in `column_total` (`SUM_COLS` in common.wgsl): column sums over
+/// rows launch one workgroup per this many columns.
+pub(crate) const SUM_COLS: usize = 16;
+
 /// A view of f32 values in a GPU buffer.
 #[derive(Clone, Debug)]
 pub struct GpuTensor {

@@ -11,7 +11,7 @@
 //! - **backward**: `dT_k[c] = Σ_{rows with code c} p_k · dy` (rows no token hit get 0),
 //!   `dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj`, `db = Σ dy`.
 
-use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, SUM_COLS};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryDims {
@@ -338,5 +338,5 @@ pub fn gpu_backward(
         gpu.grid_1d(d.tokens * d.k, 256),
     );
     let args = [dbias.arg(), dy.arg()];
-    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, 256));
+    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, SUM_COLS));
 }

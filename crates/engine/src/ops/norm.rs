@@ -1,7 +1,7 @@
 //! LayerNorm and RMSNorm over the last axis, with a gain and no bias (SPEC §1: no biases).
 //! The same op normalises a transformer's C values or an RMT's whole D_k×D_v matrix.
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor, SUM_COLS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKind {
@@ -158,5 +158,11 @@ pub fn gpu_backward(
     );
     // The gain itself is not needed here, so binding 4 stays empty.
     let args = [(1, dgain.arg()), (2, dout.arg()), (3, x.arg()), (5, stats.arg())];
-    gpu.dispatch_at("norm", "norm_backward_gain", &params(&d), &args, gpu.grid_1d(d.c, 256));
+    gpu.dispatch_at(
+        "norm",
+        "norm_backward_gain",
+        &params(&d),
+        &args,
+        gpu.grid_1d(d.c, SUM_COLS),
+    );
 }
