@@ -425,9 +425,8 @@ fn submit(page: Page, job: Job) {
     }
     if CPU.with(|w| w.borrow().is_some()) {
         page.busy.set(true);
-        return CPU
-            .with(|w| w.borrow().as_ref().map(|w| w.submit(job)))
-            .unwrap_or_default();
+        CPU.with(|w| w.borrow().as_ref().map(|w| w.submit(job)));
+        return;
     }
     let Some(be) = GPU.with(|g| g.borrow_mut().take()) else {
         return page.status.set("The device is not ready yet.".into());
