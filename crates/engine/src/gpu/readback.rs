@@ -52,6 +52,25 @@ impl GpuBackend {
             at += part;
         }
         self.queue.submit([encoder.finish()]);
+        self.map_and_read(staging, move |bytes| {
+            let words = bytemuck::cast_slice::<u8, u32>(bytes);
+            let mut at = 0;
+            lens.iter()
+                .map(|&len| {
+                    at += len;
+                    words[at - len..at].to_vec()
+                })
+                .collect()
+        })
+    }
+
+    /// Maps `staging`, whose copy is submitted, waits for it, and reads its bytes with `read`:
+    /// the one way anything comes back from the device (values, and timestamps in `timing.rs`).
+    pub(crate) fn map_and_read<T>(
+        &self,
+        staging: wgpu::Buffer,
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> impl Future<Output = Result<T>> {
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
@@ -69,21 +88,14 @@ impl GpuBackend {
             checked?;
             rx.await
                 .map_err(|_| EngineError::Readback("the map callback never ran".into()))??;
-            let values = {
+            let out = {
                 let view = staging
                     .get_mapped_range(..)
                     .map_err(|e| EngineError::Readback(e.to_string()))?;
-                let words = bytemuck::cast_slice::<u8, u32>(&view);
-                let mut at = 0;
-                lens.iter()
-                    .map(|&len| {
-                        at += len;
-                        words[at - len..at].to_vec()
-                    })
-                    .collect()
+                read(&view)
             };
             staging.unmap();
-            Ok(values)
+            Ok(out)
         }
     }
 }

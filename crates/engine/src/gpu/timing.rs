@@ -26,51 +26,27 @@ impl GpuBackend {
     pub fn time_launches(&self, plan: &GpuPlan) -> impl Future<Output = Result<Vec<f64>>> {
         self.submit_pending();
         let launches = plan.dispatches.len();
-        let started = match self.timestamps {
-            true => Ok(self.encode_timed(&plan.dispatches)),
-            false => Err(EngineError::Gpu("this device has no timestamp queries".into())),
-        };
         let period_ns = self.queue.get_timestamp_period() as f64;
-        #[cfg(not(target_arch = "wasm32"))]
-        let polled = self
-            .device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| EngineError::Readback(e.to_string()));
-        #[cfg(target_arch = "wasm32")]
-        let polled: Result<()> = Ok(());
-        let checked = self.take_error();
-        async move {
-            let (staging, rx) = started?;
-            polled?;
-            checked?;
-            rx.await
-                .map_err(|_| EngineError::Readback("the map callback never ran".into()))??;
-            let seconds = {
-                let view = staging
-                    .get_mapped_range(..)
-                    .map_err(|e| EngineError::Readback(e.to_string()))?;
-                let ticks = bytemuck::cast_slice::<u8, u64>(&view);
+        let read = self.timestamps.then(|| {
+            self.map_and_read(self.encode_timed(&plan.dispatches), move |bytes| {
+                let ticks = bytemuck::cast_slice::<u8, u64>(bytes);
                 // A device may count past the end between passes: never a negative time.
                 (ticks.chunks_exact(2).take(launches))
                     .map(|t| t[1].saturating_sub(t[0]) as f64 * period_ns * 1e-9)
                     .collect()
-            };
-            staging.unmap();
-            Ok(seconds)
+            })
+        });
+        async move {
+            match read {
+                Some(read) => read.await,
+                None => Err(EngineError::Gpu("this device has no timestamp queries".into())),
+            }
         }
     }
 
     /// Encodes and submits `dispatches`, each in a pass with timestamps at its start and end,
-    /// and the copy of all timestamps to a staging buffer being mapped: the buffer and the
-    /// map's channel.
-    #[allow(clippy::type_complexity)]
-    fn encode_timed(
-        &self,
-        dispatches: &[Dispatch],
-    ) -> (
-        wgpu::Buffer,
-        futures_channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
-    ) {
+    /// and the copy of all timestamps to a staging buffer, which it returns.
+    fn encode_timed(&self, dispatches: &[Dispatch]) -> wgpu::Buffer {
         // Each set's timestamps resolve to a whole number of 256-byte units.
         let set_bytes = (PER_SET * 2) as u64 * wgpu::QUERY_SIZE as u64;
         let bytes = (dispatches.len().div_ceil(PER_SET).max(1)) as u64 * set_bytes;
@@ -117,10 +93,6 @@ impl GpuBackend {
         }
         encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 0, bytes);
         self.queue.submit([encoder.finish()]);
-        let (tx, rx) = futures_channel::oneshot::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        (staging, rx)
+        staging
     }
 }
