@@ -618,30 +618,42 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     const stoppedAt = Number(await page.textContent('#step'));
     console.log(`     run 2 stopped at step ${stoppedAt} of 100000`);
     if (!(stoppedAt < 1000)) throw new Error(`Stop did not reach the worker: step ${stoppedAt}`);
+    // A diverging run says so in the worker too: its NaN loss crosses to the page intact.
+    const lr = await page.inputValue('#ctl-lr');
+    await page.fill('#ctl-lr', '1000000');
+    await page.fill('#ctl-steps', '20');
+    await page.click('#start');
+    await page.waitForFunction(() => /^failed/.test(document.querySelector('#run-list tr[data-run="3"] .run-state')?.textContent), null, { timeout: 60_000 });
+    const diverged = await page.textContent('#status');
+    console.log(`     ${diverged}`);
+    if (!/the loss became NaN at step \d+; lower the learning rate/.test(diverged)) throw new Error(`a diverging run: ${diverged}`);
+    // A control takes its value on change, when it loses focus, as a person's next click does.
+    await page.fill('#ctl-lr', lr);
+    await page.locator('#ctl-lr').blur();
     // GPT-2 BPE (V = 50,257): its checkpoint, over 128 MiB with the moments, is one value
     // IndexedDB refuses, so it is kept as a Blob; it survives a reload.
     await page.selectOption('#task', 'shakespeare-gpt2');
     await page.fill('#ctl-steps', '5');
     await page.click('#start');
-    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="3"] .run-state')?.textContent.startsWith(s)),
+    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="4"] .run-state')?.textContent.startsWith(s)),
       null, { timeout: 300_000 });
-    const bpe = await pageLosses(page, 3);
+    const bpe = await pageLosses(page, 4);
     const bpeSample = await page.$eval('#sample', (e) => e.dataset.text);
     console.log(`     Shakespeare (GPT-2 BPE) on the CPU fallback: loss ${bpe[0][1]} → ${bpe.at(-1)[1]} by step 5; sample ${JSON.stringify(bpeSample)}`);
     if (!(bpe.at(-1)[1] < bpe[0][1] - 0.5) || !bpeSample) throw new Error(`GPT-2 BPE: losses ${JSON.stringify(bpe)}, sample ${bpeSample}`);
     const storedBytes = () => page.evaluate(() => new Promise((ok, no) => {
       const r = indexedDB.open('resmem', 1);
-      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/3'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
+      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/4'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
       r.onerror = () => no(r.error);
     }));
     let stored = 0;
     for (let i = 0; i < 120 && !stored && !/could not be kept/.test(await page.textContent('#status')); i++) { await page.waitForTimeout(500); stored = await storedBytes(); }
-    console.log(`     run 3's checkpoint kept in IndexedDB: ${stored} bytes`);
+    console.log(`     run 4's checkpoint kept in IndexedDB: ${stored} bytes`);
     if (!(stored > 128 * 2 ** 20)) throw new Error(`the GPT-2 checkpoint was not kept: ${stored} bytes; status ${await page.textContent('#status')}`);
     await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
     await page.reload();
-    await page.waitForSelector('#run-list tr[data-run="3"] .run-checkpoint', { timeout: 60_000 });
-    if (await page.isDisabled('#run-list tr[data-run="3"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
+    await page.waitForSelector('#run-list tr[data-run="4"] .run-checkpoint', { timeout: 60_000 });
+    if (await page.isDisabled('#run-list tr[data-run="4"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
     if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();

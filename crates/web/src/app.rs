@@ -547,8 +547,7 @@ const RUNS_KEY: &str = "runs";
 /// Keeps the runs (not their checkpoints: `save_checkpoint`) for the next visit.
 async fn save_runs(page: Page) {
     let saved: Vec<Saved> = page.runs.with_untracked(|rs| rs.iter().map(Run::saved).collect());
-    let json = serde_json::to_string(&saved).unwrap_or_default();
-    if let Err(e) = store::put_text(RUNS_KEY, &json).await {
+    if let Err(e) = store::put_value(RUNS_KEY, &saved).await {
         web_sys::console::warn_1(&format!("the runs could not be kept for the next visit: {e}").into());
     }
 }
@@ -568,10 +567,9 @@ async fn save_checkpoint(page: Page, id: usize) {
 
 /// The runs the last visit kept, with their checkpoints.
 async fn restore_runs() -> Result<Vec<Run>, String> {
-    let Some(json) = store::get_text(RUNS_KEY).await? else {
+    let Some(saved) = store::get_value::<Vec<Saved>>(RUNS_KEY).await? else {
         return Ok(vec![]);
     };
-    let saved: Vec<Saved> = serde_json::from_str(&json).map_err(|e| e.to_string())?;
     let mut runs = vec![];
     for s in saved {
         let id = s.id();

@@ -164,20 +164,32 @@ pub fn address_with(q: &str) -> String {
     link(q)
 }
 
-/// A small persistent store (IndexedDB): text under a key, or bytes (of any size).
+/// A small persistent store (IndexedDB): plain data under a key, or bytes (of any size).
 pub mod store {
     use super::*;
 
-    pub async fn put_text(key: &str, text: &str) -> Result<(), String> {
-        settle(store_put(key, &JsValue::from_str(text))).await.map(|_| ())
+    /// Plain data as a JavaScript value, which (unlike JSON) keeps a diverged run's NaN loss.
+    pub async fn put_value<T: serde::Serialize>(key: &str, value: &T) -> Result<(), String> {
+        let value = serde_wasm_bindgen::to_value(value).map_err(|e| e.to_string())?;
+        settle(store_put(key, &value)).await.map(|_| ())
     }
 
     pub async fn put_bytes(key: &str, bytes: &[u8]) -> Result<(), String> {
         settle(store_put_bytes(key, bytes)).await.map(|_| ())
     }
 
-    pub async fn get_text(key: &str) -> Result<Option<String>, String> {
-        Ok(settle(store_get(key)).await?.as_string())
+    pub async fn get_value<T: serde::de::DeserializeOwned>(key: &str) -> Result<Option<T>, String> {
+        let value = settle(store_get(key)).await?;
+        if value.is_undefined() {
+            return Ok(None);
+        }
+        // Earlier versions of the page kept JSON text.
+        if let Some(text) = value.as_string() {
+            return serde_json::from_str(&text).map(Some).map_err(|e| e.to_string());
+        }
+        serde_wasm_bindgen::from_value(value)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 
     pub async fn get_bytes(key: &str) -> Result<Option<Vec<u8>>, String> {

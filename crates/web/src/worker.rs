@@ -1,8 +1,8 @@
 //! The CPU engine's Web Worker, and the page's handle on it. Where the browser has no WebGPU
 //! the page trains on the CPU in WebAssembly; in the worker, a step never holds up the page.
 //!
-//! A message is a JSON text; a checkpoint's bytes travel beside it as a transferred buffer,
-//! never as JSON numbers.
+//! A message is a JavaScript value (serde-wasm-bindgen: a NaN loss stays NaN, where JSON would
+//! lose it); a checkpoint's bytes travel beside it as a transferred buffer, never as numbers.
 
 use crate::jobs::{self, Controls, Job, Report};
 use crate::training::Event;
@@ -61,8 +61,8 @@ impl Carries for Report {
 /// The message, and the buffers to transfer with it.
 fn encode(mut msg: impl Serialize + Carries) -> (Array, Array) {
     let bytes = msg.bytes().map(std::mem::take);
-    let json = serde_json::to_string(&msg).expect("messages are plain data");
-    let (parts, transfer) = (Array::of1(&json.into()), Array::new());
+    let value = serde_wasm_bindgen::to_value(&msg).unwrap_or_else(|e| format!("unsendable: {e}").into());
+    let (parts, transfer) = (Array::of1(&value), Array::new());
     if let Some(bytes) = bytes {
         let copy = Uint8Array::from(&bytes[..]);
         transfer.push(&copy.buffer());
@@ -73,8 +73,7 @@ fn encode(mut msg: impl Serialize + Carries) -> (Array, Array) {
 
 fn decode<T: DeserializeOwned + Carries>(data: JsValue) -> Result<T, String> {
     let parts: Array = data.dyn_into().map_err(|_| "not a message of this page".to_string())?;
-    let json = parts.get(0).as_string().ok_or("a message without its text")?;
-    let mut msg: T = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    let mut msg: T = serde_wasm_bindgen::from_value(parts.get(0)).map_err(|e| e.to_string())?;
     if let (Some(slot), true) = (msg.bytes(), parts.length() > 1) {
         *slot = Arc::new(Uint8Array::new(&parts.get(1)).to_vec());
     }
