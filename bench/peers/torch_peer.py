@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch eager peer of `resmem bench` on the CPU: the toy RMT and its transformer twin of
-bench/RESULTS.md, trained on the copy task in f32, timed the way `resmem bench` times them.
+"""PyTorch eager peer of `resmem bench`, on the CPU or a CUDA GPU: the toy RMT and its
+transformer twin of bench/RESULTS.md (or any size the flags give), trained in f32, timed the way
+`resmem bench` times them.
 
 The models follow /work/shared/SPEC.md §1-2 with resmem's tiny-preset conventions (the ones the
 `resmem bench` commands in bench/peers/run.sh build):
@@ -20,8 +21,15 @@ Attention is `F.scaled_dot_product_attention` (PyTorch's own fused CPU kernel): 
 user would write. Timing: steps 1-3 warm up, steps 4-13 are timed one by one; tokens/s is B·T
 over the median step, as `resmem bench` reports it.
 
-Usage: torch_peer.py --arch rmt|transformer [--batch 32] [--seq-len 128] [--warmup 3]
-[--steps 10] [--threads N] [--json]
+Data: the copy task where the vocabulary is 256 (bytes), else uniform random tokens, every
+target counted (the time of a step does not depend on the tokens' values).
+
+On CUDA, f32 matmuls are kept in full f32 (no TF32), as resmem's WGSL computes them, and each
+timed step ends with a device synchronisation.
+
+Usage: torch_peer.py --arch rmt|transformer [--device cpu|cuda] [--batch 32] [--seq-len 128]
+[--vocab 256] [--layers 4] [--d-ff 1024] [--d-k 32 --d-v 32 --rank 8] [--d-model 256 --heads 8
+--head-dim 32] [--warmup 3] [--steps 10] [--threads N] [--json]
 """
 
 import argparse
@@ -38,7 +46,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-VOCAB = 256
 Z_LOSS = 1e-4
 IGNORE = -100
 
@@ -64,6 +71,12 @@ def copy_batch(rng: random.Random, b: int, t: int):
     return inputs, targets
 
 
+def random_batch(gen: torch.Generator, b: int, t: int, vocab: int):
+    """B sequences of T + 1 uniform random tokens, every target counted."""
+    seq = torch.randint(0, vocab, (b, t + 1), generator=gen)
+    return seq[:, :-1], seq[:, 1:]
+
+
 def normal(*shape, std):
     return nn.Parameter(torch.randn(*shape) * std)
 
@@ -75,13 +88,13 @@ def attention(q, k, v, layer):
 
 
 class Transformer(nn.Module):
-    def __init__(self, n_ctx, d=256, layers=4, heads=8, head_dim=32, d_ff=1024, init_std=0.5):
+    def __init__(self, vocab, n_ctx, d=256, layers=4, heads=8, head_dim=32, d_ff=1024, init_std=0.5):
         super().__init__()
         self.heads, self.head_dim = heads, head_dim
         hd = heads * head_dim
         out_scale = 1.0 / math.sqrt(2 * layers)
         w = lambda fan_in, *shape, extra=1.0: normal(*shape, std=init_std / math.sqrt(fan_in) * extra)
-        self.wte = normal(VOCAB, d, std=0.02)
+        self.wte = normal(vocab, d, std=0.02)
         self.wpe = normal(n_ctx, d, std=0.02)
         self.blocks = nn.ModuleList()
         for _ in range(layers):
@@ -94,7 +107,7 @@ class Transformer(nn.Module):
             blk.w2 = w(d_ff, d, d_ff, extra=out_scale)
             self.blocks.append(blk)
         self.ln_f = nn.LayerNorm(d, eps=1e-5, bias=False)
-        self.w_u = w(d, VOCAB, d)
+        self.w_u = w(d, vocab, d)
 
     def forward(self, tokens):
         b, t = tokens.shape
@@ -134,12 +147,12 @@ def store(keys, data):
 
 
 class Rmt(nn.Module):
-    def __init__(self, n_ctx, dk=32, dv=32, rank=8, layers=4, d_ff=1024, init_std=0.5):
+    def __init__(self, vocab, n_ctx, dk=32, dv=32, rank=8, layers=4, d_ff=1024, init_std=0.5):
         super().__init__()
         self.dk, self.dv, self.rank = dk, dv, rank
         out_scale = 1.0 / math.sqrt(2 * layers)
         w = lambda fan_in, *shape, extra=1.0: normal(*shape, std=init_std / math.sqrt(fan_in) * extra)
-        self.wte = normal(VOCAB, rank, dv, std=0.02)
+        self.wte = normal(vocab, rank, dv, std=0.02)
         self.wpe = normal(n_ctx, rank, dv, std=0.02)
         self.w_e = w(rank, rank, dk)
         self.w_pe = w(rank, rank, dk)
@@ -158,7 +171,7 @@ class Rmt(nn.Module):
         self.n_f = MatrixNorm(dk, dv)
         self.r_u = w(dk, rank, dk)
         # Zero-initialised, as resmem's RMT starts.
-        self.w_u = nn.Parameter(torch.zeros(VOCAB, rank * dv))
+        self.w_u = nn.Parameter(torch.zeros(vocab, rank * dv))
 
     def forward(self, tokens):
         b, t = tokens.shape
@@ -181,7 +194,7 @@ class Rmt(nn.Module):
 
 def loss_fn(logits, targets):
     """CE + z·(log Z)² averaged over the counted targets."""
-    logits = logits.reshape(-1, VOCAB)
+    logits = logits.reshape(-1, logits.shape[-1])
     targets = targets.reshape(-1)
     mask = targets != IGNORE
     lse = torch.logsumexp(logits, dim=-1)
@@ -206,8 +219,18 @@ def schedule(total, warmup_frac=0.05, min_frac=0.1):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", choices=["rmt", "transformer"], required=True)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--d-ff", type=int, default=1024)
+    ap.add_argument("--d-k", type=int, default=32)
+    ap.add_argument("--d-v", type=int, default=32)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -216,10 +239,26 @@ def main():
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or a.seq_len < 4:
         sys.exit("error: --steps and --batch must be at least 1, --seq-len at least 4")
+    if a.vocab < 2:
+        sys.exit("error: --vocab must be at least 2")
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("error: --device cuda, but this torch sees no CUDA device")
+    if a.device not in ("cpu", "cuda"):
+        sys.exit(f"error: --device {a.device}: use cpu or cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    model = Rmt(a.seq_len) if a.arch == "rmt" else Transformer(a.seq_len)
+    gen = torch.Generator().manual_seed(a.seed)
+    if a.arch == "rmt":
+        model = Rmt(a.vocab, a.seq_len, a.d_k, a.d_v, a.rank, a.layers, a.d_ff)
+    else:
+        model = Transformer(a.vocab, a.seq_len, a.d_model, a.layers, a.heads, a.head_dim, a.d_ff)
+    model = model.to(a.device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     params = sum(p.numel() for p in model.parameters())
     named = list(model.named_parameters())
     groups = [
@@ -232,7 +271,12 @@ def main():
 
     times, losses = [], []
     for step in range(total):
-        inputs, targets = copy_batch(rng, a.batch, a.seq_len)
+        if a.vocab == 256:
+            inputs, targets = copy_batch(rng, a.batch, a.seq_len)
+        else:
+            inputs, targets = random_batch(gen, a.batch, a.seq_len, a.vocab)
+        inputs, targets = inputs.to(a.device), targets.to(a.device)
+        sync()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(inputs), targets)
@@ -240,9 +284,11 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        sync()
+        elapsed = time.perf_counter() - start
         losses.append(loss.item())
         if step >= a.warmup:
-            times.append(time.perf_counter() - start)
+            times.append(elapsed)
     if not all(math.isfinite(x) for x in losses):
         sys.exit(f"error: the loss became non-finite: {losses}")
     median = statistics.median(times)
@@ -252,6 +298,8 @@ def main():
         "torch": torch.__version__,
         "python": platform.python_version(),
         "arch": a.arch,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "vocab": a.vocab,
         "threads": torch.get_num_threads(),
         "batch": a.batch,
         "seq_len": a.seq_len,

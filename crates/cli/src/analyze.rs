@@ -33,15 +33,15 @@ pub fn variance(args: VarianceArgs) -> Result<()> {
     };
     cfg.validate()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        out!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!(
+        out!(
             "{:<12} {:<5} {:<10} {:>12} {:>12}",
             "model", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"
         );
         for r in rows {
             let (layer, op) = (json_name(&r.layer)?, json_name(&r.op)?);
-            println!(
+            out!(
                 "{:<12} {:<5} {:<10} {:>12} {:>12}",
                 r.model,
                 layer,
@@ -94,22 +94,22 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
                 "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!(
+    out!(
         "{} after {} steps, measured on a batch of {}",
         cfg.arch(),
         args.steps,
         args.task
     );
-    println!(
+    out!(
         "{:<6} {:<5} {:<10} {:>12} {:>12}",
         "block", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"
     );
     let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
     for m in &rows {
-        println!(
+        out!(
             "{:<6} {:<5} {:<10} {:>12} {:>12}",
             m.site.block,
             json_name(&m.site.layer)?,
@@ -119,7 +119,7 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
         );
     }
     if rows.iter().any(|m| m.backward_ratio.is_none()) {
-        println!("n/a: no gradient reached that layer; W_U starts at zero. Pass --random-unembedding or --steps.");
+        out!("n/a: no gradient reached that layer; W_U starts at zero. Pass --random-unembedding or --steps.");
     }
     Ok(())
 }
@@ -141,18 +141,18 @@ fn of_run(run: &Path, args: &VarianceArgs) -> Result<()> {
                 "closed_backward_ratio": c.map(|c| c.backward_ratio) })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!("{} ({from}), measured on its first held-out batch", cfg.arch());
-    println!(
+    out!("{} ({from}), measured on its first held-out batch", cfg.arch());
+    out!(
         "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
         "block", "layer", "op", "σ²out/σ²in", "closed", "σ²gin/σ²gout", "closed"
     );
     let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
     for m in &rows {
         let c = closed_of(m);
-        println!(
+        out!(
             "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
             m.site.block,
             json_name(&m.site.layer)?,
@@ -164,7 +164,7 @@ fn of_run(run: &Path, args: &VarianceArgs) -> Result<()> {
         );
     }
     if rows.iter().any(|m| m.backward_ratio.is_none()) {
-        println!("n/a: no gradient reached that layer; W_U starts at zero, so at init none does.");
+        out!("n/a: no gradient reached that layer; W_U starts at zero, so at init none does.");
     }
     Ok(())
 }

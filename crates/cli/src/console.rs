@@ -4,6 +4,17 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
 
+/// `println!` for the whole CLI (which denies `println!` itself): a closed or full stdout
+/// (`resmem count … | head -c1`, `> /dev/full`) silences the output and never stops the work.
+macro_rules! out {
+    () => {
+        $crate::console::say("")
+    };
+    ($($t:tt)*) => {
+        $crate::console::say(&format!($($t)*))
+    };
+}
+
 /// Writes a line to stdout, ignoring a broken pipe or any other write error.
 pub fn say(text: &str) {
     let mut out = std::io::stdout().lock();

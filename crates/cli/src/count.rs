@@ -67,7 +67,7 @@ pub fn run(args: CountArgs) -> Result<()> {
             );
             show(args.json, &h, || {
                 print(&describe, "paper (SPEC §5)", &h.counts, c.seq_len);
-                println!(
+                out!(
                     "hash tables          {:>18} ({:.1}% of the parameters, {:.1} MB in f32)",
                     thousands(h.table_params),
                     100.0 * h.table_params as f64 / h.counts.params.max(1) as f64,
@@ -85,26 +85,26 @@ pub fn run(args: CountArgs) -> Result<()> {
 /// Prints `counts` as JSON, or the table `table` prints.
 fn show<T: serde::Serialize>(json: bool, counts: &T, table: impl FnOnce()) -> Result<()> {
     match json {
-        true => println!("{}", serde_json::to_string(counts)?),
+        true => out!("{}", serde_json::to_string(counts)?),
         false => table(),
     }
     Ok(())
 }
 
 fn print(describe: &str, paper: &str, c: &Counts, n: usize) {
-    println!("{describe}");
-    println!("                     {:>18} {:>18}", "as built", paper);
-    println!(
+    out!("{describe}");
+    out!("                     {:>18} {:>18}", "as built", paper);
+    out!(
         "parameters           {:>18} {:>18}",
         thousands(c.params),
         thousands(c.params_paper)
     );
-    println!(
+    out!(
         "forward FLOPs/seq    {:>18} {:>18}",
         thousands(c.flops_fwd),
         thousands(c.flops_fwd_paper)
     );
-    println!(
+    out!(
         "forward FLOPs/token  {:>18} {:>18}",
         thousands(c.flops_fwd / n as u64),
         thousands(c.flops_fwd_paper / n as u64)
@@ -123,10 +123,10 @@ fn paper_table(n: u8) -> Result<()> {
 fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
     let b = count::try_memoryformer_block(c)?;
     if json {
-        println!("{}", serde_json::to_string(&b)?);
+        out!("{}", serde_json::to_string(&b)?);
         return Ok(());
     }
-    println!(
+    out!(
         "memoryformer block: d={} H={} τ={} K={} (ML1 to {}), s={}",
         c.d_model,
         c.n_heads,
@@ -135,8 +135,8 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
         c.d_hidden(),
         c.seq_len
     );
-    println!("FLOPs per block, one per multiply-accumulate (the paper's convention):");
-    println!(
+    out!("FLOPs per block, one per multiply-accumulate (the paper's convention):");
+    out!(
         "                      {:>16} {:>16} {:>16}",
         "as built", "paper", "dense block"
     );
@@ -145,20 +145,20 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
         true => format!("{:.2} G", x as f64 / 1e9),
         false => thousands(x),
     };
-    println!(
+    out!(
         "without attention     {:>16} {:>16} {:>16}",
         g(b.block_flops_no_attn),
         g(b.block_flops_no_attn_paper),
         g(b.dense_block_flops_no_attn_paper)
     );
-    println!(
+    out!(
         "total                 {:>16} {:>16} {:>16}",
         g(b.block_flops),
         g(b.block_flops_paper),
         g(b.dense_block_flops_paper)
     );
     let t = b.table_mb_f16;
-    println!(
+    out!(
         "table memory (MB, f16): q {:.1}, k {:.1}, v {:.1}, ml1 {:.1}, ml2 {:.1}",
         t.q, t.k, t.v, t.ml1, t.ml2
     );
@@ -168,7 +168,7 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
 /// MemoryFormer paper Table 1: per-block FLOPs at s = 2048 of each Pythia model and the
 /// MemoryFormer (τ = 8) built on it.
 fn table1() -> Result<()> {
-    println!(
+    out!(
         "{:<14} {:>7} {:>7} {:>16} {:>12}",
         "model", "layers", "hidden", "FLOPs w/o attn", "total FLOPs"
     );
@@ -178,7 +178,7 @@ fn table1() -> Result<()> {
         let c = models::presets::memoryformer(name)?;
         let b = count::try_memoryformer_block(&c)?;
         let row = |label: String, no_attn: u64, total: u64| {
-            println!(
+            out!(
                 "{label:<14} {:>7} {:>7} {:>16} {:>12}",
                 c.n_layers,
                 c.d_model,
@@ -193,13 +193,13 @@ fn table1() -> Result<()> {
         );
         row(format!("MF-{mf}"), b.block_flops_no_attn_paper, b.block_flops_paper);
     }
-    println!("(the paper's formulas, one FLOP per multiply-accumulate; `--preset NAME` shows the model as built)");
+    out!("(the paper's formulas, one FLOP per multiply-accumulate; `--preset NAME` shows the model as built)");
     Ok(())
 }
 
 /// MemoryFormer paper Table 3: at d = 512, the trade between τ and K, with the memory of ML_Q.
 fn table3() -> Result<()> {
-    println!(
+    out!(
         "{:>5} {:>4} {:>5} {:>18} {:>16}",
         "d", "τ", "K", "ML_Q FLOPs (s·K·(τ+d))", "ML_Q memory"
     );
@@ -210,7 +210,7 @@ fn table3() -> Result<()> {
         };
         let (k, d, s) = (c.chunks() as u64, c.d_model as u64, c.seq_len as u64);
         let b = count::try_memoryformer_block(&c)?;
-        println!(
+        out!(
             "{:>5} {:>4} {:>5} {:>18} {:>13.1} MB",
             k * tau as u64,
             tau,
@@ -219,6 +219,6 @@ fn table3() -> Result<()> {
             b.table_mb_f16.q
         );
     }
-    println!("(d is the hashed width K·τ; ML_Q's output stays 512 wide)");
+    out!("(d is the hashed width K·τ; ML_Q's output stays 512 wide)");
     Ok(())
 }

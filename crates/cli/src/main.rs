@@ -1,10 +1,15 @@
 //! `resmem`: train and study Transformer, RMT, MemoryFormer and hybrid models from the command line.
 
+// Every line goes through `console` (`out!`, `say`, `warn`), which never panics on a closed or
+// full stdout or stderr.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod console;
 mod analyze;
 mod args;
 mod bench;
 mod buckets;
-mod console;
 mod count;
 mod eval;
 mod interop;

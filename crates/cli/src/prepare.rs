@@ -60,7 +60,7 @@ fn prepare(args: PrepareArgs) -> Result<()> {
     // Re-open what was written: it checks the files and gives the entropy.
     let corpus = Corpus::open(&args.out)?;
     let bytes: u64 = meta.sources.iter().map(|s| s.bytes).sum();
-    println!(
+    out!(
         "wrote {}: {} documents, {bytes} bytes of text, tokenizer {} (V = {}, {} bytes per token)",
         args.out.display(),
         meta.sources.len(),
@@ -68,16 +68,16 @@ fn prepare(args: PrepareArgs) -> Result<()> {
         meta.vocab,
         meta.token_bytes
     );
-    println!("  train  {:>12} tokens", meta.train_tokens);
-    println!(
+    out!("  train  {:>12} tokens", meta.train_tokens);
+    out!(
         "  val    {:>12} tokens ({} of each document)",
         meta.val_tokens, meta.val_frac
     );
-    println!(
+    out!(
         "  unigram entropy of train: {:.4} nats per token (a model that ignores context does no better)",
         corpus.unigram_entropy()
     );
-    println!("  in {:.1} s", t0.elapsed().as_secs_f64());
+    out!("  in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
 
@@ -111,7 +111,7 @@ impl Progress {
             Progress::Lines { next_tenth } => {
                 let tenth = done.saturating_mul(10).checked_div(total).unwrap_or(10);
                 if tenth >= *next_tenth {
-                    eprintln!("tokenized {}% ({done} of {total} bytes)", tenth.min(10) * 10);
+                    crate::console::warn(&format!("tokenized {}% ({done} of {total} bytes)", tenth.min(10) * 10));
                     *next_tenth = tenth + 1;
                 }
             }

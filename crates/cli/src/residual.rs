@@ -32,7 +32,7 @@ pub fn run(args: ResidualArgs) -> Result<()> {
         };
         let row = serde_json::json!({ "model": cfg.arch(), "from": what, "depth": s.name, "token": args.token,
             "shape": s.shape, "values": values, "spectrum": spectrum });
-        println!(
+        out!(
             "{}",
             if args.json {
                 row.to_string()
@@ -44,18 +44,18 @@ pub fn run(args: ResidualArgs) -> Result<()> {
     }
     let rows: Vec<serde_json::Value> = snapshots.iter().map(|s| depth_summary(s, t)).collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!(
+    out!(
         "{} ({what}), sequence {} of {t} tokens; means over its tokens",
         cfg.arch(),
         args.seq
     );
-    println!("{:<12} {:>12} {:>16}", "depth", "norm", "effective rank");
+    out!("{:<12} {:>12} {:>16}", "depth", "norm", "effective rank");
     for r in &rows {
         let rank = r["effective_rank"].as_f64().map_or("-".into(), |x| format!("{x:.3}"));
-        println!(
+        out!(
             "{:<12} {:>12.4} {:>16}",
             r["depth"].as_str().unwrap_or_default(),
             r["norm"].as_f64().unwrap_or(f64::NAN),

@@ -754,13 +754,13 @@ fn to_csv(summary: &Summary) -> String {
 
 fn print_table(summary: &Summary) {
     let width = summary.points.iter().map(|p| p.label.len()).max().unwrap_or(5).max(5);
-    println!(
+    out!(
         "{:<width$} {:>12} {:>14} {:>10} {:>10} {:>9}",
         "point", "params", "FLOPs/token", "val_loss", "best_val", "wall_s"
     );
     let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
     for p in &summary.points {
-        println!(
+        out!(
             "{:<width$} {:>12} {:>14} {:>10} {:>10} {:>9}{}",
             p.label,
             p.params.map_or("-".into(), models::count::thousands),
@@ -873,7 +873,7 @@ fn equal_loss(out: &Path, summary: &Summary, reference: &str) -> Result<Vec<Equa
 
 fn print_equal_loss(rows: &[EqualLoss]) {
     let Some(first) = rows.first() else { return };
-    println!(
+    out!(
         "at {}'s final validation loss {:.4} ({} tokens, {:.3e} training FLOPs, {} parameters):",
         first.reference,
         first.target_val_loss,
@@ -881,13 +881,13 @@ fn print_equal_loss(rows: &[EqualLoss]) {
         first.reference_flops,
         models::count::thousands(first.reference_params)
     );
-    println!(
+    out!(
         "{:<20} {:>9} {:>12} {:>11} {:>11} {:>9} {:>9} {:>9}",
         "variant", "final", "tokens", "FLOPs", "params", "−tokens", "−FLOPs", "−params"
     );
     let pct = |x: Option<f64>| x.map_or("never".to_string(), |x| format!("{:.1}%", 100.0 * x));
     for r in rows {
-        println!(
+        out!(
             "{:<20} {:>9.4} {:>12} {:>11} {:>11} {:>9} {:>9} {:>9}",
             r.variant,
             r.final_val_loss,
@@ -970,14 +970,14 @@ fn distance_from_one(ratios: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 }
 
 fn print_variance(rows: &[VarianceRow]) {
-    println!("variance ratios, geometric means over blocks and seeds (forward σ²out/σ²in, backward σ²gin/σ²gout):");
-    println!(
+    out!("variance ratios, geometric means over blocks and seeds (forward σ²out/σ²in, backward σ²gin/σ²gout):");
+    out!(
         "{:<14} {:<5} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "variant", "layer", "op", "closed", "init", "trained", "closed", "init", "trained"
     );
     let f = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:.4}"));
     for r in rows {
-        println!(
+        out!(
             "{:<14} {:<5} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             r.variant,
             format!("{:?}", r.layer).to_lowercase(),
@@ -990,7 +990,7 @@ fn print_variance(rows: &[VarianceRow]) {
             f(r.trained_backward),
         );
     }
-    println!("distance from 1, exp of the mean |ln ratio| over the four sites:");
+    out!("distance from 1, exp of the mean |ln ratio| over the four sites:");
     let mut variants: Vec<&str> = vec![];
     for r in rows {
         if !variants.contains(&r.variant.as_str()) {
@@ -1000,7 +1000,7 @@ fn print_variance(rows: &[VarianceRow]) {
     for v in variants {
         let of =
             |pick: fn(&VarianceRow) -> Option<f64>| distance_from_one(rows.iter().filter(|r| r.variant == v).map(pick));
-        println!(
+        out!(
             "{:<14} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             v,
             "",

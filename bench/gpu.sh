@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The GPU report in one command, for a machine with a GPU and no network: the kernels checked
+# against their CPU twins, `resmem bench` at the toy pair and at the papers' sizes, each RMT's
+# step against its transformer's, and the PyTorch peer on the same shapes where torch is there.
+# It prints a dated Markdown section for bench/RESULTS.md and keeps every JSON beside it.
+#
+#   cargo build --release -p resmem-cli                 # beforehand, where cargo is
+#   cargo xtask corpus                                   # data/shakespeare-gpt2, for the papers' sizes
+#   bench/gpu.sh                                         # then, on the GPU machine
+#   DRY=1 bench/gpu.sh                                   # a quick end-to-end pass (1 timed step each)
+#
+# Variables: RESMEM (the binary; default target/release/resmem), DATA (a GPT-2 corpus; default
+# data/shakespeare-gpt2), KEEP (where the JSONs and the section go; default bench/gpu-out),
+# TESTS (a folder of GPU test binaries from `cargo test --release --no-run`, run as the kernel
+# check where given), PYTHON (an interpreter with torch; default python3), BACKEND (default gpu),
+# TEST_TIMEOUT (seconds per test binary; default 300), DRY=1 (one warm-up and one timed step each, for checking the script itself).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=${RESMEM:-target/release/resmem}
+DATA=${DATA:-data/shakespeare-gpt2}
+KEEP=${KEEP:-bench/gpu-out}
+PYTHON=${PYTHON:-python3}
+BACKEND=${BACKEND:-gpu}
+mkdir -p "$KEEP"
+[[ -x $R ]] || { echo "error: $R is not an executable; build it with cargo build --release -p resmem-cli, or set RESMEM" >&2; exit 1; }
+if [[ -n ${DRY:-} ]]; then timing=(--warmup 1 --steps 1); peer_timing=(--warmup 1 --steps 1)
+else timing=(--warmup 3 --steps 10); peer_timing=(--warmup 3 --steps 10); fi
+torch_ok=0
+"$PYTHON" -c "import torch" 2>/dev/null && torch_ok=1
+cuda_ok=0
+[[ $torch_ok == 1 ]] && "$PYTHON" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && cuda_ok=1
+peer_device=cpu
+[[ $cuda_ok == 1 ]] && peer_device=cuda
+status=0
+
+# 1. resmem bench and the peer on each pair: name, resmem flags, peer flags.
+pairs=(
+    "toy-rmt|--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024 --context 128 --seq-len 128 --batch 32|--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024 --seq-len 128 --batch 32"
+    "toy-transformer|--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024 --context 128 --seq-len 128 --batch 32|--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024 --seq-len 128 --batch 32"
+    "table9-46m|--preset table9-46m --data $DATA|--arch rmt --d-k 32 --d-v 32 --rank 12 --layers 6 --d-ff 1536 --seq-len 512 --batch 8 --vocab 50257"
+    "table9-46m-transformer|--preset table9-46m-transformer --data $DATA|--arch transformer --d-model 384 --heads 12 --head-dim 32 --layers 6 --d-ff 1536 --seq-len 512 --batch 8 --vocab 50257"
+    "gpt2-small-rmt|--preset gpt2-small-rmt --data $DATA|--arch rmt --d-k 12 --d-v 64 --rank 12 --layers 12 --d-ff 3072 --seq-len 512 --batch 8 --vocab 50257"
+    "gpt2-small|--preset gpt2-small --data $DATA|--arch transformer --d-model 768 --heads 12 --head-dim 64 --layers 12 --d-ff 3072 --seq-len 512 --batch 8 --vocab 50257"
+)
+for pair in "${pairs[@]}"; do
+    IFS='|' read -r name flags peer <<<"$pair"
+    echo "bench: $name" >&2
+    # shellcheck disable=SC2086
+    if ! timeout 300 "$R" bench $flags --backend "$BACKEND" "${timing[@]}" --json >"$KEEP/resmem-$name.json" 2>"$KEEP/resmem-$name.err"; then
+        echo "resmem bench $name failed: $(tail -3 "$KEEP/resmem-$name.err")" >&2; status=1
+    fi
+    if [[ $torch_ok == 1 ]]; then
+        # shellcheck disable=SC2086
+        if ! timeout 300 "$PYTHON" bench/peers/torch_peer.py $peer --device $peer_device "${peer_timing[@]}" --json \
+            >"$KEEP/torch-$name.json" 2>"$KEEP/torch-$name.err"; then
+            echo "torch peer $name failed: $(tail -3 "$KEEP/torch-$name.err")" >&2; status=1
+        fi
+    fi
+done
+
+# 2. The kernels against their CPU twins on awkward shapes (after the timings, so that a hung
+# driver cannot cost them).
+: >"$KEEP/selftest.log"
+if [[ -n ${TESTS:-} ]]; then
+    for t in "$TESTS"/*; do
+        [[ -x $t ]] || continue
+        echo "== $(basename "$t")" >>"$KEEP/selftest.log"
+        if ! timeout "${TEST_TIMEOUT:-300}" "$t" --test-threads 1 >>"$KEEP/selftest.log" 2>&1; then
+            echo "FAILED: $(basename "$t")" >>"$KEEP/selftest.log"; status=1
+        fi
+    done
+fi
+
+# 3. The section for bench/RESULTS.md.
+"$PYTHON" - "$KEEP" "$R" "$BACKEND" "${DRY:-}" <<'EOF' | tee "$KEEP/section.md"
+import datetime, json, os, subprocess, sys
+keep, binary, backend, dry = sys.argv[1:5]
+
+def load(name):
+    try:
+        with open(os.path.join(keep, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+def gpu_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip() or "no nvidia-smi"
+    except (OSError, subprocess.SubprocessError):
+        return "no nvidia-smi"
+
+print(f"## GPU report, {datetime.date.today().isoformat()}{' (dry run: 1 timed step each)' if dry else ''}")
+print()
+print(f"`bench/gpu.sh` on {gpu_name()}; resmem `--backend {backend}`"
+      + (", adapter as `resmem bench` reports it below" if backend == "gpu" else "") + ".")
+log = open(os.path.join(keep, "selftest.log")).read() if os.path.exists(os.path.join(keep, "selftest.log")) else ""
+if log.strip():
+    passed = sum(l.startswith("test result: ok") for l in log.splitlines())
+    failed = [l for l in log.splitlines() if l.startswith("FAILED") or " FAILED" in l]
+    print()
+    print(f"Kernels against their CPU twins: {passed} test binaries passed"
+          + (f", failures: {'; '.join(failed)}" if failed else ", none failed") + " (selftest.log).")
+print()
+print("| model | resmem tokens/s | ms/step (median) | matmul path, family timing | peer tokens/s | resmem / peer |")
+print("|---|---:|---:|---|---:|---:|")
+names = ["toy-rmt", "toy-transformer", "table9-46m", "table9-46m-transformer", "gpt2-small-rmt", "gpt2-small"]
+for n in names:
+    r, t = load(f"resmem-{n}.json"), load(f"torch-{n}.json")
+    rs = f"{r['tokens_per_s']:,.0f}" if r else "failed"
+    ms = f"{r['ms_per_step']['median']:.2f}" if r else ""
+    path = f"{r['matmul_path']}, {r['family_timing']}" if r else ""
+    ts = f"{t['tokens_per_s']:,.0f} ({t['device']})" if t else "–"
+    ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:.2f}" if r and t else "–"
+    print(f"| {n} | {rs} | {ms} | {path} | {ts} | {ratio} |")
+print()
+print("RMT step time over its transformer twin's (below 1: the RMT is faster):")
+print()
+for rmt, tf in [("toy-rmt", "toy-transformer"), ("table9-46m", "table9-46m-transformer"), ("gpt2-small-rmt", "gpt2-small")]:
+    a, b = load(f"resmem-{rmt}.json"), load(f"resmem-{tf}.json")
+    pa, pb = load(f"torch-{rmt}.json"), load(f"torch-{tf}.json")
+    line = f"- {rmt} / {tf}: resmem "
+    line += f"{a['ms_per_step']['median'] / b['ms_per_step']['median']:.2f}" if a and b else "–"
+    line += ", peer " + (f"{pa['ms_per_step']['median'] / pb['ms_per_step']['median']:.2f}" if pa and pb else "–")
+    if a and b:
+        line += f"; forward FLOPs per token {a['model_flops_per_token'] / b['model_flops_per_token']:.2f}×"
+    print(line)
+for n in names:
+    r = load(f"resmem-{n}.json")
+    if not r:
+        continue
+    print()
+    print(f"{n} on {r['backend']}: {r['tokens_per_s']:,.0f} tokens/s, B {r['batch']} T {r['seq_len']}, {r['params']:,} parameters; "
+          f"peaks: matmul {r['peaks']['matmul_gflops']:,.0f} GFLOP/s (n {r['peaks']['matmul_n']}), "
+          f"stream {r['peaks']['stream_gbps']:,.0f} GB/s")
+    print()
+    print("| family | calls | ms/step | share | GFLOP/s | GB/s | of matmul peak | of stream peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for f in r["families"]:
+        print(f"| {f['family']} | {f['calls']} | {f['ms_per_step']:.3f} | {100 * f['share']:.0f}% | {f['gflops']:,.0f} | "
+              f"{f['gbps']:,.0f} | {100 * f['of_matmul_peak']:.0f}% | {100 * f['of_stream_peak']:.0f}% |")
+EOF
+exit $status
