@@ -37,7 +37,11 @@ pub fn variance(args: VarianceArgs) -> Result<()> {
     } else {
         out!(
             "{:<12} {:<5} {:<10} {:>12} {:>12}",
-            "model", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"
+            "model",
+            "layer",
+            "op",
+            "σ²out/σ²in",
+            "σ²gin/σ²gout"
         );
         for r in rows {
             let (layer, op) = (json_name(&r.layer)?, json_name(&r.op)?);
@@ -105,7 +109,11 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     );
     out!(
         "{:<6} {:<5} {:<10} {:>12} {:>12}",
-        "block", "layer", "op", "σ²out/σ²in", "σ²gin/σ²gout"
+        "block",
+        "layer",
+        "op",
+        "σ²out/σ²in",
+        "σ²gin/σ²gout"
     );
     let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
     for m in &rows {
@@ -147,7 +155,13 @@ fn of_run(run: &Path, args: &VarianceArgs) -> Result<()> {
     out!("{} ({from}), measured on its first held-out batch", cfg.arch());
     out!(
         "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
-        "block", "layer", "op", "σ²out/σ²in", "closed", "σ²gin/σ²gout", "closed"
+        "block",
+        "layer",
+        "op",
+        "σ²out/σ²in",
+        "closed",
+        "σ²gin/σ²gout",
+        "closed"
     );
     let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
     for m in &rows {

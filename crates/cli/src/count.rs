@@ -138,7 +138,9 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
     out!("FLOPs per block, one per multiply-accumulate (the paper's convention):");
     out!(
         "                      {:>16} {:>16} {:>16}",
-        "as built", "paper", "dense block"
+        "as built",
+        "paper",
+        "dense block"
     );
     // Paper sizes read in G; toy sizes would all print 0.00 G, so they are written out.
     let g = |x: u64| match x >= 10_000_000 {
@@ -160,7 +162,11 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
     let t = b.table_mb_f16;
     out!(
         "table memory (MB, f16): q {:.1}, k {:.1}, v {:.1}, ml1 {:.1}, ml2 {:.1}",
-        t.q, t.k, t.v, t.ml1, t.ml2
+        t.q,
+        t.k,
+        t.v,
+        t.ml1,
+        t.ml2
     );
     Ok(())
 }
@@ -170,7 +176,11 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
 fn table1() -> Result<()> {
     out!(
         "{:<14} {:>7} {:>7} {:>16} {:>12}",
-        "model", "layers", "hidden", "FLOPs w/o attn", "total FLOPs"
+        "model",
+        "layers",
+        "hidden",
+        "FLOPs w/o attn",
+        "total FLOPs"
     );
     let g = |x: u64| format!("{:.1} G", x as f64 / 1e9);
     let names = ["tiny", "small", "base"];
@@ -201,7 +211,11 @@ fn table1() -> Result<()> {
 fn table3() -> Result<()> {
     out!(
         "{:>5} {:>4} {:>5} {:>18} {:>16}",
-        "d", "τ", "K", "ML_Q FLOPs (s·K·(τ+d))", "ML_Q memory"
+        "d",
+        "τ",
+        "K",
+        "ML_Q FLOPs (s·K·(τ+d))",
+        "ML_Q memory"
     );
     for tau in [4, 8, 10] {
         let c = models::MemoryFormerConfig {

@@ -20,6 +20,7 @@ mod residual;
 mod run_dir;
 mod sample;
 mod source;
+mod stats;
 mod sweep;
 mod train;
 

@@ -71,7 +71,8 @@ fn prepare(args: PrepareArgs) -> Result<()> {
     out!("  train  {:>12} tokens", meta.train_tokens);
     out!(
         "  val    {:>12} tokens ({} of each document)",
-        meta.val_tokens, meta.val_frac
+        meta.val_tokens,
+        meta.val_frac
     );
     out!(
         "  unigram entropy of train: {:.4} nats per token (a model that ignores context does no better)",

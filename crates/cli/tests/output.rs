@@ -36,7 +36,14 @@ const REPORTS: &[&[&str]] = &[
     &["count", "--arch", "hybrid", "--json"],
     &["count", "--arch", "memoryformer", "--paper-table", "1"],
     &["analyze", "variance", "--closed-form", "--arch", "rmt"],
-    &["analyze", "variance", "--closed-form", "--arch", "transformer", "--json"],
+    &[
+        "analyze",
+        "variance",
+        "--closed-form",
+        "--arch",
+        "transformer",
+        "--json",
+    ],
     &["train", "--list-presets"],
 ];
 

@@ -303,3 +303,144 @@ fn a_variance_sweep_measures_the_closed_form_at_init() {
         assert_eq!(p["variance"]["init"].as_array().unwrap().len(), 2 * 4, "{}", p["label"]);
     }
 }
+
+/// `[[compare]]`: the arms paired by seed, every metric's per-seed values recomputed here from
+/// the runs' own files, the t interval from the 0.975 quantile at 2 degrees of freedom
+/// (4.302653), and a verdict that follows the interval alone.
+#[test]
+fn declared_comparisons_report_paired_intervals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("e.toml");
+    std::fs::write(
+        &file,
+        r#"title = "d_k 4 against 8"
+seeds = [0, 1, 2]
+[flags]
+backend = "cpu"
+preset = "tiny-rmt"
+task = "copy"
+steps = 6
+eval_every = 2
+eval_batches = 1
+[grid]
+d_k = [4, 8]
+[[compare]]
+a = "d_k=4"
+b = "d_k=8"
+claim = "a wider residual learns faster"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("cmp");
+    let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(
+        printed.contains("declared comparisons: 95% intervals over 3 seeds"),
+        "{printed}"
+    );
+    let sum = summary(&out);
+    let c = &sum["comparisons"][0];
+    assert_eq!(c["seeds"], serde_json::json!(["0", "1", "2"]));
+    let point = |d_k: u64, seed: u64| {
+        sum["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["settings"]["d_k"] == d_k && p["settings"]["seed"] == seed)
+            .unwrap()
+            .clone()
+    };
+    let metric = |name: &str| {
+        c["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metric"] == name)
+            .unwrap()
+            .clone()
+    };
+    // final_val_loss: a − b per seed, mean, t interval.
+    let m = metric("final_val_loss");
+    let diffs: Vec<f64> = (0..3)
+        .map(|seed| {
+            point(4, seed)["final_val_loss"].as_f64().unwrap() - point(8, seed)["final_val_loss"].as_f64().unwrap()
+        })
+        .collect();
+    let got: Vec<f64> = m["per_seed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(got, diffs);
+    let mean = diffs.iter().sum::<f64>() / 3.0;
+    let sd = (diffs.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let half = 4.302653 * sd / 3f64.sqrt();
+    let (low, high) = (m["low"].as_f64().unwrap(), m["high"].as_f64().unwrap());
+    assert!((m["estimate"].as_f64().unwrap() - mean).abs() < 1e-12);
+    assert!(
+        (low - (mean - half)).abs() < 1e-6 && (high - (mean + half)).abs() < 1e-6,
+        "{m}"
+    );
+    let verdict = if high < 0.0 {
+        "a better"
+    } else if low > 0.0 {
+        "b better"
+    } else {
+        "not resolved"
+    };
+    assert_eq!(m["verdict"], verdict);
+    // tokens_to_target: a's tokens to b's final loss, over b's tokens; "never" is null.
+    let m = metric("tokens_to_target");
+    for seed in 0..3u64 {
+        let (a, b) = (point(4, seed), point(8, seed));
+        let target = b["final_val_loss"].as_f64().unwrap();
+        let curve: Vec<(f64, f64)> = metrics(&out.join(a["dir"].as_str().unwrap()))
+            .iter()
+            .filter_map(|r| Some((r["step"].as_f64()? * 16.0 * 16.0, r["val_loss"].as_f64()?)))
+            .collect();
+        let want = curve.iter().position(|&(_, v)| v <= target).map(|i| match i {
+            0 => curve[0].0,
+            _ => {
+                let ((t0, v0), (t1, v1)) = (curve[i - 1], curve[i]);
+                t0 + (v0 - target) / (v0 - v1) * (t1 - t0)
+            }
+        });
+        let b_tokens = b["tokens"].as_f64().unwrap();
+        let got = m["per_seed"][seed as usize].as_f64();
+        match want {
+            Some(t) => assert!((got.unwrap() - t / b_tokens).abs() < 1e-9, "seed {seed}: {m}"),
+            None => assert_eq!(got, None, "seed {seed}: never is null"),
+        }
+    }
+    assert!(metric("wall_s")["noisy"].as_bool().unwrap());
+    let csv = std::fs::read_to_string(out.join("comparisons.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4, "{csv}");
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("\"d_k=4\",\"d_k=8\",final_val_loss,a - b,3,"),
+        "{csv}"
+    );
+
+    // Declarations that cannot pair are refused before anything trains.
+    let bad = tmp.path().join("bad");
+    for (compare, seeds, says) in [
+        ("a = \"d_k=5\"\nb = \"d_k=8\"", "[0, 1]", "`d_k=5` selects no point"),
+        ("a = \"d_k=4\"\nb = \"d_k=4\"", "[0, 1]", "share points"),
+        ("a = \"d_k=4\"\nb = \"d_k=8\"", "[0]", "at least 2 seeds"),
+        (
+            "a = \"d_k=4\"\nb = \"d_k=8\"\nmetrics = [\"loss\"]",
+            "[0, 1]",
+            "not a valid experiment",
+        ),
+    ] {
+        let text = format!(
+            "seeds = {seeds}\n[flags]\nbackend = \"cpu\"\npreset = \"tiny-rmt\"\ntask = \"copy\"\n[grid]\nd_k = [4, 8]\n[[compare]]\n{compare}\n"
+        );
+        std::fs::write(&file, text).unwrap();
+        let err = fails(&["sweep", s(&file), "--out", s(&bad)]);
+        assert!(err.contains(says), "{compare}: {err}");
+        assert!(!bad.exists());
+    }
+}

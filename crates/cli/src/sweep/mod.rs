@@ -6,6 +6,8 @@
 //! anything a run can set. They come, later winning, from an experiment file's `[flags]`, its
 //! `[quick.flags]` under `--quick`, the command line, the variant, the grid and the seed.
 
+mod compare;
+
 use crate::args::{SweepArgs, TrainArgs};
 use crate::console::{say, warn};
 use crate::run_dir::{CONFIG_FILE, METRICS_FILE, MODEL_FILE};
@@ -22,6 +24,7 @@ use std::path::Path;
 
 pub const SUMMARY_JSON: &str = "summary.json";
 pub const SUMMARY_CSV: &str = "summary.csv";
+pub const COMPARISONS_CSV: &str = "comparisons.csv";
 
 /// `resmem train`'s flags alone, to read a point's flags exactly as `resmem train` would.
 #[derive(Parser)]
@@ -55,6 +58,9 @@ struct Experiment {
     /// Measure every point's variance ratios at init and after training (RMT paper Tables 1-2).
     #[serde(default)]
     variance: bool,
+    /// Comparisons declared before the runs: arm a against arm b, paired by seed.
+    #[serde(default)]
+    compare: Vec<compare::Declared>,
     /// `--quick`: its flags are added, and its grid, variants and seeds replace the full ones.
     quick: Option<Box<Experiment>>,
 }
@@ -100,6 +106,17 @@ impl Point {
 
     fn label(&self) -> String {
         let name: Vec<String> = self.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        name.join(" ")
+    }
+
+    /// Its label without the seed: the arm a comparison may select.
+    fn arm_label(&self) -> String {
+        let name: Vec<String> = self
+            .settings
+            .iter()
+            .filter(|(k, _)| k != "seed")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         name.join(" ")
     }
 }
@@ -149,6 +166,9 @@ pub struct Summary {
     /// With a `reference` variant: each other variant at the reference's final loss.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub equal_loss: Vec<EqualLoss>,
+    /// The experiment's `[[compare]]`: paired intervals and verdicts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comparisons: Vec<compare::Comparison>,
 }
 
 /// One site kind of one variant: the closed form at init, and the geometric means of the
@@ -240,6 +260,13 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     for p in &points {
         resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
     }
+    // And a comparison that cannot pair its arms. --quick runs one seed, too few for an interval.
+    let compare_now = !(args.quick && seeds.len() < 2);
+    if compare_now {
+        for c in &experiment.compare {
+            compare::pair(c, &points)?;
+        }
+    }
     let mut swept: Vec<String> = variants.iter().take(1).map(|_| "variant".to_string()).collect();
     swept.extend(grid.iter().map(|(k, _)| k.clone()));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create the sweep directory {}", out.display()))?;
@@ -253,6 +280,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         points: vec![],
         variance: vec![],
         equal_loss: vec![],
+        comparisons: vec![],
     };
     let stop = train::stop_flag()?;
     let mut failed = vec![];
@@ -295,19 +323,38 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         summary.points.push(point);
         write_summary(&out, &summary)?;
     }
-    print_table(&summary);
-    if experiment.variance && failed.is_empty() {
-        summary.variance = variance_rows(&out, &summary)?;
-        print_variance(&summary.variance);
-        write_summary(&out, &summary)?;
-    }
+    // Everything is computed and written before anything is printed.
     if failed.is_empty() {
+        if experiment.variance {
+            summary.variance = variance_rows(&out, &summary)?;
+        }
         for reference in experiment.reference.labels() {
             let rows = equal_loss(&out, &summary, &reference)?;
-            print_equal_loss(&rows);
             summary.equal_loss.extend(rows);
         }
+        if compare_now {
+            for c in &experiment.compare {
+                summary
+                    .comparisons
+                    .push(compare::compute(c, &out, &points, &summary.points)?);
+            }
+        }
         write_summary(&out, &summary)?;
+    }
+    print_table(&summary);
+    print_variance(&summary.variance);
+    for reference in experiment.reference.labels() {
+        let rows: Vec<EqualLoss> = summary
+            .equal_loss
+            .iter()
+            .filter(|r| r.reference == reference)
+            .cloned()
+            .collect();
+        print_equal_loss(&rows);
+    }
+    compare::print(&summary.comparisons);
+    if !compare_now && !experiment.compare.is_empty() {
+        say("the declared comparisons need at least 2 seeds; --quick runs one, so they are left out");
     }
     say(&format!(
         "wrote {} and {}",
@@ -331,7 +378,8 @@ fn read_experiment(path: &Path) -> Result<Experiment> {
         std::fs::read_to_string(path).with_context(|| format!("cannot read the experiment {}", path.display()))?;
     toml::from_str(&text).with_context(|| {
         format!(
-            "{} is not a valid experiment: it may have title, seeds, [flags], [grid], [[variants]] and [quick]",
+            "{} is not a valid experiment: it may have title, seeds, reference, variance, [flags], [grid], \
+             [[variants]], [[compare]] (a, b, claim, metrics) and [quick]",
             path.display()
         )
     })
@@ -686,6 +734,12 @@ fn write_summary(out: &Path, summary: &Summary) -> Result<()> {
     crate::run_dir::write_atomic(&out.join(SUMMARY_JSON), |tmp| {
         std::fs::write(tmp, &json).with_context(|| format!("cannot write {}", tmp.display()))
     })?;
+    if !summary.comparisons.is_empty() {
+        let csv = compare::to_csv(&summary.comparisons);
+        crate::run_dir::write_atomic(&out.join(COMPARISONS_CSV), |tmp| {
+            std::fs::write(tmp, &csv).with_context(|| format!("cannot write {}", tmp.display()))
+        })?;
+    }
     let csv = to_csv(summary);
     crate::run_dir::write_atomic(&out.join(SUMMARY_CSV), |tmp| {
         std::fs::write(tmp, &csv).with_context(|| format!("cannot write {}", tmp.display()))
@@ -756,7 +810,12 @@ fn print_table(summary: &Summary) {
     let width = summary.points.iter().map(|p| p.label.len()).max().unwrap_or(5).max(5);
     out!(
         "{:<width$} {:>12} {:>14} {:>10} {:>10} {:>9}",
-        "point", "params", "FLOPs/token", "val_loss", "best_val", "wall_s"
+        "point",
+        "params",
+        "FLOPs/token",
+        "val_loss",
+        "best_val",
+        "wall_s"
     );
     let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
     for p in &summary.points {
@@ -781,20 +840,21 @@ fn print_table(summary: &Summary) {
 /// (training tokens, validation loss) at each evaluation.
 type Curve = Vec<(f64, f64)>;
 
+/// A point's validation curve.
+fn curve(out: &Path, p: &PointSummary) -> Result<Curve> {
+    let dir = out.join(&p.dir);
+    let cfg = train::read_config(&dir.join(CONFIG_FILE))?;
+    let per_step = (cfg.train.batch * cfg.data.seq_len()) as f64;
+    let rows = read_metrics(&dir.join(METRICS_FILE))?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| Some((r["step"].as_f64()? * per_step, r["val_loss"].as_f64()?)))
+        .collect())
+}
+
 /// A variant's validation curve, the mean over its seeds.
 fn mean_curve(out: &Path, points: &[&PointSummary]) -> Result<Curve> {
-    let mut curves = vec![];
-    for p in points {
-        let dir = out.join(&p.dir);
-        let cfg = train::read_config(&dir.join(CONFIG_FILE))?;
-        let per_step = (cfg.train.batch * cfg.data.seq_len()) as f64;
-        let rows = read_metrics(&dir.join(METRICS_FILE))?;
-        let curve: Vec<(f64, f64)> = rows
-            .iter()
-            .filter_map(|r| Some((r["step"].as_f64()? * per_step, r["val_loss"].as_f64()?)))
-            .collect();
-        curves.push(curve);
-    }
+    let curves = points.iter().map(|p| curve(out, p)).collect::<Result<Vec<_>>>()?;
     let Some(first) = curves.first() else {
         return Ok(vec![]);
     };
@@ -883,7 +943,14 @@ fn print_equal_loss(rows: &[EqualLoss]) {
     );
     out!(
         "{:<20} {:>9} {:>12} {:>11} {:>11} {:>9} {:>9} {:>9}",
-        "variant", "final", "tokens", "FLOPs", "params", "−tokens", "−FLOPs", "−params"
+        "variant",
+        "final",
+        "tokens",
+        "FLOPs",
+        "params",
+        "−tokens",
+        "−FLOPs",
+        "−params"
     );
     let pct = |x: Option<f64>| x.map_or("never".to_string(), |x| format!("{:.1}%", 100.0 * x));
     for r in rows {
@@ -970,10 +1037,21 @@ fn distance_from_one(ratios: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 }
 
 fn print_variance(rows: &[VarianceRow]) {
+    if rows.is_empty() {
+        return;
+    }
     out!("variance ratios, geometric means over blocks and seeds (forward σ²out/σ²in, backward σ²gin/σ²gout):");
     out!(
         "{:<14} {:<5} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "variant", "layer", "op", "closed", "init", "trained", "closed", "init", "trained"
+        "variant",
+        "layer",
+        "op",
+        "closed",
+        "init",
+        "trained",
+        "closed",
+        "init",
+        "trained"
     );
     let f = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:.4}"));
     for r in rows {

@@ -1,0 +1,198 @@
+//! The statistics of seed-paired comparisons: Student's t interval on the paired differences,
+//! a distribution-free interval for a median of ratios (which may be infinite: "never"), and
+//! the number of seeds an observed effect needs to be resolved at 80% power.
+//!
+//! Why not a percentile bootstrap for the median: with 4 seeds it reports [min, max] as a 95%
+//! interval, whose true coverage is 1 − 2·0.5⁴ = 87.5%. The order-statistic interval below has
+//! at least its stated coverage for any distribution, and says "unbounded" below 6 seeds.
+
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+/// Two-sided confidence of every interval.
+pub const LEVEL: f64 = 0.95;
+/// The power at which `seeds_for_power` resolves an effect.
+pub const POWER: f64 = 0.80;
+/// Past this many seeds, an effect is reported as needing "more".
+pub const MAX_SEEDS: usize = 10_000;
+
+/// The quantile `p` of Student's t with `df` degrees of freedom.
+pub fn t_quantile(p: f64, df: f64) -> Option<f64> {
+    let t = StudentsT::new(0.0, 1.0, df).ok()?;
+    Some(t.inverse_cdf(p))
+}
+
+/// A mean and its two-sided `LEVEL` interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeanInterval {
+    pub n: usize,
+    pub mean: f64,
+    /// The sample standard deviation (n − 1).
+    pub sd: f64,
+    pub low: f64,
+    pub high: f64,
+    /// The seeds a paired t-test needs to resolve an effect of this mean and sd at `POWER`;
+    /// None when the mean is zero or it needs more than `MAX_SEEDS`.
+    pub seeds_for_power: Option<usize>,
+}
+
+/// Student's t interval of the mean of `values` (the paired differences); None below 2 values
+/// or with a non-finite one.
+pub fn t_interval(values: &[f64]) -> Option<MeanInterval> {
+    let n = values.len();
+    if n < 2 || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let sd = var.sqrt();
+    let half = t_quantile(0.5 + LEVEL / 2.0, (n - 1) as f64)? * sd / (n as f64).sqrt();
+    Some(MeanInterval {
+        n,
+        mean,
+        sd,
+        low: mean - half,
+        high: mean + half,
+        seeds_for_power: seeds_for_power(mean, sd),
+    })
+}
+
+/// The smallest n at which a two-sided paired t-test at 1 − `LEVEL` detects the effect `mean`
+/// with spread `sd` with probability `POWER`: the usual approximation
+/// n ≥ ((t_{1−α/2, n−1} + t_{power, n−1}) · sd / |mean|)², solved by counting up.
+pub fn seeds_for_power(mean: f64, sd: f64) -> Option<usize> {
+    if mean == 0.0 || !mean.is_finite() || !sd.is_finite() {
+        return None;
+    }
+    if sd == 0.0 {
+        return Some(2);
+    }
+    let effect = mean.abs() / sd;
+    (2..=MAX_SEEDS).find(|&n| {
+        let df = (n - 1) as f64;
+        match (t_quantile(0.5 + LEVEL / 2.0, df), t_quantile(POWER, df)) {
+            (Some(a), Some(b)) => n as f64 >= ((a + b) / effect).powi(2),
+            _ => false,
+        }
+    })
+}
+
+/// The median, where +∞ (an arm that never reached the target) sorts last.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ if v[n / 2 - 1] == v[n / 2] => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// P(X ≤ k) for X ~ Binomial(n, 1/2).
+fn binomial_half_cdf(n: usize, k: usize) -> f64 {
+    // C(n, i) / 2^n, built up term by term in f64 (exact enough for n in the thousands).
+    let mut term = 0.5f64.powi(n as i32);
+    let mut sum = 0.0;
+    for i in 0..=k.min(n) {
+        sum += term;
+        term *= (n - i) as f64 / (i + 1) as f64;
+    }
+    sum
+}
+
+/// The distribution-free `LEVEL` interval of the median: order statistics x₍ₖ₎ and x₍ₙ₊₁₋ₖ₎
+/// with the largest k for which 2·P(Binomial(n, ½) ≤ k − 1) ≤ 1 − `LEVEL` (the sign test's
+/// interval). Below 6 values no k qualifies, and the interval is (−∞, +∞). +∞ values sort last.
+pub fn median_interval(values: &[f64]) -> (f64, f64) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let k = (1..=n / 2)
+        .take_while(|&k| 2.0 * binomial_half_cdf(n, k - 1) <= 1.0 - LEVEL)
+        .last();
+    match k {
+        Some(k) => (v[k - 1], v[n - k]),
+        None => (f64::NEG_INFINITY, f64::INFINITY),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    /// Student's t quantiles from printed tables (e.g. NIST/SEMATECH's, 0.975 column).
+    #[test]
+    fn t_quantiles_match_the_tables() {
+        for (df, want) in [(1.0, 12.706), (2.0, 4.303), (4.0, 2.776), (7.0, 2.365), (30.0, 2.042)] {
+            let got = t_quantile(0.975, df).unwrap();
+            assert!(close(got, want, 5e-4), "df {df}: {got} against {want}");
+        }
+        assert!(close(t_quantile(0.80, 7.0).unwrap(), 0.896, 5e-4));
+    }
+
+    /// The issue's own example, by hand: differences −0.074, −0.009, +0.008.
+    /// mean = −0.025; sd = sqrt(((−0.049)² + 0.016² + 0.033²)/2) = sqrt(0.001873) = 0.0432782;
+    /// half-width = 4.302653 · 0.0432782 / √3 = 0.107509; t = −0.025 / (0.0432782/√3) = −1.0005.
+    #[test]
+    fn paired_interval_by_hand() {
+        let m = t_interval(&[-0.074, -0.009, 0.008]).unwrap();
+        assert!(close(m.mean, -0.025, 1e-12));
+        assert!(close(m.sd, 0.0432782, 1e-6), "{}", m.sd);
+        assert!(close(m.low, -0.025 - 0.107509, 1e-5), "{}", m.low);
+        assert!(close(m.high, -0.025 + 0.107509, 1e-5), "{}", m.high);
+        assert!(m.low < 0.0 && m.high > 0.0, "not resolved");
+        assert!(t_interval(&[1.0]).is_none());
+        assert!(t_interval(&[1.0, f64::INFINITY]).is_none());
+    }
+
+    /// n for d = |mean|/sd = 1: ((t_.975 + t_.80)/1)² at df 9 is (2.262 + 0.883)² = 9.89 ≤ 10,
+    /// and at df 8 (2.306 + 0.889)² = 10.21 > 9: so 10 seeds.
+    #[test]
+    fn seeds_for_power_by_hand() {
+        assert_eq!(seeds_for_power(1.0, 1.0), Some(10));
+        assert_eq!(seeds_for_power(-1.0, 1.0), Some(10));
+        assert_eq!(seeds_for_power(0.0, 1.0), None);
+        assert_eq!(seeds_for_power(1.0, 0.0), Some(2));
+        // A tiny effect needs more than MAX_SEEDS.
+        assert_eq!(seeds_for_power(1e-3, 1.0), None);
+        // Large effects need few: d = 3 → (t + t)² with df 3: (3.182 + 0.978)² / 9 = 1.92 ≤ 4.
+        assert!(seeds_for_power(3.0, 1.0).unwrap() <= 4);
+    }
+
+    #[test]
+    fn medians_keep_never() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[1.0, f64::INFINITY, f64::INFINITY]), f64::INFINITY);
+        assert_eq!(median(&[1.0, 2.0, f64::INFINITY, f64::INFINITY]), f64::INFINITY);
+    }
+
+    /// By hand: n = 8, P(B ≤ 0) = 1/256 and P(B ≤ 1) = 9/256, so k = 1 (2/256 ≤ 0.05 < 18/256):
+    /// [min, max]. n = 10: P(B ≤ 1) = 11/1024, P(B ≤ 2) = 56/1024, so k = 2: [x₂, x₉].
+    /// n = 5: 2/32 > 0.05, so unbounded.
+    #[test]
+    fn median_intervals_by_hand() {
+        assert!(close(binomial_half_cdf(8, 1), 9.0 / 256.0, 1e-15));
+        assert!(close(binomial_half_cdf(10, 2), 56.0 / 1024.0, 1e-15));
+        let eight = [0.9, 0.7, 0.8, 1.2, 0.6, 0.75, 0.85, 0.95];
+        assert_eq!(median_interval(&eight), (0.6, 1.2));
+        let ten = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        assert_eq!(median_interval(&ten), (2.0, 9.0));
+        assert_eq!(
+            median_interval(&[0.5, 0.6, 0.7, 0.8, 0.9]),
+            (f64::NEG_INFINITY, f64::INFINITY)
+        );
+        // Never (+∞) on one of 8 seeds: the upper bound is unbounded.
+        let mut never = eight;
+        never[3] = f64::INFINITY;
+        assert_eq!(median_interval(&never), (0.6, f64::INFINITY));
+        // 30 values: k = 10 (2·P(B ≤ 9) = 0.0428 ≤ 0.05 < 2·P(B ≤ 10) = 0.0987).
+        let thirty: Vec<f64> = (1..=30).map(f64::from).collect();
+        assert_eq!(median_interval(&thirty), (10.0, 21.0));
+    }
+}
