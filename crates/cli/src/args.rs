@@ -236,6 +236,20 @@ pub enum PositionArg {
     Alibi,
 }
 
+/// The integer sizes a flag sets: (flag, config key, the flag's value). `resmem sweep`'s cost
+/// matching solves for them by either name.
+pub const SIZE_FLAGS: [(&str, &str, fn(&ModelDims) -> Option<usize>); 9] = [
+    ("d-model", "d_model", |d| d.d_model),
+    ("d-k", "d_k", |d| d.d_k),
+    ("d-v", "d_v", |d| d.d_v),
+    ("rank", "rank", |d| d.rank),
+    ("layers", "n_layers", |d| d.layers),
+    ("heads", "n_heads", |d| d.heads),
+    ("head-dim", "head_dim", |d| d.head_dim),
+    ("d-ff", "d_ff", |d| d.d_ff),
+    ("tau", "tau", |d| d.tau),
+];
+
 /// Dimension overrides shared by every command that builds a model.
 #[derive(Args, Debug, Default)]
 pub struct ModelDims {
@@ -487,15 +501,9 @@ impl TrainArgs {
                 flags.push((flag, key, v));
             }
         };
-        push("d-model", "d_model", d.d_model.map(int));
-        push("d-k", "d_k", d.d_k.map(int));
-        push("d-v", "d_v", d.d_v.map(int));
-        push("rank", "rank", d.rank.map(int));
-        push("layers", "n_layers", d.layers.map(int));
-        push("heads", "n_heads", d.heads.map(int));
-        push("head-dim", "head_dim", d.head_dim.map(int));
-        push("d-ff", "d_ff", d.d_ff.map(int));
-        push("tau", "tau", d.tau.map(int));
+        for (flag, key, get) in SIZE_FLAGS {
+            push(flag, key, get(d).map(int));
+        }
         push("context", "seq_len", self.context.map(int));
         push("init-std", init_key, d.init_std.map(float));
         push(
@@ -643,6 +651,20 @@ pub struct CountArgs {
     /// Print one JSON object: params, params_paper, flops_fwd, flops_fwd_paper.
     #[arg(long)]
     pub json: bool,
+    /// Solve --solve so that this model's --hold costs match those of this preset (any
+    /// `resmem train --list-presets` name), at this model's V and N.
+    #[arg(long = "match", value_name = "PRESET", requires_all = ["hold", "solve"])]
+    pub match_preset: Option<String>,
+    /// With --match: the costs to hold, `params`, `flops` (forward per token at N) or both.
+    #[arg(long, value_delimiter = ',', requires = "match_preset")]
+    pub hold: Vec<models::matching::Cost>,
+    /// With --match: one or two sizes to solve for, as the config names them (d_ff, rank,
+    /// n_layers, d_model, …).
+    #[arg(long, value_delimiter = ',', requires = "match_preset")]
+    pub solve: Vec<String>,
+    /// With --match: the largest relative deviation of a held cost.
+    #[arg(long, default_value_t = 0.02, requires = "match_preset")]
+    pub tolerance: f64,
 }
 
 #[derive(Args, Debug)]

@@ -18,6 +18,9 @@ pub fn run(args: CountArgs) -> Result<()> {
         "--paper-table reproduces the MemoryFormer paper's tables; pass --arch memoryformer"
     );
     let cfg = args.model.config()?;
+    if let Some(name) = &args.match_preset {
+        return matched(&args, cfg, name);
+    }
     // Counted first: a config whose counts overflow gets that error, naming the setting.
     match &cfg {
         ModelConfig::Transformer(c) => {
@@ -80,6 +83,43 @@ pub fn run(args: CountArgs) -> Result<()> {
             memoryformer(args.json, c)
         }
     }
+}
+
+/// `--match`: solves the sizes, then prints them with both models' costs.
+fn matched(args: &CountArgs, model: ModelConfig, name: &str) -> Result<()> {
+    anyhow::ensure!(
+        args.tolerance.is_finite() && args.tolerance > 0.0,
+        "--tolerance must be a positive fraction, e.g. 0.02 for 2%"
+    );
+    let mut target = models::RunConfig::preset(name)?.model;
+    target.set_vocab(model.vocab());
+    target.set_context(model.context());
+    let t = model.context();
+    let (solved, s) = models::matching::solve(&model, &target, t, &args.hold, &args.solve, args.tolerance)?;
+    solved.validate()?;
+    show(args.json, &s, || {
+        let values: Vec<String> = s.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        out!(
+            "{} matched to {name} ({}) at V={} N={t}: {}",
+            model.arch(),
+            target.arch(),
+            model.vocab(),
+            values.join(", ")
+        );
+        out!("                     {:>18} {:>18} {:>9}", "solved", name, "ratio");
+        out!(
+            "parameters           {:>18} {:>18} {:>9.4}",
+            thousands(s.costs.params as u64),
+            thousands(s.target.params as u64),
+            s.params_ratio
+        );
+        out!(
+            "FLOPs per token      {:>18} {:>18} {:>9.4}",
+            thousands(s.costs.flops_per_token.round() as u64),
+            thousands(s.target.flops_per_token.round() as u64),
+            s.flops_ratio
+        );
+    })
 }
 
 /// Prints `counts` as JSON, or the table `table` prints.

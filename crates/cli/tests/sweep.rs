@@ -444,3 +444,70 @@ claim = "a wider residual learns faster"
         assert!(!bad.exists());
     }
 }
+
+/// `[[match]]` solves sizes before anything trains: every other point's parameters within the
+/// tolerance of the target's, the solved size in its config and summary, and every point's
+/// costs relative to its reference in summary.json.
+#[test]
+fn matched_costs_are_solved_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("m.toml");
+    let experiment = |matching: &str| {
+        format!(
+            "seeds = [0]\n[flags]\nbackend = \"cpu\"\npreset = \"tiny-rmt\"\ntask = \"copy\"\nsteps = 2\n\
+             eval_every = 2\neval_batches = 1\n[grid]\nd_k = [4, 8, 32]\n[[match]]\n{matching}\n"
+        )
+    };
+    std::fs::write(
+        &file,
+        experiment("to = \"d_k=8\"\nhold = [\"params\"]\nsolve = [\"d_ff\"]\ntolerance = 0.01"),
+    )
+    .unwrap();
+    let out = tmp.path().join("m");
+    ok(&["sweep", s(&file), "--out", s(&out)]);
+    let sum = summary(&out);
+    let points = sum["points"].as_array().unwrap();
+    let target = points.iter().find(|p| p["settings"]["d_k"] == 8).unwrap();
+    assert_eq!(target["params_vs_reference"], 1.0);
+    for p in points.iter().filter(|p| p["settings"]["d_k"] != 8) {
+        let d_ff = p["matched"]["solved"][0][1].as_u64().unwrap();
+        assert_eq!(p["matched"]["solved"][0][0], "d_ff");
+        assert_eq!(p["cost_reference"], "d_k=8 seed=0");
+        let config = std::fs::read_to_string(out.join(p["dir"].as_str().unwrap()).join("config.toml")).unwrap();
+        assert!(config.contains(&format!("d_ff = {d_ff}\n")), "{config}");
+        let ratio = p["params"].as_f64().unwrap() / target["params"].as_f64().unwrap();
+        assert!((ratio - 1.0).abs() <= 0.01, "{ratio}");
+        // serde_json reads floats to within an ulp or so.
+        assert!((p["params_vs_reference"].as_f64().unwrap() - ratio).abs() < 1e-12);
+        let flops = p["flops_per_token"].as_f64().unwrap() / target["flops_per_token"].as_f64().unwrap();
+        assert!((p["flops_vs_reference"].as_f64().unwrap() - flops).abs() < 1e-12);
+    }
+    let bad = tmp.path().join("bad");
+    for (matching, says) in [
+        (
+            "to = \"d_k=8\"\nhold = [\"params\"]\nsolve = [\"d_k\"]",
+            "`d_k` is swept",
+        ),
+        (
+            "to = \"d_k=8\"\nhold = [\"params\"]\nsolve = [\"vocab\"]",
+            "cannot solve for `vocab`",
+        ),
+        (
+            "to = \"d_k=5\"\nhold = [\"params\"]\nsolve = [\"d_ff\"]",
+            "selects no point",
+        ),
+        (
+            "to = \"d_k=8\"\nhold = [\"params\", \"flops\"]\nsolve = [\"d_ff\"]",
+            "name a second",
+        ),
+        (
+            "to = \"d_k=8\"\nhold = [\"params\"]\nsolve = [\"layers\"]\ntolerance = 0.0001",
+            "the closest",
+        ),
+    ] {
+        std::fs::write(&file, experiment(matching)).unwrap();
+        let err = fails(&["sweep", s(&file), "--out", s(&bad)]);
+        assert!(err.contains(says), "{matching}: {err}");
+        assert!(!bad.exists());
+    }
+}

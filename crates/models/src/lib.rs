@@ -11,6 +11,7 @@ pub mod ff;
 pub mod generate;
 pub mod hybrid;
 pub mod loss;
+pub mod matching;
 pub mod memory;
 pub mod memory_layer;
 pub mod memoryformer;

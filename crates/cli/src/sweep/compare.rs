@@ -8,7 +8,7 @@
 //!   with the sign test's distribution-free interval over seeds (below 1: a needs less).
 //! - `wall_s`: a − b per seed, as `final_val_loss`; noisy, as any timing on a shared machine.
 
-use super::{curve, setting_name, Point, PointSummary};
+use super::{curve, Point, PointSummary};
 use crate::stats;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -103,16 +103,6 @@ pub struct MetricResult {
     pub noisy: bool,
 }
 
-/// An arm's settings: `rmt` is `variant=rmt`.
-fn selector(text: &str) -> Vec<(String, String)> {
-    text.split_whitespace()
-        .map(|part| match part.split_once('=') {
-            Some((k, v)) => (setting_name(k), v.to_string()),
-            None => ("variant".to_string(), part.to_string()),
-        })
-        .collect()
-}
-
 fn seed_of(p: &Point) -> String {
     p.settings
         .iter()
@@ -125,13 +115,10 @@ fn seed_of(p: &Point) -> String {
 pub fn pair(declared: &Declared, points: &[Point]) -> Result<Vec<(String, usize, usize)>> {
     let what = format!("[[compare]] a = \"{}\", b = \"{}\"", declared.a, declared.b);
     let select = |arm: &str| -> Result<Vec<usize>> {
-        let want = selector(arm);
-        if want.is_empty() {
+        if arm.trim().is_empty() {
             bail!("{what}: an arm is empty; name a variant label or settings such as d_k=16");
         }
-        let hits: Vec<usize> = (0..points.len())
-            .filter(|&i| want.iter().all(|w| points[i].settings.contains(w)))
-            .collect();
+        let hits: Vec<usize> = (0..points.len()).filter(|&i| points[i].in_arm(arm)).collect();
         if hits.is_empty() {
             let mut labels: Vec<String> = points.iter().map(Point::arm_label).collect();
             labels.dedup();

@@ -7,6 +7,7 @@
 //! `[quick.flags]` under `--quick`, the command line, the variant, the grid and the seed.
 
 mod compare;
+mod matching;
 
 use crate::args::{SweepArgs, TrainArgs};
 use crate::console::{say, warn};
@@ -61,6 +62,9 @@ struct Experiment {
     /// Comparisons declared before the runs: arm a against arm b, paired by seed.
     #[serde(default)]
     compare: Vec<compare::Declared>,
+    /// Sizes solved before the runs so that points cost what a reference point costs.
+    #[serde(default, rename = "match")]
+    matches: Vec<matching::Declared>,
     /// `--quick`: its flags are added, and its grid, variants and seeds replace the full ones.
     quick: Option<Box<Experiment>>,
 }
@@ -109,6 +113,19 @@ impl Point {
         name.join(" ")
     }
 
+    /// Whether the arm `arm` selects it: a variant's label (`rmt`) or settings (`d_k=16`,
+    /// `variant=rmt lr=0.01`), all of which it has.
+    fn in_arm(&self, arm: &str) -> bool {
+        let want: Vec<(String, String)> = arm
+            .split_whitespace()
+            .map(|part| match part.split_once('=') {
+                Some((k, v)) => (setting_name(k), v.to_string()),
+                None => ("variant".to_string(), part.to_string()),
+            })
+            .collect();
+        !want.is_empty() && want.iter().all(|w| self.settings.contains(w))
+    }
+
     /// Its label without the seed: the arm a comparison may select.
     fn arm_label(&self) -> String {
         let name: Vec<String> = self
@@ -146,6 +163,17 @@ pub struct PointSummary {
     /// With `variance = true`: the ratios at init and after training.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variance: Option<PointVariance>,
+    /// The sizes a `[[match]]` solved for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<matching::Matched>,
+    /// The point its costs are relative to, and its parameters and FLOPs per token over that
+    /// point's: how fixed a fixed-cost sweep really is.
+    #[serde(default)]
+    pub cost_reference: Option<String>,
+    #[serde(default)]
+    pub params_vs_reference: Option<f64>,
+    #[serde(default)]
+    pub flops_vs_reference: Option<f64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -255,7 +283,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         (true, false) => experiment.seeds.clone(),
         (true, true) => vec![],
     };
-    let points = expand(&base, &variants, &grid, &seeds);
+    let mut points = expand(&base, &variants, &grid, &seeds);
+    let swept_names: Vec<String> = grid.iter().map(|(k, _)| k.clone()).collect();
+    let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names)?;
     // Refuse a bad point before training any: each resolves as `resmem train` would.
     for p in &points {
         resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
@@ -313,6 +343,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
             }
         };
         let mut point = summarize(p, &dir, status)?;
+        point.matched = matched[i].clone();
         if experiment.variance && point.status == "done" {
             let measure = |at_init| crate::analyze::measure_run(&dir, backend_of(&p.flags), None, at_init);
             point.variance = Some(PointVariance {
@@ -324,6 +355,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         write_summary(&out, &summary)?;
     }
     // Everything is computed and written before anything is printed.
+    let references = experiment.reference.labels();
+    matching::relative_costs(&mut summary.points, &points, references.first().map(String::as_str));
+    write_summary(&out, &summary)?;
     if failed.is_empty() {
         if experiment.variance {
             summary.variance = variance_rows(&out, &summary)?;
@@ -680,6 +714,10 @@ fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSummary> {
         wall_s: None,
         tokens_per_s: None,
         variance: None,
+        matched: None,
+        cost_reference: None,
+        params_vs_reference: None,
+        flops_vs_reference: None,
     };
     let Ok(cfg) = train::read_config(&dir.join(CONFIG_FILE)) else {
         return Ok(s);
@@ -767,6 +805,9 @@ fn to_csv(summary: &Summary) -> String {
         "best_val_loss",
         "wall_s",
         "tokens_per_s",
+        "cost_reference",
+        "params_vs_reference",
+        "flops_vs_reference",
     ];
     let mut lines = vec![names
         .iter()
@@ -800,6 +841,9 @@ fn to_csv(summary: &Summary) -> String {
             opt(p.best_val_loss.map(|x| format!("{x:.6}"))),
             opt(p.wall_s.map(|x| format!("{x:.1}"))),
             opt(p.tokens_per_s.map(|x| format!("{x:.0}"))),
+            opt(p.cost_reference.as_deref().map(quote)),
+            opt(p.params_vs_reference.map(|x| format!("{x:.6}"))),
+            opt(p.flops_vs_reference.map(|x| format!("{x:.6}"))),
         ]);
         lines.push(cells.join(","));
     }
@@ -809,10 +853,12 @@ fn to_csv(summary: &Summary) -> String {
 fn print_table(summary: &Summary) {
     let width = summary.points.iter().map(|p| p.label.len()).max().unwrap_or(5).max(5);
     out!(
-        "{:<width$} {:>12} {:>14} {:>10} {:>10} {:>9}",
+        "{:<width$} {:>12} {:>14} {:>8} {:>8} {:>10} {:>10} {:>9}",
         "point",
         "params",
         "FLOPs/token",
+        "params×",
+        "FLOPs×",
         "val_loss",
         "best_val",
         "wall_s"
@@ -820,11 +866,13 @@ fn print_table(summary: &Summary) {
     let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
     for p in &summary.points {
         out!(
-            "{:<width$} {:>12} {:>14} {:>10} {:>10} {:>9}{}",
+            "{:<width$} {:>12} {:>14} {:>8} {:>8} {:>10} {:>10} {:>9}{}",
             p.label,
             p.params.map_or("-".into(), models::count::thousands),
             p.flops_per_token
                 .map_or("-".into(), |x| models::count::thousands(x.round() as u64)),
+            f(p.params_vs_reference, 3),
+            f(p.flops_vs_reference, 3),
             f(p.final_val_loss, 4),
             f(p.best_val_loss, 4),
             f(p.wall_s, 1),
@@ -834,6 +882,9 @@ fn print_table(summary: &Summary) {
                 format!("  ({})", p.status)
             }
         );
+    }
+    if let Some(r) = summary.points.iter().find_map(|p| p.cost_reference.as_ref()) {
+        out!("(params× and FLOPs× are over the reference point's, e.g. {r}, of the same seed)");
     }
 }
 
