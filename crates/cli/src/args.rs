@@ -236,9 +236,11 @@ pub enum PositionArg {
     Alibi,
 }
 
+pub type SizeFlag = (&'static str, &'static str, fn(&ModelDims) -> Option<usize>);
+
 /// The integer sizes a flag sets: (flag, config key, the flag's value). `resmem sweep`'s cost
 /// matching solves for them by either name.
-pub const SIZE_FLAGS: [(&str, &str, fn(&ModelDims) -> Option<usize>); 9] = [
+pub const SIZE_FLAGS: [SizeFlag; 9] = [
     ("d-model", "d_model", |d| d.d_model),
     ("d-k", "d_k", |d| d.d_k),
     ("d-v", "d_v", |d| d.d_v),

@@ -172,7 +172,9 @@ pub fn solve(
                 .sum::<f64>(),
         )
     };
-    let mut best: Option<((f64, f64), f64, Vec<u64>, ModelConfig, Costs)> = None;
+    // (score, error, values, config, costs) of the best candidate so far.
+    type Candidate = ((f64, f64), f64, Vec<u64>, ModelConfig, Costs);
+    let mut best: Option<Candidate> = None;
     let mut consider = |values: Vec<u64>, m: ModelConfig, c: Costs| {
         let e = c.error(&goal, hold);
         let sc = score(&values, e);
