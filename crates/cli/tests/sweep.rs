@@ -511,3 +511,67 @@ fn matched_costs_are_solved_before_training() {
         assert!(!bad.exists());
     }
 }
+
+/// `[tune]`: every arm trains the grid on the tuning seeds (in tune/), takes the setting with
+/// the lowest mean final validation loss, and its runs train with it; tuning seeds never
+/// overlap the compared ones, and a tuned flag is never also set by a variant.
+#[test]
+fn each_arm_is_tuned_on_its_own_seeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("t.toml");
+    let experiment = |seeds: &str, rmt_flags: &str| {
+        format!(
+            "seeds = {seeds}\n[flags]\nbackend = \"cpu\"\ntask = \"copy\"\nsteps = 4\neval_every = 2\neval_batches = 1\n\
+             [[variants]]\nlabel = \"rmt\"\npreset = \"tiny-rmt\"\n{rmt_flags}\n[[variants]]\nlabel = \"transformer\"\n\
+             preset = \"tiny-transformer\"\n[tune]\nseeds = [100, 101]\nlr = [0.001, 0.03]\n"
+        )
+    };
+    std::fs::write(&file, experiment("[0]", "")).unwrap();
+    let out = tmp.path().join("t");
+    let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(printed.contains("tuning: final validation loss"), "{printed}");
+    let sum = summary(&out);
+    for t in sum["tuning"].as_array().unwrap() {
+        let arm = t["arm"].as_str().unwrap();
+        let mut means = vec![];
+        for r in t["rows"].as_array().unwrap() {
+            let lr = r["settings"][0][1].as_str().unwrap();
+            let losses: Vec<f64> = [100, 101]
+                .iter()
+                .map(|seed| {
+                    let dir = out
+                        .join("tune")
+                        .join(format!("{},lr={lr},seed={seed}", arm.replace(' ', ",")));
+                    metrics(&dir)
+                        .iter()
+                        .filter_map(|m| m["val_loss"].as_f64())
+                        .last()
+                        .unwrap()
+                })
+                .collect();
+            let got: Vec<f64> = r["per_seed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert_eq!(got, losses, "{arm} lr={lr}");
+            means.push((losses.iter().sum::<f64>() / 2.0, lr.to_string()));
+        }
+        let best = means.iter().min_by(|a, b| a.0.total_cmp(&b.0)).unwrap().1.clone();
+        assert_eq!(t["chosen"][0], serde_json::json!(["lr", best]), "{arm}");
+        let run = out.join(format!("{},seed=0", arm.replace(' ', ",")));
+        let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+        assert!(config.contains(&format!("lr = {best}\n")), "{config}");
+    }
+    let bad = tmp.path().join("bad");
+    for (seeds, rmt_flags, says) in [
+        ("[0, 100]", "", "seed 100 is also a seed of the sweep"),
+        ("[0]", "lr = 0.01", "the variant `rmt` sets itself"),
+    ] {
+        std::fs::write(&file, experiment(seeds, rmt_flags)).unwrap();
+        let err = fails(&["sweep", s(&file), "--out", s(&bad)]);
+        assert!(err.contains(says), "{err}");
+        assert!(!bad.exists());
+    }
+}

@@ -8,6 +8,7 @@
 
 mod compare;
 mod matching;
+mod tune;
 
 use crate::args::{SweepArgs, TrainArgs};
 use crate::console::{say, warn};
@@ -65,6 +66,8 @@ struct Experiment {
     /// Sizes solved before the runs so that points cost what a reference point costs.
     #[serde(default, rename = "match")]
     matches: Vec<matching::Declared>,
+    /// Each arm's settings chosen on tuning seeds before the runs.
+    tune: Option<tune::Declared>,
     /// `--quick`: its flags are added, and its grid, variants and seeds replace the full ones.
     quick: Option<Box<Experiment>>,
 }
@@ -197,6 +200,9 @@ pub struct Summary {
     /// The experiment's `[[compare]]`: paired intervals and verdicts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub comparisons: Vec<compare::Comparison>,
+    /// The experiment's `[tune]`: every arm's grid on the tuning seeds, and its choice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tuning: Vec<tune::Tuned>,
 }
 
 /// One site kind of one variant: the closed form at init, and the geometric means of the
@@ -258,6 +264,8 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         if !quick.seeds.is_empty() {
             experiment.seeds = quick.seeds;
         }
+        // --quick tunes only with its own [quick.tune].
+        experiment.tune = quick.tune;
     }
     let out = args
         .train
@@ -286,6 +294,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     let mut points = expand(&base, &variants, &grid, &seeds);
     let swept_names: Vec<String> = grid.iter().map(|(k, _)| k.clone()).collect();
     let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names)?;
+    if let Some(t) = &experiment.tune {
+        tune::check(t, &swept_names, &seeds, &variants)?;
+    }
     // Refuse a bad point before training any: each resolves as `resmem train` would.
     for p in &points {
         resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
@@ -311,37 +322,26 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         variance: vec![],
         equal_loss: vec![],
         comparisons: vec![],
+        tuning: vec![],
     };
     let stop = train::stop_flag()?;
+    if let Some(t) = &experiment.tune {
+        summary.tuning = tune::run(t, &mut points, &out, &swept_names, &seeds, &stop)?;
+        write_summary(&out, &summary)?;
+    }
     let mut failed = vec![];
     for (i, p) in points.iter().enumerate() {
         let dir = out.join(p.dir_name());
-        let (train_args, cfg) = resolved(p, &out)?;
-        let status = match state(&dir, &cfg)? {
-            State::Done => {
-                say(&format!("[{}/{}] {}: done already", i + 1, points.len(), p.label()));
-                "done".to_string()
-            }
-            state => {
-                say(&format!("[{}/{}] {}", i + 1, points.len(), p.label()));
-                let args = match state {
-                    State::Resume => resume_args(&train_args, &dir)?,
-                    _ => train_args,
-                };
-                match train::run(args) {
-                    Ok(()) => "done".to_string(),
-                    Err(e) if stop.load(std::sync::atomic::Ordering::SeqCst) => {
-                        write_summary(&out, &summary)?;
-                        return Err(e.context("the sweep stopped; run the same command again to continue it"));
-                    }
-                    Err(e) => {
-                        warn(&format!("{}: {e:#}", p.label()));
-                        failed.push(p.label());
-                        format!("failed: {e:#}")
-                    }
-                }
+        let status = match train_point(p, &dir, &out, &format!("[{}/{}]", i + 1, points.len()), &stop) {
+            Ok(status) => status,
+            Err(e) => {
+                write_summary(&out, &summary)?;
+                return Err(e);
             }
         };
+        if status != "done" {
+            failed.push(p.label());
+        }
         let mut point = summarize(p, &dir, status)?;
         point.matched = matched[i].clone();
         if experiment.variance && point.status == "done" {
@@ -375,6 +375,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         }
         write_summary(&out, &summary)?;
     }
+    if let Some(t) = &experiment.tune {
+        tune::print(&summary.tuning, &t.seeds);
+    }
     print_table(&summary);
     print_variance(&summary.variance);
     for reference in experiment.reference.labels() {
@@ -405,6 +408,39 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Trains one point in `dir`, which is `out` joined with its directory name: skipped when
+/// finished, resumed when not. Its status, "done" or
+/// "failed: …"; Err when a signal stopped it, so that the sweep stops.
+fn train_point(
+    p: &Point,
+    dir: &Path,
+    out: &Path,
+    progress: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<String> {
+    let (train_args, cfg) = resolved(p, out)?;
+    let state = state(dir, &cfg)?;
+    if let State::Done = state {
+        say(&format!("{progress} {}: done already", p.label()));
+        return Ok("done".to_string());
+    }
+    say(&format!("{progress} {}", p.label()));
+    let args = match state {
+        State::Resume => resume_args(&train_args, dir)?,
+        _ => train_args,
+    };
+    match train::run(args) {
+        Ok(()) => Ok("done".to_string()),
+        Err(e) if stop.load(std::sync::atomic::Ordering::SeqCst) => {
+            Err(e.context("the sweep stopped; run the same command again to continue it"))
+        }
+        Err(e) => {
+            warn(&format!("{}: {e:#}", p.label()));
+            Ok(format!("failed: {e:#}"))
+        }
+    }
 }
 
 fn read_experiment(path: &Path) -> Result<Experiment> {
