@@ -252,6 +252,19 @@ pub const SIZE_FLAGS: [SizeFlag; 9] = [
     ("tau", "tau", |d| d.tau),
 ];
 
+/// (flag, config key) of a size named either way (`d-ff`, `d_ff`; `layers`, `n_layers`).
+pub fn size_names(name: &str) -> anyhow::Result<(&'static str, &'static str)> {
+    let flag = name.trim_start_matches("--").replace('_', "-");
+    SIZE_FLAGS
+        .iter()
+        .find(|(f, k, _)| *f == flag || *k == name)
+        .map(|(f, k, _)| (*f, *k))
+        .ok_or_else(|| {
+            let names: Vec<&str> = SIZE_FLAGS.iter().map(|(f, _, _)| *f).collect();
+            anyhow::anyhow!("cannot solve for `{name}`; the sizes are {}", names.join(", "))
+        })
+}
+
 /// Dimension overrides shared by every command that builds a model.
 #[derive(Args, Debug, Default)]
 pub struct ModelDims {

@@ -95,7 +95,12 @@ fn matched(args: &CountArgs, model: ModelConfig, name: &str) -> Result<()> {
     target.set_vocab(model.vocab());
     target.set_context(model.context());
     let t = model.context();
-    let (solved, s) = models::matching::solve(&model, &target, t, &args.hold, &args.solve, args.tolerance)?;
+    let keys = args
+        .solve
+        .iter()
+        .map(|n| crate::args::size_names(n).map(|(_, key)| key.to_string()))
+        .collect::<Result<Vec<_>>>()?;
+    let (solved, s) = models::matching::solve(&model, &target, t, &args.hold, &keys, args.tolerance)?;
     solved.validate()?;
     show(args.json, &s, || {
         let values: Vec<String> = s.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();

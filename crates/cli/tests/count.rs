@@ -127,3 +127,42 @@ fn a_preset_of_another_arch_is_refused() {
     let err = fails(&["count", "--arch", "hybrid", "--tau", "15"]);
     assert!(err.contains("tau of at most 14"), "{err}");
 }
+
+/// `count --match`: the solved size and both models' costs, by flag or config name; what cannot
+/// be held is refused with the closest.
+#[test]
+fn count_matches_costs_by_solving_sizes() {
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap();
+    let base = [
+        "count",
+        "--arch",
+        "transformer",
+        "--preset",
+        "small-transformer",
+        "--vocab",
+        "256",
+        "--seq-len",
+        "128",
+        "--match",
+        "small-rmt",
+        "--hold",
+        "params",
+        "--json",
+    ];
+    for name in ["d_ff", "d-ff"] {
+        let out = run(&[&base[..], &["--solve", name]].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // 2·D·L = 256 parameters per unit of D_FF: D_FF 136 is 108,864 against the RMT's 108,736.
+        assert_eq!(v["values"], serde_json::json!([["d_ff", 136]]));
+        assert_eq!(v["costs"]["params"], 108_864.0);
+        assert_eq!(v["target"]["params"], 108_736.0);
+    }
+    let err = fails(&[&base[..], &["--solve", "layers", "--tolerance", "0.0001"]].concat());
+    assert!(
+        err.contains("cannot hold params within 0.0%") && err.contains("the closest, n_layers = "),
+        "{err}"
+    );
+    let err = fails(&[&base[..], &["--solve", "vocab"]].concat());
+    assert!(err.contains("cannot solve for `vocab`"), "{err}");
+}

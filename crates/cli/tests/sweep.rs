@@ -545,7 +545,7 @@ fn each_arm_is_tuned_on_its_own_seeds() {
                     metrics(&dir)
                         .iter()
                         .filter_map(|m| m["val_loss"].as_f64())
-                        .last()
+                        .next_back()
                         .unwrap()
                 })
                 .collect();

@@ -3,8 +3,8 @@
 //! point's costs relative to its reference, for the summary.
 
 use super::{flag_name, resolved, set, Point, PointSummary};
-use crate::args::SIZE_FLAGS;
-use anyhow::{anyhow, bail, Context, Result};
+use crate::args::size_names;
+use anyhow::{bail, Context, Result};
 use models::matching::{self, Cost};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -39,22 +39,6 @@ pub struct Matched {
     pub tolerance: f64,
 }
 
-/// (flag, config key) of a size named either way.
-fn size_names(name: &str) -> Result<(&'static str, &'static str)> {
-    let flag = flag_name(name);
-    SIZE_FLAGS
-        .iter()
-        .find(|(f, k, _)| *f == flag || *k == name)
-        .map(|(f, k, _)| (*f, *k))
-        .ok_or_else(|| {
-            let names: Vec<&str> = SIZE_FLAGS.iter().map(|(_, k, _)| *k).collect();
-            anyhow!(
-                "[[match]] cannot solve for `{name}`; it solves for a size: {}",
-                names.join(", ")
-            )
-        })
-}
-
 /// The run config a point trains, with V set from its data.
 fn model_of(p: &Point, out: &Path) -> Result<(models::ModelConfig, usize)> {
     let (_, mut cfg) = resolved(p, out)?;
@@ -80,7 +64,11 @@ pub fn apply(
         if !(d.tolerance.is_finite() && d.tolerance > 0.0) {
             bail!("{what}: tolerance must be a positive fraction, e.g. 0.02 for 2%");
         }
-        let names = d.solve.iter().map(|s| size_names(s)).collect::<Result<Vec<_>>>()?;
+        let names = d
+            .solve
+            .iter()
+            .map(|s| size_names(s).with_context(|| what.clone()))
+            .collect::<Result<Vec<_>>>()?;
         if let Some((flag, key)) = names
             .iter()
             .find(|(f, k)| swept.iter().any(|s| flag_name(s) == *f || s == k))
