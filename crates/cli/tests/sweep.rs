@@ -575,3 +575,35 @@ fn each_arm_is_tuned_on_its_own_seeds() {
         assert!(!bad.exists());
     }
 }
+
+/// A repeated `--set` of one key is an error, not a silent drop; an `--out` whose name is not
+/// UTF-8 is the directory the runs go into.
+#[test]
+fn repeated_sets_and_non_utf8_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("rep");
+    let err = fails(&["sweep", "--set", "d_k=4", "--set", "d_k=8", "--out", s(&out)]);
+    assert!(err.contains("--set d_k is given twice"), "{err}");
+    use std::os::unix::ffi::OsStrExt;
+    let odd = tmp.path().join(std::ffi::OsStr::from_bytes(b"sweep-\xff"));
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args([
+            "sweep",
+            "--backend",
+            "cpu",
+            "--preset",
+            "tiny-rmt",
+            "--task",
+            "copy",
+            "--steps",
+            "2",
+        ])
+        .args(["--seeds", "0", "--out"])
+        .arg(&odd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sum = summary(&odd);
+    assert_eq!(sum["points"][0]["status"], "done");
+    assert!(odd.join("seed=0").join("model.safetensors").is_file());
+}

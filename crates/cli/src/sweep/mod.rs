@@ -558,6 +558,7 @@ fn grid(experiment: &Experiment, sets: &[String], given: &[String]) -> Result<Ve
         let values = values.iter().map(flag_value).collect::<Result<Vec<_>>>()?;
         grid.push((check_flag(name, "the experiment's [grid]")?, values));
     }
+    let mut from_sets = vec![];
     for s in sets {
         let (name, values) = s
             .split_once('=')
@@ -567,6 +568,11 @@ fn grid(experiment: &Experiment, sets: &[String], given: &[String]) -> Result<Ve
         if values.iter().any(String::is_empty) {
             bail!("--set {s} has an empty value");
         }
+        if from_sets.contains(&flag) {
+            bail!("--set {name} is given twice; give all its values once, e.g. --set {name}=4,8");
+        }
+        from_sets.push(flag.clone());
+        // The command line's values replace the file's.
         grid.retain(|(f, _)| *f != flag);
         grid.push((flag, values));
     }
@@ -658,13 +664,14 @@ fn expand(
 /// The point's `resmem train` arguments and its config, resolved as `resmem train` would.
 fn resolved(p: &Point, out: &Path) -> Result<(TrainArgs, RunConfig)> {
     let dir = out.join(p.dir_name());
-    let mut argv: Vec<String> = vec!["resmem train".into()];
+    // The path stays an OsString: a directory whose name is not UTF-8 is still that directory.
+    let mut argv: Vec<std::ffi::OsString> = vec!["resmem train".into()];
     for (f, v) in &p.flags {
-        argv.push(format!("--{f}"));
-        argv.push(v.clone());
+        argv.push(format!("--{f}").into());
+        argv.push(v.into());
     }
     argv.push("--out".into());
-    argv.push(dir.display().to_string());
+    argv.push(dir.into_os_string());
     // clap's first line says it all; its usage hint would name `resmem train`'s --help.
     let cli = TrainCli::try_parse_from(&argv).map_err(|e| {
         let text = e.to_string();
@@ -683,14 +690,13 @@ fn resume_args(args: &TrainArgs, dir: &Path) -> Result<TrainArgs> {
         crate::args::BackendKind::Cpu => "cpu",
         crate::args::BackendKind::Gpu => "gpu",
     };
-    let argv = [
-        "resmem train",
-        "--resume",
-        &dir.display().to_string(),
-        "--backend",
-        backend,
-    ]
-    .map(String::from);
+    let argv: [std::ffi::OsString; 5] = [
+        "resmem train".into(),
+        "--resume".into(),
+        dir.into(),
+        "--backend".into(),
+        backend.into(),
+    ];
     Ok(TrainCli::try_parse_from(argv)?.args)
 }
 
