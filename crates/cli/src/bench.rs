@@ -140,8 +140,9 @@ fn measure<B: Replay + 'static>(
     cfg.set_vocab(data.vocab);
     cfg.validate()?;
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    let host = crate::Host::batches(1, b, t, "--batch or --seq-len");
+    crate::check_memory(&cfg.model, b, t, Purpose::Train, kind, host)?;
     let batches = data.train(b, t, cfg.train.seed)?;
-    crate::check_memory(&cfg, b, t, Purpose::Train, kind)?;
     // The counter counts at sequence length N = the context; the step runs at T.
     let mut at_t = cfg.model.clone();
     at_t.set_context(t);

@@ -39,10 +39,24 @@ pub fn run(args: TrainArgs) -> Result<()> {
             (cfg, RunDir::create(out)?, false)
         }
     };
+    // Sized before a backend starts or a batch is drawn, so that a refusal costs nothing.
+    let mut cfg = cfg;
+    let data = source::open(&cfg.data)?;
+    cfg.set_vocab(data.vocab);
+    cfg.validate()?;
+    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    // The held-out batches and a training batch.
+    let host = crate::Host::batches(
+        cfg.cadence.eval_batches + 1,
+        b,
+        t,
+        "--eval-batches, --batch or --seq-len",
+    );
+    crate::check_memory(&cfg.model, b, t, Purpose::Train, args.backend, host)?;
     let stop = stop_flag()?;
     let session = Session {
-        backend: args.backend,
         cfg,
+        data,
         dir,
         resuming,
         stop,
@@ -224,9 +238,10 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     Ok(cfg)
 }
 
+/// A run whose config is final (its vocabulary set, validated) and whose sizes were checked.
 struct Session {
-    backend: crate::args::BackendKind,
     cfg: RunConfig,
+    data: source::Data,
     dir: RunDir,
     resuming: bool,
     stop: Arc<AtomicBool>,
@@ -234,14 +249,10 @@ struct Session {
 
 impl Session {
     fn train<B: Backend + 'static>(self, be: &B) -> Result<()> {
-        let mut cfg = self.cfg.clone();
-        let data = source::open(&cfg.data)?;
-        cfg.set_vocab(data.vocab);
-        cfg.validate()?;
+        let (cfg, data) = (&self.cfg, &self.data);
         let (b, t) = (cfg.train.batch, cfg.data.seq_len());
         let train = data.train(b, t, cfg.train.seed)?;
         let held_out = data.held_out(b, t, cfg.train.seed, cfg.cadence.eval_batches)?;
-        crate::check_memory(&cfg, b, t, Purpose::Train, self.backend)?;
         let model = cfg.build(be, b, t, Purpose::Train)?;
         let params = model.store().layout.count();
         let layout = model.store().layout.clone();
@@ -316,7 +327,7 @@ impl Session {
                 // A signal: checkpoint the last finished step, if its losses were finite.
                 console.finish();
                 if !pollster::block_on(trainer.loss_sum(be))?.is_finite() {
-                    return Err(diverged(trainer.step, &cfg, last_checkpoint.as_deref(), &self.dir.path));
+                    return Err(diverged(trainer.step, cfg, last_checkpoint.as_deref(), &self.dir.path));
                 }
                 let path = checkpoint(&trainer, &mut last_checkpoint)?;
                 bail!(
@@ -342,7 +353,7 @@ impl Session {
             trainer.reset_loss_sum(be);
             if !sum.is_finite() {
                 console.finish();
-                return Err(diverged(step, &cfg, last_checkpoint.as_deref(), &self.dir.path));
+                return Err(diverged(step, cfg, last_checkpoint.as_deref(), &self.dir.path));
             }
             let loss = pollster::block_on(trainer.loss(be))?;
             let first = *first_loss.get_or_insert(loss);

@@ -1,0 +1,204 @@
+//! Hostile inputs (issue #22): nothing crashes, hangs, overwrites or silently changes. Each
+//! case is a command line and what its failure must say; every one exits 1 quickly, with a
+//! message and without a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const RESMEM: &str = env!("CARGO_BIN_EXE_resmem");
+
+fn command(program: &str) -> Command {
+    let mut c = Command::new(program);
+    // wgpu and Mesa write harmless errors without a runtime dir.
+    let runtime = std::env::temp_dir().join("resmem-xdg");
+    std::fs::create_dir_all(&runtime).unwrap();
+    c.env("XDG_RUNTIME_DIR", runtime);
+    c
+}
+
+fn resmem() -> Command {
+    command(RESMEM)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Runs resmem with `args` in a 4 GB address space (so that allocating before refusing is
+/// fatal), and expects a refusal within a few seconds whose message holds every `expect`.
+fn refused_in_small_memory(args: &[&str], expect: &[&str]) {
+    let start = Instant::now();
+    let o = command("sh")
+        .arg("-c")
+        .arg("ulimit -v 4000000; exec \"$0\" \"$@\"")
+        .arg(RESMEM)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "resmem {args:?} should fail with 1: {err}");
+    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
+    for e in expect {
+        assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "resmem {args:?} took {:?}",
+        start.elapsed()
+    );
+}
+
+/// A tiny `arch` run trained on copy, in `dir`/`arch`.
+fn tiny_run(dir: &Path, arch: &str) -> PathBuf {
+    let run = dir.join(arch);
+    let o = resmem()
+        .args(["train", "--arch", arch, "--backend", "cpu", "--steps", "2", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    run
+}
+
+/// A copy of `run` whose config.toml asks for a batch no machine holds, as an edit would.
+fn with_huge_batch(run: &Path) -> String {
+    let huge = run.with_extension("huge");
+    std::fs::create_dir(&huge).unwrap();
+    let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let cfg = cfg.replace("batch = 32", "batch = 10000000000");
+    assert!(cfg.contains("batch = 10000000000"), "{cfg}");
+    std::fs::write(huge.join("config.toml"), cfg).unwrap();
+    std::fs::copy(run.join("model.safetensors"), huge.join("model.safetensors")).unwrap();
+    huge.to_str().unwrap().to_string()
+}
+
+#[test]
+fn absurd_sizes_are_refused_before_anything_is_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path(), "memoryformer");
+    let huge = with_huge_batch(&run);
+    let huge_rmt = with_huge_batch(&tiny_run(dir.path(), "rmt"));
+    let (huge, huge_rmt) = (huge.as_str(), huge_rmt.as_str());
+    let run = run.to_str().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let config = dir.path().join("long.toml");
+    std::fs::write(&config, "[data]\nseq_len = 100000000\n[model]\nseq_len = 100000000\n").unwrap();
+    let config = config.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["train", "--backend", "cpu", "--batch", "100000000", "--out", out],
+            &["--batch"],
+        ),
+        (
+            &["train", "--backend", "cpu", "--batch", "10000000", "--out", out],
+            &["batch"],
+        ),
+        (
+            &["train", "--backend", "gpu", "--batch", "100000000", "--out", out],
+            &["--batch"],
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", config, "--out", out],
+            &["--seq-len"],
+        ),
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--batch",
+                "100000",
+                "--eval-batches",
+                "10000",
+                "--out",
+                out,
+            ],
+            &["--eval-batches"],
+        ),
+        (
+            &[
+                "eval",
+                "--backend",
+                "cpu",
+                "--run",
+                run,
+                "--batches",
+                "18446744073709551615",
+            ],
+            &["--batches"],
+        ),
+        (&["eval", "--backend", "cpu", "--run", huge], &["the run's batch"]),
+        (
+            &["analyze", "buckets", "--backend", "cpu", "--run", huge],
+            &["the run's batch"],
+        ),
+        (
+            &["analyze", "variance", "--measured", "--run", huge_rmt, "--backend", "cpu"],
+            &["the run's batch"],
+        ),
+        (
+            &["analyze", "residual", "--run", huge_rmt, "--backend", "cpu"],
+            &["the run's batch"],
+        ),
+        (
+            &[
+                "analyze",
+                "buckets",
+                "--backend",
+                "cpu",
+                "--run",
+                run,
+                "--batches",
+                "18446744073709551615",
+            ],
+            &["--batches"],
+        ),
+        (
+            &[
+                "analyze",
+                "variance",
+                "--measured",
+                "--backend",
+                "cpu",
+                "--tokens",
+                "1000000",
+            ],
+            &["sequence length"],
+        ),
+        (
+            &[
+                "analyze",
+                "variance",
+                "--measured",
+                "--backend",
+                "cpu",
+                "--tokens",
+                "100000000",
+                "--batch",
+                "100000",
+            ],
+            &["--tokens"],
+        ),
+        (
+            &[
+                "sample",
+                "--backend",
+                "cpu",
+                "--run",
+                run,
+                "--tokens",
+                "18446744073709551615",
+            ],
+            &["--tokens"],
+        ),
+        (
+            &["sample", "--backend", "cpu", "--run", run, "--tokens", "1000000000000"],
+            &["--tokens"],
+        ),
+    ];
+    for (args, expect) in cases {
+        refused_in_small_memory(args, expect);
+    }
+}
