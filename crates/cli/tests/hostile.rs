@@ -135,7 +135,15 @@ fn absurd_sizes_are_refused_before_anything_is_allocated() {
             &["the run's batch"],
         ),
         (
-            &["analyze", "variance", "--measured", "--run", huge_rmt, "--backend", "cpu"],
+            &[
+                "analyze",
+                "variance",
+                "--measured",
+                "--run",
+                huge_rmt,
+                "--backend",
+                "cpu",
+            ],
             &["the run's batch"],
         ),
         (
@@ -201,4 +209,98 @@ fn absurd_sizes_are_refused_before_anything_is_allocated() {
     for (args, expect) in cases {
         refused_in_small_memory(args, expect);
     }
+}
+
+/// Runs `c` and kills it if it has not finished after `secs` seconds, failing the test.
+fn within(mut c: Command, secs: u64) -> Output {
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(secs) {
+            child.kill().unwrap();
+            panic!("{c:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A run directory holding a real config.toml and the metrics `lines`.
+fn run_with_metrics(dir: &Path, name: &str, config: &Path, lines: &[&str]) -> PathBuf {
+    let run = dir.join(name);
+    std::fs::create_dir(&run).unwrap();
+    std::fs::copy(config, run.join("config.toml")).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+    run
+}
+
+#[test]
+fn plot_draws_any_finite_losses_and_refuses_points_past_f64() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "transformer").join("config.toml");
+    let drawn: &[&[&str]] = &[
+        &[r#"{"step":1,"loss":3.4e38}"#, r#"{"step":2,"loss":3.3e38}"#],
+        &[r#"{"step":1,"loss":3.4e38}"#, r#"{"step":2,"loss":2.0}"#],
+        &[r#"{"step":1,"loss":1.7e308}"#, r#"{"step":2,"loss":2.0}"#],
+        &[r#"{"step":1,"loss":-1.7e308}"#, r#"{"step":2,"loss":1.7e308}"#],
+        &[r#"{"step":1,"loss":1.7e308}"#],
+        // One float apart: a width plotters' tick search cannot split.
+        &[
+            r#"{"step":1,"loss":1e300}"#,
+            r#"{"step":2,"loss":1.0000000000000002e300}"#,
+        ],
+        &[r#"{"step":1,"loss":5e-324}"#, r#"{"step":2,"loss":0.0}"#],
+        &[
+            r#"{"step":1,"loss":2.0}"#,
+            r#"{"step":18446744073709551615,"loss":1.0}"#,
+        ],
+    ];
+    for (i, lines) in drawn.iter().enumerate() {
+        let run = run_with_metrics(dir.path(), &format!("drawn{i}"), &config, lines);
+        for x in ["step", "flops"] {
+            let mut c = resmem();
+            c.args(["plot", "--x", x, "--y", "loss", "--out"])
+                .arg(dir.path().join(format!("drawn{i}.svg")))
+                .arg(&run);
+            let o = within(c, 20);
+            assert!(o.status.success(), "{lines:?} --x {x}: {}", stderr(&o));
+        }
+    }
+    // Wall time across resumes adds up past f64: refused, naming the line.
+    let run = run_with_metrics(
+        dir.path(),
+        "time",
+        &config,
+        &[
+            r#"{"step":1,"loss":2.0,"elapsed_s":1.7e308}"#,
+            r#"{"step":2,"loss":2.0,"elapsed_s":1.0}"#,
+            r#"{"step":3,"loss":2.0,"elapsed_s":1.7e308}"#,
+        ],
+    );
+    let mut c = resmem();
+    c.args(["plot", "--x", "time", "--y", "loss", "--out"])
+        .arg(dir.path().join("time.svg"))
+        .arg(&run);
+    let o = within(c, 20);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("line 3 of") && err.contains("metrics.jsonl"), "{err}");
+    // JSON has no NaN: such a line is not a metrics row, and is named.
+    let run = run_with_metrics(
+        dir.path(),
+        "nan",
+        &config,
+        &[r#"{"step":1,"loss":2.0}"#, r#"{"step":2,"loss":NaN}"#],
+    );
+    let mut c = resmem();
+    c.args(["plot", "--x", "step", "--y", "loss", "--out"])
+        .arg(dir.path().join("nan.svg"))
+        .arg(&run);
+    let o = within(c, 20);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("skipping line 2 of"), "{}", stderr(&o));
 }
