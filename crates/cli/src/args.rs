@@ -424,8 +424,12 @@ pub struct TrainArgs {
     /// starts each one, as in the official RMT code. On in --preset official.
     #[arg(long)]
     pub doc_mask: Option<bool>,
+    /// Default: gpu for a new run; for `--resume`, the backend the run trained on.
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
+    /// Whether --backend was given (set by main): `--resume` moves a run only when it is.
+    #[arg(skip)]
+    pub backend_given: bool,
     #[arg(long)]
     pub steps: Option<usize>,
     #[arg(long)]

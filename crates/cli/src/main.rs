@@ -30,7 +30,13 @@ fn main() {
     let matches = args::Cli::command().get_matches();
     let cli = args::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        args::Command::Train(a) => train::run(*a),
+        args::Command::Train(mut a) => {
+            a.backend_given = matches
+                .subcommand_matches("train")
+                .and_then(|m| m.value_source("backend"))
+                == Some(clap::parser::ValueSource::CommandLine);
+            train::run(*a)
+        }
         args::Command::Sweep(a) => sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default()),
         args::Command::Eval(a) => eval::run(a),
         args::Command::Sample(a) => sample::run(a),

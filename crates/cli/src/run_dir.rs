@@ -11,6 +11,8 @@ pub const CONFIG_FILE: &str = "config.toml";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const CHECKPOINT_DIR: &str = "checkpoints";
+/// The backend and device a run trains on, so that `--resume` continues on them.
+pub const BACKEND_FILE: &str = "backend.json";
 const LOCK_FILE: &str = ".resmem.lock";
 
 /// The files that make a directory a resmem run.

@@ -1,9 +1,9 @@
 //! `resmem train`: resolve the run's config, claim its directory, and train with logging,
 //! evaluation and checkpoints; `--resume` continues bit for bit from the newest checkpoint.
 
-use crate::args::TrainArgs;
+use crate::args::{BackendKind, TrainArgs};
 use crate::console::{say, warn, Console};
-use crate::run_dir::{self, RunDir, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
+use crate::run_dir::{self, RunDir, BACKEND_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
 use crate::source;
 use anyhow::{anyhow, bail, Context, Result};
 use engine::Backend;
@@ -52,16 +52,74 @@ pub fn run(args: TrainArgs) -> Result<()> {
         t,
         "--eval-batches, --batch or --seq-len",
     );
-    crate::check_memory(&cfg.model, b, t, Purpose::Train, args.backend, host)?;
+    let (backend, trained_on) = match resuming {
+        true => resumed_backend(&dir, &args),
+        false => (args.backend, None),
+    };
+    crate::check_memory(&cfg.model, b, t, Purpose::Train, backend, host)?;
     let stop = stop_flag()?;
     let session = Session {
+        backend,
         cfg,
         data,
         dir,
         resuming,
+        trained_on,
         stop,
     };
-    crate::with_backend!(args.backend, be => session.train(be))
+    crate::with_backend!(backend, be => session.train(be))
+}
+
+/// The backend and device a run trains on (`backend.json` in its directory).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Device {
+    backend: String,
+    device: String,
+}
+
+impl Device {
+    fn kind(&self) -> Option<BackendKind> {
+        clap::ValueEnum::from_str(&self.backend, false).ok()
+    }
+}
+
+fn backend_name(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Cpu => "cpu",
+        BackendKind::Gpu => "gpu",
+    }
+}
+
+/// The backend a resumed run continues on: the one it trained on, unless --backend moves it
+/// (with a warning: its numerics change). Also returns what it trained on, when recorded.
+fn resumed_backend(dir: &RunDir, args: &TrainArgs) -> (BackendKind, Option<Device>) {
+    let path = dir.file(BACKEND_FILE);
+    let recorded = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Device>(&text).ok())
+        .and_then(|d| d.kind().map(|k| (k, d)));
+    let Some((kind, device)) = recorded else {
+        warn(&format!(
+            "warning: {} does not record the backend it trained on ({BACKEND_FILE} is missing or unreadable: it \
+             was imported, or trained by an older resmem); continuing it on --backend {}",
+            dir.path.display(),
+            backend_name(args.backend)
+        ));
+        return (args.backend, None);
+    };
+    if args.backend_given && args.backend != kind {
+        warn(&format!(
+            "warning: {} trained on --backend {} ({}); it continues on --backend {}, so its numerics differ from the \
+             checkpoint it resumes from on: its losses will not match those of a run left on {}",
+            dir.path.display(),
+            device.backend,
+            device.device,
+            backend_name(args.backend),
+            device.backend
+        ));
+        return (args.backend, Some(device));
+    }
+    (kind, Some(device))
 }
 
 /// Set by Ctrl-C and SIGTERM: the step finishes and a checkpoint is written; a second signal is
@@ -240,10 +298,13 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
 
 /// A run whose config is final (its vocabulary set, validated) and whose sizes were checked.
 struct Session {
+    backend: BackendKind,
     cfg: RunConfig,
     data: source::Data,
     dir: RunDir,
     resuming: bool,
+    /// The backend and device a resumed run trained on, when it recorded them.
+    trained_on: Option<Device>,
     stop: Arc<AtomicBool>,
 }
 
@@ -293,6 +354,26 @@ impl Session {
             })?;
             None
         };
+        let device = Device {
+            backend: backend_name(self.backend).into(),
+            device: be.describe(),
+        };
+        if let Some(was) = self
+            .trained_on
+            .as_ref()
+            .filter(|d| d.backend == device.backend && d.device != device.device)
+        {
+            warn(&format!(
+                "note: {} trained on {}; it continues on {}, whose numerics may differ",
+                self.dir.path.display(),
+                was.device,
+                device.device
+            ));
+        }
+        run_dir::write_atomic(&self.dir.file(BACKEND_FILE), |tmp| {
+            std::fs::write(tmp, serde_json::to_string(&device)?)
+                .with_context(|| format!("cannot write {}", tmp.display()))
+        })?;
         let mut metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
         let steps = cfg.train.steps;
         say(&format!(

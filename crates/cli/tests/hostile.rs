@@ -304,3 +304,100 @@ fn plot_draws_any_finite_losses_and_refuses_points_past_f64() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("skipping line 2 of"), "{}", stderr(&o));
 }
+
+/// (step, loss, val_loss) of every metrics row, as the bits of the f64 JSON gives.
+fn losses(run: &Path) -> Vec<(u64, Option<u64>, Option<u64>)> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    text.lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            let bits = |k: &str| r[k].as_f64().map(f64::to_bits);
+            (r["step"].as_u64().unwrap(), bits("loss"), bits("val_loss"))
+        })
+        .collect()
+}
+
+/// `run` as a crash after its first checkpoint leaves it: config, backend record, metrics, and
+/// that checkpoint only.
+fn cut_after_first_checkpoint(run: &Path, cut: &Path, with_backend_record: bool) {
+    std::fs::create_dir_all(cut.join("checkpoints")).unwrap();
+    let mut files = vec!["config.toml", "metrics.jsonl"];
+    if with_backend_record {
+        files.push("backend.json");
+    }
+    for f in files {
+        std::fs::copy(run.join(f), cut.join(f)).unwrap();
+    }
+    let mut checkpoints: Vec<_> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    checkpoints.sort();
+    let first = &checkpoints[0];
+    std::fs::copy(first, cut.join("checkpoints").join(first.file_name().unwrap())).unwrap();
+}
+
+#[test]
+fn a_resumed_run_continues_on_the_backend_it_trained_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let o = resmem()
+        .args([
+            "train",
+            "--arch",
+            "rmt",
+            "--backend",
+            "cpu",
+            "--steps",
+            "12",
+            "--log-every",
+            "1",
+        ])
+        .args(["--eval-every", "4", "--checkpoint-every", "4", "--out"])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("backend.json")).unwrap()).unwrap();
+    assert_eq!(record["backend"], "cpu", "{record}");
+    assert!(record["device"].as_str().unwrap().starts_with("cpu"), "{record}");
+
+    // No --backend: the run continues on the CPU, bit for bit.
+    let cut = dir.path().join("cut");
+    cut_after_first_checkpoint(&whole, &cut, true);
+    let o = resmem().args(["train", "--resume"]).arg(&cut).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    assert_eq!(losses(&whole), losses(&cut));
+
+    // A run from before the record: a warning names the backend it continues on.
+    let old = dir.path().join("old");
+    cut_after_first_checkpoint(&whole, &old, false);
+    let o = resmem()
+        .args(["train", "--backend", "cpu", "--resume"])
+        .arg(&old)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not record the backend") && stderr(&o).contains("--backend cpu"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(losses(&whole), losses(&old));
+
+    // Moving it takes --backend and says its numerics change (whether or not a GPU is here).
+    let moved = dir.path().join("moved");
+    cut_after_first_checkpoint(&whole, &moved, true);
+    let o = resmem()
+        .args(["train", "--backend", "gpu", "--resume"])
+        .arg(&moved)
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("trained on --backend cpu") && stderr(&o).contains("numerics differ"),
+        "{}",
+        stderr(&o)
+    );
+}
