@@ -401,3 +401,89 @@ fn a_resumed_run_continues_on_the_backend_it_trained_on() {
         stderr(&o)
     );
 }
+
+/// resmem's output of a successful `args`, run in `cwd`.
+fn ok_in(cwd: &Path, args: &[&str]) {
+    let o = resmem().current_dir(cwd).args(args).output().unwrap();
+    assert!(o.status.success(), "resmem {args:?}: {}", stderr(&o));
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn files_are_written_whole_under_any_legal_name_and_nothing_is_replaced_or_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let params = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
+    ok_in(root, &["import", "official", params.to_str().unwrap(), "--out", "run"]);
+    // A bare file name (its parent is ""), and the longest name Linux allows (255 bytes).
+    let long = format!("{}.safetensors", "a".repeat(255 - ".safetensors".len()));
+    for out in ["mine_params.safetensors", long.as_str()] {
+        ok_in(root, &["export", "official", "--run", "run", "--out", out]);
+        assert!(root.join(out).is_file(), "{out}");
+    }
+    assert_eq!(
+        names(root),
+        vec![long.clone(), "mine_params.safetensors".into(), "run".into()]
+    );
+
+    // data prepare into the text's own directory: the user's train.bin stays.
+    let text = root.join("text");
+    std::fs::create_dir(&text).unwrap();
+    std::fs::write(text.join("a.txt"), "Some text to tokenize.\n".repeat(50)).unwrap();
+    std::fs::write(text.join("train.bin"), "mine").unwrap();
+    let o = resmem()
+        .args(["data", "prepare", "--text"])
+        .arg(&text)
+        .arg("--out")
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("train.bin"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(text.join("train.bin")).unwrap(), "mine");
+    assert_eq!(names(&text), ["a.txt", "train.bin"]);
+
+    // A run that fails before it starts removes the directory it created, and only that.
+    let fresh = root.join("fresh");
+    let mine = root.join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    for out in [&fresh, &mine] {
+        let o = resmem()
+            .args(["train", "--backend", "cpu", "--lr", "NaN", "--out"])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    }
+    assert!(!fresh.exists(), "{:?}", names(&fresh));
+    assert!(mine.is_dir());
+
+    // A full disk (here a file size limit) mid-line: metrics.jsonl stays whole lines.
+    let run = root.join("limited");
+    let o = command("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"")
+        .arg(RESMEM)
+        .args(["train", "--backend", "cpu", "--steps", "300", "--log-every", "1"])
+        .args(["--checkpoint-every", "0", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot append to"), "{}", stderr(&o));
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert!(text.ends_with('\n'), "a torn last line: {text}");
+    for line in text.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap();
+    }
+}
