@@ -104,7 +104,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut cfg = crate::train::resolve(t)?;
     // The schedule runs over every step taken, so no step has a zero learning rate.
-    cfg.train.steps = args.warmup + steps;
+    cfg.train.steps = args.warmup.checked_add(steps).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--warmup {} and --steps {steps} overflow together; ask for fewer",
+            args.warmup
+        )
+    })?;
     let report = match t.backend {
         BackendKind::Cpu => {
             let be = Profiled::new(engine::cpu::CpuBackend::<f32>::new());

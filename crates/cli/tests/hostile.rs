@@ -487,3 +487,40 @@ fn files_are_written_whole_under_any_legal_name_and_nothing_is_replaced_or_left_
         serde_json::from_str::<serde_json::Value>(line).unwrap();
     }
 }
+
+#[test]
+fn negative_and_overflowing_numbers_name_their_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["train", "--backend", "cpu", "--lr", "-1", "--out", out], "lr = -1"),
+        (
+            &["train", "--backend", "cpu", "--weight-decay", "-0.5", "--out", out],
+            "weight_decay = -0.5",
+        ),
+        (
+            &["train", "--backend", "cpu", "--grad-clip", "-1", "--out", out],
+            "max_grad_norm = -1",
+        ),
+        (
+            &["train", "--backend", "cpu", "--warmup-frac", "-0.1", "--out", out],
+            "warmup_frac",
+        ),
+        (&["sample", "--run", out, "--temperature", "-1"], "--temperature"),
+        (
+            &["bench", "--backend", "cpu", "--warmup", "18446744073709551615"],
+            "--warmup",
+        ),
+    ];
+    for (args, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "resmem {args:?}: {err}");
+        assert!(
+            err.contains(expect) && !err.contains("panicked"),
+            "resmem {args:?}: {err}"
+        );
+    }
+    assert!(!Path::new(out).exists(), "a refused run leaves no directory");
+}
