@@ -74,6 +74,8 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     }
     cfg.set_vocab(ByteTokenizer::VOCAB);
     cfg.set_context(args.tokens);
+    let host = crate::Host::batches(1, args.batch, args.tokens, "--batch or --tokens");
+    crate::check_memory(&cfg, args.batch, args.tokens, Purpose::Train, args.backend, host)?;
     let model = cfg.build(be, args.batch, args.tokens, Purpose::Train, args.seed)?;
     let train = TrainConfig {
         batch: args.batch,
@@ -205,8 +207,9 @@ pub fn measure_run(
     crate::with_backend!(backend, be => {
         let data = source::open(&cfg.data)?;
         let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+        let host = crate::Host::batches(1, b, t, "the run's batch or seq_len");
+        crate::check_memory(&cfg.model, b, t, Purpose::Train, backend, host)?;
         let batch = data.held_out(b, t, cfg.train.seed, 1)?.remove(0);
-        crate::check_memory(&cfg, b, t, Purpose::Train, backend)?;
         let model = cfg.build(be, b, t, Purpose::Train)?;
         let from = match at_init {
             true => "at init".to_string(),

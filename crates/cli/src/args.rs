@@ -174,7 +174,7 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 200)]
     pub tokens: usize,
     /// Softmax temperature; 0 always takes the likeliest token.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Draw from the k likeliest tokens only (0: all).
     #[arg(long, default_value_t = 40)]
@@ -294,7 +294,7 @@ pub struct ModelDims {
     #[arg(long, value_enum)]
     pub position: Option<PositionArg>,
     /// Weights start N(0, init_std²/fan_in).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub init_std: Option<f32>,
     /// MemoryFormer and hybrid: bits per hashed chunk (K = d / tau tables per layer, with
     /// d = d_model or rank·d_v).
@@ -453,8 +453,12 @@ pub struct TrainArgs {
     /// starts each one, as in the official RMT code. On in --preset official.
     #[arg(long)]
     pub doc_mask: Option<bool>,
+    /// Default: gpu for a new run; for `--resume`, the backend the run trained on.
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
+    /// Whether --backend was given (set by main): `--resume` moves a run only when it is.
+    #[arg(skip)]
+    pub backend_given: bool,
     #[arg(long)]
     pub steps: Option<usize>,
     #[arg(long)]
@@ -466,20 +470,20 @@ pub struct TrainArgs {
     #[arg(long)]
     pub context: Option<usize>,
     /// Peak learning rate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
     #[arg(long)]
     pub seed: Option<u64>,
     /// Linear warmup over this fraction of the steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub warmup_frac: Option<f32>,
     /// The cosine decay ends at this fraction of the peak learning rate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub min_lr_frac: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f32>,
     /// Clip the global gradient norm to this.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_clip: Option<f32>,
     /// Log the training loss every this many steps.
     #[arg(long)]

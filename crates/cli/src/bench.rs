@@ -104,7 +104,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut cfg = crate::train::resolve(t)?;
     // The schedule runs over every step taken, so no step has a zero learning rate.
-    cfg.train.steps = args.warmup + steps;
+    cfg.train.steps = args.warmup.checked_add(steps).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--warmup {} and --steps {steps} overflow together; ask for fewer",
+            args.warmup
+        )
+    })?;
     let report = match t.backend {
         BackendKind::Cpu => {
             let be = Profiled::new(engine::cpu::CpuBackend::<f32>::new());
@@ -140,8 +145,9 @@ fn measure<B: Replay + 'static>(
     cfg.set_vocab(data.vocab);
     cfg.validate()?;
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    let host = crate::Host::batches(1, b, t, "--batch or --seq-len");
+    crate::check_memory(&cfg.model, b, t, Purpose::Train, kind, host)?;
     let batches = data.train(b, t, cfg.train.seed)?;
-    crate::check_memory(&cfg, b, t, Purpose::Train, kind)?;
     // The counter counts at sequence length N = the context; the step runs at T.
     let mut at_t = cfg.model.clone();
     at_t.set_context(t);

@@ -5,7 +5,7 @@
 use crate::args::BucketsArgs;
 use crate::console::say;
 use crate::{load, source};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
 use models::{Evaluator, Purpose};
@@ -16,7 +16,7 @@ pub fn run(args: BucketsArgs) -> Result<()> {
 
 fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     anyhow::ensure!(args.batches >= 1, "--batches must be at least 1");
-    models::run::check_eval_batches(args.batches)?;
+    models::run::check_eval_batches(args.batches).context("--batches is too large")?;
     let cfg = load::config(&args.run)?;
     if !cfg.model.has_hash_tables() {
         bail!(
@@ -28,8 +28,9 @@ fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     }
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
     // Batches the run did not train on: its held-out ones.
+    let host = crate::Host::batches(args.batches, b, t, "--batches, or the run's batch or seq_len");
+    crate::check_memory(&cfg.model, b, t, Purpose::Infer, args.backend, host)?;
     let held_out = source::open(&cfg.data)?.held_out(b, t, cfg.train.seed, args.batches)?;
-    crate::check_memory(&cfg, b, t, Purpose::Infer, args.backend)?;
     let model = cfg.build(be, b, t, Purpose::Infer)?;
     let (values, _) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);

@@ -4,7 +4,7 @@
 use crate::args::EvalArgs;
 use crate::console::say;
 use crate::{load, source};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use engine::Backend;
 use models::{Evaluator, Purpose};
 
@@ -18,9 +18,10 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
     let m = args.batches.unwrap_or(cfg.cadence.eval_batches);
     anyhow::ensure!(m >= 1, "--batches must be at least 1");
-    models::run::check_eval_batches(m)?;
+    models::run::check_eval_batches(m).context("--batches is too large")?;
+    let host = crate::Host::batches(m, b, t, "--batches, or the run's batch or seq_len");
+    crate::check_memory(&cfg.model, b, t, Purpose::Infer, args.backend, host)?;
     let held_out = data.held_out(b, t, cfg.train.seed, m)?;
-    crate::check_memory(&cfg, b, t, Purpose::Infer, args.backend)?;
     let model = cfg.build(be, b, t, Purpose::Infer)?;
     let (values, path) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);

@@ -31,7 +31,13 @@ fn main() {
     let matches = args::Cli::command().get_matches();
     let cli = args::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        args::Command::Train(a) => train::run(*a),
+        args::Command::Train(mut a) => {
+            a.backend_given = matches
+                .subcommand_matches("train")
+                .and_then(|m| m.value_source("backend"))
+                == Some(clap::parser::ValueSource::CommandLine);
+            train::run(*a)
+        }
         args::Command::Sweep(a) => sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default()),
         args::Command::Eval(a) => eval::run(a),
         args::Command::Sample(a) => sample::run(a),
@@ -78,19 +84,65 @@ macro_rules! with_backend {
     };
 }
 
-/// Refuses, before anything is allocated, a config whose sizes overflow or, on the CPU, whose
-/// buffers need more memory than the machine has available.
+/// Host memory a command holds besides the model, grown by a user's numbers (None: it
+/// overflows): `what` names the buffers and `lower` the flags that set them.
+pub struct Host {
+    pub bytes: Option<u64>,
+    pub what: String,
+    pub lower: &'static str,
+}
+
+impl Host {
+    /// `n` batches of `b` windows of `t` tokens held at once: inputs and targets (u32 each) and
+    /// a window start (8 bytes) per sequence.
+    pub fn batches(n: usize, b: usize, t: usize, lower: &'static str) -> Self {
+        let bytes = (n as u64)
+            .checked_mul(b as u64)
+            .and_then(|x| x.checked_mul((t as u64).checked_add(1)?))
+            .and_then(|x| x.checked_mul(8));
+        Self {
+            bytes,
+            what: format!("{n} batches of {b}×{t} tokens"),
+            lower,
+        }
+    }
+}
+
+/// Refuses, before anything is allocated, a config whose sizes overflow, whose host buffers
+/// (`host`) need more memory than the machine has available, or, on the CPU, whose model and
+/// host buffers together do. Every command calls it before it allocates anything sized by a
+/// user's number.
 pub fn check_memory(
-    cfg: &models::RunConfig,
+    model: &models::ModelConfig,
     b: usize,
     t: usize,
     purpose: models::Purpose,
     backend: args::BackendKind,
+    host: Host,
 ) -> Result<()> {
-    let estimate = models::memory::estimate(&cfg.model, b, t, purpose)?;
+    let mut estimate = models::memory::estimate(model, b, t, purpose)?;
+    let Some(host_bytes) = host.bytes else {
+        anyhow::bail!(
+            "the {} do not fit this machine's address space; lower {}",
+            host.what,
+            host.lower
+        );
+    };
+    let available = models::memory::available_bytes();
+    if let Some(available) = available.filter(|&a| host_bytes > a) {
+        const GIB: f64 = (1u64 << 30) as f64;
+        anyhow::bail!(
+            "the {} need {:.2} GiB, but only {:.2} GiB is available; lower {}",
+            host.what,
+            host_bytes as f64 / GIB,
+            available as f64 / GIB,
+            host.lower
+        );
+    }
     // The host's free memory says nothing of a GPU's; wgpu refuses what the device cannot hold.
     if backend == args::BackendKind::Cpu {
-        models::memory::check_fits(&estimate, models::memory::available_bytes())?;
+        estimate.bytes = estimate.bytes.saturating_add(host_bytes);
+        models::memory::check_fits(&estimate, available)?;
     }
     Ok(())
 }

@@ -301,6 +301,8 @@ fn counted(n: usize, noun: &str) -> String {
 
 /// One logged step of a run.
 struct Row {
+    /// Its line in metrics.jsonl, from 1.
+    line: usize,
     step: u64,
     loss: Option<f64>,
     val_loss: Option<f64>,
@@ -375,6 +377,7 @@ fn read_metrics(dir: &Path) -> Result<Vec<Row>> {
             offset + e
         });
         rows.push(Row {
+            line: i + 1,
             step,
             loss: row["loss"].as_f64(),
             val_loss: row["val_loss"].as_f64(),
@@ -470,6 +473,15 @@ fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String>) -> Resul
                     row.step
                 );
             };
+            // Huge finite values can sum (wall time across resumes) or multiply (FLOPs) past f64.
+            if !(at.is_finite() && value.is_finite()) {
+                bail!(
+                    "line {} of {} gives the point ({at}, {value}), which is not finite, so it cannot be plotted; \
+                     plot another --x, or correct that line",
+                    row.line,
+                    run.dir.join(METRICS_FILE).display()
+                );
+            }
             points.push((at, value));
         }
         if points.is_empty() {
@@ -826,7 +838,8 @@ fn setting_plot(
                     at,
                     label,
                     n: ys.len(),
-                    mean: ys.iter().sum::<f64>() / ys.len() as f64,
+                    // Each term divided first: a sum of huge losses would overflow.
+                    mean: ys.iter().map(|y| y / ys.len() as f64).sum(),
                     min: ys.iter().copied().fold(f64::INFINITY, f64::min),
                     max: ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 })
@@ -868,13 +881,19 @@ fn span(values: impl Iterator<Item = f64>) -> (f64, f64) {
     }
 }
 
-/// `(lo, hi)` widened by `frac` of its width on each side, or by 1 when it has none, so that
-/// a single point still gets an axis.
+/// The axis of values from `lo` to `hi`: widened by `frac` of its width on each side, or, when
+/// it is narrower than a millionth of its values (a single point), by half their size (at least
+/// 0.5). For any finite values the axis and its width are finite and the width is many floats
+/// wide: plotters' search for round ticks never ends otherwise.
 fn padded((lo, hi): (f64, f64), frac: f64) -> (f64, f64) {
-    let pad = if hi > lo {
+    // Values beyond a quarter of f64's range are drawn off the axis.
+    const LIMIT: f64 = f64::MAX / 4.0;
+    let (lo, hi) = (lo.clamp(-LIMIT, LIMIT), hi.clamp(-LIMIT, LIMIT));
+    let size = lo.abs().max(hi.abs());
+    let pad = if hi - lo > size * 1e-6 {
         (hi - lo) * frac
     } else {
-        lo.abs().max(1.0) * 0.5
+        size.max(1.0) * 0.5
     };
     (lo - pad, hi + pad)
 }
@@ -1067,7 +1086,7 @@ fn chart_builder<'a, 'b, DB: DrawingBackend>(
 fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Curves) -> Result<()> {
     // Steps, tokens, FLOPs and seconds all count from 0: the axis starts there.
     let (x0, x1) = (c.x_span.0.min(0.0), c.x_span.1);
-    let (x0, x1) = if x1 > x0 { (x0, x1) } else { padded((x0, x1), 0.0) };
+    let (x0, x1) = padded((x0, x1), 0.0);
     let (y0, y1) = padded(c.y_span, 0.05);
     let digits = decimals((y0, y1));
     let mut chart = drawn(chart_builder(root, &c.title).build_cartesian_2d(x0..x1, y0..y1))?;

@@ -38,13 +38,25 @@ pub fn run(cmd: DataCommand) -> Result<()> {
 }
 
 fn prepare(args: PrepareArgs) -> Result<()> {
-    let meta_path = args.out.join(data::corpus::META_FILE);
-    if meta_path.exists() {
-        bail!(
-            "`{}` already holds a prepared corpus ({} exists); remove that directory or pick another --out",
-            args.out.display(),
-            meta_path.display()
-        );
+    // Never replace a file this command did not write.
+    for name in [
+        data::corpus::META_FILE,
+        data::corpus::TRAIN_FILE,
+        data::corpus::VAL_FILE,
+    ] {
+        let path = args.out.join(name);
+        if path.exists() {
+            let what = match name == data::corpus::META_FILE {
+                true => "a prepared corpus",
+                false => name,
+            };
+            bail!(
+                "`{}` already holds {what} ({} exists), which data prepare would replace; pick another --out, or \
+                 remove that file",
+                args.out.display(),
+                path.display()
+            );
+        }
     }
     let t0 = Instant::now();
     let mut report = Progress::new();

@@ -92,8 +92,9 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
             let cfg = load::config(run)?;
             let data = source::open(&cfg.data)?;
             let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+            let host = crate::Host::batches(1, b, t, "the run's batch or seq_len");
+            crate::check_memory(&cfg.model, b, t, Purpose::Train, args.backend, host)?;
             let batch = data.held_out(b, t, cfg.train.seed, 1)?.remove(0);
-            crate::check_memory(&cfg, b, t, Purpose::Train, args.backend)?;
             let model = cfg.build(be, b, t, Purpose::Train)?;
             let (values, path) = load::params(run, args.checkpoint.as_deref(), &model.store().layout)?;
             be.write(&model.store().params, &values);
@@ -118,7 +119,8 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
                 "--step counts from 1: the forward of the first training step"
             );
             let b = cfg.train.batch;
-            crate::check_memory(&cfg, b, t, Purpose::Train, args.backend)?;
+            let host = crate::Host::batches(1, b, t, "--batch or --seq-len");
+            crate::check_memory(&cfg.model, b, t, Purpose::Train, args.backend, host)?;
             let model = cfg.build(be, b, t, Purpose::Train)?;
             let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
             // The batches `resmem train` and the playground draw: step k trains on batch k − 1.

@@ -11,6 +11,8 @@ pub const CONFIG_FILE: &str = "config.toml";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const CHECKPOINT_DIR: &str = "checkpoints";
+/// The backend and device a run trains on, so that `--resume` continues on them.
+pub const BACKEND_FILE: &str = "backend.json";
 const LOCK_FILE: &str = ".resmem.lock";
 
 /// The files that make a directory a resmem run.
@@ -20,13 +22,30 @@ const RUN_FILES: [&str; 4] = [CONFIG_FILE, METRICS_FILE, MODEL_FILE, CHECKPOINT_
 pub struct RunDir {
     pub path: PathBuf,
     _lock: File,
+    /// This process created the directory: dropped holding only the lock (the command failed
+    /// before writing anything), it is removed.
+    created: bool,
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let only_lock = fs::read_dir(&self.path)
+            .map(|entries| entries.flatten().all(|e| e.file_name() == LOCK_FILE))
+            .unwrap_or(false);
+        if self.created && only_lock {
+            let _ = fs::remove_file(self.path.join(LOCK_FILE));
+            let _ = fs::remove_dir(&self.path);
+        }
+    }
 }
 
 impl RunDir {
     /// Claims `path` for a new run: created if missing, refused if it holds any run file.
     pub fn create(path: &Path) -> Result<Self> {
+        let created = !path.exists();
         fs::create_dir_all(path).with_context(|| format!("cannot create the run directory {}", path.display()))?;
-        let dir = Self::lock(path)?;
+        let mut dir = Self::lock(path)?;
+        dir.created = created;
         if let Some(found) = RUN_FILES.iter().find(|f| path.join(f).exists()) {
             bail!(
                 "{} already holds a run ({found}); resume it with `resmem train --resume {}`, or choose another --out",
@@ -67,6 +86,7 @@ impl RunDir {
             Ok(()) => Ok(Self {
                 path: path.to_path_buf(),
                 _lock: lock,
+                created: false,
             }),
             Err(std::fs::TryLockError::WouldBlock) => bail!(
                 "another resmem process is training in {}; wait for it to finish (or, for a new run, choose another \
@@ -148,13 +168,20 @@ pub struct MetricsLog {
 }
 
 impl MetricsLog {
-    /// Appends one JSON object as one whole line in one write.
+    /// Appends one JSON object as one whole line in one write; a failed write (a full disk)
+    /// is cut back off, so that the file stays whole lines.
     pub fn append(&mut self, row: &serde_json::Value) -> Result<()> {
         let mut line = serde_json::to_string(row)?;
         line.push('\n');
-        self.file
-            .write_all(line.as_bytes())
-            .with_context(|| format!("cannot append to {}", self.path.display()))
+        let len = self
+            .file
+            .metadata()
+            .with_context(|| format!("cannot read the size of {}", self.path.display()))?
+            .len();
+        self.file.write_all(line.as_bytes()).or_else(|e| {
+            let _ = self.file.set_len(len);
+            Err(e).with_context(|| format!("cannot append to {}", self.path.display()))
+        })
     }
 }
 
@@ -188,12 +215,15 @@ pub fn checkpoints_in(run: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// renames, and fsyncs the directory, so that `path` is always either the old file or the whole
 /// new one. A failed write removes the temporary file and leaves `path` as it was.
 pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    // A bare file name's parent is "": the current directory.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // Short, so that any legal name can be written; unique within and across processes.
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".resmem-{}-{n}.tmp", std::process::id()));
     let result = (|| {
         write(&tmp)?;
         File::open(&tmp)

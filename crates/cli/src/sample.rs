@@ -20,7 +20,14 @@ fn sample<B: Backend + 'static>(be: &B, args: &SampleArgs) -> Result<()> {
     let cfg = load::config(&args.run)?;
     let tokenizer = source::tokenizer(&cfg.data)?;
     let n = cfg.context();
-    crate::check_memory(&cfg, 1, n, Purpose::Infer, args.backend)?;
+    // Each drawn token: its draw (8 bytes), two copies of the token list, its decoded text and
+    // JSON: 64 bytes is ample.
+    let host = crate::Host {
+        bytes: (args.tokens as u64).checked_mul(64),
+        what: format!("{} tokens to generate", args.tokens),
+        lower: "--tokens",
+    };
+    crate::check_memory(&cfg.model, 1, n, Purpose::Infer, args.backend, host)?;
     let model = cfg.build(be, 1, n, Purpose::Infer)?;
     let (values, _) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
     be.write(&model.store().params, &values);

@@ -1,9 +1,9 @@
 //! `resmem train`: resolve the run's config, claim its directory, and train with logging,
 //! evaluation and checkpoints; `--resume` continues bit for bit from the newest checkpoint.
 
-use crate::args::TrainArgs;
+use crate::args::{BackendKind, TrainArgs};
 use crate::console::{say, warn, Console};
-use crate::run_dir::{self, RunDir, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
+use crate::run_dir::{self, RunDir, BACKEND_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
 use crate::source;
 use anyhow::{anyhow, bail, Context, Result};
 use engine::Backend;
@@ -39,15 +39,87 @@ pub fn run(args: TrainArgs) -> Result<()> {
             (cfg, RunDir::create(out)?, false)
         }
     };
+    // Sized before a backend starts or a batch is drawn, so that a refusal costs nothing.
+    let mut cfg = cfg;
+    let data = source::open(&cfg.data)?;
+    cfg.set_vocab(data.vocab);
+    cfg.validate()?;
+    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    // The held-out batches and a training batch.
+    let host = crate::Host::batches(
+        cfg.cadence.eval_batches + 1,
+        b,
+        t,
+        "--eval-batches, --batch or --seq-len",
+    );
+    let (backend, trained_on) = match resuming {
+        true => resumed_backend(&dir, &args),
+        false => (args.backend, None),
+    };
+    crate::check_memory(&cfg.model, b, t, Purpose::Train, backend, host)?;
     let stop = stop_flag()?;
     let session = Session {
-        backend: args.backend,
+        backend,
         cfg,
+        data,
         dir,
         resuming,
+        trained_on,
         stop,
     };
-    crate::with_backend!(args.backend, be => session.train(be))
+    crate::with_backend!(backend, be => session.train(be))
+}
+
+/// The backend and device a run trains on (`backend.json` in its directory).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Device {
+    backend: String,
+    device: String,
+}
+
+impl Device {
+    fn kind(&self) -> Option<BackendKind> {
+        clap::ValueEnum::from_str(&self.backend, false).ok()
+    }
+}
+
+fn backend_name(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Cpu => "cpu",
+        BackendKind::Gpu => "gpu",
+    }
+}
+
+/// The backend a resumed run continues on: the one it trained on, unless --backend moves it
+/// (with a warning: its numerics change). Also returns what it trained on, when recorded.
+fn resumed_backend(dir: &RunDir, args: &TrainArgs) -> (BackendKind, Option<Device>) {
+    let path = dir.file(BACKEND_FILE);
+    let recorded = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Device>(&text).ok())
+        .and_then(|d| d.kind().map(|k| (k, d)));
+    let Some((kind, device)) = recorded else {
+        warn(&format!(
+            "warning: {} does not record the backend it trained on ({BACKEND_FILE} is missing or unreadable: it \
+             was imported, or trained by an older resmem); continuing it on --backend {}",
+            dir.path.display(),
+            backend_name(args.backend)
+        ));
+        return (args.backend, None);
+    };
+    if args.backend_given && args.backend != kind {
+        warn(&format!(
+            "warning: {} trained on --backend {} ({}); it continues on --backend {}, so its numerics differ from the \
+             checkpoint it resumes from on: its losses will not match those of a run left on {}",
+            dir.path.display(),
+            device.backend,
+            device.device,
+            backend_name(args.backend),
+            device.backend
+        ));
+        return (args.backend, Some(device));
+    }
+    (kind, Some(device))
 }
 
 /// Set by Ctrl-C and SIGTERM: the step finishes and a checkpoint is written; a second signal is
@@ -224,24 +296,24 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     Ok(cfg)
 }
 
+/// A run whose config is final (its vocabulary set, validated) and whose sizes were checked.
 struct Session {
-    backend: crate::args::BackendKind,
+    backend: BackendKind,
     cfg: RunConfig,
+    data: source::Data,
     dir: RunDir,
     resuming: bool,
+    /// The backend and device a resumed run trained on, when it recorded them.
+    trained_on: Option<Device>,
     stop: Arc<AtomicBool>,
 }
 
 impl Session {
     fn train<B: Backend + 'static>(self, be: &B) -> Result<()> {
-        let mut cfg = self.cfg.clone();
-        let data = source::open(&cfg.data)?;
-        cfg.set_vocab(data.vocab);
-        cfg.validate()?;
+        let (cfg, data) = (&self.cfg, &self.data);
         let (b, t) = (cfg.train.batch, cfg.data.seq_len());
         let train = data.train(b, t, cfg.train.seed)?;
         let held_out = data.held_out(b, t, cfg.train.seed, cfg.cadence.eval_batches)?;
-        crate::check_memory(&cfg, b, t, Purpose::Train, self.backend)?;
         let model = cfg.build(be, b, t, Purpose::Train)?;
         let params = model.store().layout.count();
         let layout = model.store().layout.clone();
@@ -282,6 +354,26 @@ impl Session {
             })?;
             None
         };
+        let device = Device {
+            backend: backend_name(self.backend).into(),
+            device: be.describe(),
+        };
+        if let Some(was) = self
+            .trained_on
+            .as_ref()
+            .filter(|d| d.backend == device.backend && d.device != device.device)
+        {
+            warn(&format!(
+                "note: {} trained on {}; it continues on {}, whose numerics may differ",
+                self.dir.path.display(),
+                was.device,
+                device.device
+            ));
+        }
+        run_dir::write_atomic(&self.dir.file(BACKEND_FILE), |tmp| {
+            std::fs::write(tmp, serde_json::to_string(&device)?)
+                .with_context(|| format!("cannot write {}", tmp.display()))
+        })?;
         let mut metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
         let steps = cfg.train.steps;
         say(&format!(
@@ -316,7 +408,7 @@ impl Session {
                 // A signal: checkpoint the last finished step, if its losses were finite.
                 console.finish();
                 if !pollster::block_on(trainer.loss_sum(be))?.is_finite() {
-                    return Err(diverged(trainer.step, &cfg, last_checkpoint.as_deref(), &self.dir.path));
+                    return Err(diverged(trainer.step, cfg, last_checkpoint.as_deref(), &self.dir.path));
                 }
                 let path = checkpoint(&trainer, &mut last_checkpoint)?;
                 bail!(
@@ -342,7 +434,7 @@ impl Session {
             trainer.reset_loss_sum(be);
             if !sum.is_finite() {
                 console.finish();
-                return Err(diverged(step, &cfg, last_checkpoint.as_deref(), &self.dir.path));
+                return Err(diverged(step, cfg, last_checkpoint.as_deref(), &self.dir.path));
             }
             let loss = pollster::block_on(trainer.loss(be))?;
             let first = *first_loss.get_or_insert(loss);

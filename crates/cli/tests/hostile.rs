@@ -1,0 +1,526 @@
+//! Hostile inputs (issue #22): nothing crashes, hangs, overwrites or silently changes. Each
+//! case is a command line and what its failure must say; every one exits 1 quickly, with a
+//! message and without a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const RESMEM: &str = env!("CARGO_BIN_EXE_resmem");
+
+fn command(program: &str) -> Command {
+    let mut c = Command::new(program);
+    // wgpu and Mesa write harmless errors without a runtime dir.
+    let runtime = std::env::temp_dir().join("resmem-xdg");
+    std::fs::create_dir_all(&runtime).unwrap();
+    c.env("XDG_RUNTIME_DIR", runtime);
+    c
+}
+
+fn resmem() -> Command {
+    command(RESMEM)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Runs resmem with `args` in a 4 GB address space (so that allocating before refusing is
+/// fatal), and expects a refusal within a few seconds whose message holds every `expect`.
+fn refused_in_small_memory(args: &[&str], expect: &[&str]) {
+    let start = Instant::now();
+    let o = command("sh")
+        .arg("-c")
+        .arg("ulimit -v 4000000; exec \"$0\" \"$@\"")
+        .arg(RESMEM)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "resmem {args:?} should fail with 1: {err}");
+    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
+    for e in expect {
+        assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "resmem {args:?} took {:?}",
+        start.elapsed()
+    );
+}
+
+/// A tiny `arch` run trained on copy, in `dir`/`arch`.
+fn tiny_run(dir: &Path, arch: &str) -> PathBuf {
+    let run = dir.join(arch);
+    let o = resmem()
+        .args(["train", "--arch", arch, "--backend", "cpu", "--steps", "2", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    run
+}
+
+/// A copy of `run` whose config.toml asks for a batch no machine holds, as an edit would.
+fn with_huge_batch(run: &Path) -> String {
+    let huge = run.with_extension("huge");
+    std::fs::create_dir(&huge).unwrap();
+    let cfg = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let cfg = cfg.replace("batch = 32", "batch = 10000000000");
+    assert!(cfg.contains("batch = 10000000000"), "{cfg}");
+    std::fs::write(huge.join("config.toml"), cfg).unwrap();
+    std::fs::copy(run.join("model.safetensors"), huge.join("model.safetensors")).unwrap();
+    huge.to_str().unwrap().to_string()
+}
+
+#[test]
+fn absurd_sizes_are_refused_before_anything_is_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path(), "memoryformer");
+    let huge = with_huge_batch(&run);
+    let huge_rmt = with_huge_batch(&tiny_run(dir.path(), "rmt"));
+    let (huge, huge_rmt) = (huge.as_str(), huge_rmt.as_str());
+    let run = run.to_str().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let config = dir.path().join("long.toml");
+    std::fs::write(&config, "[data]\nseq_len = 100000000\n[model]\nseq_len = 100000000\n").unwrap();
+    let config = config.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["train", "--backend", "cpu", "--batch", "100000000", "--out", out],
+            &["--batch"],
+        ),
+        (
+            &["train", "--backend", "cpu", "--batch", "10000000", "--out", out],
+            &["batch"],
+        ),
+        (
+            &["train", "--backend", "gpu", "--batch", "100000000", "--out", out],
+            &["--batch"],
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", config, "--out", out],
+            &["--seq-len"],
+        ),
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--batch",
+                "100000",
+                "--eval-batches",
+                "10000",
+                "--out",
+                out,
+            ],
+            &["--eval-batches"],
+        ),
+        (
+            &[
+                "eval",
+                "--backend",
+                "cpu",
+                "--run",
+                run,
+                "--batches",
+                "18446744073709551615",
+            ],
+            &["--batches"],
+        ),
+        (&["eval", "--backend", "cpu", "--run", huge], &["the run's batch"]),
+        (
+            &["analyze", "buckets", "--backend", "cpu", "--run", huge],
+            &["the run's batch"],
+        ),
+        (
+            &[
+                "analyze",
+                "variance",
+                "--measured",
+                "--run",
+                huge_rmt,
+                "--backend",
+                "cpu",
+            ],
+            &["the run's batch"],
+        ),
+        (
+            &["analyze", "residual", "--run", huge_rmt, "--backend", "cpu"],
+            &["the run's batch"],
+        ),
+        (
+            &[
+                "analyze",
+                "buckets",
+                "--backend",
+                "cpu",
+                "--run",
+                run,
+                "--batches",
+                "18446744073709551615",
+            ],
+            &["--batches"],
+        ),
+        (
+            &[
+                "analyze",
+                "variance",
+                "--measured",
+                "--backend",
+                "cpu",
+                "--tokens",
+                "1000000",
+            ],
+            &["sequence length"],
+        ),
+        (
+            &[
+                "analyze",
+                "variance",
+                "--measured",
+                "--backend",
+                "cpu",
+                "--tokens",
+                "100000000",
+                "--batch",
+                "100000",
+            ],
+            &["--tokens"],
+        ),
+        (
+            &[
+                "sample",
+                "--backend",
+                "cpu",
+                "--run",
+                run,
+                "--tokens",
+                "18446744073709551615",
+            ],
+            &["--tokens"],
+        ),
+        (
+            &["sample", "--backend", "cpu", "--run", run, "--tokens", "1000000000000"],
+            &["--tokens"],
+        ),
+    ];
+    for (args, expect) in cases {
+        refused_in_small_memory(args, expect);
+    }
+}
+
+/// Runs `c` and kills it if it has not finished after `secs` seconds, failing the test.
+fn within(mut c: Command, secs: u64) -> Output {
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(secs) {
+            child.kill().unwrap();
+            panic!("{c:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A run directory holding a real config.toml and the metrics `lines`.
+fn run_with_metrics(dir: &Path, name: &str, config: &Path, lines: &[&str]) -> PathBuf {
+    let run = dir.join(name);
+    std::fs::create_dir(&run).unwrap();
+    std::fs::copy(config, run.join("config.toml")).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+    run
+}
+
+#[test]
+fn plot_draws_any_finite_losses_and_refuses_points_past_f64() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "transformer").join("config.toml");
+    let drawn: &[&[&str]] = &[
+        &[r#"{"step":1,"loss":3.4e38}"#, r#"{"step":2,"loss":3.3e38}"#],
+        &[r#"{"step":1,"loss":3.4e38}"#, r#"{"step":2,"loss":2.0}"#],
+        &[r#"{"step":1,"loss":1.7e308}"#, r#"{"step":2,"loss":2.0}"#],
+        &[r#"{"step":1,"loss":-1.7e308}"#, r#"{"step":2,"loss":1.7e308}"#],
+        &[r#"{"step":1,"loss":1.7e308}"#],
+        // One float apart: a width plotters' tick search cannot split.
+        &[
+            r#"{"step":1,"loss":1e300}"#,
+            r#"{"step":2,"loss":1.0000000000000002e300}"#,
+        ],
+        &[r#"{"step":1,"loss":5e-324}"#, r#"{"step":2,"loss":0.0}"#],
+        &[
+            r#"{"step":1,"loss":2.0}"#,
+            r#"{"step":18446744073709551615,"loss":1.0}"#,
+        ],
+    ];
+    for (i, lines) in drawn.iter().enumerate() {
+        let run = run_with_metrics(dir.path(), &format!("drawn{i}"), &config, lines);
+        for x in ["step", "flops"] {
+            let mut c = resmem();
+            c.args(["plot", "--x", x, "--y", "loss", "--out"])
+                .arg(dir.path().join(format!("drawn{i}.svg")))
+                .arg(&run);
+            let o = within(c, 20);
+            assert!(o.status.success(), "{lines:?} --x {x}: {}", stderr(&o));
+        }
+    }
+    // Wall time across resumes adds up past f64: refused, naming the line.
+    let run = run_with_metrics(
+        dir.path(),
+        "time",
+        &config,
+        &[
+            r#"{"step":1,"loss":2.0,"elapsed_s":1.7e308}"#,
+            r#"{"step":2,"loss":2.0,"elapsed_s":1.0}"#,
+            r#"{"step":3,"loss":2.0,"elapsed_s":1.7e308}"#,
+        ],
+    );
+    let mut c = resmem();
+    c.args(["plot", "--x", "time", "--y", "loss", "--out"])
+        .arg(dir.path().join("time.svg"))
+        .arg(&run);
+    let o = within(c, 20);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("line 3 of") && err.contains("metrics.jsonl"), "{err}");
+    // JSON has no NaN: such a line is not a metrics row, and is named.
+    let run = run_with_metrics(
+        dir.path(),
+        "nan",
+        &config,
+        &[r#"{"step":1,"loss":2.0}"#, r#"{"step":2,"loss":NaN}"#],
+    );
+    let mut c = resmem();
+    c.args(["plot", "--x", "step", "--y", "loss", "--out"])
+        .arg(dir.path().join("nan.svg"))
+        .arg(&run);
+    let o = within(c, 20);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("skipping line 2 of"), "{}", stderr(&o));
+}
+
+/// (step, loss, val_loss) of every metrics row, as the bits of the f64 JSON gives.
+fn losses(run: &Path) -> Vec<(u64, Option<u64>, Option<u64>)> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    text.lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            let bits = |k: &str| r[k].as_f64().map(f64::to_bits);
+            (r["step"].as_u64().unwrap(), bits("loss"), bits("val_loss"))
+        })
+        .collect()
+}
+
+/// `run` as a crash after its first checkpoint leaves it: config, backend record, metrics, and
+/// that checkpoint only.
+fn cut_after_first_checkpoint(run: &Path, cut: &Path, with_backend_record: bool) {
+    std::fs::create_dir_all(cut.join("checkpoints")).unwrap();
+    let mut files = vec!["config.toml", "metrics.jsonl"];
+    if with_backend_record {
+        files.push("backend.json");
+    }
+    for f in files {
+        std::fs::copy(run.join(f), cut.join(f)).unwrap();
+    }
+    let mut checkpoints: Vec<_> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    checkpoints.sort();
+    let first = &checkpoints[0];
+    std::fs::copy(first, cut.join("checkpoints").join(first.file_name().unwrap())).unwrap();
+}
+
+#[test]
+fn a_resumed_run_continues_on_the_backend_it_trained_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let o = resmem()
+        .args([
+            "train",
+            "--arch",
+            "rmt",
+            "--backend",
+            "cpu",
+            "--steps",
+            "12",
+            "--log-every",
+            "1",
+        ])
+        .args(["--eval-every", "4", "--checkpoint-every", "4", "--out"])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("backend.json")).unwrap()).unwrap();
+    assert_eq!(record["backend"], "cpu", "{record}");
+    assert!(record["device"].as_str().unwrap().starts_with("cpu"), "{record}");
+
+    // No --backend: the run continues on the CPU, bit for bit.
+    let cut = dir.path().join("cut");
+    cut_after_first_checkpoint(&whole, &cut, true);
+    let o = resmem().args(["train", "--resume"]).arg(&cut).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    assert_eq!(losses(&whole), losses(&cut));
+
+    // A run from before the record: a warning names the backend it continues on.
+    let old = dir.path().join("old");
+    cut_after_first_checkpoint(&whole, &old, false);
+    let o = resmem()
+        .args(["train", "--backend", "cpu", "--resume"])
+        .arg(&old)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not record the backend") && stderr(&o).contains("--backend cpu"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(losses(&whole), losses(&old));
+
+    // Moving it takes --backend and says its numerics change (whether or not a GPU is here).
+    let moved = dir.path().join("moved");
+    cut_after_first_checkpoint(&whole, &moved, true);
+    let o = resmem()
+        .args(["train", "--backend", "gpu", "--resume"])
+        .arg(&moved)
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("trained on --backend cpu") && stderr(&o).contains("numerics differ"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// resmem's output of a successful `args`, run in `cwd`.
+fn ok_in(cwd: &Path, args: &[&str]) {
+    let o = resmem().current_dir(cwd).args(args).output().unwrap();
+    assert!(o.status.success(), "resmem {args:?}: {}", stderr(&o));
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn files_are_written_whole_under_any_legal_name_and_nothing_is_replaced_or_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let params = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
+    ok_in(root, &["import", "official", params.to_str().unwrap(), "--out", "run"]);
+    // A bare file name (its parent is ""), and the longest name Linux allows (255 bytes).
+    let long = format!("{}.safetensors", "a".repeat(255 - ".safetensors".len()));
+    for out in ["mine_params.safetensors", long.as_str()] {
+        ok_in(root, &["export", "official", "--run", "run", "--out", out]);
+        assert!(root.join(out).is_file(), "{out}");
+    }
+    assert_eq!(
+        names(root),
+        vec![long.clone(), "mine_params.safetensors".into(), "run".into()]
+    );
+
+    // data prepare into the text's own directory: the user's train.bin stays.
+    let text = root.join("text");
+    std::fs::create_dir(&text).unwrap();
+    std::fs::write(text.join("a.txt"), "Some text to tokenize.\n".repeat(50)).unwrap();
+    std::fs::write(text.join("train.bin"), "mine").unwrap();
+    let o = resmem()
+        .args(["data", "prepare", "--text"])
+        .arg(&text)
+        .arg("--out")
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("train.bin"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(text.join("train.bin")).unwrap(), "mine");
+    assert_eq!(names(&text), ["a.txt", "train.bin"]);
+
+    // A run that fails before it starts removes the directory it created, and only that.
+    let fresh = root.join("fresh");
+    let mine = root.join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    for out in [&fresh, &mine] {
+        let o = resmem()
+            .args(["train", "--backend", "cpu", "--lr", "NaN", "--out"])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    }
+    assert!(!fresh.exists(), "{:?}", names(&fresh));
+    assert!(mine.is_dir());
+
+    // A full disk (here a file size limit) mid-line: metrics.jsonl stays whole lines.
+    let run = root.join("limited");
+    let o = command("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"")
+        .arg(RESMEM)
+        .args(["train", "--backend", "cpu", "--steps", "300", "--log-every", "1"])
+        .args(["--checkpoint-every", "0", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot append to"), "{}", stderr(&o));
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert!(text.ends_with('\n'), "a torn last line: {text}");
+    for line in text.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap();
+    }
+}
+
+#[test]
+fn negative_and_overflowing_numbers_name_their_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["train", "--backend", "cpu", "--lr", "-1", "--out", out], "lr = -1"),
+        (
+            &["train", "--backend", "cpu", "--weight-decay", "-0.5", "--out", out],
+            "weight_decay = -0.5",
+        ),
+        (
+            &["train", "--backend", "cpu", "--grad-clip", "-1", "--out", out],
+            "max_grad_norm = -1",
+        ),
+        (
+            &["train", "--backend", "cpu", "--warmup-frac", "-0.1", "--out", out],
+            "warmup_frac",
+        ),
+        (&["sample", "--run", out, "--temperature", "-1"], "--temperature"),
+        (
+            &["bench", "--backend", "cpu", "--warmup", "18446744073709551615"],
+            "--warmup",
+        ),
+    ];
+    for (args, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "resmem {args:?}: {err}");
+        assert!(
+            err.contains(expect) && !err.contains("panicked"),
+            "resmem {args:?}: {err}"
+        );
+    }
+    assert!(!Path::new(out).exists(), "a refused run leaves no directory");
+}
