@@ -11,8 +11,19 @@ const PRINTS: [&str; 5] = ["println!", "print!(", "eprintln!", "eprint!(", "dbg!
 fn only_the_console_prints() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut offenders = vec![];
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
+    let mut files = vec![];
+    let mut dirs = vec![src];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => dirs.push(path),
+                false => files.push(path),
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    for path in files {
         if path.file_name().is_some_and(|n| n == "console.rs") {
             continue;
         }
