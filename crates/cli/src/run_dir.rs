@@ -75,28 +75,18 @@ impl RunDir {
     }
 
     fn lock(path: &Path) -> Result<Self> {
-        let lock_path = path.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .with_context(|| format!("cannot open the lock file {}", lock_path.display()))?;
-        match lock.try_lock() {
-            Ok(()) => Ok(Self {
-                path: path.to_path_buf(),
-                _lock: lock,
-                created: false,
-            }),
-            Err(std::fs::TryLockError::WouldBlock) => bail!(
+        let busy = || {
+            format!(
                 "another resmem process is training in {}; wait for it to finish (or, for a new run, choose another \
                  --out)",
                 path.display()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("cannot lock {}", lock_path.display()))
-            }
-        }
+            )
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            _lock: lock_file(&path.join(LOCK_FILE), busy)?,
+            created: false,
+        })
     }
 
     pub fn file(&self, name: &str) -> PathBuf {
@@ -182,6 +172,22 @@ impl MetricsLog {
             let _ = self.file.set_len(len);
             Err(e).with_context(|| format!("cannot append to {}", self.path.display()))
         })
+    }
+}
+
+/// An exclusive lock on `lock_path`, held while the file stays open; `busy` says what to do
+/// when another process holds it. Run directories and sweeps lock through this.
+pub fn lock_file(lock_path: &Path, busy: impl FnOnce() -> String) -> Result<File> {
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path)
+        .with_context(|| format!("cannot open the lock file {}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => bail!("{}", busy()),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", lock_path.display())),
     }
 }
 

@@ -607,3 +607,47 @@ fn repeated_sets_and_non_utf8_directories() {
     assert_eq!(sum["points"][0]["status"], "done");
     assert!(odd.join("seed=0").join("model.safetensors").is_file());
 }
+
+/// Two sweeps into one directory: the second is refused while the first runs, so the first's
+/// summary never reports its own running points as failed.
+#[test]
+fn a_second_sweep_into_the_same_directory_waits_its_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("both");
+    let args = [
+        "sweep",
+        "--backend",
+        "cpu",
+        "--preset",
+        "tiny-rmt",
+        "--task",
+        "copy",
+        "--steps",
+        "60",
+        "--seeds",
+        "0",
+        "--out",
+        s(&out),
+    ];
+    let mut first = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(args)
+        .current_dir(root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first holds the lock once its first point's directory exists.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !out.join("seed=0").exists() {
+        assert!(std::time::Instant::now() < deadline, "the first sweep did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let err = fails(&args);
+    assert!(err.contains("another resmem sweep is running"), "{err}");
+    assert!(first.wait().unwrap().success());
+    let sum = summary(&out);
+    assert!(
+        sum["points"].as_array().unwrap().iter().all(|p| p["status"] == "done"),
+        "{sum}"
+    );
+}

@@ -27,6 +27,7 @@ use std::path::Path;
 pub const SUMMARY_JSON: &str = "summary.json";
 pub const SUMMARY_CSV: &str = "summary.csv";
 pub const COMPARISONS_CSV: &str = "comparisons.csv";
+const SWEEP_LOCK: &str = ".resmem-sweep.lock";
 
 /// `resmem train`'s flags alone, to read a point's flags exactly as `resmem train` would.
 #[derive(Parser)]
@@ -311,6 +312,14 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     let mut swept: Vec<String> = variants.iter().take(1).map(|_| "variant".to_string()).collect();
     swept.extend(grid.iter().map(|(k, _)| k.clone()));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create the sweep directory {}", out.display()))?;
+    // One sweep at a time writes a directory's summary: a second would see the first's running
+    // points as locked, and report them failed.
+    let _lock = crate::run_dir::lock_file(&out.join(SWEEP_LOCK), || {
+        format!(
+            "another resmem sweep is running in {}; wait for it to finish, or give this one another --out",
+            out.display()
+        )
+    })?;
     if let Some(title) = &experiment.title {
         say(title);
     }
