@@ -567,3 +567,64 @@ fn runs_of_two_architectures_are_labelled_by_arch_not_by_its_dimensions() {
         assert!(legend.iter().all(|l| !l.contains(dim)), "{legend:?}");
     }
 }
+
+/// `--x comparison`: each declared comparison of a sweep's summary as a labelled row, coloured
+/// by its verdict (blue where a is better, grey where the interval does not say); a summary
+/// with none is refused with what to declare.
+#[test]
+fn declared_comparisons_are_drawn_as_intervals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = tmp.path().join("s");
+    std::fs::create_dir_all(&sweep).unwrap();
+    let metric = |low: f64, high: f64, verdict: &str| {
+        serde_json::json!({"metric": "final_val_loss", "statistic": "a - b", "method": "t",
+            "per_seed": [low, high], "estimate": (low + high) / 2.0, "sd": 0.1, "low": low, "high": high,
+            "verdict": verdict, "seeds_for_power": 4, "noisy": false})
+    };
+    let summary = serde_json::json!({
+        "experiment": "e", "swept": [], "points": [],
+        "comparisons": [
+            {"a": "rmt", "b": "transformer", "metrics": [metric(-0.3, -0.1, "a better")]},
+            {"a": "d_k=8", "b": "d_k=4", "metrics": [metric(-0.2, 0.1, "not resolved")]},
+        ]
+    });
+    std::fs::write(sweep.join("summary.json"), summary.to_string()).unwrap();
+    let svg = tmp.path().join("c.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args([
+            "plot",
+            sweep.to_str().unwrap(),
+            "--x",
+            "comparison",
+            "--y",
+            "val_loss",
+            "--out",
+        ])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("rmt − transformer") && text.contains("d_k=8 − d_k=4"),
+        "labels"
+    );
+    assert!(text.contains("#1F77B4"), "the resolved row is blue");
+    assert!(text.contains("#808080"), "the unresolved row is grey");
+    std::fs::write(sweep.join("summary.json"), r#"{"swept": [], "points": []}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args([
+            "plot",
+            sweep.to_str().unwrap(),
+            "--x",
+            "comparison",
+            "--y",
+            "val_loss",
+            "--out",
+        ])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("declare [[compare]]"), "{err}");
+}
