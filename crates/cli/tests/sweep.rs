@@ -651,3 +651,55 @@ fn a_second_sweep_into_the_same_directory_waits_its_turn() {
         "{sum}"
     );
 }
+
+/// Every trained MemoryFormer and hybrid reports its bucket use in the summary, the numbers of
+/// `resmem analyze buckets` on the same held-out batches.
+#[test]
+fn hashed_points_report_their_bucket_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("b");
+    ok(&[
+        "sweep",
+        "--backend",
+        "cpu",
+        "--preset",
+        "tiny-memoryformer",
+        "--task",
+        "copy",
+        "--steps",
+        "3",
+        "--seeds",
+        "0",
+        "--out",
+        s(&out),
+    ]);
+    let p = &summary(&out)["points"][0];
+    let b = &p["buckets"];
+    let stats: Value = serde_json::from_str(
+        &ok(&[
+            "analyze",
+            "buckets",
+            "--run",
+            s(&out.join("seed=0")),
+            "--batches",
+            "4",
+            "--backend",
+            "cpu",
+            "--json",
+        ])
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n"),
+    )
+    .unwrap();
+    let tables = stats.as_array().unwrap();
+    assert_eq!(b["tables"].as_u64().unwrap() as usize, tables.len());
+    let entropy: Vec<f64> = tables.iter().map(|t| t["entropy"].as_f64().unwrap()).collect();
+    let mean = entropy.iter().sum::<f64>() / entropy.len() as f64;
+    assert!((b["entropy_mean"].as_f64().unwrap() - mean).abs() < 1e-9, "{b}");
+    let dead: u64 = tables.iter().map(|t| t["dead_buckets"].as_u64().unwrap()).sum();
+    let all: usize = tables.iter().map(|t| t["counts"].as_array().unwrap().len()).sum();
+    assert!((b["dead_fraction"].as_f64().unwrap() - dead as f64 / all as f64).abs() < 1e-12);
+    assert!(entropy.iter().all(|e| (0.0..=1.0).contains(e) && e.is_sign_positive()));
+}

@@ -167,6 +167,9 @@ pub struct PointSummary {
     /// With `variance = true`: the ratios at init and after training.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variance: Option<PointVariance>,
+    /// For a MemoryFormer or hybrid: how evenly its hash tables' buckets are used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<BucketUse>,
     /// The sizes a `[[match]]` solved for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matched: Option<matching::Matched>,
@@ -178,6 +181,52 @@ pub struct PointSummary {
     pub params_vs_reference: Option<f64>,
     #[serde(default)]
     pub flops_vs_reference: Option<f64>,
+}
+
+/// `resmem analyze buckets` of a trained point, in brief.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct BucketUse {
+    /// Held-out batches counted, of `rows` tokens each.
+    pub batches: usize,
+    pub rows: usize,
+    pub tables: usize,
+    /// Normalised entropy of each table's bucket use (1: every bucket alike): mean and lowest.
+    pub entropy_mean: f64,
+    pub entropy_min: f64,
+    /// The share of all buckets that no counted token hit.
+    pub dead_fraction: f64,
+    /// Counted hits per bucket that was hit, mean over those buckets.
+    pub hits_per_live_bucket: f64,
+    /// The run's training tokens over a table's buckets, averaged over tables: the hits each
+    /// row would have had in training, were the buckets used alike.
+    pub train_hits_per_bucket_if_even: f64,
+}
+
+/// Held-out batches a sweep counts bucket use over.
+const BUCKET_BATCHES: usize = 4;
+
+fn bucket_use(dir: &Path, backend: crate::args::BackendKind, tokens: Option<u64>) -> Result<BucketUse> {
+    let (stats, rows) =
+        crate::with_backend!(backend, be => crate::buckets::measure_run(be, dir, None, BUCKET_BATCHES, backend))?;
+    let n = stats.len().max(1) as f64;
+    let buckets: usize = stats.iter().map(|s| s.counts.len()).sum();
+    let dead: usize = stats.iter().map(|s| s.dead_buckets).sum();
+    let hits: u64 = stats.iter().flat_map(|s| s.counts.iter()).sum();
+    let even = stats
+        .iter()
+        .map(|s| tokens.unwrap_or(0) as f64 / s.counts.len().max(1) as f64)
+        .sum::<f64>()
+        / n;
+    Ok(BucketUse {
+        batches: BUCKET_BATCHES,
+        rows,
+        tables: stats.len(),
+        entropy_mean: stats.iter().map(|s| s.entropy).sum::<f64>() / n,
+        entropy_min: stats.iter().map(|s| s.entropy).fold(f64::INFINITY, f64::min),
+        dead_fraction: dead as f64 / buckets.max(1) as f64,
+        hits_per_live_bucket: hits as f64 / (buckets - dead).max(1) as f64,
+        train_hits_per_bucket_if_even: even,
+    })
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -353,6 +402,13 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         }
         let mut point = summarize(p, &dir, status)?;
         point.matched = matched[i].clone();
+        let hashed = point
+            .arch
+            .as_deref()
+            .is_some_and(|a| a == "memoryformer" || a == "hybrid");
+        if hashed && point.status == "done" {
+            point.buckets = Some(bucket_use(&dir, backend_of(&p.flags), point.tokens)?);
+        }
         if experiment.variance && point.status == "done" {
             let measure = |at_init| crate::analyze::measure_run(&dir, backend_of(&p.flags), None, at_init);
             point.variance = Some(PointVariance {
@@ -765,6 +821,7 @@ fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSummary> {
         wall_s: None,
         tokens_per_s: None,
         variance: None,
+        buckets: None,
         matched: None,
         cost_reference: None,
         params_vs_reference: None,
@@ -933,6 +990,33 @@ fn print_table(summary: &Summary) {
                 format!("  ({})", p.status)
             }
         );
+    }
+    if summary.points.iter().any(|p| p.buckets.is_some()) {
+        out!("bucket use of the hash tables, on held-out batches:");
+        out!(
+            "{:<width$} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12}",
+            "point",
+            "tables",
+            "entropy",
+            "lowest",
+            "dead",
+            "hits/row",
+            "train/row*"
+        );
+        for p in &summary.points {
+            let Some(b) = &p.buckets else { continue };
+            out!(
+                "{:<width$} {:>7} {:>9.3} {:>9.3} {:>8.1}% {:>10.1} {:>12.0}",
+                p.label,
+                b.tables,
+                b.entropy_mean,
+                b.entropy_min,
+                100.0 * b.dead_fraction,
+                b.hits_per_live_bucket,
+                b.train_hits_per_bucket_if_even
+            );
+        }
+        out!("(* the training hits per row had every row of a table been used alike)");
     }
     if let Some(r) = summary.points.iter().find_map(|p| p.cost_reference.as_ref()) {
         out!("(params× and FLOPs× are over the reference point's, e.g. {r}, of the same seed)");
