@@ -590,19 +590,22 @@ fn declared_comparisons_are_drawn_as_intervals() {
     });
     std::fs::write(sweep.join("summary.json"), summary.to_string()).unwrap();
     let svg = tmp.path().join("c.svg");
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-        .args([
-            "plot",
-            sweep.to_str().unwrap(),
-            "--x",
-            "comparison",
-            "--y",
-            "val_loss",
-            "--out",
-        ])
-        .arg(&svg)
-        .output()
-        .unwrap();
+    let plot = || {
+        Command::new(env!("CARGO_BIN_EXE_resmem"))
+            .args([
+                "plot",
+                sweep.to_str().unwrap(),
+                "--x",
+                "comparison",
+                "--y",
+                "val_loss",
+                "--out",
+            ])
+            .arg(&svg)
+            .output()
+            .unwrap()
+    };
+    let out = plot();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(
@@ -612,19 +615,7 @@ fn declared_comparisons_are_drawn_as_intervals() {
     assert!(text.contains("#1F77B4"), "the resolved row is blue");
     assert!(text.contains("#808080"), "the unresolved row is grey");
     std::fs::write(sweep.join("summary.json"), r#"{"swept": [], "points": []}"#).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-        .args([
-            "plot",
-            sweep.to_str().unwrap(),
-            "--x",
-            "comparison",
-            "--y",
-            "val_loss",
-            "--out",
-        ])
-        .arg(&svg)
-        .output()
-        .unwrap();
+    let out = plot();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("declare [[compare]]"), "{err}");
 }

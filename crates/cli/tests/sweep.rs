@@ -34,6 +34,15 @@ fn fails(args: &[&str]) -> String {
     err
 }
 
+/// Writes `text` as the experiment `file` and expects the sweep refused, saying `says`, with
+/// nothing created in `out`.
+fn refused(file: &Path, text: &str, out: &Path, says: &str) {
+    std::fs::write(file, text).unwrap();
+    let err = fails(&["sweep", s(file), "--out", s(out)]);
+    assert!(err.contains(says), "{text}: {err}");
+    assert!(!out.exists(), "a refused sweep created {}", out.display());
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -438,10 +447,7 @@ claim = "a wider residual learns faster"
         let text = format!(
             "seeds = {seeds}\n[flags]\nbackend = \"cpu\"\npreset = \"tiny-rmt\"\ntask = \"copy\"\n[grid]\nd_k = [4, 8]\n[[compare]]\n{compare}\n"
         );
-        std::fs::write(&file, text).unwrap();
-        let err = fails(&["sweep", s(&file), "--out", s(&bad)]);
-        assert!(err.contains(says), "{compare}: {err}");
-        assert!(!bad.exists());
+        refused(&file, &text, &bad, says);
     }
 }
 
@@ -505,10 +511,7 @@ fn matched_costs_are_solved_before_training() {
             "the closest",
         ),
     ] {
-        std::fs::write(&file, experiment(matching)).unwrap();
-        let err = fails(&["sweep", s(&file), "--out", s(&bad)]);
-        assert!(err.contains(says), "{matching}: {err}");
-        assert!(!bad.exists());
+        refused(&file, &experiment(matching), &bad, says);
     }
 }
 
@@ -569,10 +572,7 @@ fn each_arm_is_tuned_on_its_own_seeds() {
         ("[0, 100]", "", "seed 100 is also a seed of the sweep"),
         ("[0]", "lr = 0.01", "the variant `rmt` sets itself"),
     ] {
-        std::fs::write(&file, experiment(seeds, rmt_flags)).unwrap();
-        let err = fails(&["sweep", s(&file), "--out", s(&bad)]);
-        assert!(err.contains(says), "{err}");
-        assert!(!bad.exists());
+        refused(&file, &experiment(seeds, rmt_flags), &bad, says);
     }
 }
 
