@@ -163,7 +163,7 @@ fn measure<B: Replay + 'static>(
 
     // One forward alone, for the FLOPs the model counter counts.
     be.take();
-    pollster::block_on(trainer.eval(&be, &batches.batch(0)))?;
+    pollster::block_on(trainer.eval(&be, &batches.batch(0)?))?;
     let forward = be.take();
     let forward_flops: f64 = counted(&forward);
 
@@ -171,7 +171,7 @@ fn measure<B: Replay + 'static>(
     let mut step_costs: Option<Table> = None;
     let mut k = 0u64;
     for _ in 0..args.warmup.max(1) {
-        trainer.step(&be, &batches.batch(k))?;
+        trainer.step(&be, &batches.batch(k)?)?;
         wait()?;
         k += 1;
         let table = be.take();
@@ -182,7 +182,7 @@ fn measure<B: Replay + 'static>(
     let mut times = Vec::with_capacity(steps);
     let mut seconds = [0.0f64; Family::ALL.len()];
     for _ in 0..steps {
-        let batch = batches.batch(k);
+        let batch = batches.batch(k)?;
         k += 1;
         let start = Instant::now();
         trainer.step(&be, &batch)?;

@@ -86,9 +86,10 @@ fn prepare(args: PrepareArgs) -> Result<()> {
         meta.val_tokens,
         meta.val_frac
     );
+    let entropy = corpus.unigram_entropy()?;
     out!(
         "  unigram entropy of train: {:.4} nats per token (a model that ignores context does no better)",
-        corpus.unigram_entropy()
+        entropy
     );
     out!("  in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())

@@ -126,12 +126,12 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
             // The batches `resmem train` and the playground draw: step k trains on batch k − 1.
             let batches = DataSource::Task(task).train(b, t, args.seed)?;
             for k in 1..args.step {
-                trainer.step(be, &batches.batch(k as u64 - 1))?;
+                trainer.step(be, &batches.batch(k as u64 - 1)?)?;
             }
             (
                 cfg,
                 format!("the forward of step {}", args.step),
-                batches.batch(args.step as u64 - 1),
+                batches.batch(args.step as u64 - 1)?,
                 trainer,
             )
         }

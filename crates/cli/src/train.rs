@@ -419,7 +419,25 @@ impl Session {
                 );
             }
             let step = trainer.step + 1;
-            let batch = train.batch(step as u64 - 1);
+            let batch = match train.batch(step as u64 - 1) {
+                Ok(batch) => batch,
+                // The corpus changed under the run: keep what was trained, then say so.
+                Err(e) => {
+                    console.finish();
+                    let kept = match pollster::block_on(trainer.loss_sum(be))?.is_finite() {
+                        true => Some(checkpoint(&trainer, &mut last_checkpoint)?),
+                        false => last_checkpoint.clone(),
+                    };
+                    let kept = kept.map_or("no checkpoint yet".to_string(), |p| {
+                        format!("the checkpoint is {}", p.display())
+                    });
+                    bail!(
+                        "stopped after step {}: {e}; {kept}. Resume with: resmem train --resume {}",
+                        trainer.step,
+                        self.dir.path.display()
+                    );
+                }
+            };
             let lr = trainer.step(be, &batch)?;
             window.1 += b * t;
             let last = step == steps;

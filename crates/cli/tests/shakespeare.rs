@@ -17,7 +17,7 @@ fn corpus() -> PathBuf {
 
 /// The entropy of the train split's token frequencies, in nats: the best loss without context.
 fn unigram_entropy(dir: &Path) -> f64 {
-    data::Corpus::open(dir).unwrap().unigram_entropy()
+    data::Corpus::open(dir).unwrap().unigram_entropy().unwrap()
 }
 
 fn resmem() -> Command {

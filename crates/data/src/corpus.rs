@@ -1,5 +1,6 @@
 //! Prepared corpora: text files tokenized once into `train.bin` and `val.bin` (little-endian
-//! tokens, u16 when V ≤ 65,536, else u32) and `meta.json`, then memory-mapped for training.
+//! tokens, u16 when V ≤ 65,536, else u32) and `meta.json`, then read window by window for
+//! training.
 //!
 //! Each input file is one document. The last `val_frac` of each document's tokens is held out for
 //! validation, so both splits cover every document and the split is a pure function of the
@@ -9,7 +10,6 @@
 use crate::error::DataError;
 use crate::sampler::Split;
 use crate::tokenizer::{Tokenizer, TokenizerKind};
-use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{self, File};
@@ -410,38 +410,64 @@ impl TokenWriter {
     }
 }
 
-/// A file of little-endian u16 or u32 tokens, every one checked < vocab on open: memory-mapped
-/// natively, or bytes already in memory (the page fetches its corpus).
+/// A file of little-endian u16 or u32 tokens, every one checked < vocab on open: read natively
+/// by positioned reads of the open file, or bytes already in memory (the page fetches its
+/// corpus). Natively every window is read, and its tokens checked, when it is used, so a file
+/// that changes or shrinks under a running run is an error that names it, never a fault (see
+/// ARCHITECTURE.md, "Corpora are read, not mapped").
 #[derive(Debug)]
 pub struct TokenFile {
     path: PathBuf,
     bytes: TokenBytes,
     token_bytes: u8,
     len: usize,
+    vocab: usize,
 }
 
 #[derive(Debug)]
 enum TokenBytes {
-    Mapped(Option<Mmap>),
+    File(File),
     Owned(Vec<u8>),
 }
 
+/// Tokens read at a time while checking or counting a whole file.
+const SCAN_TOKENS: usize = 1 << 18;
+
+/// Reads exactly `buf.len()` bytes of `file` at `offset`; UnexpectedEof where it is shorter.
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match file.seek_read(&mut buf[done..], offset + done as u64)? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n => done += n,
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = (file, buf, offset);
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+}
+
 impl TokenFile {
-    /// Maps `path` and checks that it holds exactly `expected` tokens of `token_bytes` bytes
+    /// Opens `path` and checks that it holds exactly `expected` tokens of `token_bytes` bytes
     /// (2 or 4), each below `vocab`.
     pub fn open(path: &Path, token_bytes: u8, vocab: usize, expected: u64) -> Result<TokenFile, DataError> {
         let bad = |reason: String| DataError::corrupt(path, reason);
         let file = File::open(path).map_err(|e| bad(format!("it cannot be opened ({e})")))?;
         let size = file.metadata().map_err(DataError::io("read the size of", path))?.len();
         let len = Self::check_size(path, size, token_bytes, expected)?;
-        let map = if size == 0 {
-            None // mmap refuses empty files
-        } else {
-            // SAFETY: the map is read-only. Corpora are written once and renamed into place; a
-            // process that truncated the file under us could still fault, which we accept.
-            Some(unsafe { Mmap::map(&file) }.map_err(DataError::io("memory-map", path))?)
-        };
-        Self::checked(path, TokenBytes::Mapped(map), token_bytes, len, vocab)
+        Self::checked(path, TokenBytes::File(file), token_bytes, len, vocab)
     }
 
     /// The same checks as `open`, on bytes already in memory; `path` names them in messages.
@@ -477,6 +503,7 @@ impl TokenFile {
         usize::try_from(size / width).map_err(|_| bad("it is too large for this machine".into()))
     }
 
+    /// Every token read once and checked against the vocabulary.
     fn checked(
         path: &Path,
         bytes: TokenBytes,
@@ -489,13 +516,9 @@ impl TokenFile {
             bytes,
             token_bytes,
             len,
+            vocab,
         };
-        if let Some((i, t)) = tokens.iter().enumerate().find(|&(_, t)| t as usize >= vocab) {
-            return Err(DataError::corrupt(
-                path,
-                format!("token {i} is {t}, outside the vocabulary of {vocab}"),
-            ));
-        }
+        tokens.scan(|_| {})?;
         Ok(tokens)
     }
 
@@ -515,13 +538,6 @@ impl TokenFile {
         self.token_bytes
     }
 
-    fn bytes(&self) -> &[u8] {
-        match &self.bytes {
-            TokenBytes::Mapped(map) => map.as_deref().unwrap_or_default(),
-            TokenBytes::Owned(bytes) => bytes,
-        }
-    }
-
     fn decode(chunk: &[u8]) -> u32 {
         match *chunk {
             [a, b] => u32::from(u16::from_le_bytes([a, b])),
@@ -530,33 +546,60 @@ impl TokenFile {
         }
     }
 
-    /// Token `i`, or None past the end.
-    pub fn get(&self, i: usize) -> Option<u32> {
+    /// Tokens `start..start + n`, which must lie in the file, each checked < vocab.
+    fn read(&self, start: usize, n: usize) -> Result<Vec<u32>, DataError> {
         let w = usize::from(self.token_bytes);
-        let start = i.checked_mul(w)?;
-        self.bytes().get(start..start.checked_add(w)?).map(Self::decode)
+        let bad = |reason: String| DataError::corrupt(&self.path, reason);
+        let owned;
+        let bytes: &[u8] = match &self.bytes {
+            TokenBytes::Owned(bytes) => bytes.get(start * w..(start + n) * w).unwrap_or_default(),
+            TokenBytes::File(file) => {
+                let mut buf = vec![0u8; n * w];
+                read_at(file, &mut buf, (start * w) as u64).map_err(|e| {
+                    let now = file.metadata().map(|m| m.len()).unwrap_or(0);
+                    bad(format!(
+                        "it changed while in use: reading tokens {start}..{} failed ({e}); it holds {now} bytes \
+                         now, not {}. Restore it (or prepare the corpus again into another directory), then \
+                         resume the run",
+                        start + n,
+                        self.len * w
+                    ))
+                })?;
+                owned = buf;
+                &owned
+            }
+        };
+        let tokens: Vec<u32> = bytes.chunks_exact(w).map(Self::decode).collect();
+        if let Some((i, t)) = tokens.iter().enumerate().find(|&(_, &t)| t as usize >= self.vocab) {
+            return Err(bad(format!(
+                "token {} is {t}, outside the vocabulary of {}",
+                start + i,
+                self.vocab
+            )));
+        }
+        Ok(tokens)
     }
 
     /// The `n` tokens from `start`, clipped at the end of the file (shorter, or empty, there).
-    pub fn window(&self, start: usize, n: usize) -> Vec<u32> {
-        let w = usize::from(self.token_bytes);
+    pub fn window(&self, start: usize, n: usize) -> Result<Vec<u32>, DataError> {
         let start = start.min(self.len);
         let end = start.saturating_add(n).min(self.len);
-        let bytes = match (start.checked_mul(w), end.checked_mul(w)) {
-            (Some(a), Some(b)) => self.bytes().get(a..b).unwrap_or_default(),
-            _ => &[],
-        };
-        bytes.chunks_exact(w).map(Self::decode).collect()
+        self.read(start, end - start)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.bytes()
-            .chunks_exact(usize::from(self.token_bytes))
-            .map(Self::decode)
+    /// Calls `f` with every token in order, reading a chunk at a time.
+    pub fn scan(&self, mut f: impl FnMut(u32)) -> Result<(), DataError> {
+        let mut start = 0;
+        while start < self.len {
+            let n = SCAN_TOKENS.min(self.len - start);
+            self.read(start, n)?.into_iter().for_each(&mut f);
+            start += n;
+        }
+        Ok(())
     }
 }
 
-/// A prepared corpus, validated and memory-mapped.
+/// A prepared corpus, validated on open.
 #[derive(Debug)]
 pub struct Corpus {
     pub meta: Meta,
@@ -567,7 +610,7 @@ pub struct Corpus {
 
 impl Corpus {
     /// Opens a directory written by `prepare`, checking meta.json against the token files and
-    /// every token against the vocabulary, so that sampling from it can never fail.
+    /// every token against the vocabulary; sampling fails only if a file changes under it.
     pub fn open(dir: &Path) -> Result<Corpus, DataError> {
         let meta = Meta::read(dir)?;
         let train = TokenFile::open(&dir.join(TRAIN_FILE), meta.token_bytes, meta.vocab, meta.train_tokens)?;
@@ -617,22 +660,22 @@ impl Corpus {
 
     /// The entropy in nats of the train split's token frequencies: the loss of the best model
     /// that ignores context, so a model that learns anything must go below it.
-    pub fn unigram_entropy(&self) -> f64 {
+    pub fn unigram_entropy(&self) -> Result<f64, DataError> {
         let mut counts = vec![0u64; self.meta.vocab];
-        for t in self.train.iter() {
+        self.train.scan(|t| {
             if let Some(c) = counts.get_mut(t as usize) {
                 *c += 1;
             }
-        }
+        })?;
         let n = self.train.len() as f64;
-        counts
+        Ok(counts
             .iter()
             .filter(|&&c| c > 0)
             .map(|&c| {
                 let p = c as f64 / n;
                 -p * p.ln()
             })
-            .sum()
+            .sum())
     }
 }
 
@@ -696,17 +739,18 @@ pub(crate) mod tests {
             let (mut tr, mut va) = (0usize, 0usize);
             for s in &meta.sources {
                 let (nt, nv) = (s.train_tokens as usize, s.val_tokens as usize);
-                let mut ids = corpus.train.window(tr, nt - eot as usize);
-                ids.extend(corpus.val.window(va, nv - eot as usize));
+                let mut ids = corpus.train.window(tr, nt - eot as usize).unwrap();
+                ids.extend(corpus.val.window(va, nv - eot as usize).unwrap());
                 assert_eq!(tok.decode(&ids), fs::read_to_string(&s.path).unwrap());
                 if let Some(e) = tok.end_of_text() {
-                    assert_eq!(corpus.train.get(tr + nt - 1), Some(e));
-                    assert_eq!(corpus.val.get(va + nv - 1), Some(e));
+                    assert_eq!(corpus.train.window(tr + nt - 1, 1).unwrap(), [e]);
+                    assert_eq!(corpus.val.window(va + nv - 1, 1).unwrap(), [e]);
                 }
                 (tr, va) = (tr + nt, va + nv);
             }
             assert_eq!((tr, va), (corpus.train.len(), corpus.val.len()));
-            assert!(corpus.unigram_entropy() > 1.0 && corpus.unigram_entropy() < (tok.vocab() as f64).ln());
+            let h = corpus.unigram_entropy().unwrap();
+            assert!(h > 1.0 && h < (tok.vocab() as f64).ln());
         }
     }
 
@@ -744,10 +788,27 @@ pub(crate) mod tests {
         let ids = [0u32, 70_000, 1, 99_999];
         fs::write(&path, ids.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
         let f = TokenFile::open(&path, 4, 100_000, 4).unwrap();
-        assert_eq!(f.window(0, 10), ids);
-        assert_eq!(f.get(1), Some(70_000));
-        assert_eq!(f.get(4), None);
+        assert_eq!(f.window(0, 10).unwrap(), ids);
+        assert_eq!(f.window(1, 1).unwrap(), [70_000]);
+        assert!(f.window(4, 1).unwrap().is_empty());
         assert!(TokenFile::open(&path, 4, 99_999, 4).is_err());
+        // A file that shrinks, or gains a bad token, under a reader is an error naming it.
+        fs::write(&path, [0u8, 0, 0, 0, 0x70, 0x11, 0x01, 0]).unwrap();
+        let err = f.window(0, 4).unwrap_err().to_string();
+        assert!(
+            err.contains("changed while in use") && err.contains(&*path.to_string_lossy()),
+            "{err}"
+        );
+        fs::write(
+            &path,
+            ids.iter()
+                .map(|&t| if t == 1 { 200_000u32 } else { t })
+                .flat_map(u32::to_le_bytes)
+                .collect::<Vec<u8>>(),
+        )
+        .unwrap();
+        let err = f.window(0, 4).unwrap_err().to_string();
+        assert!(err.contains("token 2 is 200000, outside the vocabulary"), "{err}");
         assert!(TokenFile::open(&path, 2, 100_000, 7).is_err());
     }
 

@@ -102,8 +102,9 @@ impl TextSampler {
         &self.corpus
     }
 
-    /// Step `step`'s batch: B windows at uniformly random offsets.
-    pub fn batch(&self, step: u64) -> Batch {
+    /// Step `step`'s batch: B windows at uniformly random offsets; an error only where the
+    /// corpus changed under the run.
+    pub fn batch(&self, step: u64) -> Result<Batch, crate::DataError> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(step_seed(self.seed, step));
         let tokens = self.corpus.split(self.split);
         // `new` checked len ≥ T + 1.
@@ -115,7 +116,7 @@ impl TextSampler {
     /// M batches for evaluation, the same for a given corpus, split, B and T whatever the seed:
     /// M·B windows spread evenly from the first token of the split to the last. They do not
     /// overlap when the split holds M·B windows; on a smaller split they overlap, still evenly.
-    pub fn fixed_batches(&self, m: usize) -> Vec<Batch> {
+    pub fn fixed_batches(&self, m: usize) -> Result<Vec<Batch>, crate::DataError> {
         let n = self.t + 1;
         let span = self.corpus.split(self.split).len().saturating_sub(n) as u128;
         let count = m.saturating_mul(self.b);
@@ -129,21 +130,21 @@ impl TextSampler {
         starts.chunks(self.b).map(|s| self.windows(s)).collect()
     }
 
-    fn windows(&self, starts: &[usize]) -> Batch {
+    fn windows(&self, starts: &[usize]) -> Result<Batch, crate::DataError> {
         let tokens = self.corpus.split(self.split);
         let mut inputs = Vec::with_capacity(starts.len() * self.t);
         let mut targets = Vec::with_capacity(starts.len() * self.t);
         for &s in starts {
-            let w = tokens.window(s, self.t + 1);
+            let w = tokens.window(s, self.t + 1)?;
             inputs.extend(w.iter().take(self.t));
             targets.extend(w.iter().skip(1));
         }
-        Batch {
+        Ok(Batch {
             b: starts.len(),
             t: self.t,
             inputs,
             targets,
-        }
+        })
     }
 }
 
@@ -211,10 +212,11 @@ pub enum BatchSource {
 }
 
 impl BatchSource {
-    pub fn batch(&self, step: u64) -> Batch {
+    /// Step `step`'s batch; an error only where a corpus changed under the run.
+    pub fn batch(&self, step: u64) -> Result<Batch, crate::DataError> {
         match self {
-            BatchSource::Task(s) => s.batch(step),
-            BatchSource::Fixed(s) => s.batch(step),
+            BatchSource::Task(s) => Ok(s.batch(step)),
+            BatchSource::Fixed(s) => Ok(s.batch(step)),
             #[cfg(feature = "text")]
             BatchSource::Text(s) => s.batch(step),
         }
@@ -259,13 +261,16 @@ mod tests {
         let (_tmp, c) = corpus();
         let a = TextSampler::new(c.clone(), Split::Train, 4, 32, 9).unwrap();
         let b = TextSampler::new(c.clone(), Split::Train, 4, 32, 9).unwrap();
-        assert_eq!(a.batch(17), b.batch(17));
-        assert_ne!(a.batch(17), a.batch(18));
+        assert_eq!(a.batch(17).unwrap(), b.batch(17).unwrap());
+        assert_ne!(a.batch(17).unwrap(), a.batch(18).unwrap());
         assert_ne!(
-            a.batch(17),
-            TextSampler::new(c.clone(), Split::Train, 4, 32, 10).unwrap().batch(17)
+            a.batch(17).unwrap(),
+            TextSampler::new(c.clone(), Split::Train, 4, 32, 10)
+                .unwrap()
+                .batch(17)
+                .unwrap()
         );
-        let batch = a.batch(5);
+        let batch = a.batch(5).unwrap();
         assert_eq!(
             (batch.b, batch.t, batch.inputs.len(), batch.targets.len()),
             (4, 32, 128, 128)
@@ -277,10 +282,10 @@ mod tests {
             );
             assert_eq!(x[1..], y[..31], "targets are the inputs shifted by one");
             // The row is a real window of the train split.
-            let found = (0..c.train.len()).any(|s| c.train.window(s, 33) == [x, &y[31..]].concat());
+            let found = (0..c.train.len()).any(|s| c.train.window(s, 33).unwrap() == [x, &y[31..]].concat());
             assert!(found, "row {r} is not a window of train.bin");
         }
-        assert_eq!(BatchSource::Text(a.clone()).batch(5), batch);
+        assert_eq!(BatchSource::Text(a.clone()).batch(5).unwrap(), batch);
     }
 
     #[test]
@@ -288,19 +293,23 @@ mod tests {
         let (_tmp, c) = corpus();
         let a = TextSampler::new(c.clone(), Split::Val, 2, 8, 1).unwrap();
         let b = TextSampler::new(c.clone(), Split::Val, 2, 8, 2).unwrap();
-        let fixed = a.fixed_batches(3);
-        assert_eq!(fixed, b.fixed_batches(3));
+        let fixed = a.fixed_batches(3).unwrap();
+        assert_eq!(fixed, b.fixed_batches(3).unwrap());
         assert_eq!(fixed.len(), 3);
         let rows: Vec<&[u32]> = fixed.iter().flat_map(|f| f.inputs.chunks(8)).collect();
         // The first window starts the split and the last ends it.
-        assert_eq!(rows[0], &c.val.window(0, 8)[..]);
-        assert_eq!(fixed[2].targets[8..], c.val.window(c.val.len() - 8, 8)[..]);
+        assert_eq!(rows[0], &c.val.window(0, 8).unwrap()[..]);
+        assert_eq!(fixed[2].targets[8..], c.val.window(c.val.len() - 8, 8).unwrap()[..]);
         let span = c.val.len() - 9;
         for (i, row) in rows.iter().enumerate() {
-            assert_eq!(*row, &c.val.window(i * span / 5, 8)[..], "window {i} is evenly spaced");
+            assert_eq!(
+                *row,
+                &c.val.window(i * span / 5, 8).unwrap()[..],
+                "window {i} is evenly spaced"
+            );
         }
         // A split smaller than the windows asked for still gives full batches.
-        let many = a.fixed_batches(c.val.len());
+        let many = a.fixed_batches(c.val.len()).unwrap();
         assert!(many.iter().all(|f| f.inputs.len() == 16 && f.targets.len() == 16));
     }
 
@@ -354,7 +363,7 @@ impl DataSource {
                 (0..m as u64).map(|k| sampler.batch(k)).collect()
             }
             #[cfg(feature = "text")]
-            DataSource::Text(corpus) => TextSampler::new(corpus.clone(), Split::Val, b, t, seed)?.fixed_batches(m),
+            DataSource::Text(corpus) => TextSampler::new(corpus.clone(), Split::Val, b, t, seed)?.fixed_batches(m)?,
             DataSource::Rows { tokens, width } => {
                 let rows = Self::rows(tokens, *width, b, t)?;
                 if m > rows.len() {

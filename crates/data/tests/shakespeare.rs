@@ -40,8 +40,8 @@ fn check(kind: TokenizerKind) -> Corpus {
         );
         let text = String::from_utf8(text).unwrap();
         let (nt, nv) = (s.train_tokens as usize, s.val_tokens as usize);
-        let mut ids = corpus.train.window(tr, nt - eot);
-        ids.extend(corpus.val.window(va, nv - eot));
+        let mut ids = corpus.train.window(tr, nt - eot).unwrap();
+        ids.extend(corpus.val.window(va, nv - eot).unwrap());
         assert_eq!(tok.decode(&ids), text, "{} does not decode back", s.path);
         assert_eq!(tok.encode(&text), ids, "{} encodes differently whole", s.path);
         (tr, va) = (tr + nt, va + nv);
@@ -54,7 +54,7 @@ fn check(kind: TokenizerKind) -> Corpus {
 fn shakespeare_corpora_round_trip() {
     let bytes = check(TokenizerKind::Bytes);
     let gpt2 = check(TokenizerKind::Gpt2);
-    let (hb, hg) = (bytes.unigram_entropy(), gpt2.unigram_entropy());
+    let (hb, hg) = (bytes.unigram_entropy().unwrap(), gpt2.unigram_entropy().unwrap());
     for (name, c, h) in [("bytes", &bytes, hb), ("gpt2", &gpt2, hg)] {
         eprintln!(
             "shakespeare-{name}: {} train + {} val tokens, V = {}, unigram entropy {h:.4} nats",

@@ -851,7 +851,10 @@ impl<B: Backend + 'static> Session<B> {
     /// One step, recorded and submitted; nothing is read back. Step k trains on batch k − 1,
     /// as `resmem train` does, so a run continued from a checkpoint sees the same batches.
     pub fn step(&mut self) -> Result<(), String> {
-        let batch = self.batches.batch(self.trainer.step as u64);
+        let batch = self
+            .batches
+            .batch(self.trainer.step as u64)
+            .map_err(|e| e.to_string())?;
         self.trainer.step(&self.be, &batch).map_err(|e| e.to_string())?;
         self.last_batch = Some(batch);
         Ok(())

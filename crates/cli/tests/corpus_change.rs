@@ -1,0 +1,71 @@
+//! A corpus that shrinks under a running run: a clear error that names the file, the run's
+//! last state kept as a checkpoint that loads once the file is restored (it was a SIGBUS).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_corpus_that_shrinks_under_a_run_stops_it_cleanly() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let source = root.join("data/shakespeare-bytes");
+    assert!(source.join("meta.json").exists(), "run `cargo xtask corpus` first");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("corpus");
+    std::fs::create_dir(&data).unwrap();
+    for f in ["meta.json", "train.bin", "val.bin"] {
+        std::fs::copy(source.join(f), data.join(f)).unwrap();
+    }
+    let run = tmp.path().join("run");
+    let child = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args([
+            "train",
+            "--preset",
+            "tiny-rmt",
+            "--backend",
+            "cpu",
+            "--steps",
+            "100000",
+            "--log-every",
+            "1",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(&run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once it has trained a few steps, cut train.bin to a few bytes in place.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |m| m.lines().count()) < 3 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let original = std::fs::read(data.join("train.bin")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(data.join("train.bin"))
+        .unwrap()
+        .set_len(64)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("changed while in use") && err.contains("train.bin"),
+        "{err}"
+    );
+    assert!(err.contains("the checkpoint is") && err.contains("--resume"), "{err}");
+    // Restored, the checkpoint it kept is whole and evaluates.
+    std::fs::write(data.join("train.bin"), original).unwrap();
+    let eval = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["eval", "--backend", "cpu", "--batches", "1", "--run"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&eval.stdout);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    assert!(said.contains("val_loss"), "{said}");
+}
