@@ -102,7 +102,7 @@ enum Progress {
 
 impl Progress {
     fn new() -> Self {
-        if !std::io::stderr().is_terminal() {
+        if crate::console::quiet() || !std::io::stderr().is_terminal() {
             return Progress::Lines { next_tenth: 1 };
         }
         let bar = ProgressBar::new(0);
