@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 const INVOCATIONS: usize = 10_000;
 /// How long an invocation runs before the watchdog asks it to stop.
-const DEADLINE: Duration = Duration::from_millis(60);
+const DEADLINE: Duration = Duration::from_millis(30);
 /// No invocation may take longer than this, stop request or not: it would be a hang.
 const HANG: Duration = Duration::from_secs(20);
 
@@ -408,10 +408,11 @@ fn names_something(message: &str, args: &[OsString]) -> bool {
         "run",
     ];
     SETTINGS.iter().any(|s| message.contains(s))
-        || args[1..]
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .any(|a| a.len() >= 2 && message.contains(a.as_ref()))
+        || args[1..].iter().map(|a| a.to_string_lossy()).any(|a| {
+            // A flag given, or its setting as a config names it (--seq-len: seq_len).
+            let key = a.strip_prefix("--").map(|k| k.replace('-', "_"));
+            a.len() >= 2 && message.contains(a.as_ref()) || key.is_some_and(|k| k.len() >= 2 && message.contains(&k))
+        })
 }
 
 /// What the watchdog watches: when the current invocation started (None: between them).
