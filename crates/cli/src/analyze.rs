@@ -87,6 +87,7 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     let mut sampler =
         TaskSampler::new(args.task, args.batch, args.tokens, args.seed.wrapping_add(1)).map_err(anyhow::Error::msg)?;
     for _ in 0..args.steps {
+        crate::train::check_stop("--steps")?;
         trainer.step(be, &sampler.next_batch())?;
     }
     let rows = pollster::block_on(trainer.measure(be, &sampler.next_batch()))?

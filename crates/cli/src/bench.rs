@@ -171,6 +171,7 @@ fn measure<B: Replay + 'static>(
     let mut step_costs: Option<Table> = None;
     let mut k = 0u64;
     for _ in 0..args.warmup.max(1) {
+        crate::train::check_stop("the --warmup steps")?;
         trainer.step(&be, &batches.batch(k)?)?;
         wait()?;
         k += 1;
@@ -182,6 +183,7 @@ fn measure<B: Replay + 'static>(
     let mut times = Vec::with_capacity(steps);
     let mut seconds = [0.0f64; Family::ALL.len()];
     for _ in 0..steps {
+        crate::train::check_stop("the timed --steps")?;
         let batch = batches.batch(k)?;
         k += 1;
         let start = Instant::now();

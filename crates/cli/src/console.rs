@@ -3,6 +3,19 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Silences (`true`) or restores every line and bar of this process: for a program that runs
+/// commands in-process by the thousand, such as a test, whose log they would flood.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::SeqCst);
+}
+
+pub(crate) fn quiet() -> bool {
+    QUIET.load(Ordering::SeqCst)
+}
 
 /// `println!` for the whole CLI (which denies `println!` itself): a closed or full stdout
 /// (`resmem count … | head -c1`, `> /dev/full`) silences the output and never stops the work.
@@ -17,6 +30,9 @@ macro_rules! out {
 
 /// Writes a line to stdout, ignoring a broken pipe or any other write error.
 pub fn say(text: &str) {
+    if quiet() {
+        return;
+    }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}");
     let _ = out.flush();
@@ -24,6 +40,9 @@ pub fn say(text: &str) {
 
 /// Writes a line to stderr, ignoring write errors.
 pub fn warn(text: &str) {
+    if quiet() {
+        return;
+    }
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
@@ -34,7 +53,7 @@ pub struct Console {
 impl Console {
     /// A bar over steps `done..total` when stdout is a terminal.
     pub fn new(done: u64, total: u64) -> Self {
-        if !std::io::stdout().is_terminal() {
+        if quiet() || !std::io::stdout().is_terminal() {
             return Self { bar: None };
         }
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stdout());

@@ -63,7 +63,7 @@ pub struct ExportArgs {
 
 pub fn import(cmd: ImportCommand) -> Result<()> {
     let ImportCommand::Official(args) = cmd;
-    let bytes = std::fs::read(&args.params).with_context(|| format!("cannot read {}", args.params.display()))?;
+    let bytes = data::read_file(&args.params).with_context(|| format!("cannot read {}", args.params.display()))?;
     let imported = official::read(&bytes).with_context(|| format!("cannot import {}", args.params.display()))?;
     let dims = imported.dims;
     let (data, batch, eval_batches) = data_for(&args, &dims)?;
@@ -156,7 +156,8 @@ fn data_for(args: &ImportArgs, dims: &OfficialDims) -> Result<(DataConfig, usize
         })?,
     };
     let (tokens, width) = source::read_rows(&path)?;
-    if let Some(t) = args.seq_len.filter(|&t| t + 1 != width) {
+    // t + 1 overflows for t = usize::MAX: compare t with width − 1 (width ≥ 1 here).
+    if let Some(t) = args.seq_len.filter(|&t| Some(t) != width.checked_sub(1)) {
         bail!(
             "--seq-len {t} does not match the rows of {width} tokens in {}",
             path.display()

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// run's config (the playground's downloads are such files).
 pub fn config(run: &Path) -> Result<RunConfig> {
     if run.is_file() {
-        let bytes = std::fs::read(run).with_context(|| format!("cannot read {}", run.display()))?;
+        let bytes = data::read_file(run).with_context(|| format!("cannot read {}", run.display()))?;
         let text = checkpoint::config_of(&bytes).with_context(|| format!("cannot use {} as a run", run.display()))?;
         return RunConfig::from_toml(&text)
             .with_context(|| format!("the config inside {} is not a valid run config", run.display()));
@@ -30,7 +30,7 @@ pub fn config(run: &Path) -> Result<RunConfig> {
 /// newest checkpoint that loads, else its model.safetensors. Returns them with their file.
 pub fn params(run: &Path, explicit: Option<&Path>, layout: &ParamLayout) -> Result<(Vec<f32>, PathBuf)> {
     let load = |path: &Path| -> Result<Vec<f32>> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = data::read_file(path).with_context(|| format!("cannot read {}", path.display()))?;
         checkpoint::from_bytes(layout, &bytes).with_context(|| format!("cannot load {}", path.display()))
     };
     if let Some(path) = explicit.or(run.is_file().then_some(run)) {

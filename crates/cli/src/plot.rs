@@ -186,7 +186,7 @@ struct Sweep {
 impl Sweep {
     fn read(dir: &Path) -> Result<Self> {
         let path = dir.join(SUMMARY_FILE);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = data::read_text(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let summary = serde_json::from_str(&text).with_context(|| {
             format!(
                 "{} is not a sweep summary (a JSON object with experiment, swept and points, as `resmem sweep` \
@@ -373,7 +373,7 @@ impl Run {
 /// the previous segment's last value as an offset.
 fn read_metrics(dir: &Path) -> Result<Vec<Row>> {
     let path = dir.join(METRICS_FILE);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match data::read_text(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
             "{} has no {METRICS_FILE}: it has not logged a step; train it (`resmem train --resume {}`) or leave it out",

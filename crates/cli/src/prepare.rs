@@ -103,7 +103,7 @@ enum Progress {
 
 impl Progress {
     fn new() -> Self {
-        if !std::io::stderr().is_terminal() {
+        if crate::console::quiet() || !std::io::stderr().is_terminal() {
             return Progress::Lines { next_tenth: 1 };
         }
         let bar = ProgressBar::new(0);

@@ -113,7 +113,8 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
             cfg.train.seed = args.seed;
             let t = args.seq_len.unwrap_or(cfg.data.seq_len());
             cfg.data = models::DataConfig::Task { task, seq_len: t };
-            cfg.validate()?;
+            cfg.validate()
+                .with_context(|| format!("--preset {name} with --task, --batch and --seq-len"))?;
             anyhow::ensure!(
                 args.step >= 1,
                 "--step counts from 1: the forward of the first training step"
@@ -126,6 +127,7 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
             // The batches `resmem train` and the playground draw: step k trains on batch k − 1.
             let batches = DataSource::Task(task).train(b, t, args.seed)?;
             for k in 1..args.step {
+                crate::train::check_stop("the training before --step")?;
                 trainer.step(be, &batches.batch(k as u64 - 1)?)?;
             }
             (

@@ -118,7 +118,7 @@ impl RunDir {
         let path = self.file(METRICS_FILE);
         if let Some(upto) = upto {
             if path.exists() {
-                let text = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+                let text = data::read_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
                 let kept = kept_metrics(&text, upto);
                 if kept.len() != text.len() {
                     write_atomic(&path, |tmp| {

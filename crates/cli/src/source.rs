@@ -76,7 +76,7 @@ pub fn open(cfg: &DataConfig) -> Result<Data> {
 
 /// The tensor `tokens` of a safetensors file: (rows, T + 1) integers of any width.
 pub fn read_rows(path: &Path) -> Result<(Vec<u32>, usize)> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+    let bytes = data::read_file(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
     let file = SafeTensors::deserialize(&bytes)
         .map_err(|e| anyhow::anyhow!("{} is not a safetensors file ({e})", path.display()))?;
     let t = file.tensor("tokens").map_err(|_| {

@@ -94,7 +94,7 @@ fn backend_name(kind: BackendKind) -> &'static str {
 /// (with a warning: its numerics change). Also returns what it trained on, when recorded.
 fn resumed_backend(dir: &RunDir, args: &TrainArgs) -> (BackendKind, Option<Device>) {
     let path = dir.file(BACKEND_FILE);
-    let recorded = std::fs::read_to_string(&path)
+    let recorded = data::read_text(&path)
         .ok()
         .and_then(|text| serde_json::from_str::<Device>(&text).ok())
         .and_then(|d| d.kind().map(|k| (k, d)));
@@ -122,17 +122,44 @@ fn resumed_backend(dir: &RunDir, args: &TrainArgs) -> (BackendKind, Option<Devic
     (kind, Some(device))
 }
 
+/// The process's stop request: set by Ctrl-C and SIGTERM once [`stop_flag`] installed their
+/// handler, or by [`request_stop`].
+fn stop() -> &'static Arc<AtomicBool> {
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    STOP.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
 /// Set by Ctrl-C and SIGTERM: the step finishes and a checkpoint is written; a second signal is
 /// not special. One handler per process, shared by every run a sweep trains in turn.
 pub fn stop_flag() -> Result<Arc<AtomicBool>> {
-    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    if let Some(flag) = STOP.get() {
-        return Ok(flag.clone());
+    static HANDLER: OnceLock<()> = OnceLock::new();
+    if HANDLER.get().is_none() {
+        let set = stop().clone();
+        ctrlc::set_handler(move || set.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
+        let _ = HANDLER.set(());
     }
-    let flag = Arc::new(AtomicBool::new(false));
-    let set = flag.clone();
-    ctrlc::set_handler(move || set.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
-    Ok(STOP.get_or_init(|| flag).clone())
+    Ok(stop().clone())
+}
+
+/// Asks (`true`) every training loop of this process to stop as Ctrl-C does, or (`false`)
+/// withdraws the request. For a program that runs commands in-process, such as a test that
+/// bounds each command's time: a run stops with an "interrupted" error after its current step.
+pub fn request_stop(stop_now: bool) {
+    stop().store(stop_now, Ordering::SeqCst);
+}
+
+/// Whether a stop was requested (by a signal or [`request_stop`]).
+pub fn stop_requested() -> bool {
+    stop().load(Ordering::SeqCst)
+}
+
+/// An "interrupted" error naming `what` once a stop was requested: the loops of the commands that
+/// do not checkpoint (bench, analyze) call it every step.
+pub fn check_stop(what: &str) -> Result<()> {
+    if stop_requested() {
+        bail!("interrupted during {what}");
+    }
+    Ok(())
 }
 
 /// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
@@ -171,7 +198,7 @@ fn refuse_overrides(args: &TrainArgs) -> Result<()> {
 }
 
 pub fn read_config(path: &Path) -> Result<RunConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = data::read_text(path).with_context(|| format!("cannot read {}", path.display()))?;
     RunConfig::from_toml(&text).with_context(|| format!("{} is not a valid run config", path.display()))
 }
 
@@ -179,8 +206,7 @@ pub fn read_config(path: &Path) -> Result<RunConfig> {
 pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     let file: Option<toml::Table> = match &args.config {
         Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("cannot read the config {}", path.display()))?;
+            let text = data::read_text(path).with_context(|| format!("cannot read the config {}", path.display()))?;
             Some(toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?)
         }
         None => None,
@@ -551,7 +577,7 @@ pub fn newest_checkpoint(
     config_toml: &str,
 ) -> Result<Option<(TrainState, PathBuf)>> {
     for (_, path) in run_dir::checkpoints_in(run)?.iter().rev() {
-        let loaded = std::fs::read(path).map_err(anyhow::Error::from).and_then(|bytes| {
+        let loaded = data::read_file(path).map_err(anyhow::Error::from).and_then(|bytes| {
             if checkpoint::config_of(&bytes)? != config_toml {
                 bail!("it was written with another config than {CONFIG_FILE}");
             }

@@ -493,8 +493,42 @@ fn negative_and_overflowing_numbers_name_their_flag() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let out = out.to_str().unwrap();
+    let params = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
+    let params = params.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["train", "--backend", "cpu", "--lr", "-1", "--out", out], "lr = -1"),
+        // Found by tests/fuzz_cli.rs: --seq-len + 1 overflowed (a panic).
+        (
+            &[
+                "import",
+                "official",
+                params,
+                "--seq-len",
+                "18446744073709551615",
+                "--out",
+                out,
+            ],
+            "--seq-len 18446744073709551615 does not match",
+        ),
+        // A device never ends: it was read until memory ran out.
+        (
+            &["import", "official", "/dev/full", "--out", out],
+            "cannot read /dev/full: it is a device",
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", "/dev/zero", "--out", out],
+            "/dev/zero: it is a device",
+        ),
+        (
+            &["data", "prepare", "--text", "/dev/full", "--out", out],
+            "no text files found in `/dev/full`",
+        ),
+        // Named its setting only as "a sequence length".
+        (
+            &["train", "--backend", "cpu", "--seq-len", "1", "--out", out],
+            "seq_len",
+        ),
         (
             &["train", "--backend", "cpu", "--weight-decay", "-0.5", "--out", out],
             "weight_decay = -0.5",

@@ -254,7 +254,7 @@ fn write_documents(
     let mut done = 0u64;
     progress(done, total);
     for path in files {
-        let bytes = fs::read(path).map_err(DataError::io("read", path))?;
+        let bytes = crate::read_file(path).map_err(DataError::io("read", path))?;
         let text = std::str::from_utf8(&bytes).map_err(|e| DataError::NotUtf8 {
             path: path.clone(),
             offset: e.valid_up_to(),

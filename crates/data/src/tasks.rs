@@ -95,7 +95,7 @@ impl TaskSampler {
         };
         if t < min {
             return Err(DataError::Invalid(format!(
-                "the {task} task needs a sequence length of at least {min}, not {t}"
+                "the {task} task needs a sequence length (seq_len) of at least {min}, not {t}"
             )));
         }
         if b == 0 {

@@ -268,6 +268,9 @@ fn corrupt_meta_json_is_refused() {
         h.errs,
         h.oks - 1
     );
+    // Every case was opened: the valid corpus and `n` corrupt ones, at least CASES of them.
+    assert_eq!(h.errs + h.oks, n + 1, "cases opened");
+    assert!(n >= CASES, "only {n} cases");
     assert!(h.errs > n * 9 / 10, "only {} of {n} refused", h.errs);
 }
 
@@ -341,6 +344,7 @@ fn corrupt_token_files_are_refused() {
         }
     }
     let n = h.errs + h.oks;
+    assert!(n >= CASES, "only {n} cases");
     eprintln!("token files: {n} corrupt cases, {} refused, {} harmless", h.errs, h.oks);
     assert!(h.errs > n * 3 / 4, "only {} of {n} refused", h.errs);
     // Harmless mutations exist (a flipped low bit is another valid token) and were checked.

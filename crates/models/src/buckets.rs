@@ -72,8 +72,8 @@ pub fn normalised_entropy(counts: &[u64]) -> f64 {
             -p * p.ln()
         })
         .sum();
-    // One bucket in use sums −1·ln 1 = −0.0, which would print as "-0.000".
-    (h / (counts.len() as f64).ln()).max(0.0) + 0.0
+    // One bucket used: its term is -1·ln 1 = -0.0, printed "-0.000"; adding 0.0 makes it +0.0.
+    h / (counts.len() as f64).ln() + 0.0
 }
 
 impl BucketCounts {
@@ -106,8 +106,11 @@ mod tests {
     #[test]
     fn entropy_is_one_when_uniform_and_zero_when_one_bucket() {
         assert!((normalised_entropy(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
-        assert_eq!(normalised_entropy(&[0, 9, 0, 0]), 0.0);
-        assert!(normalised_entropy(&[0, 9, 0, 0]).is_sign_positive(), "not -0.0");
+        assert_eq!(
+            normalised_entropy(&[0, 9, 0, 0]).to_bits(),
+            0.0f64.to_bits(),
+            "not -0.0"
+        );
         let skewed = normalised_entropy(&[10, 1, 1, 0]);
         assert!(skewed > 0.0 && skewed < 0.6, "{skewed}");
     }

@@ -82,6 +82,7 @@ fn corrupt_checkpoints_are_errors_and_never_panic() {
     for width in [1, 6, 8, 64] {
         expect_err(&checkpoint_bytes(&layout(width), "x = 1\n"), &format!("width {width}"));
     }
+    eprintln!("checkpoints: {cases} corrupt cases, all refused");
     assert!(cases >= 10_000, "{cases} cases");
 }
 
@@ -160,6 +161,7 @@ fn corrupt_configs_of(preset: &str) {
             check(&good.replace(line, &format!("{key} = {lie}")));
         }
     }
+    eprintln!("{preset} config: {cases} corrupt cases, {errors} refused");
     assert!(cases >= 10_000, "{preset}: {cases} cases");
     assert!(
         errors > cases / 2,

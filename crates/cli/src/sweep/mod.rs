@@ -509,8 +509,7 @@ fn train_point(
 }
 
 fn read_experiment(path: &Path) -> Result<Experiment> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read the experiment {}", path.display()))?;
+    let text = data::read_text(path).with_context(|| format!("cannot read the experiment {}", path.display()))?;
     toml::from_str(&text).with_context(|| {
         format!(
             "{} is not a valid experiment: it may have title, seeds, reference, variance, [flags], [grid], \
@@ -851,7 +850,7 @@ fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSummary> {
 }
 
 pub fn read_metrics(path: &Path) -> Result<Vec<Value>> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match data::read_text(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),

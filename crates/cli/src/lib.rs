@@ -1,0 +1,181 @@
+//! `resmem`: train and study Transformer, RMT, MemoryFormer and hybrid models from the command line.
+//!
+//! The library holds the whole command; `src/main.rs` only reports its error. [`run`] takes the
+//! arguments as a process would get them, so that a test can run any command line in-process.
+
+// Every line goes through `console` (`out!`, `say`, `warn`), which never panics on a closed or
+// full stdout or stderr.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+pub mod console;
+mod analyze;
+mod args;
+mod bench;
+mod buckets;
+mod count;
+mod eval;
+mod interop;
+mod load;
+mod plot;
+mod prepare;
+mod residual;
+mod run_dir;
+mod sample;
+mod source;
+mod stats;
+mod sweep;
+mod train;
+
+pub use train::{request_stop, stop_requested};
+
+use anyhow::{Context, Result};
+use clap::{CommandFactory, FromArgMatches};
+
+/// Runs the command line `args` (the program's name first, as `std::env::args_os` gives it).
+/// A clap error (a bad flag, and also `--help` and `--version`, whose text it holds) is returned
+/// like any other; see [`clap_error`].
+pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
+    let matches = args::Cli::command().try_get_matches_from(args)?;
+    let cli = args::Cli::from_arg_matches(&matches)?;
+    match cli.command {
+        args::Command::Train(mut a) => {
+            a.backend_given = matches
+                .subcommand_matches("train")
+                .and_then(|m| m.value_source("backend"))
+                == Some(clap::parser::ValueSource::CommandLine);
+            train::run(*a)
+        }
+        args::Command::Sweep(a) => sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default()),
+        args::Command::Eval(a) => eval::run(a),
+        args::Command::Sample(a) => sample::run(a),
+        args::Command::Count(a) => count::run(a),
+        args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(*a),
+        args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
+        args::Command::Analyze(args::Analyze::Residual(a)) => residual::run(a),
+        args::Command::Data(c) => prepare::run(c),
+        args::Command::Import(c) => interop::import(c),
+        args::Command::Export(c) => interop::export(c),
+        args::Command::Plot(a) => plot::run(a),
+        args::Command::Bench(a) => bench::run(*a),
+    }
+}
+
+/// The whole command line's definition: every subcommand and flag (the fuzz test draws from it).
+pub fn command() -> clap::Command {
+    args::Cli::command()
+}
+
+/// The clap error in `e`, if [`run`] failed to parse its arguments (or was asked for `--help`
+/// or `--version`, which clap reports as errors that print to stdout and exit 0).
+pub fn clap_error(e: &anyhow::Error) -> Option<&clap::Error> {
+    e.downcast_ref::<clap::Error>()
+}
+
+/// The wgpu backend, or an error that says how to get one.
+pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
+    gpu_backend_with(engine::gpu::GpuOptions::default())
+}
+
+/// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups).
+pub fn gpu_backend_with(options: engine::gpu::GpuOptions) -> Result<engine::gpu::GpuBackend> {
+    pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")
+}
+
+/// Runs `$body` with `$be` bound to the backend `$kind` names.
+#[macro_export]
+macro_rules! with_backend {
+    ($kind:expr, $be:ident => $body:expr) => {
+        match $kind {
+            $crate::args::BackendKind::Cpu => {
+                let $be = &engine::cpu::CpuBackend::<f32>::new();
+                $body
+            }
+            $crate::args::BackendKind::Gpu => {
+                let $be = &$crate::gpu_backend()?;
+                $body
+            }
+        }
+    };
+}
+
+/// Host memory a command holds besides the model, grown by a user's numbers (None: it
+/// overflows): `what` names the buffers and `lower` the flags that set them.
+pub struct Host {
+    pub bytes: Option<u64>,
+    pub what: String,
+    pub lower: &'static str,
+}
+
+impl Host {
+    /// `n` batches of `b` windows of `t` tokens held at once: inputs and targets (u32 each) and
+    /// a window start (8 bytes) per sequence.
+    pub fn batches(n: usize, b: usize, t: usize, lower: &'static str) -> Self {
+        let bytes = (n as u64)
+            .checked_mul(b as u64)
+            .and_then(|x| x.checked_mul((t as u64).checked_add(1)?))
+            .and_then(|x| x.checked_mul(8));
+        Self {
+            bytes,
+            what: format!("{n} batches of {b}×{t} tokens"),
+            lower,
+        }
+    }
+}
+
+static MEMORY_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// Caps the memory any command of this process plans to use at `bytes`, below what the machine
+/// has available, as `ulimit -v` caps a process: for a program that runs commands in-process,
+/// such as a test whose commands must stay small.
+pub fn limit_memory(bytes: u64) {
+    MEMORY_LIMIT.store(bytes, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The memory a command may use: the machine's available memory, within [`limit_memory`].
+fn available_bytes() -> Option<u64> {
+    let cap = MEMORY_LIMIT.load(std::sync::atomic::Ordering::SeqCst);
+    match models::memory::available_bytes() {
+        Some(a) => Some(a.min(cap)),
+        None => (cap != u64::MAX).then_some(cap),
+    }
+}
+
+/// Refuses, before anything is allocated, a config whose sizes overflow, whose host buffers
+/// (`host`) need more memory than the machine has available, or, on the CPU, whose model and
+/// host buffers together do. Every command calls it before it allocates anything sized by a
+/// user's number.
+pub fn check_memory(
+    model: &models::ModelConfig,
+    b: usize,
+    t: usize,
+    purpose: models::Purpose,
+    backend: args::BackendKind,
+    host: Host,
+) -> Result<()> {
+    let mut estimate = models::memory::estimate(model, b, t, purpose)?;
+    let Some(host_bytes) = host.bytes else {
+        anyhow::bail!(
+            "the {} do not fit this machine's address space; lower {}",
+            host.what,
+            host.lower
+        );
+    };
+    let available = available_bytes();
+    if let Some(available) = available.filter(|&a| host_bytes > a) {
+        const GIB: f64 = (1u64 << 30) as f64;
+        anyhow::bail!(
+            "the {} need {:.2} GiB, but only {:.2} GiB is available; lower {}",
+            host.what,
+            host_bytes as f64 / GIB,
+            available as f64 / GIB,
+            host.lower
+        );
+    }
+    // The host's free memory says nothing of a GPU's; wgpu refuses what the device cannot hold.
+    if backend == args::BackendKind::Cpu {
+        estimate.bytes = estimate.bytes.saturating_add(host_bytes);
+        models::memory::check_fits(&estimate, available)?;
+    }
+    Ok(())
+}

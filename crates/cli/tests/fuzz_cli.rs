@@ -1,0 +1,591 @@
+//! The whole CLI under generated arguments (issue #22, item 8): every subcommand, run
+//! in-process through `resmem_cli::run`, with flags drawn from hostile values (0, 1, negatives,
+//! u64::MAX, i64::MAX, NaN, inf, 1e30, empty, very long, non-UTF-8, /dev/full, a regular file, a
+//! missing directory) and from valid ones, so that the deeper code runs too. Every invocation
+//! must succeed or fail with an error that names a flag, file or setting; none may panic.
+//!
+//! Work that would run for ever (`train --steps 18446744073709551615`) is not excluded: a
+//! watchdog requests a stop (as Ctrl-C does, through `resmem_cli::request_stop`) once an
+//! invocation has run for `DEADLINE`, and training loops end with an "interrupted" error.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const INVOCATIONS: usize = 10_000;
+/// How long an invocation runs before the watchdog asks it to stop.
+const DEADLINE: Duration = Duration::from_millis(30);
+/// No invocation may take longer than this, stop request or not: it would be a hang.
+const HANG: Duration = Duration::from_secs(20);
+
+/// xorshift64*: reproducible without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}
+
+/// The files the valid values point at, made once.
+struct Fixtures {
+    root: PathBuf,
+    runs: Vec<PathBuf>,
+    checkpoint: PathBuf,
+    corpus: PathBuf,
+    text: PathBuf,
+    regular: PathBuf,
+    config: PathBuf,
+    experiment: PathBuf,
+    params: PathBuf,
+    fresh: std::cell::Cell<u64>,
+}
+
+impl Fixtures {
+    /// A path no invocation has used, for an output.
+    fn fresh(&self) -> PathBuf {
+        let n = self.fresh.get();
+        self.fresh.set(n + 1);
+        self.root.join(format!("out{n}"))
+    }
+}
+
+fn os(s: &str) -> OsString {
+    OsString::from(s)
+}
+
+fn run_ok(args: &[&str]) {
+    let mut all = vec![os("resmem")];
+    all.extend(args.iter().map(|a| os(a)));
+    if let Err(e) = resmem_cli::run(all) {
+        panic!("fixture {args:?}: {e:#}");
+    }
+}
+
+fn fixtures(root: &Path) -> Fixtures {
+    let p = |name: &str| root.join(name);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let tiny = [
+        "--backend",
+        "cpu",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--eval-batches",
+        "1",
+        "--layers",
+        "1",
+    ];
+    let mut runs = vec![];
+    for arch in ["transformer", "rmt", "memoryformer", "hybrid"] {
+        let run = p(&format!("run-{arch}"));
+        let mut args = vec!["train", "--arch", arch, "--out"];
+        let out = s(&run);
+        args.push(&out);
+        args.extend(tiny);
+        run_ok(&args);
+        runs.push(run);
+    }
+    let checkpoint = std::fs::read_dir(runs[1].join("checkpoints"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = p("text");
+    std::fs::create_dir(&text).unwrap();
+    std::fs::write(text.join("a.txt"), "Some text to tokenize, some more.\n".repeat(40)).unwrap();
+    let corpus = p("corpus");
+    run_ok(&["data", "prepare", "--text", &s(&text), "--out", &s(&corpus)]);
+    let regular = p("regular.txt");
+    std::fs::write(&regular, b"not a config \x00\xff\n[[[").unwrap();
+    let config = p("partial.toml");
+    std::fs::write(&config, "[train]\nlr = 0.003\nsteps = 2\n").unwrap();
+    let experiment = p("experiment.toml");
+    std::fs::write(
+        &experiment,
+        "title = \"fuzz\"\nseeds = [0]\n[flags]\nbackend = \"cpu\"\nsteps = 2\nbatch = 2\neval_batches = 1\n\
+         [grid]\nlr = [0.001, 0.002]\n[quick]\nseeds = [0]\n[quick.flags]\nsteps = 1\n",
+    )
+    .unwrap();
+    let params = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
+    Fixtures {
+        root: root.to_path_buf(),
+        runs,
+        checkpoint,
+        corpus,
+        text,
+        regular,
+        config,
+        experiment,
+        params,
+        fresh: std::cell::Cell::new(0),
+    }
+}
+
+/// Values no flag should crash on.
+fn hostile(rng: &mut Rng, f: &Fixtures) -> OsString {
+    match rng.below(24) {
+        0 => os("0"),
+        1 => os("1"),
+        2 => os("-1"),
+        3 => os("18446744073709551615"),
+        4 => os("9223372036854775807"),
+        5 => os("-9223372036854775808"),
+        6 => os("18446744073709551616"),
+        7 => os("NaN"),
+        8 => os("inf"),
+        9 => os("-inf"),
+        10 => os("1e30"),
+        11 => os("-1e30"),
+        12 => os(""),
+        13 => os(&"a".repeat(5000)),
+        14 => OsString::from_vec(vec![b'f', 0xff, 0xfe, b'x']),
+        15 => os("/dev/full"),
+        16 => f.regular.clone().into_os_string(),
+        17 => os("/nonexistent-resmem/missing/dir"),
+        18 => os("4294967296"),
+        19 => os("1e-45"),
+        20 => os("0.0"),
+        21 => os("-0"),
+        22 => os("2,2,2"),
+        _ => os("=,"),
+    }
+}
+
+/// A value the flag `id` accepts, so that invocations get past parsing.
+fn valid(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> OsString {
+    if !possible.is_empty() {
+        // The GPU (lavapipe in CI) takes long to start: rarely.
+        let mut choices: Vec<&String> = possible.iter().filter(|v| v.as_str() != "gpu").collect();
+        if choices.is_empty() || rng.chance(0.005) {
+            choices = possible.iter().collect();
+        }
+        return os(choices[rng.below(choices.len())]);
+    }
+    let run = || f.runs[rng_index(id, f.runs.len())].clone().into_os_string();
+    let pick = |rng: &mut Rng, xs: &[&str]| os(xs[rng.below(xs.len())]);
+    match id {
+        "steps" | "batch" | "batches" | "eval_batches" | "layers" | "keep" | "log_every" | "eval_every"
+        | "checkpoint_every" | "step" => pick(rng, &["1", "2", "3"]),
+        "seq_len" | "tokens" | "context" => pick(rng, &["4", "8", "16"]),
+        "d_model" | "d_ff" | "d_k" | "d_v" | "head_dim" | "vocab" => pick(rng, &["4", "8", "16"]),
+        "rank" | "heads" | "tau" => pick(rng, &["1", "2", "4"]),
+        "seed" | "seq" | "token" | "warmup" => pick(rng, &["0", "1", "7"]),
+        "lr" => pick(rng, &["0.001", "0.01"]),
+        "warmup_frac" | "min_lr_frac" | "weight_decay" | "val_frac" | "tolerance" => pick(rng, &["0.1", "0.5"]),
+        "grad_clip" | "temperature" => pick(rng, &["1", "0.5"]),
+        "init_std" => pick(rng, &["0.02", "1"]),
+        "top_k" => pick(rng, &["0", "5"]),
+        "norm" => pick(rng, &["layernorm", "rmsnorm"]),
+        "doc_mask" => pick(rng, &["true", "false"]),
+        "prompt" => pick(rng, &["hi", "\n", "the"]),
+        "depth" => pick(rng, &["embedding", "block0.attn", "block0.ff", "nowhere"]),
+        "preset" => pick(
+            rng,
+            &[
+                "tiny-rmt",
+                "tiny-transformer",
+                "tiny-memoryformer",
+                "tiny-hybrid",
+                "gpt2-small",
+                "pythia-70m",
+            ],
+        ),
+        "match_preset" => pick(rng, &["tiny-rmt", "tiny-transformer"]),
+        "hold" => pick(rng, &["params", "flops", "params,flops"]),
+        "solve" => pick(rng, &["d_ff", "rank", "n_layers", "d_model"]),
+        "set" => pick(rng, &["lr=0.001,0.002", "d_k=2,4", "steps=1"]),
+        "seeds" => pick(rng, &["0", "0,1"]),
+        "x" => pick(rng, &["step", "flops", "time", "lr", "d_k"]),
+        "title" => pick(rng, &["a title", ""]),
+        "paper_table" => pick(rng, &["1", "2", "3"]),
+        "out" => {
+            let out = f.fresh();
+            match id {
+                _ if rng.chance(0.3) => out.with_extension("svg").into_os_string(),
+                _ if rng.chance(0.2) => out.with_extension("safetensors").into_os_string(),
+                _ => out.into_os_string(),
+            }
+        }
+        "run" | "resume" | "paths" => run(),
+        "checkpoint" => match rng.below(2) {
+            0 => f.checkpoint.clone().into_os_string(),
+            _ => f.runs[1].join("model.safetensors").into_os_string(),
+        },
+        "data" => f.corpus.clone().into_os_string(),
+        "text" => f.text.clone().into_os_string(),
+        "config" => f.config.clone().into_os_string(),
+        "experiment" => f.experiment.clone().into_os_string(),
+        "params" => f.params.clone().into_os_string(),
+        "tokens_file" => f.corpus.join("train.bin").into_os_string(),
+        _ => pick(rng, &["1", "x"]),
+    }
+}
+
+/// A run for `id`: a different one each call, without borrowing the generator.
+fn rng_index(_id: &str, n: usize) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed) % n
+}
+
+/// One flag of a leaf subcommand.
+#[derive(Clone)]
+struct Flag {
+    id: String,
+    long: Option<String>,
+    takes_value: bool,
+    possible: Vec<String>,
+}
+
+/// Every leaf subcommand (its words) with its flags.
+fn leaves(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, Vec<Flag>)>) {
+    if cmd.has_subcommands() {
+        for sub in cmd.get_subcommands() {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_string());
+            leaves(sub, p, out);
+        }
+        return;
+    }
+    let flags = cmd
+        .get_arguments()
+        .filter(|a| a.get_id() != "help" && a.get_id() != "version")
+        .map(|a| Flag {
+            id: a.get_id().to_string(),
+            long: a.get_long().map(str::to_string),
+            takes_value: a.get_action().takes_values(),
+            possible: a
+                .get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_string())
+                .collect(),
+        })
+        .collect();
+    out.push((path, flags));
+}
+
+/// The value of `flag`: valid with probability `p_valid`, else hostile.
+fn value(flag: &Flag, rng: &mut Rng, f: &Fixtures, p_valid: f64) -> OsString {
+    // `import official --tokens` is a file, `sample --tokens` a count.
+    let id = match (flag.id.as_str(), flag.possible.is_empty()) {
+        ("tokens", _) if rng.chance(0.5) => "tokens_file",
+        (id, _) => id,
+    };
+    match rng.chance(p_valid) {
+        true => valid(id, rng, f, &flag.possible),
+        false => hostile(rng, f),
+    }
+}
+
+/// An invocation of `leaf`: `hostile_count` flags hostile and the rest valid, or (`random`) each
+/// flag present by chance and hostile half the time.
+fn invocation(leaf: &(Vec<String>, Vec<Flag>), rng: &mut Rng, f: &Fixtures, deep: bool) -> Vec<OsString> {
+    let (words, flags) = leaf;
+    let mut args: Vec<OsString> = vec![os("resmem")];
+    args.extend(words.iter().map(|w| os(w)));
+    let tiny: &[(&str, &str)] = &[
+        ("backend", "cpu"),
+        ("steps", "2"),
+        ("batch", "2"),
+        ("eval_batches", "1"),
+        ("layers", "1"),
+        ("tokens", "4"),
+        ("batches", "1"),
+    ];
+    let mut chosen: Vec<(&Flag, OsString)> = vec![];
+    if deep {
+        // The small valid settings, then a few flags of which one or two are hostile.
+        for (id, v) in tiny {
+            if let Some(flag) = flags.iter().find(|fl| fl.id == *id) {
+                if *id == "tokens" && words.first().is_some_and(|w| w == "import") {
+                    continue;
+                }
+                chosen.push((flag, os(v)));
+            }
+        }
+        for _ in 0..rng.below(4) {
+            let flag = &flags[rng.below(flags.len())];
+            chosen.push((flag, value(flag, rng, f, 1.0)));
+        }
+        for _ in 0..1 + rng.below(2) {
+            let flag = &flags[rng.below(flags.len())];
+            let v = value(flag, rng, f, 0.0);
+            match chosen.iter_mut().find(|(fl, _)| fl.id == flag.id) {
+                Some(slot) => slot.1 = v,
+                None => chosen.push((flag, v)),
+            }
+        }
+    } else {
+        if let Some(flag) = flags.iter().find(|fl| fl.id == "backend") {
+            if rng.chance(0.95) {
+                chosen.push((flag, os("cpu")));
+            }
+        }
+        for _ in 0..rng.below(7) {
+            let flag = &flags[rng.below(flags.len())];
+            chosen.push((flag, value(flag, rng, f, 0.5)));
+        }
+    }
+    // Outputs go into the fixture directory unless hostile.
+    for flag in flags.iter().filter(|fl| fl.id == "out") {
+        if !chosen.iter().any(|(fl, _)| fl.id == "out") && rng.chance(0.9) {
+            chosen.push((flag, valid("out", rng, f, &[])));
+        }
+    }
+    for (flag, v) in chosen {
+        match &flag.long {
+            Some(long) if flag.takes_value => {
+                args.push(os(&format!("--{long}")));
+                args.push(v);
+            }
+            Some(long) => args.push(os(&format!("--{long}"))),
+            None => args.push(v),
+        }
+    }
+    // Now and then a stray word, or a flag's `=` form.
+    match rng.below(40) {
+        0 => args.push(os("--help")),
+        1 => args.push(os("--no-such-flag")),
+        2 => args.push(hostile(rng, f)),
+        3 => args.insert(2.min(args.len()), os("--version")),
+        _ => {}
+    }
+    args
+}
+
+fn show(args: &[OsString]) -> String {
+    args.iter()
+        .map(|a| {
+            let s = a.to_string_lossy();
+            if s.len() > 40 {
+                format!("{}…({} bytes)", &s[..20], s.len())
+            } else {
+                format!("{s:?}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether `message` names something the user gave or can change: a flag, a file, a setting.
+fn names_something(message: &str, args: &[OsString]) -> bool {
+    const SETTINGS: [&str; 12] = [
+        "--",
+        "`",
+        "config",
+        "preset",
+        "checkpoint",
+        "metrics",
+        "meta.json",
+        ".bin",
+        "safetensors",
+        "directory",
+        "file",
+        "run",
+    ];
+    SETTINGS.iter().any(|s| message.contains(s))
+        || args[1..].iter().map(|a| a.to_string_lossy()).any(|a| {
+            // A flag given, or its setting as a config names it (--seq-len: seq_len).
+            let key = a.strip_prefix("--").map(|k| k.replace('-', "_"));
+            a.len() >= 2 && message.contains(a.as_ref()) || key.is_some_and(|k| k.len() >= 2 && message.contains(&k))
+        })
+}
+
+/// What the watchdog watches: when the current invocation started (None: between them).
+type Watched = Arc<Mutex<Option<Instant>>>;
+
+fn watchdog(watched: Watched, done: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+            // Under the lock, so that a request meant for one invocation never reaches the next.
+            let started = watched.lock().unwrap();
+            if started.is_some_and(|s| s.elapsed() > DEADLINE) {
+                resmem_cli::request_stop(true);
+            }
+        }
+    })
+}
+
+#[test]
+fn the_cli_survives_generated_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    // Relative outputs (an empty or long --out) land in the temporary directory, not the repo.
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    std::env::set_current_dir(&cwd).unwrap();
+    // wgpu and Mesa write harmless errors without a runtime dir.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let runtime = std::env::temp_dir().join("resmem-xdg");
+        std::fs::create_dir_all(&runtime).unwrap();
+        std::env::set_var("XDG_RUNTIME_DIR", runtime);
+    }
+    resmem_cli::console::set_quiet(true);
+    // Valid but large work (a gpt2-medium measured on the CPU) is refused, as in a small machine.
+    resmem_cli::limit_memory(512 << 20);
+    let f = fixtures(dir.path());
+
+    let mut all = vec![];
+    leaves(&resmem_cli::command(), vec![], &mut all);
+    let names: Vec<String> = all.iter().map(|(w, _)| w.join(" ")).collect();
+    for want in [
+        "train",
+        "sweep",
+        "eval",
+        "sample",
+        "count",
+        "analyze variance",
+        "analyze buckets",
+        "analyze residual",
+        "data prepare",
+        "plot",
+        "bench",
+    ] {
+        assert!(names.iter().any(|n| n == want), "no subcommand {want} in {names:?}");
+    }
+    assert!(names.iter().any(|n| n.starts_with("import ")) && names.iter().any(|n| n.starts_with("export ")));
+
+    // Panics are recorded, not printed: the message and where.
+    let panicked: Arc<Mutex<Option<String>>> = Arc::default();
+    let slot = panicked.clone();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let text = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        *slot.lock().unwrap() = Some(format!("{at}: {text}"));
+    }));
+
+    let watched: Watched = Arc::default();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dog = watchdog(watched.clone(), done.clone());
+
+    let seed = std::env::var("RESMEM_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_2222_u64);
+    let mut rng = Rng(seed | 1);
+    // Each invocation before it runs, for one that aborts the process.
+    let trace = std::env::var_os("RESMEM_FUZZ_TRACE");
+    let start = Instant::now();
+    let mut panics: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut vague: Vec<String> = vec![];
+    let mut hangs: Vec<String> = vec![];
+    let (mut ok, mut failed, mut stopped) = (0usize, 0usize, 0usize);
+    let mut slowest = (Duration::ZERO, String::new());
+    let mut per_leaf: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..INVOCATIONS {
+        let leaf = &all[i % all.len()];
+        let deep = rng.chance(0.06);
+        let args = invocation(leaf, &mut rng, &f, deep);
+        *per_leaf.entry(leaf.0.join(" ")).or_default() += 1;
+        {
+            let mut w = watched.lock().unwrap();
+            resmem_cli::request_stop(false);
+            *w = Some(Instant::now());
+        }
+        if let Some(trace) = &trace {
+            use std::io::Write;
+            let mut t = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(trace)
+                .unwrap();
+            writeln!(t, "{i}: {}", show(&args)).unwrap();
+        }
+        let t0 = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| resmem_cli::run(args.clone())));
+        let took = t0.elapsed();
+        *watched.lock().unwrap() = None;
+        if took > slowest.0 {
+            slowest = (took, show(&args));
+        }
+        if took > HANG {
+            hangs.push(format!("{took:?}: {}", show(&args)));
+        }
+        match result {
+            Ok(Ok(())) => ok += 1,
+            Ok(Err(e)) => {
+                failed += 1;
+                let message = format!("{e:#}");
+                if message.contains("interrupted") {
+                    stopped += 1;
+                }
+                let help = resmem_cli::clap_error(&e).is_some_and(|c| {
+                    matches!(
+                        c.kind(),
+                        clap::error::ErrorKind::DisplayHelp
+                            | clap::error::ErrorKind::DisplayVersion
+                            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                    )
+                });
+                if !help && !names_something(&message, &args) {
+                    vague.push(format!("{}\n    -> {message}", show(&args)));
+                }
+            }
+            Err(_) => {
+                let what = panicked.lock().unwrap().take().unwrap_or_default();
+                let site = what.split(": ").next().unwrap_or_default().to_string();
+                let entry = panics
+                    .entry(site)
+                    .or_insert((0, format!("{what}\n    resmem {}", show(&args))));
+                entry.0 += 1;
+            }
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    dog.join().unwrap();
+    resmem_cli::request_stop(false);
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(default_hook);
+    resmem_cli::console::set_quiet(false);
+    let count = ok + failed + panics.values().map(|p| p.0).sum::<usize>();
+    // Straight to stderr, past the test harness's capture, so that CI logs show it.
+    let mut log = std::io::stderr();
+    use std::io::Write;
+    let _ = writeln!(
+        log,
+        "fuzz_cli: {count} invocations of {} subcommands in {:.1} s (seed {seed:#x}): {ok} succeeded, {failed} \
+         failed cleanly ({stopped} stopped by the watchdog), {} panicked at {} sites; slowest {:.2} s: {}",
+        all.len(),
+        start.elapsed().as_secs_f64(),
+        count - ok - failed,
+        panics.len(),
+        slowest.0.as_secs_f64(),
+        slowest.1
+    );
+    let _ = writeln!(log, "fuzz_cli: per subcommand {per_leaf:?}");
+    assert!(count >= INVOCATIONS, "only {count} invocations ran");
+    let panic_list: Vec<String> = panics.values().map(|(n, first)| format!("{n}× {first}")).collect();
+    assert!(panics.is_empty(), "panics:\n{}", panic_list.join("\n"));
+    assert!(hangs.is_empty(), "invocations past {HANG:?}:\n{}", hangs.join("\n"));
+    assert!(
+        vague.is_empty(),
+        "{} errors name no flag, file or setting:\n{}",
+        vague.len(),
+        vague.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
