@@ -542,6 +542,11 @@ fn negative_and_overflowing_numbers_name_their_flag() {
             "warmup_frac",
         ),
         (&["sample", "--run", out, "--temperature", "-1"], "--temperature"),
+        // Blamed vocab, the largest setting, for the overflow 2^tau caused.
+        (
+            &["count", "--arch", "hybrid", "--tau", "64"],
+            "tau = 64 makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
+        ),
         (
             &["bench", "--backend", "cpu", "--warmup", "18446744073709551615"],
             "--warmup",
