@@ -496,6 +496,12 @@ fn negative_and_overflowing_numbers_name_their_flag() {
     let params = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
     let params = params.to_str().unwrap();
+    let nan = dir.path().join("nan.toml");
+    std::fs::write(&nan, "[train]\nlr = nan\n").unwrap();
+    let nan = nan.to_str().unwrap();
+    let inf = dir.path().join("inf.toml");
+    std::fs::write(&inf, "[model]\ninit_std = -inf\n").unwrap();
+    let inf = inf.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["train", "--backend", "cpu", "--lr", "-1", "--out", out], "lr = -1"),
         // Found by tests/fuzz_cli.rs: --seq-len + 1 overflowed (a panic).
@@ -542,6 +548,15 @@ fn negative_and_overflowing_numbers_name_their_flag() {
             "warmup_frac",
         ),
         (&["sample", "--run", out, "--temperature", "-1"], "--temperature"),
+        // Was "cannot write the config: invalid type: null … column 280".
+        (
+            &["train", "--backend", "cpu", "--config", nan, "--out", out],
+            "train.lr = NaN: it must be a finite number",
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", inf, "--out", out],
+            "model.init_std = -inf: it must be a finite number",
+        ),
         // Blamed vocab, the largest setting, for the overflow 2^tau caused.
         (
             &["count", "--arch", "hybrid", "--tau", "64"],

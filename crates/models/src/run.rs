@@ -640,6 +640,11 @@ fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> Result<()> {
             // Another architecture or data source is a table of other settings: it replaces.
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) if retagged(b, o) => *b = o.clone(),
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o, &name)?,
+            // No setting holds nan or inf: refused here, by name, rather than as a null in the
+            // JSON the config is written through.
+            (Some(_), toml::Value::Float(f)) if !f.is_finite() => {
+                return Err(ModelError::Config(format!("{name} = {f}: it must be a finite number")));
+            }
             (Some(slot), v) => *slot = v.clone(),
             (None, _) => {
                 let known: Vec<&str> = base.keys().map(String::as_str).collect();
