@@ -578,3 +578,57 @@ fn negative_and_overflowing_numbers_name_their_flag() {
     }
     assert!(!Path::new(out).exists(), "a refused run leaves no directory");
 }
+
+/// The checkpoints of `run`, oldest first.
+fn checkpoints(run: &Path) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn an_unreadable_newest_checkpoint_is_named_with_the_one_used_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let o = resmem()
+        .args(["train", "--arch", "rmt", "--backend", "cpu", "--steps", "4"])
+        .args(["--checkpoint-every", "2", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let all = checkpoints(&run);
+    let (older, newest) = (&all[all.len() - 2], &all[all.len() - 1]);
+    std::fs::write(newest, "not a checkpoint").unwrap();
+    let (older, newest) = (older.to_str().unwrap(), newest.to_str().unwrap());
+    let run = run.to_str().unwrap();
+    // Each used the older checkpoint and said nothing.
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["eval", "--backend", "cpu", "--run", run],
+            &["warning", &format!("cannot load {newest}"), &format!("using {older}")],
+        ),
+        (
+            &["sample", "--backend", "cpu", "--run", run, "--tokens", "4"],
+            &["warning", &format!("cannot load {newest}"), &format!("using {older}")],
+        ),
+    ];
+    for (args, expect) in cases {
+        let o = within(
+            {
+                let mut c = resmem();
+                c.args(*args);
+                c
+            },
+            60,
+        );
+        let err = stderr(&o);
+        assert!(o.status.success(), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+}
