@@ -350,6 +350,21 @@ impl Session {
         let resumed_from = if self.resuming {
             match newest_checkpoint(&self.dir.path, &layout, &config_toml)? {
                 Some((state, path)) => {
+                    // Resumed, it would end the run at once: declared done, not trained.
+                    if state.step > cfg.train.steps as u64 {
+                        bail!(
+                            "the newest checkpoint {} is at step {}, past this run's steps = {} in its {CONFIG_FILE}, \
+                             so this run did not write it and resuming from it would train nothing; move it out \
+                             of {} to resume from the checkpoint before it, or read it with \
+                             `resmem eval --run {} --checkpoint {}`",
+                            path.display(),
+                            state.step,
+                            cfg.train.steps,
+                            self.dir.checkpoints().display(),
+                            self.dir.path.display(),
+                            path.display()
+                        );
+                    }
                     trainer.restore(be, &state)?;
                     say(&format!(
                         "resuming {} from {} (step {})",

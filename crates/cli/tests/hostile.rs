@@ -632,3 +632,64 @@ fn an_unreadable_newest_checkpoint_is_named_with_the_one_used_instead() {
         }
     }
 }
+
+/// A transformer run of 4 steps with checkpoints at 2 and 4, in `dir`/`name`.
+fn checkpointed_run(dir: &Path, name: &str) -> PathBuf {
+    let run = dir.join(name);
+    let o = resmem()
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+            "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    run
+}
+
+/// Rewrites the newest checkpoint of the transformer run `run` as one of step `step`, with its
+/// config and a valid checksum, under that step's name.
+fn checkpoint_at_step(run: &Path, step: u64) -> PathBuf {
+    let newest = checkpoints(run).pop().unwrap();
+    let bytes = std::fs::read(&newest).unwrap();
+    let config = models::checkpoint::config_of(&bytes).unwrap();
+    let cfg = models::RunConfig::from_toml(&config).unwrap();
+    let models::ModelConfig::Transformer(model) = &cfg.model else {
+        panic!("not a transformer: {config}")
+    };
+    let layout = models::transformer::layout(model);
+    let mut state = models::checkpoint::state_from_bytes(&layout, &bytes).unwrap();
+    state.step = step;
+    let path = run.join("checkpoints").join(format!("step-{step:09}.safetensors"));
+    models::checkpoint::write_state(&layout, &state, &config, &path).unwrap();
+    path
+}
+
+#[test]
+fn resume_explains_a_checkpoint_past_the_runs_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = checkpointed_run(dir.path(), "run");
+    let past = checkpoint_at_step(&run, 9);
+    let past = past.to_str().unwrap();
+    let run = run.to_str().unwrap();
+    // It was declared done, at once, with the checkpoint's weights as the run's model.
+    let cases: &[(&[&str], &[&str])] = &[(
+        &["train", "--resume", run],
+        &[past, "at step 9", "steps = 4", "move it out", "--checkpoint"],
+    )];
+    for (args, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+}
