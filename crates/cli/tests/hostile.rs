@@ -693,3 +693,35 @@ fn resume_explains_a_checkpoint_past_the_runs_steps() {
         }
     }
 }
+
+#[test]
+fn a_run_without_its_config_toml_has_one_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = checkpointed_run(dir.path(), "kept");
+    let config = std::fs::read_to_string(kept.join("config.toml")).unwrap();
+    std::fs::remove_file(kept.join("config.toml")).unwrap();
+    let bare = checkpointed_run(dir.path(), "bare");
+    std::fs::remove_file(bare.join("config.toml")).unwrap();
+    std::fs::remove_dir_all(bare.join("checkpoints")).unwrap();
+    let (kept_s, bare_s) = (kept.to_str().unwrap(), bare.to_str().unwrap());
+    // --out sent the user to --resume, and --resume back to --out. (args, succeeds, says)
+    let cases: &[(&[&str], bool, &[&str])] = &[
+        (&["train", "--out", kept_s], false, &["train --resume"]),
+        (
+            &["train", "--resume", kept_s],
+            true,
+            &["no config.toml; rebuilt it from", "step-000000004.safetensors"],
+        ),
+        (&["train", "--out", bare_s], false, &["choose another --out"]),
+        (&["train", "--resume", bare_s], false, &["another directory"]),
+    ];
+    for (args, ok, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.success(), *ok, "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(kept.join("config.toml")).unwrap(), config);
+}
