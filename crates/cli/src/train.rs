@@ -223,6 +223,14 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
         .and_then(|a| a.as_str())
         .map(str::to_string);
     let arch = args.arch.map(|a| a.name());
+    if let (Some(flag), Some(file), Some(path)) = (arch, file_arch.as_deref(), &args.config) {
+        if flag != file {
+            bail!(
+                "{} sets [model] arch = \"{file}\" but --arch is {flag}; drop one of them",
+                path.display()
+            );
+        }
+    }
     let preset = args
         .preset
         .clone()

@@ -725,3 +725,66 @@ fn a_run_without_its_config_toml_has_one_way_out() {
     }
     assert_eq!(std::fs::read_to_string(kept.join("config.toml")).unwrap(), config);
 }
+
+#[test]
+fn a_partial_config_that_switches_arch_is_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let rmt = write("rmt.toml", "[model]\narch = \"rmt\"\n");
+    let hybrid = write(
+        "hybrid.toml",
+        "preset = \"tiny-transformer\"\n[model]\narch = \"hybrid\"\ntau = 3\n",
+    );
+    let tau = write("tau.toml", "[model]\narch = \"rmt\"\ntau = 3\n");
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (a, b, c, d) = (out("a"), out("b"), out("c"), out("d"));
+    // Each failed with "missing field `vocab`". (args, succeeds, says)
+    let cases: &[(&[&str], bool, &str)] = &[
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                "tiny-transformer",
+                "--config",
+                &rmt,
+            ],
+            true,
+            "rmt with",
+        ),
+        (&["train", "--backend", "cpu", "--config", &hybrid], true, "hybrid with"),
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                "tiny-transformer",
+                "--config",
+                &tau,
+            ],
+            false,
+            "unknown setting `model.tau`",
+        ),
+        (
+            &["train", "--backend", "cpu", "--arch", "transformer", "--config", &rmt],
+            false,
+            "arch = \"rmt\" but --arch is transformer",
+        ),
+    ];
+    for ((args, ok, expect), out) in cases.iter().zip([a, b, c, d]) {
+        let o = resmem()
+            .args(*args)
+            .args(["--steps", "1", "--out", &out])
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+        assert_eq!(o.status.success(), *ok, "resmem {args:?}: {text}");
+        assert!(text.contains(expect), "resmem {args:?} should say {expect:?}: {text}");
+    }
+}
