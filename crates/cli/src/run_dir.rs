@@ -131,8 +131,15 @@ impl RunDir {
         let path = dir.join(checkpoint_name(step));
         write_atomic(&path, write)?;
         let all = checkpoints_in(&self.path)?;
+        // A checkpoint that cannot be pruned costs disk, not the run: said, and training goes on.
         for (_, old) in all.iter().take(all.len().saturating_sub(keep)) {
-            fs::remove_file(old).with_context(|| format!("cannot remove the old checkpoint {}", old.display()))?;
+            if let Err(e) = fs::remove_file(old) {
+                crate::console::warn(&format!(
+                    "warning: cannot remove the old checkpoint {} ({e}); training goes on, remove it yourself \
+                     to free its space",
+                    old.display()
+                ));
+            }
         }
         Ok(path)
     }

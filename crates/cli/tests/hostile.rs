@@ -788,3 +788,45 @@ fn a_partial_config_that_switches_arch_is_whole() {
         assert!(text.contains(expect), "resmem {args:?} should say {expect:?}: {text}");
     }
 }
+
+#[test]
+fn a_checkpoint_that_cannot_be_pruned_is_warned_about_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let o = resmem()
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "6",
+            "--checkpoint-every",
+            "2",
+            "--out",
+        ])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cut = dir.path().join("cut");
+    cut_after_first_checkpoint(&whole, &cut, true);
+    // An old "checkpoint" remove_file cannot remove: a directory under its name.
+    let stuck = cut.join("checkpoints/step-000000001.safetensors");
+    std::fs::create_dir_all(stuck.join("inside")).unwrap();
+    let stuck = stuck.to_str().unwrap();
+    // It stopped the run.
+    let cases: &[(&[&str], &[&str])] = &[(
+        &["train", "--resume", cut.to_str().unwrap()],
+        &["warning: cannot remove the old checkpoint", stuck, "training goes on"],
+    )];
+    for (args, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+    assert_eq!(losses(&whole), losses(&cut));
+    assert!(cut.join("checkpoints/step-000000006.safetensors").is_file());
+}
