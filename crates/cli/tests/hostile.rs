@@ -830,3 +830,32 @@ fn a_checkpoint_that_cannot_be_pruned_is_warned_about_and_the_run_goes_on() {
     assert_eq!(losses(&whole), losses(&cut));
     assert!(cut.join("checkpoints/step-000000006.safetensors").is_file());
 }
+
+#[test]
+fn the_gpu_backend_is_quiet_without_a_runtime_dir_and_names_an_emulated_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gpu");
+    let out = out.to_str().unwrap();
+    // Printed `error: XDG_RUNTIME_DIR …` on success, and ran on llvmpipe without a word.
+    let cases: &[&[&str]] = &[&["train", "--backend", "gpu", "--steps", "1", "--out", out]];
+    for args in cases {
+        let o = Command::new(RESMEM)
+            .env_remove("XDG_RUNTIME_DIR")
+            .args(*args)
+            .output()
+            .unwrap();
+        let (text, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+        if !o.status.success() && err.contains("cannot use --backend gpu") {
+            eprintln!("no wgpu adapter here; skipped: {err}");
+            continue;
+        }
+        assert!(o.status.success(), "resmem {args:?}: {err}");
+        assert!(!err.contains("XDG_RUNTIME_DIR"), "resmem {args:?}: {err}");
+        let emulated = ["llvmpipe", "lavapipe", "SwiftShader"].iter().any(|n| text.contains(n));
+        assert_eq!(
+            err.contains("a CPU emulating a GPU; --backend cpu is faster here"),
+            emulated,
+            "resmem {args:?}: {text}{err}"
+        );
+    }
+}
