@@ -79,7 +79,42 @@ pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
 
 /// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups).
 pub fn gpu_backend_with(options: engine::gpu::GpuOptions) -> Result<engine::gpu::GpuBackend> {
-    pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")
+    private_runtime_dir();
+    let be = pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")?;
+    if be.emulated() {
+        console::warn(&format!(
+            "note: --backend gpu runs on {}, a CPU emulating a GPU; --backend cpu is faster here",
+            engine::Backend::describe(&be)
+        ));
+    }
+    Ok(be)
+}
+
+/// Without XDG_RUNTIME_DIR, wgpu's Vulkan loader and Mesa print `error: XDG_RUNTIME_DIR …` on
+/// a run that works: it is set, before wgpu starts, to a directory of this user's alone.
+fn private_runtime_dir() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some() {
+        return;
+    }
+    #[cfg(unix)]
+    let ok = {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        // One per user (Linux's /proc/self is owned by this process's user), else per process.
+        let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+        let name = uid.map_or(format!("p{}", std::process::id()), |u| u.to_string());
+        let dir = std::env::temp_dir().join(format!("resmem-runtime-{name}"));
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        // Used only if it is this user's, and private.
+        let private = std::fs::symlink_metadata(&dir)
+            .is_ok_and(|m| m.is_dir() && m.mode() & 0o077 == 0 && uid.is_none_or(|u| m.uid() == u));
+        private.then_some(dir)
+    };
+    #[cfg(not(unix))]
+    let ok: Option<std::path::PathBuf> = None;
+    if let Some(dir) = ok {
+        // Before any thread of wgpu's exists: no other thread reads the environment.
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
+    }
 }
 
 /// Runs `$body` with `$be` bound to the backend `$kind` names.

@@ -44,7 +44,19 @@ pub fn params(run: &Path, explicit: Option<&Path>, layout: &ParamLayout) -> Resu
             continue;
         }
         match load(&path) {
-            Ok(values) => return Ok((values, path)),
+            Ok(values) => {
+                // An older file in place of the newest is said, never silent.
+                if !errors.is_empty() {
+                    crate::console::warn(&format!(
+                        "warning: the newest parameters of {} cannot be loaded, so older ones are used:\n  {}\n\
+                         using {}; remove or repair the skipped file, or choose one with --checkpoint",
+                        run.display(),
+                        errors.join("\n  "),
+                        path.display()
+                    ));
+                }
+                return Ok((values, path));
+            }
             Err(e) => errors.push(format!("{e:#}")),
         }
     }

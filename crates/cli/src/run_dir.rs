@@ -47,6 +47,13 @@ impl RunDir {
         let mut dir = Self::lock(path)?;
         dir.created = created;
         if let Some(found) = RUN_FILES.iter().find(|f| path.join(f).exists()) {
+            if !path.join(CONFIG_FILE).exists() && config_from_checkpoints(path)?.is_none() {
+                bail!(
+                    "{} holds part of a run ({found}) but neither its {CONFIG_FILE} nor a checkpoint to rebuild it \
+                     from, so it cannot be resumed or reused; choose another --out, or move its files away first",
+                    path.display()
+                );
+            }
             bail!(
                 "{} already holds a run ({found}); resume it with `resmem train --resume {}`, or choose another --out",
                 path.display(),
@@ -58,13 +65,32 @@ impl RunDir {
 
     /// Claims the existing run at `path` to continue it.
     pub fn resume(path: &Path) -> Result<Self> {
-        if !path.join(CONFIG_FILE).is_file() {
+        let config = path.join(CONFIG_FILE);
+        if !config.is_file() && (config.exists() || !RUN_FILES.iter().any(|f| path.join(f).exists())) {
             bail!(
                 "{} is not a run directory (it has no {CONFIG_FILE}); start a run there with `resmem train --out`",
                 path.display()
             );
         }
         let dir = Self::lock(path)?;
+        // A lost config.toml: every checkpoint carries the config it was written with.
+        if !config.is_file() {
+            let Some((text, from)) = config_from_checkpoints(path)? else {
+                bail!(
+                    "{} has lost its {CONFIG_FILE} and has no checkpoint to rebuild it from, so it cannot be \
+                     resumed; train again with `resmem train --out` into another directory",
+                    path.display()
+                );
+            };
+            write_atomic(&config, |tmp| {
+                fs::write(tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))
+            })?;
+            crate::console::warn(&format!(
+                "note: {} had no {CONFIG_FILE}; rebuilt it from {}",
+                path.display(),
+                from.display()
+            ));
+        }
         // Temporary files of a write that was killed before its rename.
         for entry in fs::read_dir(dir.checkpoints()).into_iter().flatten().flatten() {
             if entry.file_name().to_string_lossy().ends_with(".tmp") {
@@ -105,8 +131,15 @@ impl RunDir {
         let path = dir.join(checkpoint_name(step));
         write_atomic(&path, write)?;
         let all = checkpoints_in(&self.path)?;
+        // A checkpoint that cannot be pruned costs disk, not the run: said, and training goes on.
         for (_, old) in all.iter().take(all.len().saturating_sub(keep)) {
-            fs::remove_file(old).with_context(|| format!("cannot remove the old checkpoint {}", old.display()))?;
+            if let Err(e) = fs::remove_file(old) {
+                crate::console::warn(&format!(
+                    "warning: cannot remove the old checkpoint {} ({e}); training goes on, remove it yourself \
+                     to free its space",
+                    old.display()
+                ));
+            }
         }
         Ok(path)
     }
@@ -189,6 +222,19 @@ pub fn lock_file(lock_path: &Path, busy: impl FnOnce() -> String) -> Result<File
         Err(std::fs::TryLockError::WouldBlock) => bail!("{}", busy()),
         Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", lock_path.display())),
     }
+}
+
+/// The config text of the newest checkpoint of `run` that holds a valid one, with its file.
+fn config_from_checkpoints(run: &Path) -> Result<Option<(String, PathBuf)>> {
+    for (_, path) in checkpoints_in(run)?.into_iter().rev() {
+        let text = data::read_file(&path)
+            .ok()
+            .and_then(|bytes| models::checkpoint::config_of(&bytes).ok());
+        if let Some(text) = text.filter(|t| models::RunConfig::from_toml(t).is_ok()) {
+            return Ok(Some((text, path)));
+        }
+    }
+    Ok(None)
 }
 
 pub fn checkpoint_name(step: u64) -> String {

@@ -223,6 +223,14 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
         .and_then(|a| a.as_str())
         .map(str::to_string);
     let arch = args.arch.map(|a| a.name());
+    if let (Some(flag), Some(file), Some(path)) = (arch, file_arch.as_deref(), &args.config) {
+        if flag != file {
+            bail!(
+                "{} sets [model] arch = \"{file}\" but --arch is {flag}; drop one of them",
+                path.display()
+            );
+        }
+    }
     let preset = args
         .preset
         .clone()
@@ -350,6 +358,21 @@ impl Session {
         let resumed_from = if self.resuming {
             match newest_checkpoint(&self.dir.path, &layout, &config_toml)? {
                 Some((state, path)) => {
+                    // Resumed, it would end the run at once: declared done, not trained.
+                    if state.step > cfg.train.steps as u64 {
+                        bail!(
+                            "the newest checkpoint {} is at step {}, past this run's steps = {} in its {CONFIG_FILE}, \
+                             so this run did not write it and resuming from it would train nothing; move it out \
+                             of {} to resume from the checkpoint before it, or read it with \
+                             `resmem eval --run {} --checkpoint {}`",
+                            path.display(),
+                            state.step,
+                            cfg.train.steps,
+                            self.dir.checkpoints().display(),
+                            self.dir.path.display(),
+                            path.display()
+                        );
+                    }
                     trainer.restore(be, &state)?;
                     say(&format!(
                         "resuming {} from {} (step {})",

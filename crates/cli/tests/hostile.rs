@@ -496,6 +496,12 @@ fn negative_and_overflowing_numbers_name_their_flag() {
     let params = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
     let params = params.to_str().unwrap();
+    let nan = dir.path().join("nan.toml");
+    std::fs::write(&nan, "[train]\nlr = nan\n").unwrap();
+    let nan = nan.to_str().unwrap();
+    let inf = dir.path().join("inf.toml");
+    std::fs::write(&inf, "[model]\ninit_std = -inf\n").unwrap();
+    let inf = inf.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["train", "--backend", "cpu", "--lr", "-1", "--out", out], "lr = -1"),
         // Found by tests/fuzz_cli.rs: --seq-len + 1 overflowed (a panic).
@@ -542,6 +548,20 @@ fn negative_and_overflowing_numbers_name_their_flag() {
             "warmup_frac",
         ),
         (&["sample", "--run", out, "--temperature", "-1"], "--temperature"),
+        // Was "cannot write the config: invalid type: null … column 280".
+        (
+            &["train", "--backend", "cpu", "--config", nan, "--out", out],
+            "train.lr = NaN: it must be a finite number",
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", inf, "--out", out],
+            "model.init_std = -inf: it must be a finite number",
+        ),
+        // Blamed vocab, the largest setting, for the overflow 2^tau caused.
+        (
+            &["count", "--arch", "hybrid", "--tau", "64"],
+            "tau = 64 makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
+        ),
         (
             &["bench", "--backend", "cpu", "--warmup", "18446744073709551615"],
             "--warmup",
@@ -557,4 +577,285 @@ fn negative_and_overflowing_numbers_name_their_flag() {
         );
     }
     assert!(!Path::new(out).exists(), "a refused run leaves no directory");
+}
+
+/// The checkpoints of `run`, oldest first.
+fn checkpoints(run: &Path) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn an_unreadable_newest_checkpoint_is_named_with_the_one_used_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let o = resmem()
+        .args(["train", "--arch", "rmt", "--backend", "cpu", "--steps", "4"])
+        .args(["--checkpoint-every", "2", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let all = checkpoints(&run);
+    let (older, newest) = (&all[all.len() - 2], &all[all.len() - 1]);
+    std::fs::write(newest, "not a checkpoint").unwrap();
+    let (older, newest) = (older.to_str().unwrap(), newest.to_str().unwrap());
+    let run = run.to_str().unwrap();
+    // Each used the older checkpoint and said nothing.
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["eval", "--backend", "cpu", "--run", run],
+            &["warning", &format!("cannot load {newest}"), &format!("using {older}")],
+        ),
+        (
+            &["sample", "--backend", "cpu", "--run", run, "--tokens", "4"],
+            &["warning", &format!("cannot load {newest}"), &format!("using {older}")],
+        ),
+    ];
+    for (args, expect) in cases {
+        let o = within(
+            {
+                let mut c = resmem();
+                c.args(*args);
+                c
+            },
+            60,
+        );
+        let err = stderr(&o);
+        assert!(o.status.success(), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+}
+
+/// A transformer run of 4 steps with checkpoints at 2 and 4, in `dir`/`name`.
+fn checkpointed_run(dir: &Path, name: &str) -> PathBuf {
+    let run = dir.join(name);
+    let o = resmem()
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+            "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    run
+}
+
+/// Rewrites the newest checkpoint of the transformer run `run` as one of step `step`, with its
+/// config and a valid checksum, under that step's name.
+fn checkpoint_at_step(run: &Path, step: u64) -> PathBuf {
+    let newest = checkpoints(run).pop().unwrap();
+    let bytes = std::fs::read(&newest).unwrap();
+    let config = models::checkpoint::config_of(&bytes).unwrap();
+    let cfg = models::RunConfig::from_toml(&config).unwrap();
+    let models::ModelConfig::Transformer(model) = &cfg.model else {
+        panic!("not a transformer: {config}")
+    };
+    let layout = models::transformer::layout(model);
+    let mut state = models::checkpoint::state_from_bytes(&layout, &bytes).unwrap();
+    state.step = step;
+    let path = run.join("checkpoints").join(format!("step-{step:09}.safetensors"));
+    models::checkpoint::write_state(&layout, &state, &config, &path).unwrap();
+    path
+}
+
+#[test]
+fn resume_explains_a_checkpoint_past_the_runs_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = checkpointed_run(dir.path(), "run");
+    let past = checkpoint_at_step(&run, 9);
+    let past = past.to_str().unwrap();
+    let run = run.to_str().unwrap();
+    // It was declared done, at once, with the checkpoint's weights as the run's model.
+    let cases: &[(&[&str], &[&str])] = &[(
+        &["train", "--resume", run],
+        &[past, "at step 9", "steps = 4", "move it out", "--checkpoint"],
+    )];
+    for (args, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_run_without_its_config_toml_has_one_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = checkpointed_run(dir.path(), "kept");
+    let config = std::fs::read_to_string(kept.join("config.toml")).unwrap();
+    std::fs::remove_file(kept.join("config.toml")).unwrap();
+    let bare = checkpointed_run(dir.path(), "bare");
+    std::fs::remove_file(bare.join("config.toml")).unwrap();
+    std::fs::remove_dir_all(bare.join("checkpoints")).unwrap();
+    let (kept_s, bare_s) = (kept.to_str().unwrap(), bare.to_str().unwrap());
+    // --out sent the user to --resume, and --resume back to --out. (args, succeeds, says)
+    let cases: &[(&[&str], bool, &[&str])] = &[
+        (&["train", "--out", kept_s], false, &["train --resume"]),
+        (
+            &["train", "--resume", kept_s],
+            true,
+            &["no config.toml; rebuilt it from", "step-000000004.safetensors"],
+        ),
+        (&["train", "--out", bare_s], false, &["choose another --out"]),
+        (&["train", "--resume", bare_s], false, &["another directory"]),
+    ];
+    for (args, ok, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.success(), *ok, "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(kept.join("config.toml")).unwrap(), config);
+}
+
+#[test]
+fn a_partial_config_that_switches_arch_is_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let rmt = write("rmt.toml", "[model]\narch = \"rmt\"\n");
+    let hybrid = write(
+        "hybrid.toml",
+        "preset = \"tiny-transformer\"\n[model]\narch = \"hybrid\"\ntau = 3\n",
+    );
+    let tau = write("tau.toml", "[model]\narch = \"rmt\"\ntau = 3\n");
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (a, b, c, d) = (out("a"), out("b"), out("c"), out("d"));
+    // Each failed with "missing field `vocab`". (args, succeeds, says)
+    let cases: &[(&[&str], bool, &str)] = &[
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                "tiny-transformer",
+                "--config",
+                &rmt,
+            ],
+            true,
+            "rmt with",
+        ),
+        (&["train", "--backend", "cpu", "--config", &hybrid], true, "hybrid with"),
+        (
+            &[
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                "tiny-transformer",
+                "--config",
+                &tau,
+            ],
+            false,
+            "unknown setting `model.tau`",
+        ),
+        (
+            &["train", "--backend", "cpu", "--arch", "transformer", "--config", &rmt],
+            false,
+            "arch = \"rmt\" but --arch is transformer",
+        ),
+    ];
+    for ((args, ok, expect), out) in cases.iter().zip([a, b, c, d]) {
+        let o = resmem()
+            .args(*args)
+            .args(["--steps", "1", "--out", &out])
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+        assert_eq!(o.status.success(), *ok, "resmem {args:?}: {text}");
+        assert!(text.contains(expect), "resmem {args:?} should say {expect:?}: {text}");
+    }
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_pruned_is_warned_about_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let o = resmem()
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "6",
+            "--checkpoint-every",
+            "2",
+            "--out",
+        ])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cut = dir.path().join("cut");
+    cut_after_first_checkpoint(&whole, &cut, true);
+    // An old "checkpoint" remove_file cannot remove: a directory under its name.
+    let stuck = cut.join("checkpoints/step-000000001.safetensors");
+    std::fs::create_dir_all(stuck.join("inside")).unwrap();
+    let stuck = stuck.to_str().unwrap();
+    // It stopped the run.
+    let cases: &[(&[&str], &[&str])] = &[(
+        &["train", "--resume", cut.to_str().unwrap()],
+        &["warning: cannot remove the old checkpoint", stuck, "training goes on"],
+    )];
+    for (args, expect) in cases {
+        let o = resmem().args(*args).output().unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(err.contains(e), "resmem {args:?} should say {e:?}: {err}");
+        }
+    }
+    assert_eq!(losses(&whole), losses(&cut));
+    assert!(cut.join("checkpoints/step-000000006.safetensors").is_file());
+}
+
+#[test]
+fn the_gpu_backend_is_quiet_without_a_runtime_dir_and_names_an_emulated_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gpu");
+    let out = out.to_str().unwrap();
+    // Printed `error: XDG_RUNTIME_DIR …` on success, and ran on llvmpipe without a word.
+    let cases: &[&[&str]] = &[&["train", "--backend", "gpu", "--steps", "1", "--out", out]];
+    for args in cases {
+        let o = Command::new(RESMEM)
+            .env_remove("XDG_RUNTIME_DIR")
+            .args(*args)
+            .output()
+            .unwrap();
+        let (text, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+        if !o.status.success() && err.contains("cannot use --backend gpu") {
+            eprintln!("no wgpu adapter here; skipped: {err}");
+            continue;
+        }
+        assert!(o.status.success(), "resmem {args:?}: {err}");
+        assert!(!err.contains("XDG_RUNTIME_DIR"), "resmem {args:?}: {err}");
+        let emulated = ["llvmpipe", "lavapipe", "SwiftShader"].iter().any(|n| text.contains(n));
+        assert_eq!(
+            err.contains("a CPU emulating a GPU; --backend cpu is faster here"),
+            emulated,
+            "resmem {args:?}: {text}{err}"
+        );
+    }
 }

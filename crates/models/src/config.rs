@@ -340,7 +340,7 @@ impl Hashing {
     }
 
     /// Checks τ against the width `d` it hashes (named `d_name`), and the float settings.
-    fn validate(&self, d_name: &str, d: usize) -> Result<()> {
+    pub(crate) fn validate(&self, d_name: &str, d: usize) -> Result<()> {
         require_positive(&[("tau", self.tau)])?;
         if self.tau > 14 {
             return Err(ModelError::Config(format!(

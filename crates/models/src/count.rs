@@ -240,6 +240,9 @@ pub fn hybrid(cfg: &HybridConfig) -> HybridCounts {
 /// - as built: the layout's parameters, and per row and Memory Layer the multiply-adds, the
 ///   bias and the hashing (as MemoryFormer's block is counted).
 pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
+    // τ sizes the tables exponentially: an overflow it causes is τ's to name, not the largest
+    // setting's.
+    cfg.hashing().validate("rank × d_v", cfg.width())?;
     let t = cfg.trunk();
     let settings = trunk_settings(&t, ("tau", cfg.tau));
     let [n_, l, tau, d, k, dh] = [

@@ -628,6 +628,26 @@ fn retagged(base: &toml::Table, over: &toml::Table) -> bool {
         .any(|tag| matches!((base.get(*tag), over.get(*tag)), (Some(a), Some(b)) if a != b))
 }
 
+/// What a table that switches to another variant is merged onto: for another `arch`, that
+/// architecture's tiny preset at `base`'s vocabulary and context (so that a partial file, say
+/// only `arch = "rmt"`, is a whole model); for another data `source`, `over` alone.
+fn retagged_base(base: &toml::Table, over: &toml::Table) -> Result<toml::Table> {
+    let Some(arch) = over.get("arch").and_then(toml::Value::as_str) else {
+        return Ok(over.clone());
+    };
+    let Ok(preset) = RunConfig::preset(&format!("tiny-{arch}")) else {
+        // An unknown arch: its own error, from the merged config.
+        return Ok(over.clone());
+    };
+    let mut table = to_table(&preset.model)?;
+    for key in ["vocab", "seq_len"] {
+        if let Some(v) = base.get(key) {
+            table.insert(key.into(), v.clone());
+        }
+    }
+    Ok(table)
+}
+
 /// Merges `over` into `base`; every key of `over` must already be in `base`.
 fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> Result<()> {
     for (key, value) in over {
@@ -638,8 +658,16 @@ fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> Result<()> {
         };
         match (base.get_mut(key), value) {
             // Another architecture or data source is a table of other settings: it replaces.
-            (Some(toml::Value::Table(b)), toml::Value::Table(o)) if retagged(b, o) => *b = o.clone(),
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) if retagged(b, o) => {
+                *b = retagged_base(b, o)?;
+                merge(b, o, &name)?;
+            }
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o, &name)?,
+            // No setting holds nan or inf: refused here, by name, rather than as a null in the
+            // JSON the config is written through.
+            (Some(_), toml::Value::Float(f)) if !f.is_finite() => {
+                return Err(ModelError::Config(format!("{name} = {f}: it must be a finite number")));
+            }
             (Some(slot), v) => *slot = v.clone(),
             (None, _) => {
                 let known: Vec<&str> = base.keys().map(String::as_str).collect();

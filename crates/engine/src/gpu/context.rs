@@ -37,6 +37,8 @@ pub struct GpuBackend {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     pub(crate) description: String,
+    /// The adapter is a CPU emulating a GPU (llvmpipe, lavapipe, SwiftShader).
+    pub(crate) emulated: bool,
     /// The adapter's own limits, which the device was created with.
     pub(crate) limits: wgpu::Limits,
     /// Values one storage binding may hold: the device's limit or a lower one from
@@ -150,6 +152,7 @@ impl GpuBackend {
             timestamps,
             sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
+            emulated: info.device_type == wgpu::DeviceType::Cpu,
             device,
             queue,
             limits,
@@ -372,6 +375,12 @@ impl GpuBackend {
     /// buffers are allocated in multiples of 16 bytes).
     pub fn max_buffer_values(&self) -> usize {
         (self.limits.max_buffer_size / 16 * 4) as usize
+    }
+
+    /// Whether the adapter is a CPU emulating a GPU (wgpu's `DeviceType::Cpu`: llvmpipe,
+    /// lavapipe, SwiftShader), which is slower than the CPU backend.
+    pub fn emulated(&self) -> bool {
+        self.emulated
     }
 
     /// Whether kernels with a subgroup variant use it: the adapter has subgroups and
