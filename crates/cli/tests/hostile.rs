@@ -845,11 +845,11 @@ fn the_gpu_backend_is_quiet_without_a_runtime_dir_and_names_an_emulated_gpu() {
             .output()
             .unwrap();
         let (text, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
-        if !o.status.success() && err.contains("cannot use --backend gpu") {
-            eprintln!("no wgpu adapter here; skipped: {err}");
-            continue;
-        }
-        assert!(o.status.success(), "resmem {args:?}: {err}");
+        // Like every GPU test, this needs an adapter (lavapipe on CI) and fails without one.
+        assert!(
+            o.status.success(),
+            "resmem {args:?} (this test needs a GPU adapter; on Debian install mesa-vulkan-drivers): {err}"
+        );
         assert!(!err.contains("XDG_RUNTIME_DIR"), "resmem {args:?}: {err}");
         let emulated = ["llvmpipe", "lavapipe", "SwiftShader"].iter().any(|n| text.contains(n));
         assert_eq!(
