@@ -69,3 +69,37 @@ fn a_corpus_that_shrinks_under_a_run_stops_it_cleanly() {
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
     assert!(said.contains("val_loss"), "{said}");
 }
+
+/// A bytes corpus whose meta.json says GPT-2: every byte is a valid GPT-2 token, so only the
+/// tokens' range gives it away; it is refused, naming the file and what to do.
+#[test]
+fn a_bytes_corpus_labelled_gpt2_is_refused() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let source = root.join("data/shakespeare-bytes");
+    assert!(source.join("meta.json").exists(), "run `cargo xtask corpus` first");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("corpus");
+    std::fs::create_dir(&data).unwrap();
+    for f in ["train.bin", "val.bin"] {
+        std::fs::copy(source.join(f), data.join(f)).unwrap();
+    }
+    let meta = std::fs::read_to_string(source.join("meta.json")).unwrap();
+    let meta = meta
+        .replacen("\"tokenizer\": \"bytes\"", "\"tokenizer\": \"gpt2\"", 1)
+        .replacen("\"vocab\": 256,", "\"vocab\": 50257,", 1);
+    std::fs::write(data.join("meta.json"), meta).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["train", "--preset", "tiny-rmt", "--backend", "cpu", "--steps", "1"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(tmp.path().join("run"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("all below 256, as bytes are") && err.contains("train.bin") && err.contains("--tokenizer"),
+        "{err}"
+    );
+}

@@ -422,6 +422,8 @@ pub struct TokenFile {
     token_bytes: u8,
     len: usize,
     vocab: usize,
+    /// The largest token, found when the file was checked.
+    max_token: u32,
 }
 
 #[derive(Debug)]
@@ -511,14 +513,17 @@ impl TokenFile {
         len: usize,
         vocab: usize,
     ) -> Result<TokenFile, DataError> {
-        let tokens = TokenFile {
+        let mut tokens = TokenFile {
             path: path.to_path_buf(),
             bytes,
             token_bytes,
             len,
             vocab,
+            max_token: 0,
         };
-        tokens.scan(|_| {})?;
+        let mut max = 0;
+        tokens.scan(|t| max = max.max(t))?;
+        tokens.max_token = max;
         Ok(tokens)
     }
 
@@ -615,6 +620,7 @@ impl Corpus {
         let meta = Meta::read(dir)?;
         let train = TokenFile::open(&dir.join(TRAIN_FILE), meta.token_bytes, meta.vocab, meta.train_tokens)?;
         let val = TokenFile::open(&dir.join(VAL_FILE), meta.token_bytes, meta.vocab, meta.val_tokens)?;
+        Self::check_labelled(&meta, &train)?;
         Ok(Corpus {
             meta,
             train,
@@ -635,6 +641,7 @@ impl Corpus {
             meta.train_tokens,
         )?;
         let val = TokenFile::from_bytes(&dir.join(VAL_FILE), val, meta.token_bytes, meta.vocab, meta.val_tokens)?;
+        Self::check_labelled(&meta, &train)?;
         Ok(Corpus {
             meta,
             train,
@@ -645,6 +652,24 @@ impl Corpus {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// A corpus of bytes whose meta.json says GPT-2 (every token fits in any wider vocabulary,
+    /// so the vocabulary check cannot see it): tens of thousands of tokens, none past 255.
+    fn check_labelled(meta: &Meta, train: &TokenFile) -> Result<(), DataError> {
+        const ENOUGH: usize = 10_000;
+        if meta.tokenizer == TokenizerKind::Bytes || train.len() < ENOUGH || train.max_token > 255 {
+            return Ok(());
+        }
+        Err(DataError::corrupt(
+            &train.path,
+            format!(
+                "its {} tokens are all below 256, as bytes are, but meta.json says the {} tokenizer; \
+                 prepare the texts again with the tokenizer they were meant for (resmem data prepare --tokenizer)",
+                train.len(),
+                meta.tokenizer
+            ),
+        ))
     }
 
     pub fn split(&self, split: Split) -> &TokenFile {
