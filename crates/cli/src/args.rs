@@ -4,7 +4,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
 use models::presets::{self, Dims};
 use models::{
-    HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, RunConfig, TransformerConfig, Trunk,
+    Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, RunConfig, TransformerConfig,
+    Trunk,
 };
 use std::path::PathBuf;
 
@@ -300,6 +301,17 @@ pub struct ModelDims {
     /// d = d_model or rank·d_v).
     #[arg(long)]
     pub tau: Option<usize>,
+    /// MemoryFormer and hybrid: ML1 expands to (tau + e)·K and ML2 hashes tau + e bits
+    /// (MemoryFormer paper Table 5; 2).
+    #[arg(long)]
+    pub expansion_bits: Option<usize>,
+    /// MemoryFormer and hybrid: a GELU between ML1 and ML2 (MemoryFormer paper Table 6).
+    #[arg(long)]
+    pub block_gelu: bool,
+    /// MemoryFormer and hybrid: the hash tables learn at this multiple of the learning rate
+    /// (MemoryFormer paper Table 4; 3).
+    #[arg(long, allow_negative_numbers = true)]
+    pub table_lr_mult: Option<f32>,
 }
 
 fn parse_norm(s: &str) -> Result<Norm, String> {
@@ -312,7 +324,7 @@ fn parse_norm(s: &str) -> Result<Norm, String> {
 
 impl ModelDims {
     /// The dimension flags given, by name, with the architectures each applies to.
-    fn given(&self) -> [(&'static str, bool, &'static [Arch]); 12] {
+    fn given(&self) -> [(&'static str, bool, &'static [Arch]); 15] {
         use Arch::{Hybrid as H, Memoryformer as M, Rmt as R, Transformer as T};
         [
             ("--d-model", self.d_model.is_some(), &[T, M]),
@@ -327,6 +339,9 @@ impl ModelDims {
             ("--position", self.position.is_some(), &[R, H]),
             ("--init-std", self.init_std.is_some(), &[T, R, M, H]),
             ("--tau", self.tau.is_some(), &[M, H]),
+            ("--expansion-bits", self.expansion_bits.is_some(), &[M, H]),
+            ("--block-gelu", self.block_gelu, &[M, H]),
+            ("--table-lr-mult", self.table_lr_mult.is_some(), &[M, H]),
         ]
     }
 
@@ -367,10 +382,21 @@ impl ModelDims {
         c.d_model = self.d_model.unwrap_or(c.d_model);
         c.n_layers = self.layers.unwrap_or(c.n_layers);
         c.n_heads = self.heads.unwrap_or(c.n_heads);
-        c.tau = self.tau.unwrap_or(c.tau);
         c.norm = self.norm.unwrap_or(c.norm);
         c.embed_std = self.init_std.unwrap_or(c.embed_std);
+        let h = self.hashing(c.hashing());
+        (c.tau, c.expansion_bits, c.block_gelu, c.table_lr_mult) =
+            (h.tau, h.expansion_bits, h.block_gelu, h.table_lr_mult);
         c
+    }
+
+    /// The flags every hashing model has.
+    fn hashing(&self, mut h: Hashing) -> Hashing {
+        h.tau = self.tau.unwrap_or(h.tau);
+        h.expansion_bits = self.expansion_bits.unwrap_or(h.expansion_bits);
+        h.block_gelu |= self.block_gelu;
+        h.table_lr_mult = self.table_lr_mult.unwrap_or(h.table_lr_mult);
+        h
     }
 
     /// The flags every residual-matrix model has.
@@ -394,9 +420,7 @@ impl ModelDims {
     }
 
     pub fn hybrid(&self, c: HybridConfig) -> HybridConfig {
-        let mut h = c.hashing();
-        h.tau = self.tau.unwrap_or(h.tau);
-        HybridConfig::new(self.trunk(c.trunk()), h)
+        HybridConfig::new(self.trunk(c.trunk()), self.hashing(c.hashing()))
     }
 
     /// `c` with the flags that `c`'s architecture has applied.
@@ -525,6 +549,13 @@ impl TrainArgs {
         }
         push("context", "seq_len", self.context.map(int));
         push("init-std", init_key, d.init_std.map(float));
+        push("expansion-bits", "expansion_bits", d.expansion_bits.map(int));
+        push(
+            "block-gelu",
+            "block_gelu",
+            d.block_gelu.then_some(toml::Value::Boolean(true)),
+        );
+        push("table-lr-mult", "table_lr_mult", d.table_lr_mult.map(float));
         push(
             "norm",
             "norm",

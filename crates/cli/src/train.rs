@@ -356,7 +356,7 @@ impl Session {
         let config_toml = cfg.to_toml()?;
 
         let resumed_from = if self.resuming {
-            match newest_checkpoint(&self.dir.path, &layout, &config_toml)? {
+            match newest_checkpoint(&self.dir.path, &layout, cfg)? {
                 Some((state, path)) => {
                     // Resumed, it would end the run at once: declared done, not trained.
                     if state.step > cfg.train.steps as u64 {
@@ -597,11 +597,13 @@ fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path) -> an
 pub fn newest_checkpoint(
     run: &Path,
     layout: &models::ParamLayout,
-    config_toml: &str,
+    cfg: &RunConfig,
 ) -> Result<Option<(TrainState, PathBuf)>> {
     for (_, path) in run_dir::checkpoints_in(run)?.iter().rev() {
         let loaded = data::read_file(path).map_err(anyhow::Error::from).and_then(|bytes| {
-            if checkpoint::config_of(&bytes)? != config_toml {
+            // Compared as configs, not as text: a setting added since it was written reads as
+            // its default, which is what the run trained with.
+            if RunConfig::from_toml(&checkpoint::config_of(&bytes)?)? != *cfg {
                 bail!("it was written with another config than {CONFIG_FILE}");
             }
             Ok(checkpoint::state_from_bytes(layout, &bytes)?)

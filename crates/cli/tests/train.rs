@@ -666,6 +666,56 @@ fn config_toml_reproduces_the_run() {
     assert_eq!(losses(&dir.path().join("c")).last().unwrap().0, 3);
 }
 
+/// The MemoryFormer paper's ablation settings are flags that reach config.toml, and a run whose
+/// config.toml and checkpoints predate them (no `expansion_bits`, no `block_gelu`) resumes bit
+/// for bit: a missing setting reads as the default it trained with.
+#[test]
+fn memory_block_settings_are_flags_and_an_older_config_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ablated = dir.path().join("ablated");
+    let flags = ["--expansion-bits", "1", "--block-gelu", "--table-lr-mult", "2"];
+    let mut args = vec!["train", "--backend", "cpu", "--arch", "memoryformer", "--steps", "1"];
+    args.extend(flags);
+    let o = run(&args, Some(&ablated));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = std::fs::read_to_string(ablated.join("config.toml")).unwrap();
+    for line in ["expansion_bits = 1", "block_gelu = true", "table_lr_mult = 2.0"] {
+        assert!(config.lines().any(|l| l == line), "{line} missing from\n{config}");
+    }
+
+    let out = dir.path().join("older");
+    let args = ["train", "--backend", "cpu", "--arch", "memoryformer", "--steps", "4"];
+    let o = run(
+        &[&args[..], &["--checkpoint-every", "2", "--log-every", "1"]].concat(),
+        Some(&out),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whole = losses(&out);
+    std::fs::remove_file(out.join("checkpoints/step-000000004.safetensors")).unwrap();
+    let config = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    let older: String = config
+        .lines()
+        .filter(|l| !l.starts_with("expansion_bits") && !l.starts_with("block_gelu"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(config.lines().count(), older.lines().count() + 2);
+    std::fs::write(out.join("config.toml"), &older).unwrap();
+    // The checkpoint as a binary from before these settings wrote it: the same state, the
+    // older config text.
+    let kept = out.join("checkpoints/step-000000002.safetensors");
+    let bytes = std::fs::read(&kept).unwrap();
+    let models::ModelConfig::MemoryFormer(model) = models::RunConfig::from_toml(&config).unwrap().model else {
+        panic!("not a MemoryFormer: {config}")
+    };
+    let layout = models::memoryformer::layout(&model);
+    let state = models::checkpoint::state_from_bytes(&layout, &bytes).unwrap();
+    models::checkpoint::write_state(&layout, &state, &older, &kept).unwrap();
+    let o = resmem().args(["train", "--resume"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("skipping"), "{}", stderr(&o));
+    assert_eq!(losses(&out), whole);
+}
+
 /// The MemoryFormer learns copy, saves its model, and `analyze buckets` reports every table of
 /// every hashed layer of that saved model.
 #[test]

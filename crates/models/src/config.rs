@@ -301,11 +301,25 @@ impl Trunk {
     }
 }
 
+/// The MemoryFormer paper's expansion: ML2 hashes 2 more bits than ML1 (its Table 5).
+pub const PAPER_EXPANSION_BITS: usize = 2;
+
+/// The most bits a chunk hashes: the kernels' bucket codes and the tables' 2^bits rows.
+pub const MAX_HASH_BITS: usize = 16;
+
+fn paper_expansion_bits() -> usize {
+    PAPER_EXPANSION_BITS
+}
+
 /// How a model's Memory Layers hash and start (SPEC §3), the same for MemoryFormer and the
 /// hybrid: K = ⌊d/τ⌋ chunks of τ bits read tables of 2^τ rows.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hashing {
     pub tau: usize,
+    /// ML1 expands to (τ + e)·K, so ML2 hashes chunks of τ + e bits (paper Table 5; e = 2).
+    pub expansion_bits: usize,
+    /// A GELU between ML1 and ML2, after the inner norm (paper Table 6; off in its model).
+    pub block_gelu: bool,
     pub temperature: f32,
     pub l1_weight: bool,
     pub table_std: f32,
@@ -319,6 +333,8 @@ impl Hashing {
     pub fn paper(tau: usize) -> Self {
         Self {
             tau,
+            expansion_bits: PAPER_EXPANSION_BITS,
+            block_gelu: false,
             temperature: 1.0,
             l1_weight: false,
             table_std: 0.02,
@@ -332,20 +348,35 @@ impl Hashing {
         d.checked_div(self.tau).unwrap_or(0)
     }
 
-    /// The width the memory block's ML1 expands to, (τ + 2)·K, which ML2 hashes in K chunks of
-    /// τ + 2 bits.
-    pub fn d_hidden(&self, d: usize) -> usize {
+    /// τ + e: the bits ML2 hashes per chunk; its tables have 2^(τ + e) rows.
+    pub fn ml2_bits(&self) -> usize {
         // Saturates rather than wraps on a config `validate` would refuse.
-        self.tau.saturating_add(2).saturating_mul(self.chunks(d))
+        self.tau.saturating_add(self.expansion_bits)
+    }
+
+    /// The width the memory block's ML1 expands to, (τ + e)·K, which ML2 hashes in K chunks of
+    /// τ + e bits.
+    pub fn d_hidden(&self, d: usize) -> usize {
+        self.ml2_bits().saturating_mul(self.chunks(d))
     }
 
     /// Checks τ against the width `d` it hashes (named `d_name`), and the float settings.
     pub(crate) fn validate(&self, d_name: &str, d: usize) -> Result<()> {
         require_positive(&[("tau", self.tau)])?;
-        if self.tau > 14 {
+        if self.expansion_bits >= MAX_HASH_BITS {
             return Err(ModelError::Config(format!(
-                "tau = {} makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
-                self.tau
+                "expansion_bits = {} leaves ML2 no room for tau's bits; use expansion_bits of at most {}",
+                self.expansion_bits,
+                MAX_HASH_BITS - 1
+            )));
+        }
+        if self.ml2_bits() > MAX_HASH_BITS {
+            return Err(ModelError::Config(format!(
+                "tau = {} with expansion_bits = {} makes tables of 2^{} rows for ML2; use tau of at most {}",
+                self.tau,
+                self.expansion_bits,
+                self.ml2_bits(),
+                MAX_HASH_BITS - self.expansion_bits
             )));
         }
         if self.tau > d {
@@ -378,8 +409,14 @@ pub struct MemoryFormerConfig {
     pub n_layers: usize,
     /// H; the head width is d/H.
     pub n_heads: usize,
-    /// τ: bits per chunk; each table has 2^τ rows. ML2 hashes τ + 2 bits.
+    /// τ: bits per chunk; each table has 2^τ rows. ML2 hashes τ + expansion_bits bits.
     pub tau: usize,
+    /// e: ML1 expands to (τ + e)·K (paper Table 5; 2). Configs written before it existed mean 2.
+    #[serde(default = "paper_expansion_bits")]
+    pub expansion_bits: usize,
+    /// A GELU between ML1 and ML2, after the inner norm (paper Table 6; off in its model).
+    #[serde(default)]
+    pub block_gelu: bool,
     pub norm: Norm,
     pub norm_eps: f32,
     /// Divide attention logits by (layer index + 1).
@@ -411,6 +448,8 @@ impl MemoryFormerConfig {
             n_layers: 2,
             n_heads: 8,
             tau: 4,
+            expansion_bits: PAPER_EXPANSION_BITS,
+            block_gelu: false,
             norm: Norm::LayerNorm,
             norm_eps: 1e-5,
             attn_layer_scale: true,
@@ -492,8 +531,14 @@ pub struct HybridConfig {
     pub init_std: f32,
     /// W_U starts at zero, so the first loss is exactly ln V.
     pub zero_unembedding: bool,
-    /// τ: ML1 hashes chunks of τ bits (tables of 2^τ rows), ML2 chunks of τ + 2.
+    /// τ: ML1 hashes chunks of τ bits (tables of 2^τ rows), ML2 chunks of τ + expansion_bits.
     pub tau: usize,
+    /// e: ML1 expands to (τ + e)·K (MemoryFormer's Table 5; 2). Older configs mean 2.
+    #[serde(default = "paper_expansion_bits")]
+    pub expansion_bits: usize,
+    /// A GELU between ML1 and ML2, after the inner norm (MemoryFormer's Table 6; off).
+    #[serde(default)]
+    pub block_gelu: bool,
     /// t in p(z) = Π_j 1/(1 + exp(−2|z_j|/t)).
     pub temperature: f32,
     /// Multiply p(z) by ‖z‖₁, as MemoryFormer's community code does.
@@ -519,6 +564,8 @@ impl HybridConfig {
         Self::from_parts(
             trunk,
             h.tau,
+            h.expansion_bits,
+            h.block_gelu,
             h.temperature,
             h.l1_weight,
             h.table_std,
@@ -542,7 +589,7 @@ impl HybridConfig {
         self.hashing().chunks(self.width())
     }
 
-    /// The width ML1 expands to, (τ + 2)·K.
+    /// The width ML1 expands to, (τ + e)·K.
     pub fn d_hidden(&self) -> usize {
         self.hashing().d_hidden(self.width())
     }
@@ -606,6 +653,8 @@ macro_rules! trunk_and_core {
 trunk_and_core!(RmtConfig { d_ff: usize });
 trunk_and_core!(HybridConfig {
     tau: usize,
+    expansion_bits: usize,
+    block_gelu: bool,
     temperature: f32,
     l1_weight: bool,
     table_std: f32,
@@ -621,6 +670,8 @@ macro_rules! has_hashing {
             pub fn hashing(&self) -> Hashing {
                 Hashing {
                     tau: self.tau,
+                    expansion_bits: self.expansion_bits,
+                    block_gelu: self.block_gelu,
                     temperature: self.temperature,
                     l1_weight: self.l1_weight,
                     table_std: self.table_std,

@@ -235,8 +235,8 @@ pub fn hybrid(cfg: &HybridConfig) -> HybridCounts {
 /// The hybrid at sequence length `cfg.seq_len` (SPEC §5), or an error naming the setting that
 /// makes a count overflow. Its memory block replaces the RMT's W1 and W2:
 /// - paper: Table 7's RMT formulas without the two FF products, plus per layer the tables
-///   `K·2^τ·(τ+2)K + K·2^(τ+2)·d`, the biases and the inner norm's gain, and the memory block's
-///   `K·(τ+2)K + K·d` multiply-adds per token, at 2 FLOPs each as everywhere in the RMT's count;
+///   `K·2^τ·(τ+e)K + K·2^(τ+e)·d` (e = 2 in the paper), the biases and the inner norm's gain,
+///   and the memory block's `K·(τ+e)K + K·d` multiply-adds per token, at 2 FLOPs each as everywhere in the RMT's count;
 /// - as built: the layout's parameters, and per row and Memory Layer the multiply-adds, the
 ///   bias and the hashing (as MemoryFormer's block is counted).
 pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
@@ -254,7 +254,7 @@ pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
         cfg.d_hidden(),
     ]
     .map(dim);
-    let tau2 = tau + n(2u8);
+    let tau2 = dim(cfg.hashing().ml2_bits());
     let tables = k * pow2(tau) * dh + k * pow2(tau2) * d;
     let macs = k * dh + k * d;
     let rows = memory_layer_row(n(2u8), k, tau, dh) + memory_layer_row(n(2u8), k, tau2, d);
@@ -266,7 +266,7 @@ pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
     Ok(HybridCounts {
         counts: Counts {
             params,
-            // Biases of (τ+2)K and d, and the inner norm's gain of (τ+2)K.
+            // Biases of (τ+e)K and d, and the inner norm's gain of (τ+e)K.
             params_paper: (trunk_params + l * (tables + dh + d + dh)).get(&settings)?,
             flops_fwd: residual_matrix_flops(&t, n_ * rows).get(&settings)?,
             flops_fwd_paper: (trunk_flops + l * n(2u8) * n_ * macs).get(&settings)?,
@@ -330,7 +330,7 @@ fn table_memory(cfg: &MemoryFormerConfig) -> TableMemory {
         k: mb(tau, d),
         v: mb(tau, d),
         ml1: mb(tau, dh),
-        ml2: mb(tau.saturating_add(2), d),
+        ml2: mb(cfg.hashing().ml2_bits(), d),
     }
 }
 
@@ -364,7 +364,7 @@ fn memoryformer_block_parts(cfg: &MemoryFormerConfig, mac: N) -> (N, N) {
     let [s, d, h, tau] = [cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.tau].map(dim);
     let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
     // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
-    let layers = [(tau, n(3u8) * d), (tau, dh), (tau + n(2u8), d)];
+    let layers = [(tau, n(3u8) * d), (tau, dh), (dim(cfg.hashing().ml2_bits()), d)];
     let per_row = layers
         .iter()
         .fold(n(0u8), |acc, &(bits, out)| acc + memory_layer_row(mac, k, bits, out));

@@ -259,11 +259,11 @@ pub fn hybrid_params(c: &HybridConfig) -> Result<ParamSizes> {
     residual_matrix_params(&t, core)
 }
 
-/// Memory Layers' widths over an input of width `d`: (K, (τ + 2)·K), checked; τ must already
-/// be at most 14.
-fn hashed_widths(d: u64, tau: usize) -> Result<(u64, u64)> {
-    let k = d.checked_div(tau as u64).unwrap_or(0);
-    Ok((k, product("(tau + 2) × K", &[tau as u64 + 2, k])?))
+/// Memory Layers' widths over an input of width `d`: (K, (τ + e)·K), checked; τ + e must
+/// already be at most `MAX_HASH_BITS`.
+fn hashed_widths(d: u64, h: &Hashing) -> Result<(u64, u64)> {
+    let k = d.checked_div(h.tau as u64).unwrap_or(0);
+    Ok((k, product("(tau + expansion_bits) × K", &[h.ml2_bits() as u64, k])?))
 }
 
 /// Rows of a table hashed with `bits` bits.
@@ -273,13 +273,17 @@ fn table_rows(bits: u64) -> u64 {
 
 /// The views of `l` memory blocks over width `d`, as `MemoryBlock::declare` declares them.
 fn memory_block_params(l: u64, d: u64, h: &Hashing) -> Result<Vec<Spec<'static>>> {
-    let (k, dh) = hashed_widths(d, h.tau)?;
-    let tau = h.tau as u64;
+    let (k, dh) = hashed_widths(d, h)?;
+    let (tau, ml2_bits) = (h.tau as u64, h.ml2_bits() as u64);
     Ok(vec![
         (l, "the ml1 tables (K × 2^tau × d_hidden)", vec![k, table_rows(tau), dh]),
         (l, "the ml1 bias (d_hidden)", vec![dh]),
         (l, "the norm gains (d_hidden)", vec![dh]),
-        (l, "the ml2 tables (K × 2^(tau+2) × d)", vec![k, table_rows(tau + 2), d]),
+        (
+            l,
+            "the ml2 tables (K × 2^(tau+e) × d)",
+            vec![k, table_rows(ml2_bits), d],
+        ),
         (l, "the ml2 bias (d)", vec![d]),
     ])
 }
@@ -287,7 +291,7 @@ fn memory_block_params(l: u64, d: u64, h: &Hashing) -> Result<Vec<Spec<'static>>
 /// MemoryFormer's parameters, as `memoryformer::layout` declares them.
 pub fn memoryformer_params(c: &MemoryFormerConfig) -> Result<ParamSizes> {
     let [v, n, d, l, tau] = [c.vocab, c.seq_len, c.d_model, c.n_layers, c.tau].map(|x| x as u64);
-    let (k, _) = hashed_widths(d, c.tau)?;
+    let (k, _) = hashed_widths(d, &c.hashing())?;
     let d3 = product("3 × d_model", &[3, d])?;
     let mut specs = vec![
         (1, "wte (vocab × d_model)", vec![v, d]),
@@ -409,23 +413,29 @@ fn hashed(per: &mut Tally, bt: u64, k: u64, bits: u64) -> Result<()> {
 }
 
 /// A memory block over width `d` (`memory_layer::MemoryBlock`): its two Memory Layers, ML1's
-/// output and its norm; the sort's cursor, sized for ML2's 2^(τ+2) buckets, the widest; and
-/// the gradients of ML1's output and of its norm.
+/// output, its norm and its GELU if any; the sort's cursor, sized for ML2's 2^(τ+e) buckets, the
+/// widest; and the gradients of ML1's output, of its norm and of its GELU.
 fn memory_block_acts(bt: u64, d: u64, h: &Hashing) -> Result<CoreActs> {
-    let (k, dh) = hashed_widths(d, h.tau)?;
-    let tau = h.tau as u64;
+    let (k, dh) = hashed_widths(d, h)?;
+    let (tau, ml2_bits) = (h.tau as u64, h.ml2_bits() as u64);
     let mut core = CoreActs::default();
     hashed(&mut core.per_block, bt, k, tau)?;
     core.per_block.buf("the ml1 output", &[bt, dh])?;
     core.per_block.buf("ln3", &[bt, dh])?;
     core.per_block.buf("the norm statistics", &[bt, 2])?;
-    hashed(&mut core.per_block, bt, k, tau + 2)?;
+    if h.block_gelu {
+        core.per_block.buf("the gelu of ln3", &[bt, dh])?;
+    }
+    hashed(&mut core.per_block, bt, k, ml2_bits)?;
     // A counter per table, code and tile of the GPU's sort (engine::ops::memory::sort_tiles).
-    let buckets = table_rows(tau + 2);
+    let buckets = table_rows(ml2_bits);
     let tiles = sort_tiles(usize::try_from(bt).unwrap_or(usize::MAX), buckets as usize) as u64;
     core.shared.buf("the bucket cursor", &[k, buckets, tiles])?;
     core.scratch.buf("the ml1 gradient", &[bt, dh])?;
     core.scratch.buf("the ln3 gradient", &[bt, dh])?;
+    if h.block_gelu {
+        core.scratch.buf("the gelu gradient", &[bt, dh])?;
+    }
     Ok(core)
 }
 
@@ -495,7 +505,7 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
 
 fn memoryformer_acts(c: &MemoryFormerConfig, b: u64, t: u64, bt: u64) -> Result<Acts> {
     let [d, v, h, tau] = [c.d_model, c.vocab, c.n_heads, c.tau].map(|x| x as u64);
-    let (k, _) = hashed_widths(d, c.tau)?;
+    let (k, _) = hashed_widths(d, &c.hashing())?;
     let ff = memory_block_acts(bt, d, &c.hashing())?;
     let lse = "the attention log-sum-exps (batch × n_heads × seq_len)";
     let mut per = Tally::default();

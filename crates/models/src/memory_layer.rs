@@ -1,7 +1,8 @@
 //! MemoryFormer's two units (SPEC §3), shared by the MemoryFormer and the hybrid:
 //!
 //!   Memory Layer   ML(x) = Σ_k p(z_k) · T_k[hash(z_k)] + b        no matrix product
-//!   memory block   f = ML2(Norm(ML1(x)))                           ML1: d → (τ+2)K, ML2: → d
+//!   memory block   f = ML2(Norm(ML1(x)))                           ML1: d → (τ+e)K, ML2: → d
+//!                  f = ML2(GELU(Norm(ML1(x))))                     with `block_gelu` (Table 6)
 //!
 //! Each unit declares its parameters, allocates what its forward keeps, and runs its forward and
 //! backward; a model only wires them.
@@ -119,9 +120,9 @@ impl<B: Backend> Hashed<B> {
 /// The memory block's parameters.
 #[derive(Clone, Copy, Debug)]
 pub struct MemoryBlockParams<T> {
-    pub ml1: MemoryParams<T>, // d → (τ+2)K
-    pub ln3: T,               // ((τ+2)K)
-    pub ml2: MemoryParams<T>, // (τ+2)K → d
+    pub ml1: MemoryParams<T>, // d → (τ+e)K
+    pub ln3: T,               // ((τ+e)K)
+    pub ml2: MemoryParams<T>, // (τ+e)K → d
 }
 
 impl MemoryBlockParams<ParamId> {
@@ -137,27 +138,31 @@ impl MemoryBlockParams<ParamId> {
 /// What the memory block keeps from the forward for the backward.
 pub struct MemoryBlockActs<B: Backend> {
     h1: Hashed<B>,
-    hid: B::Tensor, // (BT, (τ+2)K) ML1's output
+    hid: B::Tensor, // (BT, (τ+e)K) ML1's output
     ln3: B::Tensor,
     ln3_stats: B::Tensor,
+    gelu: Option<B::Tensor>, // GELU(ln3), ML2's input, with `block_gelu`
     h2: Hashed<B>,
 }
 
 /// The memory block's backward scratch, shared by every block of a model.
 pub struct MemoryBlockScratch<B: Backend> {
-    dhid: B::Tensor, // (BT, (τ+2)K)
-    dln3: B::Tensor, // (BT, (τ+2)K)
+    dhid: B::Tensor,          // (BT, (τ+e)K)
+    dln3: B::Tensor,          // (BT, (τ+e)K)
+    dgelu: Option<B::Tensor>, // with `block_gelu`
 }
 
 /// f = ML2(Norm(ML1(x))) for `tokens` rows of width d (SPEC §3's memory block, SPEC §5's core):
-/// ML1 hashes K = ⌊d/τ⌋ chunks of τ values into (τ+2)·K, ML2 hashes K chunks of τ + 2 into d.
-/// There is no activation: the hash is the non-linearity.
+/// ML1 hashes K = ⌊d/τ⌋ chunks of τ values into (τ+e)·K, ML2 hashes K chunks of τ + e into d
+/// (e = 2 in the paper). There is no activation, the hash is the non-linearity, unless
+/// `block_gelu` asks for the paper's Table 6 ablation: ML2(GELU(Norm(ML1(x)))).
+/// GELU keeps each value's sign, so it changes ML2's weights p(z), never its buckets.
 #[derive(Clone, Copy, Debug)]
 pub struct MemoryBlock {
     pub hashing: Hashing,
     pub ml1: MemoryDims,
     pub ml2: MemoryDims,
-    /// The inner norm over ML1's (τ+2)·K outputs.
+    /// The inner norm over ML1's (τ+e)·K outputs.
     pub norm: NormDims,
 }
 
@@ -168,7 +173,7 @@ impl MemoryBlock {
         Self {
             hashing: h,
             ml1: layer_dims(&h, tokens, d, k, h.tau, dh),
-            ml2: layer_dims(&h, tokens, dh, k, h.tau + 2, d),
+            ml2: layer_dims(&h, tokens, dh, k, h.ml2_bits(), d),
             norm: NormDims {
                 rows: tokens,
                 c: dh,
@@ -176,6 +181,13 @@ impl MemoryBlock {
                 eps,
             },
         }
+    }
+}
+
+impl MemoryBlock {
+    /// A buffer of `n` values named `name` when the block has its GELU, else none.
+    fn gelu<B: Backend>(&self, be: &B, name: &str, n: usize) -> engine::Result<Option<B::Tensor>> {
+        self.hashing.block_gelu.then(|| be.zeros(name, n)).transpose()
     }
 }
 
@@ -210,6 +222,7 @@ impl FfCore for MemoryBlock {
             hid: be.zeros("ml1 output", n)?,
             ln3: be.zeros("ln3", n)?,
             ln3_stats: be.zeros("ln3 stats", self.ml1.tokens * 2)?,
+            gelu: self.gelu(be, "gelu of ln3", n)?,
             h2: Hashed::new(be, self.ml2)?,
         })
     }
@@ -223,10 +236,11 @@ impl FfCore for MemoryBlock {
         Ok(MemoryBlockScratch {
             dhid: be.zeros("ml1 gradient", n)?,
             dln3: be.zeros("ln3 gradient", n)?,
+            dgelu: self.gelu(be, "gelu gradient", n)?,
         })
     }
 
-    /// out = ML2(Norm(ML1(x))).
+    /// out = ML2(Norm(ML1(x))), or ML2(GELU(Norm(ML1(x)))).
     fn forward<B: Backend>(
         &self,
         be: &B,
@@ -238,7 +252,14 @@ impl FfCore for MemoryBlock {
     ) {
         a.h1.forward(be, &a.hid, x, &p.ml1, cursor);
         be.norm_forward(&a.ln3, &a.ln3_stats, &a.hid, &p.ln3, self.norm);
-        a.h2.forward(be, out, &a.ln3, &p.ml2, cursor);
+        let ml2_in = match &a.gelu {
+            Some(g) => {
+                be.gelu_forward(g, &a.ln3);
+                g
+            }
+            None => &a.ln3,
+        };
+        a.h2.forward(be, out, ml2_in, &p.ml2, cursor);
     }
 
     fn backward<B: Backend>(
@@ -252,7 +273,13 @@ impl FfCore for MemoryBlock {
         a: &MemoryBlockActs<B>,
         p: &MemoryBlockParams<B::Tensor>,
     ) {
-        a.h2.backward(be, &s.dln3, &dp.ml2, dout, &a.ln3, &p.ml2);
+        match (&a.gelu, &s.dgelu) {
+            (Some(g), Some(dg)) => {
+                a.h2.backward(be, dg, &dp.ml2, dout, g, &p.ml2);
+                be.gelu_backward(&s.dln3, dg, &a.ln3);
+            }
+            _ => a.h2.backward(be, &s.dln3, &dp.ml2, dout, &a.ln3, &p.ml2),
+        }
         be.fill(&s.dhid, 0.0);
         be.norm_backward(&s.dhid, &dp.ln3, &s.dln3, &a.hid, &p.ln3, &a.ln3_stats, self.norm);
         a.h1.backward(be, dx, &dp.ml1, &s.dhid, x, &p.ml1);

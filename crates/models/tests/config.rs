@@ -116,6 +116,20 @@ fn hybrid_settings_are_validated_by_name() {
     let err = |c: HybridConfig| c.validate().unwrap_err().to_string();
     let e = err(HybridConfig { tau: 15, ..h.clone() });
     assert!(e.contains("tau of at most 14"), "{e}");
+    let e = err(HybridConfig {
+        expansion_bits: 5,
+        tau: 12,
+        ..h.clone()
+    });
+    assert!(
+        e.contains("expansion_bits = 5") && e.contains("tau of at most 11"),
+        "{e}"
+    );
+    let e = err(HybridConfig {
+        expansion_bits: 99,
+        ..h.clone()
+    });
+    assert!(e.contains("expansion_bits of at most 15"), "{e}");
     let e = err(HybridConfig { tau: 0, ..h.clone() });
     assert!(e.contains("tau must be at least 1"), "{e}");
     // R·D_v = 2·3 = 6 values cannot fill one chunk of 8.

@@ -190,6 +190,26 @@ fn memoryformer_table3_memory() {
     }
 }
 
+/// MemoryFormer paper Table 5: MemoryFormer-tiny's memory block (d = 512, τ = 8, K = 64) takes
+/// 33.6, 52.4, 88.1 and 157.3 MB of tables in f16 with 0, 1, 2 and 3 expansion bits.
+#[test]
+fn memoryformer_table5_memory_block() {
+    for (expansion_bits, mb) in [(0, 33.6), (1, 52.4), (2, 88.1), (3, 157.3)] {
+        let c = resmem_models::MemoryFormerConfig {
+            tau: 8,
+            expansion_bits,
+            ..presets::memoryformer("pythia-70m").unwrap()
+        };
+        assert_eq!((c.chunks(), c.d_hidden()), (64, (8 + expansion_bits) * 64));
+        let t = count::memoryformer_block(&c).table_mb_f16;
+        assert!(
+            (t.ml1 + t.ml2 - mb).abs() < 0.05,
+            "{expansion_bits} bits: {} MB",
+            t.ml1 + t.ml2
+        );
+    }
+}
+
 /// SPEC §5, computed here from its formulas and the RMT of the same trunk: the hybrid has the
 /// RMT's parameters minus L·2·R·D_v·D_FF, plus per layer the tables K·2^τ·(τ+2)K + K·2^(τ+2)·d,
 /// the biases ((τ+2)K and d) and the inner norm's gain ((τ+2)K); its FLOPs are the RMT's minus

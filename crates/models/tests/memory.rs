@@ -67,6 +67,19 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::MemoryFormer(memoryformer(vocab, n)), b, t));
         cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Learned)), b, t));
         cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Alibi)), b, t));
+        // The memory block's Table 5 and 6 settings change what it allocates.
+        let ablated = MemoryFormerConfig {
+            expansion_bits: 0,
+            block_gelu: true,
+            ..memoryformer(vocab, n)
+        };
+        cases.push((ModelConfig::MemoryFormer(ablated), b, t));
+        let ablated = HybridConfig {
+            expansion_bits: 3,
+            block_gelu: true,
+            ..hybrid(vocab, n, Position::Learned)
+        };
+        cases.push((ModelConfig::Hybrid(ablated), b, t));
     }
     cases
 }

@@ -27,12 +27,21 @@ fn tiny(l1_weight: bool) -> MemoryFormerConfig {
 
 /// Central differences see the hash as constant as long as no hashed value crosses 0 within
 /// ±h; with these seeds none does (a crossing would show as a wild error, not a small one).
+/// Also with the paper's ablations: fewer expansion bits (Table 5), a GELU in the memory block
+/// (Table 6).
 #[test]
 fn gradient_check_every_parameter_tensor() {
-    for l1 in [false, true] {
+    let ablations = [(false, 2, false), (true, 2, false), (false, 1, true), (true, 0, true)];
+    for (l1, expansion_bits, block_gelu) in ablations {
         let be = CpuBackend::<f64>::new();
-        let model = MemoryFormer::new(&be, tiny(l1), 2, 5, 1).unwrap();
-        gradient_check(&format!("l1 {l1}"), &be, &model, 11, 1e-2);
+        let cfg = MemoryFormerConfig {
+            expansion_bits,
+            block_gelu,
+            ..tiny(l1)
+        };
+        let model = MemoryFormer::new(&be, cfg, 2, 5, 1).unwrap();
+        let case = format!("l1 {l1}, expansion bits {expansion_bits}, gelu {block_gelu}");
+        gradient_check(&case, &be, &model, 11, 1e-2);
     }
 }
 
@@ -47,15 +56,18 @@ fn first_loss_is_ln_vocab() {
 }
 
 /// 3·13 = 39 rows, K = 5 chunks of τ = 5 over d = 27 (2 values unhashed), 3 heads of 9.
-fn small<B: Backend>(be: &B, seed: u64) -> MemoryFormer<B> {
-    let cfg = MemoryFormerConfig {
+fn small_config() -> MemoryFormerConfig {
+    MemoryFormerConfig {
         d_model: 27,
         n_heads: 3,
         tau: 5,
         norm: Norm::RmsNorm,
         ..MemoryFormerConfig::tiny(256, 13)
-    };
-    MemoryFormer::new(be, cfg, 3, 13, seed).unwrap()
+    }
+}
+
+fn small<B: Backend>(be: &B, seed: u64) -> MemoryFormer<B> {
+    MemoryFormer::new(be, small_config(), 3, 13, seed).unwrap()
 }
 
 #[test]
@@ -66,6 +78,22 @@ fn one_training_step_on_the_gpu_matches_the_cpu() {
     let (gr, cr) = (
         train_steps(&g, small(&g, 5), 1, 5, false),
         train_steps(&c, small(&c, 5), 1, 5, false),
+    );
+    assert_same_step(&gr, &cr);
+}
+
+/// The Table 5 and 6 ablations run the same kernels in other shapes and orders.
+#[test]
+fn one_ablated_training_step_on_the_gpu_matches_the_cpu() {
+    let (g, c) = (gpu(), CpuBackend::<f32>::new());
+    let cfg = MemoryFormerConfig {
+        expansion_bits: 3,
+        block_gelu: true,
+        ..small_config()
+    };
+    let (gr, cr) = (
+        train_steps(&g, MemoryFormer::new(&g, cfg.clone(), 3, 13, 5).unwrap(), 1, 5, false),
+        train_steps(&c, MemoryFormer::new(&c, cfg, 3, 13, 5).unwrap(), 1, 5, false),
     );
     assert_same_step(&gr, &cr);
 }
