@@ -306,8 +306,8 @@ pub struct ModelDims {
     #[arg(long)]
     pub expansion_bits: Option<usize>,
     /// MemoryFormer and hybrid: a GELU between ML1 and ML2 (MemoryFormer paper Table 6).
-    #[arg(long)]
-    pub block_gelu: bool,
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub block_gelu: Option<bool>,
     /// MemoryFormer and hybrid: the hash tables learn at this multiple of the learning rate
     /// (MemoryFormer paper Table 4; 3).
     #[arg(long, allow_negative_numbers = true)]
@@ -340,7 +340,7 @@ impl ModelDims {
             ("--init-std", self.init_std.is_some(), &[T, R, M, H]),
             ("--tau", self.tau.is_some(), &[M, H]),
             ("--expansion-bits", self.expansion_bits.is_some(), &[M, H]),
-            ("--block-gelu", self.block_gelu, &[M, H]),
+            ("--block-gelu", self.block_gelu.is_some(), &[M, H]),
             ("--table-lr-mult", self.table_lr_mult.is_some(), &[M, H]),
         ]
     }
@@ -394,7 +394,7 @@ impl ModelDims {
     fn hashing(&self, mut h: Hashing) -> Hashing {
         h.tau = self.tau.unwrap_or(h.tau);
         h.expansion_bits = self.expansion_bits.unwrap_or(h.expansion_bits);
-        h.block_gelu |= self.block_gelu;
+        h.block_gelu = self.block_gelu.unwrap_or(h.block_gelu);
         h.table_lr_mult = self.table_lr_mult.unwrap_or(h.table_lr_mult);
         h
     }
@@ -553,7 +553,7 @@ impl TrainArgs {
         push(
             "block-gelu",
             "block_gelu",
-            d.block_gelu.then_some(toml::Value::Boolean(true)),
+            d.block_gelu.map(toml::Value::Boolean),
         );
         push("table-lr-mult", "table_lr_mult", d.table_lr_mult.map(float));
         push(

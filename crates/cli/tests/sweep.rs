@@ -244,13 +244,16 @@ fn the_experiments_quick_variants_reproduce_their_committed_summaries() {
         data.display()
     );
     let tmp = tempfile::tempdir().unwrap();
-    for name in [
-        "residual-scaling",
-        "residual-scaling-lecun",
-        "rmt-vs-transformer",
-        "memoryformer-vs-dense",
-        "variance-through-training",
-    ] {
+    // Every experiment file, so that a new one cannot be left out.
+    let mut names: Vec<String> = std::fs::read_dir(root().join("experiments"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 6, "{names:?}");
+    for name in &names {
         let out = tmp.path().join(name);
         let file = format!("experiments/{name}.toml");
         ok(&["sweep", &file, "--quick", "--out", s(&out)]);
