@@ -4,11 +4,12 @@
 use crate::args::{BackendKind, InitArg, VarianceArgs};
 use crate::{load, source};
 use anyhow::Result;
+use clap::ValueEnum;
 use data::{ByteTokenizer, TaskSampler};
 use engine::Backend;
 use models::probes::Measured;
 use models::variance::{self, InitScheme};
-use models::{ModelConfig, Purpose, TrainConfig, Trainer};
+use models::{ModelConfig, Purpose, TrainConfig, Trainer, WeightInit};
 use std::path::Path;
 
 pub fn variance(args: VarianceArgs) -> Result<()> {
@@ -19,11 +20,7 @@ pub fn variance(args: VarianceArgs) -> Result<()> {
     if args.measured {
         return crate::with_backend!(args.backend, be => measured(be, &args));
     }
-    let init = match args.init {
-        InitArg::Xavier => InitScheme::Xavier,
-        InitArg::Lecun => InitScheme::Lecun,
-        InitArg::Default => InitScheme::Default,
-    };
+    let init = scheme(args.init);
     let cfg = args.model.config()?;
     let Some(rows) = variance::closed_form(&cfg, init) else {
         anyhow::bail!(
@@ -58,20 +55,61 @@ pub fn variance(args: VarianceArgs) -> Result<()> {
     Ok(())
 }
 
-/// Measured ratios of the storages and retrievals of an RMT or a hybrid, per block, on a batch
-/// of the task.
+fn scheme(init: InitArg) -> InitScheme {
+    match init {
+        InitArg::Xavier => InitScheme::Xavier,
+        InitArg::Lecun => InitScheme::Lecun,
+        InitArg::Default => InitScheme::Default,
+    }
+}
+
+/// The weight init, fan-in scale and output scaling that make a model start as `init` says.
+fn start_as(init: InitArg, weight_init: &mut WeightInit, init_std: &mut f32, scaled_output_init: &mut bool) {
+    match init {
+        InitArg::Xavier => *weight_init = WeightInit::Xavier,
+        InitArg::Lecun => (*weight_init, *init_std, *scaled_output_init) = (WeightInit::FanIn, 1.0, false),
+        InitArg::Default => {}
+    }
+}
+
+/// Measured ratios of the storages and retrievals of an RMT or a hybrid, or of the transformer's
+/// linear layers, per block, on a batch of the task, with the closed form of `--init` beside:
+/// the model starts as `--init` says.
 fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     let mut cfg = args.model.config()?;
     let zero_unembedding = !args.random_unembedding;
     match &mut cfg {
-        ModelConfig::Rmt(c) => c.zero_unembedding = zero_unembedding,
-        ModelConfig::Hybrid(c) => c.zero_unembedding = zero_unembedding,
-        ModelConfig::Transformer(_) if args.random_unembedding => anyhow::bail!(
-            "the transformer's W_U always starts at zero; drop --random-unembedding and measure after --steps 1"
-        ),
-        ModelConfig::Transformer(_) => {}
+        ModelConfig::Rmt(c) => {
+            c.zero_unembedding = zero_unembedding;
+            start_as(
+                args.init,
+                &mut c.weight_init,
+                &mut c.init_std,
+                &mut c.scaled_output_init,
+            );
+        }
+        ModelConfig::Hybrid(c) => {
+            c.zero_unembedding = zero_unembedding;
+            start_as(
+                args.init,
+                &mut c.weight_init,
+                &mut c.init_std,
+                &mut c.scaled_output_init,
+            );
+        }
+        ModelConfig::Transformer(c) => {
+            c.zero_unembedding = zero_unembedding;
+            start_as(
+                args.init,
+                &mut c.weight_init,
+                &mut c.init_std,
+                &mut c.scaled_output_init,
+            );
+        }
         _ => anyhow::bail!("--measured probes storage and retrieval; pass --arch rmt, hybrid or transformer"),
     }
+    let closed = variance::closed_form(&cfg, scheme(args.init)).unwrap_or_default();
+    let closed_of = |m: &Measured| closed.iter().find(|c| (c.layer, c.op) == (m.site.layer, m.site.op));
     cfg.set_vocab(ByteTokenizer::VOCAB);
     cfg.set_context(args.tokens);
     let host = crate::Host::batches(1, args.batch, args.tokens, "--batch or --tokens");
@@ -96,41 +134,100 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
         let rows: Vec<_> = rows
             .iter()
             .map(|m| {
+                let c = closed_of(m);
                 serde_json::json!({ "model": cfg.arch(), "step": args.steps, "block": m.site.block,
                 "layer": m.site.layer, "op": m.site.op,
-                "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio })
+                "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio,
+                "closed_forward_ratio": c.map(|c| c.forward_ratio),
+                "closed_backward_ratio": c.map(|c| c.backward_ratio) })
             })
             .collect();
         out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     out!(
-        "{} after {} steps, measured on a batch of {}",
+        "{} after {} steps, measured on a batch of {}; it started as --init {} says, and the closed form is that init's",
         cfg.arch(),
         args.steps,
-        args.task
+        args.task,
+        args.init.to_possible_value().map_or(String::new(), |v| v.get_name().to_string())
     );
     out!(
-        "{:<6} {:<5} {:<10} {:>12} {:>12}",
+        "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
         "block",
         "layer",
         "op",
         "σ²out/σ²in",
-        "σ²gin/σ²gout"
+        "closed",
+        "σ²gin/σ²gout",
+        "closed"
     );
     let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
     for m in &rows {
+        let c = closed_of(m);
         out!(
-            "{:<6} {:<5} {:<10} {:>12} {:>12}",
+            "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
             m.site.block,
             json_name(&m.site.layer)?,
             json_name(&m.site.op)?,
             show(m.forward_ratio),
-            show(m.backward_ratio)
+            show(c.map(|c| c.forward_ratio)),
+            show(m.backward_ratio),
+            show(c.map(|c| c.backward_ratio)),
         );
     }
     if rows.iter().any(|m| m.backward_ratio.is_none()) {
         out!("n/a: no gradient reached that layer; W_U starts at zero. Pass --random-unembedding or --steps.");
+    }
+    over_blocks(&rows, |m| closed_of(m).copied())
+}
+
+/// Each site kind's ratios over the blocks: geometric mean, lowest and highest, beside the
+/// closed form, which is the same in every block.
+fn over_blocks(rows: &[Measured], closed_of: impl Fn(&Measured) -> Option<variance::ClosedForm>) -> Result<()> {
+    let mut kinds: Vec<(models::probes::Layer, models::probes::Op)> = vec![];
+    for m in rows {
+        if !kinds.contains(&(m.site.layer, m.site.op)) {
+            kinds.push((m.site.layer, m.site.op));
+        }
+    }
+    out!("over the blocks: geometric mean [lowest, highest]");
+    out!(
+        "{:<5} {:<10} {:>30} {:>10} {:>30} {:>10}",
+        "layer",
+        "op",
+        "σ²out/σ²in",
+        "closed",
+        "σ²gin/σ²gout",
+        "closed"
+    );
+    for (layer, op) in kinds {
+        let of_kind: Vec<&Measured> = rows
+            .iter()
+            .filter(|m| (m.site.layer, m.site.op) == (layer, op))
+            .collect();
+        let spread = |get: &dyn Fn(&Measured) -> Option<f64>| {
+            let v: Vec<f64> = of_kind.iter().filter_map(|m| get(m)).filter(|r| *r > 0.0).collect();
+            if v.len() < of_kind.len() || v.is_empty() {
+                return "n/a".to_string();
+            }
+            let geo = (v.iter().map(|r| r.ln()).sum::<f64>() / v.len() as f64).exp();
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::INFINITY, 0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+            format!("{} [{}, {}]", ratio(geo), ratio(lo), ratio(hi))
+        };
+        let c = of_kind.first().and_then(|m| closed_of(m));
+        let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
+        out!(
+            "{:<5} {:<10} {:>30} {:>10} {:>30} {:>10}",
+            json_name(&layer)?,
+            json_name(&op)?,
+            spread(&|m| m.forward_ratio),
+            show(c.map(|c| c.forward_ratio)),
+            spread(&|m| m.backward_ratio),
+            show(c.map(|c| c.backward_ratio)),
+        );
     }
     Ok(())
 }

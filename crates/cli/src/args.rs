@@ -550,11 +550,7 @@ impl TrainArgs {
         push("context", "seq_len", self.context.map(int));
         push("init-std", init_key, d.init_std.map(float));
         push("expansion-bits", "expansion_bits", d.expansion_bits.map(int));
-        push(
-            "block-gelu",
-            "block_gelu",
-            d.block_gelu.map(toml::Value::Boolean),
-        );
+        push("block-gelu", "block_gelu", d.block_gelu.map(toml::Value::Boolean));
         push("table-lr-mult", "table_lr_mult", d.table_lr_mult.map(float));
         push(
             "norm",

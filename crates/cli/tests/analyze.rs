@@ -83,19 +83,23 @@ fn closed_form_prints_table2_transformer_rows() {
 }
 
 /// `analyze variance --measured` of `arch` at `preset` and the flags `dims`, on the CPU with
-/// a random unembedding; its rows, which must be four sites for each of two blocks.
-fn measured(arch: &str, preset: &str, dims: &[&str]) -> Vec<Value> {
+/// a random unembedding; its rows, which must be `sites` for each of two blocks.
+fn measured(arch: &str, preset: &str, dims: &[&str], sites: usize) -> Vec<Value> {
     let mut args = vec!["analyze", "variance", "--measured", "--arch", arch, "--preset", preset];
     args.extend_from_slice(dims);
     args.extend(["--backend", "cpu", "--random-unembedding", "--json"]);
     let rows = json(&args).as_array().unwrap().clone();
-    assert_eq!(rows.len(), 2 * 4, "two blocks, four sites each: {rows:?}");
+    assert_eq!(rows.len(), 2 * sites, "two blocks, {sites} sites each: {rows:?}");
     rows
 }
 
 #[test]
 fn measured_variance_reports_every_site() {
-    let rows = measured("rmt", "table9-46m", &["--layers", "2", "--d-ff", "64"]);
+    // Storage and retrieval of attention and FF, and the RMT's own W1 and W2.
+    let rows = measured("rmt", "table9-46m", &["--layers", "2", "--d-ff", "64"], 6);
+    let ops: Vec<&str> = rows.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    assert_eq!(ops.iter().filter(|op| **op == "w1").count(), 2, "{ops:?}");
+    assert_eq!(ops.iter().filter(|op| **op == "w2").count(), 2, "{ops:?}");
     for r in &rows {
         for key in ["model", "layer", "op", "forward_ratio", "backward_ratio"] {
             assert!(r.get(key).is_some(), "{key} missing from {r}");
@@ -180,8 +184,9 @@ fn hybrid_counts_and_variance() {
             .map(|row| (num(row, "forward_ratio"), num(row, "backward_ratio")))
             .collect::<Vec<_>>()
     };
-    assert_eq!(closed("hybrid"), closed("rmt"));
-    let rows = measured("hybrid", "tiny-hybrid", &[]);
+    // The RMT's storages and retrievals; the hybrid has no W1 and W2 of its own.
+    assert_eq!(closed("hybrid"), closed("rmt")[..4]);
+    let rows = measured("hybrid", "tiny-hybrid", &[], 4);
     assert!(rows
         .iter()
         .all(|r| r["model"] == "hybrid" && num(r, "backward_ratio") > 0.0));

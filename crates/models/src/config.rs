@@ -85,8 +85,19 @@ pub struct TransformerConfig {
     pub scaled_output_init: bool,
     /// Weights ~ N(0, init_std²/fan_in); embeddings ~ N(0, init_std²) (SPEC §2, official code).
     pub init_std: f32,
+    /// Xavier instead of the fan-in init above; configs written before it mean fan_in.
+    #[serde(default)]
+    pub weight_init: WeightInit,
+    /// W_U starts at zero, so the first loss is exactly ln V. Variance measurements at init turn
+    /// this off: with W_U = 0 no gradient reaches the blocks. Older configs mean true.
+    #[serde(default = "yes")]
+    pub zero_unembedding: bool,
     /// Weight of the z-loss 1e-4·(log Z)².
     pub z_loss: f32,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl TransformerConfig {
@@ -110,6 +121,8 @@ impl TransformerConfig {
             attn_layer_scale: true,
             scaled_output_init: true,
             init_std: 0.5,
+            weight_init: WeightInit::FanIn,
+            zero_unembedding: true,
             z_loss: 1e-4,
         }
     }
@@ -198,6 +211,9 @@ pub struct RmtConfig {
     pub scaled_output_init: bool,
     /// Weights ~ N(0, init_std²/fan_in); embedding tables ~ N(0, init_std²).
     pub init_std: f32,
+    /// Xavier instead of the fan-in init above; configs written before it mean fan_in.
+    #[serde(default)]
+    pub weight_init: WeightInit,
     /// W_U starts at zero (SPEC §2), so the first loss is exactly ln V. Variance measurements
     /// at init turn this off: with W_U = 0 no gradient reaches the blocks.
     pub zero_unembedding: bool,
@@ -228,6 +244,29 @@ impl RmtConfig {
     }
 }
 
+/// How weights start; embeddings and hash tables are N(0, std²) either way, norm gains 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightInit {
+    /// N(0, init_std²/fan_in), output maps times 1/(2L) with `scaled_output_init` (SPEC §2).
+    #[default]
+    FanIn,
+    /// N(0, 2/(fan_in + fan_out)) for every weight, without output scaling (Glorot & Bengio):
+    /// what the RMT paper's Table 2 assumes.
+    Xavier,
+}
+
+impl WeightInit {
+    /// The std of a weight of these fans; `out_scale` is the fan-in init's output scaling (1 for
+    /// other weights).
+    pub fn std(self, init_std: f32, fan_in: usize, fan_out: usize, out_scale: f32) -> f32 {
+        match self {
+            Self::FanIn => init_std / (fan_in as f32).sqrt() * out_scale,
+            Self::Xavier => (2.0 / (fan_in + fan_out) as f32).sqrt(),
+        }
+    }
+}
+
 /// What every residual-matrix model shares, whatever its feed-forward core: the RMT of SPEC §2
 /// with the core taken out. `RmtConfig` (a dense core) and `HybridConfig` (a memory block) are
 /// each a trunk and a core.
@@ -245,6 +284,7 @@ pub struct Trunk {
     pub attn_layer_scale: bool,
     pub scaled_output_init: bool,
     pub init_std: f32,
+    pub weight_init: WeightInit,
     pub zero_unembedding: bool,
     pub z_loss: f32,
 }
@@ -265,6 +305,7 @@ impl Trunk {
             attn_layer_scale: true,
             scaled_output_init: true,
             init_std: 0.5,
+            weight_init: WeightInit::FanIn,
             zero_unembedding: true,
             z_loss: 1e-4,
         }
@@ -529,6 +570,9 @@ pub struct HybridConfig {
     pub scaled_output_init: bool,
     /// Keys ~ N(0, init_std²/fan_in); embedding tables ~ N(0, init_std²).
     pub init_std: f32,
+    /// Xavier instead of the fan-in init above; configs written before it mean fan_in.
+    #[serde(default)]
+    pub weight_init: WeightInit,
     /// W_U starts at zero, so the first loss is exactly ln V.
     pub zero_unembedding: bool,
     /// τ: ML1 hashes chunks of τ bits (tables of 2^τ rows), ML2 chunks of τ + expansion_bits.
@@ -621,6 +665,7 @@ macro_rules! trunk_and_core {
                     attn_layer_scale: self.attn_layer_scale,
                     scaled_output_init: self.scaled_output_init,
                     init_std: self.init_std,
+                    weight_init: self.weight_init,
                     zero_unembedding: self.zero_unembedding,
                     z_loss: self.z_loss,
                 }
@@ -641,6 +686,7 @@ macro_rules! trunk_and_core {
                     attn_layer_scale: t.attn_layer_scale,
                     scaled_output_init: t.scaled_output_init,
                     init_std: t.init_std,
+                    weight_init: t.weight_init,
                     zero_unembedding: t.zero_unembedding,
                     z_loss: t.z_loss,
                     $($field),*

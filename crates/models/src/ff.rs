@@ -51,6 +51,24 @@ pub trait FfCore {
         a: &Self::Acts<B>,
         p: &Self::Params<B::Tensor>,
     );
+    /// Whether the core has dense maps of its own (W1, W2) for the variance probes.
+    fn has_dense_maps(&self) -> bool {
+        false
+    }
+    /// After a forward of `x` into `f`: W1's and W2's (input, output), for the variance probes.
+    fn dense_maps<'a, B: Backend>(
+        &self,
+        _x: &'a B::Tensor,
+        _f: &'a B::Tensor,
+        _a: &'a Self::Acts<B>,
+    ) -> Option<[(&'a B::Tensor, &'a B::Tensor); 2]> {
+        None
+    }
+    /// After a backward: the gradients at W1's output and at W2's input, which the core keeps
+    /// in its scratch (W2's output gradient is df, W1's input gradient dx).
+    fn dense_grads<'a, B: Backend>(&self, _s: &'a Self::Scratch<B>) -> Option<[&'a B::Tensor; 2]> {
+        None
+    }
     /// The core's hash tables, for bucket statistics; none for a dense core.
     fn hashed_layers<'a, B: Backend>(&self, _a: &'a Self::Acts<B>, _prefix: &str) -> Vec<HashedLayer<'a, B>> {
         vec![]
@@ -65,6 +83,7 @@ pub struct Dense {
     pub width: usize,
     pub d_ff: usize,
     pub init_std: f32,
+    pub weight_init: crate::WeightInit,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -91,12 +110,12 @@ impl FfCore for Dense {
 
     fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> DenseParams<ParamId> {
         let (rv, f) = (self.width, self.d_ff);
-        let fan = |fan_in: usize| Init::Normal {
-            std: self.init_std / (fan_in as f32).sqrt(),
+        let weight = |fan_in: usize, fan_out: usize| Init::Normal {
+            std: self.weight_init.std(self.init_std, fan_in, fan_out, 1.0),
         };
         DenseParams {
-            w1: lb.add(format!("{prefix}.w1"), &[f, rv], true, fan(rv)),
-            w2: lb.add(format!("{prefix}.w2"), &[rv, f], true, fan(f)),
+            w1: lb.add(format!("{prefix}.w1"), &[f, rv], true, weight(rv, f)),
+            w2: lb.add(format!("{prefix}.w2"), &[rv, f], true, weight(f, rv)),
         }
     }
 
@@ -159,5 +178,22 @@ impl FfCore for Dense {
         be.gelu_backward(&s.dfch, &s.dfch_gelu, &a.fch);
         be.matmul(&dp.w1, &s.dfch, x, MatmulDims::new(ff, rv, bt).trans_a());
         be.matmul(dx, &s.dfch, &p.w1, MatmulDims::new(bt, rv, ff));
+    }
+
+    fn has_dense_maps(&self) -> bool {
+        true
+    }
+
+    fn dense_maps<'a, B: Backend>(
+        &self,
+        x: &'a B::Tensor,
+        f: &'a B::Tensor,
+        a: &'a DenseActs<B>,
+    ) -> Option<[(&'a B::Tensor, &'a B::Tensor); 2]> {
+        Some([(x, &a.fch), (&a.fch_gelu, f)])
+    }
+
+    fn dense_grads<'a, B: Backend>(&self, s: &'a DenseScratch<B>) -> Option<[&'a B::Tensor; 2]> {
+        Some([&s.dfch, &s.dfch_gelu])
     }
 }

@@ -30,7 +30,7 @@ pub mod variance;
 pub use batch::BatchTensors;
 pub use config::{
     Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig,
-    Trunk,
+    Trunk, WeightInit,
 };
 pub use hybrid::Hybrid;
 pub use memory::{MemoryEstimate, Purpose};

@@ -392,11 +392,16 @@ struct CoreActs {
     shared: Tally,
     /// Backward scratch, once.
     scratch: Tally,
+    /// Variance-probed sites of its own in each block (W1 and W2 of a dense core).
+    probed_sites: u64,
 }
 
 /// The RMT's dense core: the hidden layer before and after GELU, and their gradients.
 fn dense_core_acts(bt: u64, f: u64) -> Result<CoreActs> {
-    let mut core = CoreActs::default();
+    let mut core = CoreActs {
+        probed_sites: 2,
+        ..CoreActs::default()
+    };
     core.per_block.buf("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?;
     core.per_block.buf("the FF hidden", &[bt, f])?;
     core.scratch.buf("the FF gradient", &[bt, f])?;
@@ -442,6 +447,7 @@ fn memory_block_acts(bt: u64, d: u64, h: &Hashing) -> Result<CoreActs> {
 /// A residual-matrix model's activations: the trunk's and its feed-forward `core`'s.
 fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> Result<Acts> {
     let [dk, dv, r, v, n] = [c.d_k, c.d_v, c.rank, c.vocab, c.seq_len].map(|x| x as u64);
+    let probed_sites = core.probed_sites;
     let m = product("d_k × d_v", &[dk, dv])?;
     let rv = trunk_width(c)?;
     let lse = "the attention log-sum-exps (batch × rank × seq_len)";
@@ -492,10 +498,10 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     bwd.buf("the probe scratch", &[bt, m])?;
     bwd.buf("the probe scratch", &[bt, 2])?;
     bwd.buf("the position gradient scratch", &[t, rv])?;
-    // 4 probed sites a block, 4 quantities, 2 sums, each in its own 64-value slot.
+    // 4 probed sites a block and the core's, 4 quantities, 2 sums, each in its own 64-value slot.
     bwd.buf(
         "the variance probes",
-        &[c.n_layers as u64, 4 * 4 * 2, VIEW_ALIGN as u64],
+        &[c.n_layers as u64, (4 + probed_sites) * 4 * 2, VIEW_ALIGN as u64],
     )?;
     Ok(Acts {
         forward: fwd,

@@ -230,6 +230,7 @@ pub fn official_conventions(seq_len: usize) -> RmtConfig {
         attn_layer_scale: true,
         scaled_output_init: true,
         init_std: 0.02,
+        weight_init: crate::WeightInit::FanIn,
         zero_unembedding: true,
         z_loss: 1e-4,
     }

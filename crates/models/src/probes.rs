@@ -23,6 +23,10 @@ pub enum Layer {
 pub enum Op {
     Storage,
     Retrieval,
+    /// The RMT's own dense FF maps, inside its core between retrieval and storage: W1
+    /// (R·D_v → D_FF) and W2 (D_FF → R·D_v).
+    W1,
+    W2,
 }
 
 /// One storage or retrieval of one block.
@@ -51,15 +55,34 @@ pub fn block_sites(n_layers: usize) -> Vec<Site> {
         .collect()
 }
 
-/// The index of block `l`'s site in [`block_sites`].
+/// The index of block `l`'s storage or retrieval site in [`block_sites`].
 pub fn site_index(l: usize, layer: Layer, op: Op) -> usize {
     let within = match (layer, op) {
         (Layer::Attn, Op::Retrieval) => 0,
         (Layer::Attn, Op::Storage) => 1,
         (Layer::Ff, Op::Retrieval) => 2,
         (Layer::Ff, Op::Storage) => 3,
+        (_, Op::W1 | Op::W2) => unreachable!("W1 and W2 are core sites: core_site_index"),
     };
     l * BLOCK_SITES.len() + within
+}
+
+/// The sites of a model of `n_layers` blocks whose FF core has dense maps of its own (the
+/// RMT's W1 and W2): [`block_sites`], then each block's W1 and W2.
+pub fn block_and_core_sites(n_layers: usize) -> Vec<Site> {
+    let core = (0..n_layers).flat_map(|block| {
+        [Op::W1, Op::W2].map(|op| Site {
+            block,
+            layer: Layer::Ff,
+            op,
+        })
+    });
+    block_sites(n_layers).into_iter().chain(core).collect()
+}
+
+/// The index of block `l`'s W1 (`Op::W1`) or W2 in [`block_and_core_sites`].
+pub fn core_site_index(n_layers: usize, l: usize, op: Op) -> usize {
+    n_layers * BLOCK_SITES.len() + 2 * l + usize::from(op == Op::W2)
 }
 
 /// The four tensors a site's two ratios come from.

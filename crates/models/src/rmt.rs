@@ -53,6 +53,7 @@ impl ResidualMatrixConfig for RmtConfig {
             width: self.trunk().width(),
             d_ff: self.d_ff,
             init_std: self.init_std,
+            weight_init: self.weight_init,
         }
     }
 
@@ -129,26 +130,24 @@ fn declare<C: ResidualMatrixConfig>(cfg: &C) -> (ParamLayout, Ids<C>) {
     let core = cfg.core(0);
     // Every weight ~ N(0, std²/fan_in), fan_in the contracted size; output storage keys get an
     // extra 1/sqrt(2L); tables ~ N(0, std²); the unembedding starts at zero (SPEC §2).
+    // Or Xavier's N(0, 2/(fan_in + fan_out)) for every weight.
     let std = c.init_std;
-    let fan = |fan_in: usize| Init::Normal {
-        std: std / (fan_in as f32).sqrt(),
-    };
     let out_scale = if c.scaled_output_init {
         1.0 / (2.0 * l as f32).sqrt()
     } else {
         1.0
     };
-    let fan_out = |fan_in: usize| Init::Normal {
-        std: std / (fan_in as f32).sqrt() * out_scale,
+    let weight = |fan_in: usize, fan_out: usize, scale: f32| Init::Normal {
+        std: c.weight_init.std(std, fan_in, fan_out, scale),
     };
     let table = Init::Normal { std };
     let mut lb = LayoutBuilder::default();
     let wte = lb.add("wte", &[v, r, dv], false, table);
-    let w_e = lb.add("w_e", &[r, dk], true, fan(r));
+    let w_e = lb.add("w_e", &[r, dk], true, weight(r, dk, 1.0));
     let (wpe, w_pe) = match c.position {
         Position::Learned => (
             Some(lb.add("wpe", &[c.seq_len, r, dv], false, table)),
-            Some(lb.add("w_pe", &[r, dk], true, fan(r))),
+            Some(lb.add("w_pe", &[r, dk], true, weight(r, dk, 1.0))),
         ),
         Position::Alibi => (None, None),
     };
@@ -156,19 +155,19 @@ fn declare<C: ResidualMatrixConfig>(cfg: &C) -> (ParamLayout, Ids<C>) {
     let blocks = (0..l)
         .map(|i| Block {
             ln1: lb.add(format!("blocks.{i}.ln1"), &[dk, dv], false, gain),
-            r_qkv: lb.add(format!("blocks.{i}.r_qkv"), &[3 * r, dk], true, fan(dk)),
-            w_o: lb.add(format!("blocks.{i}.w_o"), &[r, dk], true, fan_out(r)),
+            r_qkv: lb.add(format!("blocks.{i}.r_qkv"), &[3 * r, dk], true, weight(dk, 3 * r, 1.0)),
+            w_o: lb.add(format!("blocks.{i}.w_o"), &[r, dk], true, weight(r, dk, out_scale)),
             ln2: lb.add(format!("blocks.{i}.ln2"), &[dk, dv], false, gain),
-            r_ff: lb.add(format!("blocks.{i}.r_ff"), &[r, dk], true, fan(dk)),
+            r_ff: lb.add(format!("blocks.{i}.r_ff"), &[r, dk], true, weight(dk, r, 1.0)),
             core: core.declare(&mut lb, &format!("blocks.{i}")),
-            w_ff: lb.add(format!("blocks.{i}.w_ff"), &[r, dk], true, fan_out(r)),
+            w_ff: lb.add(format!("blocks.{i}.w_ff"), &[r, dk], true, weight(r, dk, out_scale)),
         })
         .collect();
     let lnf = lb.add("lnf", &[dk, dv], false, gain);
-    let r_u = lb.add("r_u", &[r, dk], true, fan(dk));
+    let r_u = lb.add("r_u", &[r, dk], true, weight(dk, r, 1.0));
     let w_u_init = match c.zero_unembedding {
         true => Init::Normal { std: 0.0 },
-        false => fan(rv),
+        false => weight(rv, v, 1.0),
     };
     let w_u = lb.add("w_u", &[v, r, dv], false, w_u_init);
     let ids = Weights {
@@ -355,7 +354,13 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             Position::Alibi => None,
         };
         let probes = match store.trainable() {
-            true => Some(Probes::new(be, probes::block_sites(l))?),
+            true => {
+                let sites = match core.has_dense_maps() {
+                    true => probes::block_and_core_sites(l),
+                    false => probes::block_sites(l),
+                };
+                Some(Probes::new(be, sites)?)
+            }
             false => None,
         };
         Ok(Self {
@@ -565,6 +570,13 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             };
             self.retrieve_from_norm(be, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
             self.core.forward(be, &a.f, &a.xff, &a.core, &self.shared, &q.core);
+            if let (Some((probes, _)), Some(maps)) = (self.probing(), self.core.dense_maps(&a.xff, &a.f, &a.core)) {
+                for (op, (input, output)) in [Op::W1, Op::W2].into_iter().zip(maps) {
+                    let at = probes::core_site_index(self.trunk.n_layers, l, op);
+                    probes.record(be, at, Quantity::In, input);
+                    probes.record(be, at, Quantity::Out, output);
+                }
+            }
             let at = probes::site_index(l, Layer::Ff, Op::Storage);
             self.store_probed(be, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
         }
@@ -610,8 +622,18 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             let at = probes::site_index(l, Layer::Ff, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
             // The core's input gradient overwrites its output gradient in dvec.
+            let core_site = |op| probes::core_site_index(self.trunk.n_layers, l, op);
+            let dense = self.core.has_dense_maps();
+            if dense {
+                probes.record(be, core_site(Op::W2), Quantity::GradOut, &s.dvec);
+            }
             self.core
                 .backward(be, &s.core, &s.dvec, &dq.core, &s.dvec, &a.xff, &a.core, &q.core);
+            if let (true, Some([d_w1_out, d_w2_in])) = (dense, self.core.dense_grads(&s.core)) {
+                probes.record(be, core_site(Op::W2), Quantity::GradIn, d_w2_in);
+                probes.record(be, core_site(Op::W1), Quantity::GradOut, d_w1_out);
+                probes.record(be, core_site(Op::W1), Quantity::GradIn, &s.dvec);
+            }
             let n2 = Normed {
                 x: &a.res_att,
                 stats: &a.ln2_stats,

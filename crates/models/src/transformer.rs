@@ -64,18 +64,16 @@ impl Weights<ParamId> {
 fn declare(cfg: &TransformerConfig) -> (ParamLayout, Weights<ParamId>) {
     let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
     let hd = cfg.n_heads * cfg.head_dim;
-    // Weights ~ N(0, std²/fan_in), output projections with an extra 1/sqrt(2L) (SPEC §2).
+    // Weights ~ N(0, std²/fan_in), output projections with an extra 1/sqrt(2L) (SPEC §2), or
+    // Xavier's N(0, 2/(fan_in + fan_out)).
     let std = cfg.init_std;
-    let fan = |fan_in: usize| Init::Normal {
-        std: std / (fan_in as f32).sqrt(),
-    };
     let out_scale = if cfg.scaled_output_init {
         1.0 / (2.0 * l as f32).sqrt()
     } else {
         1.0
     };
-    let fan_out = |fan_in: usize| Init::Normal {
-        std: std / (fan_in as f32).sqrt() * out_scale,
+    let weight = |fan_in: usize, fan_out: usize, scale: f32| Init::Normal {
+        std: cfg.weight_init.std(std, fan_in, fan_out, scale),
     };
     let mut lb = LayoutBuilder::default();
     let wte = lb.add("wte", &[v, c], false, Init::Normal { std });
@@ -83,16 +81,20 @@ fn declare(cfg: &TransformerConfig) -> (ParamLayout, Weights<ParamId>) {
     let blocks = (0..l)
         .map(|i| Block {
             ln1: lb.add(format!("blocks.{i}.ln1"), &[c], false, Init::Constant(1.0)),
-            w_qkv: lb.add(format!("blocks.{i}.w_qkv"), &[3 * hd, c], true, fan(c)),
-            w_o: lb.add(format!("blocks.{i}.w_o"), &[c, hd], true, fan_out(hd)),
+            w_qkv: lb.add(format!("blocks.{i}.w_qkv"), &[3 * hd, c], true, weight(c, 3 * hd, 1.0)),
+            w_o: lb.add(format!("blocks.{i}.w_o"), &[c, hd], true, weight(hd, c, out_scale)),
             ln2: lb.add(format!("blocks.{i}.ln2"), &[c], false, Init::Constant(1.0)),
-            w1: lb.add(format!("blocks.{i}.w1"), &[f, c], true, fan(c)),
-            w2: lb.add(format!("blocks.{i}.w2"), &[c, f], true, fan_out(f)),
+            w1: lb.add(format!("blocks.{i}.w1"), &[f, c], true, weight(c, f, 1.0)),
+            w2: lb.add(format!("blocks.{i}.w2"), &[c, f], true, weight(f, c, out_scale)),
         })
         .collect();
     let lnf = lb.add("lnf", &[c], false, Init::Constant(1.0));
     // The unembedding starts at zero: the first loss is exactly ln V.
-    let w_u = lb.add("w_u", &[v, c], false, Init::Normal { std: 0.0 });
+    let w_u_init = match cfg.zero_unembedding {
+        true => Init::Normal { std: 0.0 },
+        false => weight(c, v, 1.0),
+    };
+    let w_u = lb.add("w_u", &[v, c], false, w_u_init);
     let ids = Weights {
         wte,
         wpe,

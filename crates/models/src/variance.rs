@@ -6,7 +6,8 @@
 //! - RMT retrieval of R' vectors: fan_in D_k, fan_out R' (3R for attention, R for the FF);
 //! - RMT storage of R' vectors: fan_in R', fan_out D_k;
 //! - transformer: W_QKV (D → 3·H·D_h) and W1 (D → D_FF) in place of retrieval, W_O
-//!   (H·D_h → D) and W2 (D_FF → D) in place of storage.
+//!   (H·D_h → D) and W2 (D_FF → D) in place of storage;
+//! - the RMT's own W1 (R·D_v → D_FF) and W2 (D_FF → R·D_v), inside its FF core.
 
 use crate::probes::{Layer, Op};
 use crate::{HybridConfig, ModelConfig, RmtConfig, TransformerConfig, Trunk};
@@ -62,8 +63,29 @@ fn from_maps(model: &'static str, maps: &[Map], init: InitScheme, std: f64, out_
         .collect()
 }
 
+/// The RMT's storages and retrievals, then its own W1 (R·D_v → D_FF) and W2 (D_FF → R·D_v),
+/// neither output-scaled.
 pub fn rmt(cfg: &RmtConfig, init: InitScheme) -> Vec<ClosedForm> {
-    residual_matrix("rmt", &cfg.trunk(), init)
+    let (rv, f) = (cfg.trunk().width(), cfg.d_ff);
+    let dense = [
+        Map {
+            layer: Layer::Ff,
+            op: Op::W1,
+            fan_in: rv,
+            fan_out: f,
+            output: false,
+        },
+        Map {
+            layer: Layer::Ff,
+            op: Op::W2,
+            fan_in: f,
+            fan_out: rv,
+            output: false,
+        },
+    ];
+    let mut forms = residual_matrix("rmt", &cfg.trunk(), init);
+    forms.extend(from_maps("rmt", &dense, init, cfg.init_std as f64, 1.0));
+    forms
 }
 
 /// The hybrid's storages and retrievals are the RMT's: the memory block between the FF

@@ -8,9 +8,10 @@ use common::*;
 use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
+use resmem_models::params::Init;
 use resmem_models::probes::{Layer, Op};
 use resmem_models::variance::{self, InitScheme};
-use resmem_models::{Norm, Position, Rmt, RmtConfig, TrainConfig, Trainer};
+use resmem_models::{Norm, Position, Rmt, RmtConfig, TrainConfig, Trainer, WeightInit};
 
 fn tiny(norm: Norm, position: Position) -> RmtConfig {
     RmtConfig {
@@ -99,12 +100,16 @@ fn tiny_rmt_learns_copy_on_the_gpu() {
     );
 }
 
-/// At init, every measured σ²(out)/σ²(in) and σ²(grad in)/σ²(grad out) should match Table 1
-/// with the model's own init (the tolerances are `assert_variance_matches_closed_form`'s).
-#[test]
-fn measured_variance_at_init_matches_the_closed_form() {
+fn measure_at_init(cfg: RmtConfig) -> Vec<resmem_models::probes::Measured> {
     let be = CpuBackend::<f32>::new();
-    let cfg = RmtConfig {
+    let model = Rmt::new(&be, cfg, 8, 16, 3).unwrap();
+    let mut trainer = Trainer::new(&be, model, TrainConfig::default()).unwrap();
+    let batch = TaskSampler::new(Task::Copy, 8, 16, 4).unwrap().next_batch();
+    pollster::block_on(trainer.measure(&be, &batch)).unwrap().unwrap()
+}
+
+fn variance_config() -> RmtConfig {
+    RmtConfig {
         d_k: 64,
         d_v: 16,
         rank: 16,
@@ -113,16 +118,74 @@ fn measured_variance_at_init_matches_the_closed_form() {
         init_std: 0.02,
         zero_unembedding: false,
         ..RmtConfig::tiny(256, 16)
-    };
+    }
+}
+
+/// At init, every measured σ²(out)/σ²(in) and σ²(grad in)/σ²(grad out) should match Table 1
+/// with the model's own init (the tolerances are `assert_variance_matches_closed_form`'s), the
+/// RMT's own W1 and W2 included.
+#[test]
+fn measured_variance_at_init_matches_the_closed_form() {
+    let cfg = variance_config();
     let closed = variance::rmt(&cfg, InitScheme::Default);
-    let model = Rmt::new(&be, cfg, 8, 16, 3).unwrap();
-    let mut trainer = Trainer::new(&be, model, TrainConfig::default()).unwrap();
-    let batch = TaskSampler::new(Task::Copy, 8, 16, 4).unwrap().next_batch();
-    let measured = pollster::block_on(trainer.measure(&be, &batch)).unwrap().unwrap();
-    assert_eq!(measured.len(), 4 * 4, "four blocks of four sites");
+    let measured = measure_at_init(cfg);
+    assert_eq!(
+        measured.len(),
+        4 * 6,
+        "four blocks of four sites, then each block's W1 and W2"
+    );
     assert_variance_matches_closed_form(&measured, &closed);
     let closed_of = |layer, op| closed.iter().find(|c| c.layer == layer && c.op == op).unwrap();
     // The attention retrieval's gradient fans out to 3R vectors, the FF's to R.
     let bwd = |layer, op| closed_of(layer, op).backward_ratio;
     assert!((bwd(Layer::Attn, Op::Retrieval) / bwd(Layer::Ff, Op::Retrieval) - 3.0).abs() < 1e-9);
+}
+
+/// Under Xavier (the paper's Table 2 assumption) every weight starts N(0, 2/(fan_in + fan_out)),
+/// and the measured ratios follow that init's closed form: W1 and W2 as unbalanced as the
+/// transformer's (fan_out/fan_in = D_FF/R·D_v and its inverse), the adapters as Table 1 says.
+#[test]
+fn xavier_init_draws_its_variance_and_measures_as_its_closed_form() {
+    let cfg = RmtConfig {
+        weight_init: WeightInit::Xavier,
+        ..variance_config()
+    };
+    let layout = resmem_models::rmt::layout(&cfg);
+    let (dk, r, rv, f) = (64f32, 16f32, 256f32, 64f32);
+    for (name, fan_in, fan_out) in [
+        ("blocks.0.r_qkv", dk, 3.0 * r),
+        ("blocks.3.w_o", r, dk),
+        ("blocks.1.r_ff", dk, r),
+        ("blocks.2.w_ff", r, dk),
+        ("blocks.0.w1", rv, f),
+        ("blocks.0.w2", f, rv),
+        ("w_e", r, dk),
+    ] {
+        let spec = layout.specs.iter().find(|s| s.name == name).unwrap();
+        let want = (2.0 / (fan_in + fan_out)).sqrt();
+        assert_eq!(spec.init, Init::Normal { std: want }, "{name}");
+    }
+    let closed = variance::rmt(&cfg, InitScheme::Xavier);
+    let (w2, others): (Vec<_>, Vec<_>) = measure_at_init(cfg).into_iter().partition(|m| m.site.op == Op::W2);
+    let closed_others: Vec<_> = closed.iter().copied().filter(|c| c.op != Op::W2).collect();
+    assert_variance_matches_closed_form(&others, &closed_others);
+    // W2 reads GELU's outputs, whose mean the closed form (zero-mean inputs) leaves out: it
+    // scales σ² + μ², so the forward ratio only grows. Measured: 1.4 to 1.5× here.
+    let c = closed.iter().find(|c| c.op == Op::W2).unwrap();
+    for m in &w2 {
+        let (f, b) = (
+            m.forward_ratio.unwrap() / c.forward_ratio,
+            m.backward_ratio.unwrap() / c.backward_ratio,
+        );
+        assert!(
+            (1.0..1.7).contains(&f),
+            "block {} W2 forward {f} of the closed form",
+            m.site.block
+        );
+        assert!(
+            (b - 1.0).abs() < 0.35,
+            "block {} W2 backward {b} of the closed form",
+            m.site.block
+        );
+    }
 }

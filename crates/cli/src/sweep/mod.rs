@@ -1253,7 +1253,9 @@ fn print_variance(rows: &[VarianceRow]) {
             f(r.trained_backward),
         );
     }
-    out!("distance from 1, exp of the mean |ln ratio| over the four sites:");
+    // Over the four sites every model has (the RMT's W1 and W2 are listed above, not here), so
+    // that the models compare.
+    out!("distance from 1, exp of the mean |ln ratio| over the four storage and retrieval sites:");
     let mut variants: Vec<&str> = vec![];
     for r in rows {
         if !variants.contains(&r.variant.as_str()) {
@@ -1261,8 +1263,12 @@ fn print_variance(rows: &[VarianceRow]) {
         }
     }
     for v in variants {
-        let of =
-            |pick: fn(&VarianceRow) -> Option<f64>| distance_from_one(rows.iter().filter(|r| r.variant == v).map(pick));
+        let of = |pick: fn(&VarianceRow) -> Option<f64>| {
+            let sites = rows
+                .iter()
+                .filter(|r| r.variant == v && matches!(r.op, Op::Storage | Op::Retrieval));
+            distance_from_one(sites.map(pick))
+        };
         out!(
             "{:<14} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             v,
