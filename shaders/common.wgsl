@@ -1,10 +1,9 @@
-// Shared by every op family; the loader prepends this file once (crates/engine/src/shaders.rs).
+// Shared by every op family; the loader prepends this file once (crates/engine/src/shaders.rs),
+// after the defines generated from Rust: WG, SUM_COLS, SUM_LANES here, and each family's own.
 //
 // Conventions: binding 0 is the op's uniform `p`; storage bindings follow from 1 in the op's
-// argument order (outputs, saved statistics, inputs, weights). 1-D launches use 256 threads per
+// argument order (outputs, saved statistics, inputs, weights). 1-D launches use WG threads per
 // workgroup on a grid folded into 2-D past 65 535 workgroups; `flat_index` unfolds it.
-
-const WG: u32 = 256u;
 
 fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
@@ -14,14 +13,12 @@ fn flat_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
 
-// Column sums over many rows, deterministic and short: a workgroup of 256 threads takes
+// Column sums over many rows, deterministic and short: a workgroup of WG threads takes
 // SUM_COLS columns; thread `lid` adds up column lid % SUM_COLS over every SUM_LANES-th row from
 // row lid / SUM_COLS (the caller's loop), then `column_total` adds each column's SUM_LANES
 // partial sums in a fixed tree. A chain of rows / SUM_LANES additions, not of rows: at
 // GPT-2-small's 8,192 rows a serial column sum is what held a step up.
-const SUM_COLS: u32 = 16u;
-const SUM_LANES: u32 = 16u;
-var<workgroup> column_partials: array<f32, 256>;
+var<workgroup> column_partials: array<f32, WG>;
 
 // Every thread passes its partial sum; the threads of lane 0 (lid < SUM_COLS) get their
 // column's total. Call from uniform control flow: it holds barriers.

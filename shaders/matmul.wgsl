@@ -19,9 +19,9 @@
 // of TK), from 0 or from out: the tiling, the subgroup entry point below and any split into
 // launches move operands around but never reorder a chain, so all give the same bits.
 //
-// The last section, from the line `// @subgroups`, is compiled only on devices with subgroups
-// (crates/engine/src/shaders.rs): there a's slice reaches the registers through subgroup
-// shuffles instead of workgroup memory.
+// The last section, `#if SUBGROUPS`, is compiled only on devices with subgroups (the switch
+// SUBGROUPS, crates/engine/src/shaders.rs): there a's slice reaches the registers through
+// subgroup shuffles instead of workgroup memory.
 
 struct Params {
     batch: u32, m: u32, n: u32, k: u32,
@@ -203,8 +203,7 @@ fn matmul(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid:
     block_store(&acc, batch, row0, col0, tx, ty);
 }
 
-// @subgroups
-//
+#if SUBGROUPS
 // The same tiles and chains; only bm is staged in workgroup memory. The lanes that share a
 // thread row ty (g = min(subgroup size, TX) of them, side by side) share op(a)'s 8 rows: each
 // reads those rows at one k of every g straight from global memory, and at each k the lanes
@@ -270,3 +269,4 @@ fn matmul_subgroup(
     }
     block_store(&acc, batch, row0, col0, tx, ty);
 }
+#endif

@@ -4,6 +4,7 @@
 //! backward `dx = dy·W` and `dW = dyᵀ·x` (trans_a).
 
 use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::shaders::{Define, SUBGROUPS};
 use crate::Backend;
 
 /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N) (+ out[b] when `accumulate`).
@@ -330,7 +331,14 @@ fn launch(
     let args = [out.arg(), a.vec4_arg(), b.vec4_arg()];
     // Both entry points run the same chains: which one runs changes no bit of out.
     match gpu.subgroups() {
-        true => gpu.dispatch("matmul+subgroups", "matmul_subgroup", &params, &args, groups),
+        true => gpu.dispatch_with(
+            "matmul",
+            "matmul_subgroup",
+            &[Define::bool(SUBGROUPS, true)],
+            &params,
+            &args,
+            groups,
+        ),
         false => gpu.dispatch("matmul", "matmul", &params, &args, groups),
     }
 }

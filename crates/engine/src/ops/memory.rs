@@ -11,7 +11,8 @@
 //! - **backward**: `dT_k[c] = Σ_{rows with code c} p_k · dy` (rows no token hit get 0),
 //!   `dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj`, `db = Σ dy`.
 
-use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, SUM_COLS};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::shaders::SUM_COLS;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryDims {

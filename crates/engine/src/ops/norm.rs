@@ -1,7 +1,8 @@
 //! LayerNorm and RMSNorm over the last axis, with a gain and no bias (SPEC §1: no biases).
 //! The same op normalises a transformer's C values or an RMT's whole D_k×D_v matrix.
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor, SUM_COLS};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::shaders::SUM_COLS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKind {
