@@ -6,26 +6,25 @@
 struct Params { tokens: u32, dk: u32, dv: u32, keys: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-// Keys per retrieval thread: one read of X[t][i][v] feeds this many outputs.
-const KPT: u32 = 8u;
-// Tokens per partial sum of the key gradient (KEY_GRAD_CHUNK on the host).
-const CHUNK: u32 = 32u;
+// Defines from ops/residual_matrix.rs: KEYS_PER_THREAD, the keys per retrieval thread (one read
+// of X[t][i][v] feeds this many outputs); KEY_GRAD_CHUNK, the tokens per partial sum of the key
+// gradient.
 
 // retrieve(y, x, keys): y[t][h][v] = Σ_i keys[h][i] · x[t][i][v]
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read> keys: array<f32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn retrieve(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
-    let groups = (p.keys + KPT - 1u) / KPT;
+    let groups = (p.keys + KEYS_PER_THREAD - 1u) / KEYS_PER_THREAD;
     if (n >= p.tokens * groups * p.dv) { return; }
     let v = n % p.dv;
-    let h0 = ((n / p.dv) % groups) * KPT;
+    let h0 = ((n / p.dv) % groups) * KEYS_PER_THREAD;
     let t = n / (p.dv * groups);
-    var acc = array<f32, KPT>();
-    let last = min(KPT, p.keys - h0);
+    var acc = array<f32, KEYS_PER_THREAD>();
+    let last = min(KEYS_PER_THREAD, p.keys - h0);
     for (var i = 0u; i < p.dk; i = i + 1u) {
         let xv = x[(t * p.dk + i) * p.dv + v];
         for (var j = 0u; j < last; j = j + 1u) {
@@ -42,18 +41,18 @@ fn retrieve(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 @group(0) @binding(4) var<storage, read> stats: array<f32>;   // (tokens, 2)
 @group(0) @binding(5) var<storage, read> gain: array<f32>;    // (D_k·D_v)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn retrieve_normed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
-    let groups = (p.keys + KPT - 1u) / KPT;
+    let groups = (p.keys + KEYS_PER_THREAD - 1u) / KEYS_PER_THREAD;
     if (n >= p.tokens * groups * p.dv) { return; }
     let v = n % p.dv;
-    let h0 = ((n / p.dv) % groups) * KPT;
+    let h0 = ((n / p.dv) % groups) * KEYS_PER_THREAD;
     let t = n / (p.dv * groups);
     let mean = stats[2u * t];
     let rstd = stats[2u * t + 1u];
-    var acc = array<f32, KPT>();
-    let last = min(KPT, p.keys - h0);
+    var acc = array<f32, KEYS_PER_THREAD>();
+    let last = min(KEYS_PER_THREAD, p.keys - h0);
     for (var i = 0u; i < p.dk; i = i + 1u) {
         let xv = (x[(t * p.dk + i) * p.dv + v] - mean) * rstd * gain[i * p.dv + v];
         for (var j = 0u; j < last; j = j + 1u) {
@@ -82,7 +81,7 @@ fn stored(n: u32) -> f32 {
     return acc;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn store(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
     if (n >= p.tokens * p.dk * p.dv) { return; }
@@ -92,7 +91,7 @@ fn store(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 // store_accumulate(out, keys, data): out[t][i][v] += Σ_h keys[h][i] · data[t][h][v]
 // It binds out, keys and data at 1, 3 and 4, and leaves `base` (2) unbound.
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn store_accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
     if (n >= p.tokens * p.dk * p.dv) { return; }
@@ -104,17 +103,17 @@ fn store_accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 @group(0) @binding(2) var<storage, read> ga: array<f32>;
 @group(0) @binding(3) var<storage, read> gb: array<f32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn key_grad_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
     let per = p.keys * p.dk;
-    let chunks = (p.tokens + CHUNK - 1u) / CHUNK;
+    let chunks = (p.tokens + KEY_GRAD_CHUNK - 1u) / KEY_GRAD_CHUNK;
     if (n >= chunks * per) { return; }
     let c = n / per;
     let h = (n % per) / p.dk;
     let i = n % p.dk;
     var acc = 0.0;
-    for (var t = c * CHUNK; t < min(p.tokens, (c + 1u) * CHUNK); t = t + 1u) {
+    for (var t = c * KEY_GRAD_CHUNK; t < min(p.tokens, (c + 1u) * KEY_GRAD_CHUNK); t = t + 1u) {
         let ra = (t * p.keys + h) * p.dv;
         let rb = (t * p.dk + i) * p.dv;
         for (var v = 0u; v < p.dv; v = v + 1u) { acc = acc + ga[ra + v] * gb[rb + v]; }
@@ -125,17 +124,17 @@ fn key_grad_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 // key_grad_partial_normed(partials, a, x, stats, gain): the same with b = Norm(X), read from X
 // (bound as b) and the statistics as it goes.
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn key_grad_partial_normed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
     let per = p.keys * p.dk;
-    let chunks = (p.tokens + CHUNK - 1u) / CHUNK;
+    let chunks = (p.tokens + KEY_GRAD_CHUNK - 1u) / KEY_GRAD_CHUNK;
     if (n >= chunks * per) { return; }
     let c = n / per;
     let h = (n % per) / p.dk;
     let i = n % p.dk;
     var acc = 0.0;
-    for (var t = c * CHUNK; t < min(p.tokens, (c + 1u) * CHUNK); t = t + 1u) {
+    for (var t = c * KEY_GRAD_CHUNK; t < min(p.tokens, (c + 1u) * KEY_GRAD_CHUNK); t = t + 1u) {
         let ra = (t * p.keys + h) * p.dv;
         let rb = (t * p.dk + i) * p.dv;
         let mean = stats[2u * t];
@@ -151,12 +150,12 @@ fn key_grad_partial_normed(@builtin(global_invocation_id) gid: vec3<u32>, @built
 @group(0) @binding(1) var<storage, read_write> dkeys: array<f32>;
 @group(0) @binding(2) var<storage, read> r_partials: array<f32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn key_grad_reduce(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
     let per = p.keys * p.dk;
     if (n >= per) { return; }
-    let chunks = (p.tokens + CHUNK - 1u) / CHUNK;
+    let chunks = (p.tokens + KEY_GRAD_CHUNK - 1u) / KEY_GRAD_CHUNK;
     var acc = 0.0;
     for (var c = 0u; c < chunks; c = c + 1u) { acc = acc + r_partials[c * per + n]; }
     dkeys[n] = acc;

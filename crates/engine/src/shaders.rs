@@ -17,6 +17,8 @@
 //! The GPU context compiles one module per (shader, switches) and keys its pipelines by
 //! (shader, entry point, switches): [`Shader::variant`] gives the switches' canonical form.
 
+use crate::ops;
+
 /// Threads of every 1-D workgroup (`WG` in WGSL): `grid_1d(n, WG)` launches n threads; the
 /// workgroup reductions of `common.wgsl` reduce this many values.
 pub const WG: usize = 256;
@@ -24,6 +26,9 @@ pub const WG: usize = 256;
 /// Columns a workgroup sums in `column_total` (`SUM_COLS` in WGSL): column sums over rows
 /// launch one workgroup per this many columns, each column summed by `WG / SUM_COLS` lanes.
 pub const SUM_COLS: usize = 16;
+
+// The workgroup reductions halve their lanes down to one.
+const _: () = assert!(WG.is_power_of_two() && SUM_COLS.is_power_of_two() && SUM_COLS <= WG);
 
 /// The switch of families with subgroup entry points (matmul): set where the device was created
 /// with subgroups. Its sections use WGSL's subgroup built-ins, which naga 30 takes without
@@ -116,13 +121,13 @@ pub const SHADERS: &[Shader] = &[
     Shader {
         name: "elementwise",
         body: include_str!("../../../shaders/elementwise.wgsl"),
-        constants: &[],
+        constants: ops::elementwise::DEFINES,
         switches: &[],
     },
     Shader {
         name: "matmul",
         body: include_str!("../../../shaders/matmul.wgsl"),
-        constants: &[],
+        constants: ops::matmul::DEFINES,
         switches: &[Define::bool(SUBGROUPS, false)],
     },
     Shader {
@@ -134,31 +139,31 @@ pub const SHADERS: &[Shader] = &[
     Shader {
         name: "norm",
         body: include_str!("../../../shaders/norm.wgsl"),
-        constants: &[],
+        constants: ops::norm::DEFINES,
         switches: &[],
     },
     Shader {
         name: "attention",
         body: include_str!("../../../shaders/attention.wgsl"),
-        constants: &[],
+        constants: ops::attention::DEFINES,
         switches: &[],
     },
     Shader {
         name: "cross_entropy",
         body: include_str!("../../../shaders/cross_entropy.wgsl"),
-        constants: &[],
+        constants: ops::cross_entropy::DEFINES,
         switches: &[],
     },
     Shader {
         name: "optim",
         body: include_str!("../../../shaders/optim.wgsl"),
-        constants: &[],
+        constants: ops::optim::DEFINES,
         switches: &[],
     },
     Shader {
         name: "residual_matrix",
         body: include_str!("../../../shaders/residual_matrix.wgsl"),
-        constants: &[],
+        constants: ops::residual_matrix::DEFINES,
         switches: &[],
     },
     Shader {
