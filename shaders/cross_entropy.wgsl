@@ -8,7 +8,6 @@
 struct Params { rows: u32, v: u32, z: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-var<workgroup> red: array<f32, WG>;
 
 // cross_entropy_forward(losses, lse, logits, targets, scale)
 @group(0) @binding(1) var<storage, read_write> losses: array<f32>;  // (rows)
@@ -16,20 +15,6 @@ var<workgroup> red: array<f32, WG>;
 @group(0) @binding(3) var<storage, read> logits: array<f32>;        // (rows, V)
 @group(0) @binding(4) var<storage, read> targets: array<u32>;       // (rows)
 @group(0) @binding(5) var<storage, read> scale: array<f32>;         // (1)
-
-fn workgroup_reduce(lid: u32, v: f32, take_max: bool) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            if (take_max) { red[lid] = max(red[lid], red[lid + s]); } else { red[lid] = red[lid] + red[lid + s]; }
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 @compute @workgroup_size(WG)
 fn cross_entropy_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -39,10 +24,10 @@ fn cross_entropy_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let base = row * p.v;
     var mx = F32_LOWEST;
     for (var i = lid; i < p.v; i = i + WG) { mx = max(mx, logits[base + i]); }
-    mx = workgroup_reduce(lid, mx, true);
+    mx = workgroup_max(lid, mx);
     var s = 0.0;
     for (var i = lid; i < p.v; i = i + WG) { s = s + exp(logits[base + i] - mx); }
-    let l = mx + log(workgroup_reduce(lid, s, false));
+    let l = mx + log(workgroup_sum(lid, s));
     if (lid == 0u) {
         lse[row] = l;
         let tgt = targets[row];

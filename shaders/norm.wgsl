@@ -7,21 +7,6 @@
 struct Params { rows: u32, c: u32, kind: u32, eps: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-var<workgroup> red: array<f32, WG>;
-
-// Sum of one value per thread over the workgroup, in a fixed tree order.
-fn workgroup_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
 // norm_forward(out, stats, x, gain)
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;    // (rows, C)
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;  // (rows, 2)

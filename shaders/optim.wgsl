@@ -5,23 +5,11 @@
 struct Params { n: u32, flag: u32, boost_end: u32, first: u32, base: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-var<workgroup> red: array<f32, WG>;
-
 // Σ x (flag 0) or Σ x² (flag 1) in two launches, bit-identical across runs: sum_partial gives
 // each of G workgroups one contiguous block of x (G depends only on n), each thread a fixed
-// stride of it and a fixed tree the WG thread sums; sum_final adds the G partials the same way.
+// stride of it, and `workgroup_sum`'s fixed tree the WG thread sums; sum_final adds the G partials the same way.
 @group(0) @binding(1) var<storage, read_write> total: array<f32>;  // (G) partials, or (1)
 @group(0) @binding(2) var<storage, read> x: array<f32>;            // (n), or the (G) partials
-
-// The fixed tree over the workgroup's WG values of `red`; thread 0 gets the sum.
-fn tree_sum(lid: u32) -> f32 {
-    workgroupBarrier();
-    for (var k = WG / 2u; k > 0u; k = k >> 1u) {
-        if (lid < k) { red[lid] = red[lid] + red[lid + k]; }
-        workgroupBarrier();
-    }
-    return red[0];
-}
 
 // sum_partial(partials, x): p.boost_end carries G, the number of blocks; this launch adds blocks
 // first, first + 1, … of x bound from value base.
@@ -37,8 +25,7 @@ fn sum_partial(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
         let v = x[i - p.base];
         if (p.flag != 0u) { s = s + v * v; } else { s = s + v; }
     }
-    red[lid] = s;
-    let t = tree_sum(lid);
+    let t = workgroup_sum(lid, s);
     if (lid == 0u) { total[g] = t; }
 }
 
@@ -48,8 +35,7 @@ fn sum_final(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     var s = 0.0;
     for (var i = lid; i < p.n; i = i + WG) { s = s + x[i]; }
-    red[lid] = s;
-    let t = tree_sum(lid);
+    let t = workgroup_sum(lid, s);
     if (lid == 0u) { total[0] = t; }
 }
 
