@@ -164,7 +164,7 @@ pub const SHADERS: &[Shader] = &[
         name: "residual_matrix",
         body: include_str!("../../../shaders/residual_matrix.wgsl"),
         constants: ops::residual_matrix::DEFINES,
-        switches: &[],
+        switches: &[Define::bool(ops::residual_matrix::NORMED, false)],
     },
     Shader {
         name: "memory",

@@ -14,7 +14,7 @@
 //! dy with the same keys, and the data gradient of a storage is a retrieval of dX_out.
 //! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{Arg, AsArg, GpuBackend, GpuTensor};
 use crate::shaders::{Define, WG};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,6 +221,10 @@ pub use cpu_twin::*;
 /// Keys each retrieval thread handles, so one read of X serves this many outputs.
 const KEYS_PER_THREAD: usize = 8;
 
+/// The switch of `shaders/residual_matrix.wgsl` for the retrieval and key gradient that read
+/// through the norm (`retrieve_normed`, `key_grad_normed`); off, they read X itself.
+pub(crate) const NORMED: &str = "NORMED";
+
 /// What `shaders/residual_matrix.wgsl` reads from here.
 pub(crate) const DEFINES: &[Define] = &[
     Define::u32("KEYS_PER_THREAD", KEYS_PER_THREAD as u32),
@@ -233,12 +237,18 @@ fn params(d: &ResidualDims) -> [u32; 4] {
 
 pub fn gpu_retrieve(gpu: &GpuBackend, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, d: ResidualDims) {
     d.check("retrieve", x.len, y.len, keys.len);
+    launch_retrieve(gpu, false, &[y.arg(), x.arg(), keys.arg()], &d);
+}
+
+/// The retrieval kernel, through the norm or not: (y, x, keys), then (stats, gain) when `normed`.
+fn launch_retrieve(gpu: &GpuBackend, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
     let threads = d.tokens * d.dv * d.keys.div_ceil(KEYS_PER_THREAD);
-    gpu.dispatch(
+    gpu.dispatch_with(
         "residual_matrix",
         "retrieve",
-        &params(&d),
-        &[y.arg(), x.arg(), keys.arg()],
+        &[Define::bool(NORMED, normed)],
+        &params(d),
+        args,
         gpu.grid_1d(threads, WG),
     );
 }
@@ -281,18 +291,27 @@ pub fn gpu_key_grad(
         partials.len,
         d.key_grad_scratch()
     );
-    gpu.dispatch(
+    launch_key_grad(gpu, dkeys, false, &[partials.arg(), a.arg(), b.arg()], &d);
+}
+
+/// The key gradient's two launches, the first through the norm or not: (partials, a, b), then
+/// (stats, gain) when `normed`.
+fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
+    let pr = params(d);
+    gpu.dispatch_with(
         "residual_matrix",
         "key_grad_partial",
-        &params(&d),
-        &[partials.arg(), a.arg(), b.arg()],
+        &[Define::bool(NORMED, normed)],
+        &pr,
+        args,
         gpu.grid_1d(d.key_grad_scratch(), WG),
     );
+    let partials = args[0];
     gpu.dispatch(
         "residual_matrix",
         "key_grad_reduce",
-        &params(&d),
-        &[dkeys.arg(), partials.arg()],
+        &pr,
+        &[dkeys.arg(), partials],
         gpu.grid_1d(d.key_values(), WG),
     );
 }
@@ -314,15 +333,8 @@ pub fn gpu_retrieve_normed(
     d.check("retrieve_normed", x.len, y.len, keys.len);
     assert_eq!(norm.stats.len, 2 * d.tokens, "retrieve_normed: stats");
     assert_eq!(norm.gain.len, d.dk * d.dv, "retrieve_normed: gain");
-    let threads = d.tokens * d.dv * d.keys.div_ceil(KEYS_PER_THREAD);
     let args = [y.arg(), x.arg(), keys.arg(), norm.stats.arg(), norm.gain.arg()];
-    gpu.dispatch(
-        "residual_matrix",
-        "retrieve_normed",
-        &params(&d),
-        &args,
-        gpu.grid_1d(threads, WG),
-    );
+    launch_retrieve(gpu, true, &args, &d);
 }
 
 pub fn gpu_key_grad_normed(
@@ -340,20 +352,5 @@ pub fn gpu_key_grad_normed(
         "key_grad_normed: scratch too short"
     );
     let args = [partials.arg(), a.arg(), x.arg(), norm.stats.arg(), norm.gain.arg()];
-    let pr = params(&d);
-    gpu.dispatch(
-        "residual_matrix",
-        "key_grad_partial_normed",
-        &pr,
-        &args,
-        gpu.grid_1d(d.key_grad_scratch(), WG),
-    );
-    let args = [dkeys.arg(), partials.arg()];
-    gpu.dispatch(
-        "residual_matrix",
-        "key_grad_reduce",
-        &pr,
-        &args,
-        gpu.grid_1d(d.key_values(), WG),
-    );
+    launch_key_grad(gpu, dkeys, true, &args, &d);
 }
