@@ -14,8 +14,9 @@
 //!    plain `if` on a `const` cannot: the subgroup matmul ([`SUBGROUPS`]), the RMT's fused norm
 //!    (`NORMED`). Its value is emitted as a `const` too.
 //!
-//! The GPU context compiles one module per (shader, switches) and keys its pipelines by
-//! (shader, entry point, switches): [`Shader::variant`] gives the switches' canonical form.
+//! The GPU context compiles one module per (shader, defines) and keys its pipelines by
+//! (shader, entry point, defines), the defines being the variant's switches in the canonical form
+//! [`Shader::variant`] gives; the constants every variant shares are part of the shader.
 
 use crate::ops;
 
@@ -116,62 +117,33 @@ pub const COMMON: &[Define] = &[
 /// `common.wgsl`: shared helpers, prepended to every family once.
 pub const COMMON_WGSL: &str = include_str!("../../../shaders/common.wgsl");
 
+/// A family's [`Shader`], its body read from `shaders/NAME.wgsl`.
+macro_rules! family {
+    ($name:literal, $constants:expr, $switches:expr) => {
+        Shader {
+            name: $name,
+            body: include_str!(concat!("../../../shaders/", $name, ".wgsl")),
+            constants: $constants,
+            switches: $switches,
+        }
+    };
+}
+
 /// Every op family's shader.
 pub const SHADERS: &[Shader] = &[
-    Shader {
-        name: "elementwise",
-        body: include_str!("../../../shaders/elementwise.wgsl"),
-        constants: ops::elementwise::DEFINES,
-        switches: &[],
-    },
-    Shader {
-        name: "matmul",
-        body: include_str!("../../../shaders/matmul.wgsl"),
-        constants: ops::matmul::DEFINES,
-        switches: &[Define::bool(SUBGROUPS, false)],
-    },
-    Shader {
-        name: "embedding",
-        body: include_str!("../../../shaders/embedding.wgsl"),
-        constants: &[],
-        switches: &[],
-    },
-    Shader {
-        name: "norm",
-        body: include_str!("../../../shaders/norm.wgsl"),
-        constants: ops::norm::DEFINES,
-        switches: &[],
-    },
-    Shader {
-        name: "attention",
-        body: include_str!("../../../shaders/attention.wgsl"),
-        constants: ops::attention::DEFINES,
-        switches: &[],
-    },
-    Shader {
-        name: "cross_entropy",
-        body: include_str!("../../../shaders/cross_entropy.wgsl"),
-        constants: ops::cross_entropy::DEFINES,
-        switches: &[],
-    },
-    Shader {
-        name: "optim",
-        body: include_str!("../../../shaders/optim.wgsl"),
-        constants: ops::optim::DEFINES,
-        switches: &[],
-    },
-    Shader {
-        name: "residual_matrix",
-        body: include_str!("../../../shaders/residual_matrix.wgsl"),
-        constants: ops::residual_matrix::DEFINES,
-        switches: &[Define::bool(ops::residual_matrix::NORMED, false)],
-    },
-    Shader {
-        name: "memory",
-        body: include_str!("../../../shaders/memory.wgsl"),
-        constants: &[],
-        switches: &[],
-    },
+    family!("elementwise", ops::elementwise::DEFINES, &[]),
+    family!("matmul", ops::matmul::DEFINES, &[Define::bool(SUBGROUPS, false)]),
+    family!("embedding", &[], &[]),
+    family!("norm", ops::norm::DEFINES, &[]),
+    family!("attention", ops::attention::DEFINES, &[]),
+    family!("cross_entropy", ops::cross_entropy::DEFINES, &[]),
+    family!("optim", ops::optim::DEFINES, &[]),
+    family!(
+        "residual_matrix",
+        ops::residual_matrix::DEFINES,
+        &[Define::bool(ops::residual_matrix::NORMED, false)]
+    ),
+    family!("memory", &[], &[]),
 ];
 
 /// The shader of family `name`.

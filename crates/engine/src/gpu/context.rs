@@ -217,11 +217,11 @@ impl GpuBackend {
     }
 
     fn pipeline(&self, shader: &'static str, entry: &'static str, defines: &[Define]) -> wgpu::ComputePipeline {
-        let source = shaders::shader(shader);
+        let family = shaders::shader(shader);
         let key = PipelineKey {
             shader,
             entry,
-            defines: source.variant(defines).into(),
+            defines: family.variant(defines).into(),
         };
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
@@ -233,7 +233,7 @@ impl GpuBackend {
             .or_insert_with(|| {
                 self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some(shader),
-                    source: wgpu::ShaderSource::Wgsl(source.source(&key.defines).into()),
+                    source: wgpu::ShaderSource::Wgsl(family.source(&key.defines).into()),
                 })
             })
             .clone();
