@@ -10,8 +10,9 @@
 // output with an online softmax (running max m and sum l), and finally saves
 // lse (B, H, T) = m + log l for the backward. q, k and v tiles sit in workgroup memory CHUNK head
 // dimensions at a time (12.4 KiB in all); reads of the tile being swept are the same address in
-// every thread. A thread accumulates up to CHUNKS·CHUNK = 128 output columns, so a wider head
-// takes one workgroup per 128 columns, each computing the whole logits.
+// every thread. A thread accumulates up to COLUMNS = CHUNKS·CHUNK = 128 output columns, so a
+// wider head takes one workgroup per 128 columns, each computing the whole logits. ROWS, CHUNK
+// and COLUMNS are defines, from ops/attention.rs.
 //
 // The backward recomputes P(i, j) = exp(logit(i, j) − lse_i) tile by tile, without atomics, in
 // three launches: delta_i = dout_i·out_i per row; per query tile (a thread per query),
@@ -22,10 +23,10 @@
 struct Params { b: u32, t: u32, h: u32, dh: u32, scale: f32, alibi: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-const ROWS: u32 = 32u;    // threads per workgroup: query rows (or keys) per tile
-const CHUNK: u32 = 32u;   // head dimensions per chunk in workgroup memory
-const STRIDE: u32 = 33u;  // a tile's row stride in workgroup memory, padded against bank conflicts
-const CHUNKS: u32 = 4u;   // the 128 output columns one workgroup accumulates, in chunks
+// ROWS: threads per workgroup, query rows (or keys) per tile; CHUNK: head dimensions per chunk
+// in workgroup memory.
+const STRIDE: u32 = CHUNK + 1u;  // a tile's row stride in workgroup memory, padded against bank conflicts
+const CHUNKS: u32 = COLUMNS / CHUNK;  // the COLUMNS output columns one workgroup accumulates, in chunks
 const NONE: u32 = 0xffffffffu;
 
 // attention_forward(out, lse, qkv, doc_start)
@@ -46,9 +47,9 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(7) var<storage, read> doc_start_in: array<u32>;  // (B, T)
 
 // Tiles of ROWS rows × CHUNK head dimensions at row stride STRIDE.
-var<workgroup> ta: array<f32, 1056>;  // q
-var<workgroup> tb: array<f32, 1056>;  // k or v
-var<workgroup> tc: array<f32, 1056>;  // dout
+var<workgroup> ta: array<f32, ROWS * STRIDE>;  // q
+var<workgroup> tb: array<f32, ROWS * STRIDE>;  // k or v
+var<workgroup> tc: array<f32, ROWS * STRIDE>;  // dout
 
 // Where element e (row e / CHUNK, column e % CHUNK) of a chunk sits in a tile.
 fn slot(e: u32) -> u32 {
@@ -125,7 +126,7 @@ fn tile_first_key_in(b: u32, i0: u32, end: u32) -> u32 {
     return first;
 }
 
-@compute @workgroup_size(32)
+@compute @workgroup_size(ROWS)
 fn attention_forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -151,8 +152,8 @@ fn attention_forward(
     }
     var m = F32_LOWEST;
     var l = 0.0;
-    var o: array<f32, 128>;  // CHUNKS · CHUNK
-    var s: array<f32, 32>;   // ROWS: this row's logits, then probabilities, over the key tile
+    var o: array<f32, COLUMNS>;
+    var s: array<f32, ROWS>;  // this row's logits, then probabilities, over the key tile
     for (var j0 = tile_first_key(b, i0, end); j0 < end; j0 = j0 + ROWS) {
         let n = min(ROWS, end - j0);  // keys in this tile
         for (var c = 0u; c < n; c = c + 1u) { s[c] = 0.0; }
@@ -223,7 +224,7 @@ fn attention_forward(
 }
 
 // delta (B, H, T): dout_i · out_i per row, one thread per (batch, head, row).
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.b * p.h * p.t) { return; }
@@ -238,7 +239,7 @@ fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @buil
 
 // dq of one query tile, a thread per query row: for each key tile it recomputes its row's
 // P and dS, then adds dS·k into dq.
-@compute @workgroup_size(32)
+@compute @workgroup_size(ROWS)
 fn attention_backward_query(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -271,9 +272,9 @@ fn attention_backward_query(
             tc[slot(e)] = dout_value(b, h, i0, 0u, e);
         }
     }
-    var dq: array<f32, 128>;  // CHUNKS · CHUNK
-    var s: array<f32, 32>;    // logits, then dS
-    var dp: array<f32, 32>;   // dout_i · v_j
+    var dq: array<f32, COLUMNS>;
+    var s: array<f32, ROWS>;   // logits, then dS
+    var dp: array<f32, ROWS>;  // dout_i · v_j
     for (var j0 = tile_first_key_in(b, i0, end); j0 < end; j0 = j0 + ROWS) {
         let n = min(ROWS, end - j0);  // keys in this tile
         for (var c = 0u; c < n; c = c + 1u) {
@@ -354,7 +355,7 @@ fn attention_backward_query(
 // dk and dv of one key tile, a thread per key: for each query tile from the key tile's first
 // key on it recomputes P and dS of its key with each query, then adds dS·q into dk and P·dout
 // into dv.
-@compute @workgroup_size(32)
+@compute @workgroup_size(ROWS)
 fn attention_backward_key(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -372,10 +373,10 @@ fn attention_backward_key(
     let chunks = (p.dh + CHUNK - 1u) / CHUNK;
     // With a single chunk, q and dout stay in ta and tc for dk and dv.
     let once = chunks == 1u;
-    var dk: array<f32, 128>;  // CHUNKS · CHUNK
-    var dv: array<f32, 128>;
-    var s: array<f32, 32>;    // logits, then P
-    var dp: array<f32, 32>;   // dout_i · v_j, then dS
+    var dk: array<f32, COLUMNS>;
+    var dv: array<f32, COLUMNS>;
+    var s: array<f32, ROWS>;   // logits, then P
+    var dp: array<f32, ROWS>;  // dout_i · v_j, then dS
     for (var i0 = j0; i0 < p.t; i0 = i0 + ROWS) {
         let n = min(ROWS, p.t - i0);  // queries in this tile
         for (var c = 0u; c < n; c = c + 1u) {

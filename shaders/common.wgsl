@@ -1,10 +1,9 @@
-// Shared by every op family; the loader prepends this file once (crates/engine/src/shaders.rs).
+// Shared by every op family; the loader prepends this file once (crates/engine/src/shaders.rs),
+// after the defines generated from Rust: WG, SUM_COLS, SUM_LANES here, and each family's own.
 //
 // Conventions: binding 0 is the op's uniform `p`; storage bindings follow from 1 in the op's
-// argument order (outputs, saved statistics, inputs, weights). 1-D launches use 256 threads per
+// argument order (outputs, saved statistics, inputs, weights). 1-D launches use WG threads per
 // workgroup on a grid folded into 2-D past 65 535 workgroups; `flat_index` unfolds it.
-
-const WG: u32 = 256u;
 
 fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
@@ -14,25 +13,46 @@ fn flat_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
 
-// Column sums over many rows, deterministic and short: a workgroup of 256 threads takes
-// SUM_COLS columns; thread `lid` adds up column lid % SUM_COLS over every SUM_LANES-th row from
-// row lid / SUM_COLS (the caller's loop), then `column_total` adds each column's SUM_LANES
-// partial sums in a fixed tree. A chain of rows / SUM_LANES additions, not of rows: at
-// GPT-2-small's 8,192 rows a serial column sum is what held a step up.
-const SUM_COLS: u32 = 16u;
-const SUM_LANES: u32 = 16u;
-var<workgroup> column_partials: array<f32, 256>;
+// The workgroup reduction, the one fixed tree every family uses: each of the WG threads passes
+// a value, and the values `width` apart (threads c, c + width, c + 2·width, … for each column
+// c < width) are combined pairwise, the upper half of the lanes into the lower at each step, so
+// each column's result is one fixed order of additions (or maxima). Every thread gets its
+// column's result, lid % width; width is a power of two at most WG, 1 for the whole workgroup.
+// Call from uniform control flow: it holds barriers.
+var<workgroup> tree: array<f32, WG>;
 
-// Every thread passes its partial sum; the threads of lane 0 (lid < SUM_COLS) get their
-// column's total. Call from uniform control flow: it holds barriers.
-fn column_total(lid: u32, partial: f32) -> f32 {
-    column_partials[lid] = partial;
+fn workgroup_tree(lid: u32, v: f32, width: u32, take_max: bool) -> f32 {
+    tree[lid] = v;
     workgroupBarrier();
-    for (var s = SUM_LANES / 2u; s > 0u; s = s >> 1u) {
-        if (lid / SUM_COLS < s) { column_partials[lid] = column_partials[lid] + column_partials[lid + s * SUM_COLS]; }
+    for (var s = WG / width / 2u; s > 0u; s = s >> 1u) {
+        if (lid / width < s) {
+            let other = tree[lid + s * width];
+            if (take_max) { tree[lid] = max(tree[lid], other); } else { tree[lid] = tree[lid] + other; }
+        }
         workgroupBarrier();
     }
-    return column_partials[lid % SUM_COLS];
+    let r = tree[lid % width];
+    workgroupBarrier();
+    return r;
+}
+
+// The sum of one value per thread over the workgroup; every thread gets it.
+fn workgroup_sum(lid: u32, v: f32) -> f32 {
+    return workgroup_tree(lid, v, 1u, false);
+}
+
+fn workgroup_max(lid: u32, v: f32) -> f32 {
+    return workgroup_tree(lid, v, 1u, true);
+}
+
+// Column sums over many rows, deterministic and short: a workgroup of WG threads takes
+// SUM_COLS columns; thread `lid` adds up column lid % SUM_COLS over every SUM_LANES-th row from
+// row lid / SUM_COLS (the caller's loop), then passes its partial sum here, which adds each
+// column's SUM_LANES partial sums in the tree (SUM_LANES = WG / SUM_COLS). A chain of
+// rows / SUM_LANES additions, not of rows: at GPT-2-small's 8,192 rows a serial column sum is
+// what held a step up. The threads of lane 0 (lid < SUM_COLS) get their column's total.
+fn column_total(lid: u32, partial: f32) -> f32 {
+    return workgroup_tree(lid, partial, SUM_COLS, false);
 }
 
 // The most negative f32, written exactly: Chrome's compiler rejects a decimal that rounds past it.

@@ -1,5 +1,5 @@
-// Cross-entropy with z-loss over logits (rows, V). Rows whose target is IGNORE (0xFFFFFFFF)
-// contribute nothing. scale (1) is 1/(number of counted rows), so Σ losses is the mean CE.
+// Cross-entropy with z-loss over logits (rows, V). Rows whose target is IGNORE (a define, from
+// ops/cross_entropy.rs) contribute nothing. scale (1) is 1/(number of counted rows), so Σ losses is the mean CE.
 //   forward:  lse = log Σ exp(logits); losses[r] = scale·(lse - logits[target])
 //   backward: dlogits = scale·(softmax·(1 + 2·z·lse) - onehot(target)), the gradient of
 //             scale·Σ (CE + z·lse²)
@@ -8,8 +8,6 @@
 struct Params { rows: u32, v: u32, z: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-const IGNORE: u32 = 0xFFFFFFFFu;
-var<workgroup> red: array<f32, 256>;
 
 // cross_entropy_forward(losses, lse, logits, targets, scale)
 @group(0) @binding(1) var<storage, read_write> losses: array<f32>;  // (rows)
@@ -18,21 +16,7 @@ var<workgroup> red: array<f32, 256>;
 @group(0) @binding(4) var<storage, read> targets: array<u32>;       // (rows)
 @group(0) @binding(5) var<storage, read> scale: array<f32>;         // (1)
 
-fn workgroup_reduce(lid: u32, v: f32, take_max: bool) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            if (take_max) { red[lid] = max(red[lid], red[lid + s]); } else { red[lid] = red[lid] + red[lid + s]; }
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn cross_entropy_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = flat_group(wid, nwg);
     if (row >= p.rows) { return; }
@@ -40,10 +24,10 @@ fn cross_entropy_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let base = row * p.v;
     var mx = F32_LOWEST;
     for (var i = lid; i < p.v; i = i + WG) { mx = max(mx, logits[base + i]); }
-    mx = workgroup_reduce(lid, mx, true);
+    mx = workgroup_max(lid, mx);
     var s = 0.0;
     for (var i = lid; i < p.v; i = i + WG) { s = s + exp(logits[base + i] - mx); }
-    let l = mx + log(workgroup_reduce(lid, s, false));
+    let l = mx + log(workgroup_sum(lid, s));
     if (lid == 0u) {
         lse[row] = l;
         let tgt = targets[row];
@@ -56,7 +40,7 @@ fn cross_entropy_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
 @group(0) @binding(2) var<storage, read> logits_in: array<f32>;      // (rows, V)
 @group(0) @binding(3) var<storage, read> lse_in: array<f32>;         // (rows)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn cross_entropy_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.rows * p.v) { return; }

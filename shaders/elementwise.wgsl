@@ -8,37 +8,38 @@ struct Params { n: u32, value: f32 }
 @group(0) @binding(2) var<storage, read> a: array<f32>;           // (n)
 @group(0) @binding(3) var<storage, read> b: array<f32>;           // (n)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn fill(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.n) { return; }
     out[i] = p.value;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.n) { return; }
     out[i] = a[i] + b[i];
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn add_assign(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.n) { return; }
     out[i] = out[i] + a[i];
 }
 
-const GELU_K: f32 = 0.7978845608028654; // sqrt(2/pi)
+// GELU_K = sqrt(2/pi), GELU_C = 0.044715 and GELU_C3 = 3·GELU_C are defines, from
+// ops/elementwise.rs.
 
 // tanh of a clamped argument: some drivers overflow exp() inside tanh for large inputs, and
 // tanh(±10) is ±1 to f32 precision anyway.
 fn gelu_tanh_arg(x: f32) -> f32 {
-    return tanh(clamp(GELU_K * (x + 0.044715 * x * x * x), -10.0, 10.0));
+    return tanh(clamp(GELU_K * (x + GELU_C * x * x * x), -10.0, 10.0));
 }
 
 // gelu_forward(out, x=a)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.n) { return; }
@@ -47,12 +48,12 @@ fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
 }
 
 // gelu_backward(dx=out, dout=a, x=b)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.n) { return; }
     let x = b[i];
     let t = gelu_tanh_arg(x);
-    let dt = (1.0 - t * t) * GELU_K * (1.0 + 3.0 * 0.044715 * x * x);
+    let dt = (1.0 - t * t) * GELU_K * (1.0 + GELU_C3 * x * x);
     out[i] = a[i] * (0.5 * (1.0 + t) + 0.5 * x * dt);
 }

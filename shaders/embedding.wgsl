@@ -14,7 +14,7 @@ struct Params { bt: u32, t: u32, c: u32, v: u32, v_lo: u32, v_hi: u32 }
 @group(0) @binding(3) var<storage, read> wte: array<f32>;         // (V, C)
 @group(0) @binding(4) var<storage, read> wpe: array<f32>;         // (T, C)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn embedding_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.bt * p.c) { return; }
@@ -32,7 +32,7 @@ fn embedding_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 @group(0) @binding(3) var<storage, read> bucket_rows: array<u32>;      // (BT) rows grouped by token
 @group(0) @binding(4) var<storage, read> bucket_start: array<u32>;     // (V + 1)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn embedding_backward_wte(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= (p.v_hi - p.v_lo) * p.c) { return; }
@@ -48,7 +48,7 @@ fn embedding_backward_wte(@builtin(global_invocation_id) gid: vec3<u32>, @builti
 // embedding_backward_wpe(dwpe, dout)
 @group(0) @binding(1) var<storage, read_write> dwpe: array<f32>;  // (T, C)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn embedding_backward_wpe(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.t * p.c) { return; }

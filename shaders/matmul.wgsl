@@ -4,12 +4,13 @@
 //
 // A product whose operands exceed one binding is launched in blocks (ops/matmul.rs): each binds
 // windows of the operands, whose row strides lda, ldb, ldo stay those of the whole matrices and
-// whose first values sit off_a, off_b, off_o into their bindings. mode 0 writes the sum, 1 adds
-// it to out, 2 (a later block along K) starts the sum from out: the same chain of fmas.
+// whose first values sit off_a, off_b, off_o into their bindings. mode 0 writes the sum,
+// MODE_ADD adds it to out, MODE_CONTINUE (a later block along K) starts the sum from out: the
+// same chain of fmas.
 //
 // Tiling: a workgroup of 16×16 threads computes a 128×128 tile of out, each thread an 8×8
 // block of it (rows ty*4.. and 64+ty*4.., columns tx*4.. and 64+tx*4..: two vec4s each way),
-// walking K in steps of TK = 16. Per k a thread reads 2 vec4s of a and 2 of bm and does 64
+// walking K in steps of TK = 16 (BM, BN and TK are defines, from ops/matmul.rs). Per k a thread reads 2 vec4s of a and 2 of bm and does 64
 // fmas, where the old 64×64 tile with 4×4 blocks did 16 fmas for 8 scalar reads: the register
 // block, not memory, now bounds the rate. The staged slices of a and bm fill 16 KiB of
 // workgroup memory, WebGPU's default limit. Global reads are vec4s where the operand's offset
@@ -19,9 +20,9 @@
 // of TK), from 0 or from out: the tiling, the subgroup entry point below and any split into
 // launches move operands around but never reorder a chain, so all give the same bits.
 //
-// The last section, from the line `// @subgroups`, is compiled only on devices with subgroups
-// (crates/engine/src/shaders.rs): there a's slice reaches the registers through subgroup
-// shuffles instead of workgroup memory.
+// The last section, `#if SUBGROUPS`, is compiled only on devices with subgroups (the switch
+// SUBGROUPS, crates/engine/src/shaders.rs): there a's slice reaches the registers through
+// subgroup shuffles instead of workgroup memory.
 
 struct Params {
     batch: u32, m: u32, n: u32, k: u32,
@@ -36,9 +37,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;    // (batch, M, K) or (batch, K, M)
 @group(0) @binding(3) var<storage, read> bm: array<vec4<f32>>;   // (batch, K, N) or (batch, N, K)
 
-const BM: u32 = 128u;  // rows of out a workgroup computes
-const BN: u32 = 128u;  // columns
-const TK: u32 = 16u;   // the K tile: ops/matmul.rs splits K at its multiples
+// BM rows and BN columns of out a workgroup computes; the K tile TK, at whose multiples
+// ops/matmul.rs splits K.
 const TX: u32 = BN / 8u;  // threads along columns, each 8 wide
 const TY: u32 = BM / 8u;  // threads along rows, each 8 high
 var<workgroup> a_tile: array<vec4<f32>, TK * BM / 4u>;  // [TK][BM]: a_tile[(kk * BM + row) / 4]
@@ -143,10 +143,10 @@ fn fma_step(acc: ptr<function, Block>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f3
 fn block_row(ty: u32, r: u32) -> u32 { return ty * 4u + r % 4u + r / 4u * (BM / 2u); }
 fn block_col(tx: u32, h: u32, j: u32) -> u32 { return tx * 4u + j + h * (BN / 2u); }
 
-// The block's starting values: 0, or out in mode 2.
+// The block's starting values: 0, or out in MODE_CONTINUE.
 fn block_init(batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) -> Block {
     var acc: Block;
-    if (p.mode != 2u) { return acc; }
+    if (p.mode != MODE_CONTINUE) { return acc; }
     let base = batch * p.m * p.ldo + p.off_o;
     for (var r = 0u; r < 8u; r = r + 1u) {
         let row = row0 + block_row(ty, r);
@@ -160,7 +160,7 @@ fn block_init(batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) -> Block {
     return acc;
 }
 
-// Writes the block, added to out in mode 1.
+// Writes the block, added to out in MODE_ADD.
 fn block_store(acc: ptr<function, Block>, batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) {
     let base = batch * p.m * p.ldo + p.off_o;
     for (var r = 0u; r < 8u; r = r + 1u) {
@@ -172,7 +172,7 @@ fn block_store(acc: ptr<function, Block>, batch: u32, row0: u32, col0: u32, tx: 
                 if (col >= p.n) { continue; }
                 let i = base + row * p.ldo + col;
                 var v = (*acc)[r * 2u + h][j];
-                if (p.mode == 1u) { v = v + out[i]; }
+                if (p.mode == MODE_ADD) { v = v + out[i]; }
                 out[i] = v;
             }
         }
@@ -203,8 +203,7 @@ fn matmul(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid:
     block_store(&acc, batch, row0, col0, tx, ty);
 }
 
-// @subgroups
-//
+#if SUBGROUPS
 // The same tiles and chains; only bm is staged in workgroup memory. The lanes that share a
 // thread row ty (g = min(subgroup size, TX) of them, side by side) share op(a)'s 8 rows: each
 // reads those rows at one k of every g straight from global memory, and at each k the lanes
@@ -270,3 +269,4 @@ fn matmul_subgroup(
     }
     block_store(&acc, batch, row0, col0, tx, ty);
 }
+#endif

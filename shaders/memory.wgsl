@@ -15,7 +15,7 @@ fn sigma(z: f32) -> f32 {
 @group(0) @binding(2) var<storage, read_write> weights: array<f32>;    // (tokens, K)
 @group(0) @binding(3) var<storage, read> x: array<f32>;                // (tokens, d_in)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_hash(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.tokens * p.k) { return; }
@@ -37,14 +37,14 @@ fn memory_hash(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
 
 // The bucket sort: per table, the rows grouped by code, in row order within each code (stable),
 // in three launches without atomics. Each table's rows are cut into p.tiles tiles of p.span rows
-// (a multiple of 256), both functions of the dims alone, so the order is fixed:
+// (a multiple of WG), both functions of the dims alone, so the order is fixed:
 // - memory_bucket_count: a workgroup per (table, tile) counts each code's rows in its tile into
 //   cursor[(k·2^τ + code)·tiles + tile];
 // - memory_bucket_scan: a workgroup per table turns those counts into each tile's first place
 //   within its code, and the codes' totals into starts;
 // - memory_bucket_scatter: a workgroup per (table, tile) writes each row at its code's start +
 //   its tile's place + the rows of its code before it in the tile.
-// Within a tile, rows go through in chunks of 256: a thread's rank is the number of earlier
+// Within a tile, rows go through in chunks of WG: a thread's rank is the number of earlier
 // threads with its code, and only the last thread of each code updates that code's counter, so
 // no two threads write one value. Counts are integers, so any order of adding them is exact.
 @group(0) @binding(1) var<storage, read_write> rows: array<u32>;    // (K, tokens)
@@ -52,8 +52,8 @@ fn memory_hash(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
 @group(0) @binding(3) var<storage, read_write> cursor: array<u32>;  // (K, 2^τ, tiles)
 @group(0) @binding(4) var<storage, read> codes: array<u32>;         // (tokens, K)
 
-var<workgroup> chunk: array<u32, 256>;
-var<workgroup> part: array<u32, 256>;
+var<workgroup> chunk: array<u32, WG>;
+var<workgroup> part: array<u32, WG>;
 
 const NO_CODE: u32 = 0xffffffffu;
 
@@ -81,7 +81,7 @@ fn counter(k: u32, code: u32, tile: u32) -> u32 {
     return (k * (1u << p.tau) + code) * p.tiles + tile;
 }
 
-// Walks tile `tile` of table `k` in chunks of 256 rows, moving each code's counter past the
+// Walks tile `tile` of table `k` in chunks of WG rows, moving each code's counter past the
 // chunk's rows of that code; with `place` (the scatter), first writes each row at its place.
 fn walk_tile(lid: u32, k: u32, tile: u32, place: bool) {
     let s0 = k * ((1u << p.tau) + 1u);
@@ -106,7 +106,7 @@ fn walk_tile(lid: u32, k: u32, tile: u32, place: bool) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_bucket_count(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = flat_group(wid, nwg);
     if (g >= p.k * p.tiles) { return; }
@@ -118,7 +118,7 @@ fn memory_bucket_count(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
     walk_tile(lid3.x, k, tile, false);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_bucket_scan(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let k = flat_group(wid, nwg);
     if (k >= p.k) { return; }
@@ -162,7 +162,7 @@ fn memory_bucket_scan(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wo
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_bucket_scatter(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = flat_group(wid, nwg);
     if (g >= p.k * p.tiles) { return; }
@@ -176,7 +176,7 @@ fn memory_bucket_scatter(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
 @group(0) @binding(4) var<storage, read> tables: array<f32>;      // (K, 2^τ, d_out)
 @group(0) @binding(5) var<storage, read> bias: array<f32>;        // (d_out)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.tokens * p.d_out) { return; }
@@ -199,7 +199,7 @@ fn memory_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
 @group(0) @binding(4) var<storage, read> g_rows: array<u32>;         // (K, tokens)
 @group(0) @binding(5) var<storage, read> g_starts: array<u32>;       // (K, 2^τ + 1)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_table_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     let nb = 1u << p.tau;
@@ -223,7 +223,7 @@ fn memory_table_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 @group(0) @binding(4) var<storage, read> i_codes: array<u32>;     // (tokens, K)
 @group(0) @binding(5) var<storage, read> i_tables: array<f32>;    // (K, 2^τ, d_out)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_input_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg);
     if (i >= p.tokens * p.k) { return; }
@@ -260,7 +260,7 @@ fn memory_input_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 // all tokens (`column_total` in common.wgsl).
 @group(0) @binding(1) var<storage, read_write> dbias: array<f32>;  // (d_out)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn memory_bias_grad(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = lid3.x;
     let o = flat_group(wid, nwg) * SUM_COLS + lid % SUM_COLS;

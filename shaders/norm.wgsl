@@ -1,4 +1,4 @@
-// LayerNorm (kind 0) and RMSNorm (kind 1) over the last axis of (rows, C), with a gain and no
+// LayerNorm (kind LAYER_NORM) and RMSNorm (kind RMS_NORM, defines from ops/norm.rs) over the last axis of (rows, C), with a gain and no
 // bias. One workgroup per row, so C can be a whole RMT residual matrix (D_k·D_v values).
 //   LayerNorm: y = (x - mean)·rstd·g, rstd = 1/sqrt(var + eps)
 //   RMSNorm:   y = x·rstd·g,          rstd = 1/sqrt(mean(x²) + eps)
@@ -6,21 +6,6 @@
 
 struct Params { rows: u32, c: u32, kind: u32, eps: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
-
-var<workgroup> red: array<f32, 256>;
-
-// Sum of one value per thread over the workgroup, in a fixed tree order.
-fn workgroup_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
 
 // norm_forward(out, stats, x, gain)
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;    // (rows, C)
@@ -32,7 +17,7 @@ fn workgroup_sum(lid: u32, v: f32) -> f32 {
 fn row_stats(lid: u32, base: u32) -> vec2<f32> {
     let n = f32(p.c);
     var mean = 0.0;
-    if (p.kind == 0u) {
+    if (p.kind == LAYER_NORM) {
         var s = 0.0;
         for (var i = lid; i < p.c; i = i + WG) { s = s + x[base + i]; }
         mean = workgroup_sum(lid, s) / n;
@@ -42,7 +27,7 @@ fn row_stats(lid: u32, base: u32) -> vec2<f32> {
     return vec2<f32>(mean, inverseSqrt(workgroup_sum(lid, s2) / n + p.eps));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn norm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = flat_group(wid, nwg);
     if (row >= p.rows) { return; }
@@ -58,7 +43,7 @@ fn norm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
 
 // norm_stats(-, stats, x): the statistics alone, for ops that normalise as they read (the RMT's
 // fused retrieval), so the normalised rows are never written.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn norm_stats(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = flat_group(wid, nwg);
     if (row >= p.rows) { return; }
@@ -74,7 +59,7 @@ fn norm_stats(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_
 @group(0) @binding(2) var<storage, read> dout: array<f32>;          // (rows, C)
 @group(0) @binding(5) var<storage, read> saved: array<f32>;         // (rows, 2)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn norm_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = flat_group(wid, nwg);
     if (row >= p.rows) { return; }
@@ -92,7 +77,7 @@ fn norm_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
     }
     var mean_dn = workgroup_sum(lid, s1) / n;
     let mean_dn_norm = workgroup_sum(lid, s2) / n;
-    if (p.kind != 0u) { mean_dn = 0.0; }
+    if (p.kind != LAYER_NORM) { mean_dn = 0.0; }
     for (var i = lid; i < p.c; i = i + WG) {
         let dn = dout[base + i] * gain[i];
         let nrm = (x[base + i] - mean) * rstd;
@@ -104,7 +89,7 @@ fn norm_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
 // (`column_total` in common.wgsl).
 @group(0) @binding(1) var<storage, read_write> dgain: array<f32>;   // (C)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn norm_backward_gain(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = lid3.x;
     let col = flat_group(wid, nwg) * SUM_COLS + lid % SUM_COLS;

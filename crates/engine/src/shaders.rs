@@ -1,54 +1,273 @@
-//! The WGSL sources in `shaders/`, one file per op family. `common.wgsl` holds the helpers every
-//! family shares; it is prepended here, once, instead of being copied into each file.
+//! The WGSL sources in `shaders/`, one file per op family, and what reaches the device of each.
+//!
+//! A shader's source is built here, in three parts:
+//!
+//! 1. **Defines**, generated from Rust: one `const NAME: TYPE = VALUE;` line for every value a
+//!    kernel shares with its host code (tile sizes, the workgroup size, the ignore index, AdamW's
+//!    slots…). Each is declared once, in Rust, next to the code that uses it ([`COMMON`] here for
+//!    what every family reads, the family's `ops/<family>.rs` for the rest), and listed in
+//!    [`SHADERS`]; no WGSL file may write the value again.
+//! 2. `common.wgsl`, the helpers every family shares, once instead of in each file.
+//! 3. The family's file, with its `#if NAME` … `#else` … `#endif` sections resolved by the
+//!    variant's **switches**: bool defines a launch may set ([`Shader::switches`], off unless
+//!    set). A switch selects code that differs in bindings, built-ins or entry points, which a
+//!    plain `if` on a `const` cannot: the subgroup matmul ([`SUBGROUPS`]), the RMT's fused norm
+//!    (`NORMED`). Its value is emitted as a `const` too.
+//!
+//! The GPU context compiles one module per (shader, defines) and keys its pipelines by
+//! (shader, entry point, defines), the defines being the variant's switches in the canonical form
+//! [`Shader::variant`] gives; the constants every variant shares are part of the shader.
 
-/// `common.wgsl`: shared constants and helpers.
-pub const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+use crate::ops;
 
-/// Every op family's shader: (name, source without the common prelude).
-pub const FAMILIES: &[(&str, &str)] = &[
-    ("elementwise", include_str!("../../../shaders/elementwise.wgsl")),
-    ("matmul", include_str!("../../../shaders/matmul.wgsl")),
-    ("embedding", include_str!("../../../shaders/embedding.wgsl")),
-    ("norm", include_str!("../../../shaders/norm.wgsl")),
-    ("attention", include_str!("../../../shaders/attention.wgsl")),
-    ("cross_entropy", include_str!("../../../shaders/cross_entropy.wgsl")),
-    ("optim", include_str!("../../../shaders/optim.wgsl")),
-    ("residual_matrix", include_str!("../../../shaders/residual_matrix.wgsl")),
-    ("memory", include_str!("../../../shaders/memory.wgsl")),
-];
+/// Threads of every 1-D workgroup (`WG` in WGSL): `grid_1d(n, WG)` launches n threads; the
+/// workgroup reductions of `common.wgsl` reduce this many values.
+pub const WG: usize = 256;
 
-/// The line that opens the last section of a family's file, compiled only on devices with
-/// subgroups: entry points that use WGSL's subgroup built-ins.
-pub const SUBGROUP_SECTION: &str = "// @subgroups";
+/// Columns a workgroup sums in `column_total` (`SUM_COLS` in WGSL): column sums over rows
+/// launch one workgroup per this many columns, each column summed by `WG / SUM_COLS` lanes.
+pub const SUM_COLS: usize = 16;
 
-/// Appended to a family's name, asks for the source with its subgroup section.
-pub const WITH_SUBGROUPS: &str = "+subgroups";
+// The workgroup reductions halve their lanes down to one.
+const _: () = assert!(WG.is_power_of_two() && SUM_COLS.is_power_of_two() && SUM_COLS <= WG);
 
-/// The full source of one family: the common prelude, then the family's file up to its subgroup
-/// section; for `family` + [`WITH_SUBGROUPS`], the prelude and all of the file. That source has
-/// no `enable subgroups;`: naga 30 takes the built-ins without it and rejects the directive,
-/// and wgpu 30 offers subgroups only natively, where naga compiles every shader.
-pub fn source(family: &str) -> String {
-    let (base, subgroups) = match family.strip_suffix(WITH_SUBGROUPS) {
-        Some(base) => (base, true),
-        None => (family, false),
-    };
-    let (_, body) = FAMILIES
-        .iter()
-        .find(|(name, _)| *name == base)
-        .unwrap_or_else(|| panic!("no shader family named {base}"));
-    let marker = format!("\n{SUBGROUP_SECTION}\n");
-    match (subgroups, body.find(&marker)) {
-        (true, Some(_)) => format!("{COMMON}\n{body}"),
-        (true, None) => panic!("shaders/{base}.wgsl has no subgroup section"),
-        (false, Some(end)) => format!("{COMMON}\n{}", &body[..end + 1]),
-        (false, None) => format!("{COMMON}\n{body}"),
+/// The switch of families with subgroup entry points (matmul): set where the device was created
+/// with subgroups. Its sections use WGSL's subgroup built-ins, which naga 30 takes without
+/// `enable subgroups;` (it rejects the directive), and wgpu 30 offers subgroups only natively,
+/// where naga compiles every shader.
+pub const SUBGROUPS: &str = "SUBGROUPS";
+
+/// A value declared in Rust that a shader reads as a WGSL `const` of the same name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Define {
+    pub name: &'static str,
+    pub value: Value,
+}
+
+/// A define's value. An f32 is kept as its bits, so that defines can be compared and hashed
+/// (the pipeline cache's key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Value {
+    U32(u32),
+    F32(u32),
+    Bool(bool),
+}
+
+impl Define {
+    pub const fn u32(name: &'static str, value: u32) -> Self {
+        Self {
+            name,
+            value: Value::U32(value),
+        }
+    }
+    pub const fn f32(name: &'static str, value: f32) -> Self {
+        Self {
+            name,
+            value: Value::F32(value.to_bits()),
+        }
+    }
+    pub const fn bool(name: &'static str, value: bool) -> Self {
+        Self {
+            name,
+            value: Value::Bool(value),
+        }
+    }
+
+    /// The WGSL line: `const NAME: TYPE = VALUE;`. An f32 is written in its shortest decimal
+    /// form with the `f` suffix, which parses back to the same bits.
+    pub fn wgsl(&self) -> String {
+        let name = self.name;
+        match self.value {
+            Value::U32(v) => format!("const {name}: u32 = {v}u;"),
+            Value::F32(bits) => {
+                let v = f32::from_bits(bits);
+                assert!(v.is_finite(), "define {name}: WGSL has no literal for {v}");
+                format!("const {name}: f32 = {v:?}f;")
+            }
+            Value::Bool(v) => format!("const {name}: bool = {v};"),
+        }
+    }
+
+    fn same_kind(&self, other: &Define) -> bool {
+        std::mem::discriminant(&self.value) == std::mem::discriminant(&other.value)
     }
 }
 
-/// Whether a family's file has a subgroup section.
-pub fn has_subgroup_section(family: &str) -> bool {
-    FAMILIES
+/// One op family's shader.
+#[derive(Debug)]
+pub struct Shader {
+    /// The family, `shaders/NAME.wgsl`.
+    pub name: &'static str,
+    /// The file as written, without the prelude.
+    pub body: &'static str,
+    /// What the family reads from Rust beside [`COMMON`]: the same in every variant.
+    pub constants: &'static [Define],
+    /// What a launch may set, with the defaults it has otherwise. Bool switches select the
+    /// file's `#if NAME` sections.
+    pub switches: &'static [Define],
+}
+
+/// What every family reads from Rust.
+pub const COMMON: &[Define] = &[
+    Define::u32("WG", WG as u32),
+    Define::u32("SUM_COLS", SUM_COLS as u32),
+    Define::u32("SUM_LANES", (WG / SUM_COLS) as u32),
+];
+
+/// `common.wgsl`: shared helpers, prepended to every family once.
+pub const COMMON_WGSL: &str = include_str!("../../../shaders/common.wgsl");
+
+/// A family's [`Shader`], its body read from `shaders/NAME.wgsl`.
+macro_rules! family {
+    ($name:literal, $constants:expr, $switches:expr) => {
+        Shader {
+            name: $name,
+            body: include_str!(concat!("../../../shaders/", $name, ".wgsl")),
+            constants: $constants,
+            switches: $switches,
+        }
+    };
+}
+
+/// Every op family's shader.
+pub const SHADERS: &[Shader] = &[
+    family!("elementwise", ops::elementwise::DEFINES, &[]),
+    family!("matmul", ops::matmul::DEFINES, &[Define::bool(SUBGROUPS, false)]),
+    family!("embedding", &[], &[]),
+    family!("norm", ops::norm::DEFINES, &[]),
+    family!("attention", ops::attention::DEFINES, &[]),
+    family!("cross_entropy", ops::cross_entropy::DEFINES, &[]),
+    family!("optim", ops::optim::DEFINES, &[]),
+    family!(
+        "residual_matrix",
+        ops::residual_matrix::DEFINES,
+        &[Define::bool(ops::residual_matrix::NORMED, false)]
+    ),
+    family!("memory", &[], &[]),
+];
+
+/// The shader of family `name`.
+pub fn shader(name: &str) -> &'static Shader {
+    SHADERS
         .iter()
-        .any(|(name, body)| *name == family && body.contains(&format!("\n{SUBGROUP_SECTION}\n")))
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no shader family named {name}"))
+}
+
+/// The full source of one variant of family `name`: see [`Shader::source`].
+pub fn source(name: &str, defines: &[Define]) -> String {
+    shader(name).source(defines)
+}
+
+impl Shader {
+    /// Every switch with its value in the variant `defines` asks for (its default where it asks
+    /// nothing), in the order of [`Self::switches`]: one variant has one form, whatever order or
+    /// defaults a launch names, so it is compiled once. Panics on a define that is not one of the
+    /// shader's switches, or of another type.
+    pub fn variant(&self, defines: &[Define]) -> Vec<Define> {
+        for d in defines {
+            assert!(
+                self.switches.iter().any(|s| s.name == d.name && s.same_kind(d)),
+                "shaders/{}.wgsl has no switch {d:?}",
+                self.name
+            );
+        }
+        (self.switches.iter())
+            .map(|s| *defines.iter().rev().find(|d| d.name == s.name).unwrap_or(s))
+            .collect()
+    }
+
+    /// The WGSL of one variant: the defines (common, the family's, the switches) as `const`
+    /// lines, `common.wgsl`, then the family's file, each with its `#if` sections resolved.
+    pub fn source(&self, defines: &[Define]) -> String {
+        let switches = self.variant(defines);
+        let mut out = String::from("// Defines, generated from Rust (crates/engine/src/shaders.rs).\n");
+        for d in COMMON.iter().chain(self.constants).chain(&switches) {
+            out.push_str(&d.wgsl());
+            out.push('\n');
+        }
+        out.push('\n');
+        preprocess("common", COMMON_WGSL, &switches, &mut out);
+        out.push('\n');
+        preprocess(self.name, self.body, &switches, &mut out);
+        out
+    }
+}
+
+/// Copies `text` into `out`, keeping the lines of the `#if NAME` (bool switch NAME set),
+/// `#else` and `#endif` sections that apply and dropping the directives. Sections nest.
+fn preprocess(file: &str, text: &str, switches: &[Define], out: &mut String) {
+    // Per open section: (whether its current branch applies, whether `#else` was seen).
+    let mut open: Vec<(bool, bool)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = || format!("shaders/{file}.wgsl:{}", i + 1);
+        let directive = line.trim();
+        if let Some(name) = directive.strip_prefix("#if ") {
+            let name = name.trim();
+            let on = match switches.iter().find(|d| d.name == name).map(|d| d.value) {
+                Some(Value::Bool(on)) => on,
+                _ => panic!("{}: `#if {name}` names no bool switch of this shader", at()),
+            };
+            open.push((on, false));
+        } else if directive == "#else" {
+            match open.last_mut() {
+                Some((on, seen @ false)) => {
+                    *on = !*on;
+                    *seen = true;
+                }
+                _ => panic!("{}: `#else` outside an `#if`, or a second one", at()),
+            }
+        } else if directive == "#endif" {
+            open.pop()
+                .unwrap_or_else(|| panic!("{}: `#endif` outside an `#if`", at()));
+        } else if directive.starts_with('#') {
+            panic!("{}: unknown directive `{directive}`", at());
+        } else if open.iter().all(|&(on, _)| on) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(open.is_empty(), "shaders/{file}.wgsl: an `#if` is never closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_follow_the_switches() {
+        let on = [Define::bool("A", true), Define::bool("B", false)];
+        let mut out = String::new();
+        preprocess(
+            "t",
+            "x\n#if A\na\n#if B\nb\n#else\nnot b\n#endif\n#else\nnot a\n#endif\ny\n",
+            &on,
+            &mut out,
+        );
+        assert_eq!(out, "x\na\nnot b\ny\n");
+    }
+
+    #[test]
+    fn a_variant_has_one_form() {
+        let matmul = shader("matmul");
+        let on = Define::bool(SUBGROUPS, true);
+        assert_eq!(matmul.variant(&[]), [Define::bool(SUBGROUPS, false)]);
+        assert_eq!(matmul.variant(&[Define::bool(SUBGROUPS, false)]), matmul.variant(&[]));
+        assert_eq!(matmul.variant(&[on]), [on]);
+    }
+
+    #[test]
+    #[should_panic(expected = "has no switch")]
+    fn an_unknown_switch_is_refused() {
+        shader("norm").variant(&[Define::bool(SUBGROUPS, true)]);
+    }
+
+    #[test]
+    fn f32_defines_keep_their_bits() {
+        for v in [0.797_884_6_f32, 1e-8, -3.5, f32::MIN_POSITIVE, f32::MAX] {
+            let line = Define::f32("X", v).wgsl();
+            let text = line.trim_start_matches("const X: f32 = ").trim_end_matches("f;");
+            assert_eq!(text.parse::<f32>().unwrap().to_bits(), v.to_bits(), "{line}");
+        }
+    }
 }

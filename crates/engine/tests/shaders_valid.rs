@@ -1,37 +1,89 @@
-//! naga parses and validates every WGSL family, with the common prelude the loader prepends,
-//! and the subgroup variant of the families that have one.
+//! naga parses and validates every WGSL family as the loader builds it (the defines generated
+//! from Rust, the common prelude, the family's file), in its default variant and with each of
+//! its switches set; and every define reaches WGSL with its exact value.
 
 use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
-use resmem_engine::shaders::{has_subgroup_section, source, FAMILIES, WITH_SUBGROUPS};
+use resmem_engine::shaders::{shader, Define, Shader, Value, COMMON, SHADERS, SUBGROUPS};
 
-fn validate(name: &str, caps: Capabilities) -> naga::Module {
-    let src = source(name);
-    let module =
-        naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}.wgsl: {}", e.emit_to_string(&src)));
+fn validate(s: &Shader, defines: &[Define], caps: Capabilities) -> naga::Module {
+    let name = format!("{}.wgsl {defines:?}", s.name);
+    let src = s.source(defines);
+    let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
     Validator::new(ValidationFlags::all(), caps)
         .subgroup_stages(ShaderStages::COMPUTE)
         .subgroup_operations(SubgroupOperationSet::all())
         .validate(&module)
-        .unwrap_or_else(|e| panic!("{name}.wgsl does not validate: {e:?}"));
+        .unwrap_or_else(|e| panic!("{name} does not validate: {e:?}"));
     module
+}
+
+/// Each bool switch of a shader set the other way from its default.
+fn flipped(s: &Shader) -> impl Iterator<Item = Define> + '_ {
+    s.switches.iter().map(|d| match d.value {
+        Value::Bool(on) => Define::bool(d.name, !on),
+        _ => panic!("{}.wgsl: switch {d:?} is not a bool", s.name),
+    })
 }
 
 #[test]
 fn every_shader_parses_and_validates() {
     let mut variants = 0;
-    for (name, _) in FAMILIES {
+    for s in SHADERS {
         // The plain source needs no capability: it is what browsers compile.
-        let plain = validate(name, Capabilities::empty());
-        if has_subgroup_section(name) {
-            let full = validate(&format!("{name}{WITH_SUBGROUPS}"), Capabilities::SUBGROUP);
-            assert!(
-                full.entry_points.len() > plain.entry_points.len(),
-                "{name}.wgsl's subgroup section adds no entry point"
-            );
+        let plain = validate(s, &[], Capabilities::empty());
+        for on in flipped(s) {
+            if on.name == SUBGROUPS {
+                let full = validate(s, &[on], Capabilities::SUBGROUP);
+                assert!(
+                    full.entry_points.len() > plain.entry_points.len(),
+                    "{}.wgsl's subgroup section adds no entry point",
+                    s.name
+                );
+            } else {
+                validate(s, &[on], Capabilities::empty());
+            }
             variants += 1;
         }
     }
-    assert!(has_subgroup_section("matmul") && variants >= 1);
+    assert!(shader("matmul").switches.iter().any(|d| d.name == SUBGROUPS) && variants >= 1);
+}
+
+/// The value naga reads for the module constant `name`.
+fn constant(module: &naga::Module, name: &str) -> Option<naga::Literal> {
+    let (_, c) = module.constants.iter().find(|(_, c)| c.name.as_deref() == Some(name))?;
+    match module.global_expressions[c.init] {
+        naga::Expression::Literal(l) => Some(l),
+        ref e => panic!("{name} is {e:?}"),
+    }
+}
+
+#[test]
+fn every_define_reaches_wgsl_with_its_value() {
+    for s in SHADERS {
+        let defaults = s.switches.to_vec();
+        let mut cases = vec![defaults];
+        cases.extend(flipped(s).map(|on| vec![on]));
+        for defines in cases {
+            let caps = match defines.iter().any(|d| *d == Define::bool(SUBGROUPS, true)) {
+                true => Capabilities::SUBGROUP,
+                false => Capabilities::empty(),
+            };
+            let module = validate(s, &defines, caps);
+            for d in COMMON.iter().chain(s.constants).chain(&s.variant(&defines)) {
+                let want = match d.value {
+                    Value::U32(v) => naga::Literal::U32(v),
+                    Value::F32(bits) => naga::Literal::F32(f32::from_bits(bits)),
+                    Value::Bool(v) => naga::Literal::Bool(v),
+                };
+                let got = constant(&module, d.name);
+                let same = match (got, want) {
+                    (Some(naga::Literal::F32(a)), naga::Literal::F32(b)) => a.to_bits() == b.to_bits(),
+                    (got, want) => got == Some(want),
+                };
+                assert!(same, "{}.wgsl: {} is {got:?} in WGSL, {want:?} in Rust", s.name, d.name);
+            }
+        }
+    }
 }
 
 #[test]
@@ -41,8 +93,8 @@ fn every_wgsl_file_is_registered() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         let stem = name.trim_end_matches(".wgsl");
         assert!(
-            stem == "common" || FAMILIES.iter().any(|(n, _)| *n == stem),
-            "shaders/{name} is not in engine::shaders::FAMILIES, so nothing loads or validates it"
+            stem == "common" || SHADERS.iter().any(|s| s.name == stem),
+            "shaders/{name} is not in engine::shaders::SHADERS, so nothing loads or validates it"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! The GPU context, built once: device, queue, pipeline cache and the list of pending launches.
 
 use super::{Arg, Dispatch, GpuTensor, VIEW_ALIGN};
-use crate::{shaders, EngineError, Result};
+use crate::shaders::{self, Define};
+use crate::{EngineError, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,13 +48,15 @@ pub struct GpuBackend {
     /// Workgroups per grid dimension, past which 1-D launches fold (`grid_1d`).
     pub(crate) max_groups: u32,
     /// Whether the device was created with subgroups, which kernels with a subgroup variant
-    /// (matmul) then use.
+    /// (matmul, the switch [`shaders::SUBGROUPS`]) then use.
     pub(crate) subgroups: bool,
     /// Whether the device was created with timestamp queries (`timing.rs`).
     pub(crate) timestamps: bool,
-    /// Compiled pipelines by (family, entry point): each shader is compiled once per context.
-    pipelines: RefCell<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
-    modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
+    /// Compiled pipelines by (shader, entry point, defines): each variant of a shader is compiled
+    /// once per context, and each of its entry points made a pipeline once.
+    pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    /// Compiled modules by (shader, defines).
+    modules: RefCell<HashMap<ModuleKey, wgpu::ShaderModule>>,
     /// Launches recorded since the last flush, encoded into one command buffer by `flush`.
     pub(crate) pending: RefCell<Vec<Dispatch>>,
     /// Readback staging buffers by size, reused so that logging a loss allocates nothing.
@@ -64,6 +67,19 @@ pub struct GpuBackend {
     /// The partial sums of `sum`'s first launch, shared by every sum: launches run in order.
     sum_partials: GpuTensor,
 }
+
+/// A pipeline's key, as web-rwkv keys its own: the shader (an op family), the entry point, and
+/// the variant's defines: every switch of the shader with its value ([`shaders::Shader::variant`],
+/// one form per variant). The defines every variant shares (tile sizes…) are part of the shader.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PipelineKey {
+    shader: &'static str,
+    entry: &'static str,
+    defines: Box<[Define]>,
+}
+
+/// A module's key: the shader and the variant's defines, as in [`PipelineKey`].
+type ModuleKey = (&'static str, Box<[Define]>);
 
 impl GpuBackend {
     /// Finds an adapter and creates a device with the adapter's own limits.
@@ -200,18 +216,24 @@ impl GpuBackend {
         self.queue.write_buffer(buffer, offset, bytes);
     }
 
-    fn pipeline(&self, family: &'static str, entry: &'static str) -> wgpu::ComputePipeline {
-        if let Some(p) = self.pipelines.borrow().get(&(family, entry)) {
+    fn pipeline(&self, shader: &'static str, entry: &'static str, defines: &[Define]) -> wgpu::ComputePipeline {
+        let family = shaders::shader(shader);
+        let key = PipelineKey {
+            shader,
+            entry,
+            defines: family.variant(defines).into(),
+        };
+        if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
         let module = self
             .modules
             .borrow_mut()
-            .entry(family)
+            .entry((shader, key.defines.clone()))
             .or_insert_with(|| {
                 self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some(family),
-                    source: wgpu::ShaderSource::Wgsl(shaders::source(family).into()),
+                    label: Some(shader),
+                    source: wgpu::ShaderSource::Wgsl(family.source(&key.defines).into()),
                 })
             })
             .clone();
@@ -223,30 +245,56 @@ impl GpuBackend {
             compilation_options: Default::default(),
             cache: None,
         });
-        self.pipelines.borrow_mut().insert((family, entry), pipeline.clone());
+        self.pipelines.borrow_mut().insert(key, pipeline.clone());
         pipeline
     }
 
-    /// Records one launch of `family::entry`. `params` become the uniform at binding 0; `args`
-    /// are the storage buffers at bindings 1, 2, … in the op's argument order.
+    /// Records one launch of `shader::entry` in the shader's default variant. `params` become
+    /// the uniform at binding 0; `args` are the storage buffers at bindings 1, 2, … in the op's
+    /// argument order.
     pub(crate) fn dispatch(
         &self,
-        family: &'static str,
+        shader: &'static str,
         entry: &'static str,
         params: &[u32],
         args: &[Arg<'_>],
         groups: [u32; 3],
     ) {
+        self.dispatch_with(shader, entry, &[], params, args, groups)
+    }
+
+    /// Like [`Self::dispatch`], in the variant with the switches `defines` set.
+    pub(crate) fn dispatch_with(
+        &self,
+        shader: &'static str,
+        entry: &'static str,
+        defines: &[Define],
+        params: &[u32],
+        args: &[Arg<'_>],
+        groups: [u32; 3],
+    ) {
         let numbered: Vec<(u32, Arg<'_>)> = args.iter().enumerate().map(|(i, a)| (i as u32 + 1, *a)).collect();
-        self.dispatch_at(family, entry, params, &numbered, groups)
+        self.launch(shader, entry, defines, params, &numbered, groups)
     }
 
     /// Like [`Self::dispatch`], with each storage binding's number given explicitly, for entry
     /// points that use only some of their family's bindings.
     pub(crate) fn dispatch_at(
         &self,
-        family: &'static str,
+        shader: &'static str,
         entry: &'static str,
+        params: &[u32],
+        args: &[(u32, Arg<'_>)],
+        groups: [u32; 3],
+    ) {
+        self.launch(shader, entry, &[], params, args, groups)
+    }
+
+    fn launch(
+        &self,
+        shader: &'static str,
+        entry: &'static str,
+        defines: &[Define],
         params: &[u32],
         args: &[(u32, Arg<'_>)],
         groups: [u32; 3],
@@ -270,7 +318,7 @@ impl GpuBackend {
                  make the model or the batch smaller"
             ));
         }
-        let pipeline = self.pipeline(family, entry);
+        let pipeline = self.pipeline(shader, entry, defines);
         // Uniform structs are padded to 16 bytes; at least 16 words, so that entry points that
         // read fewer fields than their family's struct (sum_final, adamw) still bind all of it.
         let mut words = params.to_vec();
@@ -391,7 +439,7 @@ impl GpuBackend {
 
     /// Workgroup counts for `n` items of `per_group` each, folded into 2-D past `max_groups` in
     /// one dimension: the one folding every 1-D launch uses. Shaders recover the flat index
-    /// with `flat_index` (256 threads a group) or `flat_group` (one item a group).
+    /// with `flat_index` ([`shaders::WG`] threads a group) or `flat_group` (one item a group).
     pub(crate) fn grid_1d(&self, n: usize, per_group: usize) -> [u32; 3] {
         let groups = n.div_ceil(per_group).max(1);
         let x = groups.min(self.max_groups as usize);

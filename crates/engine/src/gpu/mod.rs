@@ -1,7 +1,7 @@
 //! The wgpu backend: the ops of [`Backend`] as WGSL compute shaders, natively and in the browser.
 //!
-//! One context is built once: device, queue, a pipeline cache keyed by (shader, entry point), and
-//! staging buffers for readback. Ops do not run when called: each appends a [`Dispatch`] to the
+//! One context is built once: device, queue, a pipeline cache keyed by (shader, entry point,
+//! defines), and staging buffers for readback. Ops do not run when called: each appends a [`Dispatch`] to the
 //! pending list, and [`Backend::flush`] encodes the list into one command buffer. A training step
 //! is recorded once into a [`GpuPlan`] and replayed, so a step allocates nothing.
 
@@ -19,10 +19,6 @@ use std::future::Future;
 /// Values per alignment unit of a view's offset: 256 bytes, WebGPU's largest
 /// `min_storage_buffer_offset_alignment`.
 pub const VIEW_ALIGN: usize = 64;
-
-/// Columns a workgroup sums in `column_total` (`SUM_COLS` in common.wgsl): column sums over
-/// rows launch one workgroup per this many columns.
-pub(crate) const SUM_COLS: usize = 16;
 
 /// A view of f32 values in a GPU buffer.
 #[derive(Clone, Debug)]

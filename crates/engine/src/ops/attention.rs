@@ -15,6 +15,7 @@
 //! dv. Each output value is written by one thread, summed in a fixed order.
 
 use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::shaders::{Define, WG};
 
 /// Query rows (or keys) per workgroup of the GPU kernels, one thread each, and keys (or
 /// queries) per tile they sweep.
@@ -23,6 +24,16 @@ pub const ROWS: usize = 32;
 pub const CHUNK: usize = 32;
 /// Output columns one GPU workgroup accumulates in registers (4 chunks).
 pub const COLUMNS: usize = 128;
+
+// The shader accumulates COLUMNS / CHUNK whole chunks.
+const _: () = assert!(COLUMNS.is_multiple_of(CHUNK));
+
+/// What `shaders/attention.wgsl` reads from here.
+pub(crate) const DEFINES: &[Define] = &[
+    Define::u32("ROWS", ROWS as u32),
+    Define::u32("CHUNK", CHUNK as u32),
+    Define::u32("COLUMNS", COLUMNS as u32),
+];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionDims {
@@ -373,7 +384,7 @@ pub fn gpu_backward(
         "attention_backward_delta",
         &p,
         &rows,
-        gpu.grid_1d(d.rows(), 256),
+        gpu.grid_1d(d.rows(), WG),
     );
     let args = [
         (1, dqkv.arg()),

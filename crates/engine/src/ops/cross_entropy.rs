@@ -2,11 +2,15 @@
 //! The reported loss is the CE alone; the z-loss only shapes the gradient.
 
 use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, VIEW_ALIGN};
+use crate::shaders::{Define, WG};
 use crate::Backend;
 use std::ops::Range;
 
 /// A target that is not counted (a prompt position of a synthetic task, say).
 pub const IGNORE: u32 = u32::MAX;
+
+/// What `shaders/cross_entropy.wgsl` reads from here.
+pub(crate) const DEFINES: &[Define] = &[Define::u32("IGNORE", IGNORE)];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CrossEntropyDims {
@@ -141,7 +145,7 @@ fn launch(
         ];
         let grid = match threads_per_row {
             1 => gpu.grid_1d(part.rows, 1),
-            _ => gpu.grid_1d(part.rows * d.v, 256),
+            _ => gpu.grid_1d(part.rows * d.v, WG),
         };
         gpu.dispatch("cross_entropy", entry, &params(&part), &args, grid);
     }

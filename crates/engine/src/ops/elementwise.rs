@@ -1,14 +1,25 @@
 //! Elementwise ops over flat tensors of n values: fill, add, add_assign, tanh-GELU.
 
 use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::shaders::{Define, WG};
 use crate::Backend;
 
-#[cfg(feature = "cpu")]
-const GELU_K: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
+/// The tanh-GELU's constants: sqrt(2/π), the cubic term's 0.044715, and 3 times it (the
+/// derivative's), each rounded to f32 once from its f64 value on the GPU.
+const GELU_K: f64 = 0.797_884_560_802_865_4;
+const GELU_C: f64 = 0.044715;
+const GELU_C3: f64 = 3.0 * GELU_C;
+
+/// What `shaders/elementwise.wgsl` reads from here.
+pub(crate) const DEFINES: &[Define] = &[
+    Define::f32("GELU_K", GELU_K as f32),
+    Define::f32("GELU_C", GELU_C as f32),
+    Define::f32("GELU_C3", GELU_C3 as f32),
+];
 
 #[cfg(feature = "cpu")]
 mod cpu_twin {
-    use super::GELU_K;
+    use super::{GELU_C, GELU_C3, GELU_K};
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -32,7 +43,7 @@ mod cpu_twin {
 
     pub fn cpu_gelu_forward<T: Scalar>(out: &mut [T], x: &[T]) {
         assert_eq!(out.len(), x.len(), "gelu: lengths differ");
-        let (k, c, half) = (T::of(GELU_K), T::of(0.044715), T::of(0.5));
+        let (k, c, half) = (T::of(GELU_K), T::of(GELU_C), T::of(0.5));
         out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(out, x)| {
             for (o, &x) in out.iter_mut().zip(x) {
                 let t = (k * (x + c * x * x * x)).gelu_tanh();
@@ -46,7 +57,7 @@ mod cpu_twin {
             dx.len() == dout.len() && dout.len() == x.len(),
             "gelu_backward: lengths differ"
         );
-        let (k, c, c3, half) = (T::of(GELU_K), T::of(0.044715), T::of(3.0 * 0.044715), T::of(0.5));
+        let (k, c, c3, half) = (T::of(GELU_K), T::of(GELU_C), T::of(GELU_C3), T::of(0.5));
         (dx.par_chunks_mut(CHUNK)
             .zip(dout.par_chunks(CHUNK))
             .zip(x.par_chunks(CHUNK)))
@@ -77,7 +88,7 @@ fn launch(gpu: &GpuBackend, entry: &'static str, value: f32, tensors: &[&GpuTens
             entry,
             &[r.len() as u32, value.to_bits()],
             &args,
-            gpu.grid_1d(r.len(), 256),
+            gpu.grid_1d(r.len(), WG),
         );
     }
 }

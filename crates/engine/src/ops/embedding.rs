@@ -1,6 +1,7 @@
 //! Token + position embedding, with a deterministic scatter-add backward.
 
 use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, VIEW_ALIGN};
+use crate::shaders::WG;
 use crate::Backend;
 use std::ops::Range;
 
@@ -156,7 +157,7 @@ pub fn gpu_forward(
             "embedding_forward",
             &params(&d, &rows),
             &args,
-            gpu.grid_1d(d.bt * d.c, 256),
+            gpu.grid_1d(d.bt * d.c, WG),
         );
     }
 }
@@ -182,7 +183,7 @@ pub fn gpu_backward(
             "embedding_backward_wte",
             &params(&d, &rows),
             &args,
-            gpu.grid_1d(rows.len() * d.c, 256),
+            gpu.grid_1d(rows.len() * d.c, WG),
         );
     }
     gpu.dispatch(
@@ -190,6 +191,6 @@ pub fn gpu_backward(
         "embedding_backward_wpe",
         &params(&d, &(0..d.v)),
         &[dwpe.arg(), dout.arg()],
-        gpu.grid_1d(d.t * d.c, 256),
+        gpu.grid_1d(d.t * d.c, WG),
     );
 }

@@ -4,6 +4,7 @@
 //! backward `dx = dy·W` and `dW = dyᵀ·x` (trans_a).
 
 use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::shaders::{Define, SUBGROUPS};
 use crate::Backend;
 
 /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N) (+ out[b] when `accumulate`).
@@ -236,7 +237,7 @@ pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: M
         [out.len, a.len, b.len].iter().all(|&l| l <= cap) && d.m.div_ceil(BM) <= groups && d.n.div_ceil(BN) <= groups;
     if fits || d.m == 0 || d.n == 0 {
         let all = [(0, out.len), (0, a.len), (0, b.len)];
-        return launch(gpu, out, a, b, &d, &whole, all, d.accumulate as u32);
+        return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate));
     }
     let split = d.split(cap, groups);
     let Some((mc, nc, kc)) = split.filter(|_| d.batch == 1 && d.batch <= groups) else {
@@ -260,8 +261,8 @@ pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: M
                     n: (n0, (n0 + nc).min(d.n)),
                     k: (k0, (k0 + kc).min(d.k)),
                 };
-                let mode = match (k0, d.accumulate) {
-                    (0, acc) => acc as u32,
+                let mode = match k0 {
+                    0 => first_mode(d.accumulate),
                     _ => CONTINUE,
                 };
                 launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode);
@@ -270,15 +271,36 @@ pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: M
     }
 }
 
-/// The shader's K tile (`TK` in matmul.wgsl): its zero padding only ever ends a chain.
+/// The shader's K tile: its zero padding only ever ends a chain.
 const TK: usize = 16;
 
-/// Rows and columns of out one workgroup computes (`BM`, `BN` in matmul.wgsl).
+/// Rows and columns of out one workgroup computes.
 const BM: usize = 128;
 const BN: usize = 128;
 
-/// `mode` of a launch after the first along K: start from out instead of 0.
+/// `mode` of a launch: write the sum to out…
+const WRITE: u32 = 0;
+/// …add it to out…
+const ADD: u32 = 1;
+/// …or, for a launch after the first along K, start the sum from out instead of 0.
 const CONTINUE: u32 = 2;
+
+/// What `shaders/matmul.wgsl` reads from here.
+pub(crate) const DEFINES: &[Define] = &[
+    Define::u32("BM", BM as u32),
+    Define::u32("BN", BN as u32),
+    Define::u32("TK", TK as u32),
+    Define::u32("MODE_ADD", ADD),
+    Define::u32("MODE_CONTINUE", CONTINUE),
+];
+
+/// The mode of the first launch along K.
+fn first_mode(accumulate: bool) -> u32 {
+    match accumulate {
+        true => ADD,
+        false => WRITE,
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 fn launch(
@@ -330,7 +352,14 @@ fn launch(
     let args = [out.arg(), a.vec4_arg(), b.vec4_arg()];
     // Both entry points run the same chains: which one runs changes no bit of out.
     match gpu.subgroups() {
-        true => gpu.dispatch("matmul+subgroups", "matmul_subgroup", &params, &args, groups),
+        true => gpu.dispatch_with(
+            "matmul",
+            "matmul_subgroup",
+            &[Define::bool(SUBGROUPS, true)],
+            &params,
+            &args,
+            groups,
+        ),
         false => gpu.dispatch("matmul", "matmul", &params, &args, groups),
     }
 }

@@ -11,7 +11,8 @@
 //! - **backward**: `dT_k[c] = Σ_{rows with code c} p_k · dy` (rows no token hit get 0),
 //!   `dz_kj = ⟨dy, T_k[code_k]⟩ · ∂p_k/∂z_kj`, `db = Σ dy`.
 
-use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor, SUM_COLS};
+use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::shaders::{SUM_COLS, WG};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryDims {
@@ -67,7 +68,7 @@ impl MemoryDims {
 }
 
 /// Rows of a chunk of the bucket sort: the shader's workgroup size.
-const SORT_CHUNK: usize = 256;
+const SORT_CHUNK: usize = WG;
 /// The sort keeps a counter per (code, tile): at most this many a table, unless 2^τ alone is more.
 const SORT_COUNTERS: usize = 1 << 15;
 
@@ -258,7 +259,7 @@ pub fn gpu_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor
         "memory_hash",
         &params(&d),
         &args,
-        gpu.grid_1d(d.tokens * d.k, 256),
+        gpu.grid_1d(d.tokens * d.k, WG),
     );
 }
 
@@ -299,7 +300,7 @@ pub fn gpu_forward(
         "memory_forward",
         &params(&d),
         &args,
-        gpu.grid_1d(d.tokens * d.d_out, 256),
+        gpu.grid_1d(d.tokens * d.d_out, WG),
     );
 }
 
@@ -327,7 +328,7 @@ pub fn gpu_backward(
         "memory_table_grad",
         &pr,
         &args,
-        gpu.grid_1d(d.table_values(), 256),
+        gpu.grid_1d(d.table_values(), WG),
     );
     let args = [dx.arg(), dy.arg(), x.arg(), codes.arg(), tables.arg()];
     gpu.dispatch(
@@ -335,7 +336,7 @@ pub fn gpu_backward(
         "memory_input_grad",
         &pr,
         &args,
-        gpu.grid_1d(d.tokens * d.k, 256),
+        gpu.grid_1d(d.tokens * d.k, WG),
     );
     let args = [dbias.arg(), dy.arg()];
     gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, SUM_COLS));

@@ -1,7 +1,8 @@
 //! LayerNorm and RMSNorm over the last axis, with a gain and no bias (SPEC §1: no biases).
 //! The same op normalises a transformer's C values or an RMT's whole D_k×D_v matrix.
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor, SUM_COLS};
+use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::shaders::{Define, SUM_COLS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKind {
@@ -115,10 +116,17 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
+/// `kind` in the shader's uniform.
+const LAYER_NORM: u32 = 0;
+const RMS_NORM: u32 = 1;
+
+/// What `shaders/norm.wgsl` reads from here.
+pub(crate) const DEFINES: &[Define] = &[Define::u32("LAYER_NORM", LAYER_NORM), Define::u32("RMS_NORM", RMS_NORM)];
+
 fn params(d: &NormDims) -> [u32; 4] {
     let kind = match d.kind {
-        NormKind::LayerNorm => 0,
-        NormKind::RmsNorm => 1,
+        NormKind::LayerNorm => LAYER_NORM,
+        NormKind::RmsNorm => RMS_NORM,
     };
     [d.rows as u32, d.c as u32, kind, d.eps.to_bits()]
 }

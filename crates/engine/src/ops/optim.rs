@@ -1,6 +1,7 @@
 //! Deterministic reductions and AdamW with decay groups and global-norm clipping.
 
 use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::shaders::{Define, WG};
 use crate::Backend;
 
 /// The per-step values AdamW reads from a small tensor, written by the host every step.
@@ -18,24 +19,50 @@ pub struct Hyper {
     pub lr_boost: f32,
 }
 
+/// The slots of the per-step tensor, in the layout `shaders/optim.wgsl` reads (`hyper[LR]`…).
 impl Hyper {
+    pub const LR: usize = 0;
+    pub const BETA1: usize = 1;
+    pub const BETA2: usize = 2;
+    pub const EPS: usize = 3;
+    pub const WEIGHT_DECAY: usize = 4;
+    /// 1 − β₁ᵗ, the first moment's bias correction.
+    pub const BIAS1: usize = 5;
+    /// 1 − β₂ᵗ.
+    pub const BIAS2: usize = 6;
+    pub const MAX_GRAD_NORM: usize = 7;
+    pub const LR_BOOST: usize = 8;
     pub const LEN: usize = 9;
-    /// The layout `shaders/optim.wgsl` reads.
+
     pub fn to_array(self) -> [f32; Self::LEN] {
         let t = self.step as i32;
-        [
-            self.lr,
-            self.beta1,
-            self.beta2,
-            self.eps,
-            self.weight_decay,
-            1.0 - self.beta1.powi(t),
-            1.0 - self.beta2.powi(t),
-            self.max_grad_norm,
-            self.lr_boost,
-        ]
+        let mut a = [0.0; Self::LEN];
+        a[Self::LR] = self.lr;
+        a[Self::BETA1] = self.beta1;
+        a[Self::BETA2] = self.beta2;
+        a[Self::EPS] = self.eps;
+        a[Self::WEIGHT_DECAY] = self.weight_decay;
+        a[Self::BIAS1] = 1.0 - self.beta1.powi(t);
+        a[Self::BIAS2] = 1.0 - self.beta2.powi(t);
+        a[Self::MAX_GRAD_NORM] = self.max_grad_norm;
+        a[Self::LR_BOOST] = self.lr_boost;
+        a
     }
 }
+
+/// What `shaders/optim.wgsl` reads from here: the slots of [`Hyper`].
+pub(crate) const DEFINES: &[Define] = &[
+    Define::u32("LR", Hyper::LR as u32),
+    Define::u32("BETA1", Hyper::BETA1 as u32),
+    Define::u32("BETA2", Hyper::BETA2 as u32),
+    Define::u32("EPS", Hyper::EPS as u32),
+    Define::u32("WEIGHT_DECAY", Hyper::WEIGHT_DECAY as u32),
+    Define::u32("BIAS1", Hyper::BIAS1 as u32),
+    Define::u32("BIAS2", Hyper::BIAS2 as u32),
+    Define::u32("MAX_GRAD_NORM", Hyper::MAX_GRAD_NORM as u32),
+    Define::u32("LR_BOOST", Hyper::LR_BOOST as u32),
+    Define::u32("HYPER_LEN", Hyper::LEN as u32),
+];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamWDims {
@@ -77,7 +104,8 @@ mod cpu_twin {
         );
         let h = |i: usize| hyper[i];
         let norm = grad_sumsq.sqrt();
-        let clip = if norm > h(7) { h(7) / norm } else { T::one() };
+        let max_norm = h(Hyper::MAX_GRAD_NORM);
+        let clip = if norm > max_norm { max_norm / norm } else { T::one() };
         params
             .par_iter_mut()
             .zip(m.par_iter_mut())
@@ -85,11 +113,20 @@ mod cpu_twin {
             .enumerate()
             .for_each(|(i, ((p, m), v))| {
                 let g = grads[i] * clip;
-                *m = h(1) * *m + (T::one() - h(1)) * g;
-                *v = h(2) * *v + (T::one() - h(2)) * g * g;
-                let wd = if i < d.decay_end { h(4) } else { T::zero() };
-                let lr = if i < d.boost_end { h(0) * h(8) } else { h(0) };
-                let update = (*m / h(5)) / ((*v / h(6)).sqrt() + h(3)) + wd * *p;
+                let (beta1, beta2) = (h(Hyper::BETA1), h(Hyper::BETA2));
+                *m = beta1 * *m + (T::one() - beta1) * g;
+                *v = beta2 * *v + (T::one() - beta2) * g * g;
+                let wd = if i < d.decay_end {
+                    h(Hyper::WEIGHT_DECAY)
+                } else {
+                    T::zero()
+                };
+                let lr = if i < d.boost_end {
+                    h(Hyper::LR) * h(Hyper::LR_BOOST)
+                } else {
+                    h(Hyper::LR)
+                };
+                let update = (*m / h(Hyper::BIAS1)) / ((*v / h(Hyper::BIAS2)).sqrt() + h(Hyper::EPS)) + wd * *p;
                 *p = *p - lr * update;
             });
     }
@@ -184,7 +221,7 @@ pub fn gpu_adamw(
             "adamw",
             &[r.len() as u32, local(d.decay_end) as u32, local(d.boost_end) as u32],
             &args,
-            gpu.grid_1d(r.len(), 256),
+            gpu.grid_1d(r.len(), WG),
         );
     }
 }

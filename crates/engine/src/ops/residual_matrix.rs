@@ -14,7 +14,8 @@
 //! dy with the same keys, and the data gradient of a storage is a retrieval of dX_out.
 //! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{Arg, AsArg, GpuBackend, GpuTensor};
+use crate::shaders::{Define, WG};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResidualDims {
@@ -218,7 +219,17 @@ mod cpu_twin {
 pub use cpu_twin::*;
 
 /// Keys each retrieval thread handles, so one read of X serves this many outputs.
-const RETRIEVE_KEYS_PER_THREAD: usize = 8;
+const KEYS_PER_THREAD: usize = 8;
+
+/// The switch of `shaders/residual_matrix.wgsl` for the retrieval and key gradient that read
+/// through the norm (`retrieve_normed`, `key_grad_normed`); off, they read X itself.
+pub(crate) const NORMED: &str = "NORMED";
+
+/// What `shaders/residual_matrix.wgsl` reads from here.
+pub(crate) const DEFINES: &[Define] = &[
+    Define::u32("KEYS_PER_THREAD", KEYS_PER_THREAD as u32),
+    Define::u32("KEY_GRAD_CHUNK", KEY_GRAD_CHUNK as u32),
+];
 
 fn params(d: &ResidualDims) -> [u32; 4] {
     [d.tokens as u32, d.dk as u32, d.dv as u32, d.keys as u32]
@@ -226,13 +237,19 @@ fn params(d: &ResidualDims) -> [u32; 4] {
 
 pub fn gpu_retrieve(gpu: &GpuBackend, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, d: ResidualDims) {
     d.check("retrieve", x.len, y.len, keys.len);
-    let threads = d.tokens * d.dv * d.keys.div_ceil(RETRIEVE_KEYS_PER_THREAD);
-    gpu.dispatch(
+    launch_retrieve(gpu, false, &[y.arg(), x.arg(), keys.arg()], &d);
+}
+
+/// The retrieval kernel, through the norm or not: (y, x, keys), then (stats, gain) when `normed`.
+fn launch_retrieve(gpu: &GpuBackend, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
+    let threads = d.tokens * d.dv * d.keys.div_ceil(KEYS_PER_THREAD);
+    gpu.dispatch_with(
         "residual_matrix",
         "retrieve",
-        &params(&d),
-        &[y.arg(), x.arg(), keys.arg()],
-        gpu.grid_1d(threads, 256),
+        &[Define::bool(NORMED, normed)],
+        &params(d),
+        args,
+        gpu.grid_1d(threads, WG),
     );
 }
 
@@ -245,7 +262,7 @@ pub fn gpu_store(
     d: ResidualDims,
 ) {
     d.check("store", out.len, data.len, keys.len);
-    let grid = gpu.grid_1d(d.matrices(), 256);
+    let grid = gpu.grid_1d(d.matrices(), WG);
     match base {
         Some(base) => {
             assert_eq!(base.len, out.len, "store: base and out differ in length");
@@ -274,19 +291,28 @@ pub fn gpu_key_grad(
         partials.len,
         d.key_grad_scratch()
     );
-    gpu.dispatch(
+    launch_key_grad(gpu, dkeys, false, &[partials.arg(), a.arg(), b.arg()], &d);
+}
+
+/// The key gradient's two launches, the first through the norm or not: (partials, a, b), then
+/// (stats, gain) when `normed`.
+fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
+    let pr = params(d);
+    gpu.dispatch_with(
         "residual_matrix",
         "key_grad_partial",
-        &params(&d),
-        &[partials.arg(), a.arg(), b.arg()],
-        gpu.grid_1d(d.key_grad_scratch(), 256),
+        &[Define::bool(NORMED, normed)],
+        &pr,
+        args,
+        gpu.grid_1d(d.key_grad_scratch(), WG),
     );
+    let partials = args[0];
     gpu.dispatch(
         "residual_matrix",
         "key_grad_reduce",
-        &params(&d),
-        &[dkeys.arg(), partials.arg()],
-        gpu.grid_1d(d.key_values(), 256),
+        &pr,
+        &[dkeys.arg(), partials],
+        gpu.grid_1d(d.key_values(), WG),
     );
 }
 
@@ -307,15 +333,8 @@ pub fn gpu_retrieve_normed(
     d.check("retrieve_normed", x.len, y.len, keys.len);
     assert_eq!(norm.stats.len, 2 * d.tokens, "retrieve_normed: stats");
     assert_eq!(norm.gain.len, d.dk * d.dv, "retrieve_normed: gain");
-    let threads = d.tokens * d.dv * d.keys.div_ceil(RETRIEVE_KEYS_PER_THREAD);
     let args = [y.arg(), x.arg(), keys.arg(), norm.stats.arg(), norm.gain.arg()];
-    gpu.dispatch(
-        "residual_matrix",
-        "retrieve_normed",
-        &params(&d),
-        &args,
-        gpu.grid_1d(threads, 256),
-    );
+    launch_retrieve(gpu, true, &args, &d);
 }
 
 pub fn gpu_key_grad_normed(
@@ -333,20 +352,5 @@ pub fn gpu_key_grad_normed(
         "key_grad_normed: scratch too short"
     );
     let args = [partials.arg(), a.arg(), x.arg(), norm.stats.arg(), norm.gain.arg()];
-    let pr = params(&d);
-    gpu.dispatch(
-        "residual_matrix",
-        "key_grad_partial_normed",
-        &pr,
-        &args,
-        gpu.grid_1d(d.key_grad_scratch(), 256),
-    );
-    let args = [dkeys.arg(), partials.arg()];
-    gpu.dispatch(
-        "residual_matrix",
-        "key_grad_reduce",
-        &pr,
-        &args,
-        gpu.grid_1d(d.key_values(), 256),
-    );
+    launch_key_grad(gpu, dkeys, true, &args, &d);
 }
