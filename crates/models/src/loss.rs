@@ -4,6 +4,10 @@
 use crate::batch::BatchTensors;
 use engine::{Backend, CrossEntropyDims};
 
+// The data crate marks ignored targets and the engine's loss skips them: one value, checked
+// where both crates meet (data does not depend on the engine).
+const _: () = assert!(data::IGNORE == engine::ops::cross_entropy::IGNORE);
+
 pub struct LossHead<B: Backend> {
     /// (BT, V)
     pub logits: B::Tensor,
