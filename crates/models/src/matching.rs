@@ -122,9 +122,11 @@ fn costs_at(model: &ModelConfig, key: &str, value: u64, seq_len: usize) -> Optio
     Some((m, c))
 }
 
-/// Candidate values of one key: 1 to 8× its current value (at least 64), in order.
+/// Candidate values of one key: 1 to 32× its current value (at least 64), in order. Wide
+/// enough to match a dense core to a hash-table model's parameters (the small hybrid needs the
+/// small RMT's D_FF 21× larger); each candidate is one count, cheap.
 fn range(model: &ModelConfig, key: &str) -> Result<std::ops::RangeInclusive<u64>> {
-    Ok(1..=(8 * size(model, key)?).max(64))
+    Ok(1..=size(model, key)?.saturating_mul(32).max(64))
 }
 
 /// Solves `keys` (one or two) of `model` so that the `hold` costs match `target`'s at T =
