@@ -83,7 +83,8 @@ pub trait Backend {
     /// out (rows, C) = table[index]: row r of out is row index[r] of table (V, C).
     fn gather_forward(&self, out: &Self::Tensor, index: &Self::Index, table: &Self::Tensor, dims: GatherDims);
     /// dtable (V, C) from dout (rows, C): each table row sums the rows that gathered it, in the
-    /// fixed order of `buckets` (`TokenBuckets::new(index, V)`); rows nobody gathered get 0.
+    /// fixed order of `bucket_rows` and `bucket_start` (`TokenBuckets::new(index, V)`); rows
+    /// nobody gathered get 0.
     fn gather_backward(
         &self,
         dtable: &Self::Tensor,
