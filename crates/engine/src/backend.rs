@@ -5,7 +5,8 @@
 //! No op may read and write the same buffer: wgpu forbids it, and the CPU backend panics on it.
 
 use crate::{
-    AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, ResidualDims, Result,
+    AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims,
+    ResidualDims, Result,
 };
 use std::future::Future;
 
@@ -76,6 +77,21 @@ pub trait Backend {
         bucket_rows: &Self::Index,
         bucket_start: &Self::Index,
         dims: EmbeddingDims,
+    );
+
+    // ---- gather (ops/gather.rs) ----
+    /// out (rows, C) = table[index]: row r of out is row index[r] of table (V, C).
+    fn gather_forward(&self, out: &Self::Tensor, index: &Self::Index, table: &Self::Tensor, dims: GatherDims);
+    /// dtable (V, C) from dout (rows, C): each table row sums the rows that gathered it, in the
+    /// fixed order of `bucket_rows` and `bucket_start` (`TokenBuckets::new(index, V)`); rows
+    /// nobody gathered get 0.
+    fn gather_backward(
+        &self,
+        dtable: &Self::Tensor,
+        dout: &Self::Tensor,
+        bucket_rows: &Self::Index,
+        bucket_start: &Self::Index,
+        dims: GatherDims,
     );
 
     // ---- norms (ops/norm.rs) ----

@@ -15,8 +15,8 @@
 //! a GELU) good for a rate, not an exact count.
 
 use crate::{
-    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, ResidualDims,
-    Result,
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims,
+    ResidualDims, Result,
 };
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -395,6 +395,28 @@ impl<B: Replay> Backend for Profiled<B> {
         self.op(Family::Embedding, 2.0 * rows, bytes, || {
             self.inner
                 .embedding_backward(dwte, dwpe, dout, bucket_rows, bucket_start, d)
+        })
+    }
+    fn gather_forward(&self, out: &B::Tensor, index: &B::Index, table: &B::Tensor, d: GatherDims) {
+        // A copy: no FLOPs; each row's index and values read, its values written.
+        let rows = f(d.rows) * f(d.c);
+        self.op(Family::Embedding, 0.0, W * (2.0 * rows + f(d.rows)), || {
+            self.inner.gather_forward(out, index, table, d)
+        })
+    }
+    fn gather_backward(
+        &self,
+        dtable: &B::Tensor,
+        dout: &B::Tensor,
+        bucket_rows: &B::Index,
+        bucket_start: &B::Index,
+        d: GatherDims,
+    ) {
+        // One add a gathered value; dout and the buckets read, the table's gradient written.
+        let rows = f(d.rows) * f(d.c);
+        let bytes = W * (rows + f(d.v) * f(d.c) + f(d.rows) + f(d.v) + 1.0);
+        self.op(Family::Embedding, rows, bytes, || {
+            self.inner.gather_backward(dtable, dout, bucket_rows, bucket_start, d)
         })
     }
     fn norm_forward(&self, out: &B::Tensor, stats: &B::Tensor, x: &B::Tensor, gain: &B::Tensor, d: NormDims) {

@@ -134,6 +134,7 @@ pub const SHADERS: &[Shader] = &[
     family!("elementwise", ops::elementwise::DEFINES, &[]),
     family!("matmul", ops::matmul::DEFINES, &[Define::bool(SUBGROUPS, false)]),
     family!("embedding", &[], &[]),
+    family!("gather", &[], &[]),
     family!("norm", ops::norm::DEFINES, &[]),
     family!("attention", ops::attention::DEFINES, &[]),
     family!("cross_entropy", ops::cross_entropy::DEFINES, &[]),

@@ -218,6 +218,68 @@ fn embedding_forward_and_backward() {
     both!("embedding", 1e-5, embedding_case(&tokens, &wte, &wpe, &dout, d));
 }
 
+fn gather_case<B: Backend>(be: &B, index: &[u32], table: &[f32], dout: &[f32], d: GatherDims) -> Vec<Vec<f32>> {
+    let ix = upload_index(be, index);
+    let buckets = TokenBuckets::new(index, d.v);
+    let (rows, start) = (upload_index(be, &buckets.rows), upload_index(be, &buckets.start));
+    let (table, dout) = (upload(be, table), upload(be, dout));
+    let out = be.zeros("out", d.rows * d.c).unwrap();
+    // Filled, so that a table row nobody gathered must be written 0, not left alone.
+    let dtable = upload(be, &vec![7.0; d.v * d.c]);
+    be.gather_forward(&out, &ix, &table, d);
+    be.gather_backward(&dtable, &dout, &rows, &start, d);
+    vec![read(be, &out), read(be, &dtable)]
+}
+
+#[test]
+fn gather_forward_and_backward() {
+    let mut rng = SmallRng::seed_from_u64(13);
+    // Rows and widths that are not multiples of the workgroup size; every fourth table row
+    // gathered, some many times, the rest never; one gather of a single row.
+    for d in [
+        GatherDims { rows: 41, c: 19, v: 29 },
+        GatherDims { rows: 300, c: 3, v: 7 },
+        GatherDims { rows: 1, c: 67, v: 2 },
+    ] {
+        let index: Vec<u32> = (0..d.rows)
+            .map(|_| rng.random_range(0..d.v.div_ceil(4) as u32) * 4)
+            .collect();
+        let (table, dout) = (
+            rand_vec(&mut rng, d.v * d.c, 1.0),
+            rand_vec(&mut rng, d.rows * d.c, 1.0),
+        );
+        both!("gather", 1e-5, gather_case(&index, &table, &dout, d));
+    }
+}
+
+/// The gather is the embedding without its position term: with a zero position table, the same
+/// rows and the same token gradient, bit for bit, on both backends.
+#[test]
+fn gather_is_the_embedding_without_positions() {
+    fn case<B: Backend>(be: &B) {
+        let mut rng = SmallRng::seed_from_u64(14);
+        let d = EmbeddingDims {
+            bt: 3 * 13,
+            t: 13,
+            c: 19,
+            v: 29,
+        };
+        let tokens: Vec<u32> = (0..d.bt).map(|_| rng.random_range(0..7) * 4).collect();
+        let (wte, dout) = (rand_vec(&mut rng, d.v * d.c, 1.0), rand_vec(&mut rng, d.bt * d.c, 1.0));
+        let zeros = vec![0.0; d.t * d.c];
+        let embedding = embedding_case(be, &tokens, &wte, &zeros, &dout, d);
+        let g = GatherDims {
+            rows: d.bt,
+            c: d.c,
+            v: d.v,
+        };
+        let gather = gather_case(be, &tokens, &wte, &dout, g);
+        assert_same_bits("gather against embedding", &gather, &embedding[..2]);
+    }
+    case(&gpu());
+    case(&CpuBackend::<f32>::new());
+}
+
 fn norm_case<B: Backend>(be: &B, x: &[f32], gain: &[f32], dout: &[f32], dx0: &[f32], d: NormDims) -> Vec<Vec<f32>> {
     let (xt, g, go, dx) = (upload(be, x), upload(be, gain), upload(be, dout), upload(be, dx0));
     let out = be.zeros("out", x.len()).unwrap();
@@ -527,7 +589,7 @@ const SPLIT: GpuOptions = GpuOptions {
 
 /// Ops over buffers larger than one binding run as several launches over windows, and give the
 /// same bits as one launch: matmul in every layout (split along M, N and K), the elementwise
-/// ops, the embedding (split along the vocabulary), cross-entropy (along rows), the sum of
+/// ops, the embedding and the gather (split along the table), cross-entropy (along rows), the sum of
 /// squares (windows of whole blocks) and AdamW (with decay and boost ends inside windows).
 #[test]
 fn split_launches_give_the_same_bits() {
@@ -584,6 +646,14 @@ fn split_launches_give_the_same_bits() {
     let want = embedding_case(&whole, &tokens, &wte, &wpe, &dout, d);
     let got = embedding_case(&split, &tokens, &wte, &wpe, &dout, d);
     assert_same_bits("split embedding", &got, &want);
+    let g = GatherDims {
+        rows: d.bt,
+        c: d.c,
+        v: d.v,
+    };
+    let want = gather_case(&whole, &tokens, &wte, &dout, g);
+    let got = gather_case(&split, &tokens, &wte, &dout, g);
+    assert_same_bits("split gather", &got, &want);
 
     let d = CrossEntropyDims {
         rows: 200,

@@ -2,10 +2,12 @@
 //! Each test takes L = Σ w ⊙ op(inputs) with random w, so dL/dout = w.
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use resmem_engine::ops::{attention, cross_entropy, elementwise, embedding, matmul, memory, norm, residual_matrix};
+use resmem_engine::ops::{
+    attention, cross_entropy, elementwise, embedding, gather, matmul, memory, norm, residual_matrix,
+};
 use resmem_engine::{
-    AttentionDims, CrossEntropyDims, EmbeddingDims, MatmulDims, MemoryDims, NormDims, NormKind, ResidualDims,
-    TokenBuckets,
+    AttentionDims, CrossEntropyDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims, NormKind,
+    ResidualDims, TokenBuckets,
 };
 
 fn rand_vec(rng: &mut SmallRng, n: usize, scale: f64) -> Vec<f64> {
@@ -289,6 +291,26 @@ fn cross_entropy_with_z_loss_and_ignored_rows() {
         CrossEntropyDims { rows: 1, v: 9, z: 1e-4 },
     );
     assert!((l1[0] - 9f64.ln()).abs() < 1e-12);
+}
+
+#[test]
+fn gather_scatter_add() {
+    let mut rng = SmallRng::seed_from_u64(8);
+    let d = GatherDims { rows: 7, c: 5, v: 4 };
+    // Row 2 of the table is never gathered: its gradient is 0.
+    let index = [1u32, 3, 1, 0, 1, 3, 0];
+    let table = rand_vec(&mut rng, 20, 1.0);
+    let w = rand_vec(&mut rng, 35, 1.0);
+    let fwd = |table: &[f64]| {
+        let mut out = vec![0.0; 35];
+        gather::cpu_forward(&mut out, &index, table, d);
+        dot(&out, &w)
+    };
+    let buckets = TokenBuckets::new(&index, 4);
+    let mut dtable = vec![9.0; 20];
+    gather::cpu_backward(&mut dtable, &w, &buckets.rows, &buckets.start, d);
+    assert!(dtable[10..15].iter().all(|&g| g == 0.0));
+    check("gather.table", &table, &dtable, fwd);
 }
 
 #[test]

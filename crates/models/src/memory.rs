@@ -477,7 +477,6 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     if learned {
         fwd.buf("the position embeddings", &[bt, rv])?;
     }
-    fwd.buf("the zero position table", &[t, rv])?;
     fwd.buf(res, &[bt, m])?;
     fwd.buf("the final norm statistics", &[bt, 2])?;
     fwd.buf("the unembedding retrievals", &[bt, rv])?;
@@ -497,7 +496,6 @@ fn residual_matrix_acts(c: &Trunk, b: u64, t: u64, bt: u64, core: CoreActs) -> R
     )?;
     bwd.buf("the probe scratch", &[bt, m])?;
     bwd.buf("the probe scratch", &[bt, 2])?;
-    bwd.buf("the position gradient scratch", &[t, rv])?;
     // 4 probed sites a block and the core's, 4 quantities, 2 sums, each in its own 64-value slot.
     bwd.buf(
         "the variance probes",

@@ -24,7 +24,7 @@ use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
 use crate::{ModelConfig, Result, RmtConfig};
-use engine::{AttentionDims, Backend, EmbeddingDims, MatmulDims, NormDims, ResidualDims};
+use engine::{AttentionDims, Backend, GatherDims, MatmulDims, NormDims, ResidualDims};
 
 /// A residual-matrix model's config: the trunk (everything of SPEC §2 but the feed-forward
 /// core) and the core that fills it.
@@ -214,7 +214,6 @@ struct Scratch<B: Backend, K: FfCore> {
     partials: B::Tensor,    // key-gradient partial sums
     stored: B::Tensor,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes
     probe_stats: B::Tensor, // (BT, 2)
-    dtable: B::Tensor,      // (T, R·D_v) the unused position gradient of a token gather
 }
 
 /// The probes and their scratch, while probing.
@@ -242,7 +241,6 @@ pub struct ResidualMatrix<B: Backend, C: ResidualMatrixConfig> {
     dw: Option<Views<B, C>>,
     etok: B::Tensor,         // (BT, R·D_v) W_E[token]
     epos: Option<B::Tensor>, // (BT, R·D_v) W_PE[position]
-    zeros_t: B::Tensor,      // (T, R·D_v) the gather's position term when there is none
     positions: Option<Positions<B>>,
     encoded: B::Tensor, // (BT, D_k·D_v)
     blocks: Vec<BlockActs<B, C::Core>>,
@@ -329,7 +327,6 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
                 partials: z("key gradient partial sums", widest.key_grad_scratch())?,
                 stored: z("probe scratch", bt * m)?,
                 probe_stats: z("probe scratch", bt * 2)?,
-                dtable: z("position gradient scratch", t * rv)?,
             })
         };
         let s = match store.trainable() {
@@ -374,7 +371,6 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
                 Position::Learned => Some(z("position embeddings", bt * rv)?),
                 Position::Alibi => None,
             },
-            zeros_t: z("zero position table", t * rv)?,
             positions,
             encoded: z("embeddings", bt * m)?,
             blocks,
@@ -424,11 +420,10 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         }
     }
 
-    /// A gather of `rows` rows of R·D_v values.
-    fn gather(&self, rows: usize) -> EmbeddingDims {
-        EmbeddingDims {
-            bt: self.b * self.t,
-            t: self.t,
+    /// A gather from a table of `rows` rows of R·D_v values, one row per token of the batch.
+    fn gather(&self, rows: usize) -> GatherDims {
+        GatherDims {
+            rows: self.b * self.t,
             c: self.trunk.rank * self.trunk.d_v,
             v: rows,
         }
@@ -542,11 +537,11 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         let rv = r * self.trunk.d_v;
         let w = &self.w;
         // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
-        be.embedding_forward(&self.etok, &batch.tokens, &w.wte, &self.zeros_t, self.gather(v));
+        be.gather_forward(&self.etok, &batch.tokens, &w.wte, self.gather(v));
         be.fill(&self.encoded, 0.0);
         be.store(&self.encoded, None, &w.w_e, &self.etok, self.rm(r));
         if let (Some(epos), Some(pos), Some(wpe), Some(w_pe)) = (&self.epos, &self.positions, &w.wpe, &w.w_pe) {
-            be.embedding_forward(epos, &pos.rows, wpe, &self.zeros_t, self.gather(self.trunk.seq_len));
+            be.gather_forward(epos, &pos.rows, wpe, self.gather(self.trunk.seq_len));
             be.store(&self.encoded, None, w_pe, epos, self.rm(r));
         }
         for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
@@ -665,9 +660,8 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         // Embedding: the gathered rows' gradients are retrievals of dX⁰ with the storage keys.
         be.retrieve(&s.dvec, &s.dresidual, &w.w_e, self.rm(r));
         be.key_grad(&dw.w_e, &s.partials, &self.etok, &s.dresidual, self.rm(r));
-        be.embedding_backward(
+        be.gather_backward(
             &dw.wte,
-            &s.dtable,
             &s.dvec,
             &batch.bucket_rows,
             &batch.bucket_start,
@@ -679,9 +673,8 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             be.retrieve(&s.dvec, &s.dresidual, w_pe, self.rm(r));
             be.key_grad(dw_pe, &s.partials, epos, &s.dresidual, self.rm(r));
             // Rows of the position table past T have no rows in their buckets: their gradient is 0.
-            be.embedding_backward(
+            be.gather_backward(
                 dwpe,
-                &s.dtable,
                 &s.dvec,
                 &pos.bucket_rows,
                 &pos.bucket_start,

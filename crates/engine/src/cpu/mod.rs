@@ -4,8 +4,8 @@
 
 use crate::ops::{self, Scalar};
 use crate::{
-    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, MemoryDims, NormDims,
-    ResidualDims, Result,
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, GatherDims, MatmulDims,
+    MemoryDims, NormDims, ResidualDims, Result,
 };
 use std::cell::{Ref, RefCell, RefMut};
 use std::marker::PhantomData;
@@ -220,6 +220,25 @@ impl<T: Scalar> Backend for CpuBackend<T> {
             dims,
         );
         ops::embedding::cpu_backward_wpe(&mut dwpe.get_mut(), &dout.get(), dims);
+    }
+    fn gather_forward(&self, out: &CpuTensor<T>, index: &CpuIndex, table: &CpuTensor<T>, dims: GatherDims) {
+        ops::gather::cpu_forward(&mut out.get_mut(), &index.get(), &table.get(), dims)
+    }
+    fn gather_backward(
+        &self,
+        dtable: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        bucket_rows: &CpuIndex,
+        bucket_start: &CpuIndex,
+        dims: GatherDims,
+    ) {
+        ops::gather::cpu_backward(
+            &mut dtable.get_mut(),
+            &dout.get(),
+            &bucket_rows.get(),
+            &bucket_start.get(),
+            dims,
+        )
     }
     fn norm_forward(
         &self,

@@ -10,8 +10,8 @@ mod readback;
 mod timing;
 
 use crate::{
-    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, MatmulDims, MemoryDims,
-    NormDims, ResidualDims, Result,
+    ops, AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, EngineError, GatherDims, MatmulDims,
+    MemoryDims, NormDims, ResidualDims, Result,
 };
 pub use context::{GpuBackend, GpuOptions};
 use std::future::Future;
@@ -264,6 +264,19 @@ impl Backend for GpuBackend {
         dims: EmbeddingDims,
     ) {
         ops::embedding::gpu_backward(self, dwte, dwpe, dout, bucket_rows, bucket_start, dims)
+    }
+    fn gather_forward(&self, out: &GpuTensor, index: &GpuIndex, table: &GpuTensor, dims: GatherDims) {
+        ops::gather::gpu_forward(self, out, index, table, dims)
+    }
+    fn gather_backward(
+        &self,
+        dtable: &GpuTensor,
+        dout: &GpuTensor,
+        bucket_rows: &GpuIndex,
+        bucket_start: &GpuIndex,
+        dims: GatherDims,
+    ) {
+        ops::gather::gpu_backward(self, dtable, dout, bucket_rows, bucket_start, dims)
     }
     fn norm_forward(&self, out: &GpuTensor, stats: &GpuTensor, x: &GpuTensor, gain: &GpuTensor, dims: NormDims) {
         ops::norm::gpu_forward(self, out, stats, x, gain, dims)

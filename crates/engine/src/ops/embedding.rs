@@ -108,13 +108,18 @@ fn params(d: &EmbeddingDims, rows: &Range<usize>) -> [u32; 6] {
     [d.bt, d.t, d.c, d.v, rows.start, rows.end].map(|x| x as u32)
 }
 
-/// The vocabulary in ranges of rows whose slice of wte fits one binding, each starting at an
-/// aligned value; a table that fits is one range. None when even the smallest aligned run of
-/// rows does not fit.
+/// The vocabulary in ranges of rows whose slice of wte fits one binding: see [`table_ranges`].
 fn vocab_ranges(gpu: &GpuBackend, d: &EmbeddingDims) -> Option<Vec<Range<usize>>> {
-    let c = d.c.max(1);
+    table_ranges(gpu, d.v, d.c)
+}
+
+/// The `v` rows of a table of `c` values a row in ranges whose slice fits one binding, each
+/// starting at an aligned value; a table that fits is one range. None when even the smallest
+/// aligned run of rows does not fit. The gather splits its table the same way.
+pub(crate) fn table_ranges(gpu: &GpuBackend, v: usize, c: usize) -> Option<Vec<Range<usize>>> {
+    let c = c.max(1);
     let unit = c / gcd(c, VIEW_ALIGN) * VIEW_ALIGN;
-    let ranges = gpu.split(d.v * c, unit)?;
+    let ranges = gpu.split(v * c, unit)?;
     Some(ranges.into_iter().map(|r| r.start / c..r.end / c).collect())
 }
 

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
+pub mod gather;
 pub mod matmul;
 pub mod memory;
 pub mod norm;
