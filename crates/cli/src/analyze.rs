@@ -77,37 +77,30 @@ fn start_as(init: InitArg, weight_init: &mut WeightInit, init_std: &mut f32, sca
 /// the model starts as `--init` says.
 fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     let mut cfg = args.model.config()?;
-    let zero_unembedding = !args.random_unembedding;
-    match &mut cfg {
-        ModelConfig::Rmt(c) => {
-            c.zero_unembedding = zero_unembedding;
-            start_as(
-                args.init,
-                &mut c.weight_init,
-                &mut c.init_std,
-                &mut c.scaled_output_init,
-            );
-        }
-        ModelConfig::Hybrid(c) => {
-            c.zero_unembedding = zero_unembedding;
-            start_as(
-                args.init,
-                &mut c.weight_init,
-                &mut c.init_std,
-                &mut c.scaled_output_init,
-            );
-        }
-        ModelConfig::Transformer(c) => {
-            c.zero_unembedding = zero_unembedding;
-            start_as(
-                args.init,
-                &mut c.weight_init,
-                &mut c.init_std,
-                &mut c.scaled_output_init,
-            );
-        }
+    // (W_U starts at zero, weight init, init std, output scaling) of the models with probes.
+    let (zero_unembedding, weight_init, init_std, scaled_output_init) = match &mut cfg {
+        ModelConfig::Rmt(c) => (
+            &mut c.zero_unembedding,
+            &mut c.weight_init,
+            &mut c.init_std,
+            &mut c.scaled_output_init,
+        ),
+        ModelConfig::Hybrid(c) => (
+            &mut c.zero_unembedding,
+            &mut c.weight_init,
+            &mut c.init_std,
+            &mut c.scaled_output_init,
+        ),
+        ModelConfig::Transformer(c) => (
+            &mut c.zero_unembedding,
+            &mut c.weight_init,
+            &mut c.init_std,
+            &mut c.scaled_output_init,
+        ),
         _ => anyhow::bail!("--measured probes storage and retrieval; pass --arch rmt, hybrid or transformer"),
-    }
+    };
+    *zero_unembedding = !args.random_unembedding;
+    start_as(args.init, weight_init, init_std, scaled_output_init);
     let closed = variance::closed_form(&cfg, scheme(args.init)).unwrap_or_default();
     let closed_of = |m: &Measured| closed.iter().find(|c| (c.layer, c.op) == (m.site.layer, m.site.op));
     cfg.set_vocab(ByteTokenizer::VOCAB);
