@@ -560,7 +560,7 @@ fn negative_and_overflowing_numbers_name_their_flag() {
         // Blamed vocab, the largest setting, for the overflow 2^tau caused.
         (
             &["count", "--arch", "hybrid", "--tau", "64"],
-            "tau = 64 makes tables of 2^(tau + 2) rows for ML2; use tau of at most 14",
+            "tau = 64 with expansion_bits = 2 makes tables of 2^66 rows for ML2; use tau of at most 14",
         ),
         (
             &["bench", "--backend", "cpu", "--warmup", "18446744073709551615"],
