@@ -50,11 +50,18 @@ pub fn distance_from_one(ratios: impl Iterator<Item = f64>) -> Option<f64> {
     (!logs.is_empty()).then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp())
 }
 
-/// The forward and backward distances from 1 of one measurement.
+/// The sites every model has: storages and retrievals (the transformer's maps in their places),
+/// not the RMT's own W1 and W2, so that the distances of models compare.
+fn shared_site(op: Op) -> bool {
+    matches!(op, Op::Storage | Op::Retrieval)
+}
+
+/// The forward and backward distances from 1 of one measurement, over the shared sites.
 pub fn distances(measured: &[Measured]) -> (Option<f64>, Option<f64>) {
+    let shared = || measured.iter().filter(|m| shared_site(m.site.op));
     (
-        distance_from_one(measured.iter().filter_map(|m| m.forward_ratio)),
-        distance_from_one(measured.iter().filter_map(|m| m.backward_ratio)),
+        distance_from_one(shared().filter_map(|m| m.forward_ratio)),
+        distance_from_one(shared().filter_map(|m| m.backward_ratio)),
     )
 }
 
@@ -180,7 +187,13 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
     let summary = move || {
         let Some(s) = shown() else { return String::new() };
         let (f, b) = distances(&s.measured);
-        let cf = distance_from_one(closed.get().iter().flat_map(|c| [c.forward_ratio, c.backward_ratio]));
+        let cf = distance_from_one(
+            closed
+                .get()
+                .iter()
+                .filter(|c| shared_site(c.op))
+                .flat_map(|c| [c.forward_ratio, c.backward_ratio]),
+        );
         let x = |d: Option<f64>| d.map_or("–".to_string(), |d| format!("{d:.2}×"));
         format!(
             "step {}: on average the ratios sit {} (forward) and {} (backward) from 1; the closed form at init {}",
