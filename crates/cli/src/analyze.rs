@@ -102,7 +102,6 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     *zero_unembedding = !args.random_unembedding;
     start_as(args.init, weight_init, init_std, scaled_output_init);
     let closed = variance::closed_form(&cfg, scheme(args.init)).unwrap_or_default();
-    let closed_of = |m: &Measured| closed.iter().find(|c| (c.layer, c.op) == (m.site.layer, m.site.op));
     cfg.set_vocab(ByteTokenizer::VOCAB);
     cfg.set_context(args.tokens);
     let host = crate::Host::batches(1, args.batch, args.tokens, "--batch or --tokens");
@@ -123,56 +122,88 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
     }
     let rows = pollster::block_on(trainer.measure(be, &sampler.next_batch()))?
         .ok_or_else(|| anyhow::anyhow!("this model has no variance probes"))?;
-    if args.json {
-        let rows: Vec<_> = rows
-            .iter()
-            .map(|m| {
-                let c = closed_of(m);
-                serde_json::json!({ "model": cfg.arch(), "step": args.steps, "block": m.site.block,
-                "layer": m.site.layer, "op": m.site.op,
-                "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio,
-                "closed_forward_ratio": c.map(|c| c.forward_ratio),
-                "closed_backward_ratio": c.map(|c| c.backward_ratio) })
-            })
-            .collect();
-        out!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    out!(
+    let heading = format!(
         "{} after {} steps, measured on a batch of {}; it started as --init {} says, and the closed form is that init's",
         cfg.arch(),
         args.steps,
         args.task,
         args.init.to_possible_value().map_or(String::new(), |v| v.get_name().to_string())
     );
-    out!(
-        "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
-        "block",
-        "layer",
-        "op",
-        "σ²out/σ²in",
-        "closed",
-        "σ²gin/σ²gout",
-        "closed"
-    );
-    let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
-    for m in &rows {
-        let c = closed_of(m);
+    let report = Report {
+        model: cfg.arch(),
+        tag: ("step", args.steps.into()),
+        heading,
+        no_gradient: "W_U starts at zero. Pass --random-unembedding or --steps.",
+    };
+    report.print(&rows, &closed, args.json)
+}
+
+/// How to print one measurement beside its closed form.
+struct Report<'a> {
+    model: &'a str,
+    /// A field every JSON row carries: the steps trained, or the checkpoint measured.
+    tag: (&'static str, serde_json::Value),
+    heading: String,
+    /// Why a backward ratio is n/a, and what to do.
+    no_gradient: &'static str,
+}
+
+impl Report<'_> {
+    /// JSON rows, or a table of every site and then of each kind of site over the blocks.
+    fn print(&self, rows: &[Measured], closed: &[variance::ClosedForm], json: bool) -> Result<()> {
+        let closed_of = |m: &Measured| {
+            closed
+                .iter()
+                .find(|c| (c.layer, c.op) == (m.site.layer, m.site.op))
+                .copied()
+        };
+        if json {
+            let rows: Vec<_> = rows
+                .iter()
+                .map(|m| {
+                    let c = closed_of(m);
+                    let mut row = serde_json::json!({ "model": self.model, "block": m.site.block,
+                    "layer": m.site.layer, "op": m.site.op,
+                    "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio,
+                    "closed_forward_ratio": c.map(|c| c.forward_ratio),
+                    "closed_backward_ratio": c.map(|c| c.backward_ratio) });
+                    row[self.tag.0] = self.tag.1.clone();
+                    row
+                })
+                .collect();
+            out!("{}", serde_json::to_string_pretty(&rows)?);
+            return Ok(());
+        }
+        out!("{}", self.heading);
         out!(
             "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
-            m.site.block,
-            json_name(&m.site.layer)?,
-            json_name(&m.site.op)?,
-            show(m.forward_ratio),
-            show(c.map(|c| c.forward_ratio)),
-            show(m.backward_ratio),
-            show(c.map(|c| c.backward_ratio)),
+            "block",
+            "layer",
+            "op",
+            "σ²out/σ²in",
+            "closed",
+            "σ²gin/σ²gout",
+            "closed"
         );
+        let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
+        for m in rows {
+            let c = closed_of(m);
+            out!(
+                "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
+                m.site.block,
+                json_name(&m.site.layer)?,
+                json_name(&m.site.op)?,
+                show(m.forward_ratio),
+                show(c.map(|c| c.forward_ratio)),
+                show(m.backward_ratio),
+                show(c.map(|c| c.backward_ratio)),
+            );
+        }
+        if rows.iter().any(|m| m.backward_ratio.is_none()) {
+            out!("n/a: no gradient reached that layer; {}", self.no_gradient);
+        }
+        over_blocks(rows, closed_of)
     }
-    if rows.iter().any(|m| m.backward_ratio.is_none()) {
-        out!("n/a: no gradient reached that layer; W_U starts at zero. Pass --random-unembedding or --steps.");
-    }
-    over_blocks(&rows, |m| closed_of(m).copied())
 }
 
 /// Each site kind's ratios over the blocks: geometric mean, lowest and highest, beside the
@@ -229,51 +260,13 @@ fn over_blocks(rows: &[Measured], closed_of: impl Fn(&Measured) -> Option<varian
 fn of_run(run: &Path, args: &VarianceArgs) -> Result<()> {
     let (cfg, from, rows) = measure_run(run, args.backend, args.checkpoint.as_deref(), args.at_init)?;
     let closed = variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default();
-    let closed_of = |m: &Measured| closed.iter().find(|c| (c.layer, c.op) == (m.site.layer, m.site.op));
-    if args.json {
-        let rows: Vec<_> = rows
-            .iter()
-            .map(|m| {
-                let c = closed_of(m);
-                serde_json::json!({ "model": cfg.arch(), "from": from, "block": m.site.block,
-                "layer": m.site.layer, "op": m.site.op,
-                "forward_ratio": m.forward_ratio, "backward_ratio": m.backward_ratio,
-                "closed_forward_ratio": c.map(|c| c.forward_ratio),
-                "closed_backward_ratio": c.map(|c| c.backward_ratio) })
-            })
-            .collect();
-        out!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    out!("{} ({from}), measured on its first held-out batch", cfg.arch());
-    out!(
-        "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
-        "block",
-        "layer",
-        "op",
-        "σ²out/σ²in",
-        "closed",
-        "σ²gin/σ²gout",
-        "closed"
-    );
-    let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
-    for m in &rows {
-        let c = closed_of(m);
-        out!(
-            "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
-            m.site.block,
-            json_name(&m.site.layer)?,
-            json_name(&m.site.op)?,
-            show(m.forward_ratio),
-            show(c.map(|c| c.forward_ratio)),
-            show(m.backward_ratio),
-            show(c.map(|c| c.backward_ratio)),
-        );
-    }
-    if rows.iter().any(|m| m.backward_ratio.is_none()) {
-        out!("n/a: no gradient reached that layer; W_U starts at zero, so at init none does.");
-    }
-    Ok(())
+    let report = Report {
+        model: cfg.arch(),
+        tag: ("from", from.clone().into()),
+        heading: format!("{} ({from}), measured on its first held-out batch", cfg.arch()),
+        no_gradient: "W_U starts at zero, so at init none does.",
+    };
+    report.print(&rows, &closed, args.json)
 }
 
 /// Measures the variance ratios of the run in `run` on its first held-out batch: its model at
