@@ -4,10 +4,14 @@
 //! takes plain data in ([`Job`], [`Controls`]) and gives plain data out ([`Report`]), which the
 //! page applies to what it shows.
 
+use crate::arch::Arch;
+use crate::costs::describe;
+use crate::dataset::Dataset;
 use crate::residual::Residuals;
 use crate::runs::RunState;
 use crate::sample;
-use crate::session::{check_limits, describe, Arch, Dataset, Session, Setup};
+use crate::session::{check_limits, Session};
+use crate::setup::Setup;
 use crate::training::{self, Event, Wants};
 use engine::gpu::GpuBackend;
 use engine::Backend;
