@@ -12,7 +12,7 @@ use crate::browser::{self, store};
 use crate::buckets::BucketView;
 use crate::controls::Controls;
 use crate::costs::costs;
-use crate::jobs::{self, Controls, Job, Report};
+use crate::jobs::{self, Job, Report, Steering};
 use crate::link::Link;
 use crate::residual::{ResidualView, Residuals};
 use crate::runs::{Kept, LossChart, Run, RunList, RunState, Saved};
@@ -120,16 +120,16 @@ pub fn App() -> impl IntoView {
 
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
     Effect::new(move |_| {
-        let controls = Controls {
+        let steering = Steering {
             stop: !page.training.get(),
             residuals: residual_open.get().then(|| residual_seq.get()),
             prompt: page.prompt.get(),
         };
         // Tracked so that a worker, once ready, is told too.
         let cpu = engine_kind.with(|e| e == "cpu");
-        jobs::set_controls(controls.clone());
+        jobs::set_steering(steering.clone());
         if cpu {
-            CPU.with(|w| w.borrow().as_ref().map(|w| w.controls(controls)));
+            CPU.with(|w| w.borrow().as_ref().map(|w| w.steer(steering)));
         }
     });
 
