@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 /// The file `resmem sweep` writes into a sweep directory.
 pub const SUMMARY_FILE: &str = "summary.json";
 
-/// One point of a sweep's summary.json; fields it does not need are ignored, so a newer
-/// summary still plots.
+/// One point of a sweep's summary.json (`resmem sweep`'s `PointSummary`, read back); fields it
+/// does not need are ignored, so a newer summary still plots.
 #[derive(Deserialize)]
-pub(super) struct Point {
+pub(super) struct PointSummary {
     pub(super) dir: String,
     #[serde(default)]
     pub(super) label: Option<String>,
@@ -28,7 +28,7 @@ pub(super) struct Point {
     pub(super) best_val_loss: Option<f64>,
 }
 
-impl Point {
+impl PointSummary {
     pub(super) fn name(&self) -> &str {
         self.label.as_deref().unwrap_or(&self.dir)
     }
@@ -40,7 +40,7 @@ pub(super) struct Summary {
     pub(super) experiment: Option<String>,
     #[serde(default)]
     pub(super) swept: Vec<String>,
-    pub(super) points: Vec<Point>,
+    pub(super) points: Vec<PointSummary>,
     #[serde(default)]
     pub(super) comparisons: Vec<Comparison>,
 }
@@ -91,7 +91,7 @@ impl Sweep {
     }
 
     /// The finished points; the others are reported on stderr and left out.
-    pub(super) fn done(&self) -> impl Iterator<Item = &Point> {
+    pub(super) fn done(&self) -> impl Iterator<Item = &PointSummary> {
         self.summary.points.iter().filter(|p| {
             let done = p.status == "done";
             if !done {
