@@ -58,7 +58,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     };
     crate::check_memory(&cfg.model, b, t, Purpose::Train, backend, host)?;
     let stop = stop_flag()?;
-    let session = Session {
+    let prepared = PreparedRun {
         backend,
         cfg,
         data,
@@ -67,7 +67,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         trained_on,
         stop,
     };
-    crate::with_backend!(backend, be => session.train(be))
+    crate::with_backend!(backend, be => prepared.train(be))
 }
 
 /// The backend and device a run trains on (`backend.json` in its directory).
@@ -306,7 +306,7 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
         }
         (None, Some(path), _) => DataConfig::Text {
             path: path.clone(),
-            // meta.json alone: the session opens (and checks) the tokens once, later.
+            // meta.json alone: the run opens (and checks) the tokens once, later.
             tokenizer: data::Meta::read(path)
                 .with_context(|| format!("cannot use --data {}", path.display()))?
                 .tokenizer,
@@ -331,7 +331,7 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
 }
 
 /// A run whose config is final (its vocabulary set, validated) and whose sizes were checked.
-struct Session {
+struct PreparedRun {
     backend: BackendKind,
     cfg: RunConfig,
     data: source::Data,
@@ -342,7 +342,7 @@ struct Session {
     stop: Arc<AtomicBool>,
 }
 
-impl Session {
+impl PreparedRun {
     fn train<B: Backend + 'static>(self, be: &B) -> Result<()> {
         let (cfg, data) = (&self.cfg, &self.data);
         let (b, t) = (cfg.train.batch, cfg.data.seq_len());

@@ -7,14 +7,17 @@
 //! The device (a GPU through WebGPU, or the CPU in WebAssembly where there is none) is lent to
 //! one job at a time: training runs, continuing one, importing a checkpoint, or sampling.
 
+use crate::arch::Arch;
 use crate::browser::{self, store};
 use crate::buckets::BucketView;
 use crate::controls::Controls;
-use crate::jobs::{self, Controls, Job, Report};
+use crate::costs::costs;
+use crate::jobs::{self, Job, Report, Steering};
+use crate::link::Link;
 use crate::residual::{ResidualView, Residuals};
 use crate::runs::{Kept, LossChart, Run, RunList, RunState, Saved};
 use crate::sample::{self, SampleView};
-use crate::session::{costs, Arch, Link, Setup};
+use crate::setup::Setup;
 use crate::training::Event;
 use crate::variance::{Snapshot, VarianceView};
 use crate::worker::CpuWorker;
@@ -117,16 +120,16 @@ pub fn App() -> impl IntoView {
 
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
     Effect::new(move |_| {
-        let controls = Controls {
+        let steering = Steering {
             stop: !page.training.get(),
             residuals: residual_open.get().then(|| residual_seq.get()),
             prompt: page.prompt.get(),
         };
         // Tracked so that a worker, once ready, is told too.
         let cpu = engine_kind.with(|e| e == "cpu");
-        jobs::set_controls(controls.clone());
+        jobs::set_steering(steering.clone());
         if cpu {
-            CPU.with(|w| w.borrow().as_ref().map(|w| w.controls(controls)));
+            CPU.with(|w| w.borrow().as_ref().map(|w| w.steer(steering)));
         }
     });
 
@@ -324,7 +327,7 @@ pub fn App() -> impl IntoView {
     let busy = page.busy;
     let idle = move || !busy.get() && ready.get();
     // New data, new default prompt, unless someone typed their own.
-    Effect::new(move |prev: Option<crate::session::Dataset>| {
+    Effect::new(move |prev: Option<crate::dataset::Dataset>| {
         let data = setup.with(|s| s.data);
         if let Some(prev) = prev.filter(|p| *p != data) {
             if page.prompt.get_untracked() == sample::default_prompt(prev) {

@@ -2,7 +2,10 @@
 //! architecture and the training settings. What they say is one `Setup`; a setting the config
 //! refuses is named under the controls as it is typed.
 
-use crate::session::{Arch, Control, Dataset, Kind, Setup, CONTROLS};
+use crate::arch::Arch;
+use crate::dataset::Dataset;
+use crate::settings::{Control, Kind, CONTROLS};
+use crate::setup::Setup;
 use leptos::prelude::*;
 
 /// A named starting point: a name, an architecture and the settings it changes from that

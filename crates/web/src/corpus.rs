@@ -3,7 +3,7 @@
 //! corpus directory.
 
 use crate::browser;
-use crate::session::Dataset;
+use crate::dataset::Dataset;
 use data::corpus::{META_FILE, TRAIN_FILE, VAL_FILE};
 use data::{Corpus, DataSource};
 use std::cell::RefCell;

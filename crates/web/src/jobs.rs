@@ -1,13 +1,17 @@
 //! What a device does for the page, and what it tells the page as it goes: training runs,
 //! continuing one from its checkpoint, importing a checkpoint, sampling. The same code runs on
 //! the page's thread for the GPU and in the CPU engine's Web Worker (`worker.rs`), so a job
-//! takes plain data in ([`Job`], [`Controls`]) and gives plain data out ([`Report`]), which the
+//! takes plain data in ([`Job`], [`Steering`]) and gives plain data out ([`Report`]), which the
 //! page applies to what it shows.
 
+use crate::arch::Arch;
+use crate::costs::describe;
+use crate::dataset::Dataset;
 use crate::residual::Residuals;
 use crate::runs::RunState;
 use crate::sample;
-use crate::session::{check_limits, describe, Arch, Dataset, Session, Setup};
+use crate::session::{check_limits, Session};
+use crate::setup::Setup;
 use crate::training::{self, Event, Wants};
 use engine::gpu::GpuBackend;
 use engine::Backend;
@@ -49,7 +53,7 @@ pub enum Job {
 
 /// What the page wants while a job runs; it may change at any time.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Controls {
+pub struct Steering {
     /// Stop after the current step.
     pub stop: bool,
     /// The sequence whose residuals a viewer wants, while one is open.
@@ -59,16 +63,16 @@ pub struct Controls {
 }
 
 thread_local! {
-    static CONTROLS: RefCell<Controls> = RefCell::new(Controls::default());
+    static STEERING: RefCell<Steering> = RefCell::new(Steering::default());
 }
 
-/// The page's controls, as the running job reads them.
-pub fn set_controls(c: Controls) {
-    CONTROLS.with(|cell| *cell.borrow_mut() = c);
+/// What the page wants, as the running job reads it.
+pub fn set_steering(s: Steering) {
+    STEERING.with(|cell| *cell.borrow_mut() = s);
 }
 
-fn controls() -> Controls {
-    CONTROLS.with(|cell| cell.borrow().clone())
+fn steering() -> Steering {
+    STEERING.with(|cell| cell.borrow().clone())
 }
 
 /// What the device tells the page.
@@ -146,7 +150,7 @@ pub async fn run<B: Backend + 'static>(mut be: B, limit: u64, job: Job, tell: Te
 }
 
 fn start_training(tell: Tell) {
-    CONTROLS.with(|c| c.borrow_mut().stop = false);
+    STEERING.with(|s| s.borrow_mut().stop = false);
     tell(Report::Training(true));
 }
 
@@ -167,7 +171,7 @@ async fn train<B: Backend + 'static>(mut be: B, limit: u64, first_id: usize, set
     }
     start_training(tell);
     for (id, (s, cfg)) in (first_id..).zip(planned) {
-        if controls().stop {
+        if steering().stop {
             break;
         }
         let model = describe(&cfg.model);
@@ -237,9 +241,9 @@ async fn train_run<B: Backend + 'static>(
         }
         tell(Report::Event { id, event })
     };
-    let stop = || controls().stop;
-    let look = || controls().residuals;
-    let prompt = || controls().prompt;
+    let stop = || steering().stop;
+    let look = || steering().residuals;
+    let prompt = || steering().prompt;
     let wants = Wants {
         stop: &stop,
         residuals: &look,
@@ -343,7 +347,7 @@ async fn import<B: Backend + 'static>(
     });
     let event = |event: Event| tell(Report::Event { id, event });
     event(Event::Checkpoint { step, bytes });
-    let seq = controls().residuals.unwrap_or(0);
+    let seq = steering().residuals.unwrap_or(0);
     let views = async {
         let loss = session.inspect().await?;
         event(Event::Loss { step, loss });
@@ -360,7 +364,7 @@ async fn import<B: Backend + 'static>(
         }
         event(Event::Buckets(hits));
         event(Event::Sample(
-            sample::draw(&mut session, step, &controls().prompt).await?,
+            sample::draw(&mut session, step, &steering().prompt).await?,
         ));
         Ok::<f32, String>(loss)
     };
@@ -399,7 +403,7 @@ async fn sample_from<B: Backend + 'static>(
             return back;
         }
     };
-    match sample::draw(&mut session, step, &controls().prompt).await {
+    match sample::draw(&mut session, step, &steering().prompt).await {
         Ok(s) => {
             tell(Report::Event {
                 id,

@@ -7,17 +7,23 @@
 #![cfg(target_arch = "wasm32")]
 
 pub mod app;
+mod arch;
 mod browser;
 mod buckets;
 mod chart;
 mod controls;
 mod corpus;
+mod costs;
+mod dataset;
 pub mod jobs;
+mod link;
 mod residual;
 mod runs;
 mod sample;
 mod save;
 mod session;
+mod settings;
+mod setup;
 mod training;
 mod variance;
 pub mod worker;

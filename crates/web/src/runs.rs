@@ -3,10 +3,11 @@
 
 use crate::browser;
 use crate::chart::{loss_svg, Curve, PALETTE};
+use crate::link::Link;
 use crate::sample::Sample;
 use crate::save::ChartExport;
-use crate::session::{closed_form, Link, Setup};
-use crate::variance::{distances, Snapshot};
+use crate::setup::Setup;
+use crate::variance::{closed_form, distances, Snapshot};
 use leptos::prelude::*;
 use models::buckets::BucketCounts;
 use models::count::thousands;

@@ -1,7 +1,8 @@
 //! Text the model writes as it trains: a prompt box, and a continuation drawn every few hundred
 //! steps and when the run stops, each token coloured by the probability the model gave it.
 
-use crate::session::{Dataset, Session};
+use crate::dataset::Dataset;
+use crate::session::Session;
 use data::{Task, Tokenizer, TokenizerKind};
 use engine::Backend;
 use leptos::prelude::*;

@@ -1,12 +1,20 @@
 //! Variance propagation while training: a grid of blocks × storages and retrievals coloured by
 //! the log of each measured ratio, forward and backward side by side, with the closed form marked
 //! in each cell; a step scrubber over every measurement with a play button; and one block's bars.
+//! Also the closed form a run's measurements are drawn against.
 
 use crate::chart::variance_svg;
 use crate::save::ChartExport;
 use leptos::prelude::*;
 use models::probes::{Layer, Measured, Op};
-use models::variance::ClosedForm;
+use models::variance::{self, ClosedForm, InitScheme};
+use models::RunConfig;
+
+/// The closed form of the paper's Table 1 for `cfg`'s dims and init (none for a model
+/// without storages and retrievals).
+pub fn closed_form(cfg: &RunConfig) -> Vec<ClosedForm> {
+    variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default()
+}
 
 /// Variance ratios measured after one step.
 #[derive(Clone, Debug, PartialEq)]

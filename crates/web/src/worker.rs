@@ -4,7 +4,7 @@
 //! A message is a JavaScript value (serde-wasm-bindgen: a NaN loss stays NaN, where JSON would
 //! lose it); a checkpoint's bytes travel beside it as a transferred buffer, never as numbers.
 
-use crate::jobs::{self, Controls, Job, Report};
+use crate::jobs::{self, Job, Report, Steering};
 use crate::training::Event;
 use engine::cpu::CpuBackend;
 use engine::Backend;
@@ -28,7 +28,7 @@ const SCRIPT: &str = "./resmem-worker_loader.js";
 #[derive(Serialize, Deserialize)]
 enum ToWorker {
     Job(Job),
-    Controls(Controls),
+    Steering(Steering),
 }
 
 /// A message whose checkpoint bytes, if any, travel beside its JSON.
@@ -125,8 +125,8 @@ impl CpuWorker {
         self.post(ToWorker::Job(job));
     }
 
-    pub fn controls(&self, c: Controls) {
-        self.post(ToWorker::Controls(c));
+    pub fn steer(&self, s: Steering) {
+        self.post(ToWorker::Steering(s));
     }
 
     fn post(&self, msg: ToWorker) {
@@ -166,7 +166,7 @@ pub fn crashed(info: String) {
 /// The worker's side: makes the CPU engine, says it is ready, and does the page's jobs.
 pub fn serve() {
     let on_message = Closure::<dyn Fn(MessageEvent)>::new(|ev: MessageEvent| match decode(ev.data()) {
-        Ok(ToWorker::Controls(c)) => jobs::set_controls(c),
+        Ok(ToWorker::Steering(s)) => jobs::set_steering(s),
         Ok(ToWorker::Job(job)) => wasm_bindgen_futures::spawn_local(async move {
             let Some(be) = ENGINE.with(|e| e.borrow_mut().take()) else {
                 return tell(Report::Status("The CPU engine is busy with another job.".into()));

@@ -8,7 +8,9 @@
 //!   with the sign test's distribution-free interval over seeds (below 1: a needs less).
 //! - `wall_s`: a − b per seed, as `final_val_loss`; noisy, as any timing on a shared machine.
 
-use super::{curve, Point, PointSummary};
+use super::equal_loss::curve;
+use super::points::Point;
+use super::summary::PointSummary;
 use crate::stats;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -188,7 +190,7 @@ pub fn compute(declared: &Declared, out: &Path, points: &[Point], summaries: &[P
                 Metric::TokensToTarget | Metric::FlopsToTarget => {
                     let target = need(b.final_val_loss, "final validation loss")?;
                     let b_tokens = curve(out, b)?.last().map_or(0.0, |c| c.0);
-                    let reached = super::tokens_to_reach(&curve(out, a)?, target);
+                    let reached = super::equal_loss::tokens_to_reach(&curve(out, a)?, target);
                     let tokens = reached.map_or(f64::INFINITY, |t| t / b_tokens);
                     match metric {
                         Metric::TokensToTarget => tokens,

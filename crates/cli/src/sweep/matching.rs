@@ -2,7 +2,9 @@
 //! costs (parameters, forward FLOPs per token, or both) within a stated tolerance; and every
 //! point's costs relative to its reference, for the summary.
 
-use super::{flag_name, resolved, set, Point, PointSummary};
+use super::flags::{flag_name, resolved, set};
+use super::points::Point;
+use super::summary::PointSummary;
 use crate::args::size_names;
 use anyhow::{bail, Context, Result};
 use models::matching::{self, Cost};

@@ -4,7 +4,10 @@
 //! final validation loss over those seeds is the one the arm's runs then train with. The whole
 //! grid and the choice go into the summary.
 
-use super::{check_flag, flag_value, set, setting_name, summarize, train_point, Point};
+use super::flags::{check_flag, flag_value, set, setting_name, Flags};
+use super::points::Point;
+use super::summary::summarize;
+use super::train_point;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -52,7 +55,7 @@ fn combinations(d: &Declared, swept: &[String], main_seeds: &[u64]) -> Result<Ve
     let mut combos: Vec<Vec<(String, String)>> = vec![vec![]];
     for (name, values) in &d.grid {
         let flag = check_flag(name, "[tune]")?;
-        if swept.iter().any(|s| super::flag_name(s) == flag) {
+        if swept.iter().any(|s| super::flags::flag_name(s) == flag) {
             bail!("[tune] {name} is also swept in [grid]; tune it or sweep it");
         }
         let toml::Value::Array(values) = values else {
@@ -82,7 +85,7 @@ fn combinations(d: &Declared, swept: &[String], main_seeds: &[u64]) -> Result<Ve
 
 /// Checks the declaration before anything trains: its seeds, its flags, and no flag that a
 /// variant sets itself.
-pub fn check(d: &Declared, swept: &[String], main_seeds: &[u64], variants: &[(String, super::Flags)]) -> Result<()> {
+pub fn check(d: &Declared, swept: &[String], main_seeds: &[u64], variants: &[(String, Flags)]) -> Result<()> {
     let combos = combinations(d, swept, main_seeds)?;
     for (flag, _) in &combos[0] {
         if let Some((label, _)) = variants.iter().find(|(_, flags)| flags.iter().any(|(f, _)| f == flag)) {

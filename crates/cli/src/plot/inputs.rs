@@ -1,0 +1,149 @@
+//! The PATHs `resmem plot` is given, as runs and sweeps: a sweep directory's summary.json, read
+//! for what the figures need of it.
+
+use crate::console::warn;
+use crate::run_dir::CONFIG_FILE;
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// The file `resmem sweep` writes into a sweep directory.
+pub const SUMMARY_FILE: &str = "summary.json";
+
+/// One point of a sweep's summary.json (`resmem sweep`'s `PointSummary`, read back); fields it
+/// does not need are ignored, so a newer summary still plots.
+#[derive(Deserialize)]
+pub(super) struct PointSummary {
+    pub(super) dir: String,
+    #[serde(default)]
+    pub(super) label: Option<String>,
+    #[serde(default)]
+    pub(super) settings: serde_json::Map<String, Value>,
+    status: String,
+    #[serde(default)]
+    pub(super) final_val_loss: Option<f64>,
+    #[serde(default)]
+    pub(super) best_val_loss: Option<f64>,
+}
+
+impl PointSummary {
+    pub(super) fn name(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.dir)
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct Summary {
+    #[serde(default)]
+    pub(super) experiment: Option<String>,
+    #[serde(default)]
+    pub(super) swept: Vec<String>,
+    pub(super) points: Vec<PointSummary>,
+    #[serde(default)]
+    pub(super) comparisons: Vec<Comparison>,
+}
+
+/// What `--x comparison` reads of a declared comparison in summary.json.
+#[derive(Deserialize)]
+pub(super) struct Comparison {
+    pub(super) a: String,
+    pub(super) b: String,
+    pub(super) metrics: Vec<ComparedMetric>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct ComparedMetric {
+    pub(super) metric: String,
+    pub(super) estimate: Option<f64>,
+    pub(super) low: Option<f64>,
+    pub(super) high: Option<f64>,
+    pub(super) per_seed: Vec<Option<f64>>,
+    pub(super) verdict: String,
+}
+
+pub(super) struct Sweep {
+    pub(super) dir: PathBuf,
+    pub(super) summary: Summary,
+}
+
+impl Sweep {
+    fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(SUMMARY_FILE);
+        let text = data::read_text(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let summary = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not a sweep summary (a JSON object with experiment, swept and points, as `resmem sweep` \
+                 writes)",
+                path.display()
+            )
+        })?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            summary,
+        })
+    }
+
+    /// Its experiment's name, else its directory's.
+    pub(super) fn name(&self) -> String {
+        self.summary.experiment.clone().unwrap_or_else(|| dir_name(&self.dir))
+    }
+
+    /// The finished points; the others are reported on stderr and left out.
+    pub(super) fn done(&self) -> impl Iterator<Item = &PointSummary> {
+        self.summary.points.iter().filter(|p| {
+            let done = p.status == "done";
+            if !done {
+                warn(&format!(
+                    "leaving out {} of {}: its status is `{}`, not done",
+                    p.name(),
+                    self.dir.display(),
+                    p.status
+                ));
+            }
+            done
+        })
+    }
+}
+
+pub(super) enum Input {
+    Run(PathBuf),
+    Sweep(Sweep),
+}
+
+/// The PATHs as runs and sweeps, each once however often it was given.
+pub(super) fn inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
+    let mut seen = HashSet::new();
+    let mut inputs = vec![];
+    for path in paths {
+        if !path.exists() {
+            bail!(
+                "{} does not exist; give run directories (written by `resmem train`) or sweep directories \
+                 (written by `resmem sweep`)",
+                path.display()
+            );
+        }
+        if !seen.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+            continue;
+        }
+        if path.join(SUMMARY_FILE).is_file() {
+            inputs.push(Input::Sweep(Sweep::read(path)?));
+        } else if path.join(CONFIG_FILE).is_file() {
+            inputs.push(Input::Run(path.clone()));
+        } else {
+            bail!(
+                "{} is neither a run directory (it has no {CONFIG_FILE}, which `resmem train` writes) nor a sweep \
+                 directory (it has no {SUMMARY_FILE}, which `resmem sweep` writes)",
+                path.display()
+            );
+        }
+    }
+    Ok(inputs)
+}
+
+pub(super) fn dir_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| path.display().to_string())
+}
