@@ -130,7 +130,7 @@ fn measured<B: Backend + 'static>(be: &B, args: &VarianceArgs) -> Result<()> {
         args.init.to_possible_value().map_or(String::new(), |v| v.get_name().to_string())
     );
     let report = Report {
-        model: cfg.arch(),
+        model: cfg.arch().name(),
         tag: ("step", args.steps.into()),
         heading,
         no_gradient: "W_U starts at zero. Pass --random-unembedding or --steps.",
@@ -261,7 +261,7 @@ fn of_run(run: &Path, args: &VarianceArgs) -> Result<()> {
     let (cfg, from, rows) = measure_run(run, args.backend, args.checkpoint.as_deref(), args.at_init)?;
     let closed = variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default();
     let report = Report {
-        model: cfg.arch(),
+        model: cfg.arch().name(),
         tag: ("from", from.clone().into()),
         heading: format!("{} ({from}), measured on its first held-out batch", cfg.arch()),
         no_gradient: "W_U starts at zero, so at init none does.",

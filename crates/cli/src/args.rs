@@ -3,9 +3,10 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
 use models::presets::{self, Dims};
+use models::settings::Setting;
 use models::{
-    Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, RunConfig, TransformerConfig,
-    Trunk,
+    Arch, Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, RunConfig,
+    TransformerConfig, Trunk,
 };
 use std::path::PathBuf;
 
@@ -192,25 +193,11 @@ pub struct SampleArgs {
     pub json: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Arch {
-    Transformer,
-    Rmt,
-    Memoryformer,
-    /// An RMT whose feed-forward core is a MemoryFormer memory block.
-    Hybrid,
-}
-
-impl Arch {
-    /// The name the run config uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Transformer => "transformer",
-            Arch::Rmt => "rmt",
-            Arch::Memoryformer => "memoryformer",
-            Arch::Hybrid => "hybrid",
-        }
-    }
+/// `--arch`: the names of `models::Arch`, each with its label as its help.
+fn arch_parser() -> impl clap::builder::TypedValueParser<Value = Arch> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(Arch::ALL.map(|a| PossibleValue::new(a.name()).help(a.label())))
+        .try_map(|name| Arch::parse(&name).ok_or_else(|| format!("no architecture named {name}")))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -266,52 +253,51 @@ pub fn size_names(name: &str) -> anyhow::Result<(&'static str, &'static str)> {
         })
 }
 
-/// Dimension overrides shared by every command that builds a model.
+/// Dimension overrides shared by every command that builds a model. Each flag's help and the
+/// architectures it applies to come from its setting in `models::settings`.
 #[derive(Args, Debug, Default)]
 pub struct ModelDims {
-    /// Transformer width D.
-    #[arg(long)]
+    #[arg(long, help = dim_help("d_model"))]
     pub d_model: Option<usize>,
-    /// RMT residual key dimension D_k.
-    #[arg(long)]
+    #[arg(long, help = dim_help("d_k"))]
     pub d_k: Option<usize>,
-    /// RMT residual value dimension D_v (also its head width).
-    #[arg(long)]
+    #[arg(long, help = dim_help("d_v"))]
     pub d_v: Option<usize>,
-    /// RMT rank R: heads, storage and retrieval vectors per layer.
-    #[arg(long)]
+    #[arg(long, help = dim_help("rank"))]
     pub rank: Option<usize>,
-    #[arg(long)]
+    #[arg(long, help = dim_help("n_layers"))]
     pub layers: Option<usize>,
-    #[arg(long)]
+    #[arg(long, help = dim_help("n_heads"))]
     pub heads: Option<usize>,
-    #[arg(long)]
+    #[arg(long, help = dim_help("head_dim"))]
     pub head_dim: Option<usize>,
-    #[arg(long)]
+    #[arg(long, help = dim_help("d_ff"))]
     pub d_ff: Option<usize>,
-    #[arg(long, value_parser = parse_norm)]
+    #[arg(long, value_parser = parse_norm, help = dim_help("norm"))]
     pub norm: Option<Norm>,
-    /// RMT positions: a learned table (the paper) or ALiBi (the official code).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help = dim_help("position"))]
     pub position: Option<PositionArg>,
-    /// Weights start N(0, init_std²/fan_in).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help = dim_help("init_std"))]
     pub init_std: Option<f32>,
-    /// MemoryFormer and hybrid: bits per hashed chunk (K = d / tau tables per layer, with
-    /// d = d_model or rank·d_v).
-    #[arg(long)]
+    #[arg(long, help = dim_help("tau"))]
     pub tau: Option<usize>,
-    /// MemoryFormer and hybrid: ML1 expands to (tau + e)·K and ML2 hashes tau + e bits
-    /// (MemoryFormer paper Table 5; 2).
-    #[arg(long)]
+    #[arg(long, help = dim_help("expansion_bits"))]
     pub expansion_bits: Option<usize>,
-    /// MemoryFormer and hybrid: a GELU between ML1 and ML2 (MemoryFormer paper Table 6).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", help = dim_help("block_gelu"))]
     pub block_gelu: Option<bool>,
-    /// MemoryFormer and hybrid: the hash tables learn at this multiple of the learning rate
-    /// (MemoryFormer paper Table 4; 3).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help = dim_help("table_lr_mult"))]
     pub table_lr_mult: Option<f32>,
+}
+
+/// A dimension flag's help: its architectures, then its setting's help text.
+fn dim_help(key: &str) -> String {
+    match Setting::find(key) {
+        Some(s) => {
+            let archs: Vec<&str> = s.archs.iter().map(|a| a.name()).collect();
+            format!("{} ({})", s.help, archs.join(", "))
+        }
+        None => String::new(),
+    }
 }
 
 fn parse_norm(s: &str) -> Result<Norm, String> {
@@ -323,46 +309,48 @@ fn parse_norm(s: &str) -> Result<Norm, String> {
 }
 
 impl ModelDims {
-    /// The dimension flags given, by name, with the architectures each applies to.
-    fn given(&self) -> [(&'static str, bool, &'static [Arch]); 15] {
-        use Arch::{Hybrid as H, Memoryformer as M, Rmt as R, Transformer as T};
+    /// Each dimension flag by the key of its setting in `models::settings`, and whether it was
+    /// given.
+    fn given(&self) -> [(&'static str, bool); 15] {
         [
-            ("--d-model", self.d_model.is_some(), &[T, M]),
-            ("--d-k", self.d_k.is_some(), &[R, H]),
-            ("--d-v", self.d_v.is_some(), &[R, H]),
-            ("--rank", self.rank.is_some(), &[R, H]),
-            ("--layers", self.layers.is_some(), &[T, R, M, H]),
-            ("--heads", self.heads.is_some(), &[T, M]),
-            ("--head-dim", self.head_dim.is_some(), &[T]),
-            ("--d-ff", self.d_ff.is_some(), &[T, R]),
-            ("--norm", self.norm.is_some(), &[T, R, M, H]),
-            ("--position", self.position.is_some(), &[R, H]),
-            ("--init-std", self.init_std.is_some(), &[T, R, M, H]),
-            ("--tau", self.tau.is_some(), &[M, H]),
-            ("--expansion-bits", self.expansion_bits.is_some(), &[M, H]),
-            ("--block-gelu", self.block_gelu.is_some(), &[M, H]),
-            ("--table-lr-mult", self.table_lr_mult.is_some(), &[M, H]),
+            ("d_model", self.d_model.is_some()),
+            ("d_k", self.d_k.is_some()),
+            ("d_v", self.d_v.is_some()),
+            ("rank", self.rank.is_some()),
+            ("n_layers", self.layers.is_some()),
+            ("n_heads", self.heads.is_some()),
+            ("head_dim", self.head_dim.is_some()),
+            ("d_ff", self.d_ff.is_some()),
+            ("norm", self.norm.is_some()),
+            ("position", self.position.is_some()),
+            ("init_std", self.init_std.is_some()),
+            ("tau", self.tau.is_some()),
+            ("expansion_bits", self.expansion_bits.is_some()),
+            ("block_gelu", self.block_gelu.is_some()),
+            ("table_lr_mult", self.table_lr_mult.is_some()),
         ]
     }
 
     /// Fails on the first dimension flag that `arch` has no use for, rather than ignoring it,
-    /// and lists the ones it has.
+    /// and lists the ones it has; which architecture has which comes from `models::settings`.
     pub fn check_applies(&self, arch: Arch) -> anyhow::Result<()> {
-        let given = self.given();
-        let Some((flag, _, archs)) = given.iter().find(|(_, set, archs)| *set && !archs.contains(&arch)) else {
+        let settings = self.given().map(|(key, set)| (Setting::find(key), set));
+        let Some((Some(setting), _)) = settings
+            .iter()
+            .find(|(s, set)| *set && s.is_some_and(|s| !s.applies(arch)))
+        else {
             return Ok(());
         };
-        let name = |a: &Arch| {
-            a.to_possible_value()
-                .map_or(String::new(), |v| v.get_name().to_string())
-        };
-        let applies: Vec<&str> = given.iter().filter(|g| g.2.contains(&arch)).map(|g| g.0).collect();
-        let others: Vec<String> = archs.iter().map(|a| format!("--arch {}", name(a))).collect();
+        let applies: Vec<String> = settings
+            .iter()
+            .filter_map(|(s, _)| s.filter(|s| s.applies(arch)))
+            .map(|s| format!("--{}", s.flag))
+            .collect();
+        let others: Vec<String> = setting.archs.iter().map(|a| format!("--arch {a}")).collect();
         anyhow::bail!(
-            "{flag} does not apply to --arch {} (it is for {}); the dimension flags of --arch {} are {}",
-            name(&arch),
+            "--{} does not apply to --arch {arch} (it is for {}); the dimension flags of --arch {arch} are {}",
+            setting.flag,
             others.join(" and "),
-            name(&arch),
             applies.join(", ")
         )
     }
@@ -465,7 +453,7 @@ pub struct TrainArgs {
     /// Print the presets and exit.
     #[arg(long)]
     pub list_presets: bool,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = arch_parser())]
     pub arch: Option<Arch>,
     /// A synthetic task on bytes: copy, reverse or mqar.
     #[arg(long, conflicts_with = "data")]
@@ -530,10 +518,10 @@ pub struct TrainArgs {
 
 impl TrainArgs {
     /// The model flags that were given, as (flag, the arch's config key, value).
-    pub fn model_flags(&self, arch: &str) -> Vec<(&'static str, &'static str, toml::Value)> {
+    pub fn model_flags(&self, arch: Arch) -> Vec<(&'static str, &'static str, toml::Value)> {
         let d = &self.dims;
         let text = |v: &str| toml::Value::String(v.to_string());
-        let init_key = if arch == "memoryformer" {
+        let init_key = if arch == Arch::MemoryFormer {
             "embed_std"
         } else {
             "init_std"
@@ -621,7 +609,7 @@ pub struct SweepArgs {
 /// A model's dimensions for the counters and the closed form: a paper preset, then overrides.
 #[derive(Args, Debug)]
 pub struct PaperDims {
-    #[arg(long, value_enum, default_value = "transformer")]
+    #[arg(long, value_parser = arch_parser(), default_value = "transformer")]
     pub arch: Arch,
     /// gpt2-small, gpt2-medium (the default), table8-49m … table8-405m, table9-46m …
     /// table9-305m, table10; for memoryformer pythia-70m (the default), pythia-160m, pythia-410m;
@@ -660,7 +648,7 @@ impl PaperDims {
     /// --preset as a paper preset (a Pythia one for MemoryFormer), else as a training preset.
     fn preset_config(&self) -> anyhow::Result<ModelConfig> {
         let paper = match self.arch {
-            Arch::Memoryformer => {
+            Arch::MemoryFormer => {
                 let name = self.preset.as_deref().unwrap_or("pythia-70m");
                 presets::memoryformer(name).map(ModelConfig::MemoryFormer)
             }
@@ -675,7 +663,7 @@ impl PaperDims {
         };
         match (paper, RunConfig::preset(name)) {
             (Ok(c), _) => Ok(c),
-            (Err(_), Ok(run)) if run.arch() == self.arch.name() => Ok(run.model),
+            (Err(_), Ok(run)) if run.arch() == self.arch => Ok(run.model),
             (Err(_), Ok(run)) => anyhow::bail!(
                 "the preset `{name}` is a {} model, not --arch {}; choose a {} preset",
                 run.arch(),

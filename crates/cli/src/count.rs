@@ -1,14 +1,15 @@
 //! `resmem count`: parameters and forward FLOPs per sequence, from the paper's Table 7 formulas
 //! and from the model as built.
 
-use crate::args::{Arch, CountArgs};
+use crate::args::CountArgs;
 use anyhow::Result;
 use models::count::{self, thousands, Counts};
+use models::Arch;
 use models::{MemoryFormerConfig, ModelConfig};
 
 pub fn run(args: CountArgs) -> Result<()> {
     args.model.check_applies()?;
-    if args.model.arch == Arch::Memoryformer {
+    if args.model.arch == Arch::MemoryFormer {
         if let Some(table) = args.paper_table {
             return paper_table(table);
         }

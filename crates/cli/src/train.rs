@@ -165,9 +165,9 @@ pub fn check_stop(what: &str) -> Result<()> {
 /// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
 fn refuse_overrides(args: &TrainArgs) -> Result<()> {
     let mut changed: Vec<String> = args
-        .model_flags("rmt")
+        .model_flags(models::Arch::Rmt)
         .iter()
-        .chain(args.model_flags("memoryformer").iter())
+        .chain(args.model_flags(models::Arch::MemoryFormer).iter())
         .map(|(f, _, _)| *f)
         .chain(args.run_flags().iter().map(|(_, k, _)| *k))
         .map(|f| {
@@ -251,7 +251,7 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
         })?;
     }
     if let Some(arch) = arch {
-        if arch != cfg.arch() {
+        if arch != cfg.arch().name() {
             bail!(
                 "the preset `{preset}` is a {} model, not --arch {arch}; drop --arch or choose a {arch} preset \
                  (`resmem train --list-presets`)",

@@ -2,6 +2,7 @@
 //! the Transformer, the RMT, the MemoryFormer and the hybrid (built from shared units), AdamW
 //! and the training step, the counters and the variance analysis.
 
+pub mod arch;
 pub mod batch;
 pub mod buckets;
 pub mod checkpoint;
@@ -23,10 +24,12 @@ pub mod presets;
 pub mod probes;
 pub mod rmt;
 pub mod run;
+pub mod settings;
 pub mod train;
 pub mod transformer;
 pub mod variance;
 
+pub use arch::Arch;
 pub use batch::BatchTensors;
 pub use config::{
     Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig,

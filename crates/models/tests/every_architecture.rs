@@ -13,8 +13,8 @@ use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::{
-    HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig, Trainer,
-    TransformerConfig,
+    HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig,
+    Trainer, TransformerConfig,
 };
 
 /// One architecture's shapes for the suites below.
@@ -200,7 +200,12 @@ fn tiny(arch: &str) -> ModelConfig {
     }
 }
 
-fn build<B: Backend + 'static>(be: &B, cfg: &ModelConfig, (b, t): (usize, usize), seed: u64) -> Box<dyn LanguageModel<B>> {
+fn build<B: Backend + 'static>(
+    be: &B,
+    cfg: &ModelConfig,
+    (b, t): (usize, usize),
+    seed: u64,
+) -> Box<dyn LanguageModel<B>> {
     cfg.build(be, b, t, Purpose::Train, seed).unwrap()
 }
 

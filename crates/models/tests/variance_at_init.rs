@@ -21,7 +21,6 @@ use resmem_models::{
 /// learning rate gives the backward something to carry without moving the other weights.
 #[test]
 fn transformer_measured_variance_at_init_matches_the_closed_form() {
-
     let be = CpuBackend::<f32>::new();
     let cfg = TransformerConfig {
         d_model: 64,
@@ -178,4 +177,3 @@ fn hybrid_measured_variance_at_init_matches_the_closed_form() {
     assert_eq!(measured.len(), 4 * 4, "four blocks of four sites");
     assert_variance_matches_closed_form(&measured, &closed);
 }
-

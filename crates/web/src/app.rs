@@ -383,7 +383,7 @@ pub fn App() -> impl IntoView {
             <Show when=move || focused_arch().is_some_and(Arch::has_variance)>
                 <VarianceView history closed />
             </Show>
-            <Show when=move || focused_arch().is_some_and(Arch::has_buckets)>
+            <Show when=move || focused_arch().is_some_and(Arch::has_hash_tables)>
                 <BucketView hits />
             </Show>
             <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq />

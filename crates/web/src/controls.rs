@@ -4,7 +4,7 @@
 
 use crate::arch::Arch;
 use crate::dataset::Dataset;
-use crate::settings::{Control, Kind, CONTROLS};
+use crate::settings::{control, controls, Control, Kind};
 use crate::setup::Setup;
 use leptos::prelude::*;
 
@@ -36,7 +36,7 @@ fn preset_setup(i: usize, data: Dataset) -> Option<Setup> {
     let (_, arch, values) = PRESETS.get(i)?;
     let mut setup = Setup::new(*arch, data);
     for (k, v) in values.iter() {
-        let control = Control::find(k)?;
+        let control = control(k)?;
         setup.set(control.key, v.to_string());
     }
     Some(setup)
@@ -47,8 +47,13 @@ fn field(c: &'static Control, setup: RwSignal<Setup>, running: Signal<bool>) -> 
     let id = format!("ctl-{}", c.key);
     let value = move || setup.with(|s| s.value(c.key).unwrap_or_default().to_string());
     let set = move |text: String| setup.update(|s| s.set(c.key, text));
+    let options: &'static [&'static str] = match c.kind {
+        Kind::Choice(options) => options,
+        Kind::Switch => &["false", "true"],
+        Kind::Whole | Kind::Number => &[],
+    };
     let input = match c.kind {
-        Kind::Choice(options) => view! {
+        Kind::Choice(_) | Kind::Switch => view! {
             <select id=id on:change=move |ev| set(event_target_value(&ev)) prop:disabled=running prop:value=value>
                 {options.iter().map(|o| view! { <option value=*o selected=move || value() == *o>{*o}</option> }).collect_view()}
             </select>
@@ -75,8 +80,7 @@ pub fn Controls(setup: RwSignal<Setup>, running: Signal<bool>) -> impl IntoView 
     let arch = move || setup.with(|s| s.arch);
     let fields = move |table: &'static str| {
         let a = arch();
-        CONTROLS
-            .iter()
+        controls()
             .filter(move |c| (c.table == "model") == (table == "model") && c.applies(a))
             .map(|c| field(c, setup, running))
             .collect_view()

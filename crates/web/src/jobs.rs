@@ -4,8 +4,6 @@
 //! takes plain data in ([`Job`], [`Steering`]) and gives plain data out ([`Report`]), which the
 //! page applies to what it shows.
 
-use crate::arch::Arch;
-use crate::costs::describe;
 use crate::dataset::Dataset;
 use crate::residual::Residuals;
 use crate::runs::RunState;
@@ -174,7 +172,7 @@ async fn train<B: Backend + 'static>(mut be: B, limit: u64, first_id: usize, set
         if steering().stop {
             break;
         }
-        let model = describe(&cfg.model);
+        let model = cfg.model.describe();
         let data = s.data;
         let ok;
         (be, ok) = train_run(be, limit, id, cfg, data, Some((s, model)), None, tell).await;
@@ -205,7 +203,7 @@ async fn train_run<B: Backend + 'static>(
     from: Option<Arc<Vec<u8>>>,
     tell: Tell<'_>,
 ) -> (B, bool) {
-    let label = Arch::parse(cfg.arch()).map_or(cfg.arch(), Arch::label);
+    let label = cfg.arch().label();
     tell(Report::Begin { id, new });
     let mut session = match Session::open(be, cfg, data, limit, from.as_deref().map(|b| &b[..])).await {
         Ok(session) => session,
@@ -341,7 +339,7 @@ async fn import<B: Backend + 'static>(
         id,
         name: name.to_string(),
         setup,
-        model: describe(&session.cfg.model),
+        model: session.cfg.model.describe(),
         params: session.params,
         step,
     });

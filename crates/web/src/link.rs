@@ -4,7 +4,7 @@
 
 use crate::arch::Arch;
 use crate::dataset::Dataset;
-use crate::settings::{Control, CONTROLS};
+use crate::settings::{control, controls};
 use crate::setup::{default_setup, Setup};
 
 /// The version of the page's links. A link of another version is reported, not guessed at.
@@ -49,7 +49,7 @@ impl Setup {
         if self.data != default.data {
             pairs.push(("data", self.data.name().into()));
         }
-        for c in CONTROLS {
+        for c in controls() {
             match self.value(c.key) {
                 Some(v) if own.value(c.key) != Some(v) => pairs.push((c.key, v.to_string())),
                 _ => {}
@@ -125,7 +125,7 @@ impl Link {
                 "hide" => link
                     .problems
                     .push(format!("hide={value} is not known; hide=controls hides the controls")),
-                _ => match Control::find(key) {
+                _ => match control(key) {
                     None => link
                         .problems
                         .push(format!("`{key}` is not a setting of the page; it was ignored")),

@@ -2,11 +2,11 @@
 //! turned into the same `RunConfig` the command line builds, through the same TOML merge onto
 //! the `tiny-ARCH` preset; and the setups the Compare button trains side by side.
 
-use crate::arch::Arch;
+use crate::arch::{tiny_preset, Arch};
 use crate::dataset::Dataset;
-use crate::settings::{text_of, Control, CONTROLS};
+use crate::settings::{control, controls, text_of};
 use data::Task;
-use models::{DataConfig, ModelConfig, RunConfig};
+use models::{DataConfig, RunConfig};
 use std::collections::BTreeMap;
 
 /// What the page trains: an architecture, a task, and the text of every control that applies.
@@ -20,14 +20,13 @@ pub struct Setup {
 impl Setup {
     /// `arch`'s tiny preset, as its controls show it.
     pub fn new(arch: Arch, data: Dataset) -> Setup {
-        Setup::of(&arch.preset(), arch, data)
+        Setup::of(&tiny_preset(arch), arch, data)
     }
 
     /// `cfg` as the controls show it.
     fn of(cfg: &RunConfig, arch: Arch, data: Dataset) -> Setup {
         let table = toml::Table::try_from(cfg).expect("a config serialises");
-        let values = CONTROLS
-            .iter()
+        let values = controls()
             .filter(|c| c.applies(arch))
             .filter_map(|c| Some((c.key, text_of(table.get(c.table)?.get(c.key)?))))
             .collect();
@@ -37,7 +36,7 @@ impl Setup {
     /// The setup of a run config (an imported checkpoint's), if the page offers its
     /// architecture and data; `config()` gives back the same model.
     pub fn from_config(cfg: &RunConfig) -> Option<Setup> {
-        let arch = Arch::parse(cfg.arch())?;
+        let arch = cfg.arch();
         Some(Setup::of(cfg, arch, Dataset::of(&cfg.data)?))
     }
 
@@ -46,7 +45,7 @@ impl Setup {
     pub fn with_arch(&self, arch: Arch) -> Setup {
         let mut next = Setup::new(arch, self.data);
         for (k, v) in &self.values {
-            let training = Control::find(k).is_some_and(|c| c.table != "model");
+            let training = control(k).is_some_and(|c| c.table != "model");
             if let Some(slot) = next.values.get_mut(k).filter(|_| training) {
                 *slot = v.clone();
             }
@@ -67,7 +66,7 @@ impl Setup {
     pub fn config(&self) -> Result<RunConfig, String> {
         let mut tables: BTreeMap<&str, toml::Table> = BTreeMap::new();
         for (key, text) in &self.values {
-            let control = Control::find(key).ok_or_else(|| format!("no setting named {key}"))?;
+            let control = control(key).ok_or_else(|| format!("no setting named {key}"))?;
             tables
                 .entry(control.table)
                 .or_default()
@@ -88,7 +87,7 @@ impl Setup {
             .into_iter()
             .map(|(k, v)| (k.to_string(), toml::Value::Table(v)))
             .collect();
-        let mut cfg = self.arch.preset().merged(&overrides).map_err(|e| e.to_string())?;
+        let mut cfg = tiny_preset(self.arch).merged(&overrides).map_err(|e| e.to_string())?;
         if let (Some(dir), Dataset::Shakespeare(tokenizer)) = (self.data.corpus_dir(), self.data) {
             cfg.data = DataConfig::Text {
                 path: dir.into(),
@@ -107,7 +106,7 @@ impl Setup {
         if self.data != other.data {
             out.push(format!("data={}", self.data));
         }
-        for c in CONTROLS {
+        for c in controls() {
             if let Some(v) = self.value(c.key) {
                 if other.value(c.key) != Some(v) {
                     out.push(format!("{}={v}", c.label_for(self.arch)));
@@ -121,17 +120,21 @@ impl Setup {
     /// D_FF) and a MemoryFormer of that width, all with this setup's training settings.
     pub fn comparison(&self) -> Result<[Setup; 3], String> {
         let rmt = self.with_arch(Arch::Rmt);
-        let Ok(ModelConfig::Rmt(r)) = rmt.config().map(|c| c.model) else {
-            return Err(rmt.config().err().unwrap_or_default());
+        let t = match rmt.config() {
+            Ok(cfg) => cfg.model.matching_transformer(),
+            Err(e) => return Err(e),
+        };
+        let Some(t) = t else {
+            return Err("the RMT has no matching transformer".into());
         };
         let mut transformer = self.with_arch(Arch::Transformer);
         let mut memoryformer = self.with_arch(Arch::MemoryFormer);
         for (key, v) in [
-            ("d_model", r.rank * r.d_v),
-            ("n_heads", r.rank),
-            ("head_dim", r.d_v),
-            ("d_ff", r.d_ff),
-            ("n_layers", r.n_layers),
+            ("d_model", t.d_model),
+            ("n_heads", t.n_heads),
+            ("head_dim", t.head_dim),
+            ("d_ff", t.d_ff),
+            ("n_layers", t.n_layers),
         ] {
             for s in [&mut transformer, &mut memoryformer] {
                 if let Some(slot) = s.values.get_mut(key) {

@@ -77,8 +77,8 @@ impl RunConfig {
         }
     }
 
-    /// The model's name in the config: transformer, rmt, memoryformer or hybrid.
-    pub fn arch(&self) -> &'static str {
+    /// The model's architecture.
+    pub fn arch(&self) -> crate::Arch {
         self.model.arch()
     }
 

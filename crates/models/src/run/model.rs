@@ -2,19 +2,19 @@
 //! its sizes V and N, its checks and its constructor), the one place an architecture is chosen.
 
 use crate::memory::Purpose;
-use crate::{Hybrid, LanguageModel, MemoryFormer, ModelConfig, Result, Rmt, Transformer};
+use crate::{Arch, Hybrid, LanguageModel, MemoryFormer, ModelConfig, Result, Rmt, Transformer, TransformerConfig};
 use engine::Backend;
 
 /// The one place an architecture is chosen: every constructor, estimate and counter of a
 /// `ModelConfig` goes through these.
 impl ModelConfig {
-    /// transformer, rmt, memoryformer or hybrid: the `arch` of the config.
-    pub fn arch(&self) -> &'static str {
+    /// The architecture: the `arch` tag of the config.
+    pub fn arch(&self) -> Arch {
         match self {
-            ModelConfig::Transformer(_) => "transformer",
-            ModelConfig::Rmt(_) => "rmt",
-            ModelConfig::MemoryFormer(_) => "memoryformer",
-            ModelConfig::Hybrid(_) => "hybrid",
+            ModelConfig::Transformer(_) => Arch::Transformer,
+            ModelConfig::Rmt(_) => Arch::Rmt,
+            ModelConfig::MemoryFormer(_) => Arch::MemoryFormer,
+            ModelConfig::Hybrid(_) => Arch::Hybrid,
         }
     }
 
@@ -100,5 +100,57 @@ impl ModelConfig {
             (ModelConfig::Hybrid(c), Purpose::Train) => Box::new(Hybrid::new(be, c.clone(), b, t, seed)?),
             (ModelConfig::Hybrid(c), Purpose::Infer) => Box::new(Hybrid::inference(be, c.clone(), b, t)?),
         })
+    }
+
+    /// The transformer of matching dimensions, the one mapping every comparison uses: for an RMT
+    /// H = R, D_h = D_v, D = R·D_v with its L and D_FF (RMT paper §4); for the hybrid the same
+    /// with D_FF = 4D; for a MemoryFormer its d, H and L with D_FF = 4d. Its other settings are
+    /// the tiny transformer's, at this config's V and N. None for a transformer.
+    pub fn matching_transformer(&self) -> Option<TransformerConfig> {
+        let (vocab, n) = self.sizes();
+        let twin = |d_model, n_layers, n_heads, head_dim, d_ff| TransformerConfig {
+            d_model,
+            n_layers,
+            n_heads,
+            head_dim,
+            d_ff,
+            ..TransformerConfig::tiny(vocab, n)
+        };
+        match self {
+            ModelConfig::Rmt(r) => Some(twin(r.rank * r.d_v, r.n_layers, r.rank, r.d_v, r.d_ff)),
+            ModelConfig::Hybrid(h) => {
+                let d = h.rank * h.d_v;
+                Some(twin(d, h.n_layers, h.rank, h.d_v, 4 * d))
+            }
+            ModelConfig::MemoryFormer(m) => Some(twin(m.d_model, m.n_layers, m.n_heads, m.head_dim(), 4 * m.d_model)),
+            ModelConfig::Transformer(_) => None,
+        }
+    }
+
+    /// The model's sizes in the papers' letters.
+    pub fn describe(&self) -> String {
+        match self {
+            ModelConfig::Transformer(c) => format!(
+                "Transformer D={} H={} D_h={} D_FF={} L={}",
+                c.d_model, c.n_heads, c.head_dim, c.d_ff, c.n_layers
+            ),
+            ModelConfig::Rmt(c) => format!(
+                "RMT D_k={} D_v={} R={} D_FF={} L={} (residual {})",
+                c.d_k,
+                c.d_v,
+                c.rank,
+                c.d_ff,
+                c.n_layers,
+                c.residual()
+            ),
+            ModelConfig::Hybrid(c) => format!(
+                "Hybrid D_k={} D_v={} R={} τ={} L={}",
+                c.d_k, c.d_v, c.rank, c.tau, c.n_layers
+            ),
+            ModelConfig::MemoryFormer(c) => format!(
+                "MemoryFormer d={} H={} τ={} L={}",
+                c.d_model, c.n_heads, c.tau, c.n_layers
+            ),
+        }
     }
 }

@@ -106,15 +106,10 @@ fn small_rmt() -> RmtConfig {
 /// 150 steps on Shakespeare, init_std 1 (weights N(0, 1/fan_in)) reaches a validation loss of
 /// 6.09 where 0.02 stays on the unigram plateau (6.36) and 0.5 reaches 6.28.
 fn small_transformer() -> TransformerConfig {
-    let r = small_rmt();
+    let twin = ModelConfig::Rmt(small_rmt()).matching_transformer();
     TransformerConfig {
-        d_model: r.rank * r.d_v,
-        n_layers: r.n_layers,
-        n_heads: r.rank,
-        head_dim: r.d_v,
-        d_ff: r.d_ff,
         init_std: 1.0,
-        ..TransformerConfig::tiny(GPT2_VOCAB, 128)
+        ..twin.unwrap_or_else(|| TransformerConfig::tiny(GPT2_VOCAB, 128))
     }
 }
 

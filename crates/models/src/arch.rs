@@ -1,0 +1,71 @@
+//! The architectures, known in one place: their names, labels and what each has (a residual
+//! matrix, hash tables, variance probes). The CLI's `--arch`, the page's picker, the settings
+//! table and the tests' list of architectures all read [`Arch::ALL`].
+
+use serde::Serialize;
+use std::fmt;
+
+/// Which architecture: the `arch` tag of a [`crate::ModelConfig`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Transformer,
+    Rmt,
+    MemoryFormer,
+    Hybrid,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 4] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer, Arch::Hybrid];
+
+    /// The `arch` of its config and the value of `--arch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Transformer => "transformer",
+            Arch::Rmt => "rmt",
+            Arch::MemoryFormer => "memoryformer",
+            Arch::Hybrid => "hybrid",
+        }
+    }
+
+    /// A title for people: the page's picker and the CLI's help.
+    pub fn label(self) -> &'static str {
+        match self {
+            Arch::Transformer => "Transformer",
+            Arch::Rmt => "Residual Matrix Transformer",
+            Arch::MemoryFormer => "MemoryFormer",
+            Arch::Hybrid => "Hybrid: RMT with a memory block",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// Each token's residual is a D_k×D_v matrix, read by retrievals and written by storages.
+    pub fn has_residual_matrix(self) -> bool {
+        matches!(self, Arch::Rmt | Arch::Hybrid)
+    }
+
+    /// Its storages and retrievals (the transformer's linear maps in their places) have
+    /// variance probes and a closed form.
+    pub fn has_variance(self) -> bool {
+        matches!(self, Arch::Transformer | Arch::Rmt | Arch::Hybrid)
+    }
+
+    /// It has hash tables whose bucket use can be read.
+    pub fn has_hash_tables(self) -> bool {
+        matches!(self, Arch::MemoryFormer | Arch::Hybrid)
+    }
+
+    /// The training preset `--arch` alone starts from: the copy task.
+    pub fn tiny_preset(self) -> String {
+        format!("tiny-{}", self.name())
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

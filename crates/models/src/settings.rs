@@ -1,0 +1,316 @@
+//! Every setting a user sets by name, in one table: its key in the run config's TOML table, its
+//! CLI flag, its label, what its text parses as, the architectures that have it, and its help.
+//! The CLI's "does not apply to --arch" errors and help texts and the page's controls and labels
+//! come from [`SETTINGS`].
+
+use crate::Arch;
+
+/// What a setting's text must parse as.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Whole,
+    Number,
+    Choice(&'static [&'static str]),
+    /// true or false
+    Switch,
+}
+
+/// One setting, by its key in the run config.
+#[derive(Clone, Copy, Debug)]
+pub struct Setting {
+    /// Its key in its TOML table.
+    pub key: &'static str,
+    /// `model`, `train` or `data`.
+    pub table: &'static str,
+    /// The CLI flag that sets it, without `--`.
+    pub flag: &'static str,
+    pub label: &'static str,
+    pub kind: Kind,
+    pub archs: &'static [Arch],
+    /// Whether the page offers it as a control.
+    pub on_page: bool,
+    pub help: &'static str,
+}
+
+const ALL: &[Arch] = &Arch::ALL;
+const RESIDUAL_MATRIX: &[Arch] = &[Arch::Rmt, Arch::Hybrid];
+const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer];
+const HASHED: &[Arch] = &[Arch::MemoryFormer, Arch::Hybrid];
+
+/// A setting of the model's table, on the page unless `on_page` says otherwise.
+const fn model(
+    key: &'static str,
+    flag: &'static str,
+    label: &'static str,
+    kind: Kind,
+    archs: &'static [Arch],
+    help: &'static str,
+) -> Setting {
+    Setting {
+        key,
+        table: "model",
+        flag,
+        label,
+        kind,
+        archs,
+        on_page: true,
+        help,
+    }
+}
+
+const fn off_page(s: Setting) -> Setting {
+    Setting { on_page: false, ..s }
+}
+
+const fn run(table: &'static str, key: &'static str, label: &'static str, kind: Kind, help: &'static str) -> Setting {
+    Setting {
+        key,
+        table,
+        flag: key,
+        label,
+        kind,
+        archs: ALL,
+        on_page: true,
+        help,
+    }
+}
+
+/// Every setting, model sizes first (the page's order). The keys are the config's own, so a
+/// set of them is a partial config that `RunConfig::merged` checks like a user's TOML file.
+pub const SETTINGS: &[Setting] = &[
+    model(
+        "d_k",
+        "d-k",
+        "D_k",
+        Kind::Whole,
+        RESIDUAL_MATRIX,
+        "rows of each token's residual matrix: the residual grows with it, the parameters barely",
+    ),
+    model(
+        "d_v",
+        "d-v",
+        "D_v",
+        Kind::Whole,
+        RESIDUAL_MATRIX,
+        "columns of each token's residual matrix: the width of what a key retrieves (and each head's)",
+    ),
+    model(
+        "rank",
+        "rank",
+        "R",
+        Kind::Whole,
+        RESIDUAL_MATRIX,
+        "keys per read and write: the attention heads",
+    ),
+    model(
+        "d_model",
+        "d-model",
+        "D",
+        Kind::Whole,
+        VECTOR_WIDTH,
+        "the residual vector's width (the MemoryFormer's d)",
+    ),
+    model("n_heads", "heads", "H", Kind::Whole, VECTOR_WIDTH, "attention heads"),
+    model(
+        "head_dim",
+        "head-dim",
+        "D_h",
+        Kind::Whole,
+        &[Arch::Transformer],
+        "width of each head",
+    ),
+    model(
+        "d_ff",
+        "d-ff",
+        "D_FF",
+        Kind::Whole,
+        &[Arch::Transformer, Arch::Rmt],
+        "the feed-forward hidden width",
+    ),
+    model(
+        "tau",
+        "tau",
+        "τ",
+        Kind::Whole,
+        HASHED,
+        "bits hashed per chunk: each table has 2^τ rows (K = d/τ tables a layer, d = d_model or R·D_v)",
+    ),
+    model("n_layers", "layers", "L", Kind::Whole, ALL, "blocks"),
+    model(
+        "norm",
+        "norm",
+        "norm",
+        Kind::Choice(&["layernorm", "rmsnorm"]),
+        ALL,
+        "the norm every block uses",
+    ),
+    model(
+        "position",
+        "position",
+        "position",
+        Kind::Choice(&["learned", "alibi"]),
+        RESIDUAL_MATRIX,
+        "a learned position table (the paper), or ALiBi's bias on the attention logits (the official code)",
+    ),
+    off_page(model(
+        "init_std",
+        "init-std",
+        "init std",
+        Kind::Number,
+        ALL,
+        "weights start N(0, init_std²/fan_in) (the MemoryFormer's embeddings N(0, init_std²))",
+    )),
+    off_page(model(
+        "expansion_bits",
+        "expansion-bits",
+        "expansion bits",
+        Kind::Whole,
+        HASHED,
+        "ML1 expands to (τ + e)·K and ML2 hashes τ + e bits (MemoryFormer paper Table 5; 2)",
+    )),
+    off_page(model(
+        "block_gelu",
+        "block-gelu",
+        "GELU in the block",
+        Kind::Switch,
+        HASHED,
+        "a GELU between ML1 and ML2 (MemoryFormer paper Table 6)",
+    )),
+    off_page(model(
+        "table_lr_mult",
+        "table-lr-mult",
+        "table lr ×",
+        Kind::Number,
+        HASHED,
+        "the hash tables learn at this multiple of the learning rate (MemoryFormer paper Table 4; 3)",
+    )),
+    run(
+        "train",
+        "lr",
+        "learning rate",
+        Kind::Number,
+        "AdamW's peak learning rate",
+    ),
+    run("train", "batch", "batch", Kind::Whole, "sequences a step"),
+    run(
+        "data",
+        "seq_len",
+        "T",
+        Kind::Whole,
+        "tokens a sequence (the model's context follows it)",
+    ),
+    run("train", "steps", "steps", Kind::Whole, "steps of the schedule"),
+    run(
+        "train",
+        "seed",
+        "seed",
+        Kind::Whole,
+        "the weights' and the batches' seed",
+    ),
+];
+
+impl Setting {
+    pub fn find(key: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|s| s.key == key)
+    }
+
+    /// The setting of the model's table that `flag` (with or without `--`) sets.
+    pub fn of_flag(flag: &str) -> Option<&'static Setting> {
+        let flag = flag.trim_start_matches("--");
+        SETTINGS.iter().find(|s| s.table == "model" && s.flag == flag)
+    }
+
+    pub fn applies(&self, arch: Arch) -> bool {
+        self.archs.contains(&arch)
+    }
+
+    /// The label under `arch`: the MemoryFormer's width is d.
+    pub fn label_for(&self, arch: Arch) -> &'static str {
+        match (self.key, arch) {
+            ("d_model", Arch::MemoryFormer) => "d",
+            _ => self.label,
+        }
+    }
+
+    /// The text as a TOML value, or a message that names the setting.
+    pub fn parse(&self, text: &str) -> Result<toml::Value, String> {
+        let text = text.trim();
+        let bad = |what: &str| format!("{} must be {what}, not \"{text}\"", self.label);
+        match self.kind {
+            Kind::Whole => text
+                .parse::<u32>()
+                .map(|v| toml::Value::Integer(v.into()))
+                .map_err(|_| bad("a whole number")),
+            Kind::Number => match text.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(toml::Value::Float(v)),
+                _ => Err(bad("a number")),
+            },
+            Kind::Choice(options) => match options.contains(&text) {
+                true => Ok(toml::Value::String(text.into())),
+                false => Err(bad(&format!("one of {}", options.join(", ")))),
+            },
+            Kind::Switch => text
+                .parse::<bool>()
+                .map(toml::Value::Boolean)
+                .map_err(|_| bad("true or false")),
+        }
+    }
+}
+
+/// A config value as a setting shows it.
+pub fn text_of(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        // f32 settings, in their shortest form: 0.01, not 0.009999999776482582.
+        toml::Value::Float(f) => (*f as f32).to_string(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RunConfig;
+
+    /// Each model setting is a key of the config of exactly the architectures it lists (the
+    /// MemoryFormer's `init_std` is its `embed_std`), so the table cannot drift from the configs.
+    #[test]
+    fn each_model_setting_is_a_key_of_exactly_its_architectures() {
+        for arch in Arch::ALL {
+            let cfg = RunConfig::preset(&arch.tiny_preset()).unwrap();
+            let value = toml::Value::try_from(&cfg.model).unwrap();
+            let keys = value.as_table().unwrap();
+            for s in SETTINGS.iter().filter(|s| s.table == "model") {
+                let key = match (arch, s.key) {
+                    (Arch::MemoryFormer, "init_std") => "embed_std",
+                    (_, k) => k,
+                };
+                assert_eq!(
+                    keys.contains_key(key),
+                    s.applies(arch),
+                    "{arch}: `{}` is {}a config key but the table says it {}",
+                    s.key,
+                    if keys.contains_key(key) { "" } else { "not " },
+                    if s.applies(arch) { "applies" } else { "does not apply" }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn flags_and_keys_are_unique_and_tiny_presets_exist() {
+        for (i, s) in SETTINGS.iter().enumerate() {
+            assert!(
+                SETTINGS[..i].iter().all(|o| o.key != s.key && o.flag != s.flag),
+                "{}",
+                s.key
+            );
+            assert!(!s.archs.is_empty() && !s.help.is_empty(), "{}", s.key);
+        }
+        for arch in Arch::ALL {
+            assert_eq!(RunConfig::preset(&arch.tiny_preset()).unwrap().arch(), arch);
+            assert_eq!(Arch::parse(arch.name()), Some(arch));
+        }
+    }
+}
