@@ -11,11 +11,13 @@ struct Params { tokens: u32, dk: u32, dv: u32, keys: u32 }
 // gradient.
 
 // retrieve(y, x, keys): y[t][h][v] = Σ_i keys[h][i] · x[t][i][v]. With the switch NORMED,
-// retrieve(y, x, keys, stats, gain) retrieves from Norm(X) = (x − mean)·rstd·gain instead, read
-// as it goes from X and the norm's statistics (rows, 2), so Norm(X) is never written.
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read> keys: array<f32>;
+// retrieve(y, x, stats, gain, keys) retrieves from Norm(X) = (x − mean)·rstd·gain instead, read
+// as it goes from X and the norm's statistics (rows, 2), so Norm(X) is never written. Its
+// bindings follow that order with stats and gain at 4 and 5, where the key gradient has them
+// too: binding 3 is unused, and the keys come last, at 6, in both variants.
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;     // (tokens, R', D_v)
+@group(0) @binding(2) var<storage, read> x: array<f32>;           // (tokens, D_k, D_v)
+@group(0) @binding(6) var<storage, read> keys: array<f32>;        // (R', D_k)
 
 // What a retrieval and a key gradient read through: Norm(X) with NORMED, X itself without.
 #if NORMED

@@ -1,14 +1,225 @@
 //! The op-level interface that every model is written against, once, for both backends.
 //!
-//! Argument order everywhere (CPU twin, WGSL bindings, this trait): outputs, saved statistics,
-//! inputs, weights, then a dims struct. Backward ops take gradients of outputs first (`d` prefix).
-//! No op may read and write the same buffer: wgpu forbids it, and the CPU backend panics on it.
+//! Every op is declared once, in [`declare_ops!`] below: its doc, its name, its arguments in
+//! their one order, the `ops/` file that implements it and what its cost is computed from. From
+//! that list [`op_methods!`] writes the trait's methods here and the op methods of `CpuBackend`
+//! (`cpu/mod.rs`), `GpuBackend` (`gpu/mod.rs`) and `Profiled` (`profile.rs`); each of those
+//! calls the op's own file: `ops::<file>::cpu::<op>`, `ops::<file>::gpu::<op>` and
+//! `ops::<file>::cost::<op>`.
+//!
+//! Argument order everywhere (the declaration, the op file, the WGSL bindings): outputs, then
+//! what a forward saves for its backward (the norm's stats, attention's lse), inputs, weights,
+//! then a dims struct. A backward takes the gradients it writes, then the gradients of outputs
+//! (`d` prefix), then what its forward read and saved. An op that reads Norm(X) through the norm
+//! takes it as (x, stats, gain) where the plain op takes x. No op may read and write the same
+//! buffer: wgpu forbids it, and the CPU backend panics on it.
 
-use crate::{
-    AdamWDims, AttentionDims, CrossEntropyDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims,
-    ResidualDims, Result,
-};
+use crate::Result;
 use std::future::Future;
+
+/// Every op of [`Backend`], declared once. Each entry is
+///
+/// ```text
+/// /// doc
+/// file::op(arg: Kind, …) cost(what the cost is computed from);
+/// ```
+///
+/// where `file` is the op's file in `ops/`, and a `Kind` is `Tensor`, `Index`,
+/// `Option<Tensor>`, `f32`, `bool` or a dims struct exported from the crate's root. `cost(…)`
+/// lists the arguments `ops::<file>::cost::<op>` takes, in order: an argument by name, or
+/// `len(t)`, the number of values of tensor `t`. `declare_ops!(signatures)` writes the trait's
+/// methods; `declare_ops!(cpu)`, `(gpu)` and `(profiled)` the methods of those impls.
+macro_rules! declare_ops {
+    ($target:ident) => {
+        $crate::backend::op_methods! { $target;
+
+        // ---- elementwise (ops/elementwise.rs) ----
+        /// out = value
+        elementwise::fill(out: Tensor, value: f32) cost(len(out));
+        /// out = a + b
+        elementwise::add(out: Tensor, a: Tensor, b: Tensor) cost(len(out));
+        /// out += a
+        elementwise::add_assign(out: Tensor, a: Tensor) cost(len(out));
+        /// out = GELU_tanh(x)
+        elementwise::gelu_forward(out: Tensor, x: Tensor) cost(len(out));
+        /// dx = dout · GELU'(x)
+        elementwise::gelu_backward(dx: Tensor, dout: Tensor, x: Tensor) cost(len(dx));
+
+        // ---- matmul (ops/matmul.rs) ----
+        /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N), optionally added to out.
+        matmul::matmul(out: Tensor, a: Tensor, b: Tensor, dims: MatmulDims) cost(dims);
+
+        // ---- embedding (ops/embedding.rs) ----
+        /// out (BT, C) = wte[tokens] + wpe[position]
+        embedding::embedding_forward(out: Tensor, tokens: Index, wte: Tensor, wpe: Tensor, dims: EmbeddingDims)
+            cost(dims);
+        /// dwte (V, C) and dwpe (T, C) from dout (BT, C); a deterministic per-token reduction that
+        /// walks the rows of each token in the fixed order of `buckets`.
+        embedding::embedding_backward(
+            dwte: Tensor, dwpe: Tensor, dout: Tensor, bucket_rows: Index, bucket_start: Index, dims: EmbeddingDims,
+        ) cost(dims);
+
+        // ---- gather (ops/gather.rs) ----
+        /// out (rows, C) = table[index]: row r of out is row index[r] of table (V, C).
+        gather::gather_forward(out: Tensor, index: Index, table: Tensor, dims: GatherDims) cost(dims);
+        /// dtable (V, C) from dout (rows, C): each table row sums the rows that gathered it, in the
+        /// fixed order of `bucket_rows` and `bucket_start` (`TokenBuckets::new(index, V)`); rows
+        /// nobody gathered get 0.
+        gather::gather_backward(dtable: Tensor, dout: Tensor, bucket_rows: Index, bucket_start: Index, dims: GatherDims)
+            cost(dims);
+
+        // ---- norms (ops/norm.rs) ----
+        /// out (rows, C) = Norm(x) · gain; stats (rows, 2) = (mean, rstd)
+        norm::norm_forward(out: Tensor, stats: Tensor, x: Tensor, gain: Tensor, dims: NormDims) cost(dims);
+        /// stats (rows, 2) = (mean, rstd) alone, for ops that normalise as they read.
+        norm::norm_stats(stats: Tensor, x: Tensor, dims: NormDims) cost(dims);
+        /// dx += ∂L/∂x, dgain = ∂L/∂gain
+        norm::norm_backward(
+            dx: Tensor, dgain: Tensor, dout: Tensor, x: Tensor, gain: Tensor, stats: Tensor, dims: NormDims,
+        ) cost(dims);
+
+        // ---- attention (ops/attention.rs) ----
+        /// out (B, T, H·Dh) and lse (B, H, T), each row's log-sum-exp of its logits, from qkv
+        /// (B, T, 3·H·Dh), causal within documents: query i of a sequence sees keys j with
+        /// doc_start[i] ≤ j ≤ i, where doc_start (B·T) holds the position of the first token of each
+        /// token's document (all 0: plain causal). No (T, T) buffer: the backward recomputes the
+        /// probabilities from qkv and lse.
+        attention::attention_forward(out: Tensor, lse: Tensor, qkv: Tensor, doc_start: Index, dims: AttentionDims)
+            cost(dims);
+        /// dqkv (B, T, 3·H·Dh) from dout, the forward's out and lse; delta (B, H, T) is scratch for
+        /// dout·out per row.
+        attention::attention_backward(
+            dqkv: Tensor, delta: Tensor, dout: Tensor, out: Tensor, qkv: Tensor, lse: Tensor, doc_start: Index,
+            dims: AttentionDims,
+        ) cost(dims);
+
+        // ---- residual matrices of the RMT (ops/residual_matrix.rs) ----
+        /// y (tokens, R', D_v) = keys (R', D_k) · X (tokens, D_k, D_v), per token.
+        residual_matrix::retrieve(y: Tensor, x: Tensor, keys: Tensor, dims: ResidualDims) cost(dims);
+        /// `retrieve` from Norm(X) = (X − mean)·rstd·gain, normalised as it reads: Norm(X) is never
+        /// written. `stats` (tokens, 2) come from `norm_stats`; `gain` is (D_k·D_v).
+        residual_matrix::retrieve_normed(
+            y: Tensor, x: Tensor, stats: Tensor, gain: Tensor, keys: Tensor, dims: ResidualDims,
+        ) cost(dims);
+        /// out = base + Σ_h keys[h] ⊗ data[h] per token, or out += Σ … when `base` is None.
+        residual_matrix::store(out: Tensor, base: Option<Tensor>, keys: Tensor, data: Tensor, dims: ResidualDims)
+            cost(dims);
+        /// dkeys (R', D_k) = Σ_t a[t] (R', D_v) · b[t]ᵀ (D_v, D_k): the key gradient of a retrieval
+        /// (a = dy, b = X) and of a storage (a = data, b = dX_out). `partials` is scratch of
+        /// `dims.key_grad_scratch()` values for the fixed-order reduction.
+        residual_matrix::key_grad(dkeys: Tensor, partials: Tensor, a: Tensor, b: Tensor, dims: ResidualDims)
+            cost(dims);
+        /// `key_grad` with b = Norm(X), normalised as it reads, like `retrieve_normed`.
+        residual_matrix::key_grad_normed(
+            dkeys: Tensor, partials: Tensor, a: Tensor, x: Tensor, stats: Tensor, gain: Tensor, dims: ResidualDims,
+        ) cost(dims);
+
+        // ---- MemoryFormer's memory layer (ops/memory.rs) ----
+        /// codes, p (tokens, K): each chunk's bucket and weight p(z).
+        memory::memory_hash(codes: Index, p: Tensor, x: Tensor, dims: MemoryDims) cost(dims);
+        /// rows (K, tokens) and starts (K, 2^τ + 1): per table, the rows grouped by code in row order.
+        /// `cursor` is scratch of at least `dims.sort_scratch()` values.
+        memory::memory_bucket(rows: Index, starts: Index, cursor: Index, codes: Index, dims: MemoryDims) cost(dims);
+        /// y (tokens, d_out) = Σ_k p_k · tables[k][code_k] + bias
+        memory::memory_forward(y: Tensor, codes: Index, p: Tensor, tables: Tensor, bias: Tensor, dims: MemoryDims)
+            cost(dims);
+        /// dx (tokens, d_in), dtables (written, 0 where no row hit), dbias, from dy (tokens, d_out).
+        memory::memory_backward(
+            dx: Tensor, dtables: Tensor, dbias: Tensor, dy: Tensor, x: Tensor, codes: Index, p: Tensor, rows: Index,
+            starts: Index, tables: Tensor, dims: MemoryDims,
+        ) cost(dims);
+
+        // ---- loss (ops/cross_entropy.rs) ----
+        /// losses (rows) = scale · CE per row (0 where the target is ignored); lse (rows) = log Z.
+        cross_entropy::cross_entropy_forward(
+            losses: Tensor, lse: Tensor, logits: Tensor, targets: Index, scale: Tensor, dims: CrossEntropyDims,
+        ) cost(dims);
+        /// dlogits of scale · Σ (CE + z · lse²) over the rows whose target is not ignored.
+        cross_entropy::cross_entropy_backward(
+            dlogits: Tensor, logits: Tensor, lse: Tensor, targets: Index, scale: Tensor, dims: CrossEntropyDims,
+        ) cost(dims);
+
+        // ---- reductions and the optimiser (ops/optim.rs) ----
+        /// out[0] = Σ x, or Σ x² with `squares`; a fixed-order, deterministic reduction.
+        optim::sum(out: Tensor, x: Tensor, squares: bool) cost(len(x), squares);
+        /// One AdamW step over flat parameters, clipping by the global norm √grad_sumsq[0].
+        optim::adamw(
+            params: Tensor, m: Tensor, v: Tensor, grads: Tensor, hyper: Tensor, grad_sumsq: Tensor, dims: AdamWDims,
+        ) cost(dims);
+
+        }
+    };
+}
+pub(crate) use declare_ops;
+
+/// Writes one method per op of [`declare_ops!`] for `$target`: `signatures` (the trait), `cpu`,
+/// `gpu` (each calls `ops::<file>::<target>::<op>(self, args…)`) or `profiled` (books
+/// `ops::<file>::cost::<op>(…)`, then calls the same op of `self.inner`).
+macro_rules! op_methods {
+    ($target:ident; $(
+        $(#[$attr:meta])*
+        $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),* $(,)?) cost($($cost:tt)*);
+    )*) => {
+        $($crate::backend::op_methods! {
+            @$target $(#[$attr])* $file::$op($($arg: $kind $(<$inner>)?),*) cost($($cost)*)
+        })*
+    };
+    (@signatures $(#[$attr:meta])* $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),*)
+        cost($($cost:tt)*)) => {
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        fn $op(&self, $($arg: $crate::backend::op_arg!($kind $(<$inner>)?)),*);
+    };
+    (@cpu $(#[$attr:meta])* $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),*)
+        cost($($cost:tt)*)) => {
+        fn $op(&self, $($arg: $crate::backend::op_arg!($kind $(<$inner>)?)),*) {
+            $crate::ops::$file::cpu::$op(self, $($arg),*)
+        }
+    };
+    (@gpu $(#[$attr:meta])* $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),*)
+        cost($($cost:tt)*)) => {
+        fn $op(&self, $($arg: $crate::backend::op_arg!($kind $(<$inner>)?)),*) {
+            $crate::ops::$file::gpu::$op(self, $($arg),*)
+        }
+    };
+    (@profiled $(#[$attr:meta])* $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),*)
+        cost($($cost:tt)*)) => {
+        fn $op(&self, $($arg: $crate::backend::op_arg!($kind $(<$inner>)?)),*) {
+            let cost = $crate::backend::op_cost!(self.inner; $file::$op; []; $($cost)*);
+            self.op(cost, || self.inner.$op($($arg),*))
+        }
+    };
+}
+pub(crate) use op_methods;
+
+/// The type of an argument of kind `$kind` in a `Backend` method.
+macro_rules! op_arg {
+    (Tensor) => { &Self::Tensor };
+    (Index) => { &Self::Index };
+    (Option<Tensor>) => { Option<&Self::Tensor> };
+    (f32) => { f32 };
+    (bool) => { bool };
+    ($dims:ident) => { $crate::$dims };
+}
+pub(crate) use op_arg;
+
+/// `ops::<file>::cost::<op>(…)` with the arguments a declaration's `cost(…)` lists: `len(t)`
+/// becomes `$be.len(t)`, a name stays itself. For the profiler alone, which the browser build
+/// leaves out.
+#[cfg(not(target_arch = "wasm32"))]
+macro_rules! op_cost {
+    ($be:expr; $file:ident::$op:ident; [$($done:expr),*];) => {
+        $crate::ops::$file::cost::$op($($done),*)
+    };
+    ($be:expr; $file:ident::$op:ident; [$($done:expr),*]; len($t:ident) $(, $($rest:tt)*)?) => {
+        $crate::backend::op_cost!($be; $file::$op; [$($done,)* $be.len($t)]; $($($rest)*)?)
+    };
+    ($be:expr; $file:ident::$op:ident; [$($done:expr),*]; $x:ident $(, $($rest:tt)*)?) => {
+        $crate::backend::op_cost!($be; $file::$op; [$($done,)* $x]; $($($rest)*)?)
+    };
+}
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use op_cost;
 
 pub trait Backend {
     /// A view of f32 storage (f64 on the CPU backend in gradient checks).
@@ -42,232 +253,5 @@ pub trait Backend {
     /// calling `record`. The CPU backend has nothing to replay and calls `record` every time.
     fn record_or_replay(&self, plan: &mut Option<Self::Plan>, record: impl FnOnce());
 
-    // ---- elementwise (ops/elementwise.rs) ----
-    fn fill(&self, out: &Self::Tensor, value: f32);
-    /// out = a + b
-    fn add(&self, out: &Self::Tensor, a: &Self::Tensor, b: &Self::Tensor);
-    /// out += a
-    fn add_assign(&self, out: &Self::Tensor, a: &Self::Tensor);
-    /// out = GELU_tanh(x)
-    fn gelu_forward(&self, out: &Self::Tensor, x: &Self::Tensor);
-    /// dx = dout · GELU'(x)
-    fn gelu_backward(&self, dx: &Self::Tensor, dout: &Self::Tensor, x: &Self::Tensor);
-
-    // ---- matmul (ops/matmul.rs) ----
-    /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N), optionally added to out.
-    fn matmul(&self, out: &Self::Tensor, a: &Self::Tensor, b: &Self::Tensor, dims: MatmulDims);
-
-    // ---- embedding (ops/embedding.rs) ----
-    /// out (BT, C) = wte[tokens] + wpe[position]
-    fn embedding_forward(
-        &self,
-        out: &Self::Tensor,
-        tokens: &Self::Index,
-        wte: &Self::Tensor,
-        wpe: &Self::Tensor,
-        dims: EmbeddingDims,
-    );
-    /// dwte (V, C) and dwpe (T, C) from dout (BT, C); a deterministic per-token reduction that
-    /// walks the rows of each token in the fixed order of `buckets`.
-    fn embedding_backward(
-        &self,
-        dwte: &Self::Tensor,
-        dwpe: &Self::Tensor,
-        dout: &Self::Tensor,
-        bucket_rows: &Self::Index,
-        bucket_start: &Self::Index,
-        dims: EmbeddingDims,
-    );
-
-    // ---- gather (ops/gather.rs) ----
-    /// out (rows, C) = table[index]: row r of out is row index[r] of table (V, C).
-    fn gather_forward(&self, out: &Self::Tensor, index: &Self::Index, table: &Self::Tensor, dims: GatherDims);
-    /// dtable (V, C) from dout (rows, C): each table row sums the rows that gathered it, in the
-    /// fixed order of `bucket_rows` and `bucket_start` (`TokenBuckets::new(index, V)`); rows
-    /// nobody gathered get 0.
-    fn gather_backward(
-        &self,
-        dtable: &Self::Tensor,
-        dout: &Self::Tensor,
-        bucket_rows: &Self::Index,
-        bucket_start: &Self::Index,
-        dims: GatherDims,
-    );
-
-    // ---- norms (ops/norm.rs) ----
-    /// out (rows, C) = Norm(x) · gain; stats (rows, 2) = (mean, rstd)
-    fn norm_forward(
-        &self,
-        out: &Self::Tensor,
-        stats: &Self::Tensor,
-        x: &Self::Tensor,
-        gain: &Self::Tensor,
-        dims: NormDims,
-    );
-    /// stats (rows, 2) = (mean, rstd) alone, for ops that normalise as they read.
-    fn norm_stats(&self, stats: &Self::Tensor, x: &Self::Tensor, dims: NormDims);
-    /// dx += ∂L/∂x, dgain = ∂L/∂gain
-    fn norm_backward(
-        &self,
-        dx: &Self::Tensor,
-        dgain: &Self::Tensor,
-        dout: &Self::Tensor,
-        x: &Self::Tensor,
-        gain: &Self::Tensor,
-        stats: &Self::Tensor,
-        dims: NormDims,
-    );
-
-    // ---- attention (ops/attention.rs) ----
-    /// out (B, T, H·Dh) and lse (B, H, T), each row's log-sum-exp of its logits, from qkv
-    /// (B, T, 3·H·Dh), causal within documents: query i of a sequence sees keys j with
-    /// doc_start[i] ≤ j ≤ i, where doc_start (B·T) holds the position of the first token of each
-    /// token's document (all 0: plain causal). No (T, T) buffer: the backward recomputes the
-    /// probabilities from qkv and lse.
-    fn attention_forward(
-        &self,
-        out: &Self::Tensor,
-        lse: &Self::Tensor,
-        qkv: &Self::Tensor,
-        doc_start: &Self::Index,
-        dims: AttentionDims,
-    );
-    /// dqkv (B, T, 3·H·Dh) from dout, the forward's out and lse; delta (B, H, T) is scratch for
-    /// dout·out per row.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_backward(
-        &self,
-        dqkv: &Self::Tensor,
-        delta: &Self::Tensor,
-        dout: &Self::Tensor,
-        out: &Self::Tensor,
-        qkv: &Self::Tensor,
-        lse: &Self::Tensor,
-        doc_start: &Self::Index,
-        dims: AttentionDims,
-    );
-
-    // ---- residual matrices of the RMT (ops/residual_matrix.rs) ----
-    /// y (tokens, R', D_v) = keys (R', D_k) · X (tokens, D_k, D_v), per token.
-    fn retrieve(&self, y: &Self::Tensor, x: &Self::Tensor, keys: &Self::Tensor, dims: ResidualDims);
-    /// `retrieve` from Norm(X) = (X − mean)·rstd·gain, normalised as it reads: Norm(X) is never
-    /// written. `stats` (tokens, 2) come from `norm_stats`; `gain` is (D_k·D_v).
-    fn retrieve_normed(
-        &self,
-        y: &Self::Tensor,
-        x: &Self::Tensor,
-        stats: &Self::Tensor,
-        gain: &Self::Tensor,
-        keys: &Self::Tensor,
-        dims: ResidualDims,
-    );
-    /// out = base + Σ_h keys[h] ⊗ data[h] per token, or out += Σ … when `base` is None.
-    fn store(
-        &self,
-        out: &Self::Tensor,
-        base: Option<&Self::Tensor>,
-        keys: &Self::Tensor,
-        data: &Self::Tensor,
-        dims: ResidualDims,
-    );
-    /// dkeys (R', D_k) = Σ_t a[t] (R', D_v) · b[t]ᵀ (D_v, D_k): the key gradient of a retrieval
-    /// (a = dy, b = X) and of a storage (a = data, b = dX_out). `partials` is scratch of
-    /// `dims.key_grad_scratch()` values for the fixed-order reduction.
-    fn key_grad(
-        &self,
-        dkeys: &Self::Tensor,
-        partials: &Self::Tensor,
-        a: &Self::Tensor,
-        b: &Self::Tensor,
-        dims: ResidualDims,
-    );
-    /// `key_grad` with b = Norm(X), normalised as it reads, like `retrieve_normed`.
-    #[allow(clippy::too_many_arguments)]
-    fn key_grad_normed(
-        &self,
-        dkeys: &Self::Tensor,
-        partials: &Self::Tensor,
-        a: &Self::Tensor,
-        x: &Self::Tensor,
-        stats: &Self::Tensor,
-        gain: &Self::Tensor,
-        dims: ResidualDims,
-    );
-
-    // ---- MemoryFormer's memory layer (ops/memory.rs) ----
-    /// codes, p (tokens, K): each chunk's bucket and weight p(z).
-    fn memory_hash(&self, codes: &Self::Index, p: &Self::Tensor, x: &Self::Tensor, dims: MemoryDims);
-    /// rows (K, tokens) and starts (K, 2^τ + 1): per table, the rows grouped by code in row order.
-    /// `cursor` is scratch of at least `dims.sort_scratch()` values.
-    fn memory_bucket(
-        &self,
-        rows: &Self::Index,
-        starts: &Self::Index,
-        cursor: &Self::Index,
-        codes: &Self::Index,
-        dims: MemoryDims,
-    );
-    /// y (tokens, d_out) = Σ_k p_k · tables[k][code_k] + bias
-    fn memory_forward(
-        &self,
-        y: &Self::Tensor,
-        codes: &Self::Index,
-        p: &Self::Tensor,
-        tables: &Self::Tensor,
-        bias: &Self::Tensor,
-        dims: MemoryDims,
-    );
-    /// dx (tokens, d_in), dtables (written, 0 where no row hit), dbias, from dy (tokens, d_out).
-    #[allow(clippy::too_many_arguments)]
-    fn memory_backward(
-        &self,
-        dx: &Self::Tensor,
-        dtables: &Self::Tensor,
-        dbias: &Self::Tensor,
-        dy: &Self::Tensor,
-        x: &Self::Tensor,
-        codes: &Self::Index,
-        p: &Self::Tensor,
-        rows: &Self::Index,
-        starts: &Self::Index,
-        tables: &Self::Tensor,
-        dims: MemoryDims,
-    );
-
-    // ---- loss (ops/cross_entropy.rs) ----
-    /// losses (rows) = scale · CE per row (0 where the target is ignored); lse (rows) = log Z.
-    fn cross_entropy_forward(
-        &self,
-        losses: &Self::Tensor,
-        lse: &Self::Tensor,
-        logits: &Self::Tensor,
-        targets: &Self::Index,
-        scale: &Self::Tensor,
-        dims: CrossEntropyDims,
-    );
-    /// dlogits of scale · Σ (CE + z · lse²) over the rows whose target is not ignored.
-    fn cross_entropy_backward(
-        &self,
-        dlogits: &Self::Tensor,
-        logits: &Self::Tensor,
-        lse: &Self::Tensor,
-        targets: &Self::Index,
-        scale: &Self::Tensor,
-        dims: CrossEntropyDims,
-    );
-
-    // ---- reductions and the optimiser (ops/optim.rs) ----
-    /// out[0] = Σ x, or Σ x² with `squares`; a fixed-order, deterministic reduction.
-    fn sum(&self, out: &Self::Tensor, x: &Self::Tensor, squares: bool);
-    /// One AdamW step over flat parameters, clipping by the global norm √grad_sumsq[0].
-    fn adamw(
-        &self,
-        params: &Self::Tensor,
-        m: &Self::Tensor,
-        v: &Self::Tensor,
-        grads: &Self::Tensor,
-        hyper: &Self::Tensor,
-        grad_sumsq: &Self::Tensor,
-        dims: AdamWDims,
-    );
+    declare_ops!(signatures);
 }

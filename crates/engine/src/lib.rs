@@ -7,13 +7,16 @@
 //! - [`gpu::GpuBackend`] runs the same ops as the WGSL compute shaders in `shaders/`, natively
 //!   (Vulkan, Metal, DX12) and in the browser (WebGPU).
 //!
-//! Each op family lives in `ops/<family>.rs`: its shape documentation, its parameter struct, its
-//! CPU twin and the host-side wrapper of its shader, side by side.
+//! Each op is declared once, in `backend.rs`: the trait's methods and both backends' (and the
+//! profiler's) implementations are written from that list by a macro. Each op family lives in
+//! `ops/<family>.rs`: its shape documentation, its parameter struct, its CPU twin, the host-side
+//! wrapper of its shader and its cost, side by side.
 //!
 //! Shape alphabet used in every comment: B batch, T sequence length, C model width, V vocabulary,
 //! H heads, Dh head width, F feed-forward width, BT = B·T rows; for the RMT D_k, D_v and R' keys;
 //! for the Memory Layer τ bits, K tables.
 
+pub mod cost;
 #[cfg(feature = "cpu")]
 pub mod cpu;
 mod error;

@@ -274,7 +274,7 @@ impl GpuBackend {
         groups: [u32; 3],
     ) {
         let numbered: Vec<(u32, Arg<'_>)> = args.iter().enumerate().map(|(i, a)| (i as u32 + 1, *a)).collect();
-        self.launch(shader, entry, defines, params, &numbered, groups)
+        self.dispatch_with_at(shader, entry, defines, params, &numbered, groups)
     }
 
     /// Like [`Self::dispatch`], with each storage binding's number given explicitly, for entry
@@ -287,10 +287,11 @@ impl GpuBackend {
         args: &[(u32, Arg<'_>)],
         groups: [u32; 3],
     ) {
-        self.launch(shader, entry, &[], params, args, groups)
+        self.dispatch_with_at(shader, entry, &[], params, args, groups)
     }
 
-    fn launch(
+    /// Like [`Self::dispatch_at`], in the variant with the switches `defines` set.
+    pub(crate) fn dispatch_with_at(
         &self,
         shader: &'static str,
         entry: &'static str,

@@ -343,57 +343,132 @@ fn tiles(gpu: &GpuBackend, d: &AttentionDims) -> [u32; 3] {
     gpu.grid_1d(d.b * d.h * d.t.div_ceil(ROWS) * d.dh.div_ceil(COLUMNS).max(1), 1)
 }
 
-pub fn gpu_forward(
-    gpu: &GpuBackend,
-    out: &GpuTensor,
-    lse: &GpuTensor,
-    qkv: &GpuTensor,
-    doc_start: &GpuIndex,
-    d: AttentionDims,
-) {
-    d.check(qkv.len, out.len, lse.len, doc_start.len);
-    gpu.dispatch(
-        "attention",
-        "attention_forward",
-        &params(&d),
-        &[out.arg(), lse.arg(), qkv.arg(), doc_start.arg()],
-        tiles(gpu, &d),
-    );
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    pub fn attention_forward(
+        gpu: &GpuBackend,
+        out: &GpuTensor,
+        lse: &GpuTensor,
+        qkv: &GpuTensor,
+        doc_start: &GpuIndex,
+        d: AttentionDims,
+    ) {
+        d.check(qkv.len, out.len, lse.len, doc_start.len);
+        gpu.dispatch(
+            "attention",
+            "attention_forward",
+            &params(&d),
+            &[out.arg(), lse.arg(), qkv.arg(), doc_start.arg()],
+            tiles(gpu, &d),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_backward(
+        gpu: &GpuBackend,
+        dqkv: &GpuTensor,
+        delta: &GpuTensor,
+        dout: &GpuTensor,
+        out: &GpuTensor,
+        qkv: &GpuTensor,
+        lse: &GpuTensor,
+        doc_start: &GpuIndex,
+        d: AttentionDims,
+    ) {
+        d.check(qkv.len, dout.len, lse.len, doc_start.len);
+        assert_eq!(out.len, dout.len, "attention: out and dout differ in length");
+        assert_eq!(dqkv.len, qkv.len, "attention: dqkv and qkv differ in length");
+        assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
+        let p = params(&d);
+        let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
+        gpu.dispatch_at(
+            "attention",
+            "attention_backward_delta",
+            &p,
+            &rows,
+            gpu.grid_1d(d.rows(), WG),
+        );
+        let args = [
+            (1, dqkv.arg()),
+            (2, delta.arg()),
+            (3, dout.arg()),
+            (5, qkv.arg()),
+            (6, lse.arg()),
+            (7, doc_start.arg()),
+        ];
+        gpu.dispatch_at("attention", "attention_backward_query", &p, &args, tiles(gpu, &d));
+        gpu.dispatch_at("attention", "attention_backward_key", &p, &args, tiles(gpu, &d));
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn gpu_backward(
-    gpu: &GpuBackend,
-    dqkv: &GpuTensor,
-    delta: &GpuTensor,
-    dout: &GpuTensor,
-    out: &GpuTensor,
-    qkv: &GpuTensor,
-    lse: &GpuTensor,
-    doc_start: &GpuIndex,
-    d: AttentionDims,
-) {
-    d.check(qkv.len, dout.len, lse.len, doc_start.len);
-    assert_eq!(out.len, dout.len, "attention: out and dout differ in length");
-    assert_eq!(dqkv.len, qkv.len, "attention: dqkv and qkv differ in length");
-    assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
-    let p = params(&d);
-    let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
-    gpu.dispatch_at(
-        "attention",
-        "attention_backward_delta",
-        &p,
-        &rows,
-        gpu.grid_1d(d.rows(), WG),
-    );
-    let args = [
-        (1, dqkv.arg()),
-        (2, delta.arg()),
-        (3, dout.arg()),
-        (5, qkv.arg()),
-        (6, lse.arg()),
-        (7, doc_start.arg()),
-    ];
-    gpu.dispatch_at("attention", "attention_backward_query", &p, &args, tiles(gpu, &d));
-    gpu.dispatch_at("attention", "attention_backward_key", &p, &args, tiles(gpu, &d));
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuIndex, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn attention_forward<T: Scalar>(
+        _: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
+        qkv: &CpuTensor<T>,
+        doc_start: &CpuIndex,
+        d: AttentionDims,
+    ) {
+        cpu_forward(&mut out.get_mut(), &mut lse.get_mut(), &qkv.get(), &doc_start.get(), d)
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dqkv: &CpuTensor<T>,
+        delta: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        out: &CpuTensor<T>,
+        qkv: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
+        doc_start: &CpuIndex,
+        d: AttentionDims,
+    ) {
+        cpu_backward(
+            &mut dqkv.get_mut(),
+            &mut delta.get_mut(),
+            &dout.get(),
+            &out.get(),
+            &qkv.get(),
+            &lse.get(),
+            &doc_start.get(),
+            d,
+        )
+    }
+}
+
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    /// The causal triangle of one (batch, head): T(T+1)/2 (query, key) pairs.
+    fn causal(d: &AttentionDims) -> f64 {
+        f(d.b * d.h) * f(d.t) * (f(d.t) + 1.0) / 2.0
+    }
+
+    fn forward_flops(d: &AttentionDims) -> f64 {
+        causal(d) * (4.0 * f(d.dh) + 3.0)
+    }
+
+    pub fn attention_forward(d: AttentionDims) -> Cost {
+        let v = f(d.b) * f(d.t) * f(d.h) * f(d.dh);
+        let bytes = W * (4.0 * v + f(d.rows()) + f(d.b) * f(d.t));
+        Family::Attention.cost(forward_flops(&d), bytes)
+    }
+    pub fn attention_backward(d: AttentionDims) -> Cost {
+        let v = f(d.b) * f(d.t) * f(d.h) * f(d.dh);
+        // dout, out and qkv read, dqkv written; lse read, delta written and read.
+        let bytes = W * (8.0 * v + 3.0 * f(d.rows()) + f(d.b) * f(d.t));
+        Family::Attention.cost(2.0 * forward_flops(&d), bytes)
+    }
 }

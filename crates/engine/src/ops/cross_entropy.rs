@@ -151,32 +151,100 @@ fn launch(
     }
 }
 
-/// A workgroup per row.
-pub fn gpu_forward(
-    gpu: &GpuBackend,
-    losses: &GpuTensor,
-    lse: &GpuTensor,
-    logits: &GpuTensor,
-    targets: &GpuIndex,
-    scale: &GpuTensor,
-    d: CrossEntropyDims,
-) {
-    d.check(logits.len, losses.len);
-    let tensors = [(losses, false), (lse, false), (logits, true)];
-    launch(gpu, "cross_entropy_forward", tensors, targets, scale, d, 1);
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    /// A workgroup per row.
+    pub fn cross_entropy_forward(
+        gpu: &GpuBackend,
+        losses: &GpuTensor,
+        lse: &GpuTensor,
+        logits: &GpuTensor,
+        targets: &GpuIndex,
+        scale: &GpuTensor,
+        d: CrossEntropyDims,
+    ) {
+        d.check(logits.len, losses.len);
+        let tensors = [(losses, false), (lse, false), (logits, true)];
+        launch(gpu, "cross_entropy_forward", tensors, targets, scale, d, 1);
+    }
+
+    /// A thread per logit.
+    pub fn cross_entropy_backward(
+        gpu: &GpuBackend,
+        dlogits: &GpuTensor,
+        logits: &GpuTensor,
+        lse: &GpuTensor,
+        targets: &GpuIndex,
+        scale: &GpuTensor,
+        d: CrossEntropyDims,
+    ) {
+        d.check(logits.len, lse.len);
+        let tensors = [(dlogits, true), (logits, true), (lse, false)];
+        launch(gpu, "cross_entropy_backward", tensors, targets, scale, d, d.v);
+    }
 }
 
-/// A thread per logit.
-pub fn gpu_backward(
-    gpu: &GpuBackend,
-    dlogits: &GpuTensor,
-    logits: &GpuTensor,
-    lse: &GpuTensor,
-    targets: &GpuIndex,
-    scale: &GpuTensor,
-    d: CrossEntropyDims,
-) {
-    d.check(logits.len, lse.len);
-    let tensors = [(dlogits, true), (logits, true), (lse, false)];
-    launch(gpu, "cross_entropy_backward", tensors, targets, scale, d, d.v);
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuIndex, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn cross_entropy_forward<T: Scalar>(
+        _: &CpuBackend<T>,
+        losses: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
+        logits: &CpuTensor<T>,
+        targets: &CpuIndex,
+        scale: &CpuTensor<T>,
+        d: CrossEntropyDims,
+    ) {
+        let scale = scale.get()[0];
+        cpu_forward(
+            &mut losses.get_mut(),
+            &mut lse.get_mut(),
+            &logits.get(),
+            &targets.get(),
+            scale,
+            d,
+        )
+    }
+    pub fn cross_entropy_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dlogits: &CpuTensor<T>,
+        logits: &CpuTensor<T>,
+        lse: &CpuTensor<T>,
+        targets: &CpuIndex,
+        scale: &CpuTensor<T>,
+        d: CrossEntropyDims,
+    ) {
+        let scale = scale.get()[0];
+        cpu_backward(
+            &mut dlogits.get_mut(),
+            &logits.get(),
+            &lse.get(),
+            &targets.get(),
+            scale,
+            d,
+        )
+    }
+}
+
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    pub fn cross_entropy_forward(d: CrossEntropyDims) -> Cost {
+        let n = f(d.rows) * f(d.v);
+        Family::CrossEntropy.cost(4.0 * n, W * (n + 3.0 * f(d.rows)))
+    }
+    pub fn cross_entropy_backward(d: CrossEntropyDims) -> Cost {
+        let n = f(d.rows) * f(d.v);
+        Family::CrossEntropy.cost(5.0 * n, W * (2.0 * n + 2.0 * f(d.rows)))
+    }
 }

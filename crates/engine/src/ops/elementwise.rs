@@ -93,26 +93,82 @@ fn launch(gpu: &GpuBackend, entry: &'static str, value: f32, tensors: &[&GpuTens
     }
 }
 
-pub fn gpu_fill(gpu: &GpuBackend, out: &GpuTensor, value: f32) {
-    launch(gpu, "fill", value, &[out]);
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    pub fn fill(gpu: &GpuBackend, out: &GpuTensor, value: f32) {
+        launch(gpu, "fill", value, &[out]);
+    }
+
+    pub fn add(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor) {
+        assert!(out.len == a.len && a.len == b.len, "add: lengths differ");
+        launch(gpu, "add", 0.0, &[out, a, b]);
+    }
+
+    pub fn add_assign(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor) {
+        assert_eq!(out.len, a.len, "add_assign: lengths differ");
+        launch(gpu, "add_assign", 0.0, &[out, a]);
+    }
+
+    pub fn gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {
+        assert_eq!(out.len, x.len, "gelu: lengths differ");
+        launch(gpu, "gelu_forward", 0.0, &[out, x]);
+    }
+
+    pub fn gelu_backward(gpu: &GpuBackend, dx: &GpuTensor, dout: &GpuTensor, x: &GpuTensor) {
+        assert!(dx.len == dout.len && dout.len == x.len, "gelu_backward: lengths differ");
+        launch(gpu, "gelu_backward", 0.0, &[dx, dout, x]);
+    }
 }
 
-pub fn gpu_add(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor) {
-    assert!(out.len == a.len && a.len == b.len, "add: lengths differ");
-    launch(gpu, "add", 0.0, &[out, a, b]);
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn fill<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, value: f32) {
+        out.get_mut().fill(T::of(value as f64))
+    }
+    pub fn add<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>) {
+        cpu_add(&mut out.get_mut(), &a.get(), &b.get())
+    }
+    pub fn add_assign<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>) {
+        cpu_add_assign(&mut out.get_mut(), &a.get())
+    }
+    pub fn gelu_forward<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, x: &CpuTensor<T>) {
+        cpu_gelu_forward(&mut out.get_mut(), &x.get())
+    }
+    pub fn gelu_backward<T: Scalar>(_: &CpuBackend<T>, dx: &CpuTensor<T>, dout: &CpuTensor<T>, x: &CpuTensor<T>) {
+        cpu_gelu_backward(&mut dx.get_mut(), &dout.get(), &x.get())
+    }
 }
 
-pub fn gpu_add_assign(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor) {
-    assert_eq!(out.len, a.len, "add_assign: lengths differ");
-    launch(gpu, "add_assign", 0.0, &[out, a]);
-}
+/// What each op costs, from the length of its output (`crate::cost` has the conventions).
+pub mod cost {
+    use crate::cost::{f, Cost, Family, W};
 
-pub fn gpu_gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {
-    assert_eq!(out.len, x.len, "gelu: lengths differ");
-    launch(gpu, "gelu_forward", 0.0, &[out, x]);
-}
-
-pub fn gpu_gelu_backward(gpu: &GpuBackend, dx: &GpuTensor, dout: &GpuTensor, x: &GpuTensor) {
-    assert!(dx.len == dout.len && dout.len == x.len, "gelu_backward: lengths differ");
-    launch(gpu, "gelu_backward", 0.0, &[dx, dout, x]);
+    pub fn fill(n: usize) -> Cost {
+        let n = f(n);
+        Family::Elementwise.cost(0.0, W * n)
+    }
+    pub fn add(n: usize) -> Cost {
+        let n = f(n);
+        Family::Elementwise.cost(n, 3.0 * W * n)
+    }
+    pub fn add_assign(n: usize) -> Cost {
+        let n = f(n);
+        Family::Elementwise.cost(n, 3.0 * W * n)
+    }
+    pub fn gelu_forward(n: usize) -> Cost {
+        let n = f(n);
+        Family::Elementwise.cost(8.0 * n, 2.0 * W * n)
+    }
+    pub fn gelu_backward(n: usize) -> Cost {
+        let n = f(n);
+        Family::Elementwise.cost(14.0 * n, 3.0 * W * n)
+    }
 }

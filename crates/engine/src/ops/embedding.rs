@@ -140,62 +140,122 @@ fn too_wide(gpu: &GpuBackend, d: &EmbeddingDims) {
     ))
 }
 
-/// One launch per vocabulary range: each binds its rows of wte and writes the rows of `out`
-/// whose token is in it, so every row is written once, as with one launch.
-pub fn gpu_forward(
-    gpu: &GpuBackend,
-    out: &GpuTensor,
-    tokens: &GpuIndex,
-    wte: &GpuTensor,
-    wpe: &GpuTensor,
-    d: EmbeddingDims,
-) {
-    check(&d, out.len, wte.len, wpe.len);
-    let Some(ranges) = vocab_ranges(gpu, &d) else {
-        return too_wide(gpu, &d);
-    };
-    for rows in ranges {
-        let wte = gpu.view(wte, rows.start * d.c, rows.len() * d.c);
-        let args = [out.arg(), tokens.arg(), wte.arg(), wpe.arg()];
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    /// One launch per vocabulary range: each binds its rows of wte and writes the rows of `out`
+    /// whose token is in it, so every row is written once, as with one launch.
+    pub fn embedding_forward(
+        gpu: &GpuBackend,
+        out: &GpuTensor,
+        tokens: &GpuIndex,
+        wte: &GpuTensor,
+        wpe: &GpuTensor,
+        d: EmbeddingDims,
+    ) {
+        check(&d, out.len, wte.len, wpe.len);
+        let Some(ranges) = vocab_ranges(gpu, &d) else {
+            return too_wide(gpu, &d);
+        };
+        for rows in ranges {
+            let wte = gpu.view(wte, rows.start * d.c, rows.len() * d.c);
+            let args = [out.arg(), tokens.arg(), wte.arg(), wpe.arg()];
+            gpu.dispatch(
+                "embedding",
+                "embedding_forward",
+                &params(&d, &rows),
+                &args,
+                gpu.grid_1d(d.bt * d.c, WG),
+            );
+        }
+    }
+
+    pub fn embedding_backward(
+        gpu: &GpuBackend,
+        dwte: &GpuTensor,
+        dwpe: &GpuTensor,
+        dout: &GpuTensor,
+        bucket_rows: &GpuIndex,
+        bucket_start: &GpuIndex,
+        d: EmbeddingDims,
+    ) {
+        check(&d, dout.len, dwte.len, dwpe.len);
+        let Some(ranges) = vocab_ranges(gpu, &d) else {
+            return too_wide(gpu, &d);
+        };
+        for rows in ranges {
+            let dwte = gpu.view(dwte, rows.start * d.c, rows.len() * d.c);
+            let args = [dwte.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
+            gpu.dispatch(
+                "embedding",
+                "embedding_backward_wte",
+                &params(&d, &rows),
+                &args,
+                gpu.grid_1d(rows.len() * d.c, WG),
+            );
+        }
         gpu.dispatch(
             "embedding",
-            "embedding_forward",
-            &params(&d, &rows),
-            &args,
-            gpu.grid_1d(d.bt * d.c, WG),
+            "embedding_backward_wpe",
+            &params(&d, &(0..d.v)),
+            &[dwpe.arg(), dout.arg()],
+            gpu.grid_1d(d.t * d.c, WG),
         );
     }
 }
 
-pub fn gpu_backward(
-    gpu: &GpuBackend,
-    dwte: &GpuTensor,
-    dwpe: &GpuTensor,
-    dout: &GpuTensor,
-    bucket_rows: &GpuIndex,
-    bucket_start: &GpuIndex,
-    d: EmbeddingDims,
-) {
-    check(&d, dout.len, dwte.len, dwpe.len);
-    let Some(ranges) = vocab_ranges(gpu, &d) else {
-        return too_wide(gpu, &d);
-    };
-    for rows in ranges {
-        let dwte = gpu.view(dwte, rows.start * d.c, rows.len() * d.c);
-        let args = [dwte.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
-        gpu.dispatch(
-            "embedding",
-            "embedding_backward_wte",
-            &params(&d, &rows),
-            &args,
-            gpu.grid_1d(rows.len() * d.c, WG),
-        );
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twins above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuIndex, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn embedding_forward<T: Scalar>(
+        _: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        tokens: &CpuIndex,
+        wte: &CpuTensor<T>,
+        wpe: &CpuTensor<T>,
+        d: EmbeddingDims,
+    ) {
+        cpu_forward(&mut out.get_mut(), &tokens.get(), &wte.get(), &wpe.get(), d)
     }
-    gpu.dispatch(
-        "embedding",
-        "embedding_backward_wpe",
-        &params(&d, &(0..d.v)),
-        &[dwpe.arg(), dout.arg()],
-        gpu.grid_1d(d.t * d.c, WG),
-    );
+    pub fn embedding_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dwte: &CpuTensor<T>,
+        dwpe: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        bucket_rows: &CpuIndex,
+        bucket_start: &CpuIndex,
+        d: EmbeddingDims,
+    ) {
+        // Two borrows in turn: dwte and dwpe are usually views of one gradient buffer.
+        cpu_backward_wte(
+            &mut dwte.get_mut(),
+            &dout.get(),
+            &bucket_rows.get(),
+            &bucket_start.get(),
+            d,
+        );
+        cpu_backward_wpe(&mut dwpe.get_mut(), &dout.get(), d);
+    }
+}
+
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    pub fn embedding_forward(d: EmbeddingDims) -> Cost {
+        let rows = f(d.bt) * f(d.c);
+        Family::Embedding.cost(rows, W * (3.0 * rows + f(d.bt)))
+    }
+    pub fn embedding_backward(d: EmbeddingDims) -> Cost {
+        let rows = f(d.bt) * f(d.c);
+        let bytes = W * (2.0 * rows + f(d.v) * f(d.c) + f(d.t) * f(d.c) + f(d.bt) + f(d.v));
+        Family::Embedding.cost(2.0 * rows, bytes)
+    }
 }

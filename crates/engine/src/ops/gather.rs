@@ -79,47 +79,105 @@ fn too_wide(gpu: &GpuBackend, d: &GatherDims) {
     ))
 }
 
-/// One launch per range of table rows that fits one binding: each writes the rows of `out`
-/// whose index is in its range, so every row is written once, as with one launch.
-pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, index: &GpuIndex, table: &GpuTensor, d: GatherDims) {
-    check(&d, out.len, table.len);
-    let Some(ranges) = table_ranges(gpu, d.v, d.c) else {
-        return too_wide(gpu, &d);
-    };
-    for rows in ranges {
-        let table = gpu.view(table, rows.start * d.c, rows.len() * d.c);
-        let args = [out.arg(), index.arg(), table.arg()];
-        gpu.dispatch(
-            "gather",
-            "gather_forward",
-            &params(&d, &rows),
-            &args,
-            gpu.grid_1d(d.rows * d.c, WG),
-        );
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    /// One launch per range of table rows that fits one binding: each writes the rows of `out`
+    /// whose index is in its range, so every row is written once, as with one launch.
+    pub fn gather_forward(gpu: &GpuBackend, out: &GpuTensor, index: &GpuIndex, table: &GpuTensor, d: GatherDims) {
+        check(&d, out.len, table.len);
+        let Some(ranges) = table_ranges(gpu, d.v, d.c) else {
+            return too_wide(gpu, &d);
+        };
+        for rows in ranges {
+            let table = gpu.view(table, rows.start * d.c, rows.len() * d.c);
+            let args = [out.arg(), index.arg(), table.arg()];
+            gpu.dispatch(
+                "gather",
+                "gather_forward",
+                &params(&d, &rows),
+                &args,
+                gpu.grid_1d(d.rows * d.c, WG),
+            );
+        }
+    }
+
+    pub fn gather_backward(
+        gpu: &GpuBackend,
+        dtable: &GpuTensor,
+        dout: &GpuTensor,
+        bucket_rows: &GpuIndex,
+        bucket_start: &GpuIndex,
+        d: GatherDims,
+    ) {
+        check(&d, dout.len, dtable.len);
+        let Some(ranges) = table_ranges(gpu, d.v, d.c) else {
+            return too_wide(gpu, &d);
+        };
+        for rows in ranges {
+            let dtable = gpu.view(dtable, rows.start * d.c, rows.len() * d.c);
+            let args = [dtable.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
+            gpu.dispatch(
+                "gather",
+                "gather_backward",
+                &params(&d, &rows),
+                &args,
+                gpu.grid_1d(rows.len() * d.c, WG),
+            );
+        }
     }
 }
 
-pub fn gpu_backward(
-    gpu: &GpuBackend,
-    dtable: &GpuTensor,
-    dout: &GpuTensor,
-    bucket_rows: &GpuIndex,
-    bucket_start: &GpuIndex,
-    d: GatherDims,
-) {
-    check(&d, dout.len, dtable.len);
-    let Some(ranges) = table_ranges(gpu, d.v, d.c) else {
-        return too_wide(gpu, &d);
-    };
-    for rows in ranges {
-        let dtable = gpu.view(dtable, rows.start * d.c, rows.len() * d.c);
-        let args = [dtable.arg(), dout.arg(), bucket_rows.arg(), bucket_start.arg()];
-        gpu.dispatch(
-            "gather",
-            "gather_backward",
-            &params(&d, &rows),
-            &args,
-            gpu.grid_1d(rows.len() * d.c, WG),
-        );
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuIndex, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn gather_forward<T: Scalar>(
+        _: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        index: &CpuIndex,
+        table: &CpuTensor<T>,
+        d: GatherDims,
+    ) {
+        cpu_forward(&mut out.get_mut(), &index.get(), &table.get(), d)
+    }
+    pub fn gather_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dtable: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        bucket_rows: &CpuIndex,
+        bucket_start: &CpuIndex,
+        d: GatherDims,
+    ) {
+        cpu_backward(
+            &mut dtable.get_mut(),
+            &dout.get(),
+            &bucket_rows.get(),
+            &bucket_start.get(),
+            d,
+        )
+    }
+}
+
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    pub fn gather_forward(d: GatherDims) -> Cost {
+        // A copy: no FLOPs; each row's index and values read, its values written.
+        let rows = f(d.rows) * f(d.c);
+        Family::Embedding.cost(0.0, W * (2.0 * rows + f(d.rows)))
+    }
+    pub fn gather_backward(d: GatherDims) -> Cost {
+        // One add a gathered value; dout and the buckets read, the table's gradient written.
+        let rows = f(d.rows) * f(d.c);
+        let bytes = W * (rows + f(d.v) * f(d.c) + f(d.rows) + f(d.v) + 1.0);
+        Family::Embedding.cost(rows, bytes)
     }
 }

@@ -220,57 +220,6 @@ impl MatmulDims {
     }
 }
 
-/// The product in one launch, or, when an operand is larger than one binding or the grid
-/// than one dimension allows, in blocks of out (and of K) that each bind windows of the
-/// operands. Each out value sees the same fmas in the same order either way: the first K block
-/// starts from 0 as the single launch does, later ones continue from what out holds.
-pub fn gpu(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
-    d.check(out.len, a.len, b.len);
-    let cap = gpu.max_binding_values();
-    let groups = gpu.max_groups() as usize;
-    let whole = Block {
-        m: (0, d.m),
-        n: (0, d.n),
-        k: (0, d.k),
-    };
-    let fits =
-        [out.len, a.len, b.len].iter().all(|&l| l <= cap) && d.m.div_ceil(BM) <= groups && d.n.div_ceil(BN) <= groups;
-    if fits || d.m == 0 || d.n == 0 {
-        let all = [(0, out.len), (0, a.len), (0, b.len)];
-        return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate));
-    }
-    let split = d.split(cap, groups);
-    let Some((mc, nc, kc)) = split.filter(|_| d.batch == 1 && d.batch <= groups) else {
-        return gpu.refuse(format!(
-            "matmul: a {}×{}×{} product (batch {}) does not split into this device's bindings of {} values",
-            d.m, d.k, d.n, d.batch, cap
-        ));
-    };
-    if d.accumulate && kc < d.k {
-        // Adding to out would need the first K block's sum kept apart from out.
-        return gpu.refuse(format!(
-            "matmul: an accumulating product over K = {} is too large for one binding of {} values",
-            d.k, cap
-        ));
-    }
-    for m0 in (0..d.m).step_by(mc) {
-        for n0 in (0..d.n).step_by(nc) {
-            for k0 in (0..d.k.max(1)).step_by(kc.max(1)) {
-                let blk = Block {
-                    m: (m0, (m0 + mc).min(d.m)),
-                    n: (n0, (n0 + nc).min(d.n)),
-                    k: (k0, (k0 + kc).min(d.k)),
-                };
-                let mode = match k0 {
-                    0 => first_mode(d.accumulate),
-                    _ => CONTINUE,
-                };
-                launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode);
-            }
-        }
-    }
-}
-
 /// The shader's K tile: its zero padding only ever ends a chain.
 const TK: usize = 16;
 
@@ -361,5 +310,90 @@ fn launch(
             groups,
         ),
         false => gpu.dispatch("matmul", "matmul", &params, &args, groups),
+    }
+}
+
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    /// The product in one launch, or, when an operand is larger than one binding or the grid
+    /// than one dimension allows, in blocks of out (and of K) that each bind windows of the
+    /// operands. Each out value sees the same fmas in the same order either way: the first K block
+    /// starts from 0 as the single launch does, later ones continue from what out holds.
+    pub fn matmul(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
+        d.check(out.len, a.len, b.len);
+        let cap = gpu.max_binding_values();
+        let groups = gpu.max_groups() as usize;
+        let whole = Block {
+            m: (0, d.m),
+            n: (0, d.n),
+            k: (0, d.k),
+        };
+        let fits = [out.len, a.len, b.len].iter().all(|&l| l <= cap)
+            && d.m.div_ceil(BM) <= groups
+            && d.n.div_ceil(BN) <= groups;
+        if fits || d.m == 0 || d.n == 0 {
+            let all = [(0, out.len), (0, a.len), (0, b.len)];
+            return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate));
+        }
+        let split = d.split(cap, groups);
+        let Some((mc, nc, kc)) = split.filter(|_| d.batch == 1 && d.batch <= groups) else {
+            return gpu.refuse(format!(
+                "matmul: a {}×{}×{} product (batch {}) does not split into this device's bindings of {} values",
+                d.m, d.k, d.n, d.batch, cap
+            ));
+        };
+        if d.accumulate && kc < d.k {
+            // Adding to out would need the first K block's sum kept apart from out.
+            return gpu.refuse(format!(
+                "matmul: an accumulating product over K = {} is too large for one binding of {} values",
+                d.k, cap
+            ));
+        }
+        for m0 in (0..d.m).step_by(mc) {
+            for n0 in (0..d.n).step_by(nc) {
+                for k0 in (0..d.k.max(1)).step_by(kc.max(1)) {
+                    let blk = Block {
+                        m: (m0, (m0 + mc).min(d.m)),
+                        n: (n0, (n0 + nc).min(d.n)),
+                        k: (k0, (k0 + kc).min(d.k)),
+                    };
+                    let mode = match k0 {
+                        0 => first_mode(d.accumulate),
+                        _ => CONTINUE,
+                    };
+                    launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode);
+                }
+            }
+        }
+    }
+}
+
+/// The op on the CPU, as `CpuBackend` runs it: it borrows its tensors for the function `cpu` above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn matmul<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>, d: MatmulDims) {
+        super::cpu(&mut out.get_mut(), &a.get(), &b.get(), d)
+    }
+}
+
+/// What the op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    pub fn matmul(d: MatmulDims) -> Cost {
+        let flops = 2.0 * f(d.batch) * f(d.m) * f(d.n) * f(d.k);
+        let reads = |stride: usize, size: usize| if stride == 0 { f(size) } else { f(d.batch) * f(size) };
+        let c = f(d.batch) * f(d.m) * f(d.n);
+        let bytes = W
+            * (reads(d.stride_a, d.m * d.k) + reads(d.stride_b, d.k * d.n) + c * if d.accumulate { 2.0 } else { 1.0 });
+        Family::Matmul.cost(flops, bytes)
     }
 }

@@ -251,93 +251,195 @@ fn params(d: &MemoryDims) -> [u32; 9] {
     ]
 }
 
-pub fn gpu_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor, d: MemoryDims) {
-    d.check(x.len, codes.len, p.len);
-    let args = [codes.arg(), p.arg(), x.arg()];
-    gpu.dispatch(
-        "memory",
-        "memory_hash",
-        &params(&d),
-        &args,
-        gpu.grid_1d(d.tokens * d.k, WG),
-    );
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    pub fn memory_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor, d: MemoryDims) {
+        d.check(x.len, codes.len, p.len);
+        let args = [codes.arg(), p.arg(), x.arg()];
+        gpu.dispatch(
+            "memory",
+            "memory_hash",
+            &params(&d),
+            &args,
+            gpu.grid_1d(d.tokens * d.k, WG),
+        );
+    }
+
+    pub fn memory_bucket(
+        gpu: &GpuBackend,
+        rows: &GpuIndex,
+        starts: &GpuIndex,
+        cursor: &GpuIndex,
+        codes: &GpuIndex,
+        d: MemoryDims,
+    ) {
+        assert_eq!(rows.len, d.k * d.tokens, "memory bucket: rows");
+        assert_eq!(starts.len, d.starts_len(), "memory bucket: starts");
+        assert!(cursor.len >= d.sort_scratch(), "memory bucket: cursor too short");
+        // Count per tile, place the tiles within each code, scatter per tile (shaders/memory.wgsl).
+        let (pr, tiles) = (params(&d), gpu.grid_1d(d.k * d.sort_tiles(), 1));
+        let args = [rows.arg(), starts.arg(), cursor.arg(), codes.arg()];
+        gpu.dispatch("memory", "memory_bucket_count", &pr, &args, tiles);
+        let scan = [(2, starts.arg()), (3, cursor.arg())];
+        gpu.dispatch_at("memory", "memory_bucket_scan", &pr, &scan, gpu.grid_1d(d.k, 1));
+        gpu.dispatch("memory", "memory_bucket_scatter", &pr, &args, tiles);
+    }
+
+    pub fn memory_forward(
+        gpu: &GpuBackend,
+        y: &GpuTensor,
+        codes: &GpuIndex,
+        p: &GpuTensor,
+        tables: &GpuTensor,
+        bias: &GpuTensor,
+        d: MemoryDims,
+    ) {
+        assert_eq!(y.len, d.tokens * d.d_out, "memory forward: y");
+        assert_eq!(tables.len, d.table_values(), "memory forward: tables");
+        let args = [y.arg(), codes.arg(), p.arg(), tables.arg(), bias.arg()];
+        gpu.dispatch(
+            "memory",
+            "memory_forward",
+            &params(&d),
+            &args,
+            gpu.grid_1d(d.tokens * d.d_out, WG),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn memory_backward(
+        gpu: &GpuBackend,
+        dx: &GpuTensor,
+        dtables: &GpuTensor,
+        dbias: &GpuTensor,
+        dy: &GpuTensor,
+        x: &GpuTensor,
+        codes: &GpuIndex,
+        p: &GpuTensor,
+        rows: &GpuIndex,
+        starts: &GpuIndex,
+        tables: &GpuTensor,
+        d: MemoryDims,
+    ) {
+        d.check(x.len, codes.len, p.len);
+        assert_eq!(dtables.len, d.table_values(), "memory backward: dtables");
+        let pr = params(&d);
+        let args = [dtables.arg(), dy.arg(), p.arg(), rows.arg(), starts.arg()];
+        gpu.dispatch(
+            "memory",
+            "memory_table_grad",
+            &pr,
+            &args,
+            gpu.grid_1d(d.table_values(), WG),
+        );
+        let args = [dx.arg(), dy.arg(), x.arg(), codes.arg(), tables.arg()];
+        gpu.dispatch(
+            "memory",
+            "memory_input_grad",
+            &pr,
+            &args,
+            gpu.grid_1d(d.tokens * d.k, WG),
+        );
+        let args = [dbias.arg(), dy.arg()];
+        gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, SUM_COLS));
+    }
 }
 
-pub fn gpu_bucket(
-    gpu: &GpuBackend,
-    rows: &GpuIndex,
-    starts: &GpuIndex,
-    cursor: &GpuIndex,
-    codes: &GpuIndex,
-    d: MemoryDims,
-) {
-    assert_eq!(rows.len, d.k * d.tokens, "memory bucket: rows");
-    assert_eq!(starts.len, d.starts_len(), "memory bucket: starts");
-    assert!(cursor.len >= d.sort_scratch(), "memory bucket: cursor too short");
-    // Count per tile, place the tiles within each code, scatter per tile (shaders/memory.wgsl).
-    let (pr, tiles) = (params(&d), gpu.grid_1d(d.k * d.sort_tiles(), 1));
-    let args = [rows.arg(), starts.arg(), cursor.arg(), codes.arg()];
-    gpu.dispatch("memory", "memory_bucket_count", &pr, &args, tiles);
-    let scan = [(2, starts.arg()), (3, cursor.arg())];
-    gpu.dispatch_at("memory", "memory_bucket_scan", &pr, &scan, gpu.grid_1d(d.k, 1));
-    gpu.dispatch("memory", "memory_bucket_scatter", &pr, &args, tiles);
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twins above.
+/// The CPU's sort needs no scratch: it leaves `cursor` alone.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuIndex, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn memory_hash<T: Scalar>(
+        _: &CpuBackend<T>,
+        codes: &CpuIndex,
+        p: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        d: MemoryDims,
+    ) {
+        cpu_hash(&mut codes.get_mut(), &mut p.get_mut(), &x.get(), d)
+    }
+    pub fn memory_bucket<T: Scalar>(
+        _: &CpuBackend<T>,
+        rows: &CpuIndex,
+        starts: &CpuIndex,
+        _cursor: &CpuIndex,
+        codes: &CpuIndex,
+        d: MemoryDims,
+    ) {
+        cpu_bucket(&mut rows.get_mut(), &mut starts.get_mut(), &codes.get(), d)
+    }
+    pub fn memory_forward<T: Scalar>(
+        _: &CpuBackend<T>,
+        y: &CpuTensor<T>,
+        codes: &CpuIndex,
+        p: &CpuTensor<T>,
+        tables: &CpuTensor<T>,
+        bias: &CpuTensor<T>,
+        d: MemoryDims,
+    ) {
+        cpu_forward(&mut y.get_mut(), &codes.get(), &p.get(), &tables.get(), &bias.get(), d)
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn memory_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dx: &CpuTensor<T>,
+        dtables: &CpuTensor<T>,
+        dbias: &CpuTensor<T>,
+        dy: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        codes: &CpuIndex,
+        p: &CpuTensor<T>,
+        rows: &CpuIndex,
+        starts: &CpuIndex,
+        tables: &CpuTensor<T>,
+        d: MemoryDims,
+    ) {
+        // One gradient at a time: dtables and dbias are views of one gradient buffer.
+        cpu_table_grad(
+            &mut dtables.get_mut(),
+            &dy.get(),
+            &p.get(),
+            &rows.get(),
+            &starts.get(),
+            d,
+        );
+        cpu_input_grad(&mut dx.get_mut(), &dy.get(), &x.get(), &codes.get(), &tables.get(), d);
+        cpu_bias_grad(&mut dbias.get_mut(), &dy.get(), d);
+    }
 }
 
-pub fn gpu_forward(
-    gpu: &GpuBackend,
-    y: &GpuTensor,
-    codes: &GpuIndex,
-    p: &GpuTensor,
-    tables: &GpuTensor,
-    bias: &GpuTensor,
-    d: MemoryDims,
-) {
-    assert_eq!(y.len, d.tokens * d.d_out, "memory forward: y");
-    assert_eq!(tables.len, d.table_values(), "memory forward: tables");
-    let args = [y.arg(), codes.arg(), p.arg(), tables.arg(), bias.arg()];
-    gpu.dispatch(
-        "memory",
-        "memory_forward",
-        &params(&d),
-        &args,
-        gpu.grid_1d(d.tokens * d.d_out, WG),
-    );
-}
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
 
-#[allow(clippy::too_many_arguments)]
-pub fn gpu_backward(
-    gpu: &GpuBackend,
-    dx: &GpuTensor,
-    dtables: &GpuTensor,
-    dbias: &GpuTensor,
-    dy: &GpuTensor,
-    x: &GpuTensor,
-    codes: &GpuIndex,
-    p: &GpuTensor,
-    rows: &GpuIndex,
-    starts: &GpuIndex,
-    tables: &GpuTensor,
-    d: MemoryDims,
-) {
-    d.check(x.len, codes.len, p.len);
-    assert_eq!(dtables.len, d.table_values(), "memory backward: dtables");
-    let pr = params(&d);
-    let args = [dtables.arg(), dy.arg(), p.arg(), rows.arg(), starts.arg()];
-    gpu.dispatch(
-        "memory",
-        "memory_table_grad",
-        &pr,
-        &args,
-        gpu.grid_1d(d.table_values(), WG),
-    );
-    let args = [dx.arg(), dy.arg(), x.arg(), codes.arg(), tables.arg()];
-    gpu.dispatch(
-        "memory",
-        "memory_input_grad",
-        &pr,
-        &args,
-        gpu.grid_1d(d.tokens * d.k, WG),
-    );
-    let args = [dbias.arg(), dy.arg()];
-    gpu.dispatch("memory", "memory_bias_grad", &pr, &args, gpu.grid_1d(d.d_out, SUM_COLS));
+    pub fn memory_hash(d: MemoryDims) -> Cost {
+        let (rows, hashed) = (f(d.tokens), f(d.k) * f(d.tau));
+        Family::Memory.cost(2.0 * rows * hashed, W * rows * (hashed + 2.0 * f(d.k)))
+    }
+    pub fn memory_bucket(d: MemoryDims) -> Cost {
+        let bytes = W * (2.0 * f(d.tokens) * f(d.k) + f(d.starts_len()));
+        Family::Memory.cost(0.0, bytes)
+    }
+    pub fn memory_forward(d: MemoryDims) -> Cost {
+        let (rows, k, out) = (f(d.tokens), f(d.k), f(d.d_out));
+        let flops = rows * (2.0 * k * out + out);
+        // Codes and p read, one table row gathered per (row, table), y written, the bias.
+        let bytes = W * (rows * (2.0 * k + k * out + out) + out);
+        Family::Memory.cost(flops, bytes)
+    }
+    pub fn memory_backward(d: MemoryDims) -> Cost {
+        let (n, k, out) = (f(d.tokens), f(d.k), f(d.d_out));
+        // Table gradient p·dy and input gradient ⟨dy, T[code]⟩: twice the forward's products.
+        let flops = n * (4.0 * k * out + out + 4.0 * k * f(d.tau));
+        let bytes = W * (n * (3.0 * out + 2.0 * k * out + 4.0 * k + f(d.d_in)) + f(d.table_values()) + out);
+        Family::Memory.cost(flops, bytes)
+    }
 }

@@ -1,5 +1,7 @@
-//! One file per op family: the dims struct, the CPU twin (the reference) and the host-side
-//! wrapper of its WGSL shader, side by side. The `Backend` impls only delegate here.
+//! One file per op family: the dims struct, the CPU twin over slices (the reference), and per op
+//! of `backend.rs`'s `declare_ops!` list `cpu::<op>` (the twin on `CpuTensor`s), `gpu::<op>`
+//! (the host-side wrapper of its WGSL shader) and `cost::<op>` (its family, FLOPs and bytes),
+//! side by side. The `Backend` impls, written by a macro from that list, only call these.
 
 pub mod attention;
 pub mod cross_entropy;

@@ -131,46 +131,123 @@ fn params(d: &NormDims) -> [u32; 4] {
     [d.rows as u32, d.c as u32, kind, d.eps.to_bits()]
 }
 
-pub fn gpu_forward(gpu: &GpuBackend, out: &GpuTensor, stats: &GpuTensor, x: &GpuTensor, gain: &GpuTensor, d: NormDims) {
-    check(&d, x.len, gain.len, stats.len);
-    let args = [out.arg(), stats.arg(), x.arg(), gain.arg()];
-    gpu.dispatch("norm", "norm_forward", &params(&d), &args, gpu.grid_1d(d.rows, 1));
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    pub fn norm_forward(
+        gpu: &GpuBackend,
+        out: &GpuTensor,
+        stats: &GpuTensor,
+        x: &GpuTensor,
+        gain: &GpuTensor,
+        d: NormDims,
+    ) {
+        check(&d, x.len, gain.len, stats.len);
+        let args = [out.arg(), stats.arg(), x.arg(), gain.arg()];
+        gpu.dispatch("norm", "norm_forward", &params(&d), &args, gpu.grid_1d(d.rows, 1));
+    }
+
+    pub fn norm_stats(gpu: &GpuBackend, stats: &GpuTensor, x: &GpuTensor, d: NormDims) {
+        assert_eq!(stats.len, 2 * d.rows, "norm: stats has {} values for {d:?}", stats.len);
+        assert_eq!(x.len, d.rows * d.c, "norm: x has {} values for {d:?}", x.len);
+        let args = [(2, stats.arg()), (3, x.arg())];
+        gpu.dispatch_at("norm", "norm_stats", &params(&d), &args, gpu.grid_1d(d.rows, 1));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_backward(
+        gpu: &GpuBackend,
+        dx: &GpuTensor,
+        dgain: &GpuTensor,
+        dout: &GpuTensor,
+        x: &GpuTensor,
+        gain: &GpuTensor,
+        stats: &GpuTensor,
+        d: NormDims,
+    ) {
+        check(&d, x.len, gain.len, stats.len);
+        let args = [dx.arg(), dout.arg(), x.arg(), gain.arg(), stats.arg()];
+        gpu.dispatch(
+            "norm",
+            "norm_backward_input",
+            &params(&d),
+            &args,
+            gpu.grid_1d(d.rows, 1),
+        );
+        // The gain itself is not needed here, so binding 4 stays empty.
+        let args = [(1, dgain.arg()), (2, dout.arg()), (3, x.arg()), (5, stats.arg())];
+        gpu.dispatch_at(
+            "norm",
+            "norm_backward_gain",
+            &params(&d),
+            &args,
+            gpu.grid_1d(d.c, SUM_COLS),
+        );
+    }
 }
 
-pub fn gpu_stats(gpu: &GpuBackend, stats: &GpuTensor, x: &GpuTensor, d: NormDims) {
-    assert_eq!(stats.len, 2 * d.rows, "norm: stats has {} values for {d:?}", stats.len);
-    assert_eq!(x.len, d.rows * d.c, "norm: x has {} values for {d:?}", x.len);
-    let args = [(2, stats.arg()), (3, x.arg())];
-    gpu.dispatch_at("norm", "norm_stats", &params(&d), &args, gpu.grid_1d(d.rows, 1));
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn norm_forward<T: Scalar>(
+        _: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        d: NormDims,
+    ) {
+        cpu_forward(&mut out.get_mut(), &mut stats.get_mut(), &x.get(), &gain.get(), d)
+    }
+    pub fn norm_stats<T: Scalar>(_: &CpuBackend<T>, stats: &CpuTensor<T>, x: &CpuTensor<T>, d: NormDims) {
+        cpu_stats(&mut stats.get_mut(), &x.get(), d)
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dx: &CpuTensor<T>,
+        dgain: &CpuTensor<T>,
+        dout: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        d: NormDims,
+    ) {
+        cpu_backward(
+            &mut dx.get_mut(),
+            &mut dgain.get_mut(),
+            &dout.get(),
+            &x.get(),
+            &gain.get(),
+            &stats.get(),
+            d,
+        )
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn gpu_backward(
-    gpu: &GpuBackend,
-    dx: &GpuTensor,
-    dgain: &GpuTensor,
-    dout: &GpuTensor,
-    x: &GpuTensor,
-    gain: &GpuTensor,
-    stats: &GpuTensor,
-    d: NormDims,
-) {
-    check(&d, x.len, gain.len, stats.len);
-    let args = [dx.arg(), dout.arg(), x.arg(), gain.arg(), stats.arg()];
-    gpu.dispatch(
-        "norm",
-        "norm_backward_input",
-        &params(&d),
-        &args,
-        gpu.grid_1d(d.rows, 1),
-    );
-    // The gain itself is not needed here, so binding 4 stays empty.
-    let args = [(1, dgain.arg()), (2, dout.arg()), (3, x.arg()), (5, stats.arg())];
-    gpu.dispatch_at(
-        "norm",
-        "norm_backward_gain",
-        &params(&d),
-        &args,
-        gpu.grid_1d(d.c, SUM_COLS),
-    );
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    pub fn norm_forward(d: NormDims) -> Cost {
+        let n = f(d.rows) * f(d.c);
+        Family::Norm.cost(7.0 * n, W * (2.0 * n + f(d.c) + 2.0 * f(d.rows)))
+    }
+    pub fn norm_stats(d: NormDims) -> Cost {
+        let n = f(d.rows) * f(d.c);
+        Family::Norm.cost(3.0 * n, W * (n + 2.0 * f(d.rows)))
+    }
+    pub fn norm_backward(d: NormDims) -> Cost {
+        let n = f(d.rows) * f(d.c);
+        // dout and x read, dx read and written; the gain and its gradient; the stats.
+        let bytes = W * (4.0 * n + 2.0 * f(d.c) + 2.0 * f(d.rows));
+        Family::Norm.cost(12.0 * n, bytes)
+    }
 }

@@ -142,86 +142,144 @@ fn sum_blocks(n: usize) -> usize {
     n.div_ceil(16 * 1024).clamp(1, SUM_BLOCKS)
 }
 
-/// Σ x in two launches. The blocks of the first depend on n alone; when x is larger than one
-/// binding, runs of whole blocks are bound in windows, one launch each, and every block still
-/// adds its values in the same order, so the sum is the same bits at any binding size.
-pub fn gpu_sum(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor, squares: bool) {
-    assert!(out.len >= 1, "sum: out needs one value");
-    let g = sum_blocks(x.len);
-    let block = x.len.div_ceil(g);
-    let partials = gpu.sum_partials();
-    // A window starts at the aligned value at or before its first block: up to 63 more values.
-    let Some(per) = gpu
-        .max_binding_values()
-        .checked_sub(VIEW_ALIGN - 1)
-        .map(|v| v / block.max(1))
-        .filter(|&p| p > 0)
-    else {
-        return gpu.refuse(format!(
-            "sum: one block of {block} values is over this device's binding of {} values",
-            gpu.max_binding_values()
-        ));
-    };
-    for first in (0..g).step_by(per) {
-        let last = (first + per).min(g);
-        let base = (first * block).min(x.len) / VIEW_ALIGN * VIEW_ALIGN;
-        let end = (last * block).min(x.len);
-        let window = gpu.view(x, base, end - base);
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    /// Σ x in two launches. The blocks of the first depend on n alone; when x is larger than one
+    /// binding, runs of whole blocks are bound in windows, one launch each, and every block still
+    /// adds its values in the same order, so the sum is the same bits at any binding size.
+    pub fn sum(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor, squares: bool) {
+        assert!(out.len >= 1, "sum: out needs one value");
+        let g = sum_blocks(x.len);
+        let block = x.len.div_ceil(g);
+        let partials = gpu.sum_partials();
+        // A window starts at the aligned value at or before its first block: up to 63 more values.
+        let Some(per) = gpu
+            .max_binding_values()
+            .checked_sub(VIEW_ALIGN - 1)
+            .map(|v| v / block.max(1))
+            .filter(|&p| p > 0)
+        else {
+            return gpu.refuse(format!(
+                "sum: one block of {block} values is over this device's binding of {} values",
+                gpu.max_binding_values()
+            ));
+        };
+        for first in (0..g).step_by(per) {
+            let last = (first + per).min(g);
+            let base = (first * block).min(x.len) / VIEW_ALIGN * VIEW_ALIGN;
+            let end = (last * block).min(x.len);
+            let window = gpu.view(x, base, end - base);
+            gpu.dispatch(
+                "optim",
+                "sum_partial",
+                &[x.len as u32, squares as u32, g as u32, first as u32, base as u32],
+                &[partials.arg(), window.arg()],
+                [(last - first) as u32, 1, 1],
+            );
+        }
         gpu.dispatch(
             "optim",
-            "sum_partial",
-            &[x.len as u32, squares as u32, g as u32, first as u32, base as u32],
-            &[partials.arg(), window.arg()],
-            [(last - first) as u32, 1, 1],
+            "sum_final",
+            &[g as u32, 0, 0],
+            &[out.arg(), gpu.view(&partials, 0, g).arg()],
+            [1, 1, 1],
         );
     }
-    gpu.dispatch(
-        "optim",
-        "sum_final",
-        &[g as u32, 0, 0],
-        &[out.arg(), gpu.view(&partials, 0, g).arg()],
-        [1, 1, 1],
-    );
+
+    /// AdamW over binding-sized ranges, one launch each: every value is updated alone, and each
+    /// range's decay and boost ends are moved to its own start.
+    #[allow(clippy::too_many_arguments)]
+    pub fn adamw(
+        gpu: &GpuBackend,
+        params: &GpuTensor,
+        m: &GpuTensor,
+        v: &GpuTensor,
+        grads: &GpuTensor,
+        hyper: &GpuTensor,
+        grad_sumsq: &GpuTensor,
+        d: AdamWDims,
+    ) {
+        assert!(
+            params.len == d.n && m.len == d.n && v.len == d.n && grads.len == d.n,
+            "adamw: lengths differ from {d:?}"
+        );
+        assert_eq!(hyper.len, Hyper::LEN, "adamw: hyper has {} values", hyper.len);
+        let Some(ranges) = gpu.split(d.n, VIEW_ALIGN) else {
+            return gpu.refuse("adamw: this device binds no storage at all".into());
+        };
+        for r in ranges {
+            let local = |end: usize| end.clamp(r.start, r.end) - r.start;
+            let views = [params, m, v, grads].map(|t| gpu.view(t, r.start, r.len()));
+            let args = [
+                views[0].arg(),
+                views[1].arg(),
+                views[2].arg(),
+                views[3].arg(),
+                hyper.arg(),
+                grad_sumsq.arg(),
+            ];
+            gpu.dispatch(
+                "optim",
+                "adamw",
+                &[r.len() as u32, local(d.decay_end) as u32, local(d.boost_end) as u32],
+                &args,
+                gpu.grid_1d(r.len(), WG),
+            );
+        }
+    }
 }
 
-/// AdamW over binding-sized ranges, one launch each: every value is updated alone, and each
-/// range's decay and boost ends are moved to its own start.
-#[allow(clippy::too_many_arguments)]
-pub fn gpu_adamw(
-    gpu: &GpuBackend,
-    params: &GpuTensor,
-    m: &GpuTensor,
-    v: &GpuTensor,
-    grads: &GpuTensor,
-    hyper: &GpuTensor,
-    grad_sumsq: &GpuTensor,
-    d: AdamWDims,
-) {
-    assert!(
-        params.len == d.n && m.len == d.n && v.len == d.n && grads.len == d.n,
-        "adamw: lengths differ from {d:?}"
-    );
-    assert_eq!(hyper.len, Hyper::LEN, "adamw: hyper has {} values", hyper.len);
-    let Some(ranges) = gpu.split(d.n, VIEW_ALIGN) else {
-        return gpu.refuse("adamw: this device binds no storage at all".into());
-    };
-    for r in ranges {
-        let local = |end: usize| end.clamp(r.start, r.end) - r.start;
-        let views = [params, m, v, grads].map(|t| gpu.view(t, r.start, r.len()));
-        let args = [
-            views[0].arg(),
-            views[1].arg(),
-            views[2].arg(),
-            views[3].arg(),
-            hyper.arg(),
-            grad_sumsq.arg(),
-        ];
-        gpu.dispatch(
-            "optim",
-            "adamw",
-            &[r.len() as u32, local(d.decay_end) as u32, local(d.boost_end) as u32],
-            &args,
-            gpu.grid_1d(r.len(), WG),
-        );
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn sum<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, x: &CpuTensor<T>, squares: bool) {
+        out.get_mut()[0] = cpu_sum(&x.get(), squares)
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn adamw<T: Scalar>(
+        _: &CpuBackend<T>,
+        params: &CpuTensor<T>,
+        m: &CpuTensor<T>,
+        v: &CpuTensor<T>,
+        grads: &CpuTensor<T>,
+        hyper: &CpuTensor<T>,
+        grad_sumsq: &CpuTensor<T>,
+        d: AdamWDims,
+    ) {
+        cpu_adamw(
+            &mut params.get_mut(),
+            &mut m.get_mut(),
+            &mut v.get_mut(),
+            &grads.get(),
+            &hyper.get(),
+            grad_sumsq.get()[0],
+            d,
+        )
+    }
+}
+
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    pub fn sum(n: usize, squares: bool) -> Cost {
+        let n = f(n);
+        // Σx² is the global gradient norm AdamW clips by; Σx is the mean loss.
+        let family = if squares { Family::AdamW } else { Family::CrossEntropy };
+        let flops = if squares { 2.0 * n } else { n };
+        family.cost(flops, W * n)
+    }
+    pub fn adamw(d: AdamWDims) -> Cost {
+        let n = f(d.n);
+        // Parameters and both moments read and written, the gradient read.
+        Family::AdamW.cost(15.0 * n, 7.0 * W * n)
     }
 }

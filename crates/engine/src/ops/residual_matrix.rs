@@ -235,63 +235,30 @@ fn params(d: &ResidualDims) -> [u32; 4] {
     [d.tokens as u32, d.dk as u32, d.dv as u32, d.keys as u32]
 }
 
-pub fn gpu_retrieve(gpu: &GpuBackend, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, d: ResidualDims) {
-    d.check("retrieve", x.len, y.len, keys.len);
-    launch_retrieve(gpu, false, &[y.arg(), x.arg(), keys.arg()], &d);
-}
-
-/// The retrieval kernel, through the norm or not: (y, x, keys), then (stats, gain) when `normed`.
-fn launch_retrieve(gpu: &GpuBackend, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
+/// The retrieval kernel, through the norm when `norm` holds its (stats, gain): y, x, stats, gain
+/// and keys at bindings 1, 2, 4, 5 and 6 (stats and gain at the key gradient's places).
+fn launch_retrieve(
+    gpu: &GpuBackend,
+    y: Arg<'_>,
+    x: Arg<'_>,
+    norm: Option<[Arg<'_>; 2]>,
+    keys: Arg<'_>,
+    d: &ResidualDims,
+) {
     let threads = d.tokens * d.dv * d.keys.div_ceil(KEYS_PER_THREAD);
-    gpu.dispatch_with(
+    let mut args = vec![(1, y), (2, x)];
+    if let Some([stats, gain]) = norm {
+        args.extend([(4, stats), (5, gain)]);
+    }
+    args.push((6, keys));
+    gpu.dispatch_with_at(
         "residual_matrix",
         "retrieve",
-        &[Define::bool(NORMED, normed)],
+        &[Define::bool(NORMED, norm.is_some())],
         &params(d),
-        args,
+        &args,
         gpu.grid_1d(threads, WG),
     );
-}
-
-pub fn gpu_store(
-    gpu: &GpuBackend,
-    out: &GpuTensor,
-    base: Option<&GpuTensor>,
-    keys: &GpuTensor,
-    data: &GpuTensor,
-    d: ResidualDims,
-) {
-    d.check("store", out.len, data.len, keys.len);
-    let grid = gpu.grid_1d(d.matrices(), WG);
-    match base {
-        Some(base) => {
-            assert_eq!(base.len, out.len, "store: base and out differ in length");
-            let args = [out.arg(), base.arg(), keys.arg(), data.arg()];
-            gpu.dispatch("residual_matrix", "store", &params(&d), &args, grid);
-        }
-        None => {
-            let args = [(1, out.arg()), (3, keys.arg()), (4, data.arg())];
-            gpu.dispatch_at("residual_matrix", "store_accumulate", &params(&d), &args, grid);
-        }
-    }
-}
-
-pub fn gpu_key_grad(
-    gpu: &GpuBackend,
-    dkeys: &GpuTensor,
-    partials: &GpuTensor,
-    a: &GpuTensor,
-    b: &GpuTensor,
-    d: ResidualDims,
-) {
-    d.check("key_grad", b.len, a.len, dkeys.len);
-    assert!(
-        partials.len >= d.key_grad_scratch(),
-        "key_grad: scratch has {} values, needs {}",
-        partials.len,
-        d.key_grad_scratch()
-    );
-    launch_key_grad(gpu, dkeys, false, &[partials.arg(), a.arg(), b.arg()], &d);
 }
 
 /// The key gradient's two launches, the first through the norm or not: (partials, a, b), then
@@ -316,41 +283,188 @@ fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Ar
     );
 }
 
-/// Statistics and gain of the norm a fused retrieval applies as it reads.
-pub struct NormedInput<'a> {
-    pub stats: &'a GpuTensor,
-    pub gain: &'a GpuTensor,
+/// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
+/// launches.
+pub mod gpu {
+    use super::*;
+
+    pub fn retrieve(gpu: &GpuBackend, y: &GpuTensor, x: &GpuTensor, keys: &GpuTensor, d: ResidualDims) {
+        d.check("retrieve", x.len, y.len, keys.len);
+        launch_retrieve(gpu, y.arg(), x.arg(), None, keys.arg(), &d);
+    }
+
+    pub fn store(
+        gpu: &GpuBackend,
+        out: &GpuTensor,
+        base: Option<&GpuTensor>,
+        keys: &GpuTensor,
+        data: &GpuTensor,
+        d: ResidualDims,
+    ) {
+        d.check("store", out.len, data.len, keys.len);
+        let grid = gpu.grid_1d(d.matrices(), WG);
+        match base {
+            Some(base) => {
+                assert_eq!(base.len, out.len, "store: base and out differ in length");
+                let args = [out.arg(), base.arg(), keys.arg(), data.arg()];
+                gpu.dispatch("residual_matrix", "store", &params(&d), &args, grid);
+            }
+            None => {
+                let args = [(1, out.arg()), (3, keys.arg()), (4, data.arg())];
+                gpu.dispatch_at("residual_matrix", "store_accumulate", &params(&d), &args, grid);
+            }
+        }
+    }
+
+    pub fn key_grad(
+        gpu: &GpuBackend,
+        dkeys: &GpuTensor,
+        partials: &GpuTensor,
+        a: &GpuTensor,
+        b: &GpuTensor,
+        d: ResidualDims,
+    ) {
+        d.check("key_grad", b.len, a.len, dkeys.len);
+        assert!(
+            partials.len >= d.key_grad_scratch(),
+            "key_grad: scratch has {} values, needs {}",
+            partials.len,
+            d.key_grad_scratch()
+        );
+        launch_key_grad(gpu, dkeys, false, &[partials.arg(), a.arg(), b.arg()], &d);
+    }
+
+    pub fn retrieve_normed(
+        gpu: &GpuBackend,
+        y: &GpuTensor,
+        x: &GpuTensor,
+        stats: &GpuTensor,
+        gain: &GpuTensor,
+        keys: &GpuTensor,
+        d: ResidualDims,
+    ) {
+        d.check("retrieve_normed", x.len, y.len, keys.len);
+        assert_eq!(stats.len, 2 * d.tokens, "retrieve_normed: stats");
+        assert_eq!(gain.len, d.dk * d.dv, "retrieve_normed: gain");
+        launch_retrieve(gpu, y.arg(), x.arg(), Some([stats.arg(), gain.arg()]), keys.arg(), &d);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn key_grad_normed(
+        gpu: &GpuBackend,
+        dkeys: &GpuTensor,
+        partials: &GpuTensor,
+        a: &GpuTensor,
+        x: &GpuTensor,
+        stats: &GpuTensor,
+        gain: &GpuTensor,
+        d: ResidualDims,
+    ) {
+        d.check("key_grad_normed", x.len, a.len, dkeys.len);
+        assert!(
+            partials.len >= d.key_grad_scratch(),
+            "key_grad_normed: scratch too short"
+        );
+        let args = [partials.arg(), a.arg(), x.arg(), stats.arg(), gain.arg()];
+        launch_key_grad(gpu, dkeys, true, &args, &d);
+    }
 }
 
-pub fn gpu_retrieve_normed(
-    gpu: &GpuBackend,
-    y: &GpuTensor,
-    x: &GpuTensor,
-    norm: NormedInput<'_>,
-    keys: &GpuTensor,
-    d: ResidualDims,
-) {
-    d.check("retrieve_normed", x.len, y.len, keys.len);
-    assert_eq!(norm.stats.len, 2 * d.tokens, "retrieve_normed: stats");
-    assert_eq!(norm.gain.len, d.dk * d.dv, "retrieve_normed: gain");
-    let args = [y.arg(), x.arg(), keys.arg(), norm.stats.arg(), norm.gain.arg()];
-    launch_retrieve(gpu, true, &args, &d);
+/// The ops on the CPU, as `CpuBackend` runs them: each borrows its tensors for its twin above.
+/// The CPU's key gradient needs no scratch: it leaves `partials` alone.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuTensor};
+    use crate::ops::Scalar;
+
+    pub fn retrieve<T: Scalar>(
+        _: &CpuBackend<T>,
+        y: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        keys: &CpuTensor<T>,
+        d: ResidualDims,
+    ) {
+        cpu_retrieve(&mut y.get_mut(), &x.get(), &keys.get(), d)
+    }
+    pub fn retrieve_normed<T: Scalar>(
+        _: &CpuBackend<T>,
+        y: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        keys: &CpuTensor<T>,
+        d: ResidualDims,
+    ) {
+        let (x, stats, gain, keys) = (x.get(), stats.get(), gain.get(), keys.get());
+        cpu_retrieve_normed(&mut y.get_mut(), &x, &stats, &gain, &keys, d)
+    }
+    pub fn store<T: Scalar>(
+        _: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        base: Option<&CpuTensor<T>>,
+        keys: &CpuTensor<T>,
+        data: &CpuTensor<T>,
+        d: ResidualDims,
+    ) {
+        let base = base.map(|b| b.get());
+        cpu_store(&mut out.get_mut(), base.as_deref(), &keys.get(), &data.get(), d)
+    }
+    pub fn key_grad<T: Scalar>(
+        _: &CpuBackend<T>,
+        dkeys: &CpuTensor<T>,
+        _partials: &CpuTensor<T>,
+        a: &CpuTensor<T>,
+        b: &CpuTensor<T>,
+        d: ResidualDims,
+    ) {
+        cpu_key_grad(&mut dkeys.get_mut(), &a.get(), &b.get(), d)
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn key_grad_normed<T: Scalar>(
+        _: &CpuBackend<T>,
+        dkeys: &CpuTensor<T>,
+        _partials: &CpuTensor<T>,
+        a: &CpuTensor<T>,
+        x: &CpuTensor<T>,
+        stats: &CpuTensor<T>,
+        gain: &CpuTensor<T>,
+        d: ResidualDims,
+    ) {
+        let (a, x, stats, gain) = (a.get(), x.get(), stats.get(), gain.get());
+        cpu_key_grad_normed(&mut dkeys.get_mut(), &a, &x, &stats, &gain, d)
+    }
 }
 
-pub fn gpu_key_grad_normed(
-    gpu: &GpuBackend,
-    dkeys: &GpuTensor,
-    partials: &GpuTensor,
-    a: &GpuTensor,
-    x: &GpuTensor,
-    norm: NormedInput<'_>,
-    d: ResidualDims,
-) {
-    d.check("key_grad_normed", x.len, a.len, dkeys.len);
-    assert!(
-        partials.len >= d.key_grad_scratch(),
-        "key_grad_normed: scratch too short"
-    );
-    let args = [partials.arg(), a.arg(), x.arg(), norm.stats.arg(), norm.gain.arg()];
-    launch_key_grad(gpu, dkeys, true, &args, &d);
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    fn residual_flops(d: &ResidualDims) -> f64 {
+        2.0 * f(d.tokens) * f(d.keys) * f(d.dk) * f(d.dv)
+    }
+
+    fn residual_bytes(d: &ResidualDims, matrices_written: f64) -> f64 {
+        W * (f(d.matrices()) * (1.0 + matrices_written) + f(d.vectors()) + f(d.key_values()))
+    }
+
+    pub fn retrieve(d: ResidualDims) -> Cost {
+        Family::Retrieval.cost(residual_flops(&d), residual_bytes(&d, 0.0))
+    }
+    pub fn retrieve_normed(d: ResidualDims) -> Cost {
+        let bytes = residual_bytes(&d, 0.0) + W * (2.0 * f(d.tokens) + f(d.dk * d.dv));
+        Family::Retrieval.cost(residual_flops(&d), bytes)
+    }
+    pub fn store(d: ResidualDims) -> Cost {
+        // The output is written, and read first: from `base`, or itself when accumulating.
+        Family::Storage.cost(residual_flops(&d), residual_bytes(&d, 1.0))
+    }
+    pub fn key_grad(d: ResidualDims) -> Cost {
+        Family::KeyGrad.cost(residual_flops(&d), residual_bytes(&d, 0.0))
+    }
+    pub fn key_grad_normed(d: ResidualDims) -> Cost {
+        let bytes = residual_bytes(&d, 0.0) + W * (2.0 * f(d.tokens) + f(d.dk * d.dv));
+        Family::KeyGrad.cost(residual_flops(&d), bytes)
+    }
 }
