@@ -12,6 +12,7 @@ use common::*;
 use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
+use resmem_models::arch::Arch;
 use resmem_models::{
     HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig,
     Trainer, TransformerConfig,
@@ -19,7 +20,7 @@ use resmem_models::{
 
 /// One architecture's shapes for the suites below.
 struct Family {
-    arch: &'static str,
+    arch: Arch,
     /// f64 gradient checks at vocab 11, B 2, T 5, with z-loss 1e-2 so that a wrong z-loss
     /// gradient shows: one config per variant that changes a backward.
     gradcheck: Vec<(&'static str, ModelConfig)>,
@@ -111,7 +112,7 @@ fn families() -> Vec<Family> {
     use Position::{Alibi, Learned};
     vec![
         Family {
-            arch: "transformer",
+            arch: Arch::Transformer,
             gradcheck: vec![
                 ("LayerNorm", M::Transformer(transformer(LayerNorm))),
                 ("RmsNorm", M::Transformer(transformer(RmsNorm))),
@@ -130,7 +131,7 @@ fn families() -> Vec<Family> {
             copy_steps: 160,
         },
         Family {
-            arch: "rmt",
+            arch: Arch::Rmt,
             gradcheck: vec![
                 ("RmsNorm, learned positions", M::Rmt(rmt(RmsNorm, Learned))),
                 ("LayerNorm, learned positions", M::Rmt(rmt(LayerNorm, Learned))),
@@ -144,7 +145,7 @@ fn families() -> Vec<Family> {
             copy_steps: 160,
         },
         Family {
-            arch: "memoryformer",
+            arch: Arch::MemoryFormer,
             // Central differences see the hash as constant while no hashed value crosses 0
             // within ±h; with these seeds none does (a crossing shows as a wild error). With
             // the paper's ablations: fewer expansion bits (Table 5), a GELU in the block
@@ -164,7 +165,7 @@ fn families() -> Vec<Family> {
             copy_steps: 300,
         },
         Family {
-            arch: "hybrid",
+            arch: Arch::Hybrid,
             gradcheck: vec![
                 ("RmsNorm, learned positions", M::Hybrid(hybrid(RmsNorm, Learned, false))),
                 ("LayerNorm, learned, l1", M::Hybrid(hybrid(LayerNorm, Learned, true))),
@@ -190,13 +191,12 @@ fn families() -> Vec<Family> {
 }
 
 /// The tiny preset of `arch` at vocab 256 and context 16.
-fn tiny(arch: &str) -> ModelConfig {
+fn tiny(arch: Arch) -> ModelConfig {
     match arch {
-        "transformer" => ModelConfig::Transformer(TransformerConfig::tiny(256, 16)),
-        "rmt" => ModelConfig::Rmt(RmtConfig::tiny(256, 16)),
-        "memoryformer" => ModelConfig::MemoryFormer(MemoryFormerConfig::tiny(256, 16)),
-        "hybrid" => ModelConfig::Hybrid(HybridConfig::tiny(256, 16)),
-        other => panic!("no tiny config for {other}: add it here and a row to `families`"),
+        Arch::Transformer => ModelConfig::Transformer(TransformerConfig::tiny(256, 16)),
+        Arch::Rmt => ModelConfig::Rmt(RmtConfig::tiny(256, 16)),
+        Arch::MemoryFormer => ModelConfig::MemoryFormer(MemoryFormerConfig::tiny(256, 16)),
+        Arch::Hybrid => ModelConfig::Hybrid(HybridConfig::tiny(256, 16)),
     }
 }
 
@@ -218,8 +218,8 @@ fn the_table_covers_every_architecture() {
         }
         assert_eq!(tiny(f.arch).arch(), f.arch);
     }
-    // Each architecture the CLI and the page offer is here (the serde tags of ModelConfig).
-    for arch in ["transformer", "rmt", "memoryformer", "hybrid"] {
+    // Each architecture the CLI and the page offer is here.
+    for arch in Arch::ALL {
         assert!(archs.contains(&arch), "{arch} has no row in `families`");
     }
 }
