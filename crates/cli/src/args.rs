@@ -1,13 +1,11 @@
 //! Command-line arguments. Dimension flags override the preset's dimensions.
 
+use crate::setting_flags::{AllSettings, ModelSettings, Scope, SettingFlags};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use data::Task;
 use models::presets::{self, Dims};
-use models::settings::Setting;
-use models::{
-    Arch, Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, RunConfig,
-    TransformerConfig, Trunk,
-};
+use models::settings::{Setting, SETTINGS};
+use models::{Arch, ModelConfig, RunConfig};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -200,11 +198,12 @@ fn arch_parser() -> impl clap::builder::TypedValueParser<Value = Arch> {
         .try_map(|name| Arch::parse(&name).ok_or_else(|| format!("no architecture named {name}")))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
     /// The CPU reference backend (rayon + GEMM).
     Cpu,
     /// WebGPU through wgpu: Vulkan, Metal or DX12.
+    #[default]
     Gpu,
 }
 
@@ -218,222 +217,26 @@ pub enum InitArg {
     Default,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PositionArg {
-    Learned,
-    Alibi,
-}
-
-pub type SizeFlag = (&'static str, &'static str, fn(&ModelDims) -> Option<usize>);
-
-/// The integer sizes a flag sets: (flag, config key, the flag's value). `resmem sweep`'s cost
-/// matching solves for them by either name.
-pub const SIZE_FLAGS: [SizeFlag; 9] = [
-    ("d-model", "d_model", |d| d.d_model),
-    ("d-k", "d_k", |d| d.d_k),
-    ("d-v", "d_v", |d| d.d_v),
-    ("rank", "rank", |d| d.rank),
-    ("layers", "n_layers", |d| d.layers),
-    ("heads", "n_heads", |d| d.heads),
-    ("head-dim", "head_dim", |d| d.head_dim),
-    ("d-ff", "d_ff", |d| d.d_ff),
-    ("tau", "tau", |d| d.tau),
-];
-
-/// (flag, config key) of a size named either way (`d-ff`, `d_ff`; `layers`, `n_layers`).
+/// (flag, config key) of a size named either way (`d-ff`, `d_ff`; `layers`, `n_layers`): a
+/// whole-number model setting, which `resmem sweep`'s and `resmem count`'s cost matching solve for.
 pub fn size_names(name: &str) -> anyhow::Result<(&'static str, &'static str)> {
+    let sizes = || {
+        SETTINGS
+            .iter()
+            .filter(|s| ModelSettings::has(s) && s.kind == models::settings::Kind::Whole)
+    };
     let flag = name.trim_start_matches("--").replace('_', "-");
-    SIZE_FLAGS
-        .iter()
-        .find(|(f, k, _)| *f == flag || *k == name)
-        .map(|(f, k, _)| (*f, *k))
+    sizes()
+        .find(|s| s.flag == flag || s.key == name)
+        .map(|s| (s.flag, s.key))
         .ok_or_else(|| {
-            let names: Vec<&str> = SIZE_FLAGS.iter().map(|(f, _, _)| *f).collect();
+            let names: Vec<&str> = sizes().map(|s| s.flag).collect();
             anyhow::anyhow!("cannot solve for `{name}`; the sizes are {}", names.join(", "))
         })
 }
 
-/// Dimension overrides shared by every command that builds a model. Each flag's help and the
-/// architectures it applies to come from its setting in `models::settings`.
-#[derive(Args, Debug, Default)]
-pub struct ModelDims {
-    #[arg(long, help = dim_help("d_model"))]
-    pub d_model: Option<usize>,
-    #[arg(long, help = dim_help("d_k"))]
-    pub d_k: Option<usize>,
-    #[arg(long, help = dim_help("d_v"))]
-    pub d_v: Option<usize>,
-    #[arg(long, help = dim_help("rank"))]
-    pub rank: Option<usize>,
-    #[arg(long, help = dim_help("n_layers"))]
-    pub layers: Option<usize>,
-    #[arg(long, help = dim_help("n_heads"))]
-    pub heads: Option<usize>,
-    #[arg(long, help = dim_help("head_dim"))]
-    pub head_dim: Option<usize>,
-    #[arg(long, help = dim_help("d_ff"))]
-    pub d_ff: Option<usize>,
-    #[arg(long, value_parser = parse_norm, help = dim_help("norm"))]
-    pub norm: Option<Norm>,
-    #[arg(long, value_enum, help = dim_help("position"))]
-    pub position: Option<PositionArg>,
-    #[arg(long, allow_negative_numbers = true, help = dim_help("init_std"))]
-    pub init_std: Option<f32>,
-    #[arg(long, help = dim_help("tau"))]
-    pub tau: Option<usize>,
-    #[arg(long, help = dim_help("expansion_bits"))]
-    pub expansion_bits: Option<usize>,
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", help = dim_help("block_gelu"))]
-    pub block_gelu: Option<bool>,
-    #[arg(long, allow_negative_numbers = true, help = dim_help("table_lr_mult"))]
-    pub table_lr_mult: Option<f32>,
-}
-
-/// A dimension flag's help: its architectures, then its setting's help text.
-fn dim_help(key: &str) -> String {
-    match Setting::find(key) {
-        Some(s) => {
-            let archs: Vec<&str> = s.archs.iter().map(|a| a.name()).collect();
-            format!("{} ({})", s.help, archs.join(", "))
-        }
-        None => String::new(),
-    }
-}
-
-fn parse_norm(s: &str) -> Result<Norm, String> {
-    match s {
-        "layernorm" => Ok(Norm::LayerNorm),
-        "rmsnorm" => Ok(Norm::RmsNorm),
-        _ => Err(format!("unknown norm `{s}`; use layernorm or rmsnorm")),
-    }
-}
-
-impl ModelDims {
-    /// Each dimension flag by the key of its setting in `models::settings`, and whether it was
-    /// given.
-    fn given(&self) -> [(&'static str, bool); 15] {
-        [
-            ("d_model", self.d_model.is_some()),
-            ("d_k", self.d_k.is_some()),
-            ("d_v", self.d_v.is_some()),
-            ("rank", self.rank.is_some()),
-            ("n_layers", self.layers.is_some()),
-            ("n_heads", self.heads.is_some()),
-            ("head_dim", self.head_dim.is_some()),
-            ("d_ff", self.d_ff.is_some()),
-            ("norm", self.norm.is_some()),
-            ("position", self.position.is_some()),
-            ("init_std", self.init_std.is_some()),
-            ("tau", self.tau.is_some()),
-            ("expansion_bits", self.expansion_bits.is_some()),
-            ("block_gelu", self.block_gelu.is_some()),
-            ("table_lr_mult", self.table_lr_mult.is_some()),
-        ]
-    }
-
-    /// Fails on the first dimension flag that `arch` has no use for, rather than ignoring it,
-    /// and lists the ones it has; which architecture has which comes from `models::settings`.
-    pub fn check_applies(&self, arch: Arch) -> anyhow::Result<()> {
-        let settings = self.given().map(|(key, set)| (Setting::find(key), set));
-        let Some((Some(setting), _)) = settings
-            .iter()
-            .find(|(s, set)| *set && s.is_some_and(|s| !s.applies(arch)))
-        else {
-            return Ok(());
-        };
-        let applies: Vec<String> = settings
-            .iter()
-            .filter_map(|(s, _)| s.filter(|s| s.applies(arch)))
-            .map(|s| format!("--{}", s.flag))
-            .collect();
-        let others: Vec<String> = setting.archs.iter().map(|a| format!("--arch {a}")).collect();
-        anyhow::bail!(
-            "--{} does not apply to --arch {arch} (it is for {}); the dimension flags of --arch {arch} are {}",
-            setting.flag,
-            others.join(" and "),
-            applies.join(", ")
-        )
-    }
-
-    pub fn transformer(&self, mut c: TransformerConfig) -> TransformerConfig {
-        c.d_model = self.d_model.unwrap_or(c.d_model);
-        c.n_layers = self.layers.unwrap_or(c.n_layers);
-        c.n_heads = self.heads.unwrap_or(c.n_heads);
-        c.head_dim = self.head_dim.unwrap_or(c.head_dim);
-        c.d_ff = self.d_ff.unwrap_or(c.d_ff);
-        c.norm = self.norm.unwrap_or(c.norm);
-        c.init_std = self.init_std.unwrap_or(c.init_std);
-        c
-    }
-
-    pub fn memoryformer(&self, mut c: MemoryFormerConfig) -> MemoryFormerConfig {
-        c.d_model = self.d_model.unwrap_or(c.d_model);
-        c.n_layers = self.layers.unwrap_or(c.n_layers);
-        c.n_heads = self.heads.unwrap_or(c.n_heads);
-        c.norm = self.norm.unwrap_or(c.norm);
-        c.embed_std = self.init_std.unwrap_or(c.embed_std);
-        let h = self.hashing(c.hashing());
-        (c.tau, c.expansion_bits, c.block_gelu, c.table_lr_mult) =
-            (h.tau, h.expansion_bits, h.block_gelu, h.table_lr_mult);
-        c
-    }
-
-    /// The flags every hashing model has.
-    fn hashing(&self, mut h: Hashing) -> Hashing {
-        h.tau = self.tau.unwrap_or(h.tau);
-        h.expansion_bits = self.expansion_bits.unwrap_or(h.expansion_bits);
-        h.block_gelu = self.block_gelu.unwrap_or(h.block_gelu);
-        h.table_lr_mult = self.table_lr_mult.unwrap_or(h.table_lr_mult);
-        h
-    }
-
-    /// The flags every residual-matrix model has.
-    fn trunk(&self, mut t: Trunk) -> Trunk {
-        t.d_k = self.d_k.unwrap_or(t.d_k);
-        t.d_v = self.d_v.unwrap_or(t.d_v);
-        t.rank = self.rank.unwrap_or(t.rank);
-        t.n_layers = self.layers.unwrap_or(t.n_layers);
-        t.norm = self.norm.unwrap_or(t.norm);
-        t.init_std = self.init_std.unwrap_or(t.init_std);
-        t.position = match self.position {
-            Some(PositionArg::Learned) => Position::Learned,
-            Some(PositionArg::Alibi) => Position::Alibi,
-            None => t.position,
-        };
-        t
-    }
-
-    pub fn rmt(&self, c: RmtConfig) -> RmtConfig {
-        RmtConfig::new(self.trunk(c.trunk()), self.d_ff.unwrap_or(c.d_ff))
-    }
-
-    pub fn hybrid(&self, c: HybridConfig) -> HybridConfig {
-        HybridConfig::new(self.trunk(c.trunk()), self.hashing(c.hashing()))
-    }
-
-    /// `c` with the flags that `c`'s architecture has applied.
-    pub fn apply(&self, c: ModelConfig) -> ModelConfig {
-        match c {
-            ModelConfig::Transformer(c) => ModelConfig::Transformer(self.transformer(c)),
-            ModelConfig::Rmt(c) => ModelConfig::Rmt(self.rmt(c)),
-            ModelConfig::MemoryFormer(c) => ModelConfig::MemoryFormer(self.memoryformer(c)),
-            ModelConfig::Hybrid(c) => ModelConfig::Hybrid(self.hybrid(c)),
-        }
-    }
-}
-
-/// A size flag as a TOML value: one past i64 cannot be a real size, so it becomes i64::MAX,
-/// which the size checks then refuse by name.
-fn int(v: usize) -> toml::Value {
-    toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
-}
-
-fn float(v: f32) -> toml::Value {
-    toml::Value::Float(f64::from(v))
-}
-
 /// `resmem train`: a preset (or `tiny-ARCH`), then `--config`, then the flags.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 pub struct TrainArgs {
     /// A starting point; `--list-presets` shows them. Default: tiny-ARCH (the copy task).
     #[arg(long)]
@@ -471,117 +274,34 @@ pub struct TrainArgs {
     /// Whether --backend was given (set by main): `--resume` moves a run only when it is.
     #[arg(skip)]
     pub backend_given: bool,
-    #[arg(long)]
-    pub steps: Option<usize>,
-    #[arg(long)]
-    pub batch: Option<usize>,
-    /// T: tokens per training window.
-    #[arg(long)]
-    pub seq_len: Option<usize>,
-    /// N: the model's context length (its position table, and the longest sample prompt).
-    #[arg(long)]
-    pub context: Option<usize>,
-    /// Peak learning rate.
-    #[arg(long, allow_negative_numbers = true)]
-    pub lr: Option<f32>,
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Linear warmup over this fraction of the steps.
-    #[arg(long, allow_negative_numbers = true)]
-    pub warmup_frac: Option<f32>,
-    /// The cosine decay ends at this fraction of the peak learning rate.
-    #[arg(long, allow_negative_numbers = true)]
-    pub min_lr_frac: Option<f32>,
-    #[arg(long, allow_negative_numbers = true)]
-    pub weight_decay: Option<f32>,
-    /// Clip the global gradient norm to this.
-    #[arg(long, allow_negative_numbers = true)]
-    pub grad_clip: Option<f32>,
-    /// Log the training loss every this many steps.
-    #[arg(long)]
-    pub log_every: Option<usize>,
-    /// Evaluate on held-out windows every this many steps (and at the end).
-    #[arg(long)]
-    pub eval_every: Option<usize>,
-    /// Batches of held-out windows per evaluation.
-    #[arg(long)]
-    pub eval_batches: Option<usize>,
-    /// Write a checkpoint every this many steps (and always at the end and on Ctrl-C).
-    #[arg(long)]
-    pub checkpoint_every: Option<usize>,
-    /// Keep the newest this many checkpoints.
-    #[arg(long)]
-    pub keep: Option<usize>,
+    /// The settings: model sizes, optimiser, schedule, data and cadence, from
+    /// `models::settings`.
     #[command(flatten)]
-    pub dims: ModelDims,
+    pub settings: SettingFlags<AllSettings>,
 }
 
 impl TrainArgs {
-    /// The model flags that were given, as (flag, the arch's config key, value).
-    pub fn model_flags(&self, arch: Arch) -> Vec<(&'static str, &'static str, toml::Value)> {
-        let d = &self.dims;
-        let text = |v: &str| toml::Value::String(v.to_string());
-        let init_key = if arch == Arch::MemoryFormer {
-            "embed_std"
-        } else {
-            "init_std"
-        };
-        let mut flags = vec![];
-        let mut push = |flag, key, value: Option<toml::Value>| {
-            if let Some(v) = value {
-                flags.push((flag, key, v));
+    /// Sets the flag `--FLAG` to `text` as `resmem train` would read it: a sweep's point is its
+    /// flags' text, read here rather than through a command line.
+    pub fn set(&mut self, flag: &str, text: &str) -> anyhow::Result<()> {
+        let bad = |what: &str| anyhow::anyhow!("--{flag} must be {what}, not \"{text}\"");
+        match flag {
+            "preset" => self.preset = Some(text.into()),
+            "config" => self.config = Some(text.into()),
+            "data" => self.data = Some(text.into()),
+            "arch" => {
+                let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+                self.arch = Some(Arch::parse(text).ok_or_else(|| bad(&format!("one of {}", names.join(", "))))?);
             }
-        };
-        for (flag, key, get) in SIZE_FLAGS {
-            push(flag, key, get(d).map(int));
+            "task" => self.task = Some(text.parse().map_err(|e: String| anyhow::anyhow!("--task: {e}"))?),
+            "doc-mask" => self.doc_mask = Some(text.parse().map_err(|_| bad("true or false"))?),
+            "backend" => self.backend = BackendKind::from_str(text, true).map_err(|_| bad("cpu or gpu"))?,
+            _ => match Setting::of_flag(flag) {
+                Some(s) => self.settings.set(s, text.to_string()),
+                None => anyhow::bail!("`{flag}` is not a `resmem train` flag a run can set"),
+            },
         }
-        push("context", "seq_len", self.context.map(int));
-        push("init-std", init_key, d.init_std.map(float));
-        push("expansion-bits", "expansion_bits", d.expansion_bits.map(int));
-        push("block-gelu", "block_gelu", d.block_gelu.map(toml::Value::Boolean));
-        push("table-lr-mult", "table_lr_mult", d.table_lr_mult.map(float));
-        push(
-            "norm",
-            "norm",
-            d.norm
-                .map(|n| text(if n == Norm::LayerNorm { "layernorm" } else { "rmsnorm" })),
-        );
-        push(
-            "position",
-            "position",
-            d.position
-                .map(|p| text(if p == PositionArg::Learned { "learned" } else { "alibi" })),
-        );
-        flags
-    }
-
-    /// The optimiser, schedule and cadence flags that were given, as (section, key, value).
-    pub fn run_flags(&self) -> Vec<(&'static str, &'static str, toml::Value)> {
-        let mut flags = vec![];
-        let mut push = |section, key, value: Option<toml::Value>| {
-            if let Some(v) = value {
-                flags.push((section, key, v));
-            }
-        };
-        push("train", "steps", self.steps.map(int));
-        push("train", "batch", self.batch.map(int));
-        push("train", "lr", self.lr.map(float));
-        push(
-            "train",
-            "seed",
-            self.seed
-                .map(|s| toml::Value::Integer(i64::try_from(s).unwrap_or(i64::MAX))),
-        );
-        push("train", "warmup_frac", self.warmup_frac.map(float));
-        push("train", "min_lr_frac", self.min_lr_frac.map(float));
-        push("train", "weight_decay", self.weight_decay.map(float));
-        push("train", "max_grad_norm", self.grad_clip.map(float));
-        push("cadence", "log_every", self.log_every.map(int));
-        push("cadence", "eval_every", self.eval_every.map(int));
-        push("cadence", "eval_batches", self.eval_batches.map(int));
-        push("cadence", "checkpoint_every", self.checkpoint_every.map(int));
-        push("cadence", "keep", self.keep.map(int));
-        flags
+        Ok(())
     }
 }
 
@@ -617,7 +337,7 @@ pub struct PaperDims {
     #[arg(long)]
     pub preset: Option<String>,
     #[command(flatten)]
-    pub dims: ModelDims,
+    pub dims: SettingFlags<ModelSettings>,
     /// V
     #[arg(long)]
     pub vocab: Option<usize>,
@@ -635,7 +355,11 @@ impl PaperDims {
     /// The model --arch and --preset name, then the dimension flags, --vocab and --seq-len;
     /// not validated, so that a count can name the setting that overflows first.
     pub fn config(&self) -> anyhow::Result<ModelConfig> {
-        let mut c = self.dims.apply(self.preset_config()?);
+        let model = match self.dims.overrides(self.arch)?.remove("model") {
+            Some(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        };
+        let mut c = self.preset_config()?.merged(&model)?;
         if let Some(v) = self.vocab {
             c.set_vocab(v);
         }

@@ -98,11 +98,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if t.out.is_some() || t.resume.is_some() || t.list_presets {
         bail!("resmem bench writes no run directory: drop --out, --resume and --list-presets");
     }
-    let steps = t.steps.unwrap_or(DEFAULT_STEPS);
+    // --steps is the timed steps here, not the schedule's.
+    let steps = match t.settings.get("train", "steps") {
+        Some(text) => text
+            .parse::<usize>()
+            .map_err(|_| anyhow::anyhow!("--steps must be a whole number, not \"{text}\""))?,
+        None => DEFAULT_STEPS,
+    };
     if steps == 0 {
         bail!("--steps must be at least 1: the number of timed steps");
     }
-    let mut cfg = crate::train::resolve(t)?;
+    let mut cfg = crate::resolve::resolve(t)?;
     // The schedule runs over every step taken, so no step has a zero learning rate.
     cfg.train.steps = args.warmup.checked_add(steps).ok_or_else(|| {
         anyhow::anyhow!(

@@ -1,7 +1,7 @@
 //! Reading a run back: its config.toml, and the parameters of a checkpoint or its model file.
 
+use crate::resolve::read_config;
 use crate::run_dir::{checkpoints_in, CONFIG_FILE, MODEL_FILE};
-use crate::train::read_config;
 use anyhow::{bail, Context, Result};
 use models::{checkpoint, ParamLayout, RunConfig};
 use std::path::{Path, PathBuf};

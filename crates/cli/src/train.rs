@@ -3,12 +3,13 @@
 
 use crate::args::{BackendKind, TrainArgs};
 use crate::console::{say, warn, Console};
+use crate::resolve::{read_config, refuse_overrides, resolve};
 use crate::run_dir::{self, RunDir, BACKEND_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
 use crate::source;
 use anyhow::{anyhow, bail, Context, Result};
 use engine::Backend;
 use models::checkpoint::{self, TrainState};
-use models::{DataConfig, Purpose, RunConfig, Trainer};
+use models::{Purpose, RunConfig, Trainer};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -160,174 +161,6 @@ pub fn check_stop(what: &str) -> Result<()> {
         bail!("interrupted during {what}");
     }
     Ok(())
-}
-
-/// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
-fn refuse_overrides(args: &TrainArgs) -> Result<()> {
-    let mut changed: Vec<String> = args
-        .model_flags(models::Arch::Rmt)
-        .iter()
-        .chain(args.model_flags(models::Arch::MemoryFormer).iter())
-        .map(|(f, _, _)| *f)
-        .chain(args.run_flags().iter().map(|(_, k, _)| *k))
-        .map(|f| {
-            format!(
-                "--{}",
-                if f == "max_grad_norm" {
-                    "grad-clip".into()
-                } else {
-                    f.replace('_', "-")
-                }
-            )
-        })
-        .chain(args.arch.map(|_| "--arch".to_string()))
-        .chain(args.task.map(|_| "--task".to_string()))
-        .chain(args.data.as_ref().map(|_| "--data".to_string()))
-        .chain(args.seq_len.map(|_| "--seq-len".to_string()))
-        .collect();
-    changed.sort();
-    changed.dedup();
-    if !changed.is_empty() {
-        bail!(
-            "--resume continues the run with its own config.toml, so {} cannot be changed; \
-             start a new run with --config DIR/config.toml and the changes instead",
-            changed.join(", ")
-        );
-    }
-    Ok(())
-}
-
-pub fn read_config(path: &Path) -> Result<RunConfig> {
-    let text = data::read_text(path).with_context(|| format!("cannot read {}", path.display()))?;
-    RunConfig::from_toml(&text).with_context(|| format!("{} is not a valid run config", path.display()))
-}
-
-/// The preset (or tiny-ARCH), then `--config`, then the flags.
-pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
-    let file: Option<toml::Table> = match &args.config {
-        Some(path) => {
-            let text = data::read_text(path).with_context(|| format!("cannot read the config {}", path.display()))?;
-            Some(toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?)
-        }
-        None => None,
-    };
-    let file_preset = match file.as_ref().and_then(|f| f.get("preset")) {
-        Some(toml::Value::String(s)) => Some(s.clone()),
-        Some(_) => bail!("`preset` in the config file must be a string"),
-        None => None,
-    };
-    let file_arch = file
-        .as_ref()
-        .and_then(|f| f.get("model"))
-        .and_then(|m| m.get("arch"))
-        .and_then(|a| a.as_str())
-        .map(str::to_string);
-    let arch = args.arch.map(|a| a.name());
-    if let (Some(flag), Some(file), Some(path)) = (arch, file_arch.as_deref(), &args.config) {
-        if flag != file {
-            bail!(
-                "{} sets [model] arch = \"{file}\" but --arch is {flag}; drop one of them",
-                path.display()
-            );
-        }
-    }
-    let preset = args
-        .preset
-        .clone()
-        .or(file_preset)
-        .unwrap_or_else(|| format!("tiny-{}", arch.or(file_arch.as_deref()).unwrap_or("transformer")));
-    let mut cfg = RunConfig::preset(&preset)?;
-    if let Some(mut file) = file {
-        file.remove("preset");
-        cfg = cfg.merged(&file).with_context(|| {
-            format!(
-                "in {}",
-                args.config
-                    .as_deref()
-                    .map(Path::display)
-                    .map(|d| d.to_string())
-                    .unwrap_or_default()
-            )
-        })?;
-    }
-    if let Some(arch) = arch {
-        if arch != cfg.arch().name() {
-            bail!(
-                "the preset `{preset}` is a {} model, not --arch {arch}; drop --arch or choose a {arch} preset \
-                 (`resmem train --list-presets`)",
-                cfg.arch()
-            );
-        }
-    }
-    let arch = cfg.arch();
-    let mut over = toml::Table::new();
-    let mut model = toml::Table::new();
-    let known = toml::Table::try_from(&cfg.model)?;
-    // A size flag past i64 arrives as i64::MAX (see args::int): no real size is that large.
-    let too_large = |flag: &str, value: &toml::Value| -> Result<()> {
-        if *value == toml::Value::Integer(i64::MAX) {
-            bail!("--{flag} is too large: it must be at most {}", i64::MAX - 1);
-        }
-        Ok(())
-    };
-    for (flag, key, value) in args.model_flags(arch) {
-        too_large(flag, &value)?;
-        if !known.contains_key(key) {
-            bail!("--{flag} does not apply to --arch {arch}; {arch} models have no {key}");
-        }
-        model.insert(key.into(), value);
-    }
-    over.insert("model".into(), model.into());
-    for (section, key, value) in args.run_flags() {
-        too_large(&key.replace('_', "-"), &value)?;
-        if let toml::Value::Table(t) = over.entry(section).or_insert_with(|| toml::Table::new().into()) {
-            t.insert(key.into(), value);
-        }
-    }
-    if args.seed.is_some_and(|s| s > i64::MAX as u64) {
-        bail!("--seed must be at most {}", i64::MAX);
-    }
-    cfg = cfg.merged(&over)?;
-    let t = args.seq_len.unwrap_or(cfg.data.seq_len());
-    let doc_mask = args.doc_mask.unwrap_or(match &cfg.data {
-        DataConfig::Text { doc_mask, .. } | DataConfig::Tokens { doc_mask, .. } => *doc_mask,
-        DataConfig::Task { .. } => false,
-    });
-    if args.doc_mask == Some(true) && args.task.is_some() {
-        bail!("--doc-mask applies to text corpora; a --task has no documents to mask apart");
-    }
-    cfg.data = match (&args.task, &args.data, cfg.data) {
-        (Some(task), _, _) => DataConfig::Task {
-            task: *task,
-            seq_len: t,
-        },
-        (None, None, DataConfig::Task { .. }) if args.doc_mask == Some(true) => {
-            bail!("--doc-mask applies to text corpora; give --data DIR")
-        }
-        (None, Some(path), _) => DataConfig::Text {
-            path: path.clone(),
-            // meta.json alone: the run opens (and checks) the tokens once, later.
-            tokenizer: data::Meta::read(path)
-                .with_context(|| format!("cannot use --data {}", path.display()))?
-                .tokenizer,
-            seq_len: t,
-            doc_mask,
-        },
-        (None, None, DataConfig::Task { task, .. }) => DataConfig::Task { task, seq_len: t },
-        (None, None, DataConfig::Text { path, tokenizer, .. }) => DataConfig::Text {
-            path,
-            tokenizer,
-            seq_len: t,
-            doc_mask,
-        },
-        (None, None, DataConfig::Tokens { path, tokenizer, .. }) => DataConfig::Tokens {
-            path,
-            tokenizer,
-            seq_len: t,
-            doc_mask,
-        },
-    };
-    Ok(cfg)
 }
 
 /// A run whose config is final (its vocabulary set, validated) and whose sizes were checked.

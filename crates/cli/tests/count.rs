@@ -27,15 +27,14 @@ fn counts_that_overflow_name_the_setting() {
     );
     let err = fails(&["count", "--arch", "rmt", "--d-k", "1000000000000000", "--json"]);
     assert!(err.contains("overflow"), "{err}");
-    for (arch, flag) in [
-        ("transformer", "--seq-len"),
-        ("rmt", "--seq-len"),
-        ("rmt", "--d-k"),
-        ("hybrid", "--seq-len"),
-        ("hybrid", "--d-k"),
-    ] {
-        let err = fails(&["count", "--arch", arch, flag, "18446744073709551615"]);
-        assert!(err.contains("overflow"), "{arch} {flag}: {err}");
+    for arch in ["transformer", "rmt", "hybrid"] {
+        let err = fails(&["count", "--arch", arch, "--seq-len", "18446744073709551615"]);
+        assert!(err.contains("overflow"), "{arch}: {err}");
+    }
+    // A setting past i64 (TOML's integers) is refused as it is read, by its flag.
+    for arch in ["rmt", "hybrid"] {
+        let err = fails(&["count", "--arch", arch, "--d-k", "18446744073709551615"]);
+        assert!(err.contains("--d-k is too large"), "{arch}: {err}");
     }
     let err = fails(&[
         "count",

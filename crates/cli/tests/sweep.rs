@@ -206,7 +206,7 @@ fn bad_sweeps_are_refused_before_anything_trains() {
         ),
         (
             &["sweep", "--set", "lr=fast", "--task", "copy", "--out", o],
-            "invalid value 'fast'",
+            "--lr must be a number, not \"fast\"",
         ),
         (&["sweep", "--quick", "--out", o], "experiment file"),
         (

@@ -448,7 +448,7 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
         ),
         (
             &["train", "--backend", "cpu", "--seq-len", "18446744073709551615"],
-            "T =",
+            "--seq-len is too large",
         ),
         (
             &[

@@ -62,11 +62,19 @@ const fn off_page(s: Setting) -> Setting {
     Setting { on_page: false, ..s }
 }
 
-const fn run(table: &'static str, key: &'static str, label: &'static str, kind: Kind, help: &'static str) -> Setting {
+/// A setting of the run's `train`, `data` or `cadence` table; its flag is its key with dashes.
+const fn run(
+    table: &'static str,
+    key: &'static str,
+    flag: &'static str,
+    label: &'static str,
+    kind: Kind,
+    help: &'static str,
+) -> Setting {
     Setting {
         key,
         table,
-        flag: key,
+        flag,
         label,
         kind,
         archs: ALL,
@@ -184,40 +192,132 @@ pub const SETTINGS: &[Setting] = &[
         HASHED,
         "the hash tables learn at this multiple of the learning rate (MemoryFormer paper Table 4; 3)",
     )),
+    off_page(model(
+        "seq_len",
+        "context",
+        "N",
+        Kind::Whole,
+        ALL,
+        "the model's context length: its position table, and the longest sample prompt",
+    )),
     run(
         "train",
+        "lr",
         "lr",
         "learning rate",
         Kind::Number,
         "AdamW's peak learning rate",
     ),
-    run("train", "batch", "batch", Kind::Whole, "sequences a step"),
+    run("train", "batch", "batch", "batch", Kind::Whole, "sequences a step"),
     run(
         "data",
         "seq_len",
+        "seq-len",
         "T",
         Kind::Whole,
-        "tokens a sequence (the model's context follows it)",
+        "tokens a training window (on the page the model's context follows it)",
     ),
-    run("train", "steps", "steps", Kind::Whole, "steps of the schedule"),
+    run("train", "steps", "steps", "steps", Kind::Whole, "steps of the schedule"),
     run(
         "train",
+        "seed",
         "seed",
         "seed",
         Kind::Whole,
         "the weights' and the batches' seed",
     ),
+    off_page(run(
+        "train",
+        "warmup_frac",
+        "warmup-frac",
+        "warmup",
+        Kind::Number,
+        "linear warmup over this fraction of the steps",
+    )),
+    off_page(run(
+        "train",
+        "min_lr_frac",
+        "min-lr-frac",
+        "final lr ×",
+        Kind::Number,
+        "the cosine decay ends at this fraction of the peak learning rate",
+    )),
+    off_page(run(
+        "train",
+        "weight_decay",
+        "weight-decay",
+        "weight decay",
+        Kind::Number,
+        "AdamW's decoupled weight decay",
+    )),
+    off_page(run(
+        "train",
+        "max_grad_norm",
+        "grad-clip",
+        "gradient clip",
+        Kind::Number,
+        "clip the global gradient norm to this",
+    )),
+    off_page(run(
+        "cadence",
+        "log_every",
+        "log-every",
+        "log every",
+        Kind::Whole,
+        "log the training loss every this many steps",
+    )),
+    off_page(run(
+        "cadence",
+        "eval_every",
+        "eval-every",
+        "evaluate every",
+        Kind::Whole,
+        "evaluate on held-out windows every this many steps (and at the end)",
+    )),
+    off_page(run(
+        "cadence",
+        "eval_batches",
+        "eval-batches",
+        "held-out batches",
+        Kind::Whole,
+        "batches of held-out windows per evaluation",
+    )),
+    off_page(run(
+        "cadence",
+        "checkpoint_every",
+        "checkpoint-every",
+        "checkpoint every",
+        Kind::Whole,
+        "write a checkpoint every this many steps (and always at the end and on Ctrl-C)",
+    )),
+    off_page(run(
+        "cadence",
+        "keep",
+        "keep",
+        "checkpoints kept",
+        Kind::Whole,
+        "keep the newest this many checkpoints",
+    )),
 ];
 
 impl Setting {
-    pub fn find(key: &str) -> Option<&'static Setting> {
-        SETTINGS.iter().find(|s| s.key == key)
+    /// The setting of `table` under `key`.
+    pub fn find(table: &str, key: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|s| s.table == table && s.key == key)
     }
 
-    /// The setting of the model's table that `flag` (with or without `--`) sets.
+    /// The setting that `flag` (with or without `--`, with `_` or `-`) sets.
     pub fn of_flag(flag: &str) -> Option<&'static Setting> {
-        let flag = flag.trim_start_matches("--");
-        SETTINGS.iter().find(|s| s.table == "model" && s.flag == flag)
+        let flag = flag.trim_start_matches("--").replace('_', "-");
+        SETTINGS.iter().find(|s| s.flag == flag)
+    }
+
+    /// Its key in `arch`'s config: the MemoryFormer's `init_std` is its `embed_std`.
+    pub fn key_in(&self, arch: Arch) -> &'static str {
+        match (self.table, self.key, arch) {
+            ("model", "init_std", Arch::MemoryFormer) => "embed_std",
+            _ => self.key,
+        }
     }
 
     pub fn applies(&self, arch: Arch) -> bool {
@@ -232,19 +332,27 @@ impl Setting {
         }
     }
 
-    /// The text as a TOML value, or a message that names the setting.
+    /// The text as a TOML value, or a message that names the setting by its label.
     pub fn parse(&self, text: &str) -> Result<toml::Value, String> {
+        self.parse_named(text, self.label)
+    }
+
+    /// The text as a TOML value, or a message that names the setting as `name` (its label on
+    /// the page, its flag on the command line). Ranges, finiteness included, are the config's
+    /// to check: its validation names the key and the range.
+    pub fn parse_named(&self, text: &str, name: &str) -> Result<toml::Value, String> {
         let text = text.trim();
-        let bad = |what: &str| format!("{} must be {what}, not \"{text}\"", self.label);
+        let bad = |what: &str| format!("{name} must be {what}, not \"{text}\"");
         match self.kind {
-            Kind::Whole => text
-                .parse::<u32>()
-                .map(|v| toml::Value::Integer(v.into()))
-                .map_err(|_| bad("a whole number")),
-            Kind::Number => match text.parse::<f64>() {
-                Ok(v) if v.is_finite() => Ok(toml::Value::Float(v)),
-                _ => Err(bad("a number")),
+            // Sizes are i64 in TOML; one past that cannot be a real size.
+            Kind::Whole => match text.parse::<u64>() {
+                Ok(v) => match i64::try_from(v) {
+                    Ok(v) if v < i64::MAX => Ok(toml::Value::Integer(v)),
+                    _ => Err(format!("{name} is too large: it must be at most {}", i64::MAX - 1)),
+                },
+                Err(_) => Err(bad("a whole number")),
             },
+            Kind::Number => text.parse::<f64>().map(toml::Value::Float).map_err(|_| bad("a number")),
             Kind::Choice(options) => match options.contains(&text) {
                 true => Ok(toml::Value::String(text.into())),
                 false => Err(bad(&format!("one of {}", options.join(", ")))),
@@ -255,6 +363,18 @@ impl Setting {
                 .map_err(|_| bad("true or false")),
         }
     }
+}
+
+/// Settings given by name, as the partial config that `RunConfig::merged` checks like a user's
+/// TOML file: `{ model: { d_k: 8 }, train: { lr: 0.01 } }`, each under its key in `arch`'s config.
+pub fn overrides<'a>(arch: Arch, given: impl IntoIterator<Item = (&'a Setting, toml::Value)>) -> toml::Table {
+    let mut over = toml::Table::new();
+    for (s, value) in given {
+        if let toml::Value::Table(t) = over.entry(s.table).or_insert_with(|| toml::Table::new().into()) {
+            t.insert(s.key_in(arch).into(), value);
+        }
+    }
+    over
 }
 
 /// A config value as a setting shows it.
@@ -282,10 +402,7 @@ mod tests {
             let value = toml::Value::try_from(&cfg.model).unwrap();
             let keys = value.as_table().unwrap();
             for s in SETTINGS.iter().filter(|s| s.table == "model") {
-                let key = match (arch, s.key) {
-                    (Arch::MemoryFormer, "init_std") => "embed_std",
-                    (_, k) => k,
-                };
+                let key = s.key_in(arch);
                 assert_eq!(
                     keys.contains_key(key),
                     s.applies(arch),
@@ -301,8 +418,12 @@ mod tests {
     #[test]
     fn flags_and_keys_are_unique_and_tiny_presets_exist() {
         for (i, s) in SETTINGS.iter().enumerate() {
+            // The page finds its controls by key: one of them per key.
+            let on_page_twice = |o: &Setting| o.on_page && s.on_page && o.key == s.key;
             assert!(
-                SETTINGS[..i].iter().all(|o| o.key != s.key && o.flag != s.flag),
+                SETTINGS[..i]
+                    .iter()
+                    .all(|o| (o.table, o.key) != (s.table, s.key) && o.flag != s.flag && !on_page_twice(o)),
                 "{}",
                 s.key
             );

@@ -64,29 +64,27 @@ impl Setup {
     /// The run config: the preset with every control merged on top, checked like a user's
     /// config file. The model's context N follows T.
     pub fn config(&self) -> Result<RunConfig, String> {
-        let mut tables: BTreeMap<&str, toml::Table> = BTreeMap::new();
+        let mut given = vec![];
         for (key, text) in &self.values {
             let control = control(key).ok_or_else(|| format!("no setting named {key}"))?;
-            tables
-                .entry(control.table)
-                .or_default()
-                .insert(key.to_string(), control.parse(text)?);
+            given.push((control, control.parse(text)?));
         }
-        let data = tables.entry("data").or_default();
+        let mut overrides = models::settings::overrides(self.arch, given);
+        let mut table = |name: &str| match overrides.remove(name) {
+            Some(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        };
+        let (mut data, mut model) = (table("data"), table("model"));
         if let Dataset::Task(task) = self.data {
             data.insert("task".into(), toml::Value::String(task.name().into()));
         }
-        let t = data.get("seq_len").cloned();
-        let model = tables.entry("model").or_default();
-        if let Some(t) = t {
-            model.insert("seq_len".into(), t);
+        if let Some(t) = data.get("seq_len") {
+            model.insert("seq_len".into(), t.clone());
         }
         let vocab = self.data.tokenizer().vocab();
         model.insert("vocab".into(), toml::Value::Integer(vocab as i64));
-        let overrides: toml::Table = tables
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), toml::Value::Table(v)))
-            .collect();
+        overrides.insert("data".into(), data.into());
+        overrides.insert("model".into(), model.into());
         let mut cfg = tiny_preset(self.arch).merged(&overrides).map_err(|e| e.to_string())?;
         if let (Some(dir), Dataset::Shakespeare(tokenizer)) = (self.data.corpus_dir(), self.data) {
             cfg.data = DataConfig::Text {

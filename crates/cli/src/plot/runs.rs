@@ -28,7 +28,7 @@ pub(super) struct Run {
 
 impl Run {
     pub(super) fn read(dir: &Path) -> Result<Self> {
-        let cfg = crate::train::read_config(&dir.join(CONFIG_FILE))?;
+        let cfg = crate::resolve::read_config(&dir.join(CONFIG_FILE))?;
         let rows = read_metrics(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),

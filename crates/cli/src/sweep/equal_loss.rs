@@ -4,7 +4,6 @@
 
 use super::summary::{read_metrics, PointSummary, Summary};
 use crate::run_dir::{CONFIG_FILE, METRICS_FILE};
-use crate::train;
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,7 +38,7 @@ pub(super) type Curve = Vec<(f64, f64)>;
 /// A point's validation curve.
 pub(super) fn curve(out: &Path, p: &PointSummary) -> Result<Curve> {
     let dir = out.join(&p.dir);
-    let cfg = train::read_config(&dir.join(CONFIG_FILE))?;
+    let cfg = crate::resolve::read_config(&dir.join(CONFIG_FILE))?;
     let per_step = (cfg.train.batch * cfg.data.seq_len()) as f64;
     let rows = read_metrics(&dir.join(METRICS_FILE))?;
     Ok(rows

@@ -1,12 +1,12 @@
 //! A point's `resmem train` flags: their names, checked against `resmem train`'s own; the
 //! flags every point shares; and a point's flags resolved, as `resmem train` would, into its
-//! arguments and config.
+//! arguments and config, without a command line: its settings become TOML overrides.
 
 use super::experiment::Experiment;
 use super::points::Point;
 use crate::args::TrainArgs;
-use crate::train;
-use anyhow::{anyhow, bail, Result};
+use crate::resolve::resolve;
+use anyhow::{bail, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, Parser};
 use models::RunConfig;
@@ -116,41 +116,25 @@ pub(super) fn base_flags(experiment: &Experiment, matches: &ArgMatches) -> Resul
     Ok((flags, given))
 }
 
-/// The point's `resmem train` arguments and its config, resolved as `resmem train` would.
+/// The point's `resmem train` arguments and its config, resolved as `resmem train` resolves
+/// its own: each flag read as that command reads it, the settings as TOML overrides.
 pub(super) fn resolved(p: &Point, out: &Path) -> Result<(TrainArgs, RunConfig)> {
-    let dir = out.join(p.dir_name());
-    // The path stays an OsString: a directory whose name is not UTF-8 is still that directory.
-    let mut argv: Vec<std::ffi::OsString> = vec!["resmem train".into()];
-    for (f, v) in &p.flags {
-        argv.push(format!("--{f}").into());
-        argv.push(v.into());
+    let mut args = TrainArgs {
+        out: Some(out.join(p.dir_name())),
+        ..TrainArgs::default()
+    };
+    for (flag, text) in &p.flags {
+        args.set(flag, text)?;
     }
-    argv.push("--out".into());
-    argv.push(dir.into_os_string());
-    // clap's first line says it all; its usage hint would name `resmem train`'s --help.
-    let cli = TrainCli::try_parse_from(&argv).map_err(|e| {
-        let text = e.to_string();
-        anyhow!(
-            "{}",
-            text.lines().next().unwrap_or_default().trim_start_matches("error: ")
-        )
-    })?;
-    let cfg = train::resolve(&cli.args)?;
-    Ok((cli.args, cfg))
+    let cfg = resolve(&args)?;
+    Ok((args, cfg))
 }
 
 /// `args` turned into the resumption of the run in `dir` (only the backend carries over).
-pub(super) fn resume_args(args: &TrainArgs, dir: &Path) -> Result<TrainArgs> {
-    let backend = match args.backend {
-        crate::args::BackendKind::Cpu => "cpu",
-        crate::args::BackendKind::Gpu => "gpu",
-    };
-    let argv: [std::ffi::OsString; 5] = [
-        "resmem train".into(),
-        "--resume".into(),
-        dir.into(),
-        "--backend".into(),
-        backend.into(),
-    ];
-    Ok(TrainCli::try_parse_from(argv)?.args)
+pub(super) fn resume_args(args: &TrainArgs, dir: &Path) -> TrainArgs {
+    TrainArgs {
+        resume: Some(dir.to_path_buf()),
+        backend: args.backend,
+        ..TrainArgs::default()
+    }
 }

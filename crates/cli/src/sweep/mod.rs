@@ -245,7 +245,7 @@ fn train_point(
     }
     say(&format!("{progress} {}", p.label()));
     let args = match state {
-        State::Resume => resume_args(&train_args, dir)?,
+        State::Resume => resume_args(&train_args, dir),
         _ => train_args,
     };
     match train::run(args) {
@@ -272,7 +272,7 @@ fn state(dir: &Path, cfg: &RunConfig) -> Result<State> {
     if !config.is_file() {
         return Ok(State::New);
     }
-    let mut existing = train::read_config(&config)?;
+    let mut existing = crate::resolve::read_config(&config)?;
     // V follows the data and is set when training starts.
     let mut wanted = cfg.clone();
     wanted.set_vocab(existing.vocab());

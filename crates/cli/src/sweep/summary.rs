@@ -7,7 +7,6 @@ use super::points::Point;
 use super::variance::{PointVariance, VarianceRow};
 use super::{compare, matching, tune, COMPARISONS_CSV, SUMMARY_CSV, SUMMARY_JSON};
 use crate::run_dir::{CONFIG_FILE, METRICS_FILE};
-use crate::train;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -105,7 +104,7 @@ pub(super) fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSu
         params_vs_reference: None,
         flops_vs_reference: None,
     };
-    let Ok(cfg) = train::read_config(&dir.join(CONFIG_FILE)) else {
+    let Ok(cfg) = crate::resolve::read_config(&dir.join(CONFIG_FILE)) else {
         return Ok(s);
     };
     let t = cfg.data.seq_len();

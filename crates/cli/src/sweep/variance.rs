@@ -3,7 +3,6 @@
 
 use super::summary::{PointSummary, Summary};
 use crate::run_dir::CONFIG_FILE;
-use crate::train;
 use anyhow::Result;
 use models::probes::{Layer, Measured, Op};
 use models::variance::{self, InitScheme};
@@ -53,7 +52,7 @@ pub(super) fn variance_rows(out: &Path, summary: &Summary) -> Result<Vec<Varianc
     for g in groups {
         let points: Vec<&PointSummary> = summary.points.iter().filter(|p| group(p) == g).collect();
         let Some(first) = points.first() else { continue };
-        let cfg = train::read_config(&out.join(&first.dir).join(CONFIG_FILE))?;
+        let cfg = crate::resolve::read_config(&out.join(&first.dir).join(CONFIG_FILE))?;
         let Some(closed) = variance::closed_form(&cfg.model, InitScheme::Default) else {
             continue;
         };

@@ -4,7 +4,17 @@
 
 use super::RunConfig;
 use crate::{ModelError, Result};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// `value` with `overrides` merged on top, read back through TOML text so that a wrong type is
+/// reported with its key and line.
+pub(super) fn merged<T: Serialize + DeserializeOwned>(value: &T, overrides: &toml::Table) -> Result<T> {
+    let mut table = to_table(value)?;
+    merge(&mut table, overrides, "")?;
+    let text = toml::to_string(&table).map_err(|e| ModelError::Config(e.to_string()))?;
+    toml::from_str(&text).map_err(|e: toml::de::Error| ModelError::Config(format!("in the merged config: {e}")))
+}
 
 /// A value as a TOML table, through JSON so that f32s keep their shortest decimal form.
 pub(super) fn to_table<T: Serialize>(value: &T) -> Result<toml::Table> {

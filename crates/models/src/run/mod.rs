@@ -20,7 +20,7 @@ pub use training_presets::{presets, Preset, SHAKESPEARE_BYTES, SHAKESPEARE_GPT2}
 use crate::memory::Purpose;
 use crate::{LanguageModel, ModelConfig, ModelError, Result, TrainConfig};
 use engine::Backend;
-use merge::{merge, to_table};
+use merge::to_table;
 use serde::{Deserialize, Serialize};
 
 /// How often the loop logs, evaluates and checkpoints; none of it changes the numbers.
@@ -147,11 +147,7 @@ impl RunConfig {
     /// Every key of `overrides` must exist in this config: a key the chosen architecture does
     /// not have is an error that names it.
     pub fn merged(&self, overrides: &toml::Table) -> Result<RunConfig> {
-        let mut table = to_table(self)?;
-        merge(&mut table, overrides, "")?;
-        // Through text, so that a wrong type is reported with its key and line.
-        let text = toml::to_string(&table).map_err(|e| ModelError::Config(e.to_string()))?;
-        toml::from_str(&text).map_err(|e: toml::de::Error| ModelError::Config(format!("in the merged config: {e}")))
+        merge::merged(self, overrides)
     }
 
     /// Builds the model this config describes for (B, T) batches: for training (initialised

@@ -18,6 +18,12 @@ impl ModelConfig {
         }
     }
 
+    /// This model with `overrides` (a partial `[model]` table, keys as its config names them)
+    /// merged on top, checked as `RunConfig::merged` checks a run's.
+    pub fn merged(&self, overrides: &toml::Table) -> Result<ModelConfig> {
+        super::merge::merged(self, overrides)
+    }
+
     /// The weight of the z-loss, which every architecture has.
     pub fn z_loss(&self) -> f32 {
         match self {
