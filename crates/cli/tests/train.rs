@@ -338,7 +338,14 @@ fn sigkill_during_checkpoint_writes_never_loses_or_corrupts_a_checkpoint() {
             c.args(args).arg("--out").arg(&cut);
         }
         let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(60..400)));
+        // Killed at a random moment once it has trained a step, however slow a loaded machine
+        // makes its start: a kill timed by the wall clock alone could land before the resume.
+        let logged = |dir: &Path| std::fs::metadata(dir.join("metrics.jsonl")).map_or(0, |m| m.len());
+        let before = logged(&cut);
+        while logged(&cut) <= before && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
         if child.try_wait().unwrap().is_some() {
             break; // it finished before the kill
         }
