@@ -44,18 +44,28 @@ impl Arch {
 
     /// Each token's residual is a D_k×D_v matrix, read by retrievals and written by storages.
     pub fn has_residual_matrix(self) -> bool {
-        matches!(self, Arch::Rmt | Arch::Hybrid)
+        // Every arm named, so that a new architecture must say.
+        match self {
+            Arch::Rmt | Arch::Hybrid => true,
+            Arch::Transformer | Arch::MemoryFormer => false,
+        }
     }
 
     /// Its storages and retrievals (the transformer's linear maps in their places) have
     /// variance probes and a closed form.
     pub fn has_variance(self) -> bool {
-        matches!(self, Arch::Transformer | Arch::Rmt | Arch::Hybrid)
+        match self {
+            Arch::Transformer | Arch::Rmt | Arch::Hybrid => true,
+            Arch::MemoryFormer => false,
+        }
     }
 
     /// It has hash tables whose bucket use can be read.
     pub fn has_hash_tables(self) -> bool {
-        matches!(self, Arch::MemoryFormer | Arch::Hybrid)
+        match self {
+            Arch::MemoryFormer | Arch::Hybrid => true,
+            Arch::Transformer | Arch::Rmt => false,
+        }
     }
 
     /// The training preset `--arch` alone starts from: the copy task.

@@ -83,7 +83,7 @@ impl ModelConfig {
 
     /// Whether the model has hash tables whose bucket use can be read (`hashed_layers`).
     pub fn has_hash_tables(&self) -> bool {
-        matches!(self, ModelConfig::MemoryFormer(_) | ModelConfig::Hybrid(_))
+        self.arch().has_hash_tables()
     }
 
     /// Builds the model for (B, T) batches: for training, initialised from `seed`, or forward
