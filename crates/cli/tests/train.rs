@@ -244,12 +244,8 @@ fn interrupt(args: &[String], out: &Path, rows: usize, signal: &str) -> Output {
 #[test]
 fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
     for (backend, steps) in [("cpu", 40), ("gpu", 16)] {
-        for (arch, signal) in [
-            ("transformer", "-TERM"),
-            ("rmt", "-INT"),
-            ("memoryformer", "-TERM"),
-            ("hybrid", "-INT"),
-        ] {
+        for (i, arch) in models::Arch::ALL.iter().map(|a| a.name()).enumerate() {
+            let signal = ["-TERM", "-INT"][i % 2];
             let dir = tempfile::tempdir().unwrap();
             let args: Vec<String> = [
                 "train",
