@@ -3,6 +3,7 @@
 //! and the training step, the counters and the variance analysis.
 
 pub mod arch;
+pub mod attention;
 pub mod batch;
 pub mod buckets;
 pub mod checkpoint;
@@ -22,6 +23,7 @@ pub mod optim;
 pub mod params;
 pub mod presets;
 pub mod probes;
+pub mod residual_vector;
 pub mod rmt;
 pub mod run;
 pub mod settings;

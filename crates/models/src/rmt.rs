@@ -13,18 +13,19 @@
 //! The backward is the forward read in reverse. A retrieval's input gradient is a storage of
 //! its output gradient with the same keys, and a storage's data gradient is a retrieval.
 
+use crate::attention::{Attention, AttentionActs, AttentionScratch};
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
 use crate::config::{Position, Trunk};
 use crate::ff::{Dense, FfCore};
-use crate::loss::LossHead;
+use crate::loss::{LossHead, Unembedding};
 use crate::memory::{self, Purpose};
 use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
 use crate::{ModelConfig, Result, RmtConfig};
-use engine::{AttentionDims, Backend, GatherDims, MatmulDims, NormDims, ResidualDims};
+use engine::{Backend, GatherDims, NormDims, ResidualDims};
 
 /// A residual-matrix model's config: the trunk (everything of SPEC §2 but the feed-forward
 /// core) and the core that fills it.
@@ -54,6 +55,7 @@ impl ResidualMatrixConfig for RmtConfig {
             d_ff: self.d_ff,
             init_std: self.init_std,
             weight_init: self.weight_init,
+            w2_scale: 1.0,
         }
     }
 
@@ -191,9 +193,7 @@ pub fn layout<C: ResidualMatrixConfig>(cfg: &C) -> ParamLayout {
 /// Saved activations of one block.
 struct BlockActs<B: Backend, K: FfCore> {
     ln1_stats: B::Tensor, // (BT, 2): Norm(X) itself is never written; retrievals normalise as they read
-    qkv: B::Tensor,       // (BT, 3R·D_v)
-    atty: B::Tensor,      // (BT, R·D_v)
-    lse: B::Tensor,       // (B, R, T) each row's log-sum-exp of its attention logits
+    attention: AttentionActs<B>, // R heads of D_v: qkv (BT, 3R·D_v), its output (BT, R·D_v)
     res_att: B::Tensor,   // (BT, D_k·D_v)
     ln2_stats: B::Tensor,
     xff: B::Tensor,    // (BT, R·D_v) the FF adapters' retrievals
@@ -204,12 +204,10 @@ struct BlockActs<B: Backend, K: FfCore> {
 
 /// Gradient scratch shared by all blocks.
 struct Scratch<B: Backend, K: FfCore> {
-    dlogits: B::Tensor,     // (BT, V)
-    dresidual: B::Tensor,   // (BT, D_k·D_v)
-    dln: B::Tensor,         // (BT, D_k·D_v)
-    dvec: B::Tensor,        // (BT, R·D_v): gradients of retrieved or stored vectors
-    dqkv: B::Tensor,        // (BT, 3R·D_v)
-    delta: B::Tensor,       // (B, R, T) attention's dout·out per row
+    dresidual: B::Tensor, // (BT, D_k·D_v)
+    dln: B::Tensor,       // (BT, D_k·D_v)
+    dvec: B::Tensor,      // (BT, R·D_v): gradients of retrieved or stored vectors
+    attention: AttentionScratch<B>,
     core: K::Scratch<B>,    // the core's
     partials: B::Tensor,    // key-gradient partial sums
     stored: B::Tensor,      // (BT, D_k·D_v) a storage alone, or Norm(X), for the variance probes
@@ -232,6 +230,7 @@ pub struct ResidualMatrix<B: Backend, C: ResidualMatrixConfig> {
     pub cfg: C,
     /// The dims of `cfg` that every residual-matrix model has.
     trunk: Trunk,
+    attention: Attention,
     core: C::Core,
     b: usize,
     t: usize,
@@ -248,7 +247,7 @@ pub struct ResidualMatrix<B: Backend, C: ResidualMatrixConfig> {
     shared: <C::Core as FfCore>::Shared<B>,
     lnf_stats: B::Tensor,
     yu: B::Tensor, // (BT, R·D_v) the unembedding's retrievals
-    head: LossHead<B>,
+    unembedding: Unembedding<B>,
     /// Backward and probe scratch, and the probes; None for inference.
     s: Option<Scratch<B, C::Core>>,
     probes: Option<Probes<B>>,
@@ -292,14 +291,20 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
 
         let bt = b * t;
         let core = cfg.core(bt);
+        let attention = Attention {
+            b,
+            t,
+            heads: r,
+            head_dim: dv,
+            layer_scale: trunk.attn_layer_scale,
+            alibi: trunk.position == Position::Alibi,
+        };
         let z = |what: &str, n: usize| be.zeros(what, n);
         let blocks = (0..l)
             .map(|_| {
                 Ok(BlockActs {
                     ln1_stats: z("ln1 stats", bt * 2)?,
-                    qkv: z("qkv", bt * 3 * rv)?,
-                    atty: z("attention output", bt * rv)?,
-                    lse: z("attention log-sum-exps", b * r * t)?,
+                    attention: attention.acts(be)?,
                     res_att: z("residual", bt * m)?,
                     ln2_stats: z("ln2 stats", bt * 2)?,
                     xff: z("ff adapters", bt * rv)?,
@@ -317,12 +322,10 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         };
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
-                dlogits: z("logit gradients", bt * v)?,
                 dresidual: z("residual gradient", bt * m)?,
                 dln: z("norm gradient", bt * m)?,
                 dvec: z("vector gradient", bt * rv)?,
-                dqkv: z("qkv gradient", bt * 3 * rv)?,
-                delta: z("attention row terms", b * r * t)?,
+                attention: attention.scratch(be)?,
                 core: core.scratch(be)?,
                 partials: z("key gradient partial sums", widest.key_grad_scratch())?,
                 stored: z("probe scratch", bt * m)?,
@@ -360,6 +363,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             }
             false => None,
         };
+        let unembedding = Unembedding::new(be, bt, v, rv, trunk.z_loss, store.trainable())?;
         Ok(Self {
             b,
             t,
@@ -377,11 +381,12 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             shared: core.shared(be)?,
             lnf_stats: z("final norm stats", bt * 2)?,
             yu: z("unembedding retrievals", bt * rv)?,
-            head: LossHead::new(be, bt, v, trunk.z_loss)?,
+            unembedding,
             s,
             probes,
             cfg,
             trunk,
+            attention,
             core,
         })
     }
@@ -402,21 +407,6 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             c: self.trunk.residual(),
             kind: self.trunk.norm.into(),
             eps: self.trunk.norm_eps,
-        }
-    }
-
-    fn attention(&self, layer: usize) -> AttentionDims {
-        let mut scale = 1.0 / (self.trunk.d_v as f32).sqrt();
-        if self.trunk.attn_layer_scale {
-            scale /= (layer + 1) as f32;
-        }
-        AttentionDims {
-            b: self.b,
-            t: self.t,
-            h: self.trunk.rank,
-            dh: self.trunk.d_v,
-            scale,
-            alibi: self.trunk.position == Position::Alibi,
         }
     }
 
@@ -533,8 +523,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
     }
 
     fn forward(&self, be: &B, batch: &BatchTensors<B>) {
-        let (bt, v, r) = (self.b * self.t, self.trunk.vocab, self.trunk.rank);
-        let rv = r * self.trunk.d_v;
+        let (v, r) = (self.trunk.vocab, self.trunk.rank);
         let w = &self.w;
         // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
         be.gather_forward(&self.etok, &batch.tokens, &w.wte, self.gather(v));
@@ -553,10 +542,11 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 stats: &a.ln1_stats,
                 gain: &q.ln1,
             };
-            self.retrieve_from_norm(be, site(Layer::Attn, Op::Retrieval), &a.qkv, &q.r_qkv, n1);
-            be.attention_forward(&a.atty, &a.lse, &a.qkv, &batch.doc_start, self.attention(l));
+            let at = site(Layer::Attn, Op::Retrieval);
+            self.retrieve_from_norm(be, at, &a.attention.qkv, &q.r_qkv, n1);
+            self.attention.forward(be, &a.attention, &batch.doc_start, l);
             let at = probes::site_index(l, Layer::Attn, Op::Storage);
-            self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.atty);
+            self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.attention.atty);
             // x_FF = r_FF ·₁ Norm(X); f = core(x_FF); X ← X + Σ_h w_FF ⊗ f_h
             let n2 = Normed {
                 x: &a.res_att,
@@ -583,25 +573,16 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             gain: &w.lnf,
         };
         self.retrieve_from_norm(be, None, &self.yu, &w.r_u, nf);
-        be.matmul(
-            &self.head.logits,
-            &self.yu,
-            &w.w_u,
-            MatmulDims::new(bt, v, rv).trans_b(),
-        );
-        self.head.forward(be, batch);
+        self.unembedding.forward(be, &self.yu, &w.w_u, batch);
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>) {
-        let (bt, v, r) = (self.b * self.t, self.trunk.vocab, self.trunk.rank);
-        let rv = r * self.trunk.d_v;
+        let (v, r) = (self.trunk.vocab, self.trunk.rank);
         // An inference model has no gradients to fill.
         let (w, Some(dw), Some(s), Some(probes)) = (&self.w, &self.dw, &self.s, &self.probes) else {
             return;
         };
-        self.head.backward(be, &s.dlogits, batch);
-        be.matmul(&dw.w_u, &s.dlogits, &self.yu, MatmulDims::new(v, rv, bt).trans_a());
-        be.matmul(&s.dvec, &s.dlogits, &w.w_u, MatmulDims::new(bt, rv, v));
+        self.unembedding.backward(be, &s.dvec, &dw.w_u, &self.yu, &w.w_u, batch);
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.trunk.n_layers);
         let nf = Normed {
@@ -638,24 +619,17 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_ff, &dq.ln2, &s.dvec, &q.r_ff, n2);
             // Attention
             let at = probes::site_index(l, Layer::Attn, Op::Storage);
-            self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.atty);
-            be.attention_backward(
-                &s.dqkv,
-                &s.delta,
-                &s.dvec,
-                &a.atty,
-                &a.qkv,
-                &a.lse,
-                &batch.doc_start,
-                self.attention(l),
-            );
+            self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.attention.atty);
+            self.attention
+                .backward(be, &s.attention, &s.dvec, &a.attention, &batch.doc_start, l);
             let n1 = Normed {
                 x: self.residual_in(l),
                 stats: &a.ln1_stats,
                 gain: &q.ln1,
             };
             let at = site(Layer::Attn, Op::Retrieval);
-            self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_qkv, &dq.ln1, &s.dqkv, &q.r_qkv, n1);
+            let dqkv = &s.attention.dqkv;
+            self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_qkv, &dq.ln1, dqkv, &q.r_qkv, n1);
         }
         // Embedding: the gathered rows' gradients are retrievals of dX⁰ with the storage keys.
         be.retrieve(&s.dvec, &s.dresidual, &w.w_e, self.rm(r));
@@ -684,7 +658,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
     }
 
     fn head(&self) -> &LossHead<B> {
-        &self.head
+        &self.unembedding.loss
     }
 
     fn probes(&self) -> Option<&Probes<B>> {
