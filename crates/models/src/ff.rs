@@ -7,8 +7,8 @@
 //!   MemoryBlock   f = ML2(Norm(ML1(x)))           the hybrid (SPEC §5) and MemoryFormer, in
 //!                                                 memory_layer.rs
 //!
-//! The trunks around a core (`rmt::ResidualMatrix`, `residual_vector::ResidualVector`) are the
-//! same for both.
+//! The trunks around a core (`residual_matrix::ResidualMatrix`,
+//! `residual_vector::ResidualVector`) are the same for both.
 
 use crate::buckets::HashedLayer;
 use crate::params::{Init, LayoutBuilder, ParamId};

@@ -13,6 +13,7 @@
 use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionScratch};
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
+use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::FfCore;
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::{self, Purpose};
@@ -21,7 +22,7 @@ use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
 use crate::{ModelConfig, Norm, Result};
-use engine::{Backend, EmbeddingDims, NormDims};
+use engine::{Backend, NormDims};
 
 /// What every vector-residual model has, whatever its maps and core.
 #[derive(Clone, Copy, Debug)]
@@ -74,8 +75,7 @@ struct Block<T, M, K> {
 
 #[derive(Clone, Debug)]
 struct Weights<T, M, K> {
-    wte: T, // (V, D)
-    wpe: T, // (N, D)
+    embedding: VectorEmbeddingParams<T>,
     blocks: Vec<Block<T, M, K>>,
     lnf: T, // (D)
     w_u: T, // (V, D)
@@ -88,8 +88,7 @@ type Views<B, C> = Params<C, <B as Backend>::Tensor>;
 /// The same parameters seen through `f` (a parameter's or its gradient's view).
 fn map<C: ResidualVectorConfig, T>(ids: &Params<C, ParamId>, f: impl Fn(ParamId) -> T) -> Params<C, T> {
     Weights {
-        wte: f(ids.wte),
-        wpe: f(ids.wpe),
+        embedding: ids.embedding.map(&f),
         blocks: ids
             .blocks
             .iter()
@@ -105,6 +104,18 @@ fn map<C: ResidualVectorConfig, T>(ids: &Params<C, ParamId>, f: impl Fn(ParamId)
     }
 }
 
+/// The embedding of the trunk `tr` over batches of `b` sequences of `t` tokens.
+fn embedding(tr: &VectorTrunk, b: usize, t: usize) -> VectorEmbedding {
+    VectorEmbedding {
+        tokens: b * t,
+        t,
+        d_model: tr.d_model,
+        vocab: tr.vocab,
+        seq_len: tr.seq_len,
+        std: tr.embed_std,
+    }
+}
+
 /// The parameters of the model `cfg` describes: their layout and where each one sits.
 fn declare<C: ResidualVectorConfig>(cfg: &C) -> (ParamLayout, Params<C, ParamId>) {
     let tr = cfg.trunk();
@@ -113,9 +124,7 @@ fn declare<C: ResidualVectorConfig>(cfg: &C) -> (ParamLayout, Params<C, ParamId>
     let (maps, core) = (cfg.maps(0), cfg.core(0));
     let mut lb = LayoutBuilder::default();
     let gain = Init::Constant(1.0);
-    let embed = Init::Normal { std: tr.embed_std };
-    let wte = lb.add("wte", &[v, d], false, embed);
-    let wpe = lb.add("wpe", &[tr.seq_len, d], false, embed);
+    let embedding = embedding(&tr, 0, 0).declare(&mut lb);
     let blocks = (0..tr.n_layers)
         .map(|i| Block {
             ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, gain),
@@ -127,8 +136,7 @@ fn declare<C: ResidualVectorConfig>(cfg: &C) -> (ParamLayout, Params<C, ParamId>
     let lnf = lb.add("lnf", &[d], false, gain);
     let w_u = lb.add("w_u", &[v, d], false, tr.unembedding_init);
     let ids = Weights {
-        wte,
-        wpe,
+        embedding,
         blocks,
         lnf,
         w_u,
@@ -169,6 +177,7 @@ pub struct ResidualVector<B: Backend, C: ResidualVectorConfig> {
     pub cfg: C,
     /// The dims of `cfg` that every vector-residual model has.
     trunk: VectorTrunk,
+    embedding: VectorEmbedding,
     maps: C::Maps,
     attention: Attention,
     core: C::Core,
@@ -288,6 +297,7 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             probes,
             cfg,
             trunk,
+            embedding: embedding(&trunk, b, t),
             maps,
             attention,
             core,
@@ -300,15 +310,6 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             c: self.trunk.d_model,
             kind: self.trunk.norm.into(),
             eps: self.trunk.norm_eps,
-        }
-    }
-
-    fn embedding(&self) -> EmbeddingDims {
-        EmbeddingDims {
-            bt: self.b * self.t,
-            t: self.t,
-            c: self.trunk.d_model,
-            v: self.trunk.vocab,
         }
     }
 
@@ -365,9 +366,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
     fn forward(&self, be: &B, batch: &BatchTensors<B>) {
         let w = &self.w;
         // X⁰ = W_E[token] + W_PE[position]
-        // Sequences shorter than N use the first T rows of the position table.
-        let wpe = be.view(&w.wpe, 0, self.t * self.trunk.d_model);
-        be.embedding_forward(&self.encoded, &batch.tokens, &w.wte, &wpe, self.embedding());
+        self.embedding.forward(be, &self.encoded, &w.embedding, batch);
         for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             let (x, out) = (self.residual_in(l), self.output(l));
             // X ← X + out(attention(in(Norm(X))))
@@ -444,16 +443,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dp.ln1, &s.dln, x, &p.ln1, &a.ln1_stats, self.norm());
         }
-        // Rows of the position table past T get no gradient; they stay 0.
-        let dwpe = be.view(&dw.wpe, 0, self.t * self.trunk.d_model);
-        be.embedding_backward(
-            &dw.wte,
-            &dwpe,
-            &s.dresidual,
-            &batch.bucket_rows,
-            &batch.bucket_start,
-            self.embedding(),
-        );
+        self.embedding.backward(be, &dw.embedding, &s.dresidual, batch);
     }
 
     fn head(&self) -> &LossHead<B> {
