@@ -5,7 +5,7 @@
 //!   Projections   qkv = W_QKV · x,   out = W_O · y              the transformer (SPEC §1)
 //!   HashedQkv     qkv = ML_QKV(x),   out = y                    MemoryFormer (SPEC §3)
 //!
-//! The RMT's maps are retrievals and a storage on its matrix residual, in `rmt.rs`.
+//! The RMT's maps are retrievals and a storage on its matrix residual, in `residual_matrix.rs`.
 
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;

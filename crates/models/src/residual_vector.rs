@@ -274,12 +274,10 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             })
         };
         let trainable = store.trainable();
+        let s = trainable.then(scratch).transpose()?;
+        // The probes measure linear maps: W_QKV, W_O, W1 and W2 (RMT paper Table 2).
         let probed = trainable && maps.is_dense() && core.has_dense_maps();
-        let (s, probes) = match (trainable, probed) {
-            (true, true) => (Some(scratch()?), Some(Probes::new(be, probes::block_sites(l))?)),
-            (true, false) => (Some(scratch()?), None),
-            (false, _) => (None, None),
-        };
+        let probes = probed.then(|| Probes::new(be, probes::block_sites(l))).transpose()?;
         Ok(Self {
             b,
             t,
