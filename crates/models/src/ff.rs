@@ -1,16 +1,20 @@
-//! The feed-forward cores of a residual-matrix block: what turns the R vectors the FF adapters
-//! retrieve, x_FF = concat_h(r_FF^(h) ·₁ Norm(X)) ∈ R^{R·D_v}, into the R vectors they store.
+//! The feed-forward cores: what turns a block's normalised residual read, x ∈ R^width, into
+//! what it writes back. In the RMT and the hybrid x is the R vectors the FF adapters retrieve,
+//! x_FF = concat_h(r_FF^(h) ·₁ Norm(X)) ∈ R^{R·D_v}; in the transformer and MemoryFormer it is
+//! Norm(X) itself.
 //!
-//!   Dense         f = W2 · GELU(W1 · x_FF)        the RMT (SPEC §2), here
-//!   MemoryBlock   f = ML2(Norm(ML1(x_FF)))        the hybrid (SPEC §5), in memory_layer.rs
+//!   Dense         f = W2 · GELU(W1 · x)           the RMT (SPEC §2) and the transformer, here
+//!   MemoryBlock   f = ML2(Norm(ML1(x)))           the hybrid (SPEC §5) and MemoryFormer, in
+//!                                                 memory_layer.rs
 //!
-//! The model around the core (`rmt::ResidualMatrix`) is the same for both.
+//! The trunks around a core (`residual_matrix::ResidualMatrix`,
+//! `residual_vector::ResidualVector`) are the same for both.
 
 use crate::buckets::HashedLayer;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use engine::{Backend, MatmulDims};
 
-/// A feed-forward core over `tokens` rows of R·D_v values, in and out.
+/// A feed-forward core over `tokens` rows of `width` values, in and out.
 pub trait FfCore {
     /// One block's parameters: ids when declared, then views of the parameters or gradients.
     type Params<T>;
@@ -75,21 +79,24 @@ pub trait FfCore {
     }
 }
 
-/// f = W2 · GELU(W1 · x), W1 ∈ R^{D_FF×R·D_v}, both N(0, init_std²/fan_in).
+/// f = W2 · GELU(W1 · x), W1 ∈ R^{D_FF×width}, both N(0, init_std²/fan_in), W2 with an extra
+/// `w2_scale`.
 #[derive(Clone, Copy, Debug)]
 pub struct Dense {
     pub tokens: usize,
-    /// R·D_v
+    /// R·D_v in the RMT, D in the transformer.
     pub width: usize,
     pub d_ff: usize,
     pub init_std: f32,
     pub weight_init: crate::WeightInit,
+    /// The transformer's output scaling of W2; 1 in the RMT, whose w_FF takes it.
+    pub w2_scale: f32,
 }
 
 #[derive(Clone, Copy, Debug)]
 pub struct DenseParams<T> {
-    w1: T, // (F, R·D_v)
-    w2: T, // (R·D_v, F)
+    w1: T, // (F, width)
+    w2: T, // (width, F)
 }
 
 pub struct DenseActs<B: Backend> {
@@ -110,12 +117,12 @@ impl FfCore for Dense {
 
     fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> DenseParams<ParamId> {
         let (rv, f) = (self.width, self.d_ff);
-        let weight = |fan_in: usize, fan_out: usize| Init::Normal {
-            std: self.weight_init.std(self.init_std, fan_in, fan_out, 1.0),
+        let weight = |fan_in: usize, fan_out: usize, scale: f32| Init::Normal {
+            std: self.weight_init.std(self.init_std, fan_in, fan_out, scale),
         };
         DenseParams {
-            w1: lb.add(format!("{prefix}.w1"), &[f, rv], true, weight(rv, f)),
-            w2: lb.add(format!("{prefix}.w2"), &[rv, f], true, weight(f, rv)),
+            w1: lb.add(format!("{prefix}.w1"), &[f, rv], true, weight(rv, f, 1.0)),
+            w2: lb.add(format!("{prefix}.w2"), &[rv, f], true, weight(f, rv, self.w2_scale)),
         }
     }
 

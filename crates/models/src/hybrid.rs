@@ -1,5 +1,6 @@
 //! The hybrid (SPEC §5): an RMT whose feed-forward core is MemoryFormer's memory block. No paper
-//! has it; it is the RMT of `rmt.rs` with `memory_layer::MemoryBlock` in place of W2·GELU(W1·x):
+//! has it; it is the residual-matrix trunk (`residual_matrix.rs`) with `memory_layer::MemoryBlock`
+//! in place of W2·GELU(W1·x):
 //!
 //!   x_FF = concat_h(r_FF^(h) ·₁ Norm(X)) ∈ R^d,  d = R·D_v
 //!   f = ML2(Norm(ML1(x_FF)))            ML1 hashes K = ⌊d/τ⌋ chunks of τ into (τ+2)·K values,
@@ -12,7 +13,7 @@
 
 use crate::config::Trunk;
 use crate::memory_layer::MemoryBlock;
-use crate::rmt::{ResidualMatrix, ResidualMatrixConfig};
+use crate::residual_matrix::{ResidualMatrix, ResidualMatrixConfig};
 use crate::{HybridConfig, ModelConfig};
 
 /// The hybrid: the RMT's trunk around a memory block.

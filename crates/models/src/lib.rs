@@ -3,11 +3,13 @@
 //! and the training step, the counters and the variance analysis.
 
 pub mod arch;
+pub mod attention;
 pub mod batch;
 pub mod buckets;
 pub mod checkpoint;
 pub mod config;
 pub mod count;
+pub mod embedding;
 pub mod ff;
 pub mod generate;
 pub mod hybrid;
@@ -22,6 +24,8 @@ pub mod optim;
 pub mod params;
 pub mod presets;
 pub mod probes;
+pub mod residual_matrix;
+pub mod residual_vector;
 pub mod rmt;
 pub mod run;
 pub mod settings;

@@ -1,8 +1,9 @@
-//! Where every model ends: logits → per-row cross-entropy (with the z-loss in the gradient) →
-//! the mean over the counted targets.
+//! Where every model ends: logits = W_U · y from its last features y (Norm(X), or the RMT's
+//! retrievals of it) → per-row cross-entropy (with the z-loss in the gradient) → the mean over
+//! the counted targets.
 
 use crate::batch::BatchTensors;
-use engine::{Backend, CrossEntropyDims};
+use engine::{Backend, CrossEntropyDims, MatmulDims};
 
 // The data crate marks ignored targets and the engine's loss skips them: one value, checked
 // where both crates meet (data does not depend on the engine).
@@ -75,5 +76,56 @@ impl<B: Backend> LossHead<B> {
             &batch.loss_scale,
             self.dims,
         );
+    }
+}
+
+/// logits = W_U · y over `width` features a row, then the loss: the unit that ends every model.
+pub struct Unembedding<B: Backend> {
+    pub loss: LossHead<B>,
+    /// (BT, V); None for inference.
+    dlogits: Option<B::Tensor>,
+    rows: usize,
+    vocab: usize,
+    width: usize,
+}
+
+impl<B: Backend> Unembedding<B> {
+    /// `trainable` allocates the logits' gradient too.
+    pub fn new(be: &B, rows: usize, vocab: usize, width: usize, z_loss: f32, trainable: bool) -> engine::Result<Self> {
+        Ok(Self {
+            loss: LossHead::new(be, rows, vocab, z_loss)?,
+            dlogits: trainable
+                .then(|| be.zeros("logit gradients", rows * vocab))
+                .transpose()?,
+            rows,
+            vocab,
+            width,
+        })
+    }
+
+    /// The logits of `y` and their loss on `batch`.
+    pub fn forward(&self, be: &B, y: &B::Tensor, w_u: &B::Tensor, batch: &BatchTensors<B>) {
+        let d = MatmulDims::new(self.rows, self.vocab, self.width).trans_b();
+        be.matmul(&self.loss.logits, y, w_u, d);
+        self.loss.forward(be, batch);
+    }
+
+    /// W_U's gradient and dy (written) from the loss; nothing on a model built for inference.
+    pub fn backward(
+        &self,
+        be: &B,
+        dy: &B::Tensor,
+        dw_u: &B::Tensor,
+        y: &B::Tensor,
+        w_u: &B::Tensor,
+        batch: &BatchTensors<B>,
+    ) {
+        let Some(dlogits) = &self.dlogits else {
+            return;
+        };
+        let (bt, v, width) = (self.rows, self.vocab, self.width);
+        self.loss.backward(be, dlogits, batch);
+        be.matmul(dw_u, dlogits, y, MatmulDims::new(v, width, bt).trans_a());
+        be.matmul(dy, dlogits, w_u, MatmulDims::new(bt, width, v));
     }
 }

@@ -1,0 +1,366 @@
+//! Attention, the unit every model shares, and the maps that feed a vector residual's attention
+//! and turn its output into what the residual adds:
+//!
+//!   Attention     y_h = softmax(Q_h K_hᵀ · scale, causal) V_h from packed [Q | K | V] rows
+//!   Projections   qkv = W_QKV · x,   out = W_O · y              the transformer (SPEC §1)
+//!   HashedQkv     qkv = ML_QKV(x),   out = y                    MemoryFormer (SPEC §3)
+//!
+//! The RMT's maps are retrievals and a storage on its matrix residual, in `residual_matrix.rs`.
+
+use crate::buckets::HashedLayer;
+use crate::ff::FfCore;
+use crate::memory_layer::{Hashed, MemoryBlock, MemoryParams};
+use crate::params::{Init, LayoutBuilder, ParamId};
+use crate::{Hashing, WeightInit};
+use engine::{AttentionDims, Backend, MatmulDims, MemoryDims};
+
+/// Causal multi-head attention over batches of `b` sequences of `t` tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct Attention {
+    pub b: usize,
+    pub t: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    /// Divide the logits by (layer index + 1), a stability tweak of the RMT paper.
+    pub layer_scale: bool,
+    /// ALiBi's position biases instead of position embeddings (the RMT's option).
+    pub alibi: bool,
+}
+
+/// What one block's attention keeps from the forward for the backward.
+pub struct AttentionActs<B: Backend> {
+    pub qkv: B::Tensor,  // (BT, 3·H·D_h) its input
+    pub atty: B::Tensor, // (BT, H·D_h) its output
+    lse: B::Tensor,      // (B, H, T) each row's log-sum-exp of its logits
+}
+
+/// Attention's backward scratch, shared by every block.
+pub struct AttentionScratch<B: Backend> {
+    pub dqkv: B::Tensor, // (BT, 3·H·D_h)
+    delta: B::Tensor,    // (B, H, T) dout·out per row
+}
+
+impl Attention {
+    /// The op's dims in block `layer`.
+    fn dims(&self, layer: usize) -> AttentionDims {
+        let mut scale = 1.0 / (self.head_dim as f32).sqrt();
+        if self.layer_scale {
+            scale /= (layer + 1) as f32;
+        }
+        AttentionDims {
+            b: self.b,
+            t: self.t,
+            h: self.heads,
+            dh: self.head_dim,
+            scale,
+            alibi: self.alibi,
+        }
+    }
+
+    pub fn acts<B: Backend>(&self, be: &B) -> engine::Result<AttentionActs<B>> {
+        let (bt, width) = (self.b * self.t, self.heads * self.head_dim);
+        Ok(AttentionActs {
+            qkv: be.zeros("qkv", bt * 3 * width)?,
+            atty: be.zeros("attention output", bt * width)?,
+            lse: be.zeros("attention log-sum-exps", self.b * self.heads * self.t)?,
+        })
+    }
+
+    pub fn scratch<B: Backend>(&self, be: &B) -> engine::Result<AttentionScratch<B>> {
+        let (bt, width) = (self.b * self.t, self.heads * self.head_dim);
+        Ok(AttentionScratch {
+            dqkv: be.zeros("qkv gradient", bt * 3 * width)?,
+            delta: be.zeros("attention row terms", self.b * self.heads * self.t)?,
+        })
+    }
+
+    /// a.atty = attention(a.qkv) in block `layer`; no row attends past `doc_start`'s boundaries.
+    pub fn forward<B: Backend>(&self, be: &B, a: &AttentionActs<B>, doc_start: &B::Index, layer: usize) {
+        be.attention_forward(&a.atty, &a.lse, &a.qkv, doc_start, self.dims(layer));
+    }
+
+    /// s.dqkv from the output's gradient `datty`.
+    pub fn backward<B: Backend>(
+        &self,
+        be: &B,
+        s: &AttentionScratch<B>,
+        datty: &B::Tensor,
+        a: &AttentionActs<B>,
+        doc_start: &B::Index,
+        layer: usize,
+    ) {
+        be.attention_backward(
+            &s.dqkv,
+            &s.delta,
+            datty,
+            &a.atty,
+            &a.qkv,
+            &a.lse,
+            doc_start,
+            self.dims(layer),
+        );
+    }
+}
+
+/// The maps around a vector block's attention: qkv = in(Norm(X)) before it, and after it the
+/// output the residual adds. `K` is the block's feed-forward core, whose forward scratch a
+/// hashed map sorts with.
+pub trait AttentionMaps<K: FfCore> {
+    /// One block's parameters: ids when declared, then views of the parameters or gradients.
+    type Params<T>;
+    /// What one block keeps from the forward for the backward.
+    type Acts<B: Backend>;
+    /// Backward scratch shared by every block.
+    type Scratch<B: Backend>;
+
+    /// Declares one block's parameters, named `{prefix}.…`.
+    fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> Self::Params<ParamId>;
+    fn map<T>(p: &Self::Params<ParamId>, f: &impl Fn(ParamId) -> T) -> Self::Params<T>;
+    fn acts<B: Backend>(&self, be: &B) -> engine::Result<Self::Acts<B>>;
+    fn scratch<B: Backend>(&self, be: &B) -> engine::Result<Self::Scratch<B>>;
+    /// qkv = in(x).
+    fn qkv_forward<B: Backend>(
+        &self,
+        be: &B,
+        qkv: &B::Tensor,
+        x: &B::Tensor,
+        a: &Self::Acts<B>,
+        shared: &K::Shared<B>,
+        p: &Self::Params<B::Tensor>,
+    );
+    /// What the residual adds for attention's output `y`: written into `out` and returned, or
+    /// `y` itself when there is no output map.
+    fn output_forward<'a, B: Backend>(
+        &self,
+        be: &B,
+        out: &'a B::Tensor,
+        y: &'a B::Tensor,
+        p: &Self::Params<B::Tensor>,
+    ) -> &'a B::Tensor;
+    /// The output map's gradients and dy from `dout`: dy in the scratch, or `dout` itself.
+    fn output_backward<'a, B: Backend>(
+        &self,
+        be: &B,
+        s: &'a Self::Scratch<B>,
+        dp: &Self::Params<B::Tensor>,
+        dout: &'a B::Tensor,
+        y: &B::Tensor,
+        p: &Self::Params<B::Tensor>,
+    ) -> &'a B::Tensor;
+    /// dx (written) and the input map's gradients from dqkv.
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_backward<B: Backend>(
+        &self,
+        be: &B,
+        dx: &B::Tensor,
+        dp: &Self::Params<B::Tensor>,
+        dqkv: &B::Tensor,
+        x: &B::Tensor,
+        a: &Self::Acts<B>,
+        p: &Self::Params<B::Tensor>,
+    );
+    /// Whether both maps are matrix products, which the variance probes measure.
+    fn is_dense(&self) -> bool {
+        false
+    }
+    /// The maps' hash tables, for bucket statistics; none for dense maps.
+    fn hashed_layers<'a, B: Backend>(&self, _a: &'a Self::Acts<B>, _prefix: &str) -> Vec<HashedLayer<'a, B>> {
+        vec![]
+    }
+}
+
+/// W_QKV ∈ R^{3·H·D_h×D} and W_O ∈ R^{D×H·D_h}, both N(0, init_std²/fan_in), W_O with an
+/// extra `out_scale`.
+#[derive(Clone, Copy, Debug)]
+pub struct Projections {
+    pub tokens: usize,
+    /// D
+    pub d_model: usize,
+    /// H·D_h
+    pub width: usize,
+    pub init_std: f32,
+    pub weight_init: WeightInit,
+    pub out_scale: f32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ProjectionParams<T> {
+    w_qkv: T, // (3·H·D_h, D)
+    w_o: T,   // (D, H·D_h)
+}
+
+impl<K: FfCore> AttentionMaps<K> for Projections {
+    type Params<T> = ProjectionParams<T>;
+    type Acts<B: Backend> = ();
+    /// The gradient of attention's output.
+    type Scratch<B: Backend> = B::Tensor;
+
+    fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> ProjectionParams<ParamId> {
+        let (c, hd) = (self.d_model, self.width);
+        let weight = |fan_in: usize, fan_out: usize, scale: f32| Init::Normal {
+            std: self.weight_init.std(self.init_std, fan_in, fan_out, scale),
+        };
+        ProjectionParams {
+            w_qkv: lb.add(format!("{prefix}.w_qkv"), &[3 * hd, c], true, weight(c, 3 * hd, 1.0)),
+            w_o: lb.add(format!("{prefix}.w_o"), &[c, hd], true, weight(hd, c, self.out_scale)),
+        }
+    }
+
+    fn map<T>(p: &ProjectionParams<ParamId>, f: &impl Fn(ParamId) -> T) -> ProjectionParams<T> {
+        ProjectionParams {
+            w_qkv: f(p.w_qkv),
+            w_o: f(p.w_o),
+        }
+    }
+
+    fn acts<B: Backend>(&self, _be: &B) -> engine::Result<()> {
+        Ok(())
+    }
+
+    fn scratch<B: Backend>(&self, be: &B) -> engine::Result<B::Tensor> {
+        be.zeros("attention gradient", self.tokens * self.width)
+    }
+
+    fn qkv_forward<B: Backend>(
+        &self,
+        be: &B,
+        qkv: &B::Tensor,
+        x: &B::Tensor,
+        _a: &(),
+        _shared: &K::Shared<B>,
+        p: &ProjectionParams<B::Tensor>,
+    ) {
+        let (bt, c, hd) = (self.tokens, self.d_model, self.width);
+        be.matmul(qkv, x, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
+    }
+
+    fn output_forward<'a, B: Backend>(
+        &self,
+        be: &B,
+        out: &'a B::Tensor,
+        y: &'a B::Tensor,
+        p: &ProjectionParams<B::Tensor>,
+    ) -> &'a B::Tensor {
+        let (bt, c, hd) = (self.tokens, self.d_model, self.width);
+        be.matmul(out, y, &p.w_o, MatmulDims::new(bt, c, hd).trans_b());
+        out
+    }
+
+    fn output_backward<'a, B: Backend>(
+        &self,
+        be: &B,
+        datty: &'a B::Tensor,
+        dp: &ProjectionParams<B::Tensor>,
+        dout: &'a B::Tensor,
+        y: &B::Tensor,
+        p: &ProjectionParams<B::Tensor>,
+    ) -> &'a B::Tensor {
+        let (bt, c, hd) = (self.tokens, self.d_model, self.width);
+        be.matmul(&dp.w_o, dout, y, MatmulDims::new(c, hd, bt).trans_a());
+        be.matmul(datty, dout, &p.w_o, MatmulDims::new(bt, hd, c));
+        datty
+    }
+
+    fn qkv_backward<B: Backend>(
+        &self,
+        be: &B,
+        dx: &B::Tensor,
+        dp: &ProjectionParams<B::Tensor>,
+        dqkv: &B::Tensor,
+        x: &B::Tensor,
+        _a: &(),
+        p: &ProjectionParams<B::Tensor>,
+    ) {
+        let (bt, c, hd) = (self.tokens, self.d_model, self.width);
+        be.matmul(&dp.w_qkv, dqkv, x, MatmulDims::new(3 * hd, c, bt).trans_a());
+        be.matmul(dx, dqkv, &p.w_qkv, MatmulDims::new(bt, c, 3 * hd));
+    }
+
+    fn is_dense(&self) -> bool {
+        true
+    }
+}
+
+/// ML_QKV: ML_Q, ML_K and ML_V read the same input, so they are one Memory Layer whose tables
+/// hold [Q | K | V] rows: one hash, one gather, and exactly the packed qkv attention reads.
+/// There is no output map. It sorts its buckets with the memory block's cursor, which is sized
+/// for ML2's, the most buckets of any layer.
+#[derive(Clone, Copy, Debug)]
+pub struct HashedQkv {
+    pub hashing: Hashing,
+    pub dims: MemoryDims,
+}
+
+impl AttentionMaps<MemoryBlock> for HashedQkv {
+    type Params<T> = MemoryParams<T>;
+    type Acts<B: Backend> = Hashed<B>;
+    type Scratch<B: Backend> = ();
+
+    /// `{prefix}.qkv.tables` and `{prefix}.qkv.bias`.
+    fn declare(&self, lb: &mut LayoutBuilder, prefix: &str) -> MemoryParams<ParamId> {
+        MemoryParams::declare(lb, &format!("{prefix}.qkv"), &self.hashing, self.dims)
+    }
+
+    fn map<T>(p: &MemoryParams<ParamId>, f: &impl Fn(ParamId) -> T) -> MemoryParams<T> {
+        p.map(f)
+    }
+
+    fn acts<B: Backend>(&self, be: &B) -> engine::Result<Hashed<B>> {
+        Hashed::new(be, self.dims)
+    }
+
+    fn scratch<B: Backend>(&self, _be: &B) -> engine::Result<()> {
+        Ok(())
+    }
+
+    fn qkv_forward<B: Backend>(
+        &self,
+        be: &B,
+        qkv: &B::Tensor,
+        x: &B::Tensor,
+        a: &Hashed<B>,
+        cursor: &B::Index,
+        p: &MemoryParams<B::Tensor>,
+    ) {
+        a.forward(be, qkv, x, p, cursor);
+    }
+
+    fn output_forward<'a, B: Backend>(
+        &self,
+        _be: &B,
+        _out: &'a B::Tensor,
+        y: &'a B::Tensor,
+        _p: &MemoryParams<B::Tensor>,
+    ) -> &'a B::Tensor {
+        y
+    }
+
+    fn output_backward<'a, B: Backend>(
+        &self,
+        _be: &B,
+        _s: &'a (),
+        _dp: &MemoryParams<B::Tensor>,
+        dout: &'a B::Tensor,
+        _y: &B::Tensor,
+        _p: &MemoryParams<B::Tensor>,
+    ) -> &'a B::Tensor {
+        dout
+    }
+
+    fn qkv_backward<B: Backend>(
+        &self,
+        be: &B,
+        dx: &B::Tensor,
+        dp: &MemoryParams<B::Tensor>,
+        dqkv: &B::Tensor,
+        x: &B::Tensor,
+        a: &Hashed<B>,
+        p: &MemoryParams<B::Tensor>,
+    ) {
+        a.backward(be, dx, dp, dqkv, x, p);
+    }
+
+    fn hashed_layers<'a, B: Backend>(&self, a: &'a Hashed<B>, prefix: &str) -> Vec<HashedLayer<'a, B>> {
+        vec![a.layer(format!("{prefix}.qkv"))]
+    }
+}
