@@ -6,6 +6,9 @@
 //! validation, so both splits cover every document and the split is a pure function of the
 //! inputs. GPT-2 appends `<|endoftext|>` after each document's train part and after its val part
 //! so that a window that crosses documents sees the boundary.
+//!
+//! One file over 600 lines because the format is one contract: the writer, the reader, the
+//! checks that refuse a corpus whose files disagree, and their tests hold each other to it.
 
 use crate::error::DataError;
 use crate::sampler::Split;
