@@ -452,7 +452,9 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     if (!(Math.abs(fromPage.val_loss - fromCli.val_loss) < 1e-3)) throw new Error('the page\'s checkpoint is not the CLI\'s model');
     // Metrics and charts download too.
     const jsonl = fs.readFileSync(await downloadFrom(page, '#run-list tr[data-run="1"] .run-jsonl', tmp), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-    if (JSON.stringify(jsonl.map((r) => [r.step, r.loss])) !== JSON.stringify(await pageLosses(page, 1))) throw new Error(`metrics.jsonl: ${JSON.stringify(jsonl)}`);
+    // The export widens each f32 loss to f64 as the CLI does; the run list holds the f32's shortest form: equal as f32s.
+    const asF32 = (points) => JSON.stringify(points.map(([s, l]) => [s, Math.fround(l)]));
+    if (asF32(jsonl.map((r) => [r.step, r.loss])) !== asF32(await pageLosses(page, 1))) throw new Error(`metrics.jsonl: ${JSON.stringify(jsonl)}`);
     const csv = fs.readFileSync(await downloadFrom(page, '#run-list tr[data-run="1"] .run-csv', tmp), 'utf8');
     if (!csv.startsWith('step,loss\n1,')) throw new Error(`csv: ${csv.slice(0, 40)}`);
     const svg = fs.readFileSync(await downloadFrom(page, '.save-svg[data-target="chart"]', tmp), 'utf8');

@@ -14,6 +14,7 @@ mod args;
 mod bench;
 mod buckets;
 mod count;
+mod drive;
 mod eval;
 mod interop;
 mod load;

@@ -3,6 +3,7 @@
 //! directory), metrics appended whole lines at a time.
 
 use anyhow::{bail, Context, Result};
+use models::run::{Metrics, MetricsRow};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -169,20 +170,36 @@ impl RunDir {
     }
 }
 
-/// The lines of a metrics file that are whole, parse, and have `step` ≤ `upto`.
+/// The lines of a metrics file that are whole, are rows, and have `step` ≤ `upto`.
 fn kept_metrics(text: &[u8], upto: u64) -> Vec<u8> {
     let mut kept = Vec::new();
     for line in text.split_inclusive(|&b| b == b'\n') {
         let whole = line.ends_with(b"\n");
-        let step = serde_json::from_slice::<serde_json::Value>(line)
-            .ok()
-            .and_then(|v| v.get("step").and_then(|s| s.as_u64()));
-        match step {
-            Some(s) if whole && s <= upto => kept.extend_from_slice(line),
+        match MetricsRow::parse(line) {
+            Some(row) if whole && row.step <= upto => kept.extend_from_slice(line),
             _ => {}
         }
     }
     kept
+}
+
+/// The rows of DIR/metrics.jsonl, the one reader of the file; None when there is no file.
+/// A line that is not a row (a run killed mid-write, an edit) is skipped with a warning.
+pub fn read_metrics(dir: &Path) -> Result<Option<Metrics>> {
+    let path = dir.join(METRICS_FILE);
+    let text = match data::read_text(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let metrics = Metrics::parse(&text);
+    for line in &metrics.skipped {
+        crate::console::warn(&format!(
+            "skipping line {line} of {}: not a metrics row",
+            path.display()
+        ));
+    }
+    Ok(Some(metrics))
 }
 
 pub struct MetricsLog {
@@ -191,10 +208,10 @@ pub struct MetricsLog {
 }
 
 impl MetricsLog {
-    /// Appends one JSON object as one whole line in one write; a failed write (a full disk)
-    /// is cut back off, so that the file stays whole lines.
-    pub fn append(&mut self, row: &serde_json::Value) -> Result<()> {
-        let mut line = serde_json::to_string(row)?;
+    /// Appends one row as one whole line in one write; a failed write (a full disk) is cut
+    /// back off, so that the file stays whole lines.
+    pub fn append(&mut self, row: &MetricsRow) -> Result<()> {
+        let mut line = row.to_line();
         line.push('\n');
         let len = self
             .file

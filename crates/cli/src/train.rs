@@ -3,20 +3,18 @@
 
 use crate::args::{BackendKind, TrainArgs};
 use crate::console::{say, warn, Console};
+use crate::drive::Cli;
 use crate::resolve::{read_config, refuse_overrides, resolve};
 use crate::run_dir::{self, RunDir, BACKEND_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
 use crate::source;
 use anyhow::{anyhow, bail, Context, Result};
 use engine::Backend;
 use models::checkpoint::{self, TrainState};
+use models::run::{train_loop, End, LoopCadence};
 use models::{Purpose, RunConfig, Trainer};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
-
-/// A loss past this multiple of the first one warns of divergence.
-const DIVERGENCE: f32 = 1.5;
 
 pub fn run(args: TrainArgs) -> Result<()> {
     if args.list_presets {
@@ -256,7 +254,7 @@ impl PreparedRun {
             std::fs::write(tmp, serde_json::to_string(&device)?)
                 .with_context(|| format!("cannot write {}", tmp.display()))
         })?;
-        let mut metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
+        let metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
         let steps = cfg.train.steps;
         say(&format!(
             "{} with {params} parameters on {}, {}, {} steps of {b}×{t} tokens into {}",
@@ -266,143 +264,51 @@ impl PreparedRun {
             steps,
             self.dir.path.display()
         ));
-        let cadence = cfg.cadence.clone();
         let console = Console::new(trainer.step as u64, steps as u64);
-        let start = Instant::now();
-        let mut window = (Instant::now(), 0usize);
-        let mut first_loss: Option<f32> = None;
-        let mut warned = false;
-        let mut last_checkpoint: Option<PathBuf> = None;
-        let mut last_val: Option<f32> = None;
-        let z_loss = cfg.model.z_loss() > 0.0;
-        // Writes the trainer's state atomically and remembers it as the last good checkpoint.
-        let checkpoint = |trainer: &Trainer<B, _>, last: &mut Option<PathBuf>| -> Result<PathBuf> {
-            let state: TrainState = pollster::block_on(trainer.state(be))?;
-            let path = self.dir.write_checkpoint(state.step, cadence.keep, |tmp| {
-                checkpoint::write_state(&layout, &state, &config_toml, tmp).map_err(anyhow::Error::from)
-            })?;
-            *last = Some(path.clone());
-            Ok(path)
-        };
-
-        while trainer.step < steps {
-            if self.stop.load(Ordering::SeqCst) {
-                // A signal: checkpoint the last finished step, if its losses were finite.
-                console.finish();
-                if !pollster::block_on(trainer.loss_sum(be))?.is_finite() {
-                    return Err(diverged(trainer.step, cfg, last_checkpoint.as_deref(), &self.dir.path));
-                }
-                let path = checkpoint(&trainer, &mut last_checkpoint)?;
-                bail!(
-                    "interrupted after step {}; the checkpoint is {}. Resume with: resmem train --resume {}",
-                    trainer.step,
-                    path.display(),
-                    self.dir.path.display()
-                );
+        let mut cli = Cli::new(
+            be,
+            trainer,
+            train,
+            held_out,
+            &self.stop,
+            &self.dir,
+            &layout,
+            &config_toml,
+            cfg.cadence.keep,
+            metrics,
+            console,
+        );
+        let end = pollster::block_on(train_loop::train(&mut cli, &LoopCadence::of(cfg)));
+        cli.console.finish();
+        let resume = || format!("Resume with: resmem train --resume {}", self.dir.path.display());
+        let last = cli.last_checkpoint.clone();
+        match end? {
+            End::Finished => {}
+            End::Stopped { step } => {
+                let kept = last.map_or("no checkpoint was written".into(), |p| {
+                    format!("the checkpoint is {}", p.display())
+                });
+                bail!("interrupted after step {step}; {kept}. {}", resume());
             }
-            let step = trainer.step + 1;
-            let batch = match train.batch(step as u64 - 1) {
-                Ok(batch) => batch,
-                // The corpus changed under the run: keep what was trained, then say so.
-                Err(e) => {
-                    console.finish();
-                    let kept = match pollster::block_on(trainer.loss_sum(be))?.is_finite() {
-                        true => Some(checkpoint(&trainer, &mut last_checkpoint)?),
-                        false => last_checkpoint.clone(),
-                    };
-                    let kept = kept.map_or("no checkpoint yet".to_string(), |p| {
-                        format!("the checkpoint is {}", p.display())
-                    });
-                    bail!(
-                        "stopped after step {}: {e}; {kept}. Resume with: resmem train --resume {}",
-                        trainer.step,
-                        self.dir.path.display()
-                    );
-                }
-            };
-            let lr = trainer.step(be, &batch)?;
-            window.1 += b * t;
-            let last = step == steps;
-            let log = step % cadence.log_every == 0 || step == 1 || last;
-            let eval = last || (cadence.eval_every > 0 && step % cadence.eval_every == 0);
-            let save = last || (cadence.checkpoint_every > 0 && step % cadence.checkpoint_every == 0);
-            if !(log || eval || save) {
-                continue;
+            // The corpus changed under the run: what was trained is kept, then said.
+            End::NoBatch { step, error } => {
+                let kept = last.map_or("no checkpoint yet".into(), |p| {
+                    format!("the checkpoint is {}", p.display())
+                });
+                bail!("stopped after step {step}: {error}; {kept}. {}", resume());
             }
-            // Every step since the last check added its loss on the device: one read checks them all.
-            let sum = pollster::block_on(trainer.loss_sum(be))?;
-            trainer.reset_loss_sum(be);
-            if !sum.is_finite() {
-                console.finish();
-                return Err(diverged(step, cfg, last_checkpoint.as_deref(), &self.dir.path));
-            }
-            let loss = pollster::block_on(trainer.loss(be))?;
-            let first = *first_loss.get_or_insert(loss);
-            if loss > DIVERGENCE * first && !warned {
-                warned = true;
-                console.line(&format!(
-                    "warning: the loss {loss:.4} at step {step} is more than {DIVERGENCE}× its first value {first:.4}; \
-                     the run may be diverging (a lower --lr often helps)"
-                ));
-            }
-            let tokens_per_s = window.1 as f64 / window.0.elapsed().as_secs_f64();
-            let mut row = serde_json::json!({
-                "step": step, "loss": loss, "lr": lr,
-                "tokens_per_s": tokens_per_s, "elapsed_s": start.elapsed().as_secs_f64(),
-            });
-            window = (Instant::now(), 0);
-            // With a z-loss, the total (CE + z-loss) too: the official RMT code reports that.
-            if z_loss {
-                row["total"] = (loss + pollster::block_on(trainer.z_term(be, &batch))?).into();
-            }
-            if eval {
-                let (mut ce, mut z) = (0.0f64, 0.0f64);
-                for batch in &held_out {
-                    let (c, zt) = pollster::block_on(trainer.eval_losses(be, batch))?;
-                    (ce, z) = (ce + f64::from(c), z + f64::from(zt));
-                }
-                let val = (ce / held_out.len() as f64) as f32;
-                row["val_loss"] = val.into();
-                if z_loss {
-                    row["val_total"] = ((ce + z) / held_out.len() as f64).into();
-                }
-                last_val = Some(val);
-            }
-            metrics.append(&row)?;
-            let speed = row["tokens_per_s"]
-                .as_f64()
-                .map(|s| format!("  {s:>8.0} tok/s"))
-                .unwrap_or_default();
-            // With a bar, lines only for evaluations and the last step; without, every log.
-            if log && !console.is_bar() || eval || last {
-                let val = row["val_loss"]
-                    .as_f64()
-                    .map(|v| format!("  val {v:.4}"))
-                    .unwrap_or_default();
-                console.line(&format!("step {step:>6}  loss {loss:.4}{val}  lr {lr:.2e}{speed}"));
-            }
-            let val = last_val.map(|v| format!("  val {v:.4}")).unwrap_or_default();
-            console.progress(step as u64, &format!("loss {loss:.4}{val}{speed}"));
-            if save {
-                let path = checkpoint(&trainer, &mut last_checkpoint)?;
-                if !last {
-                    console.line(&format!("checkpoint {}", path.display()));
-                }
-            }
+            End::Diverged { step } => return Err(diverged(step, cfg, last.as_deref(), &self.dir.path)),
         }
-        console.finish();
-        let values = pollster::block_on(be.read(&trainer.model.store().params))?;
+        let values = pollster::block_on(be.read(&cli.trainer.model.store().params))?;
         let model_path = self.dir.file(MODEL_FILE);
         run_dir::write_atomic(&model_path, |tmp| {
             let bytes = checkpoint::to_bytes(&layout, &values)?;
             std::fs::write(tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))
         })?;
-        let checkpoint_note = last_checkpoint
-            .map(|p| format!(" and {}", p.display()))
-            .unwrap_or_default();
+        let checkpoint_note = last.map(|p| format!(" and {}", p.display())).unwrap_or_default();
         say(&format!(
             "done: {steps} steps in {:.1} s; wrote {}, {}{checkpoint_note}",
-            start.elapsed().as_secs_f64(),
+            cli.clock.elapsed().as_secs_f64(),
             self.dir.file(METRICS_FILE).display(),
             model_path.display(),
         ));

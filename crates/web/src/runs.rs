@@ -12,6 +12,7 @@ use leptos::prelude::*;
 use models::buckets::BucketCounts;
 use models::count::thousands;
 use models::probes::Measured;
+use models::run::MetricsRow;
 use models::variance::ClosedForm;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -170,16 +171,18 @@ impl Run {
         self.checkpoint.is_some() && unfinished && paused
     }
 
-    /// The curve as `resmem train`'s metrics.jsonl rows.
+    /// The curve as `resmem train`'s metrics.jsonl rows: the same typed row, each loss the
+    /// f32 read from the device widened to f64, as the command line writes it.
     pub fn metrics_jsonl(&self) -> String {
         self.points
             .iter()
-            // The f32 in its shortest form, as the page shows it, not widened to f64.
-            .map(|(step, loss)| {
-                format!(
-                    "{{\"step\":{step},\"loss\":{}}}\n",
-                    serde_json::to_string(loss).unwrap_or_default()
-                )
+            .map(|&(step, loss)| {
+                let row = MetricsRow {
+                    step: step as u64,
+                    loss: Some(f64::from(loss)),
+                    ..MetricsRow::default()
+                };
+                row.to_line() + "\n"
             })
             .collect()
     }

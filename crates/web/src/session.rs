@@ -3,7 +3,7 @@
 //! page sees plain numbers; and the limit check every config passes before it is built.
 
 use crate::dataset::Dataset;
-use data::{Batch, BatchSource, DataSource};
+use data::{Batch, BatchSource, DataError, DataSource};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
 use models::checkpoint::{self, TrainState};
@@ -20,7 +20,7 @@ pub fn check_limits(cfg: &RunConfig, max_binding_bytes: u64) -> Result<(), Strin
     memory::check_binding_limit(&est, max_binding_bytes).map_err(|e| e.to_string())
 }
 
-type Model<B> = Box<dyn LanguageModel<B>>;
+pub type Model<B> = Box<dyn LanguageModel<B>>;
 
 /// What a session holds besides its device and config.
 type Parts<B> = (Trainer<B, Model<B>>, BatchSource, usize);
@@ -105,16 +105,15 @@ impl<B: Backend + 'static> Session<B> {
         self.cfg.train.batch * self.cfg.data.seq_len()
     }
 
-    /// One step, recorded and submitted; nothing is read back. Step k trains on batch k − 1,
-    /// as `resmem train` does, so a run continued from a checkpoint sees the same batches.
-    pub fn step(&mut self) -> Result<(), String> {
-        let batch = self
-            .batches
-            .batch(self.trainer.step as u64)
-            .map_err(|e| e.to_string())?;
-        self.trainer.step(&self.be, &batch).map_err(|e| e.to_string())?;
+    /// The batch of the step after `done` steps: the one `resmem train` draws, so that a run
+    /// continued from a checkpoint sees the same batches.
+    pub fn batch(&self, done: u64) -> Result<Batch, DataError> {
+        self.batches.batch(done)
+    }
+
+    /// The batch of the step just trained, which the views read the step's forward with.
+    pub fn stepped(&mut self, batch: Batch) {
         self.last_batch = Some(batch);
-        Ok(())
     }
 
     /// Continues from a checkpoint's state: its weights, moments and step.
@@ -141,11 +140,6 @@ impl<B: Backend + 'static> Session<B> {
         let loss = self.trainer.eval(&self.be, &batch).await.map_err(|e| e.to_string())?;
         self.last_batch = Some(batch);
         Ok(loss)
-    }
-
-    /// The last step's loss; waits for the device to finish it.
-    pub async fn loss(&self) -> Result<f32, String> {
-        self.trainer.loss(&self.be).await.map_err(|e| e.to_string())
     }
 
     /// `count` tokens after `prompt` under the current weights, each with its probability,

@@ -1,15 +1,19 @@
-//! The training loop of one run: it steps until the schedule ends or it is asked to stop, and
-//! emits what it reads as events. It reads the loss every few steps, not every step, the bucket
-//! counts of every table in one readback a step, the residuals only while a viewer wants them,
-//! the variance probes every few steps, a sample every few hundred steps and at the end, and
-//! keeps a checkpoint in memory every few steps, so that a lost device loses little.
+//! One run on the page: `resmem train`'s loop (`models::run::train_loop`), driven by the page,
+//! which steps until the schedule ends or it is asked to stop, and emits what it reads as
+//! events. It reads the loss every few steps, not every step, the bucket counts of every table
+//! in one readback a step, the residuals only while a viewer wants them, the variance probes
+//! every few steps, a sample every few hundred steps and at the end, and keeps a checkpoint in
+//! memory every few steps, so that a lost device loses little.
 
 use crate::residual::{self, Residuals};
 use crate::sample::{self, Sample};
-use crate::session::Session;
+use crate::session::{Model, Session};
+use data::{Batch, DataError};
 use engine::Backend;
 use models::buckets::BucketCounts;
 use models::probes::Measured;
+use models::run::{train_loop, Driver, End, LoopCadence, MetricsRow, Parts, Written};
+use models::ModelError;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -62,63 +66,142 @@ pub struct Wants<'a> {
     pub prompt: &'a dyn Fn() -> String,
 }
 
-/// Trains until the schedule ends or `wants.stop`, yielding to the page between steps.
+/// Trains until the schedule ends or `wants.stop`, yielding to the page between steps: the
+/// loop `resmem train` runs, driven by the page (its readbacks awaited, never blocked on).
 pub async fn train<B: Backend + 'static>(
     session: &mut Session<B>,
     wants: Wants<'_>,
     emit: &dyn Fn(Event),
 ) -> Result<(), String> {
-    let steps = session.cfg.train.steps;
-    let mut window: VecDeque<Vec<BucketCounts>> = VecDeque::new();
-    // (steps, milliseconds) of each interval between loss reads.
-    let mut intervals: VecDeque<(usize, f64)> = VecDeque::new();
     // A continued run starts past step 0.
-    let first_step = session.trainer.step;
-    let (mut since, mut last_read) = (None::<f64>, first_step);
-    let (mut kept_at, mut sampled_at) = (first_step, first_step);
-    while !(wants.stop)() && session.trainer.step < steps {
-        since.get_or_insert_with(js_sys::Date::now);
-        session.step()?;
-        let n = session.trainer.step;
-        emit(Event::Step(n));
+    let first = session.trainer.step;
+    let cadence = LoopCadence {
+        log_every: LOSS_EVERY,
+        // The page has no held-out batches: it never evaluates.
+        eval_every: 0,
+        checkpoint_every: KEEP_EVERY,
+        log_on_stop: true,
+        ..LoopCadence::of(&session.cfg)
+    };
+    let mut page = Page {
+        session,
+        wants,
+        emit,
+        window: VecDeque::new(),
+        intervals: VecDeque::new(),
+        sampled_at: first,
+    };
+    let end = train_loop::train(&mut page, &cadence).await.map_err(|Failure(e)| e)?;
+    let Page {
+        session,
+        wants,
+        sampled_at,
+        ..
+    } = page;
+    match end {
+        End::Finished | End::Stopped { .. } => {}
+        End::Diverged { step } => {
+            return Err(format!(
+                "the loss became NaN or Inf by step {step}; lower the learning rate (now {}) and start again",
+                session.cfg.train.lr
+            ))
+        }
+        End::NoBatch { step, error } => return Err(format!("cannot draw the batch of step {}: {error}", step + 1)),
+    }
+    // However the loop ended (the schedule, or Stop at any point of a step), the last step
+    // trained has its checkpoint (the loop's) and a sample.
+    let n = session.trainer.step;
+    if n > first && sampled_at != n {
+        emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
+    }
+    Ok(())
+}
+
+/// The page's errors are messages; the loop's device errors become one.
+struct Failure(String);
+
+impl From<ModelError> for Failure {
+    fn from(e: ModelError) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure(e)
+    }
+}
+
+/// The page's driver of the loop: events for the views, and what the page wants.
+struct Page<'a, B: Backend + 'static> {
+    session: &'a mut Session<B>,
+    wants: Wants<'a>,
+    emit: &'a dyn Fn(Event),
+    /// Bucket hits of the last steps.
+    window: VecDeque<Vec<BucketCounts>>,
+    /// (steps, milliseconds) of each interval between loss reads.
+    intervals: VecDeque<(usize, f64)>,
+    sampled_at: usize,
+}
+
+impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
+    type Error = Failure;
+
+    fn parts(&mut self) -> Parts<'_, B, Model<B>> {
+        Parts {
+            be: &self.session.be,
+            trainer: &mut self.session.trainer,
+            held_out: &[],
+        }
+    }
+
+    fn batch(&self, done: u64) -> Result<Batch, DataError> {
+        self.session.batch(done)
+    }
+
+    fn now(&self) -> f64 {
+        js_sys::Date::now() / 1000.0
+    }
+
+    fn stop(&self) -> bool {
+        (self.wants.stop)()
+    }
+
+    async fn stepped(&mut self, step: usize, batch: &Batch) -> Result<(), Failure> {
+        self.session.stepped(batch.clone());
+        (self.emit)(Event::Step(step));
         // Return to the event loop, so the page stays responsive, before awaiting any map.
         gloo_timers::future::TimeoutFuture::new(0).await;
-        let counts = session.bucket_counts().await?;
+        let counts = self.session.bucket_counts().await?;
         if !counts.is_empty() {
-            window.push_back(counts);
-            if window.len() > BUCKET_WINDOW {
-                window.pop_front();
+            self.window.push_back(counts);
+            if self.window.len() > BUCKET_WINDOW {
+                self.window.pop_front();
             }
-            emit(Event::Buckets(summed(&window)));
+            (self.emit)(Event::Buckets(summed(&self.window)));
         }
-        let last = n == steps || (wants.stop)();
-        if !(n == 1 || n.is_multiple_of(LOSS_EVERY) || last) {
-            continue;
-        }
-        // The read waits for the GPU: the interval since the first step after the last read is
-        // the steps' time, without the views' reads below.
-        let loss = session.loss().await?;
-        intervals.push_back((n - last_read, js_sys::Date::now() - since.take().unwrap_or_default()));
-        last_read = n;
+        Ok(())
+    }
+
+    async fn logged(&mut self, row: &MetricsRow, why: Written) -> Result<(), Failure> {
+        let n = row.step as usize;
+        // The loop's rows hold the f32 the device computed, widened: narrowing is exact.
+        let loss = row.loss.unwrap_or(f64::NAN) as f32;
+        let intervals = &mut self.intervals;
+        intervals.push_back((why.steps, why.seconds * 1000.0));
         while intervals.iter().map(|i| i.0).sum::<usize>() - intervals[0].0 >= SPEED_WINDOW {
             intervals.pop_front();
         }
         let (k, ms) = intervals.iter().fold((0, 0.0), |(k, ms), i| (k + i.0, ms + i.1));
-        emit(Event::Loss { step: n, loss });
-        emit(Event::Speed {
+        (self.emit)(Event::Loss { step: n, loss });
+        (self.emit)(Event::Speed {
             ms: ms / k.max(1) as f64,
-            tokens: session.tokens_per_step(),
+            tokens: self.session.tokens_per_step(),
         });
-        if !loss.is_finite() {
-            return Err(format!(
-                "the loss became {loss} at step {n}; lower the learning rate (now {}) and start again",
-                session.cfg.train.lr
-            ));
-        }
         // Before the probes run a forward of their own: these are the step's residuals.
-        if let Some(seq) = (wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY)) {
-            let (depths, inputs) = session.residuals(seq).await?;
-            emit(Event::Residuals(Residuals {
+        if let Some(seq) = (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY)) {
+            let (depths, inputs) = self.session.residuals(seq).await?;
+            (self.emit)(Event::Residuals(Residuals {
                 step: n,
                 seq,
                 depths,
@@ -126,29 +209,22 @@ pub async fn train<B: Backend + 'static>(
             }));
         }
         if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
-            if let Some(measured) = session.measure().await? {
-                emit(Event::Measured { step: n, measured });
+            if let Some(measured) = self.session.measure().await? {
+                (self.emit)(Event::Measured { step: n, measured });
             }
         }
-        if n.is_multiple_of(KEEP_EVERY) {
-            keep(session, emit).await?;
-            kept_at = n;
-        }
         if n.is_multiple_of(sample::EVERY) {
-            emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
-            sampled_at = n;
+            (self.emit)(Event::Sample(
+                sample::draw(self.session, n, &(self.wants.prompt)()).await?,
+            ));
+            self.sampled_at = n;
         }
+        Ok(())
     }
-    // However the loop ended (the schedule, or Stop at any point of a step), the last step
-    // trained has its checkpoint and a sample.
-    let n = session.trainer.step;
-    if n > first_step && kept_at != n {
-        keep(session, emit).await?;
+
+    async fn checkpoint(&mut self, _step: usize, _ending: bool) -> Result<(), Failure> {
+        Ok(keep(self.session, self.emit).await?)
     }
-    if n > first_step && sampled_at != n {
-        emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
-    }
-    Ok(())
 }
 
 async fn keep<B: Backend + 'static>(session: &Session<B>, emit: &dyn Fn(Event)) -> Result<(), String> {

@@ -72,15 +72,15 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
         let mut points = vec![];
         for row in &run.rows {
             let value = match y {
-                YAxis::ValLoss => row.val_loss,
-                _ => row.loss,
+                YAxis::ValLoss => row.metrics.val_loss,
+                _ => row.metrics.loss,
             };
             let Some(value) = value else { continue };
             let Some(at) = run.x(x, row, fpt) else {
                 bail!(
                     "{} has a row without elapsed_s (step {}), so --x time cannot place it; plot it with --x step",
                     run.dir.join(METRICS_FILE).display(),
-                    row.step
+                    row.metrics.step
                 );
             };
             // Huge finite values can sum (wall time across resumes) or multiply (FLOPs) past f64.

@@ -2,8 +2,8 @@
 //! FLOPs and parameters to reach the reference's final validation loss, from the seeds' mean
 //! validation curves.
 
-use super::summary::{read_metrics, PointSummary, Summary};
-use crate::run_dir::{CONFIG_FILE, METRICS_FILE};
+use super::summary::{PointSummary, Summary};
+use crate::run_dir::{self, CONFIG_FILE};
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -40,10 +40,11 @@ pub(super) fn curve(out: &Path, p: &PointSummary) -> Result<Curve> {
     let dir = out.join(&p.dir);
     let cfg = crate::resolve::read_config(&dir.join(CONFIG_FILE))?;
     let per_step = (cfg.train.batch * cfg.data.seq_len()) as f64;
-    let rows = read_metrics(&dir.join(METRICS_FILE))?;
-    Ok(rows
+    let metrics = run_dir::read_metrics(&dir)?.unwrap_or_default();
+    Ok(metrics
+        .rows
         .iter()
-        .filter_map(|r| Some((r["step"].as_f64()? * per_step, r["val_loss"].as_f64()?)))
+        .filter_map(|(_, r)| Some((r.step as f64 * per_step, r.val_loss?)))
         .collect())
 }
 

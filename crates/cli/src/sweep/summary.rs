@@ -6,8 +6,9 @@ use super::equal_loss::EqualLoss;
 use super::points::Point;
 use super::variance::{PointVariance, VarianceRow};
 use super::{compare, matching, tune, COMPARISONS_CSV, SUMMARY_CSV, SUMMARY_JSON};
-use crate::run_dir::{CONFIG_FILE, METRICS_FILE};
+use crate::run_dir::{self, CONFIG_FILE};
 use anyhow::{Context, Result};
+use models::run::MetricsRow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::Path;
@@ -114,42 +115,18 @@ pub(super) fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSu
     s.arch = Some(cfg.arch().to_string());
     s.params = Some(models::count::try_model(&cfg.model)?.params);
     s.flops_per_token = Some(counts.flops_per_token(t));
-    let rows = read_metrics(&dir.join(METRICS_FILE))?;
-    let last_step = rows.iter().filter_map(|r| r["step"].as_u64()).max().unwrap_or(0);
+    let metrics = run_dir::read_metrics(dir)?.unwrap_or_default();
+    let rows: Vec<&MetricsRow> = metrics.rows.iter().map(|(_, row)| row).collect();
+    let last_step = rows.iter().map(|r| r.step).max().unwrap_or(0);
     s.tokens = Some(last_step * (cfg.train.batch * t) as u64);
-    s.final_loss = rows.last().and_then(|r| r["loss"].as_f64());
-    let vals: Vec<f64> = rows.iter().filter_map(|r| r["val_loss"].as_f64()).collect();
+    s.final_loss = rows.last().and_then(|r| r.loss);
+    let vals: Vec<f64> = rows.iter().filter_map(|r| r.val_loss).collect();
     s.final_val_loss = vals.last().copied();
     s.best_val_loss = vals.iter().copied().reduce(f64::min);
-    let wall = wall_seconds(&rows);
+    let wall = metrics.wall_seconds();
     s.wall_s = Some(wall);
     s.tokens_per_s = s.tokens.map(|n| n as f64 / wall.max(1e-9));
     Ok(s)
-}
-
-pub fn read_metrics(path: &Path) -> Result<Vec<Value>> {
-    let text = match data::read_text(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).with_context(|| format!("a broken line in {}", path.display())))
-        .collect()
-}
-
-/// Training wall time: `elapsed_s` restarts at each resume, so the segments add.
-pub fn wall_seconds(rows: &[Value]) -> f64 {
-    let mut total = 0.0;
-    let mut segment = 0.0;
-    for e in rows.iter().filter_map(|r| r["elapsed_s"].as_f64()) {
-        if e < segment {
-            total += segment;
-        }
-        segment = e;
-    }
-    total + segment
 }
 
 pub(super) fn write_summary(out: &Path, summary: &Summary) -> Result<()> {

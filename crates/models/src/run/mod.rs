@@ -7,14 +7,19 @@
 //!
 //! This file holds `RunConfig` and its checks; the data part is `data_config.rs`, the model part's
 //! methods over every architecture `model.rs`, the named presets `training_presets.rs`, and the
-//! TOML merge `merge.rs`.
+//! TOML merge `merge.rs`. A run trains through the one loop in `train_loop.rs`, which writes the
+//! rows of `metrics.rs`.
 
 mod data_config;
 mod merge;
+pub mod metrics;
 mod model;
+pub mod train_loop;
 mod training_presets;
 
 pub use data_config::DataConfig;
+pub use metrics::{Metrics, MetricsRow};
+pub use train_loop::{Driver, End, LoopCadence, Parts, Written};
 pub use training_presets::{presets, Preset, SHAKESPEARE_BYTES, SHAKESPEARE_GPT2};
 
 use crate::memory::Purpose;
