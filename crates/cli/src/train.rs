@@ -297,7 +297,7 @@ impl PreparedRun {
                 });
                 bail!("stopped after step {step}: {error}; {kept}. {}", resume());
             }
-            End::Diverged { step } => return Err(diverged(step, cfg, last.as_deref(), &self.dir.path)),
+            End::Diverged { step, .. } => return Err(diverged(step, cfg, last.as_deref(), &self.dir.path)),
         }
         let values = pollster::block_on(be.read(&cli.trainer.model.store().params))?;
         let model_path = self.dir.file(MODEL_FILE);

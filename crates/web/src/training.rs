@@ -100,9 +100,9 @@ pub async fn train<B: Backend + 'static>(
     } = page;
     match end {
         End::Finished | End::Stopped { .. } => {}
-        End::Diverged { step } => {
+        End::Diverged { step, sum } => {
             return Err(format!(
-                "the loss became NaN or Inf by step {step}; lower the learning rate (now {}) and start again",
+                "the loss became {sum} by step {step}; lower the learning rate (now {}) and start again",
                 session.cfg.train.lr
             ))
         }

@@ -78,9 +78,9 @@ pub enum End {
     /// Step `step`'s batch could not be drawn (a corpus changed under the run). The steps
     /// before it were checkpointed when their losses were finite.
     NoBatch { step: usize, error: DataError },
-    /// The training loss became NaN or Inf by step `step`; nothing after the last finite
-    /// check was checkpointed.
-    Diverged { step: usize },
+    /// The training loss became NaN or Inf by step `step`: `sum`, the losses' sum since the
+    /// last check, is. Nothing after the last finite check was checkpointed.
+    Diverged { step: usize, sum: f32 },
 }
 
 /// One way of running the loop: the command line's or the page's.
@@ -133,14 +133,19 @@ where
         if driver.stop() {
             match last.as_ref().filter(|_| cadence.log_on_stop && logged_at != Some(done)) {
                 Some((batch, lr)) => {
-                    let Some(row) = row(driver, cadence, &mut state, done, *lr, batch, false).await? else {
-                        return Ok(End::Diverged { step: done });
+                    let row = match row(driver, cadence, &mut state, done, *lr, batch, false).await? {
+                        Ok(row) => row,
+                        Err(sum) => return Ok(End::Diverged { step: done, sum }),
                     };
                     let why = state.written(true, false, saved_at != Some(done), true);
                     driver.logged(&row, why).await?;
                 }
-                None if !finite_since_check(driver).await? => return Ok(End::Diverged { step: done }),
-                None => {}
+                None => {
+                    let sum = loss_sum(driver).await?;
+                    if !sum.is_finite() {
+                        return Ok(End::Diverged { step: done, sum });
+                    }
+                }
             }
             if saved_at != Some(done) {
                 driver.checkpoint(done, true).await?;
@@ -151,7 +156,7 @@ where
             Ok(batch) => batch,
             Err(error) => {
                 // Keep what was trained, unless it already diverged.
-                if saved_at != Some(done) && finite_since_check(driver).await? {
+                if saved_at != Some(done) && loss_sum(driver).await?.is_finite() {
                     driver.checkpoint(done, true).await?;
                 }
                 return Ok(End::NoBatch { step: done, error });
@@ -174,8 +179,9 @@ where
             && (is_last || (cadence.eval_every > 0 && step.is_multiple_of(cadence.eval_every)));
         let save = is_last || (cadence.checkpoint_every > 0 && step.is_multiple_of(cadence.checkpoint_every));
         if log || eval || save {
-            let Some(row) = row(driver, cadence, &mut state, step, lr, &batch, eval).await? else {
-                return Ok(End::Diverged { step });
+            let row = match row(driver, cadence, &mut state, step, lr, &batch, eval).await? {
+                Ok(row) => row,
+                Err(sum) => return Ok(End::Diverged { step, sum }),
             };
             let why = state.written(log, eval, save, is_last);
             driver.logged(&row, why).await?;
@@ -215,20 +221,20 @@ impl State {
     }
 }
 
-/// Whether every training loss since the last check was finite: each step adds its loss to a
-/// sum on the device, and a NaN or Inf stays in it, so one read checks them all.
-async fn finite_since_check<B, M, D>(driver: &mut D) -> Result<bool, ModelError>
+/// The sum of the training losses since the last check: each step adds its loss to it on the
+/// device, and a NaN or Inf stays in it, so one read checks them all.
+async fn loss_sum<B, M, D>(driver: &mut D) -> Result<f32, ModelError>
 where
     B: Backend,
     M: LanguageModel<B>,
     D: Driver<B, M>,
 {
     let parts = driver.parts();
-    Ok(parts.trainer.loss_sum(parts.be).await?.is_finite())
+    parts.trainer.loss_sum(parts.be).await
 }
 
-/// The row of `step`, whose batch was `batch`, with an evaluation when `eval`; None when a
-/// loss since the last row was NaN or Inf. The reads run in the order they always did: the
+/// The row of `step`, whose batch was `batch`, with an evaluation when `eval`; or the losses'
+/// sum since the last row, when it is NaN or Inf. The reads run in the order they always did: the
 /// z-loss term reads the step's forward before an evaluation's forwards overwrite it.
 #[allow(clippy::too_many_arguments)]
 async fn row<B, M, D>(
@@ -239,7 +245,7 @@ async fn row<B, M, D>(
     lr: f32,
     batch: &Batch,
     eval: bool,
-) -> Result<Option<MetricsRow>, ModelError>
+) -> Result<Result<MetricsRow, f32>, ModelError>
 where
     B: Backend,
     M: LanguageModel<B>,
@@ -250,7 +256,7 @@ where
     let sum = trainer.loss_sum(be).await?;
     trainer.reset_loss_sum(be);
     if !sum.is_finite() {
-        return Ok(None);
+        return Ok(Err(sum));
     }
     let loss = trainer.loss(be).await?;
     let now = driver.now();
@@ -281,5 +287,5 @@ where
             row.val_total = Some((ce + z) / held_out.len() as f64);
         }
     }
-    Ok(Some(row))
+    Ok(Ok(row))
 }
