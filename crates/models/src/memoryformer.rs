@@ -15,7 +15,7 @@ use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;
 use crate::loss::LossHead;
-use crate::memory::{self, Purpose};
+use crate::memory::{values, LOGIT_GRADIENTS};
 use crate::memory_layer::{
     layer_dims, Hashed, MemoryBlock, MemoryBlockActs, MemoryBlockParams, MemoryBlockScratch, MemoryParams,
 };
@@ -162,9 +162,7 @@ impl<B: Backend> MemoryFormer<B> {
     }
 
     fn build(be: &B, cfg: MemoryFormerConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
-        // Validates and checks every size below, so no product here can overflow.
-        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
-        memory::estimate(&ModelConfig::MemoryFormer(cfg.clone()), b, t, purpose)?;
+        let bt = ModelConfig::MemoryFormer(cfg.clone()).check_batch(b, t)?;
         let (d, v, h) = (cfg.d_model, cfg.vocab, cfg.n_heads);
         let (layout, ids) = declare(&cfg);
         let store = match seed {
@@ -173,34 +171,36 @@ impl<B: Backend> MemoryFormer<B> {
         };
         let w = ids.map(|id| store.param(be, id));
         let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
-        let bt = b * t;
-        let z = |what: &str, n: usize| be.zeros(what, n);
+        // Each buffer named with the settings it grows with, for the memory estimate's messages.
+        let z = |what: &str, dims: &[usize]| be.zeros(what, values(dims));
+        let stats = "the norm statistics (batch × seq_len)";
+        let residual = "the residual (batch × seq_len × d_model)";
         let (qkv, ff) = units(&cfg, bt);
         let blocks = (0..cfg.n_layers)
             .map(|_| {
                 Ok(BlockActs {
-                    ln1: z("ln1", bt * d)?,
-                    ln1_stats: z("ln1 stats", bt * 2)?,
+                    ln1: z("ln1 (batch × seq_len × d_model)", &[bt, d])?,
+                    ln1_stats: z(stats, &[bt, 2])?,
                     hq: Hashed::new(be, qkv)?,
-                    qkv: z("qkv", bt * 3 * d)?,
-                    atty: z("attention output", bt * d)?,
-                    lse: z("attention log-sum-exps", b * h * t)?,
-                    res_att: z("residual", bt * d)?,
-                    ln2: z("ln2", bt * d)?,
-                    ln2_stats: z("ln2 stats", bt * 2)?,
+                    qkv: z("qkv (batch × seq_len × 3·d_model)", &[bt, 3, d])?,
+                    atty: z("the attention output (batch × seq_len × d_model)", &[bt, d])?,
+                    lse: z("the attention log-sum-exps (batch × n_heads × seq_len)", &[b, h, t])?,
+                    res_att: z(residual, &[bt, d])?,
+                    ln2: z("ln2 (batch × seq_len × d_model)", &[bt, d])?,
+                    ln2_stats: z(stats, &[bt, 2])?,
                     ff: ff.acts(be)?,
-                    out: z("ml2 output", bt * d)?,
-                    res_ff: z("residual", bt * d)?,
+                    out: z("the ml2 output (batch × seq_len × d_model)", &[bt, d])?,
+                    res_ff: z(residual, &[bt, d])?,
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
-                dlogits: z("logit gradients", bt * v)?,
-                dresidual: z("residual gradient", bt * d)?,
-                dln: z("norm gradient", bt * d)?,
-                dqkv: z("qkv gradient", bt * 3 * d)?,
-                delta: z("attention row terms", b * h * t)?,
+                dlogits: z(LOGIT_GRADIENTS, &[bt, v])?,
+                dresidual: z("the residual gradient (batch × seq_len × d_model)", &[bt, d])?,
+                dln: z("the norm gradient (batch × seq_len × d_model)", &[bt, d])?,
+                dqkv: z("the qkv gradient (batch × seq_len × 3·d_model)", &[bt, 3, d])?,
+                delta: z("attention's dout·out per row (batch × n_heads × seq_len)", &[b, h, t])?,
                 ff: ff.scratch(be)?,
             })
         };
@@ -214,10 +214,10 @@ impl<B: Backend> MemoryFormer<B> {
             store,
             w,
             dw,
-            encoded: z("embeddings", bt * d)?,
+            encoded: z("the embeddings (batch × seq_len × d_model)", &[bt, d])?,
             blocks,
-            lnf: z("final norm", bt * d)?,
-            lnf_stats: z("final norm stats", bt * 2)?,
+            lnf: z("the final norm (batch × seq_len × d_model)", &[bt, d])?,
+            lnf_stats: z(stats, &[bt, 2])?,
             cursor: ff.shared(be)?,
             ff,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,

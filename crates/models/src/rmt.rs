@@ -18,7 +18,7 @@ use crate::buckets::HashedLayer;
 use crate::config::{Position, Trunk};
 use crate::ff::{Dense, FfCore};
 use crate::loss::LossHead;
-use crate::memory::{self, Purpose};
+use crate::memory::{values, LOGIT_GRADIENTS};
 use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
@@ -274,12 +274,9 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
     }
 
     fn build(be: &B, cfg: C, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
-        // Validates and checks every size below, so no product here can overflow.
-        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
-        memory::estimate(&cfg.model(), b, t, purpose)?;
+        let bt = cfg.model().check_batch(b, t)?;
         let trunk = cfg.trunk();
         let (dk, dv, r, v, l) = (trunk.d_k, trunk.d_v, trunk.rank, trunk.vocab, trunk.n_layers);
-        let (m, rv) = (dk * dv, r * dv);
         let (layout, ids) = declare(&cfg);
         let store = match seed {
             Some(seed) => ParamStore::new(be, layout, seed)?,
@@ -290,22 +287,25 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             .trainable()
             .then(|| ids.map::<C::Core, _>(|id| store.grad(be, id)));
 
-        let bt = b * t;
         let core = cfg.core(bt);
-        let z = |what: &str, n: usize| be.zeros(what, n);
+        // Each buffer named with the settings it grows with, for the memory estimate's messages.
+        let z = |what: &str, dims: &[usize]| be.zeros(what, values(dims));
+        let stats = "the norm statistics (batch × seq_len)";
+        let res = "the residual matrices (batch × seq_len × d_k × d_v)";
+        let vectors = |what: &str| format!("{what} (batch × seq_len × rank × d_v)");
         let blocks = (0..l)
             .map(|_| {
                 Ok(BlockActs {
-                    ln1_stats: z("ln1 stats", bt * 2)?,
-                    qkv: z("qkv", bt * 3 * rv)?,
-                    atty: z("attention output", bt * rv)?,
-                    lse: z("attention log-sum-exps", b * r * t)?,
-                    res_att: z("residual", bt * m)?,
-                    ln2_stats: z("ln2 stats", bt * 2)?,
-                    xff: z("ff adapters", bt * rv)?,
+                    ln1_stats: z(stats, &[bt, 2])?,
+                    qkv: z("qkv (batch × seq_len × 3·rank·d_v)", &[bt, 3, r, dv])?,
+                    atty: z(&vectors("the attention output"), &[bt, r, dv])?,
+                    lse: z("the attention log-sum-exps (batch × rank × seq_len)", &[b, r, t])?,
+                    res_att: z(res, &[bt, dk, dv])?,
+                    ln2_stats: z(stats, &[bt, 2])?,
+                    xff: z(&vectors("the FF adapters"), &[bt, r, dv])?,
                     core: core.acts(be)?,
-                    f: z("ff output", bt * rv)?,
-                    res_ff: z("residual", bt * m)?,
+                    f: z(&vectors("the FF output"), &[bt, r, dv])?,
+                    res_ff: z(res, &[bt, dk, dv])?,
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
@@ -317,16 +317,19 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         };
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
-                dlogits: z("logit gradients", bt * v)?,
-                dresidual: z("residual gradient", bt * m)?,
-                dln: z("norm gradient", bt * m)?,
-                dvec: z("vector gradient", bt * rv)?,
-                dqkv: z("qkv gradient", bt * 3 * rv)?,
-                delta: z("attention row terms", b * r * t)?,
+                dlogits: z(LOGIT_GRADIENTS, &[bt, v])?,
+                dresidual: z("the residual gradient (batch × seq_len × d_k × d_v)", &[bt, dk, dv])?,
+                dln: z("the norm gradient (batch × seq_len × d_k × d_v)", &[bt, dk, dv])?,
+                dvec: z(&vectors("the vector gradient"), &[bt, r, dv])?,
+                dqkv: z("the qkv gradient (batch × seq_len × 3·rank·d_v)", &[bt, 3, r, dv])?,
+                delta: z("attention's dout·out per row (batch × rank × seq_len)", &[b, r, t])?,
                 core: core.scratch(be)?,
-                partials: z("key gradient partial sums", widest.key_grad_scratch())?,
-                stored: z("probe scratch", bt * m)?,
-                probe_stats: z("probe scratch", bt * 2)?,
+                partials: z(
+                    "the key-gradient partial sums (batch × seq_len × rank × d_k)",
+                    &[widest.key_grad_scratch()],
+                )?,
+                stored: z("the probe scratch (batch × seq_len × d_k × d_v)", &[bt, dk, dv])?,
+                probe_stats: z("the probe statistics (batch × seq_len)", &[bt, 2])?,
             })
         };
         let s = match store.trainable() {
@@ -335,18 +338,21 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         };
         let positions = match trunk.position {
             Position::Learned => {
-                let rows: Vec<u32> = (0..bt).map(|i| (i % t) as u32).collect();
-                let buckets = engine::TokenBuckets::new(&rows, trunk.seq_len);
-                let upload = |what: &str, data: &[u32]| -> engine::Result<B::Index> {
-                    let ix = be.index(what, data.len())?;
-                    be.write_index(&ix, data);
-                    Ok(ix)
+                let index = |what: &str, len: usize| be.index(what, len);
+                let p = Positions {
+                    rows: index("the positions (batch × seq_len)", bt)?,
+                    bucket_rows: index("the position buckets (batch × seq_len)", bt)?,
+                    bucket_start: index("the position bucket starts (seq_len)", trunk.seq_len.saturating_add(1))?,
                 };
-                Some(Positions {
-                    rows: upload("positions", &rows)?,
-                    bucket_rows: upload("position buckets", &buckets.rows)?,
-                    bucket_start: upload("position bucket starts", &buckets.start)?,
-                })
+                // Nothing to compute for a backend that only counts, whatever the batch.
+                if be.holds_values() {
+                    let rows: Vec<u32> = (0..bt).map(|i| (i % t) as u32).collect();
+                    let buckets = engine::TokenBuckets::new(&rows, trunk.seq_len);
+                    be.write_index(&p.rows, &rows);
+                    be.write_index(&p.bucket_rows, &buckets.rows);
+                    be.write_index(&p.bucket_start, &buckets.start);
+                }
+                Some(p)
             }
             Position::Alibi => None,
         };
@@ -366,17 +372,17 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             store,
             w,
             dw,
-            etok: z("token embeddings", bt * rv)?,
+            etok: z(&vectors("the token embeddings"), &[bt, r, dv])?,
             epos: match trunk.position {
-                Position::Learned => Some(z("position embeddings", bt * rv)?),
+                Position::Learned => Some(z(&vectors("the position embeddings"), &[bt, r, dv])?),
                 Position::Alibi => None,
             },
             positions,
-            encoded: z("embeddings", bt * m)?,
+            encoded: z(res, &[bt, dk, dv])?,
             blocks,
             shared: core.shared(be)?,
-            lnf_stats: z("final norm stats", bt * 2)?,
-            yu: z("unembedding retrievals", bt * rv)?,
+            lnf_stats: z(stats, &[bt, 2])?,
+            yu: z(&vectors("the unembedding retrievals"), &[bt, r, dv])?,
             head: LossHead::new(be, bt, v, trunk.z_loss)?,
             s,
             probes,

@@ -9,7 +9,7 @@
 
 use crate::batch::BatchTensors;
 use crate::loss::LossHead;
-use crate::memory::{self, Purpose};
+use crate::memory::{values, LOGIT_GRADIENTS};
 use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
@@ -171,9 +171,7 @@ impl<B: Backend> Transformer<B> {
 
     /// Trainable, initialised from the seed, with one; for inference without.
     fn build(be: &B, cfg: TransformerConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
-        // Validates and checks every size below, so no product here can overflow.
-        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
-        memory::estimate(&ModelConfig::Transformer(cfg.clone()), b, t, purpose)?;
+        let bt = ModelConfig::Transformer(cfg.clone()).check_batch(b, t)?;
         let (c, v, f, l) = (cfg.d_model, cfg.vocab, cfg.d_ff, cfg.n_layers);
         let hd = cfg.n_heads * cfg.head_dim;
         let (layout, ids) = declare(&cfg);
@@ -184,35 +182,40 @@ impl<B: Backend> Transformer<B> {
         let w = ids.map(|id| store.param(be, id));
         let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
 
-        let bt = b * t;
-        let z = |what: &str, n: usize| be.zeros(what, n);
+        // Each buffer named with the settings it grows with, for the memory estimate's messages.
+        let z = |what: &str, dims: &[usize]| be.zeros(what, values(dims));
+        let lse = "the attention log-sum-exps (batch × n_heads × seq_len)";
+        let stats = "the norm statistics (batch × seq_len)";
         let blocks = (0..l)
             .map(|_| {
                 Ok(BlockActs {
-                    ln1: z("ln1", bt * c)?,
-                    ln1_stats: z("ln1 stats", bt * 2)?,
-                    qkv: z("qkv", bt * 3 * hd)?,
-                    atty: z("attention output", bt * hd)?,
-                    lse: z("attention log-sum-exps", b * cfg.n_heads * t)?,
-                    res_att: z("residual", bt * c)?,
-                    ln2: z("ln2", bt * c)?,
-                    ln2_stats: z("ln2 stats", bt * 2)?,
-                    fch: z("ff hidden", bt * f)?,
-                    fch_gelu: z("ff hidden", bt * f)?,
-                    res_ff: z("residual", bt * c)?,
+                    ln1: z("ln1 (batch × seq_len × d_model)", &[bt, c])?,
+                    ln1_stats: z(stats, &[bt, 2])?,
+                    qkv: z("qkv (batch × seq_len × 3·n_heads·head_dim)", &[bt, 3, hd])?,
+                    atty: z("the attention output (batch × seq_len × n_heads·head_dim)", &[bt, hd])?,
+                    lse: z(lse, &[b, cfg.n_heads, t])?,
+                    res_att: z("the residual (batch × seq_len × d_model)", &[bt, c])?,
+                    ln2: z("ln2 (batch × seq_len × d_model)", &[bt, c])?,
+                    ln2_stats: z(stats, &[bt, 2])?,
+                    fch: z("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?,
+                    fch_gelu: z("the FF hidden (batch × seq_len × d_ff)", &[bt, f])?,
+                    res_ff: z("the residual (batch × seq_len × d_model)", &[bt, c])?,
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
-                dlogits: z("logit gradients", bt * v)?,
-                dresidual: z("residual gradient", bt * c)?,
-                dln: z("norm gradient", bt * c)?,
-                datty: z("attention gradient", bt * hd)?,
-                dqkv: z("qkv gradient", bt * 3 * hd)?,
-                delta: z("attention row terms", b * cfg.n_heads * t)?,
-                dfch: z("ff gradient", bt * f)?,
-                dfch_gelu: z("ff gradient", bt * f)?,
+                dlogits: z(LOGIT_GRADIENTS, &[bt, v])?,
+                dresidual: z("the residual gradient (batch × seq_len × d_model)", &[bt, c])?,
+                dln: z("the norm gradient (batch × seq_len × d_model)", &[bt, c])?,
+                datty: z("the attention gradient (batch × seq_len × n_heads·head_dim)", &[bt, hd])?,
+                dqkv: z("the qkv gradient (batch × seq_len × 3·n_heads·head_dim)", &[bt, 3, hd])?,
+                delta: z(
+                    "attention's dout·out per row (batch × n_heads × seq_len)",
+                    &[b, cfg.n_heads, t],
+                )?,
+                dfch: z("the FF gradient (batch × seq_len × d_ff)", &[bt, f])?,
+                dfch_gelu: z("the FF gradient (batch × seq_len × d_ff)", &[bt, f])?,
             })
         };
         let (s, probes) = match store.trainable() {
@@ -225,11 +228,11 @@ impl<B: Backend> Transformer<B> {
             store,
             w,
             dw,
-            proj: z("projection", bt * c)?,
-            encoded: z("embeddings", bt * c)?,
+            proj: z("the projection (batch × seq_len × d_model)", &[bt, c])?,
+            encoded: z("the embeddings (batch × seq_len × d_model)", &[bt, c])?,
             blocks,
-            lnf: z("final norm", bt * c)?,
-            lnf_stats: z("final norm stats", bt * 2)?,
+            lnf: z("the final norm (batch × seq_len × d_model)", &[bt, c])?,
+            lnf_stats: z(stats, &[bt, 2])?,
             head: LossHead::new(be, bt, v, cfg.z_loss)?,
             s,
             probes,
