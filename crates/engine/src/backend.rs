@@ -3,9 +3,10 @@
 //! Every op is declared once, in [`declare_ops!`] below: its doc, its name, its arguments in
 //! their one order, the `ops/` file that implements it and what its cost is computed from. From
 //! that list [`op_methods!`] writes the trait's methods here and the op methods of `CpuBackend`
-//! (`cpu/mod.rs`), `GpuBackend` (`gpu/mod.rs`) and `Profiled` (`profile.rs`); each of those
-//! calls the op's own file: `ops::<file>::cpu::<op>`, `ops::<file>::gpu::<op>` and
-//! `ops::<file>::cost::<op>`.
+//! (`cpu/mod.rs`), `GpuBackend` (`gpu/mod.rs`), `Profiled` (`profile.rs`) and
+//! `CountingBackend` (`counting.rs`); the first three call the op's own file:
+//! `ops::<file>::cpu::<op>`, `ops::<file>::gpu::<op>` and `ops::<file>::cost::<op>`; the counting
+//! backend's ops do nothing.
 //!
 //! Argument order everywhere (the declaration, the op file, the WGSL bindings): outputs, then
 //! what a forward saves for its backward (the norm's stats, attention's lse), inputs, weights,
@@ -28,7 +29,8 @@ use std::future::Future;
 /// `Option<Tensor>`, `f32`, `bool` or a dims struct exported from the crate's root. `cost(…)`
 /// lists the arguments `ops::<file>::cost::<op>` takes, in order: an argument by name, or
 /// `len(t)`, the number of values of tensor `t`. `declare_ops!(signatures)` writes the trait's
-/// methods; `declare_ops!(cpu)`, `(gpu)` and `(profiled)` the methods of those impls.
+/// methods; `declare_ops!(cpu)`, `(gpu)`, `(profiled)` and `(counting)` the methods of those
+/// impls.
 macro_rules! declare_ops {
     ($target:ident) => {
         $crate::backend::op_methods! { $target;
@@ -153,8 +155,8 @@ macro_rules! declare_ops {
 pub(crate) use declare_ops;
 
 /// Writes one method per op of [`declare_ops!`] for `$target`: `signatures` (the trait), `cpu`,
-/// `gpu` (each calls `ops::<file>::<target>::<op>(self, args…)`) or `profiled` (books
-/// `ops::<file>::cost::<op>(…)`, then calls the same op of `self.inner`).
+/// `gpu` (each calls `ops::<file>::<target>::<op>(self, args…)`), `profiled` (books
+/// `ops::<file>::cost::<op>(…)`, then calls the same op of `self.inner`) or `counting` (nothing).
 macro_rules! op_methods {
     ($target:ident; $(
         $(#[$attr:meta])*
@@ -180,6 +182,12 @@ macro_rules! op_methods {
         cost($($cost:tt)*)) => {
         fn $op(&self, $($arg: $crate::backend::op_arg!($kind $(<$inner>)?)),*) {
             $crate::ops::$file::gpu::$op(self, $($arg),*)
+        }
+    };
+    (@counting $(#[$attr:meta])* $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),*)
+        cost($($cost:tt)*)) => {
+        fn $op(&self, $($arg: $crate::backend::op_arg!($kind $(<$inner>)?)),*) {
+            let _ = ($($arg),*);
         }
     };
     (@profiled $(#[$attr:meta])* $file:ident::$op:ident($($arg:ident: $kind:tt $(<$inner:tt>)?),*)
@@ -237,6 +245,12 @@ pub trait Backend {
     /// `len` values of `t` from `offset`. On the GPU, `offset` must be a multiple of 64 values.
     fn view(&self, t: &Self::Tensor, offset: usize, len: usize) -> Self::Tensor;
     fn len(&self, t: &Self::Tensor) -> usize;
+    /// Whether tensors hold values: false for [`crate::counting::CountingBackend`], which only
+    /// adds up allocations, so that a constructor measured on it skips computing what it would
+    /// write (the initial parameters), whose host memory grows with the model.
+    fn holds_values(&self) -> bool {
+        true
+    }
     /// Overwrites `t` with `data` (same length). Ordered after all earlier ops.
     fn write(&self, t: &Self::Tensor, data: &[f32]);
     fn index(&self, what: &str, len: usize) -> Result<Self::Index>;

@@ -1,4 +1,5 @@
-//! resmem's engine: one op-level [`Backend`] trait with two implementations.
+//! resmem's engine: one op-level [`Backend`] trait with two implementations that compute and
+//! one that counts.
 //!
 //! - [`cpu::CpuBackend`] is the readable reference, generic over f32/f64 so that gradient checks
 //!   run in f64: products (matmuls, attention per head, the RMT's retrieval, storage and key
@@ -6,9 +7,11 @@
 //!   that do not depend on the thread count.
 //! - [`gpu::GpuBackend`] runs the same ops as the WGSL compute shaders in `shaders/`, natively
 //!   (Vulkan, Metal, DX12) and in the browser (WebGPU).
+//! - [`counting::CountingBackend`] allocates nothing and adds up what a model would allocate:
+//!   the memory estimate is a model built on it.
 //!
-//! Each op is declared once, in `backend.rs`: the trait's methods and both backends' (and the
-//! profiler's) implementations are written from that list by a macro. Each op family lives in
+//! Each op is declared once, in `backend.rs`: the trait's methods and every implementation's
+//! (the profiler's too) are written from that list by a macro. Each op family lives in
 //! `ops/<family>.rs`: its shape documentation, its parameter struct, its CPU twin, the host-side
 //! wrapper of its shader and its cost, side by side.
 //!
@@ -17,6 +20,7 @@
 //! for the Memory Layer τ bits, K tables.
 
 pub mod cost;
+pub mod counting;
 #[cfg(feature = "cpu")]
 pub mod cpu;
 mod error;

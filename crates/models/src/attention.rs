@@ -9,6 +9,7 @@
 
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;
+use crate::memory::values;
 use crate::memory_layer::{Hashed, MemoryBlock, MemoryParams};
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::{Hashing, WeightInit};
@@ -25,6 +26,17 @@ pub struct Attention {
     pub layer_scale: bool,
     /// ALiBi's position biases instead of position embeddings (the RMT's option).
     pub alibi: bool,
+    /// The settings its sizes grow with, for the memory estimate's messages.
+    pub names: AttentionNames,
+}
+
+/// The settings that name attention's heads and its width (heads × head_dim) in a model.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionNames {
+    /// "n_heads", or the RMT's "rank".
+    pub heads: &'static str,
+    /// "n_heads·head_dim", the MemoryFormer's "d_model", or the RMT's "rank·d_v".
+    pub width: &'static str,
 }
 
 /// What one block's attention keeps from the forward for the backward.
@@ -58,20 +70,31 @@ impl Attention {
     }
 
     pub fn acts<B: Backend>(&self, be: &B) -> engine::Result<AttentionActs<B>> {
-        let (bt, width) = (self.b * self.t, self.heads * self.head_dim);
+        let (bt, AttentionNames { heads, width }) = (self.b * self.t, self.names);
         Ok(AttentionActs {
-            qkv: be.zeros("qkv", bt * 3 * width)?,
-            atty: be.zeros("attention output", bt * width)?,
-            lse: be.zeros("attention log-sum-exps", self.b * self.heads * self.t)?,
+            qkv: be.zeros(&format!("qkv (batch × seq_len × 3·{width})"), self.values(&[bt, 3]))?,
+            atty: be.zeros(&format!("the attention output (batch × seq_len × {width})"), self.values(&[bt]))?,
+            lse: be.zeros(
+                &format!("the attention log-sum-exps (batch × {heads} × seq_len)"),
+                values(&[self.b, self.heads, self.t]),
+            )?,
         })
     }
 
     pub fn scratch<B: Backend>(&self, be: &B) -> engine::Result<AttentionScratch<B>> {
-        let (bt, width) = (self.b * self.t, self.heads * self.head_dim);
+        let (bt, AttentionNames { heads, width }) = (self.b * self.t, self.names);
         Ok(AttentionScratch {
-            dqkv: be.zeros("qkv gradient", bt * 3 * width)?,
-            delta: be.zeros("attention row terms", self.b * self.heads * self.t)?,
+            dqkv: be.zeros(&format!("the qkv gradient (batch × seq_len × 3·{width})"), self.values(&[bt, 3]))?,
+            delta: be.zeros(
+                &format!("attention's dout·out per row (batch × {heads} × seq_len)"),
+                values(&[self.b, self.heads, self.t]),
+            )?,
         })
+    }
+
+    /// The values of a buffer of `dims` × heads × head_dim.
+    fn values(&self, dims: &[usize]) -> usize {
+        values(&[values(dims), self.heads, self.head_dim])
     }
 
     /// a.atty = attention(a.qkv) in block `layer`; no row attends past `doc_start`'s boundaries.
@@ -218,7 +241,10 @@ impl<K: FfCore> AttentionMaps<K> for Projections {
     }
 
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<B::Tensor> {
-        be.zeros("attention gradient", self.tokens * self.width)
+        be.zeros(
+            "the attention gradient (batch × seq_len × n_heads·head_dim)",
+            values(&[self.tokens, self.width]),
+        )
     }
 
     fn qkv_forward<B: Backend>(

@@ -1,5 +1,6 @@
 //! A batch on the device: the buffers a step reads, written in place every step.
 
+use crate::memory::values;
 use crate::{ModelError, Result};
 use data::Batch;
 use engine::{Backend, TokenBuckets};
@@ -30,12 +31,12 @@ impl<B: Backend> BatchTensors<B> {
             b,
             t,
             vocab,
-            tokens: be.index("tokens", b * t)?,
-            targets: be.index("targets", b * t)?,
-            bucket_rows: be.index("token buckets", b * t)?,
-            bucket_start: be.index("token bucket starts", vocab + 1)?,
-            loss_scale: be.zeros("loss scale", 1)?,
-            doc_start: be.index("document starts", b * t)?,
+            tokens: be.index("the tokens (batch × seq_len)", values(&[b, t]))?,
+            targets: be.index("the targets (batch × seq_len)", values(&[b, t]))?,
+            bucket_rows: be.index("the token buckets (batch × seq_len)", values(&[b, t]))?,
+            bucket_start: be.index("the token bucket starts (vocab)", vocab.saturating_add(1))?,
+            loss_scale: be.zeros("the loss scale", 1)?,
+            doc_start: be.index("the document starts (batch × seq_len)", values(&[b, t]))?,
             separator: None,
         })
     }

@@ -8,6 +8,12 @@
 use crate::{ModelError, Result};
 use serde::{Deserialize, Serialize};
 
+/// The most blocks a model may be built with: ten times the deepest published transformers.
+/// Building a model, and measuring its memory on the counting backend, takes host memory and
+/// time per block whatever its widths, so a depth past any model's is refused before building
+/// (`ModelConfig::check_batch`); counting its parameters and FLOPs needs no limit.
+pub const MAX_LAYERS: usize = 10_000;
+
 /// Fails with the first of `fields` that is 0.
 fn require_positive(fields: &[(&str, usize)]) -> Result<()> {
     match fields.iter().find(|(_, v)| *v == 0) {
@@ -173,7 +179,7 @@ impl TransformerConfig {
             ("z_loss", self.z_loss, Range::NonNegative),
         ])?;
         // Every parameter shape's product, checked, so that building the layout cannot overflow.
-        crate::memory::transformer_params(self)?.addressable().map(|_| ())
+        crate::param_sizes::transformer_params(self)?.addressable().map(|_| ())
     }
 }
 
@@ -244,7 +250,7 @@ impl RmtConfig {
 
     pub fn validate(&self) -> Result<()> {
         self.trunk().validate(&[("d_ff", self.d_ff)])?;
-        crate::memory::rmt_params(self)?.addressable().map(|_| ())
+        crate::param_sizes::rmt_params(self)?.addressable().map(|_| ())
     }
 }
 
@@ -542,7 +548,7 @@ impl MemoryFormerConfig {
             ("embed_std", self.embed_std, Range::Positive),
             ("z_loss", self.z_loss, Range::NonNegative),
         ])?;
-        crate::memory::memoryformer_params(self)?.addressable().map(|_| ())
+        crate::param_sizes::memoryformer_params(self)?.addressable().map(|_| ())
     }
 }
 
@@ -645,7 +651,7 @@ impl HybridConfig {
     pub fn validate(&self) -> Result<()> {
         self.trunk().validate(&[])?;
         self.hashing().validate("rank × d_v", self.width())?;
-        crate::memory::hybrid_params(self)?.addressable().map(|_| ())
+        crate::param_sizes::hybrid_params(self)?.addressable().map(|_| ())
     }
 }
 

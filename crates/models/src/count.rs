@@ -6,13 +6,13 @@
 //! shrink (the `try_` functions), never a wrapped number.
 //!
 //! The exact count takes the parameters from the checked closed form of the model's own layout
-//! (`memory::*_params`, tested equal to `layout().count()`), norm gains included, and
+//! (`param_sizes::*_params`, tested equal to `layout().count()`), norm gains included, and
 //! the FLOPs from the forward as written: 2 per multiply-add of every matrix product, retrieval,
 //! storage and attention product, over the causal triangle only, plus 3 per attention
 //! probability (the paper's softmax term). Norms, GELU and the loss are left out, as the paper
 //! leaves them out.
 
-use crate::memory;
+use crate::param_sizes;
 use crate::{
     HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig, Trunk,
 };
@@ -114,7 +114,7 @@ pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
     let causal = n_ * (n_ + n(1u8)) / n(2u8);
     let attention = h * (n(4u8) * dh * causal + n(3u8) * causal);
     let layer = n(6u8) * n_ * d * h * dh + attention + n(2u8) * n_ * h * dh * d + n(4u8) * n_ * d * f;
-    let params = memory::transformer_params(cfg)
+    let params = param_sizes::transformer_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
     Ok(Counts {
@@ -185,7 +185,7 @@ pub fn try_rmt(cfg: &RmtConfig) -> Result<Counts> {
     // W1 and W2: 2·R·D_v·D_FF multiply-adds per token.
     let dense = n(4u8) * n_ * r * dv * f;
     let (trunk_params, trunk_flops) = trunk_paper(&t);
-    let params = memory::rmt_params(cfg)
+    let params = param_sizes::rmt_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
     Ok(Counts {
@@ -259,7 +259,7 @@ pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
     let macs = k * dh + k * d;
     let rows = memory_layer_row(n(2u8), k, tau, dh) + memory_layer_row(n(2u8), k, tau2, d);
     let (trunk_params, trunk_flops) = trunk_paper(&t);
-    let params = memory::hybrid_params(cfg)
+    let params = param_sizes::hybrid_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
     let table_params = (l * tables).get(&settings)?;
@@ -413,7 +413,7 @@ fn try_memoryformer_model(cfg: &MemoryFormerConfig) -> Result<(u64, u64)> {
     ];
     let [v, s, d, l, _, _] = settings.map(|x| dim(x.1));
     let (attention, per_row) = memoryformer_block_parts(cfg, n(2u8));
-    let params = memory::memoryformer_params(cfg)
+    let params = param_sizes::memoryformer_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
     let flops = (l * (attention + s * per_row) + n(2u8) * s * v * d).get(&settings)?;

@@ -8,6 +8,7 @@
 //! gradient and stay as they are.
 
 use crate::batch::BatchTensors;
+use crate::memory::values;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::{Position, WeightInit};
 use engine::{Backend, EmbeddingDims, GatherDims, ResidualDims};
@@ -160,29 +161,33 @@ impl MatrixEmbedding {
     }
 
     pub fn acts<B: Backend>(&self, be: &B) -> engine::Result<MatrixEmbeddingActs<B>> {
-        let (bt, rv) = (self.rm.tokens, self.rm.keys * self.rm.dv);
+        let bt = self.rm.tokens;
         let positions = match self.position {
             Position::Learned => {
-                let rows: Vec<u32> = (0..bt).map(|i| (i % self.t) as u32).collect();
-                let buckets = engine::TokenBuckets::new(&rows, self.seq_len);
-                let upload = |what: &str, data: &[u32]| -> engine::Result<B::Index> {
-                    let ix = be.index(what, data.len())?;
-                    be.write_index(&ix, data);
-                    Ok(ix)
+                let index = |what: &str, len: usize| be.index(what, len);
+                let p = Positions {
+                    rows: index("the positions (batch × seq_len)", bt)?,
+                    bucket_rows: index("the position buckets (batch × seq_len)", bt)?,
+                    bucket_start: index("the position bucket starts (seq_len)", self.seq_len.saturating_add(1))?,
                 };
-                Some(Positions {
-                    rows: upload("positions", &rows)?,
-                    bucket_rows: upload("position buckets", &buckets.rows)?,
-                    bucket_start: upload("position bucket starts", &buckets.start)?,
-                })
+                // Nothing to compute for a backend that only counts, whatever the batch.
+                if be.holds_values() {
+                    let rows: Vec<u32> = (0..bt).map(|i| (i % self.t) as u32).collect();
+                    let buckets = engine::TokenBuckets::new(&rows, self.seq_len);
+                    be.write_index(&p.rows, &rows);
+                    be.write_index(&p.bucket_rows, &buckets.rows);
+                    be.write_index(&p.bucket_start, &buckets.start);
+                }
+                Some(p)
             }
             Position::Alibi => None,
         };
+        let vectors = |what: &str| be.zeros(what, values(&[bt, self.rm.keys, self.rm.dv]));
         Ok(MatrixEmbeddingActs {
-            etok: be.zeros("token embeddings", bt * rv)?,
+            etok: vectors("the token embeddings (batch × seq_len × rank × d_v)")?,
             epos: positions
                 .is_some()
-                .then(|| be.zeros("position embeddings", bt * rv))
+                .then(|| vectors("the position embeddings (batch × seq_len × rank × d_v)"))
                 .transpose()?,
             positions,
         })

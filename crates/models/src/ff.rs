@@ -11,6 +11,7 @@
 //! `residual_vector::ResidualVector`) are the same for both.
 
 use crate::buckets::HashedLayer;
+use crate::memory::values;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use engine::{Backend, MatmulDims};
 
@@ -109,6 +110,9 @@ pub struct DenseScratch<B: Backend> {
     dfch_gelu: B::Tensor, // (BT, F)
 }
 
+/// The hidden layer before and after GELU.
+const HIDDEN: &str = "the FF hidden (batch × seq_len × d_ff)";
+
 impl FfCore for Dense {
     type Params<T> = DenseParams<T>;
     type Acts<B: Backend> = DenseActs<B>;
@@ -134,10 +138,10 @@ impl FfCore for Dense {
     }
 
     fn acts<B: Backend>(&self, be: &B) -> engine::Result<DenseActs<B>> {
-        let n = self.tokens * self.d_ff;
+        let n = values(&[self.tokens, self.d_ff]);
         Ok(DenseActs {
-            fch: be.zeros("ff hidden", n)?,
-            fch_gelu: be.zeros("ff hidden", n)?,
+            fch: be.zeros(HIDDEN, n)?,
+            fch_gelu: be.zeros(HIDDEN, n)?,
         })
     }
 
@@ -146,10 +150,10 @@ impl FfCore for Dense {
     }
 
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<DenseScratch<B>> {
-        let n = self.tokens * self.d_ff;
+        let n = values(&[self.tokens, self.d_ff]);
         Ok(DenseScratch {
-            dfch: be.zeros("ff gradient", n)?,
-            dfch_gelu: be.zeros("ff gradient", n)?,
+            dfch: be.zeros("the FF gradient (batch × seq_len × d_ff)", n)?,
+            dfch_gelu: be.zeros("the FF gradient (batch × seq_len × d_ff)", n)?,
         })
     }
 

@@ -21,6 +21,7 @@ pub mod memoryformer;
 pub mod observe;
 pub mod official;
 pub mod optim;
+pub mod param_sizes;
 pub mod params;
 pub mod presets;
 pub mod probes;

@@ -3,6 +3,7 @@
 //! the counted targets.
 
 use crate::batch::BatchTensors;
+use crate::memory::{values, LOGITS, LOGIT_GRADIENTS};
 use engine::{Backend, CrossEntropyDims, MatmulDims};
 
 // The data crate marks ignored targets and the engine's loss skips them: one value, checked
@@ -24,10 +25,10 @@ pub struct LossHead<B: Backend> {
 impl<B: Backend> LossHead<B> {
     pub fn new(be: &B, rows: usize, vocab: usize, z_loss: f32) -> engine::Result<Self> {
         Ok(Self {
-            logits: be.zeros("logits", rows * vocab)?,
-            losses: be.zeros("per-token losses", rows)?,
-            lse: be.zeros("log Z", rows)?,
-            loss: be.zeros("loss", 1)?,
+            logits: be.zeros(LOGITS, values(&[rows, vocab]))?,
+            losses: be.zeros("the per-row losses (batch × seq_len)", rows)?,
+            lse: be.zeros("log Z per row (batch × seq_len)", rows)?,
+            loss: be.zeros("the loss", 1)?,
             dims: CrossEntropyDims {
                 rows,
                 v: vocab,
@@ -95,7 +96,7 @@ impl<B: Backend> Unembedding<B> {
         Ok(Self {
             loss: LossHead::new(be, rows, vocab, z_loss)?,
             dlogits: trainable
-                .then(|| be.zeros("logit gradients", rows * vocab))
+                .then(|| be.zeros(LOGIT_GRADIENTS, values(&[rows, vocab])))
                 .transpose()?,
             rows,
             vocab,

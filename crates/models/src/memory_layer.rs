@@ -9,6 +9,7 @@
 
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;
+use crate::memory::values;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::Hashing;
 use engine::{Backend, MemoryDims, NormDims};
@@ -74,10 +75,10 @@ pub struct Hashed<B: Backend> {
 impl<B: Backend> Hashed<B> {
     pub fn new(be: &B, dims: MemoryDims) -> engine::Result<Self> {
         Ok(Self {
-            codes: be.index("hash codes", dims.tokens * dims.k)?,
-            p: be.zeros("hash weights", dims.tokens * dims.k)?,
-            rows: be.index("bucket rows", dims.k * dims.tokens)?,
-            starts: be.index("bucket starts", dims.starts_len())?,
+            codes: be.index("the hash codes (batch × seq_len × K)", values(&[dims.tokens, dims.k]))?,
+            p: be.zeros("the hash weights (batch × seq_len × K)", values(&[dims.tokens, dims.k]))?,
+            rows: be.index("the bucket rows (K × batch × seq_len)", values(&[dims.k, dims.tokens]))?,
+            starts: be.index("the bucket starts (K × 2^tau)", dims.starts_len())?,
             dims,
         })
     }
@@ -216,27 +217,27 @@ impl FfCore for MemoryBlock {
     }
 
     fn acts<B: Backend>(&self, be: &B) -> engine::Result<MemoryBlockActs<B>> {
-        let n = self.ml1.tokens * self.norm.c;
+        let n = values(&[self.ml1.tokens, self.norm.c]);
         Ok(MemoryBlockActs {
             h1: Hashed::new(be, self.ml1)?,
-            hid: be.zeros("ml1 output", n)?,
-            ln3: be.zeros("ln3", n)?,
-            ln3_stats: be.zeros("ln3 stats", self.ml1.tokens * 2)?,
-            gelu: self.gelu(be, "gelu of ln3", n)?,
+            hid: be.zeros("the ml1 output (batch × seq_len × d_hidden)", n)?,
+            ln3: be.zeros("ln3 (batch × seq_len × d_hidden)", n)?,
+            ln3_stats: be.zeros("the norm statistics (batch × seq_len)", values(&[self.ml1.tokens, 2]))?,
+            gelu: self.gelu(be, "the GELU of ln3 (batch × seq_len × d_hidden)", n)?,
             h2: Hashed::new(be, self.ml2)?,
         })
     }
 
     fn shared<B: Backend>(&self, be: &B) -> engine::Result<B::Index> {
-        be.index("bucket cursor", self.ml2.sort_scratch())
+        be.index("the bucket sort's cursor (K × 2^(tau+e))", self.ml2.sort_scratch())
     }
 
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<MemoryBlockScratch<B>> {
-        let n = self.ml1.tokens * self.norm.c;
+        let n = values(&[self.ml1.tokens, self.norm.c]);
         Ok(MemoryBlockScratch {
-            dhid: be.zeros("ml1 gradient", n)?,
-            dln3: be.zeros("ln3 gradient", n)?,
-            dgelu: self.gelu(be, "gelu gradient", n)?,
+            dhid: be.zeros("the ml1 gradient (batch × seq_len × d_hidden)", n)?,
+            dln3: be.zeros("the ln3 gradient (batch × seq_len × d_hidden)", n)?,
+            dgelu: self.gelu(be, "the GELU gradient (batch × seq_len × d_hidden)", n)?,
         })
     }
 

@@ -11,7 +11,7 @@
 //! (`attention::HashedQkv`) and the memory block as its core (`memory_layer::MemoryBlock`).
 //! The tables learn at `table_lr_mult` times the learning rate.
 
-use crate::attention::HashedQkv;
+use crate::attention::{AttentionNames, HashedQkv};
 use crate::memory_layer::{layer_dims, MemoryBlock};
 use crate::params::{Init, ParamLayout};
 use crate::residual_vector::{self, ResidualVector, ResidualVectorConfig, VectorTrunk};
@@ -37,6 +37,10 @@ impl ResidualVectorConfig for MemoryFormerConfig {
             norm: self.norm,
             norm_eps: self.norm_eps,
             attn_layer_scale: self.attn_layer_scale,
+            attention_names: AttentionNames {
+                heads: "n_heads",
+                width: "d_model",
+            },
             z_loss: self.z_loss,
             embed_std: self.embed_std,
             unembedding_init: Init::Normal { std: 0.0 },

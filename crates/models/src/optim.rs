@@ -1,6 +1,7 @@
 //! AdamW over the flat parameter buffer, with global-norm clipping, and its schedule: linear
 //! warmup, then cosine decay to a fraction of the peak (SPEC §2; RMT paper App. C).
 
+use crate::memory::{FIRST_MOMENTS, SECOND_MOMENTS};
 use crate::params::{ParamLayout, ParamStore};
 use crate::TrainConfig;
 use engine::{AdamWDims, Backend, Hyper};
@@ -54,9 +55,9 @@ impl<B: Backend> AdamW<B> {
             cfg: cfg.clone(),
             lr_boost: layout.lr_boost,
             schedule: Schedule::new(cfg),
-            m: be.zeros("AdamW first moments", n)?,
-            v: be.zeros("AdamW second moments", n)?,
-            hyper: be.zeros("AdamW step values", Hyper::LEN)?,
+            m: be.zeros(FIRST_MOMENTS, n)?,
+            v: be.zeros(SECOND_MOMENTS, n)?,
+            hyper: be.zeros("AdamW's step values", Hyper::LEN)?,
             grad_sumsq: be.zeros("gradient norm", 1)?,
         })
     }

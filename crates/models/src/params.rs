@@ -6,6 +6,7 @@
 //! so AdamW multiplies the learning rate of [0, boost_end) by `lr_boost`.
 //! Every view starts at a multiple of 64 values, the GPU's binding alignment.
 
+use crate::memory::{GRADIENTS, PARAMETERS};
 use engine::gpu::VIEW_ALIGN;
 use engine::Backend;
 use rand::SeedableRng;
@@ -155,11 +156,14 @@ pub struct ParamStore<B: Backend> {
 }
 
 impl<B: Backend> ParamStore<B> {
-    /// Parameters initialised from `seed`, and their gradients.
+    /// Parameters initialised from `seed`, and their gradients. On a backend that only counts,
+    /// the initial values are not drawn: they would take host memory the size of the model.
     pub fn new(be: &B, layout: ParamLayout, seed: u64) -> engine::Result<Self> {
-        let params = be.zeros("parameters", layout.total)?;
-        let grads = be.zeros("gradients", layout.total)?;
-        be.write(&params, &layout.init_values(seed));
+        let params = be.zeros(PARAMETERS, layout.total)?;
+        let grads = be.zeros(GRADIENTS, layout.total)?;
+        if be.holds_values() {
+            be.write(&params, &layout.init_values(seed));
+        }
         Ok(Self {
             layout,
             params,
@@ -171,7 +175,7 @@ impl<B: Backend> ParamStore<B> {
     /// Parameters only, all 0 until the caller writes them (a checkpoint's values): no gradient
     /// buffer, and no host-side init values to draw.
     pub fn inference(be: &B, layout: ParamLayout) -> engine::Result<Self> {
-        let params = be.zeros("parameters", layout.total)?;
+        let params = be.zeros(PARAMETERS, layout.total)?;
         // A zero-length stand-in, so that the field keeps its type; nothing may read it.
         let grads = be.zeros("no gradients (inference)", 0)?;
         Ok(Self {

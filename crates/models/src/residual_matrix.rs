@@ -16,14 +16,14 @@
 //! The backward is the forward read in reverse. A retrieval's input gradient is a storage of
 //! its output gradient with the same keys, and a storage's data gradient is a retrieval.
 
-use crate::attention::{Attention, AttentionActs, AttentionScratch};
+use crate::attention::{Attention, AttentionActs, AttentionNames, AttentionScratch};
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
 use crate::config::{Position, Trunk};
 use crate::embedding::{MatrixEmbedding, MatrixEmbeddingActs, MatrixEmbeddingParams};
 use crate::ff::FfCore;
 use crate::loss::{LossHead, Unembedding};
-use crate::memory::{self, Purpose};
+use crate::memory::values;
 use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
@@ -243,12 +243,9 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
     }
 
     fn build(be: &B, cfg: C, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
-        // Validates and checks every size below, so no product here can overflow.
-        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
-        memory::estimate(&cfg.model(), b, t, purpose)?;
+        let bt = cfg.model().check_batch(b, t)?;
         let trunk = cfg.trunk();
         let (dk, dv, r, v, l) = (trunk.d_k, trunk.d_v, trunk.rank, trunk.vocab, trunk.n_layers);
-        let (m, rv) = (dk * dv, r * dv);
         let (layout, ids) = declare(&cfg);
         let store = match seed {
             Some(seed) => ParamStore::new(be, layout, seed)?,
@@ -259,7 +256,6 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             .trainable()
             .then(|| ids.map::<C::Core, _>(|id| store.grad(be, id)));
 
-        let bt = b * t;
         let core = cfg.core(bt);
         let attention = Attention {
             b,
@@ -268,19 +264,26 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             head_dim: dv,
             layer_scale: trunk.attn_layer_scale,
             alibi: trunk.position == Position::Alibi,
+            names: AttentionNames {
+                heads: "rank",
+                width: "rank·d_v",
+            },
         };
-        let z = |what: &str, n: usize| be.zeros(what, n);
+        // Each buffer named with the settings it grows with, for the memory estimate's messages.
+        let matrices = |what: &str| be.zeros(&format!("{what} (batch × seq_len × d_k × d_v)"), values(&[bt, dk, dv]));
+        let vectors = |what: &str| be.zeros(&format!("{what} (batch × seq_len × rank × d_v)"), values(&[bt, r, dv]));
+        let stats = |what: &str| be.zeros(&format!("{what} (batch × seq_len)"), values(&[bt, 2]));
         let blocks = (0..l)
             .map(|_| {
                 Ok(BlockActs {
-                    ln1_stats: z("ln1 stats", bt * 2)?,
+                    ln1_stats: stats("the norm statistics")?,
                     attention: attention.acts(be)?,
-                    res_att: z("residual", bt * m)?,
-                    ln2_stats: z("ln2 stats", bt * 2)?,
-                    xff: z("ff adapters", bt * rv)?,
+                    res_att: matrices("the residual matrices")?,
+                    ln2_stats: stats("the norm statistics")?,
+                    xff: vectors("the FF adapters")?,
                     core: core.acts(be)?,
-                    f: z("ff output", bt * rv)?,
-                    res_ff: z("residual", bt * m)?,
+                    f: vectors("the FF output")?,
+                    res_ff: matrices("the residual matrices")?,
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
@@ -292,14 +295,17 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         };
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
-                dresidual: z("residual gradient", bt * m)?,
-                dln: z("norm gradient", bt * m)?,
-                dvec: z("vector gradient", bt * rv)?,
+                dresidual: matrices("the residual gradient")?,
+                dln: matrices("the norm gradient")?,
+                dvec: vectors("the vector gradient")?,
                 attention: attention.scratch(be)?,
                 core: core.scratch(be)?,
-                partials: z("key gradient partial sums", widest.key_grad_scratch())?,
-                stored: z("probe scratch", bt * m)?,
-                probe_stats: z("probe scratch", bt * 2)?,
+                partials: be.zeros(
+                    "the key-gradient partial sums (batch × seq_len × rank × d_k)",
+                    widest.key_grad_scratch(),
+                )?,
+                stored: matrices("the probe scratch")?,
+                probe_stats: stats("the probe statistics")?,
             })
         };
         let s = match store.trainable() {
@@ -317,7 +323,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             }
             false => None,
         };
-        let unembedding = Unembedding::new(be, bt, v, rv, trunk.z_loss, store.trainable())?;
+        let unembedding = Unembedding::new(be, bt, v, r * dv, trunk.z_loss, store.trainable())?;
         Ok(Self {
             b,
             t,
@@ -325,11 +331,11 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             w,
             dw,
             embedded: embedding.acts(be)?,
-            encoded: z("embeddings", bt * m)?,
+            encoded: matrices("the embeddings")?,
             blocks,
             shared: core.shared(be)?,
-            lnf_stats: z("final norm stats", bt * 2)?,
-            yu: z("unembedding retrievals", bt * rv)?,
+            lnf_stats: stats("the norm statistics")?,
+            yu: vectors("the unembedding retrievals")?,
             unembedding,
             s,
             probes,

@@ -10,13 +10,13 @@
 //! (`ff::FfCore`): `transformer.rs` and `memoryformer.rs`. Everything else is this file, once.
 //! No biases outside the units. `backward` is `forward` read in reverse, op for op.
 
-use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionScratch};
+use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionNames, AttentionScratch};
 use crate::batch::BatchTensors;
 use crate::buckets::HashedLayer;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::FfCore;
 use crate::loss::{LossHead, Unembedding};
-use crate::memory::{self, Purpose};
+use crate::memory::values;
 use crate::observe::{self, Observable, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
@@ -38,6 +38,8 @@ pub struct VectorTrunk {
     pub norm: Norm,
     pub norm_eps: f32,
     pub attn_layer_scale: bool,
+    /// The settings attention's heads and width are named by.
+    pub attention_names: AttentionNames,
     pub z_loss: f32,
     /// W_E and W_PE ~ N(0, embed_std²).
     pub embed_std: f32,
@@ -50,7 +52,7 @@ pub trait ResidualVectorConfig: Clone {
     type Maps: AttentionMaps<Self::Core>;
     /// Whether each block keeps its core's output (MemoryFormer) rather than writing it, like
     /// W_O's, into one buffer every block reuses (the transformer): the same values, in the
-    /// buffers `memory::estimate` counts for each.
+    /// buffers the memory estimate counts for each.
     const CORE_OUTPUT_PER_BLOCK: bool;
     fn trunk(&self) -> VectorTrunk;
     /// The maps for `tokens` rows.
@@ -218,9 +220,7 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
 
     /// Trainable, initialised from the seed, with one; for inference without.
     fn build(be: &B, cfg: C, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
-        // Validates and checks every size below, so no product here can overflow.
-        let purpose = seed.map_or(Purpose::Infer, |_| Purpose::Train);
-        memory::estimate(&cfg.model(), b, t, purpose)?;
+        let bt = cfg.model().check_batch(b, t)?;
         let trunk = cfg.trunk();
         let (d, l) = (trunk.d_model, trunk.n_layers);
         let (layout, ids) = declare(&cfg);
@@ -231,7 +231,6 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
         let w = map::<C, _>(&ids, |id| store.param(be, id));
         let dw = store.trainable().then(|| map::<C, _>(&ids, |id| store.grad(be, id)));
 
-        let bt = b * t;
         let (maps, core) = (cfg.maps(bt), cfg.core(bt));
         let attention = Attention {
             b,
@@ -240,34 +239,35 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             head_dim: trunk.head_dim,
             layer_scale: trunk.attn_layer_scale,
             alibi: false,
+            names: trunk.attention_names,
         };
-        let z = |what: &str, n: usize| be.zeros(what, n);
+        // Each buffer named with the settings it grows with, for the memory estimate's messages.
+        let z = |what: &str| be.zeros(&format!("{what} (batch × seq_len × d_model)"), values(&[bt, d]));
+        let stats = || be.zeros("the norm statistics (batch × seq_len)", values(&[bt, 2]));
         let blocks = (0..l)
             .map(|_| {
                 Ok(BlockActs {
-                    ln1: z("ln1", bt * d)?,
-                    ln1_stats: z("ln1 stats", bt * 2)?,
+                    ln1: z("ln1")?,
+                    ln1_stats: stats()?,
                     maps: maps.acts(be)?,
                     attention: attention.acts(be)?,
-                    res_att: z("residual", bt * d)?,
-                    ln2: z("ln2", bt * d)?,
-                    ln2_stats: z("ln2 stats", bt * 2)?,
+                    res_att: z("the residual")?,
+                    ln2: z("ln2")?,
+                    ln2_stats: stats()?,
                     core: core.acts(be)?,
-                    res_ff: z("residual", bt * d)?,
+                    res_ff: z("the residual")?,
                 })
             })
             .collect::<engine::Result<Vec<_>>>()?;
         let (n_outputs, what) = match C::CORE_OUTPUT_PER_BLOCK {
-            true => (l, "ff output"),
-            false => (1, "projection"),
+            true => (l, "the ml2 output"),
+            false => (1, "the projection"),
         };
-        let outputs = (0..n_outputs)
-            .map(|_| z(what, bt * d))
-            .collect::<engine::Result<Vec<_>>>()?;
+        let outputs = (0..n_outputs).map(|_| z(what)).collect::<engine::Result<Vec<_>>>()?;
         let scratch = || -> engine::Result<_> {
             Ok(Scratch {
-                dresidual: z("residual gradient", bt * d)?,
-                dln: z("norm gradient", bt * d)?,
+                dresidual: z("the residual gradient")?,
+                dln: z("the norm gradient")?,
                 attention: attention.scratch(be)?,
                 maps: maps.scratch(be)?,
                 core: core.scratch(be)?,
@@ -284,12 +284,12 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             store,
             w,
             dw,
-            encoded: z("embeddings", bt * d)?,
+            encoded: z("the embeddings")?,
             blocks,
             outputs,
             shared: core.shared(be)?,
-            lnf: z("final norm", bt * d)?,
-            lnf_stats: z("final norm stats", bt * 2)?,
+            lnf: z("the final norm")?,
+            lnf_stats: stats()?,
             unembedding: Unembedding::new(be, bt, trunk.vocab, d, trunk.z_loss, trainable)?,
             s,
             probes,

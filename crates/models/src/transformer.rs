@@ -8,7 +8,7 @@
 //! No biases, no weight tying: the vector-residual trunk (`residual_vector.rs`) with dense
 //! projections around attention (`attention::Projections`) and a dense core (`ff::Dense`).
 
-use crate::attention::Projections;
+use crate::attention::{AttentionNames, Projections};
 use crate::ff::Dense;
 use crate::params::{Init, ParamLayout};
 use crate::residual_vector::{self, ResidualVector, ResidualVectorConfig, VectorTrunk};
@@ -51,6 +51,10 @@ impl ResidualVectorConfig for TransformerConfig {
             norm: self.norm,
             norm_eps: self.norm_eps,
             attn_layer_scale: self.attn_layer_scale,
+            attention_names: AttentionNames {
+                heads: "n_heads",
+                width: "n_heads·head_dim",
+            },
             z_loss: self.z_loss,
             embed_std: self.init_std,
             unembedding_init,

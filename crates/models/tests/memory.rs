@@ -6,6 +6,7 @@ use data::IGNORE;
 use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
+use resmem_models::param_sizes;
 use resmem_models::{
     AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Position,
     Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
@@ -133,7 +134,7 @@ fn estimate_names_the_largest_buffer_each_model_allocates() {
             assert!(memory::check_binding_limit(&est, bound).is_ok());
             let err = memory::check_binding_limit(&est, bound - 4).unwrap_err().to_string();
             assert!(
-                err.contains(est.largest_binding) && (err.contains("lower") || err.contains("smaller")),
+                err.contains(&est.largest_binding) && (err.contains("lower") || err.contains("smaller")),
                 "{err}"
             );
         }
@@ -186,7 +187,7 @@ fn closed_form_parameters_match_the_layouts() {
     for (cfg, b, t) in cases() {
         let be = CpuBackend::<f32>::new();
         let model = build(&be, &cfg, b, t, Purpose::Infer);
-        let p = memory::params(&cfg).unwrap();
+        let p = param_sizes::params(&cfg).unwrap();
         let layout = &model.store().layout;
         assert_eq!(
             (p.count, p.total),
@@ -275,6 +276,40 @@ fn a_batch_too_large_for_memory_is_refused_by_check_fits() {
     let small = estimate(&cfg, 2, 4, Purpose::Train).unwrap();
     assert!(check_fits(&small, Some(64 << 30)).is_ok());
     assert!(memory::available_bytes().is_none_or(|b| b > 0));
+}
+
+/// The estimate builds the model on the counting backend, which draws no initial parameters and
+/// writes no position indices: a model and a batch far larger than this machine are measured,
+/// not allocated (drawing the 2^42 parameters, or the 2^36 positions, would abort the test).
+#[test]
+fn measuring_a_model_larger_than_any_machine_allocates_nothing() {
+    let wide = ModelConfig::Transformer(TransformerConfig {
+        d_model: 1 << 20,
+        d_ff: 1 << 22,
+        ..TransformerConfig::tiny(1 << 20, 16)
+    });
+    let est = estimate(&wide, 1, 16, Purpose::Train).unwrap();
+    assert!(est.params > 1 << 42, "{est:?}");
+    assert!(check_fits(&est, Some(1 << 40)).is_err());
+    let long = ModelConfig::Rmt(rmt(16, 1 << 16, Position::Learned));
+    let est = estimate(&long, 1 << 20, 1 << 16, Purpose::Train).unwrap();
+    assert!(est.bytes > 1 << 42, "{est:?}");
+}
+
+/// Building takes host memory per block whatever the widths, so a depth past any model's is
+/// refused before anything is built; its parameters can still be counted.
+#[test]
+fn a_model_too_deep_to_build_is_refused_but_counted() {
+    let deep = ModelConfig::Transformer(TransformerConfig {
+        n_layers: resmem_models::config::MAX_LAYERS + 1,
+        ..TransformerConfig::tiny(16, 4)
+    });
+    let err = estimate(&deep, 1, 4, Purpose::Infer).unwrap_err().to_string();
+    assert!(err.contains("n_layers") && err.contains("fewer layers"), "{err}");
+    let be = CpuBackend::<f32>::new();
+    assert!(deep.build(&be, 1, 4, Purpose::Infer, 0).is_err());
+    assert_eq!(be.allocated_bytes(), 0);
+    assert!(param_sizes::params(&deep).is_ok());
 }
 
 #[test]

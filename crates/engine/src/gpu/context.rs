@@ -189,7 +189,8 @@ impl GpuBackend {
     /// It may exceed one binding: ops bind such buffers in windows. Its size is rounded up to
     /// 16 bytes, so that a kernel may read any tensor in it as vec4s (matmul).
     pub(crate) fn storage_buffer(&self, what: &str, len: usize) -> Result<wgpu::Buffer> {
-        let bytes = (len.max(1) * 4).next_multiple_of(16) as u64;
+        // Saturating: a size past u64 (a model built without its estimate) is refused, not wrapped.
+        let bytes = (len.max(1) as u64).saturating_mul(4).saturating_add(15) / 16 * 16;
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         if bytes > self.limits.max_buffer_size {
             return Err(EngineError::TooBig {

@@ -41,9 +41,12 @@ impl ResidualDims {
     pub fn key_values(&self) -> usize {
         self.keys * self.dk
     }
-    /// Values of the scratch buffer `key_grad` needs for its partial sums.
+    /// Values of the scratch buffer `key_grad` needs for its partial sums; saturating, so that
+    /// a model's memory estimate refuses a size past usize rather than a wrapped small one.
     pub fn key_grad_scratch(&self) -> usize {
-        self.tokens.div_ceil(KEY_GRAD_CHUNK) * self.key_values()
+        self.tokens
+            .div_ceil(KEY_GRAD_CHUNK)
+            .saturating_mul(self.keys.saturating_mul(self.dk))
     }
     fn check(&self, op: &str, matrices: usize, vectors: usize, keys: usize) {
         assert_eq!(

@@ -1,8 +1,11 @@
 //! The model part of a run config: `ModelConfig`'s methods over every architecture (its name,
 //! its sizes V and N, its checks and its constructor), the one place an architecture is chosen.
 
+use crate::config::MAX_LAYERS;
 use crate::memory::Purpose;
-use crate::{Arch, Hybrid, LanguageModel, MemoryFormer, ModelConfig, Result, Rmt, Transformer, TransformerConfig};
+use crate::{
+    Arch, Hybrid, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt, Transformer, TransformerConfig,
+};
 use engine::Backend;
 
 /// The one place an architecture is chosen: every constructor, estimate and counter of a
@@ -84,6 +87,39 @@ impl ModelConfig {
     /// Whether the model has hash tables whose bucket use can be read (`hashed_layers`).
     pub fn has_hash_tables(&self) -> bool {
         self.arch().has_hash_tables()
+    }
+
+    /// Checks the config and a batch of `b` sequences of `t` tokens for it, before anything is
+    /// allocated: every constructor calls it first. Returns B·T, which then cannot overflow.
+    pub fn check_batch(&self, b: usize, t: usize) -> Result<usize> {
+        self.validate()?;
+        let n_layers = match self {
+            ModelConfig::Transformer(c) => c.n_layers,
+            ModelConfig::Rmt(c) => c.n_layers,
+            ModelConfig::MemoryFormer(c) => c.n_layers,
+            ModelConfig::Hybrid(c) => c.n_layers,
+        };
+        if n_layers > MAX_LAYERS {
+            return Err(ModelError::Config(format!(
+                "n_layers = {n_layers} is more than the {MAX_LAYERS} blocks a model may be built with; use fewer layers"
+            )));
+        }
+        if b == 0 || t == 0 {
+            return Err(ModelError::Config(format!(
+                "a batch of {b} sequences of {t} tokens is empty; use a batch and a sequence length of at least 1"
+            )));
+        }
+        let seq_len = self.context();
+        if t > seq_len {
+            return Err(ModelError::Config(format!(
+                "sequences of {t} tokens exceed the context length {seq_len}"
+            )));
+        }
+        b.checked_mul(t).ok_or_else(|| {
+            ModelError::Config(format!(
+                "the batch × sequence length overflows ({b} × {t}); use a smaller batch or sequence length"
+            ))
+        })
     }
 
     /// Builds the model for (B, T) batches: for training, initialised from `seed`, or forward
