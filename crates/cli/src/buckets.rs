@@ -45,7 +45,7 @@ pub fn measure_run<B: Backend + 'static>(
     let mut total: Option<Vec<BucketCounts>> = None;
     for batch in &held_out {
         evaluator.forward(be, &model, batch)?;
-        let counts = pollster::block_on(buckets::read(be, &model.hashed_layers()))?;
+        let counts = pollster::block_on(buckets::read(be, &model.inside().hashed))?;
         match &mut total {
             None => total = Some(counts),
             Some(total) => total.iter_mut().zip(&counts).for_each(|(a, b)| a.accumulate(b)),

@@ -148,7 +148,7 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
     }
     let mut trainer = trainer;
     pollster::block_on(trainer.eval(be, &batch)).context("the forward failed")?;
-    let observables = trainer.model.observables();
+    let observables = trainer.model.inside().residuals;
     let snapshots = pollster::block_on(observe::read(be, &observables, args.seq, t))?;
     Ok((cfg, what, snapshots))
 }

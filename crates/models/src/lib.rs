@@ -47,6 +47,7 @@ pub use optim::{AdamW, Schedule};
 pub use params::{ParamLayout, ParamSpec, ParamStore};
 pub use rmt::Rmt;
 pub use run::{Cadence, DataConfig, RunConfig};
+pub use observe::{Inside, Observe};
 pub use train::{Evaluator, LanguageModel, Trainer};
 pub use transformer::Transformer;
 

@@ -1,10 +1,37 @@
-//! What a page or a tool may look at inside a model: named activations with their shape, read
-//! after a forward. One mechanism for every architecture: each model lists its residual stream
-//! at every depth, and the viewers read any of them the same way.
+//! What a page or a tool may look at inside a model, one mechanism for every architecture:
+//! - what a pass computes for viewers is chosen when its plan is recorded (`Observe`);
+//! - what can be read after a forward is one hook, `LanguageModel::inside` (`Inside`): the
+//!   residual stream at every depth, the hashed layers' buckets and the variance sums.
 
+use crate::buckets::HashedLayer;
+use crate::probes::Probes;
 use crate::Result;
 use engine::Backend;
 use serde::{Deserialize, Serialize};
+
+/// What a forward and its backward compute for viewers besides the loss and the gradients,
+/// fixed when their plan is recorded (`Backend::record_or_replay`): a plan recorded with
+/// `Variance` sums every probe site's moments each time it is replayed, and one recorded with
+/// `Loss` holds no probe kernel at all. The residual stream and the bucket use need no choice:
+/// they are buffers every forward keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observe {
+    /// The loss and, in a backward, the gradients: what training needs.
+    Loss,
+    /// Also the variance probes of every storage and retrieval (RMT paper Tables 1-2).
+    Variance,
+}
+
+/// What viewers may read inside a model after a forward.
+pub struct Inside<'a, B: Backend> {
+    /// The residual stream at every depth.
+    pub residuals: Vec<Observable<'a, B>>,
+    /// The hashed layers whose bucket use can be read (MemoryFormer's and the hybrid's).
+    pub hashed: Vec<HashedLayer<'a, B>>,
+    /// The sums of the last pass recorded with `Observe::Variance`; None for a model without
+    /// probe sites or built for inference.
+    pub variance: Option<&'a Probes<B>>,
+}
 
 /// How one token's row of an observable is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -110,8 +110,6 @@ pub struct Probes<B: Backend> {
     sums: B::Tensor,
     /// Values in each probed tensor, filled in as they are recorded.
     counts: Vec<Cell<usize>>,
-    /// Whether forward and backward should record; off while training.
-    pub on: Cell<bool>,
 }
 
 impl<B: Backend> Probes<B> {
@@ -121,15 +119,12 @@ impl<B: Backend> Probes<B> {
             sums: be.zeros("variance probes", slots.max(1) * VIEW_ALIGN)?,
             counts: (0..sites.len() * 4).map(|_| Cell::new(0)).collect(),
             sites,
-            on: Cell::new(false),
         })
     }
 
-    /// Records Σx and Σx² of `x` as quantity `q` of site `i`, when probing is on.
+    /// Records Σx and Σx² of `x` as quantity `q` of site `i`: a pass observing
+    /// `Observe::Variance` calls it, and no other.
     pub fn record(&self, be: &B, i: usize, q: Quantity, x: &B::Tensor) {
-        if !self.on.get() {
-            return;
-        }
         let slot = (i * 4 + q as usize) * 2;
         self.counts[i * 4 + q as usize].set(be.len(x));
         be.sum(&be.view(&self.sums, slot * VIEW_ALIGN, 1), x, false);

@@ -18,13 +18,12 @@
 
 use crate::attention::{Attention, AttentionActs, AttentionNames, AttentionScratch};
 use crate::batch::BatchTensors;
-use crate::buckets::HashedLayer;
 use crate::config::{Position, Trunk};
 use crate::embedding::{MatrixEmbedding, MatrixEmbeddingActs, MatrixEmbeddingParams};
 use crate::ff::FfCore;
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
-use crate::observe::{self, Observable, Shape};
+use crate::observe::{self, Inside, Observe, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
@@ -192,8 +191,8 @@ struct Scratch<B: Backend, K: FfCore> {
     probe_stats: B::Tensor, // (BT, 2)
 }
 
-/// The probes and their scratch, while probing.
-type Probing<'a, B, K> = (&'a Probes<B>, &'a Scratch<B, K>);
+/// The probes and their scratch, in a pass observing the variance.
+type Probing<'a, B, K> = Option<(&'a Probes<B>, &'a Scratch<B, K>)>;
 
 /// The RMT of SPEC §2 around the feed-forward core `C::Core`: `Rmt` and `Hybrid` are this
 /// model with a dense core and with a memory block.
@@ -374,12 +373,21 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         }
     }
 
-    /// Storage with the residual add fused; with probes on, also records σ² of the storage
+    /// Storage with the residual add fused; when probing, also records σ² of the storage
     /// alone (out − base) and of its input vectors.
     #[allow(clippy::too_many_arguments)]
-    fn store_probed(&self, be: &B, site: usize, out: &B::Tensor, base: &B::Tensor, keys: &B::Tensor, data: &B::Tensor) {
+    fn store_probed(
+        &self,
+        be: &B,
+        probing: Probing<'_, B, C::Core>,
+        site: usize,
+        out: &B::Tensor,
+        base: &B::Tensor,
+        keys: &B::Tensor,
+        data: &B::Tensor,
+    ) {
         be.store(out, Some(base), keys, data, self.rm(self.trunk.rank));
-        if let Some((probes, s)) = self.probing() {
+        if let Some((probes, s)) = probing {
             be.fill(&s.stored, 0.0);
             be.store(&s.stored, None, keys, data, self.rm(self.trunk.rank));
             probes.record(be, site, Quantity::In, data);
@@ -387,10 +395,11 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         }
     }
 
-    /// The probes and their scratch while probing is on; None otherwise and for inference.
-    fn probing(&self) -> Option<Probing<'_, B, C::Core>> {
-        match (&self.probes, &self.s) {
-            (Some(p), Some(s)) if p.on.get() => Some((p, s)),
+    /// The probes and their scratch in a pass observing the variance; None otherwise and for
+    /// inference.
+    fn probing(&self, observe: Observe) -> Probing<'_, B, C::Core> {
+        match (&self.probes, &self.s, observe) {
+            (Some(p), Some(s), Observe::Variance) => Some((p, s)),
             _ => None,
         }
     }
@@ -402,7 +411,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         &self,
         be: &B,
         s: &Scratch<B, C::Core>,
-        probes: &Probes<B>,
+        probes: Option<&Probes<B>>,
         site: usize,
         ddata: &B::Tensor,
         dkeys: &B::Tensor,
@@ -412,17 +421,28 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         let d = self.rm(self.trunk.rank);
         be.retrieve(ddata, &s.dresidual, keys, d);
         be.key_grad(dkeys, &s.partials, data, &s.dresidual, d);
-        probes.record(be, site, Quantity::GradOut, &s.dresidual);
-        probes.record(be, site, Quantity::GradIn, ddata);
+        if let Some(probes) = probes {
+            probes.record(be, site, Quantity::GradOut, &s.dresidual);
+            probes.record(be, site, Quantity::GradIn, ddata);
+        }
     }
 
-    /// `y = keys ·₁ Norm(x)`, normalising as it reads; with probes on, also records σ² of
+    /// `y = keys ·₁ Norm(x)`, normalising as it reads; when probing, also records σ² of
     /// Norm(x) and of y.
-    fn retrieve_from_norm(&self, be: &B, site: Option<usize>, y: &B::Tensor, keys: &B::Tensor, n: Normed<'_, B>) {
+    #[allow(clippy::too_many_arguments)]
+    fn retrieve_from_norm(
+        &self,
+        be: &B,
+        probing: Probing<'_, B, C::Core>,
+        site: Option<usize>,
+        y: &B::Tensor,
+        keys: &B::Tensor,
+        n: Normed<'_, B>,
+    ) {
         let d = self.rm(be.len(keys) / self.trunk.d_k);
         be.norm_stats(n.stats, n.x, self.norm());
         be.retrieve_normed(y, n.x, n.stats, n.gain, keys, d);
-        if let (Some(site), Some((probes, s))) = (site, self.probing()) {
+        if let (Some(site), Some((probes, s))) = (site, probing) {
             be.norm_forward(&s.stored, &s.probe_stats, n.x, n.gain, self.norm());
             probes.record(be, site, Quantity::In, &s.stored);
             probes.record(be, site, Quantity::Out, y);
@@ -436,7 +456,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         &self,
         be: &B,
         s: &Scratch<B, C::Core>,
-        probes: &Probes<B>,
+        probes: Option<&Probes<B>>,
         site: Option<usize>,
         dkeys: &B::Tensor,
         dgain: &B::Tensor,
@@ -448,7 +468,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         be.fill(&s.dln, 0.0);
         be.store(&s.dln, None, keys, dy, d);
         be.key_grad_normed(dkeys, &s.partials, dy, n.x, n.stats, n.gain, d);
-        if let Some(site) = site {
+        if let (Some(site), Some(probes)) = (site, probes) {
             probes.record(be, site, Quantity::GradOut, dy);
             probes.record(be, site, Quantity::GradIn, &s.dln);
         }
@@ -469,8 +489,8 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         self.trunk.vocab
     }
 
-    fn forward(&self, be: &B, batch: &BatchTensors<B>) {
-        let w = &self.w;
+    fn forward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
+        let (w, probing) = (&self.w, self.probing(observe));
         // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
         let (x0, e) = (&self.encoded, &self.embedded);
         self.embedding.forward(be, x0, e, &w.embedding, batch);
@@ -484,19 +504,19 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 gain: &q.ln1,
             };
             let at = site(Layer::Attn, Op::Retrieval);
-            self.retrieve_from_norm(be, at, &a.attention.qkv, &q.r_qkv, n1);
+            self.retrieve_from_norm(be, probing, at, &a.attention.qkv, &q.r_qkv, n1);
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
             let at = probes::site_index(l, Layer::Attn, Op::Storage);
-            self.store_probed(be, at, &a.res_att, x, &q.w_o, &a.attention.atty);
+            self.store_probed(be, probing, at, &a.res_att, x, &q.w_o, &a.attention.atty);
             // x_FF = r_FF ·₁ Norm(X); f = core(x_FF); X ← X + Σ_h w_FF ⊗ f_h
             let n2 = Normed {
                 x: &a.res_att,
                 stats: &a.ln2_stats,
                 gain: &q.ln2,
             };
-            self.retrieve_from_norm(be, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
+            self.retrieve_from_norm(be, probing, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
             self.core.forward(be, &a.f, &a.xff, &a.core, &self.shared, &q.core);
-            if let (Some((probes, _)), Some(maps)) = (self.probing(), self.core.dense_maps(&a.xff, &a.f, &a.core)) {
+            if let (Some((probes, _)), Some(maps)) = (probing, self.core.dense_maps(&a.xff, &a.f, &a.core)) {
                 for (op, (input, output)) in [Op::W1, Op::W2].into_iter().zip(maps) {
                     let at = probes::core_site_index(self.trunk.n_layers, l, op);
                     probes.record(be, at, Quantity::In, input);
@@ -504,7 +524,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 }
             }
             let at = probes::site_index(l, Layer::Ff, Op::Storage);
-            self.store_probed(be, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
+            self.store_probed(be, probing, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
         }
         // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
         let last = self.residual_in(self.trunk.n_layers);
@@ -513,15 +533,16 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             stats: &self.lnf_stats,
             gain: &w.lnf,
         };
-        self.retrieve_from_norm(be, None, &self.yu, &w.r_u, nf);
+        self.retrieve_from_norm(be, probing, None, &self.yu, &w.r_u, nf);
         self.unembedding.forward(be, &self.yu, &w.w_u, batch);
     }
 
-    fn backward(&self, be: &B, batch: &BatchTensors<B>) {
+    fn backward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
         // An inference model has no gradients to fill.
-        let (w, Some(dw), Some(s), Some(probes)) = (&self.w, &self.dw, &self.s, &self.probes) else {
+        let (w, Some(dw), Some(s)) = (&self.w, &self.dw, &self.s) else {
             return;
         };
+        let probes = self.probing(observe).map(|(p, _)| p);
         self.unembedding.backward(be, &s.dvec, &dw.w_u, &self.yu, &w.w_u, batch);
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.trunk.n_layers);
@@ -539,13 +560,13 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
             // The core's input gradient overwrites its output gradient in dvec.
             let core_site = |op| probes::core_site_index(self.trunk.n_layers, l, op);
-            let dense = self.core.has_dense_maps();
-            if dense {
+            let dense = self.core.has_dense_maps().then_some(probes).flatten();
+            if let Some(probes) = dense {
                 probes.record(be, core_site(Op::W2), Quantity::GradOut, &s.dvec);
             }
             self.core
                 .backward(be, &s.core, &s.dvec, &dq.core, &s.dvec, &a.xff, &a.core, &q.core);
-            if let (true, Some([d_w1_out, d_w2_in])) = (dense, self.core.dense_grads(&s.core)) {
+            if let (Some(probes), Some([d_w1_out, d_w2_in])) = (dense, self.core.dense_grads(&s.core)) {
                 probes.record(be, core_site(Op::W2), Quantity::GradIn, d_w2_in);
                 probes.record(be, core_site(Op::W1), Quantity::GradOut, d_w1_out);
                 probes.record(be, core_site(Op::W1), Quantity::GradIn, &s.dvec);
@@ -581,27 +602,24 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         &self.unembedding.loss
     }
 
-    fn probes(&self) -> Option<&Probes<B>> {
-        self.probes.as_ref()
-    }
-
-    fn observables(&self) -> Vec<Observable<'_, B>> {
+    fn inside(&self) -> Inside<'_, B> {
         let shape = Shape::Matrix {
             rows: self.trunk.d_k,
             cols: self.trunk.d_v,
         };
-        observe::residual_stream(
-            shape,
-            &self.encoded,
-            self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
-        )
-    }
-
-    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
-        self.blocks
-            .iter()
-            .enumerate()
-            .flat_map(|(i, a)| self.core.hashed_layers(&a.core, &format!("block{i}")))
-            .collect()
+        Inside {
+            residuals: observe::residual_stream(
+                shape,
+                &self.encoded,
+                self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
+            ),
+            hashed: self
+                .blocks
+                .iter()
+                .enumerate()
+                .flat_map(|(i, a)| self.core.hashed_layers(&a.core, &format!("block{i}")))
+                .collect(),
+            variance: self.probes.as_ref(),
+        }
     }
 }

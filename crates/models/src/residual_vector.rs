@@ -12,12 +12,11 @@
 
 use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionNames, AttentionScratch};
 use crate::batch::BatchTensors;
-use crate::buckets::HashedLayer;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::FfCore;
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
-use crate::observe::{self, Observable, Shape};
+use crate::observe::{self, Inside, Observe, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::train::LanguageModel;
@@ -328,19 +327,44 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
         }
     }
 
-    /// Records the forward quantities of block `l`'s site, when probing.
-    fn probe(&self, be: &B, l: usize, layer: Layer, op: Op, input: &B::Tensor, output: &B::Tensor) {
-        if let Some(p) = &self.probes {
+    /// The probes a pass observing `observe` records into; None for `Observe::Loss`.
+    fn probes(&self, observe: Observe) -> Option<&Probes<B>> {
+        self.probes.as_ref().filter(|_| observe == Observe::Variance)
+    }
+
+    /// Records the forward quantities of block `l`'s site into `probes`.
+    #[allow(clippy::too_many_arguments)]
+    fn probe(
+        &self,
+        be: &B,
+        probes: Option<&Probes<B>>,
+        l: usize,
+        layer: Layer,
+        op: Op,
+        input: &B::Tensor,
+        output: &B::Tensor,
+    ) {
+        if let Some(p) = probes {
             let i = probes::site_index(l, layer, op);
             p.record(be, i, Quantity::In, input);
             p.record(be, i, Quantity::Out, output);
         }
     }
 
-    /// Records the backward quantities of block `l`'s site: the map's output gradient and the
-    /// gradient it passes to its input.
-    fn probe_grad(&self, be: &B, l: usize, layer: Layer, op: Op, grad_out: &B::Tensor, grad_in: &B::Tensor) {
-        if let Some(p) = &self.probes {
+    /// Records the backward quantities of block `l`'s site into `probes`: the map's output
+    /// gradient and the gradient it passes to its input.
+    #[allow(clippy::too_many_arguments)]
+    fn probe_grad(
+        &self,
+        be: &B,
+        probes: Option<&Probes<B>>,
+        l: usize,
+        layer: Layer,
+        op: Op,
+        grad_out: &B::Tensor,
+        grad_in: &B::Tensor,
+    ) {
+        if let Some(p) = probes {
             let i = probes::site_index(l, layer, op);
             p.record(be, i, Quantity::GradOut, grad_out);
             p.record(be, i, Quantity::GradIn, grad_in);
@@ -361,8 +385,8 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         self.trunk.vocab
     }
 
-    fn forward(&self, be: &B, batch: &BatchTensors<B>) {
-        let w = &self.w;
+    fn forward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
+        let (w, probes) = (&self.w, self.probes(observe));
         // X⁰ = W_E[token] + W_PE[position]
         self.embedding.forward(be, &self.encoded, &w.embedding, batch);
         for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
@@ -371,17 +395,17 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm());
             let qkv = &a.attention.qkv;
             self.maps.qkv_forward(be, qkv, &a.ln1, &a.maps, &self.shared, &p.maps);
-            self.probe(be, l, Layer::Attn, Op::Retrieval, &a.ln1, qkv);
+            self.probe(be, probes, l, Layer::Attn, Op::Retrieval, &a.ln1, qkv);
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
             let y = self.maps.output_forward(be, out, &a.attention.atty, &p.maps);
-            self.probe(be, l, Layer::Attn, Op::Storage, &a.attention.atty, y);
+            self.probe(be, probes, l, Layer::Attn, Op::Storage, &a.attention.atty, y);
             be.add(&a.res_att, x, y);
             // X ← X + core(Norm(X)); W1 and W2 of a dense core are its retrieval and storage.
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm());
             self.core.forward(be, out, &a.ln2, &a.core, &self.shared, &p.core);
             if let Some([(w1_in, w1_out), (w2_in, w2_out)]) = self.core.dense_maps(&a.ln2, out, &a.core) {
-                self.probe(be, l, Layer::Ff, Op::Retrieval, w1_in, w1_out);
-                self.probe(be, l, Layer::Ff, Op::Storage, w2_in, w2_out);
+                self.probe(be, probes, l, Layer::Ff, Op::Retrieval, w1_in, w1_out);
+                self.probe(be, probes, l, Layer::Ff, Op::Storage, w2_in, w2_out);
             }
             be.add(&a.res_ff, &a.res_att, out);
         }
@@ -391,11 +415,12 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         self.unembedding.forward(be, &self.lnf, &w.w_u, batch);
     }
 
-    fn backward(&self, be: &B, batch: &BatchTensors<B>) {
+    fn backward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
         // An inference model has no gradients to fill.
         let (w, Some(dw), Some(s)) = (&self.w, &self.dw, &self.s) else {
             return;
         };
+        let probes = self.probes(observe);
         self.unembedding.backward(be, &s.dln, &dw.w_u, &self.lnf, &w.w_u, batch);
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.trunk.n_layers);
@@ -414,8 +439,8 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             self.core
                 .backward(be, &s.core, &s.dln, &dp.core, &s.dresidual, &a.ln2, &a.core, &p.core);
             if let Some([d_w1_out, d_w2_in]) = self.core.dense_grads(&s.core) {
-                self.probe_grad(be, l, Layer::Ff, Op::Storage, &s.dresidual, d_w2_in);
-                self.probe_grad(be, l, Layer::Ff, Op::Retrieval, d_w1_out, &s.dln);
+                self.probe_grad(be, probes, l, Layer::Ff, Op::Storage, &s.dresidual, d_w2_in);
+                self.probe_grad(be, probes, l, Layer::Ff, Op::Retrieval, d_w1_out, &s.dln);
             }
             be.norm_backward(
                 &s.dresidual,
@@ -431,13 +456,13 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             let datty = self
                 .maps
                 .output_backward(be, &s.maps, &dp.maps, &s.dresidual, atty, &p.maps);
-            self.probe_grad(be, l, Layer::Attn, Op::Storage, &s.dresidual, datty);
+            self.probe_grad(be, probes, l, Layer::Attn, Op::Storage, &s.dresidual, datty);
             self.attention
                 .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
             let dqkv = &s.attention.dqkv;
             self.maps
                 .qkv_backward(be, &s.dln, &dp.maps, dqkv, &a.ln1, &a.maps, &p.maps);
-            self.probe_grad(be, l, Layer::Attn, Op::Retrieval, dqkv, &s.dln);
+            self.probe_grad(be, probes, l, Layer::Attn, Op::Retrieval, dqkv, &s.dln);
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dp.ln1, &s.dln, x, &p.ln1, &a.ln1_stats, self.norm());
         }
@@ -448,12 +473,9 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         &self.unembedding.loss
     }
 
-    fn probes(&self) -> Option<&Probes<B>> {
-        self.probes.as_ref()
-    }
-
-    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
-        self.blocks
+    fn inside(&self) -> Inside<'_, B> {
+        let hashed = self
+            .blocks
             .iter()
             .enumerate()
             .flat_map(|(i, a)| {
@@ -462,17 +484,19 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                 layers.extend(self.core.hashed_layers(&a.core, &prefix));
                 layers
             })
-            .collect()
-    }
-
-    fn observables(&self) -> Vec<Observable<'_, B>> {
+            .collect();
         let shape = Shape::Vector {
             len: self.trunk.d_model,
         };
-        observe::residual_stream(
+        let residuals = observe::residual_stream(
             shape,
             &self.encoded,
             self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
-        )
+        );
+        Inside {
+            residuals,
+            hashed,
+            variance: self.probes.as_ref(),
+        }
     }
 }

@@ -2,13 +2,12 @@
 //! and AdamW as one recorded plan, and read back only what is asked for.
 
 use crate::batch::BatchTensors;
-use crate::buckets::HashedLayer;
 use crate::checkpoint::TrainState;
 use crate::loss::LossHead;
-use crate::observe::Observable;
+use crate::observe::{Inside, Observe};
 use crate::optim::AdamW;
 use crate::params::ParamStore;
-use crate::probes::{Measured, Probes};
+use crate::probes::Measured;
 use crate::{ModelError, Result, TrainConfig};
 use data::Batch;
 use engine::Backend;
@@ -19,29 +18,19 @@ pub trait LanguageModel<B: Backend> {
     /// (B, T) the model's buffers were built for.
     fn batch_shape(&self) -> (usize, usize);
     fn vocab(&self) -> usize;
-    /// Computes the logits and the mean loss of `batch`.
-    fn forward(&self, be: &B, batch: &BatchTensors<B>);
-    /// Fills every parameter gradient; `forward` on the same batch must come first. Does
-    /// nothing on a model that is not `trainable`.
-    fn backward(&self, be: &B, batch: &BatchTensors<B>);
+    /// Computes the logits and the mean loss of `batch`, and what `observe` asks for.
+    fn forward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe);
+    /// Fills every parameter gradient, and what `observe` asks for; `forward` on the same batch
+    /// must come first. Does nothing on a model that is not `trainable`.
+    fn backward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe);
     /// Whether the model has gradients and backward scratch (built by `new`, not `inference`).
     fn trainable(&self) -> bool {
         self.store().trainable()
     }
     /// The logits, per-row losses and log Z, and the mean loss of the last forward.
     fn head(&self) -> &LossHead<B>;
-    /// The variance hooks of the model's storages and retrievals, for models that have them.
-    fn probes(&self) -> Option<&Probes<B>> {
-        None
-    }
-    /// The hashed layers whose bucket use can be read after a forward (MemoryFormer's).
-    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
-        vec![]
-    }
-    /// What viewers may read after a forward: the residual stream at every depth.
-    fn observables(&self) -> Vec<Observable<'_, B>> {
-        vec![]
-    }
+    /// What viewers may read after a forward.
+    fn inside(&self) -> Inside<'_, B>;
 }
 
 /// A boxed model is a model, so a page or a tool can pick the architecture at run time.
@@ -55,11 +44,11 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     fn vocab(&self) -> usize {
         (**self).vocab()
     }
-    fn forward(&self, be: &B, batch: &BatchTensors<B>) {
-        (**self).forward(be, batch)
+    fn forward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
+        (**self).forward(be, batch, observe)
     }
-    fn backward(&self, be: &B, batch: &BatchTensors<B>) {
-        (**self).backward(be, batch)
+    fn backward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
+        (**self).backward(be, batch, observe)
     }
     fn trainable(&self) -> bool {
         (**self).trainable()
@@ -67,14 +56,8 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     fn head(&self) -> &LossHead<B> {
         (**self).head()
     }
-    fn probes(&self) -> Option<&Probes<B>> {
-        (**self).probes()
-    }
-    fn hashed_layers(&self) -> Vec<HashedLayer<'_, B>> {
-        (**self).hashed_layers()
-    }
-    fn observables(&self) -> Vec<Observable<'_, B>> {
-        (**self).observables()
+    fn inside(&self) -> Inside<'_, B> {
+        (**self).inside()
     }
 }
 
@@ -124,9 +107,9 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         let lr = self.opt.prepare(be, self.step);
         let (model, opt, tensors, loss_sum) = (&self.model, &self.opt, &self.evaluator.batch, &self.loss_sum);
         be.record_or_replay(&mut self.plan, || {
-            model.forward(be, tensors);
+            model.forward(be, tensors, Observe::Loss);
             be.add_assign(loss_sum, &model.head().loss);
-            model.backward(be, tensors);
+            model.backward(be, tensors, Observe::Loss);
             opt.update(be, model.store());
         });
         be.flush()?;
@@ -204,21 +187,23 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
     }
 
     /// Variance ratios of every storage and retrieval on `batch` under the current parameters:
-    /// a forward and backward with the hooks on, and no update. None for models without hooks.
+    /// a forward and backward observing `Variance`, in a plan of their own, and no update. None
+    /// for models without probe sites.
     pub async fn measure(&mut self, be: &B, batch: &Batch) -> Result<Option<Vec<Measured>>> {
-        let Some(probes) = self.model.probes() else {
+        if self.model.inside().variance.is_none() {
             return Ok(None);
-        };
+        }
         self.evaluator.batch.write(be, batch)?;
         let (model, tensors) = (&self.model, &self.evaluator.batch);
-        probes.on.set(true);
         be.record_or_replay(&mut self.probe_plan, || {
-            model.forward(be, tensors);
-            model.backward(be, tensors);
+            model.forward(be, tensors, Observe::Variance);
+            model.backward(be, tensors, Observe::Variance);
         });
-        probes.on.set(false);
         be.flush()?;
-        Ok(Some(probes.read(be).await?))
+        match model.inside().variance {
+            Some(probes) => Ok(Some(probes.read(be).await?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -247,7 +232,7 @@ impl<B: Backend> Evaluator<B> {
     pub fn forward<M: LanguageModel<B>>(&mut self, be: &B, model: &M, batch: &Batch) -> Result<()> {
         self.batch.write(be, batch)?;
         let tensors = &self.batch;
-        be.record_or_replay(&mut self.plan, || model.forward(be, tensors));
+        be.record_or_replay(&mut self.plan, || model.forward(be, tensors, Observe::Loss));
         be.flush()?;
         Ok(())
     }

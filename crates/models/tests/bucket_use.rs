@@ -89,7 +89,7 @@ fn memoryformer_bucket_entropy_is_near_one_at_init() {
     let mut trainer = Trainer::new(&be, model, TrainConfig::default()).unwrap();
     let batch = random_batch(32, 16, 256, 1);
     pollster::block_on(trainer.eval(&be, &batch)).unwrap();
-    let counts = pollster::block_on(buckets::read(&be, &trainer.model.hashed_layers())).unwrap();
+    let counts = pollster::block_on(buckets::read(&be, &trainer.model.inside().hashed)).unwrap();
     assert_eq!(counts.len(), 2 * 3, "qkv, ml1 and ml2 of two blocks");
     for layer in &counts {
         let stats = layer.stats();
@@ -121,7 +121,7 @@ fn hybrid_bucket_use_at_init() {
     let mut trainer = Trainer::new(&be, model, TrainConfig::default()).unwrap();
     let batch = random_batch(32, 16, 256, 1);
     pollster::block_on(trainer.eval(&be, &batch)).unwrap();
-    let counts = pollster::block_on(buckets::read(&be, &trainer.model.hashed_layers())).unwrap();
+    let counts = pollster::block_on(buckets::read(&be, &trainer.model.inside().hashed)).unwrap();
     let names: Vec<&str> = counts.iter().map(|c| c.layer.as_str()).collect();
     assert_eq!(names, ["block0.ml1", "block0.ml2", "block1.ml1", "block1.ml2"]);
     for layer in &counts {

@@ -6,7 +6,7 @@ mod common;
 use common::gpu;
 use engine::cpu::CpuBackend;
 use engine::Backend;
-use resmem_models::{BatchTensors, LanguageModel, Purpose, RunConfig};
+use resmem_models::{BatchTensors, LanguageModel, Observe, Purpose, RunConfig};
 
 const SEPARATOR: u32 = 7;
 const T: usize = 12;
@@ -42,7 +42,7 @@ fn logits<B: Backend + 'static>(be: &B, preset: &str, batch: &data::Batch, maske
     let mut tensors = BatchTensors::new(be, 2, T, 256).unwrap();
     tensors.mask_documents(masked.then_some(SEPARATOR));
     tensors.write(be, batch).unwrap();
-    model.forward(be, &tensors);
+    model.forward(be, &tensors, Observe::Loss);
     be.flush().unwrap();
     pollster::block_on(be.read(&model.head().logits)).unwrap()
 }

@@ -313,3 +313,54 @@ fn tiny_presets_learn_copy() {
         );
     }
 }
+
+#[test]
+fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
+    // A training step's plan observes the loss only, so it leaves the probes' sums alone;
+    // `measure` records the variance in a plan of its own. Every model shows its residual stream
+    // at every depth, and the hashed ones their tables, through the one `inside` hook.
+    for f in families() {
+        let be = CpuBackend::<f32>::new();
+        let cfg = tiny(f.arch);
+        let mut trainer = Trainer::new(&be, build(&be, &cfg, (2, 16), 0), TrainConfig::default()).unwrap();
+        let mut sampler = TaskSampler::new(Task::Copy, 2, 16, 0).unwrap();
+        let batch = sampler.next_batch();
+        trainer.step(&be, &batch).unwrap();
+        let inside = trainer.model.inside();
+        let layers = match &cfg {
+            ModelConfig::Transformer(c) => c.n_layers,
+            ModelConfig::Rmt(c) => c.n_layers,
+            ModelConfig::MemoryFormer(c) => c.n_layers,
+            ModelConfig::Hybrid(c) => c.n_layers,
+        };
+        let names: Vec<_> = inside.residuals.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names.len(), 1 + 2 * layers, "{}: {names:?}", f.arch);
+        assert_eq!((names[0], names[2 * layers]), ("embedding", &*format!("block{}.ff", layers - 1)));
+        let hashed = matches!(f.arch, Arch::MemoryFormer | Arch::Hybrid);
+        assert_eq!(!inside.hashed.is_empty(), hashed, "{}: hashed layers", f.arch);
+        let Some(probes) = inside.variance else {
+            assert_eq!(f.arch, Arch::MemoryFormer, "only the MemoryFormer has no probe sites");
+            assert!(pollster::block_on(trainer.measure(&be, &batch)).unwrap().is_none());
+            continue;
+        };
+        let untouched = pollster::block_on(probes.read(&be)).unwrap();
+        assert!(
+            untouched.iter().all(|m| m.forward_ratio.is_none() && m.backward_ratio.is_none()),
+            "{}: a training step recorded the probes",
+            f.arch
+        );
+        let measured = pollster::block_on(trainer.measure(&be, &batch)).unwrap().unwrap();
+        assert_eq!(measured.len(), untouched.len());
+        assert!(
+            measured.iter().all(|m| m.forward_ratio.is_some() && m.backward_ratio.is_some()),
+            "{}: measure left a site unmeasured: {measured:?}",
+            f.arch
+        );
+        trainer.step(&be, &sampler.next_batch()).unwrap();
+        let after = pollster::block_on(trainer.model.inside().variance.unwrap().read(&be)).unwrap();
+        let ratios = |m: &[resmem_models::probes::Measured]| -> Vec<_> {
+            m.iter().map(|m| (m.forward_ratio, m.backward_ratio)).collect()
+        };
+        assert_eq!(ratios(&after), ratios(&measured), "{}: a later step changed the probes", f.arch);
+    }
+}

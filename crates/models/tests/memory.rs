@@ -8,7 +8,7 @@ use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::param_sizes;
 use resmem_models::{
-    AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Position,
+    AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position,
     Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
 };
 use std::time::{Duration, Instant};
@@ -215,7 +215,7 @@ fn batch(b: usize, t: usize, vocab: usize) -> data::Batch {
 fn logits(be: &CpuBackend, model: &dyn LanguageModel<CpuBackend>, batch: &data::Batch) -> Vec<u32> {
     let tensors = BatchTensors::new(be, batch.b, batch.t, model.vocab()).unwrap();
     tensors.write(be, batch).unwrap();
-    model.forward(be, &tensors);
+    model.forward(be, &tensors, Observe::Loss);
     let logits = pollster::block_on(be.read(&model.head().logits)).unwrap();
     logits.iter().map(|x| x.to_bits()).collect()
 }
@@ -244,7 +244,7 @@ fn inference_models_give_the_same_logits_and_allocate_less() {
         // Backward on an inference model is a no-op, not a panic.
         let tensors = BatchTensors::new(&infer_be, b, t, vocab(&cfg)).unwrap();
         tensors.write(&infer_be, &batch).unwrap();
-        infer.backward(&infer_be, &tensors);
+        infer.backward(&infer_be, &tensors, Observe::Loss);
     }
 }
 

@@ -174,7 +174,7 @@ impl<B: Backend + 'static> Session<B> {
         };
         let (b, t) = (batch.b, batch.t);
         let seq = seq.min(b.saturating_sub(1));
-        let observables = self.trainer.model.observables();
+        let observables = self.trainer.model.inside().residuals;
         let snapshots = models::observe::read(&self.be, &observables, seq, t)
             .await
             .map_err(|e| e.to_string())?;
@@ -184,7 +184,7 @@ impl<B: Backend + 'static> Session<B> {
     /// Bucket hits of every hash table in the last step's forward, in one readback; empty for
     /// models without tables.
     pub async fn bucket_counts(&self) -> Result<Vec<BucketCounts>, String> {
-        let layers = self.trainer.model.hashed_layers();
+        let layers = self.trainer.model.inside().hashed;
         if layers.is_empty() {
             return Ok(vec![]);
         }

@@ -24,7 +24,11 @@ pub trait Scalar:
     /// tanh for the GELU: exact in f64 (the gradient checks' precision), a rational
     /// approximation in f32 that vectorises and stays within a few ulps of the exact one.
     fn gelu_tanh(self) -> Self;
-    /// c (m×n, row stride rsc) = alpha·a·b + beta·c, with arbitrary strides for a and b.
+    /// c (m×n, row stride rsc) = a·b + beta·c, with arbitrary strides for a and b.
+    ///
+    /// # Safety
+    /// `a` (m×k), `b` (k×n) and `c` (m×n) must be valid for every element their strides
+    /// reach, and `c` must not overlap `a` or `b`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn gemm(
         m: usize,

@@ -9,7 +9,7 @@ use engine::Backend;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_models::probes::Measured;
 use resmem_models::variance::ClosedForm;
-use resmem_models::{BatchTensors, LanguageModel, TrainConfig, Trainer};
+use resmem_models::{BatchTensors, LanguageModel, Observe, TrainConfig, Trainer};
 
 pub fn gpu() -> GpuBackend {
     std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
@@ -36,7 +36,7 @@ fn objective<M: LanguageModel<Cpu64>>(
     host: &data::Batch,
     z: f64,
 ) -> f64 {
-    model.forward(be, batch);
+    model.forward(be, batch, Observe::Loss);
     let loss = model.head().loss.get()[0];
     let lse = model.head().lse.get();
     let counted: Vec<usize> = (0..host.targets.len()).filter(|&i| host.targets[i] != IGNORE).collect();
@@ -59,7 +59,7 @@ pub fn gradient_check<M: LanguageModel<Cpu64>>(name: &str, be: &Cpu64, model: &M
     let batch = BatchTensors::new(be, b, t, vocab as usize).unwrap();
     batch.write(be, &host).unwrap();
     objective(be, model, &batch, &host, z);
-    model.backward(be, &batch);
+    model.backward(be, &batch, Observe::Loss);
     let grads = store.grads.get().to_vec();
     let h = 1e-5;
     for spec in &store.layout.specs {
