@@ -15,6 +15,9 @@
 //!
 //! The backward is the forward read in reverse. A retrieval's input gradient is a storage of
 //! its output gradient with the same keys, and a storage's data gradient is a retrieval.
+//!
+//! One file over 600 lines, because the forward, the backward and the probes that ride them
+//! share the buffers and helpers below; split, each half would re-declare them.
 
 use crate::attention::{Attention, AttentionActs, AttentionNames, AttentionScratch};
 use crate::batch::BatchTensors;

@@ -6,6 +6,9 @@
 //!
 //! The device (a GPU through WebGPU, or the CPU in WebAssembly where there is none) is lent to
 //! one job at a time: training runs, continuing one, importing a checkpoint, or sampling.
+//!
+//! One file over 600 lines, because it is the composition: every view is its own component
+//! file, and what stays here is the state they share and the one lending of the device.
 
 use crate::arch::Arch;
 use crate::browser::{self, store};

@@ -76,16 +76,19 @@ fn setup_web(root: &Path) -> Result<()> {
     if !targets.lines().any(|t| t == "wasm32-unknown-unknown") {
         run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
     }
+    // Both tools are built unoptimised (--debug): on 2 cores that takes 3 min instead of 11 for
+    // Trunk and 1 instead of 4 for wasm-bindgen, and what they do runs seconds either way (the
+    // debug wasm-bindgen writes the same bytes, 3 s a module instead of 0.6).
     if !output("trunk", &["--version"]).is_some_and(|v| v.contains(TRUNK_VERSION)) {
-        eprintln!("installing Trunk {TRUNK_VERSION} (about 10 minutes on 2 cores, once)");
-        run(Command::new("cargo").args(["install", "trunk", "--locked", "--version", TRUNK_VERSION]))?;
+        eprintln!("installing Trunk {TRUNK_VERSION} (about 3 minutes on 2 cores, once)");
+        run(Command::new("cargo").args(["install", "trunk", "--debug", "--locked", "--version", TRUNK_VERSION]))?;
     }
     // Trunk uses the wasm-bindgen on PATH only when it equals the locked library version.
     let wanted = locked_version(root, "wasm-bindgen")?;
     if !output("wasm-bindgen", &["--version"]).is_some_and(|v| v.ends_with(&wanted)) {
-        eprintln!("installing wasm-bindgen-cli {wanted} (about 4 minutes, once)");
+        eprintln!("installing wasm-bindgen-cli {wanted} (about 1 minute, once)");
         // Not --locked: its lockfile pins a webpki-roots the registry no longer has.
-        run(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--version", &wanted]))?;
+        run(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--debug", "--version", &wanted]))?;
     }
     Ok(())
 }
