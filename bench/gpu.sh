@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU report in one command, for a machine with a GPU and no network: the kernels checked
-# against their CPU twins, `resmem bench` at the toy pair and at the papers' sizes, each RMT's
+# against their CPU twins (`resmem selftest`), `resmem bench` at the toy pair and at the papers' sizes, each RMT's
 # step against its transformer's, and the PyTorch peer on the same shapes where torch is there.
 # It prints a dated Markdown section for bench/RESULTS.md and keeps every JSON beside it.
 #
@@ -59,8 +59,11 @@ for pair in "${pairs[@]}"; do
 done
 
 # 2. The kernels against their CPU twins on awkward shapes (after the timings, so that a hung
-# driver cannot cost them).
+# driver cannot cost them): `resmem selftest`, then any GPU test binaries given.
 : >"$KEEP/selftest.log"
+if ! timeout "${TEST_TIMEOUT:-300}" "$R" selftest --backend "$BACKEND" >"$KEEP/selftest.txt" 2>&1; then
+    echo "resmem selftest failed: $(tail -3 "$KEEP/selftest.txt")" >&2; status=1
+fi
 if [[ -n ${TESTS:-} ]]; then
     for t in "$TESTS"/*; do
         [[ -x $t ]] || continue
@@ -94,6 +97,14 @@ print(f"## GPU report, {datetime.date.today().isoformat()}{' (dry run: 1 timed s
 print()
 print(f"`bench/gpu.sh` on {gpu_name()}; resmem `--backend {backend}`"
       + (", adapter as `resmem bench` reports it below" if backend == "gpu" else "") + ".")
+selftest = os.path.join(keep, "selftest.txt")
+if os.path.exists(selftest):
+    print()
+    print("`resmem selftest`, every kernel family against its CPU twin:")
+    print()
+    print("```")
+    print(open(selftest).read().rstrip())
+    print("```")
 log = open(os.path.join(keep, "selftest.log")).read() if os.path.exists(os.path.join(keep, "selftest.log")) else ""
 if log.strip():
     passed = sum(l.startswith("test result: ok") for l in log.splitlines())

@@ -191,6 +191,17 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     if (await page.isDisabled('#start')) throw new Error('Start is disabled after the refusal');
     for (const [k, v] of Object.entries({ d_k: 8, d_v: 16, rank: 8, d_ff: 256, seq_len: 16, batch: 32 })) await setControl(page, k, v);
 
+    // "Check this GPU": every kernel family on SwiftShader against the CPU twin, each passing.
+    await page.click('#check-gpu');
+    await page.waitForSelector('#selftest', { timeout: 240_000 });
+    const families = await page.$$eval('#selftest tbody tr', (rows) => rows.map((r) => [r.dataset.family, r.dataset.result]));
+    const wanted = ['matmul', 'elementwise', 'embedding', 'norm', 'attention', 'cross_entropy', 'optim', 'residual_matrix', 'memory'];
+    if (JSON.stringify(families.map(([f]) => f)) !== JSON.stringify(wanted) || families.some(([, r]) => r !== 'pass'))
+      throw new Error(`selftest rows: ${JSON.stringify(families)}; status "${await page.textContent('#status')}"`);
+    if (!/Every kernel on .* matches the CPU/.test(await page.textContent('#status')))
+      throw new Error(`selftest status: ${await page.textContent('#status')}`);
+    await ready(page, errors);
+
     // Run 1: the transformer, with its residual vector checked against the CPU.
     await page.check('#residual-open');
     await trainOnPage(page, errors, 'transformer', STEPS, 'playground.png');

@@ -52,6 +52,22 @@ pub enum Command {
     /// memory, and per kernel family the time, FLOPs, bytes and their rates against the
     /// device's measured matmul and stream peaks.
     Bench(Box<BenchArgs>),
+    /// Check every kernel on this machine's adapter against its CPU twin, on awkward shapes:
+    /// a table of each family's worst error against its tolerance; exits 1 if any check fails.
+    Selftest(SelftestArgs),
+}
+
+/// `resmem selftest`.
+#[derive(Args, Debug)]
+pub struct SelftestArgs {
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub backend: BackendKind,
+    /// The plain kernels even where the adapter has subgroups: what a browser runs.
+    #[arg(long)]
+    pub no_subgroups: bool,
+    /// Print every check, not only each family's worst.
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 /// `resmem bench`: `resmem train`'s model and data flags, with `--steps` the timed steps.

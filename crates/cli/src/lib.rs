@@ -24,6 +24,7 @@ mod residual;
 mod resolve;
 mod run_dir;
 mod sample;
+mod selftest;
 mod setting_flags;
 mod source;
 mod stats;
@@ -61,6 +62,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         args::Command::Export(c) => interop::export(c),
         args::Command::Plot(a) => plot::run(a),
         args::Command::Bench(a) => bench::run(*a),
+        args::Command::Selftest(a) => selftest::run(a),
     }
 }
 

@@ -177,3 +177,35 @@ fn bench_refuses_a_run_directory_and_zero_steps() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// `resmem selftest` on the test machine's adapter (lavapipe on CI): a row per kernel family,
+/// each passing, and exit 0. The engine's GPU tests check that a wrong kernel makes it fail.
+#[test]
+fn selftest_checks_every_family_on_the_adapter() {
+    let runtime = std::env::temp_dir().join("resmem-xdg");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .env("XDG_RUNTIME_DIR", runtime)
+        .args(["selftest", "--backend", "gpu"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for family in [
+        "matmul",
+        "elementwise",
+        "embedding",
+        "norm",
+        "attention",
+        "cross_entropy",
+        "optim",
+        "residual_matrix",
+        "memory",
+    ] {
+        let row = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(family))
+            .unwrap_or_else(|| panic!("no row for {family}:\n{stdout}"));
+        assert!(row.ends_with("pass"), "{row}");
+    }
+}

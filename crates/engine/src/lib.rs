@@ -29,6 +29,9 @@ pub mod ops;
 /// `resmem bench`'s per-family costs and timings (not in the browser build: no clock there).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod profile;
+/// Every op family against its CPU twin, on any backend: `resmem selftest`.
+#[cfg(feature = "cpu")]
+pub mod selftest;
 pub mod shaders;
 
 mod backend;

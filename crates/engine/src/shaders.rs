@@ -181,9 +181,15 @@ impl Shader {
     /// The WGSL of one variant: the defines (common, the family's, the switches) as `const`
     /// lines, `common.wgsl`, then the family's file, each with its `#if` sections resolved.
     pub fn source(&self, defines: &[Define]) -> String {
+        self.source_with(defines, &[])
+    }
+
+    /// [`Self::source`] with each constant that `overrides` names replaced by its value there.
+    pub fn source_with(&self, defines: &[Define], overrides: &[Define]) -> String {
         let switches = self.variant(defines);
         let mut out = String::from("// Defines, generated from Rust (crates/engine/src/shaders.rs).\n");
         for d in COMMON.iter().chain(self.constants).chain(&switches) {
+            let d = overrides.iter().find(|o| o.name == d.name && o.same_kind(d)).unwrap_or(d);
             out.push_str(&d.wgsl());
             out.push('\n');
         }

@@ -4,8 +4,8 @@
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::cpu::CpuBackend;
 use resmem_engine::gpu::{GpuBackend, GpuOptions};
-use resmem_engine::ops::cross_entropy::IGNORE;
 use resmem_engine::ops::memory::sort_tiles;
+use resmem_engine::selftest::{self, cases, documents, random as rand_vec};
 use resmem_engine::*;
 
 fn gpu() -> GpuBackend {
@@ -34,25 +34,105 @@ fn assert_same_bits(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
     assert!(bits(got) == bits(want), "{name}: the outputs are not the same bits");
 }
 
-fn rand_vec(rng: &mut SmallRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0..1.0) * scale).collect()
+/// The selftest's cases (`resmem_engine::selftest::cases`), run to completion.
+fn block<T>(f: impl std::future::Future<Output = resmem_engine::Result<T>>) -> T {
+    pollster::block_on(f).unwrap()
 }
 
 fn upload<B: Backend>(be: &B, data: &[f32]) -> B::Tensor {
-    let t = be.zeros("test", data.len()).unwrap();
-    be.write(&t, data);
-    t
+    cases::upload(be, data).unwrap()
 }
 
 fn upload_index<B: Backend>(be: &B, data: &[u32]) -> B::Index {
-    let t = be.index("test", data.len()).unwrap();
-    be.write_index(&t, data);
-    t
+    cases::upload_index(be, data).unwrap()
 }
 
 fn read<B: Backend>(be: &B, t: &B::Tensor) -> Vec<f32> {
-    be.flush().unwrap();
-    pollster::block_on(be.read(t)).unwrap()
+    block(cases::read(be, &[t])).remove(0)
+}
+
+fn matmul_case<B: Backend>(be: &B, a: &[f32], b: &[f32], init: &[f32], d: MatmulDims) -> Vec<Vec<f32>> {
+    block(cases::matmul(be, a, b, init, d))
+}
+
+fn elementwise_case<B: Backend>(be: &B, a: &[f32], b: &[f32]) -> Vec<Vec<f32>> {
+    block(cases::elementwise(be, a, b))
+}
+
+fn embedding_case<B: Backend>(
+    be: &B,
+    tokens: &[u32],
+    wte: &[f32],
+    wpe: &[f32],
+    dout: &[f32],
+    d: EmbeddingDims,
+) -> Vec<Vec<f32>> {
+    block(cases::embedding(be, tokens, wte, wpe, dout, d))
+}
+
+fn gather_case<B: Backend>(be: &B, index: &[u32], table: &[f32], dout: &[f32], d: GatherDims) -> Vec<Vec<f32>> {
+    block(cases::gather(be, index, table, dout, d))
+}
+
+fn norm_case<B: Backend>(be: &B, x: &[f32], gain: &[f32], dout: &[f32], dx0: &[f32], d: NormDims) -> Vec<Vec<f32>> {
+    block(cases::norm(be, x, gain, dout, dx0, d))
+}
+
+fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
+    block(cases::attention(be, qkv, dout, starts, d))
+}
+
+fn cross_entropy_case<B: Backend>(be: &B, logits: &[f32], targets: &[u32], d: CrossEntropyDims) -> Vec<Vec<f32>> {
+    block(cases::cross_entropy(be, logits, targets, d))
+}
+
+fn optim_case<B: Backend>(
+    be: &B,
+    p: &[f32],
+    g: &[f32],
+    m: &[f32],
+    v: &[f32],
+    hyper: Hyper,
+    d: AdamWDims,
+) -> Vec<Vec<f32>> {
+    block(cases::adamw(be, p, g, m, v, hyper, d))
+}
+
+/// The residual-matrix case, with the fused forms checked against the unfused on this backend:
+/// `norm_stats` equal to `norm_forward`'s statistics, the fused retrieval and key gradient within
+/// rounding of the same ops on Norm(X) written out.
+fn residual_matrix_case<B: Backend>(
+    be: &B,
+    x: &[f32],
+    keys: &[f32],
+    data: &[f32],
+    base: &[f32],
+    d: ResidualDims,
+) -> Vec<Vec<f32>> {
+    let outputs = block(cases::residual_matrix(be, x, keys, data, base, d));
+    let close = |p: &[f32], q: &[f32]| p.iter().zip(q).all(|(u, v)| (u - v).abs() <= 1e-5 * (1.0 + v.abs()));
+    for kind in outputs[4..].chunks(6) {
+        let [stats_only, stats, y_fused, y_plain, dk_fused, dk_plain] = kind else {
+            unreachable!()
+        };
+        assert_eq!(stats_only, stats, "norm_stats and norm_forward's stats differ");
+        assert!(
+            close(y_fused, y_plain) && close(dk_fused, dk_plain),
+            "fused and unfused retrievals differ"
+        );
+    }
+    outputs
+}
+
+fn memory_case<B: Backend>(
+    be: &B,
+    x: &[f32],
+    tables: &[f32],
+    bias: &[f32],
+    dy: &[f32],
+    d: MemoryDims,
+) -> cases::MemoryOutputs {
+    block(cases::memory(be, x, tables, bias, dy, d))
 }
 
 /// Compares every output of a case, relative to the largest magnitude of the CPU output.
@@ -85,12 +165,6 @@ macro_rules! both {
         // Folding a launch moves no value from its thread: the same bits.
         assert_same_bits($name, &$f(&gpu_with(FOLDED), $($arg),*), &g);
     }};
-}
-
-fn matmul_case<B: Backend>(be: &B, a: &[f32], b: &[f32], init: &[f32], d: MatmulDims) -> Vec<Vec<f32>> {
-    let (a, b, out) = (upload(be, a), upload(be, b), upload(be, init));
-    be.matmul(&out, &a, &b, d);
-    vec![read(be, &out)]
 }
 
 /// The plain kernels, as browsers run them, on an adapter that may have subgroups.
@@ -150,23 +224,6 @@ fn matmul_every_layout() {
     }
 }
 
-fn elementwise_case<B: Backend>(be: &B, a: &[f32], b: &[f32]) -> Vec<Vec<f32>> {
-    let (ta, tb) = (upload(be, a), upload(be, b));
-    let (sum, acc, gelu, dgelu, filled) = (
-        upload(be, a),
-        upload(be, b),
-        upload(be, a),
-        upload(be, a),
-        upload(be, a),
-    );
-    be.add(&sum, &ta, &tb);
-    be.add_assign(&acc, &ta);
-    be.gelu_forward(&gelu, &ta);
-    be.gelu_backward(&dgelu, &tb, &ta);
-    be.fill(&filled, 0.25);
-    [sum, acc, gelu, dgelu, filled].iter().map(|t| read(be, t)).collect()
-}
-
 #[test]
 fn elementwise_ops() {
     let mut rng = SmallRng::seed_from_u64(11);
@@ -176,28 +233,6 @@ fn elementwise_ops() {
         1e-5,
         elementwise_case(&a, &b)
     );
-}
-
-fn embedding_case<B: Backend>(
-    be: &B,
-    tokens: &[u32],
-    wte: &[f32],
-    wpe: &[f32],
-    dout: &[f32],
-    d: EmbeddingDims,
-) -> Vec<Vec<f32>> {
-    let tok = upload_index(be, tokens);
-    let buckets = TokenBuckets::new(tokens, d.v);
-    let (rows, start) = (upload_index(be, &buckets.rows), upload_index(be, &buckets.start));
-    let (wte, wpe, dout) = (upload(be, wte), upload(be, wpe), upload(be, dout));
-    let out = be.zeros("out", d.bt * d.c).unwrap();
-    let (dwte, dwpe) = (
-        be.zeros("dwte", d.v * d.c).unwrap(),
-        be.zeros("dwpe", d.t * d.c).unwrap(),
-    );
-    be.embedding_forward(&out, &tok, &wte, &wpe, d);
-    be.embedding_backward(&dwte, &dwpe, &dout, &rows, &start, d);
-    vec![read(be, &out), read(be, &dwte), read(be, &dwpe)]
 }
 
 #[test]
@@ -216,19 +251,6 @@ fn embedding_forward_and_backward() {
         rand_vec(&mut rng, d.bt * d.c, 1.0),
     );
     both!("embedding", 1e-5, embedding_case(&tokens, &wte, &wpe, &dout, d));
-}
-
-fn gather_case<B: Backend>(be: &B, index: &[u32], table: &[f32], dout: &[f32], d: GatherDims) -> Vec<Vec<f32>> {
-    let ix = upload_index(be, index);
-    let buckets = TokenBuckets::new(index, d.v);
-    let (rows, start) = (upload_index(be, &buckets.rows), upload_index(be, &buckets.start));
-    let (table, dout) = (upload(be, table), upload(be, dout));
-    let out = be.zeros("out", d.rows * d.c).unwrap();
-    // Filled, so that a table row nobody gathered must be written 0, not left alone.
-    let dtable = upload(be, &vec![7.0; d.v * d.c]);
-    be.gather_forward(&out, &ix, &table, d);
-    be.gather_backward(&dtable, &dout, &rows, &start, d);
-    vec![read(be, &out), read(be, &dtable)]
 }
 
 #[test]
@@ -280,16 +302,6 @@ fn gather_is_the_embedding_without_positions() {
     case(&CpuBackend::<f32>::new());
 }
 
-fn norm_case<B: Backend>(be: &B, x: &[f32], gain: &[f32], dout: &[f32], dx0: &[f32], d: NormDims) -> Vec<Vec<f32>> {
-    let (xt, g, go, dx) = (upload(be, x), upload(be, gain), upload(be, dout), upload(be, dx0));
-    let out = be.zeros("out", x.len()).unwrap();
-    let stats = be.zeros("stats", 2 * d.rows).unwrap();
-    let dgain = be.zeros("dgain", d.c).unwrap();
-    be.norm_forward(&out, &stats, &xt, &g, d);
-    be.norm_backward(&dx, &dgain, &go, &xt, &g, &stats, d);
-    vec![read(be, &out), read(be, &stats), read(be, &dx), read(be, &dgain)]
-}
-
 #[test]
 fn layernorm_and_rmsnorm() {
     let mut rng = SmallRng::seed_from_u64(13);
@@ -315,24 +327,6 @@ fn layernorm_and_rmsnorm() {
             );
         }
     }
-}
-
-fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
-    let (qkv, dout, starts) = (upload(be, qkv), upload(be, dout), upload_index(be, starts));
-    let out = be.zeros("out", d.b * d.t * d.h * d.dh).unwrap();
-    let lse = be.zeros("lse", d.rows()).unwrap();
-    let delta = be.zeros("delta", d.rows()).unwrap();
-    let dqkv = be.zeros("dqkv", d.b * d.t * 3 * d.h * d.dh).unwrap();
-    be.attention_forward(&out, &lse, &qkv, &starts, d);
-    be.attention_backward(&dqkv, &delta, &dout, &out, &qkv, &lse, &starts, d);
-    vec![read(be, &out), read(be, &lse), read(be, &dqkv)]
-}
-
-/// Each token's document start for documents beginning at `starts` (the first at 0).
-fn documents(t: usize, starts: &[u32]) -> Vec<u32> {
-    (0..t as u32)
-        .map(|i| starts.iter().copied().filter(|&s| s <= i).max().unwrap_or(0))
-        .collect()
 }
 
 #[test]
@@ -468,31 +462,6 @@ fn attention_backward_is_deterministic() {
     }
 }
 
-fn cross_entropy_case<B: Backend>(be: &B, logits: &[f32], targets: &[u32], d: CrossEntropyDims) -> Vec<Vec<f32>> {
-    let (lg, tg) = (upload(be, logits), upload_index(be, targets));
-    let counted = targets.iter().filter(|&&t| t != IGNORE).count();
-    let scale = upload(be, &[1.0 / counted as f32]);
-    let (losses, lse) = (be.zeros("losses", d.rows).unwrap(), be.zeros("lse", d.rows).unwrap());
-    let dlogits = be.zeros("dlogits", logits.len()).unwrap();
-    let mean = be.zeros("mean", 1).unwrap();
-    be.cross_entropy_forward(&losses, &lse, &lg, &tg, &scale, d);
-    be.cross_entropy_backward(&dlogits, &lg, &lse, &tg, &scale, d);
-    be.sum(&mean, &losses, false);
-    vec![read(be, &losses), read(be, &lse), read(be, &dlogits), read(be, &mean)]
-}
-
-/// Random logits, and targets of which every fourth is ignored.
-fn cross_entropy_inputs(rng: &mut SmallRng, d: CrossEntropyDims) -> (Vec<f32>, Vec<u32>) {
-    let logits = rand_vec(rng, d.rows * d.v, 5.0);
-    let targets = (0..d.rows)
-        .map(|r| match r % 4 {
-            1 => IGNORE,
-            _ => rng.random_range(0..d.v as u32),
-        })
-        .collect();
-    (logits, targets)
-}
-
 #[test]
 fn cross_entropy_and_mean() {
     let mut rng = SmallRng::seed_from_u64(15);
@@ -502,25 +471,8 @@ fn cross_entropy_and_mean() {
         v: 517,
         z: 1e-4,
     };
-    let (logits, targets) = cross_entropy_inputs(&mut rng, d);
+    let (logits, targets) = cases::cross_entropy_inputs(&mut rng, d);
     both!("cross_entropy", 2e-5, cross_entropy_case(&logits, &targets, d));
-}
-
-fn optim_case<B: Backend>(
-    be: &B,
-    p: &[f32],
-    g: &[f32],
-    m: &[f32],
-    v: &[f32],
-    hyper: Hyper,
-    d: AdamWDims,
-) -> Vec<Vec<f32>> {
-    let (pt, gt, mt, vt) = (upload(be, p), upload(be, g), upload(be, m), upload(be, v));
-    let h = upload(be, &hyper.to_array());
-    let sumsq = be.zeros("sumsq", 1).unwrap();
-    be.sum(&sumsq, &gt, true);
-    be.adamw(&pt, &mt, &vt, &gt, &h, &sumsq, d);
-    vec![read(be, &sumsq), read(be, &pt), read(be, &mt), read(be, &vt)]
 }
 
 type OptimInputs = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Hyper, AdamWDims);
@@ -660,7 +612,7 @@ fn split_launches_give_the_same_bits() {
         v: 250,
         z: 1e-4,
     };
-    let (logits, targets) = cross_entropy_inputs(&mut rng, d);
+    let (logits, targets) = cases::cross_entropy_inputs(&mut rng, d);
     let want = cross_entropy_case(&whole, &logits, &targets, d);
     let got = cross_entropy_case(&split, &logits, &targets, d);
     assert_same_bits("split cross-entropy", &got, &want);
@@ -708,82 +660,6 @@ fn what_cannot_be_split_is_a_clear_error() {
     assert!(err.contains("matmul") && err.contains("accumulating"), "{err}");
 }
 
-fn residual_matrix_case<B: Backend>(
-    be: &B,
-    x: &[f32],
-    keys: &[f32],
-    data: &[f32],
-    base: &[f32],
-    d: ResidualDims,
-) -> Vec<Vec<f32>> {
-    let (x, keys, data, base) = (upload(be, x), upload(be, keys), upload(be, data), upload(be, base));
-    let y = be.zeros("y", d.vectors()).unwrap();
-    let stored = be.zeros("stored", d.matrices()).unwrap();
-    let accumulated = upload(be, &read(be, &x));
-    let dkeys = be.zeros("dkeys", d.key_values()).unwrap();
-    let partials = be.zeros("partials", d.key_grad_scratch()).unwrap();
-    be.retrieve(&y, &x, &keys, d);
-    be.store(&stored, Some(&base), &keys, &data, d);
-    be.store(&accumulated, None, &keys, &data, d);
-    be.key_grad(&dkeys, &partials, &data, &x, d);
-    let mut outputs = vec![
-        read(be, &y),
-        read(be, &stored),
-        read(be, &accumulated),
-        read(be, &dkeys),
-    ];
-    // Fused with the norm: the same as retrieving from Norm(X) written out.
-    let gain = upload(
-        be,
-        &(0..d.dk * d.dv)
-            .map(|i| 0.5 + (i % 7) as f32 * 0.25)
-            .collect::<Vec<_>>(),
-    );
-    for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
-        let nd = NormDims {
-            rows: d.tokens,
-            c: d.dk * d.dv,
-            kind,
-            eps: 1e-5,
-        };
-        let zeros = |what: &str, n: usize| be.zeros(what, n).unwrap();
-        let (stats, normed, stats_only) = (
-            zeros("stats", 2 * d.tokens),
-            zeros("normed", d.matrices()),
-            zeros("stats", 2 * d.tokens),
-        );
-        let (y_fused, dk_fused, dk_plain) = (
-            zeros("y", d.vectors()),
-            zeros("dk", d.key_values()),
-            zeros("dk", d.key_values()),
-        );
-        be.norm_forward(&normed, &stats, &x, &gain, nd);
-        be.norm_stats(&stats_only, &x, nd);
-        be.retrieve_normed(&y_fused, &x, &stats_only, &gain, &keys, d);
-        be.retrieve(&y, &normed, &keys, d);
-        be.key_grad_normed(&dk_fused, &partials, &data, &x, &stats_only, &gain, d);
-        be.key_grad(&dk_plain, &partials, &data, &normed, d);
-        let (a, b, c, e) = (
-            read(be, &y_fused),
-            read(be, &y),
-            read(be, &dk_fused),
-            read(be, &dk_plain),
-        );
-        let close = |p: &[f32], q: &[f32]| p.iter().zip(q).all(|(u, v)| (u - v).abs() <= 1e-5 * (1.0 + v.abs()));
-        assert!(
-            close(&a, &b) && close(&c, &e),
-            "fused and unfused retrievals differ for {kind:?}"
-        );
-        assert_eq!(
-            read(be, &stats_only),
-            read(be, &stats),
-            "norm_stats and norm_forward's stats differ"
-        );
-        outputs.extend([read(be, &stats_only), a, c]);
-    }
-    outputs
-}
-
 /// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups and the 32-token
 /// chunks of the key gradient unevenly; the last one has more than one chunk's worth of tokens.
 #[test]
@@ -801,41 +677,6 @@ fn residual_matrix_retrieve_store_key_grad() {
             residual_matrix_case(&x, &k, &data, &base, d)
         );
     }
-}
-
-fn memory_case<B: Backend>(
-    be: &B,
-    x: &[f32],
-    tables: &[f32],
-    bias: &[f32],
-    dy: &[f32],
-    d: MemoryDims,
-) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>) {
-    let (x, tables, bias, dy) = (upload(be, x), upload(be, tables), upload(be, bias), upload(be, dy));
-    let codes = be.index("codes", d.tokens * d.k).unwrap();
-    let rows = be.index("rows", d.k * d.tokens).unwrap();
-    let starts = be.index("starts", d.starts_len()).unwrap();
-    let cursor = be.index("cursor", d.sort_scratch()).unwrap();
-    let p = be.zeros("p", d.tokens * d.k).unwrap();
-    let y = be.zeros("y", d.tokens * d.d_out).unwrap();
-    let dx = be.zeros("dx", d.tokens * d.d_in).unwrap();
-    let dt = be.zeros("dtables", d.table_values()).unwrap();
-    let db = be.zeros("dbias", d.d_out).unwrap();
-    be.memory_hash(&codes, &p, &x, d);
-    be.memory_bucket(&rows, &starts, &cursor, &codes, d);
-    be.memory_forward(&y, &codes, &p, &tables, &bias, d);
-    be.memory_backward(&dx, &dt, &db, &dy, &x, &codes, &p, &rows, &starts, &tables, d);
-    be.flush().unwrap();
-    let codes = pollster::block_on(be.read_index(&codes)).unwrap();
-    let starts = pollster::block_on(be.read_index(&starts)).unwrap();
-    let rows = pollster::block_on(be.read_index(&rows)).unwrap();
-    let mut bucketed = starts;
-    bucketed.extend(rows);
-    (
-        codes,
-        bucketed,
-        vec![read(be, &p), read(be, &y), read(be, &dx), read(be, &dt), read(be, &db)],
-    )
 }
 
 /// Codes and buckets must match exactly; the values within rounding. 300 tokens make two
@@ -1044,4 +885,24 @@ fn timestamp_queries_time_each_family_of_a_plan() {
     let wait = || pollster::block_on(off.read(&sync)).map(|_| ());
     let replayed = off.time_family(&plan, Family::Matmul, 1, &wait).unwrap();
     assert!(replayed.is_some_and(|s| s.is_finite() && s > 0.0));
+}
+
+/// The selftest passes on this adapter, and catches a kernel built wrong: with the GELU's
+/// sqrt(2/π) off by 1%, the elementwise family fails and every other family still passes.
+#[test]
+fn selftest_passes_and_catches_a_broken_kernel() {
+    let failed = |be: &GpuBackend| {
+        let checks = block(selftest::run(be));
+        assert!(checks.len() > 50, "{} checks", checks.len());
+        let mut families: Vec<&str> = checks.iter().filter(|c| !c.passed()).map(|c| c.family).collect();
+        families.dedup();
+        families
+    };
+    assert_eq!(failed(&gpu()), Vec::<&str>::new());
+    const BROKEN: &[shaders::Define] = &[shaders::Define::f32("GELU_K", 0.797_884_6 * 1.01)];
+    let broken = gpu_with(GpuOptions {
+        overrides: BROKEN,
+        ..GpuOptions::DEFAULT
+    });
+    assert_eq!(failed(&broken), ["elementwise"]);
 }

@@ -71,7 +71,11 @@ struct Page {
     ready: WriteSignal<bool>,
     /// "gpu" or "cpu", once one is ready.
     engine: WriteSignal<String>,
+    /// The last "Check this GPU": the device, and each kernel family's row or why it failed.
+    selftest: RwSignal<Option<SelftestResult>>,
 }
+
+type SelftestResult = (String, Result<Vec<engine::selftest::Family>, String>);
 
 impl Page {
     fn update(self, id: usize, f: impl Fn(&mut Run)) {
@@ -119,6 +123,7 @@ pub fn App() -> impl IntoView {
         lost: RwSignal::new(None),
         ready: set_ready,
         engine: set_engine_kind,
+        selftest: RwSignal::new(None),
     };
 
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
@@ -365,11 +370,17 @@ pub fn App() -> impl IntoView {
                         title="Trains the RMT of these settings, the transformer of its dimensions and a MemoryFormer of its width, in turn, on the same data and seed">
                         "Compare RMT, transformer, MemoryFormer"</button>
                     <button id="copy-link" on:click=copy_link title="A link that restores these settings: same seed, same curves">"Copy link"</button>
+                    <Show when=move || engine_kind.with(|e| e == "gpu")>
+                        <button id="check-gpu" on:click=move |_| submit(Job::Selftest) prop:disabled=move || !idle()
+                            title="Runs every kernel on this GPU against the CPU on awkward shapes: are its results right?">
+                            "Check this GPU"</button>
+                    </Show>
                     <label class="import">"Import a checkpoint "
                         <input id="import" type="file" accept=".safetensors" on:change=import_picked prop:disabled=move || !idle() /></label>
                 </div>
                 <p class="note">"Or drop a checkpoint written by resmem train anywhere on the page."</p>
                 <Cost setup />
+                <SelftestView result=page.selftest />
             </div>
             <p class="readout">
                 "step " <span id="step">{step}</span>
@@ -497,6 +508,16 @@ fn apply(page: Page, report: Report) {
         }
         Report::Event { id, event } => show(page, id, event),
         Report::State { id, state } => page.update(id, |r| r.state = state.clone()),
+        Report::Selftest { device, families } => {
+            page.status.set(match &families {
+                Ok(fs) => match fs.iter().map(|f| f.failed).sum::<usize>() {
+                    0 => format!("Every kernel on {device} matches the CPU within its tolerance."),
+                    n => format!("{n} kernel checks failed on {device}: its results cannot be trusted. Update its driver, or train on the CPU."),
+                },
+                Err(e) => format!("The check could not run on {device}: {e}"),
+            });
+            page.selftest.set(Some((device, families)));
+        }
         Report::Lost(reason) => page.lost.set(Some(reason)),
         Report::Done => {
             page.busy.set(false);
@@ -625,5 +646,37 @@ fn Cost(setup: RwSignal<Setup>) -> impl IntoView {
             <h2>"Cost"</h2>
             {table}
         </section>
+    }
+}
+
+/// The last "Check this GPU": a row per kernel family, its worst error against its tolerance.
+#[component]
+fn SelftestView(result: RwSignal<Option<SelftestResult>>) -> impl IntoView {
+    move || {
+        result.get().map(|(device, families)| match families {
+            Ok(families) => view! {
+                <table id="selftest" data-device=device>
+                    <thead><tr><th>"kernel family"</th><th>"checks"</th><th>"worst error"</th><th>"tolerance"</th><th>"result"</th></tr></thead>
+                    <tbody>
+                        {families.into_iter().map(|f| {
+                            let passed = f.failed == 0;
+                            let family = f.family.clone();
+                            let result = match passed {
+                                true => "pass".to_string(),
+                                false => format!("FAIL: {}", f.failures.join("; ")),
+                            };
+                            view! {
+                                <tr data-family=family data-result=if passed { "pass" } else { "fail" }>
+                                    <td>{f.family}</td><td>{f.checks}</td><td>{format!("{:.1e}", f.worst)}</td>
+                                    <td>{format!("{:.0e}", f.tolerance)}</td><td class:error=!passed>{result}</td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            }
+            .into_any(),
+            Err(e) => view! { <p id="selftest" class="error">{format!("The check could not run on {device}: {e}")}</p> }.into_any(),
+        })
     }
 }

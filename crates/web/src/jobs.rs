@@ -47,6 +47,8 @@ pub enum Job {
         #[serde(skip)]
         checkpoint: Arc<Vec<u8>>,
     },
+    /// Every kernel family on the device against its CPU twin (`engine::selftest`).
+    Selftest,
 }
 
 /// What the page wants while a job runs; it may change at any time.
@@ -111,6 +113,12 @@ pub enum Report {
         id: usize,
         state: RunState,
     },
+    /// The selftest's rows, one per kernel family, on the device described; or why it could
+    /// not run.
+    Selftest {
+        device: String,
+        families: Result<Vec<engine::selftest::Family>, String>,
+    },
     /// The GPU device was lost, for this reason.
     Lost(String),
     /// The job is over; the device takes another.
@@ -142,6 +150,17 @@ pub async fn run<B: Backend + 'static>(mut be: B, limit: u64, job: Job, tell: Te
             step,
             checkpoint,
         } => be = sample_from(be, limit, id, data, step, &checkpoint, tell).await,
+        Job::Selftest => {
+            tell(Report::Status("Checking every kernel against the CPU…".into()));
+            let families = engine::selftest::run(&be)
+                .await
+                .map(|checks| engine::selftest::by_family(&checks))
+                .map_err(|e| e.to_string());
+            tell(Report::Selftest {
+                device: be.describe(),
+                families,
+            });
+        }
     }
     tell(Report::Done);
     be

@@ -22,6 +22,10 @@ pub struct GpuOptions {
     /// Leave timestamp queries off even where the adapter has them, so that a profile replays
     /// each kernel family alone instead (`profile::Profiled`).
     pub no_timestamps: bool,
+    /// Values that replace a family's constant of the same name in every shader that has one:
+    /// a kernel built another way, such as the deliberately wrong one the selftest's own test
+    /// must catch.
+    pub overrides: &'static [Define],
 }
 
 impl GpuOptions {
@@ -31,6 +35,7 @@ impl GpuOptions {
         max_groups_per_dim: None,
         no_subgroups: false,
         no_timestamps: false,
+        overrides: &[],
     };
 }
 
@@ -50,6 +55,8 @@ pub struct GpuBackend {
     /// Whether the device was created with subgroups, which kernels with a subgroup variant
     /// (matmul, the switch [`shaders::SUBGROUPS`]) then use.
     pub(crate) subgroups: bool,
+    /// [`GpuOptions::overrides`].
+    overrides: &'static [Define],
     /// Whether the device was created with timestamp queries (`timing.rs`).
     pub(crate) timestamps: bool,
     /// Compiled pipelines by (shader, entry point, defines): each variant of a shader is compiled
@@ -165,6 +172,7 @@ impl GpuBackend {
             binding_values,
             max_groups,
             subgroups,
+            overrides: options.overrides,
             timestamps,
             sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
@@ -234,7 +242,7 @@ impl GpuBackend {
             .or_insert_with(|| {
                 self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some(shader),
-                    source: wgpu::ShaderSource::Wgsl(family.source(&key.defines).into()),
+                    source: wgpu::ShaderSource::Wgsl(family.source_with(&key.defines, self.overrides).into()),
                 })
             })
             .clone();
