@@ -189,7 +189,10 @@ impl Shader {
         let switches = self.variant(defines);
         let mut out = String::from("// Defines, generated from Rust (crates/engine/src/shaders.rs).\n");
         for d in COMMON.iter().chain(self.constants).chain(&switches) {
-            let d = overrides.iter().find(|o| o.name == d.name && o.same_kind(d)).unwrap_or(d);
+            let d = overrides
+                .iter()
+                .find(|o| o.name == d.name && o.same_kind(d))
+                .unwrap_or(d);
             out.push_str(&d.wgsl());
             out.push('\n');
         }

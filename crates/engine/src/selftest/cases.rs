@@ -1,0 +1,266 @@
+//! One family's ops on a backend, from given inputs, with every output read back: what
+//! `selftest::run` compares with the CPU twin, and `tests/gpu_vs_cpu.rs` over more shapes.
+
+use crate::ops::cross_entropy::IGNORE;
+use crate::{
+    AdamWDims, AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, GatherDims, Hyper, MatmulDims, MemoryDims,
+    NormDims, NormKind, ResidualDims, Result, TokenBuckets,
+};
+
+pub fn upload<B: Backend>(be: &B, data: &[f32]) -> Result<B::Tensor> {
+    let t = be.zeros("selftest input", data.len())?;
+    be.write(&t, data);
+    Ok(t)
+}
+
+pub fn upload_index<B: Backend>(be: &B, data: &[u32]) -> Result<B::Index> {
+    let t = be.index("selftest index", data.len())?;
+    be.write_index(&t, data);
+    Ok(t)
+}
+
+/// Submits what is recorded, then reads `tensors` in one round trip each.
+pub async fn read<B: Backend>(be: &B, tensors: &[&B::Tensor]) -> Result<Vec<Vec<f32>>> {
+    be.flush()?;
+    let mut out = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        out.push(be.read(t).await?);
+    }
+    Ok(out)
+}
+
+/// out = a·b (+ init when accumulating).
+pub async fn matmul<B: Backend>(be: &B, a: &[f32], b: &[f32], init: &[f32], d: MatmulDims) -> Result<Vec<Vec<f32>>> {
+    let (a, b, out) = (upload(be, a)?, upload(be, b)?, upload(be, init)?);
+    be.matmul(&out, &a, &b, d);
+    read(be, &[&out]).await
+}
+
+/// add, add_assign, GELU forward and backward, fill.
+pub async fn elementwise<B: Backend>(be: &B, a: &[f32], b: &[f32]) -> Result<Vec<Vec<f32>>> {
+    let (ta, tb) = (upload(be, a)?, upload(be, b)?);
+    let (sum, acc, gelu, dgelu, filled) = (
+        upload(be, a)?,
+        upload(be, b)?,
+        upload(be, a)?,
+        upload(be, a)?,
+        upload(be, a)?,
+    );
+    be.add(&sum, &ta, &tb);
+    be.add_assign(&acc, &ta);
+    be.gelu_forward(&gelu, &ta);
+    be.gelu_backward(&dgelu, &tb, &ta);
+    be.fill(&filled, 0.25);
+    read(be, &[&sum, &acc, &gelu, &dgelu, &filled]).await
+}
+
+/// The embedding's forward and both table gradients.
+pub async fn embedding<B: Backend>(
+    be: &B,
+    tokens: &[u32],
+    wte: &[f32],
+    wpe: &[f32],
+    dout: &[f32],
+    d: EmbeddingDims,
+) -> Result<Vec<Vec<f32>>> {
+    let tok = upload_index(be, tokens)?;
+    let buckets = TokenBuckets::new(tokens, d.v);
+    let (rows, start) = (upload_index(be, &buckets.rows)?, upload_index(be, &buckets.start)?);
+    let (wte, wpe, dout) = (upload(be, wte)?, upload(be, wpe)?, upload(be, dout)?);
+    let out = be.zeros("out", d.bt * d.c)?;
+    let (dwte, dwpe) = (be.zeros("dwte", d.v * d.c)?, be.zeros("dwpe", d.t * d.c)?);
+    be.embedding_forward(&out, &tok, &wte, &wpe, d);
+    be.embedding_backward(&dwte, &dwpe, &dout, &rows, &start, d);
+    read(be, &[&out, &dwte, &dwpe]).await
+}
+
+/// The gather's forward and its table gradient (over a table that was not zero).
+pub async fn gather<B: Backend>(
+    be: &B,
+    index: &[u32],
+    table: &[f32],
+    dout: &[f32],
+    d: GatherDims,
+) -> Result<Vec<Vec<f32>>> {
+    let ix = upload_index(be, index)?;
+    let buckets = TokenBuckets::new(index, d.v);
+    let (rows, start) = (upload_index(be, &buckets.rows)?, upload_index(be, &buckets.start)?);
+    let (table, dout) = (upload(be, table)?, upload(be, dout)?);
+    let out = be.zeros("out", d.rows * d.c)?;
+    // Filled, so that a table row nobody gathered must be written 0, not left alone.
+    let dtable = upload(be, &vec![7.0; d.v * d.c])?;
+    be.gather_forward(&out, &ix, &table, d);
+    be.gather_backward(&dtable, &dout, &rows, &start, d);
+    read(be, &[&out, &dtable]).await
+}
+
+/// The norm's forward (output and statistics) and backward (input and gain gradients).
+pub async fn norm<B: Backend>(
+    be: &B,
+    x: &[f32],
+    gain: &[f32],
+    dout: &[f32],
+    dx0: &[f32],
+    d: NormDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (xt, g, go, dx) = (upload(be, x)?, upload(be, gain)?, upload(be, dout)?, upload(be, dx0)?);
+    let out = be.zeros("out", x.len())?;
+    let stats = be.zeros("stats", 2 * d.rows)?;
+    let dgain = be.zeros("dgain", d.c)?;
+    be.norm_forward(&out, &stats, &xt, &g, d);
+    be.norm_backward(&dx, &dgain, &go, &xt, &g, &stats, d);
+    read(be, &[&out, &stats, &dx, &dgain]).await
+}
+
+/// Attention's output and log-sum-exps, and the qkv gradient.
+pub async fn attention<B: Backend>(
+    be: &B,
+    qkv: &[f32],
+    dout: &[f32],
+    starts: &[u32],
+    d: AttentionDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (qkv, dout, starts) = (upload(be, qkv)?, upload(be, dout)?, upload_index(be, starts)?);
+    let out = be.zeros("out", d.b * d.t * d.h * d.dh)?;
+    let lse = be.zeros("lse", d.rows())?;
+    let delta = be.zeros("delta", d.rows())?;
+    let dqkv = be.zeros("dqkv", d.b * d.t * 3 * d.h * d.dh)?;
+    be.attention_forward(&out, &lse, &qkv, &starts, d);
+    be.attention_backward(&dqkv, &delta, &dout, &out, &qkv, &lse, &starts, d);
+    read(be, &[&out, &lse, &dqkv]).await
+}
+
+/// Random logits, and targets of which every fourth is ignored.
+pub fn cross_entropy_inputs(rng: &mut rand::rngs::SmallRng, d: CrossEntropyDims) -> (Vec<f32>, Vec<u32>) {
+    use rand::Rng;
+    let logits = super::random(rng, d.rows * d.v, 5.0);
+    let targets = (0..d.rows)
+        .map(|r| match r % 4 {
+            1 => IGNORE,
+            _ => rng.random_range(0..d.v as u32),
+        })
+        .collect();
+    (logits, targets)
+}
+
+/// Per-row losses, log Z, the logits' gradient and the summed loss.
+pub async fn cross_entropy<B: Backend>(
+    be: &B,
+    logits: &[f32],
+    targets: &[u32],
+    d: CrossEntropyDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (lg, tg) = (upload(be, logits)?, upload_index(be, targets)?);
+    let counted = targets.iter().filter(|&&t| t != IGNORE).count().max(1);
+    let scale = upload(be, &[1.0 / counted as f32])?;
+    let (losses, lse) = (be.zeros("losses", d.rows)?, be.zeros("lse", d.rows)?);
+    let dlogits = be.zeros("dlogits", logits.len())?;
+    let mean = be.zeros("mean", 1)?;
+    be.cross_entropy_forward(&losses, &lse, &lg, &tg, &scale, d);
+    be.cross_entropy_backward(&dlogits, &lg, &lse, &tg, &scale, d);
+    be.sum(&mean, &losses, false);
+    read(be, &[&losses, &lse, &dlogits, &mean]).await
+}
+
+/// The gradient's sum of squares, then one AdamW update: parameters and both moments.
+#[allow(clippy::too_many_arguments)]
+pub async fn adamw<B: Backend>(
+    be: &B,
+    p: &[f32],
+    g: &[f32],
+    m: &[f32],
+    v: &[f32],
+    hyper: Hyper,
+    d: AdamWDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (pt, gt, mt, vt) = (upload(be, p)?, upload(be, g)?, upload(be, m)?, upload(be, v)?);
+    let h = upload(be, &hyper.to_array())?;
+    let sumsq = be.zeros("sumsq", 1)?;
+    be.sum(&sumsq, &gt, true);
+    be.adamw(&pt, &mt, &vt, &gt, &h, &sumsq, d);
+    read(be, &[&sumsq, &pt, &mt, &vt]).await
+}
+
+/// Retrieval, storage onto a base and in place, the key gradient; then for each norm kind
+/// the fused forms against the same ops on Norm(X) written out. Outputs: y, stored,
+/// accumulated, dkeys, then per kind: `norm_stats`'s and `norm_forward`'s statistics, fused
+/// y, unfused y, fused dkeys, unfused dkeys.
+pub async fn residual_matrix<B: Backend>(
+    be: &B,
+    x: &[f32],
+    keys: &[f32],
+    data: &[f32],
+    base: &[f32],
+    d: ResidualDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (xt, keys, data, base) = (upload(be, x)?, upload(be, keys)?, upload(be, data)?, upload(be, base)?);
+    let y = be.zeros("y", d.vectors())?;
+    let stored = be.zeros("stored", d.matrices())?;
+    let accumulated = upload(be, x)?;
+    let dkeys = be.zeros("dkeys", d.key_values())?;
+    let partials = be.zeros("partials", d.key_grad_scratch())?;
+    be.retrieve(&y, &xt, &keys, d);
+    be.store(&stored, Some(&base), &keys, &data, d);
+    be.store(&accumulated, None, &keys, &data, d);
+    be.key_grad(&dkeys, &partials, &data, &xt, d);
+    let mut outputs = read(be, &[&y, &stored, &accumulated, &dkeys]).await?;
+    let gain: Vec<f32> = (0..d.dk * d.dv).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+    let gain = upload(be, &gain)?;
+    for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+        let nd = NormDims {
+            rows: d.tokens,
+            c: d.dk * d.dv,
+            kind,
+            eps: 1e-5,
+        };
+        let (stats, normed, stats_only) = (
+            be.zeros("stats", 2 * d.tokens)?,
+            be.zeros("normed", d.matrices())?,
+            be.zeros("stats", 2 * d.tokens)?,
+        );
+        let (y_fused, y_plain) = (be.zeros("y", d.vectors())?, be.zeros("y", d.vectors())?);
+        let (dk_fused, dk_plain) = (be.zeros("dk", d.key_values())?, be.zeros("dk", d.key_values())?);
+        be.norm_forward(&normed, &stats, &xt, &gain, nd);
+        be.norm_stats(&stats_only, &xt, nd);
+        be.retrieve_normed(&y_fused, &xt, &stats_only, &gain, &keys, d);
+        be.retrieve(&y_plain, &normed, &keys, d);
+        be.key_grad_normed(&dk_fused, &partials, &data, &xt, &stats_only, &gain, d);
+        be.key_grad(&dk_plain, &partials, &data, &normed, d);
+        outputs.extend(read(be, &[&stats_only, &stats, &y_fused, &y_plain, &dk_fused, &dk_plain]).await?);
+    }
+    Ok(outputs)
+}
+
+/// What a Memory Layer's hash and bucket sort wrote (the codes; the bucket starts then rows),
+/// and its values: p, y, dx, the table and bias gradients.
+pub type MemoryOutputs = (Vec<u32>, Vec<u32>, Vec<Vec<f32>>);
+
+/// Hash, bucket, forward and backward of one Memory Layer.
+pub async fn memory<B: Backend>(
+    be: &B,
+    x: &[f32],
+    tables: &[f32],
+    bias: &[f32],
+    dy: &[f32],
+    d: MemoryDims,
+) -> Result<MemoryOutputs> {
+    let (x, tables, bias, dy) = (upload(be, x)?, upload(be, tables)?, upload(be, bias)?, upload(be, dy)?);
+    let codes = be.index("codes", d.tokens * d.k)?;
+    let rows = be.index("rows", d.k * d.tokens)?;
+    let starts = be.index("starts", d.starts_len())?;
+    let cursor = be.index("cursor", d.sort_scratch())?;
+    let p = be.zeros("p", d.tokens * d.k)?;
+    let y = be.zeros("y", d.tokens * d.d_out)?;
+    let dx = be.zeros("dx", d.tokens * d.d_in)?;
+    let dt = be.zeros("dtables", d.table_values())?;
+    let db = be.zeros("dbias", d.d_out)?;
+    be.memory_hash(&codes, &p, &x, d);
+    be.memory_bucket(&rows, &starts, &cursor, &codes, d);
+    be.memory_forward(&y, &codes, &p, &tables, &bias, d);
+    be.memory_backward(&dx, &dt, &db, &dy, &x, &codes, &p, &rows, &starts, &tables, d);
+    let values = read(be, &[&p, &y, &dx, &dt, &db]).await?;
+    let codes = be.read_index(&codes).await?;
+    let mut bucketed = be.read_index(&starts).await?;
+    bucketed.extend(be.read_index(&rows).await?);
+    Ok((codes, bucketed, values))
+}
