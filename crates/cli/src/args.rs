@@ -100,10 +100,41 @@ pub enum Analyze {
     /// Each token's residual stream at every depth: an RMT's D_k×D_v matrix with its norm,
     /// singular values and effective rank, or another model's residual vector.
     Residual(ResidualArgs),
+    /// The logit lens: at every depth, the model's head read from the residual there, for one
+    /// token: its top predictions and the KL divergence from the model's output.
+    Lens(LensArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct ResidualArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    /// One depth (embedding, block0.attn, block0.ff, …) and token: print its values.
+    #[arg(long)]
+    pub depth: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    pub token: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LensArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    /// The token of the sequence whose next-token prediction is read.
+    #[arg(long, default_value_t = 0)]
+    pub token: usize,
+    /// Predictions shown at each depth.
+    #[arg(long, default_value_t = 5)]
+    pub top: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The forward that `analyze residual` and `analyze lens` look inside.
+#[derive(Args, Debug)]
+pub struct ForwardArgs {
     /// A directory written by `resmem train` (its newest checkpoint), or one checkpoint file
     /// such as the playground's download, on its first held-out batch.
     #[arg(long, conflicts_with_all = ["preset", "task", "batch", "seq_len", "step"])]
@@ -129,15 +160,8 @@ pub struct ResidualArgs {
     /// Which sequence of the batch.
     #[arg(long, default_value_t = 0)]
     pub seq: usize,
-    /// One depth (embedding, block0.attn, block0.ff, …) and token: print its values.
-    #[arg(long)]
-    pub depth: Option<String>,
-    #[arg(long, default_value_t = 0)]
-    pub token: usize,
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1,30 +1,31 @@
 //! `resmem analyze residual`: each token's residual stream at every depth, as the playground's
 //! residual viewer shows it: for an RMT the D_k×D_v matrix with its singular values, effective
-//! rank and norm; for the others the residual vector and its norm.
+//! rank and norm; for the others the residual vector and its norm. And `resmem analyze lens`,
+//! the logit lens of one token at every depth, on the same forward.
 
-use crate::args::ResidualArgs;
+use crate::args::{ForwardArgs, LensArgs, ResidualArgs};
 use crate::{load, source};
 use anyhow::{bail, Context, Result};
 use data::DataSource;
 use engine::Backend;
 use models::observe::{self, Shape, Snapshot};
-use models::{Purpose, RunConfig, Trainer};
+use models::{LanguageModel, Purpose, RunConfig, Trainer};
 
 pub fn run(args: ResidualArgs) -> Result<()> {
-    let (cfg, what, snapshots) = crate::with_backend!(args.backend, be => read(be, &args))?;
+    let (cfg, what, snapshots) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer) = forward(be, &args.at)?;
+        let observables = trainer.model.inside().residuals;
+        let t = cfg.data.seq_len();
+        let snapshots = pollster::block_on(observe::read(be, &observables, args.at.seq, t))?;
+        anyhow::Ok((cfg, what, snapshots))
+    })?;
     let t = cfg.data.seq_len();
     if let Some(depth) = &args.depth {
         let Some(s) = snapshots.iter().find(|s| &s.name == depth) else {
             let names: Vec<&str> = snapshots.iter().map(|s| s.name.as_str()).collect();
             bail!("no depth `{depth}`; this model's depths are {}", names.join(", "));
         };
-        if args.token >= t {
-            bail!(
-                "--token {} is past the window of T = {t} tokens; use 0 to {}",
-                args.token,
-                t - 1
-            );
-        }
+        check_token(args.token, t)?;
         let values = s.token(args.token);
         let spectrum = match s.shape {
             Shape::Matrix { rows, cols } => Some(observe::spectrum(values, rows, cols)),
@@ -50,7 +51,7 @@ pub fn run(args: ResidualArgs) -> Result<()> {
     out!(
         "{} ({what}), sequence {} of {t} tokens; means over its tokens",
         cfg.arch(),
-        args.seq
+        args.at.seq
     );
     out!("{:<12} {:>12} {:>16}", "depth", "norm", "effective rank");
     for r in &rows {
@@ -84,9 +85,53 @@ fn depth_summary(s: &Snapshot, t: usize) -> serde_json::Value {
         "effective_rank": matrix.then_some(rank / t as f64) })
 }
 
-/// The residuals of sequence `--seq` in the forward of a run's held-out batch (`--run`), or of
-/// training step `--step` of a fresh preset on its task, as the playground trains it.
-fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig, String, Vec<Snapshot>)> {
+/// `resmem analyze lens`: at each depth the head's top tokens and the KL from the output.
+pub fn lens(args: LensArgs) -> Result<()> {
+    let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer) = forward(be, &args.at)?;
+        let t = cfg.data.seq_len();
+        check_token(args.token, t)?;
+        let rows = pollster::block_on(observe::lens(be, &trainer.model, (args.at.seq, t, args.token), args.top))?;
+        anyhow::Ok((cfg, what, rows))
+    })?;
+    if args.json {
+        out!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    out!(
+        "{} ({what}), sequence {}, token {}: the head read from the residual at each depth",
+        cfg.arch(),
+        args.at.seq,
+        args.token
+    );
+    out!(
+        "{:<12} {:>12}  top predictions (token: probability)",
+        "depth",
+        "KL to final"
+    );
+    for r in &rows {
+        let top: Vec<String> = r.top.iter().map(|(t, p)| format!("{t}: {p:.3}")).collect();
+        out!("{:<12} {:>12.4}  {}", r.depth, r.kl_to_final, top.join("  "));
+    }
+    Ok(())
+}
+
+fn check_token(token: usize, t: usize) -> Result<()> {
+    if token >= t {
+        bail!(
+            "--token {token} is past the window of T = {t} tokens; use 0 to {}",
+            t - 1
+        );
+    }
+    Ok(())
+}
+
+/// The config, what was run, and the trainer whose model holds the forward.
+type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>);
+
+/// The trainer after the forward of a run's held-out batch (`--run`), or of training step
+/// `--step` of a fresh preset on its task, as the playground trains it.
+fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>> {
     let (cfg, what, batch, trainer) = match &args.run {
         Some(run) => {
             let cfg = load::config(run)?;
@@ -138,7 +183,7 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
             )
         }
     };
-    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    let b = cfg.train.batch;
     if args.seq >= b {
         bail!(
             "--seq {} is past the batch of {b} sequences; use 0 to {}",
@@ -148,7 +193,5 @@ fn read<B: Backend + 'static>(be: &B, args: &ResidualArgs) -> Result<(RunConfig,
     }
     let mut trainer = trainer;
     pollster::block_on(trainer.eval(be, &batch)).context("the forward failed")?;
-    let observables = trainer.model.inside().residuals;
-    let snapshots = pollster::block_on(observe::read(be, &observables, args.seq, t))?;
-    Ok((cfg, what, snapshots))
+    Ok((cfg, what, trainer))
 }

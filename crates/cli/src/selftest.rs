@@ -19,8 +19,13 @@ pub fn run(a: SelftestArgs) -> Result<()> {
         BackendKind::Cpu => check(&engine::cpu::CpuBackend::<f32>::new())?,
         BackendKind::Gpu => check(&crate::gpu_backend_with(options)?)?,
     };
-    say(&format!("selftest on {device}: every kernel family against the CPU twin"));
-    say(&format!("{:<16} {:>7} {:>12} {:>10}  result", "family", "checks", "worst error", "tolerance"));
+    say(&format!(
+        "selftest on {device}: every kernel family against the CPU twin"
+    ));
+    say(&format!(
+        "{:<16} {:>7} {:>12} {:>10}  result",
+        "family", "checks", "worst error", "tolerance"
+    ));
     let families = selftest::by_family(&checks);
     for f in &families {
         let result = match f.failed {

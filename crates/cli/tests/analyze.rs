@@ -293,3 +293,78 @@ fn analyze_residual_reads_every_depth_on_both_backends() {
         );
     }
 }
+
+/// `analyze lens` on a run of every architecture's tiny preset, trained 60 steps of copy on the
+/// CPU: a row per depth, depths that predict differently, the same probabilities and KL from the
+/// CPU and the GPU on the same weights (and the same top token wherever it leads by more than
+/// rounding), and KL 0 at the last depth.
+#[test]
+fn analyze_lens_agrees_on_both_backends_for_every_architecture() {
+    let dir = tempfile::tempdir().unwrap();
+    for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "tiny-hybrid"] {
+        let run = dir.path().join(preset);
+        let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+            .args([
+                "train",
+                "--preset",
+                preset,
+                "--steps",
+                "60",
+                "--backend",
+                "cpu",
+                "--out",
+            ])
+            .arg(&run)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let run = run.to_str().unwrap();
+        let lens = |backend: &str| {
+            json(&[
+                "analyze",
+                "lens",
+                "--run",
+                run,
+                "--seq",
+                "1",
+                "--token",
+                "12",
+                "--top",
+                "3",
+                "--backend",
+                backend,
+                "--json",
+            ])
+        };
+        let (cpu, gpu) = (lens("cpu"), lens("gpu"));
+        let (a, b) = (cpu.as_array().unwrap(), gpu.as_array().unwrap());
+        assert_eq!(
+            a.len(),
+            5,
+            "{preset}: embedding and two blocks' attention and FF: {cpu}"
+        );
+        let last = a.last().unwrap();
+        assert_eq!(last["kl_to_final"].as_f64(), Some(0.0), "{preset}");
+        assert!(
+            a.iter().any(|r| r["kl_to_final"].as_f64().unwrap() > 0.01),
+            "{preset}: every depth alike: {cpu}"
+        );
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(x["depth"], y["depth"]);
+            let (tx, ty) = (x["top"].as_array().unwrap(), y["top"].as_array().unwrap());
+            assert_eq!(tx.len(), 3);
+            for (p, q) in tx.iter().zip(ty) {
+                assert!(
+                    (p[1].as_f64().unwrap() - q[1].as_f64().unwrap()).abs() < 1e-4,
+                    "{preset}: {x} {y}"
+                );
+            }
+            // The top token, unless the first two are within rounding of each other.
+            if tx[0][1].as_f64().unwrap() - tx[1][1].as_f64().unwrap() > 1e-4 {
+                assert_eq!(tx[0][0], ty[0][0], "{preset} {}: top token {x} {y}", x["depth"]);
+            }
+            let (kx, ky) = (x["kl_to_final"].as_f64().unwrap(), y["kl_to_final"].as_f64().unwrap());
+            assert!((kx - ky).abs() < 1e-3 * kx.max(1.0), "{preset}: KL {kx} {ky}");
+        }
+    }
+}

@@ -73,7 +73,10 @@ impl Attention {
         let (bt, AttentionNames { heads, width }) = (self.b * self.t, self.names);
         Ok(AttentionActs {
             qkv: be.zeros(&format!("qkv (batch × seq_len × 3·{width})"), self.values(&[bt, 3]))?,
-            atty: be.zeros(&format!("the attention output (batch × seq_len × {width})"), self.values(&[bt]))?,
+            atty: be.zeros(
+                &format!("the attention output (batch × seq_len × {width})"),
+                self.values(&[bt]),
+            )?,
             lse: be.zeros(
                 &format!("the attention log-sum-exps (batch × {heads} × seq_len)"),
                 values(&[self.b, self.heads, self.t]),
@@ -84,7 +87,10 @@ impl Attention {
     pub fn scratch<B: Backend>(&self, be: &B) -> engine::Result<AttentionScratch<B>> {
         let (bt, AttentionNames { heads, width }) = (self.b * self.t, self.names);
         Ok(AttentionScratch {
-            dqkv: be.zeros(&format!("the qkv gradient (batch × seq_len × 3·{width})"), self.values(&[bt, 3]))?,
+            dqkv: be.zeros(
+                &format!("the qkv gradient (batch × seq_len × 3·{width})"),
+                self.values(&[bt, 3]),
+            )?,
             delta: be.zeros(
                 &format!("attention's dout·out per row (batch × {heads} × seq_len)"),
                 values(&[self.b, self.heads, self.t]),

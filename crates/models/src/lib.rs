@@ -43,11 +43,11 @@ pub use config::{
 pub use hybrid::Hybrid;
 pub use memory::{MemoryEstimate, Purpose};
 pub use memoryformer::MemoryFormer;
+pub use observe::{Inside, Observe};
 pub use optim::{AdamW, Schedule};
 pub use params::{ParamLayout, ParamSpec, ParamStore};
 pub use rmt::Rmt;
 pub use run::{Cadence, DataConfig, RunConfig};
-pub use observe::{Inside, Observe};
 pub use train::{Evaluator, LanguageModel, Trainer};
 pub use transformer::Transformer;
 

@@ -106,9 +106,14 @@ impl<B: Backend> Unembedding<B> {
 
     /// The logits of `y` and their loss on `batch`.
     pub fn forward(&self, be: &B, y: &B::Tensor, w_u: &B::Tensor, batch: &BatchTensors<B>) {
+        self.logits(be, y, w_u);
+        self.loss.forward(be, batch);
+    }
+
+    /// logits = W_U · y, without the loss.
+    pub fn logits(&self, be: &B, y: &B::Tensor, w_u: &B::Tensor) {
         let d = MatmulDims::new(self.rows, self.vocab, self.width).trans_b();
         be.matmul(&self.loss.logits, y, w_u, d);
-        self.loss.forward(be, batch);
     }
 
     /// W_U's gradient and dy (written) from the loss; nothing on a model built for inference.

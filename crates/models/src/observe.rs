@@ -88,6 +88,20 @@ pub fn residual_stream<'a, B: Backend>(
     all
 }
 
+/// The residual after `depth` in the order of [`residual_stream`]: 0 the embedding, then each
+/// block's attention and FF; past the last, the last.
+pub fn residual_at<'a, T>(encoded: &'a T, blocks: impl Iterator<Item = (&'a T, &'a T)>, depth: usize) -> &'a T {
+    let mut at = encoded;
+    for (i, (att, ff)) in blocks.enumerate() {
+        for (d, t) in [(2 * i + 1, att), (2 * i + 2, ff)] {
+            if d <= depth {
+                at = t;
+            }
+        }
+    }
+    at
+}
+
 /// One sequence's rows of one observable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -123,6 +137,64 @@ pub async fn read<B: Backend>(
         });
     }
     Ok(out)
+}
+
+/// One depth of the logit lens, for one token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LensRow {
+    /// `embedding`, `block0.attn`, …: the residual the head read.
+    pub depth: String,
+    /// The most probable next tokens there, with their probabilities, most probable first.
+    pub top: Vec<(u32, f64)>,
+    /// KL(final ‖ here) in nats: how far this depth's prediction is from the model's; 0 at the
+    /// last depth.
+    pub kl_to_final: f64,
+}
+
+/// The logit lens of token `token` of sequence `seq` after a forward (batches of T = `t`
+/// tokens): at every depth, the model's head (`LanguageModel::lens`) read from the residual
+/// there, as the `top` most probable tokens and the KL divergence from the final output. Reads
+/// one row of V logits a depth. Overwrites the head's buffers.
+pub async fn lens<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t, token): (usize, usize, usize),
+    top: usize,
+) -> Result<Vec<LensRow>> {
+    let names: Vec<String> = model.inside().residuals.iter().map(|o| o.name.clone()).collect();
+    let v = model.vocab();
+    let mut log_probs = Vec::with_capacity(names.len());
+    for depth in 0..names.len() {
+        model.lens(be, depth);
+        let row = be.view(&model.head().logits, (seq * t + token) * v, v);
+        log_probs.push(log_softmax(&be.read(&row).await?));
+    }
+    let last = log_probs.last().cloned().unwrap_or_default();
+    Ok(names
+        .into_iter()
+        .zip(&log_probs)
+        .map(|(depth, lp)| {
+            let mut order: Vec<usize> = (0..lp.len()).collect();
+            order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+            LensRow {
+                depth,
+                top: order.iter().take(top).map(|&i| (i as u32, lp[i].exp())).collect(),
+                kl_to_final: last
+                    .iter()
+                    .zip(lp)
+                    .map(|(&f, &h)| f.exp() * (f - h))
+                    .sum::<f64>()
+                    .max(0.0),
+            }
+        })
+        .collect())
+}
+
+/// log softmax of `logits`, in f64.
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+    let log_z = max + logits.iter().map(|&x| (f64::from(x) - max).exp()).sum::<f64>().ln();
+    logits.iter().map(|&x| f64::from(x) - log_z).collect()
 }
 
 /// How much of a residual matrix is in use.

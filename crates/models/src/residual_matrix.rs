@@ -398,6 +398,18 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         }
     }
 
+    /// logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(x)): the head, read from the residual `x`.
+    fn read_out(&self, be: &B, x: &B::Tensor) {
+        let w = &self.w;
+        let nf = Normed {
+            x,
+            stats: &self.lnf_stats,
+            gain: &w.lnf,
+        };
+        self.retrieve_from_norm(be, None, None, &self.yu, &w.r_u, nf);
+        self.unembedding.logits(be, &self.yu, &w.w_u);
+    }
+
     /// The probes and their scratch in a pass observing the variance; None otherwise and for
     /// inference.
     fn probing(&self, observe: Observe) -> Probing<'_, B, C::Core> {
@@ -530,14 +542,8 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             self.store_probed(be, probing, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
         }
         // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
-        let last = self.residual_in(self.trunk.n_layers);
-        let nf = Normed {
-            x: last,
-            stats: &self.lnf_stats,
-            gain: &w.lnf,
-        };
-        self.retrieve_from_norm(be, probing, None, &self.yu, &w.r_u, nf);
-        self.unembedding.forward(be, &self.yu, &w.w_u, batch);
+        self.read_out(be, self.residual_in(self.trunk.n_layers));
+        self.unembedding.loss.forward(be, batch);
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
@@ -603,6 +609,17 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
 
     fn head(&self) -> &LossHead<B> {
         &self.unembedding.loss
+    }
+
+    fn lens(&self, be: &B, depth: usize) {
+        self.read_out(
+            be,
+            observe::residual_at(
+                &self.encoded,
+                self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
+                depth,
+            ),
+        );
     }
 
     fn inside(&self) -> Inside<'_, B> {

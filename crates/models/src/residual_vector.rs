@@ -327,6 +327,13 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
         }
     }
 
+    /// logits = W_U · Norm(x): the head, read from the residual `x`.
+    fn read_out(&self, be: &B, x: &B::Tensor) {
+        let w = &self.w;
+        be.norm_forward(&self.lnf, &self.lnf_stats, x, &w.lnf, self.norm());
+        self.unembedding.logits(be, &self.lnf, &w.w_u);
+    }
+
     /// The probes a pass observing `observe` records into; None for `Observe::Loss`.
     fn probes(&self, observe: Observe) -> Option<&Probes<B>> {
         self.probes.as_ref().filter(|_| observe == Observe::Variance)
@@ -410,9 +417,8 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             be.add(&a.res_ff, &a.res_att, out);
         }
         // logits = W_U · Norm(X); loss = mean CE (the z-loss enters the gradient only)
-        let last = self.residual_in(self.trunk.n_layers);
-        be.norm_forward(&self.lnf, &self.lnf_stats, last, &w.lnf, self.norm());
-        self.unembedding.forward(be, &self.lnf, &w.w_u, batch);
+        self.read_out(be, self.residual_in(self.trunk.n_layers));
+        self.unembedding.loss.forward(be, batch);
     }
 
     fn backward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
@@ -471,6 +477,17 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
 
     fn head(&self) -> &LossHead<B> {
         &self.unembedding.loss
+    }
+
+    fn lens(&self, be: &B, depth: usize) {
+        self.read_out(
+            be,
+            observe::residual_at(
+                &self.encoded,
+                self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
+                depth,
+            ),
+        );
     }
 
     fn inside(&self) -> Inside<'_, B> {

@@ -31,6 +31,11 @@ pub trait LanguageModel<B: Backend> {
     fn head(&self) -> &LossHead<B>;
     /// What viewers may read after a forward.
     fn inside(&self) -> Inside<'_, B>;
+    /// The logit lens: after a forward, writes into `head().logits` what the model's head
+    /// (the final norm, the RMT's unembedding retrieval, W_U) reads from the residual at
+    /// `depth`, an index into `inside().residuals`. The last depth gives the forward's own
+    /// logits. It overwrites the head's buffers: run a forward again before a backward.
+    fn lens(&self, be: &B, depth: usize);
 }
 
 /// A boxed model is a model, so a page or a tool can pick the architecture at run time.
@@ -58,6 +63,9 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     }
     fn inside(&self) -> Inside<'_, B> {
         (**self).inside()
+    }
+    fn lens(&self, be: &B, depth: usize) {
+        (**self).lens(be, depth)
     }
 }
 

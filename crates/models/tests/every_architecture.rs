@@ -335,7 +335,10 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
         };
         let names: Vec<_> = inside.residuals.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names.len(), 1 + 2 * layers, "{}: {names:?}", f.arch);
-        assert_eq!((names[0], names[2 * layers]), ("embedding", &*format!("block{}.ff", layers - 1)));
+        assert_eq!(
+            (names[0], names[2 * layers]),
+            ("embedding", &*format!("block{}.ff", layers - 1))
+        );
         let hashed = matches!(f.arch, Arch::MemoryFormer | Arch::Hybrid);
         assert_eq!(!inside.hashed.is_empty(), hashed, "{}: hashed layers", f.arch);
         let Some(probes) = inside.variance else {
@@ -345,14 +348,18 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
         };
         let untouched = pollster::block_on(probes.read(&be)).unwrap();
         assert!(
-            untouched.iter().all(|m| m.forward_ratio.is_none() && m.backward_ratio.is_none()),
+            untouched
+                .iter()
+                .all(|m| m.forward_ratio.is_none() && m.backward_ratio.is_none()),
             "{}: a training step recorded the probes",
             f.arch
         );
         let measured = pollster::block_on(trainer.measure(&be, &batch)).unwrap().unwrap();
         assert_eq!(measured.len(), untouched.len());
         assert!(
-            measured.iter().all(|m| m.forward_ratio.is_some() && m.backward_ratio.is_some()),
+            measured
+                .iter()
+                .all(|m| m.forward_ratio.is_some() && m.backward_ratio.is_some()),
             "{}: measure left a site unmeasured: {measured:?}",
             f.arch
         );
@@ -361,6 +368,60 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
         let ratios = |m: &[resmem_models::probes::Measured]| -> Vec<_> {
             m.iter().map(|m| (m.forward_ratio, m.backward_ratio)).collect()
         };
-        assert_eq!(ratios(&after), ratios(&measured), "{}: a later step changed the probes", f.arch);
+        assert_eq!(
+            ratios(&after),
+            ratios(&measured),
+            "{}: a later step changed the probes",
+            f.arch
+        );
+    }
+}
+
+#[test]
+fn the_logit_lens_at_the_last_depth_is_the_output() {
+    // At every depth the head reads the residual there; at the last it reads what the forward
+    // read, so its logits are the forward's, bit for bit, and the KL to the output is 0.
+    for f in families() {
+        let be = CpuBackend::<f32>::new();
+        let mut trainer = Trainer::new(&be, build(&be, &tiny(f.arch), (2, 16), 0), TrainConfig::default()).unwrap();
+        let mut sampler = TaskSampler::new(Task::Copy, 2, 16, 0).unwrap();
+        for _ in 0..20 {
+            trainer.step(&be, &sampler.next_batch()).unwrap();
+        }
+        let batch = sampler.next_batch();
+        pollster::block_on(trainer.eval(&be, &batch)).unwrap();
+        let logits = pollster::block_on(be.read(&trainer.model.head().logits)).unwrap();
+        let depths = trainer.model.inside().residuals.len();
+        let rows = pollster::block_on(resmem_models::observe::lens(&be, &trainer.model, (1, 16, 7), 5)).unwrap();
+        assert_eq!(rows.len(), depths, "{}", f.arch);
+        let last = rows.last().unwrap();
+        assert_eq!(last.kl_to_final, 0.0, "{}", f.arch);
+        assert!(
+            rows[..depths - 1].iter().any(|r| r.kl_to_final > 1e-3),
+            "{}: every depth predicts alike",
+            f.arch
+        );
+        for r in &rows {
+            let p: Vec<f64> = r.top.iter().map(|&(_, p)| p).collect();
+            assert!(
+                p.windows(2).all(|w| w[0] >= w[1]) && p.iter().sum::<f64>() <= 1.0 + 1e-9,
+                "{}: {r:?}",
+                f.arch
+            );
+        }
+        trainer.model.lens(&be, depths - 1);
+        let again = pollster::block_on(be.read(&trainer.model.head().logits)).unwrap();
+        assert!(
+            logits.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}: the lens at the last depth is not the forward's logits",
+            f.arch
+        );
+        // The top token at the last depth is the output's argmax for that row.
+        let v = 256;
+        let row = &logits[(16 + 7) * v..(16 + 8) * v];
+        let argmax = (0..v)
+            .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
+            .unwrap();
+        assert_eq!(last.top[0].0 as usize, argmax, "{}", f.arch);
     }
 }

@@ -8,8 +8,8 @@ use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::param_sizes;
 use resmem_models::{
-    AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position,
-    Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
+    AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Observe,
+    Position, Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
 };
 use std::time::{Duration, Instant};
 
