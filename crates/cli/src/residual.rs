@@ -43,7 +43,19 @@ pub fn run(args: ResidualArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let rows: Vec<serde_json::Value> = snapshots.iter().map(|s| depth_summary(s, t)).collect();
+    let writes = observe::writes(&snapshots, t);
+    let rows: Vec<serde_json::Value> = snapshots
+        .iter()
+        .enumerate()
+        .map(|(d, s)| {
+            let mut row = depth_summary(s, t);
+            // The write that made this depth's residual: none for the embedding.
+            let w = d.checked_sub(1).map(|i| &writes[i]);
+            row["write_norm"] = serde_json::json!(w.map(|w| w.norm));
+            row["write_relative"] = serde_json::json!(w.map(|w| w.relative));
+            row
+        })
+        .collect();
     if args.json {
         out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
@@ -53,14 +65,19 @@ pub fn run(args: ResidualArgs) -> Result<()> {
         cfg.arch(),
         args.at.seq
     );
-    out!("{:<12} {:>12} {:>16}", "depth", "norm", "effective rank");
+    out!(
+        "{:<12} {:>12} {:>16} {:>12} {:>16}",
+        "depth", "norm", "effective rank", "write norm", "write / residual"
+    );
     for r in &rows {
-        let rank = r["effective_rank"].as_f64().map_or("-".into(), |x| format!("{x:.3}"));
+        let or_dash = |key: &str, f: fn(f64) -> String| r[key].as_f64().map_or("-".into(), f);
         out!(
-            "{:<12} {:>12.4} {:>16}",
+            "{:<12} {:>12.4} {:>16} {:>12} {:>16}",
             r["depth"].as_str().unwrap_or_default(),
             r["norm"].as_f64().unwrap_or(f64::NAN),
-            rank
+            or_dash("effective_rank", |x| format!("{x:.3}")),
+            or_dash("write_norm", |x| format!("{x:.4}")),
+            or_dash("write_relative", |x| format!("{x:.3}")),
         );
     }
     Ok(())

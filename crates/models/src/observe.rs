@@ -139,6 +139,43 @@ pub async fn read<B: Backend>(
     Ok(out)
 }
 
+/// What one block's attention or FF wrote into the residual, over a sequence's tokens.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Write {
+    /// `block0.attn`, …: the residual after the write.
+    pub depth: String,
+    /// The mean over tokens of ‖X_after − X_before‖ (Frobenius for a matrix).
+    pub norm: f64,
+    /// The mean over tokens of ‖X_after − X_before‖ / ‖X_before‖: how much the write moves the
+    /// residual it lands in.
+    pub relative: f64,
+}
+
+/// What each block wrote, from consecutive snapshots of one sequence's residual stream (of
+/// `t` tokens, in the order of [`residual_stream`]): one row per depth after the embedding.
+pub fn writes(snapshots: &[Snapshot], t: usize) -> Vec<Write> {
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    snapshots
+        .windows(2)
+        .map(|pair| {
+            let (before, after) = (&pair[0], &pair[1]);
+            let (mut sum, mut relative) = (0.0, 0.0);
+            for i in 0..t {
+                let (b, a) = (before.token(i), after.token(i));
+                let w = norm(&mut a.iter().zip(b).map(|(&x, &y)| f64::from(x) - f64::from(y)));
+                let base = norm(&mut b.iter().map(|&x| f64::from(x)));
+                sum += w;
+                relative += w / base.max(f64::MIN_POSITIVE);
+            }
+            Write {
+                depth: after.name.clone(),
+                norm: sum / t as f64,
+                relative: relative / t as f64,
+            }
+        })
+        .collect()
+}
+
 /// One depth of the logit lens, for one token.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LensRow {
@@ -253,5 +290,32 @@ mod tests {
         let h: f64 = -(0.75f64 * 0.75f64.ln() + 0.25 * 0.25f64.ln());
         assert!((s.effective_rank - h.exp()).abs() < 1e-9);
         assert_eq!(spectrum(&[0.0; 4], 2, 2).effective_rank, 0.0);
+    }
+
+    fn snapshot(name: &str, values: Vec<f32>) -> Snapshot {
+        Snapshot {
+            name: name.into(),
+            shape: Shape::Vector { len: 2 },
+            values,
+        }
+    }
+
+    #[test]
+    fn writes_are_the_differences_of_consecutive_depths() {
+        // Two tokens of width 2: the attention adds (3, 4) to token 0 and nothing to token 1;
+        // the FF doubles both.
+        let stream = [
+            snapshot("embedding", vec![1.0, 0.0, 0.0, 2.0]),
+            snapshot("block0.attn", vec![4.0, 4.0, 0.0, 2.0]),
+            snapshot("block0.ff", vec![8.0, 8.0, 0.0, 4.0]),
+        ];
+        let w = writes(&stream, 2);
+        assert_eq!(w.len(), 2);
+        assert_eq!(w[0].depth, "block0.attn");
+        assert!((w[0].norm - 2.5).abs() < 1e-12, "{w:?}"); // (5 + 0) / 2
+        assert!((w[0].relative - 2.5).abs() < 1e-12, "{w:?}"); // (5/1 + 0/2) / 2
+        let n0 = 32f64.sqrt();
+        assert!((w[1].norm - (n0 + 2.0) / 2.0).abs() < 1e-12, "{w:?}");
+        assert!((w[1].relative - 1.0).abs() < 1e-12, "{w:?}"); // each token doubled: moved by itself
     }
 }
