@@ -314,12 +314,7 @@ fn layernorm_and_rmsnorm() {
                 kind,
                 eps: 1e-5,
             };
-            let x: Vec<f32> = rand_vec(&mut rng, rows * c, 2.0).iter().map(|v| v + 0.5).collect();
-            let (gain, dout, dx0) = (
-                rand_vec(&mut rng, c, 1.0),
-                rand_vec(&mut rng, rows * c, 1.0),
-                rand_vec(&mut rng, rows * c, 1.0),
-            );
+            let [x, gain, dout, dx0] = cases::norm_inputs(&mut rng, rows, c);
             both!(
                 &format!("{kind:?} rows={rows} c={c}"),
                 2e-5,
@@ -475,36 +470,10 @@ fn cross_entropy_and_mean() {
     both!("cross_entropy", 2e-5, cross_entropy_case(&logits, &targets, d));
 }
 
-type OptimInputs = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Hyper, AdamWDims);
-
-/// 70,001 values: five blocks of `sum`, with the decay and boost ends inside blocks.
-fn optim_inputs(rng: &mut SmallRng) -> OptimInputs {
-    let n = 70_001;
-    let (p, g) = (rand_vec(rng, n, 1.0), rand_vec(rng, n, 0.1));
-    let m = rand_vec(rng, n, 0.01);
-    let v: Vec<f32> = rand_vec(rng, n, 0.01).iter().map(|x| x.abs()).collect();
-    let hyper = Hyper {
-        lr: 1e-2,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        step: 3,
-        max_grad_norm: 1.0,
-        lr_boost: 3.0,
-    };
-    let d = AdamWDims {
-        n,
-        decay_end: 40_000,
-        boost_end: 10_048,
-    };
-    (p, g, m, v, hyper, d)
-}
-
 #[test]
 fn grad_norm_and_adamw() {
     let mut rng = SmallRng::seed_from_u64(16);
-    let (p, g, m, v, hyper, d) = optim_inputs(&mut rng);
+    let (p, g, m, v, hyper, d) = cases::adamw_inputs(&mut rng);
     both!("sum of squares + adamw", 1e-5, optim_case(&p, &g, &m, &v, hyper, d));
 }
 
@@ -617,7 +586,7 @@ fn split_launches_give_the_same_bits() {
     let got = cross_entropy_case(&split, &logits, &targets, d);
     assert_same_bits("split cross-entropy", &got, &want);
 
-    let (p, g, m, v, hyper, d) = optim_inputs(&mut rng);
+    let (p, g, m, v, hyper, d) = cases::adamw_inputs(&mut rng);
     let want = optim_case(&whole, &p, &g, &m, &v, hyper, d);
     assert_same_bits(
         "split sum + adamw",

@@ -338,43 +338,20 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
     fn probes(&self, observe: Observe) -> Option<&Probes<B>> {
         self.probes.as_ref().filter(|_| observe == Observe::Variance)
     }
+}
 
-    /// Records the forward quantities of block `l`'s site into `probes`.
-    #[allow(clippy::too_many_arguments)]
-    fn probe(
-        &self,
-        be: &B,
-        probes: Option<&Probes<B>>,
-        l: usize,
-        layer: Layer,
-        op: Op,
-        input: &B::Tensor,
-        output: &B::Tensor,
-    ) {
-        if let Some(p) = probes {
-            let i = probes::site_index(l, layer, op);
-            p.record(be, i, Quantity::In, input);
-            p.record(be, i, Quantity::Out, output);
-        }
-    }
-
-    /// Records the backward quantities of block `l`'s site into `probes`: the map's output
-    /// gradient and the gradient it passes to its input.
-    #[allow(clippy::too_many_arguments)]
-    fn probe_grad(
-        &self,
-        be: &B,
-        probes: Option<&Probes<B>>,
-        l: usize,
-        layer: Layer,
-        op: Op,
-        grad_out: &B::Tensor,
-        grad_in: &B::Tensor,
-    ) {
-        if let Some(p) = probes {
-            let i = probes::site_index(l, layer, op);
-            p.record(be, i, Quantity::GradOut, grad_out);
-            p.record(be, i, Quantity::GradIn, grad_in);
+/// Records two quantities of block `l`'s site into `probes` (a pass observing the variance):
+/// a map's input and output in the forward, its output and input gradients in the backward.
+fn probe<B: Backend>(
+    be: &B,
+    probes: Option<&Probes<B>>,
+    (l, layer, op): (usize, Layer, Op),
+    quantities: [(Quantity, &B::Tensor); 2],
+) {
+    if let Some(p) = probes {
+        let i = probes::site_index(l, layer, op);
+        for (q, x) in quantities {
+            p.record(be, i, q, x);
         }
     }
 }
@@ -402,17 +379,37 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm());
             let qkv = &a.attention.qkv;
             self.maps.qkv_forward(be, qkv, &a.ln1, &a.maps, &self.shared, &p.maps);
-            self.probe(be, probes, l, Layer::Attn, Op::Retrieval, &a.ln1, qkv);
+            probe(
+                be,
+                probes,
+                (l, Layer::Attn, Op::Retrieval),
+                [(Quantity::In, &a.ln1), (Quantity::Out, qkv)],
+            );
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
             let y = self.maps.output_forward(be, out, &a.attention.atty, &p.maps);
-            self.probe(be, probes, l, Layer::Attn, Op::Storage, &a.attention.atty, y);
+            probe(
+                be,
+                probes,
+                (l, Layer::Attn, Op::Storage),
+                [(Quantity::In, &a.attention.atty), (Quantity::Out, y)],
+            );
             be.add(&a.res_att, x, y);
             // X ← X + core(Norm(X)); W1 and W2 of a dense core are its retrieval and storage.
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm());
             self.core.forward(be, out, &a.ln2, &a.core, &self.shared, &p.core);
             if let Some([(w1_in, w1_out), (w2_in, w2_out)]) = self.core.dense_maps(&a.ln2, out, &a.core) {
-                self.probe(be, probes, l, Layer::Ff, Op::Retrieval, w1_in, w1_out);
-                self.probe(be, probes, l, Layer::Ff, Op::Storage, w2_in, w2_out);
+                probe(
+                    be,
+                    probes,
+                    (l, Layer::Ff, Op::Retrieval),
+                    [(Quantity::In, w1_in), (Quantity::Out, w1_out)],
+                );
+                probe(
+                    be,
+                    probes,
+                    (l, Layer::Ff, Op::Storage),
+                    [(Quantity::In, w2_in), (Quantity::Out, w2_out)],
+                );
             }
             be.add(&a.res_ff, &a.res_att, out);
         }
@@ -445,8 +442,18 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             self.core
                 .backward(be, &s.core, &s.dln, &dp.core, &s.dresidual, &a.ln2, &a.core, &p.core);
             if let Some([d_w1_out, d_w2_in]) = self.core.dense_grads(&s.core) {
-                self.probe_grad(be, probes, l, Layer::Ff, Op::Storage, &s.dresidual, d_w2_in);
-                self.probe_grad(be, probes, l, Layer::Ff, Op::Retrieval, d_w1_out, &s.dln);
+                probe(
+                    be,
+                    probes,
+                    (l, Layer::Ff, Op::Storage),
+                    [(Quantity::GradOut, &s.dresidual), (Quantity::GradIn, d_w2_in)],
+                );
+                probe(
+                    be,
+                    probes,
+                    (l, Layer::Ff, Op::Retrieval),
+                    [(Quantity::GradOut, d_w1_out), (Quantity::GradIn, &s.dln)],
+                );
             }
             be.norm_backward(
                 &s.dresidual,
@@ -462,13 +469,23 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             let datty = self
                 .maps
                 .output_backward(be, &s.maps, &dp.maps, &s.dresidual, atty, &p.maps);
-            self.probe_grad(be, probes, l, Layer::Attn, Op::Storage, &s.dresidual, datty);
+            probe(
+                be,
+                probes,
+                (l, Layer::Attn, Op::Storage),
+                [(Quantity::GradOut, &s.dresidual), (Quantity::GradIn, datty)],
+            );
             self.attention
                 .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
             let dqkv = &s.attention.dqkv;
             self.maps
                 .qkv_backward(be, &s.dln, &dp.maps, dqkv, &a.ln1, &a.maps, &p.maps);
-            self.probe_grad(be, probes, l, Layer::Attn, Op::Retrieval, dqkv, &s.dln);
+            probe(
+                be,
+                probes,
+                (l, Layer::Attn, Op::Retrieval),
+                [(Quantity::GradOut, dqkv), (Quantity::GradIn, &s.dln)],
+            );
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dp.ln1, &s.dln, x, &p.ln1, &a.ln1_stats, self.norm());
         }

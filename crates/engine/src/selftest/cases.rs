@@ -264,3 +264,42 @@ pub async fn memory<B: Backend>(
     bucketed.extend(be.read_index(&rows).await?);
     Ok((codes, bucketed, values))
 }
+
+/// AdamW's inputs: parameters, gradient, both moments, the step's values and the dims.
+pub type AdamWInputs = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Hyper, AdamWDims);
+
+/// 70,001 values: five blocks of `sum`, with the decay and boost ends inside blocks.
+pub fn adamw_inputs(rng: &mut rand::rngs::SmallRng) -> AdamWInputs {
+    let n = 70_001;
+    let (p, g) = (super::random(rng, n, 1.0), super::random(rng, n, 0.1));
+    let m = super::random(rng, n, 0.01);
+    let v: Vec<f32> = super::random(rng, n, 0.01).iter().map(|x| x.abs()).collect();
+    let hyper = Hyper {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 3,
+        max_grad_norm: 1.0,
+        lr_boost: 3.0,
+    };
+    let d = AdamWDims {
+        n,
+        decay_end: 40_000,
+        boost_end: 10_048,
+    };
+    (p, g, m, v, hyper, d)
+}
+
+/// A norm's inputs over `rows` of `c`: x (off centre, so LayerNorm's mean matters), the gain,
+/// the output gradient and the input gradient it adds to.
+pub fn norm_inputs(rng: &mut rand::rngs::SmallRng, rows: usize, c: usize) -> [Vec<f32>; 4] {
+    let x: Vec<f32> = super::random(rng, rows * c, 2.0).iter().map(|v| v + 0.5).collect();
+    [
+        x,
+        super::random(rng, c, 1.0),
+        super::random(rng, rows * c, 1.0),
+        super::random(rng, rows * c, 1.0),
+    ]
+}

@@ -9,8 +9,8 @@
 
 use crate::cpu::CpuBackend;
 use crate::{
-    AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, GatherDims, Hyper, MatmulDims, MemoryDims, NormDims,
-    NormKind, ResidualDims, Result,
+    AttentionDims, Backend, CrossEntropyDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims, NormKind,
+    ResidualDims, Result,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -234,12 +234,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
                 kind,
                 eps: 1e-5,
             };
-            let x: Vec<f32> = random(&mut rng, rows * c, 2.0).iter().map(|v| v + 0.5).collect();
-            let (gain, dout, dx0) = (
-                random(&mut rng, c, 1.0),
-                random(&mut rng, rows * c, 1.0),
-                random(&mut rng, rows * c, 1.0),
-            );
+            let [x, gain, dout, dx0] = cases::norm_inputs(&mut rng, rows, c);
             check!(
                 checks,
                 be,
@@ -285,24 +280,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         cross_entropy(&logits, &targets, d)
     );
 
-    let (p, g) = (random(&mut rng, 70_001, 1.0), random(&mut rng, 70_001, 0.1));
-    let m = random(&mut rng, 70_001, 0.01);
-    let v: Vec<f32> = random(&mut rng, 70_001, 0.01).iter().map(|x| x.abs()).collect();
-    let hyper = Hyper {
-        lr: 1e-2,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        step: 3,
-        max_grad_norm: 1.0,
-        lr_boost: 3.0,
-    };
-    let d = crate::AdamWDims {
-        n: 70_001,
-        decay_end: 40_000,
-        boost_end: 10_048,
-    };
+    let (p, g, m, v, hyper, d) = cases::adamw_inputs(&mut rng);
     check!(
         checks,
         be,
