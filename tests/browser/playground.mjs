@@ -211,6 +211,15 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     if (shown.values.length !== 64 || !(worst < 2e-3 * Math.max(1, ...cpu.values.map(Math.abs))))
       throw new Error(`the transformer's residual: ${shown.values.length} values, worst difference ${worst}`);
     if (!/a vector of 64/.test(await page.textContent('#residual-facts'))) throw new Error('no vector facts');
+    // What each block writes, against the residual it lands in: the page's numbers are the CLI's.
+    const pageWrites = JSON.parse(await page.$eval('#residual-writes', (e) => e.dataset.writes));
+    const cliWrites = JSON.parse(execFileSync(RESMEM, ['analyze', 'residual', '--preset', 'tiny-transformer', '--batch', '32',
+      '--seq-len', '16', '--seed', '0', '--step', String(shown.step), '--seq', '0', '--backend', 'cpu', '--json']).toString())
+      .slice(1).map((r) => [r.depth, r.write_relative]);
+    if (pageWrites.length !== 4 || pageWrites.length !== cliWrites.length || pageWrites.some((w, i) => w.depth !== cliWrites[i][0]
+      || !(Math.abs(w.relative - cliWrites[i][1]) <= 1e-3 * Math.max(1, cliWrites[i][1]))))
+      throw new Error(`block writes: page ${JSON.stringify(pageWrites)}, CLI ${JSON.stringify(cliWrites)}`);
+    console.log(`     block writes ${pageWrites.map((w) => `${w.depth} ${w.relative.toFixed(3)}×`).join(' · ')}`);
     await page.screenshot({ path: path.join(shots, 'residual-transformer.png'), fullPage: true });
 
     // Run 2: the RMT. The variance grid is captured mid-training.

@@ -184,6 +184,18 @@ pub fn ResidualView(
             format!("{what} by depth: {}", parts.join(" → "))
         })
     };
+    // What each block wrote into this sequence's residual, against the residual it landed in:
+    // the same numbers as `resmem analyze residual` prints.
+    let writes = move || {
+        residuals.with(|r| r.as_ref().map(|r| observe::writes(&r.depths, r.inputs.len())).unwrap_or_default())
+    };
+    let writes_text = move || {
+        let parts: Vec<String> = writes().iter().map(|w| format!("{} {:.3}×", w.depth, w.relative)).collect();
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!("what each block writes, against the residual it lands in: {}", parts.join(" · ")),
+        }
+    };
     let text = move || {
         residuals.with(|r| {
             let Some(r) = r else { return vec![] };
@@ -232,6 +244,8 @@ pub fn ResidualView(
                 <p id="residual-text" class="readout">{text}</p>
                 <p id="residual-facts" class="readout">{move || facts().0}</p>
                 <p id="residual-depths" class="readout">{by_depth}</p>
+                <p id="residual-writes" class="readout"
+                    data-writes=move || serde_json::to_string(&writes()).unwrap_or_default()>{writes_text}</p>
                 <div class="residual-row">
                     <div id="residual-heatmap"
                         data-step=move || data(|s| s.0.to_string())
