@@ -67,7 +67,11 @@ pub fn run(args: ResidualArgs) -> Result<()> {
     );
     out!(
         "{:<12} {:>12} {:>16} {:>12} {:>16}",
-        "depth", "norm", "effective rank", "write norm", "write / residual"
+        "depth",
+        "norm",
+        "effective rank",
+        "write norm",
+        "write / residual"
     );
     for r in &rows {
         let or_dash = |key: &str, f: fn(f64) -> String| r[key].as_f64().map_or("-".into(), f);

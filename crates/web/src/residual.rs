@@ -19,6 +19,10 @@ pub struct Residuals {
     pub inputs: Vec<u32>,
 }
 
+/// What the viewer shows: the read's step and sequence, the depth's name and shape, the token
+/// and its values.
+type Shown = (usize, usize, String, Shape, usize, Vec<f32>);
+
 /// How often the viewer reads, in steps (after step 1).
 pub const READ_EVERY: usize = 5;
 
@@ -187,13 +191,23 @@ pub fn ResidualView(
     // What each block wrote into this sequence's residual, against the residual it landed in:
     // the same numbers as `resmem analyze residual` prints.
     let writes = move || {
-        residuals.with(|r| r.as_ref().map(|r| observe::writes(&r.depths, r.inputs.len())).unwrap_or_default())
+        residuals.with(|r| {
+            r.as_ref()
+                .map(|r| observe::writes(&r.depths, r.inputs.len()))
+                .unwrap_or_default()
+        })
     };
     let writes_text = move || {
-        let parts: Vec<String> = writes().iter().map(|w| format!("{} {:.3}×", w.depth, w.relative)).collect();
+        let parts: Vec<String> = writes()
+            .iter()
+            .map(|w| format!("{} {:.3}×", w.depth, w.relative))
+            .collect();
         match parts.is_empty() {
             true => String::new(),
-            false => format!("what each block writes, against the residual it lands in: {}", parts.join(" · ")),
+            false => format!(
+                "what each block writes, against the residual it lands in: {}",
+                parts.join(" · ")
+            ),
         }
     };
     let text = move || {
@@ -210,7 +224,7 @@ pub fn ResidualView(
                 .collect::<Vec<_>>()
         })
     };
-    let data = move |f: fn(&(usize, usize, String, Shape, usize, Vec<f32>)) -> String| shown().map(|s| f(&s));
+    let data = move |f: fn(&Shown) -> String| shown().map(|s| f(&s));
     view! {
         <section id="residual">
             <h2>"Residual stream"</h2>
