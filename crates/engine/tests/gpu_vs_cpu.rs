@@ -664,10 +664,7 @@ fn memory_layer_hash_bucket_forward_backward() {
             temperature: 1.0,
             l1,
         };
-        let x = rand_vec(&mut rng, tokens * d_in, 1.0);
-        let tables = rand_vec(&mut rng, d.table_values(), 0.5);
-        let bias = rand_vec(&mut rng, d_out, 0.1);
-        let dy = rand_vec(&mut rng, tokens * d_out, 1.0);
+        let [x, tables, bias, dy] = cases::memory_inputs(&mut rng, d);
         let (gc, gb, g) = memory_case(&gpu(), &x, &tables, &bias, &dy, d);
         let (cc, cb, c) = memory_case(&CpuBackend::<f32>::new(), &x, &tables, &bias, &dy, d);
         assert_eq!(gc, cc, "codes differ");

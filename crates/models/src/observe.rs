@@ -88,20 +88,6 @@ pub fn residual_stream<'a, B: Backend>(
     all
 }
 
-/// The residual after `depth` in the order of [`residual_stream`]: 0 the embedding, then each
-/// block's attention and FF; past the last, the last.
-pub fn residual_at<'a, T>(encoded: &'a T, blocks: impl Iterator<Item = (&'a T, &'a T)>, depth: usize) -> &'a T {
-    let mut at = encoded;
-    for (i, (att, ff)) in blocks.enumerate() {
-        for (d, t) in [(2 * i + 1, att), (2 * i + 2, ff)] {
-            if d <= depth {
-                at = t;
-            }
-        }
-    }
-    at
-}
-
 /// One sequence's rows of one observable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {

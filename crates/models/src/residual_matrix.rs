@@ -398,18 +398,6 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         }
     }
 
-    /// logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(x)): the head, read from the residual `x`.
-    fn read_out(&self, be: &B, x: &B::Tensor) {
-        let w = &self.w;
-        let nf = Normed {
-            x,
-            stats: &self.lnf_stats,
-            gain: &w.lnf,
-        };
-        self.retrieve_from_norm(be, None, None, &self.yu, &w.r_u, nf);
-        self.unembedding.logits(be, &self.yu, &w.w_u);
-    }
-
     /// The probes and their scratch in a pass observing the variance; None otherwise and for
     /// inference.
     fn probing(&self, observe: Observe) -> Probing<'_, B, C::Core> {
@@ -611,15 +599,16 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         &self.unembedding.loss
     }
 
-    fn lens(&self, be: &B, depth: usize) {
-        self.read_out(
-            be,
-            observe::residual_at(
-                &self.encoded,
-                self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
-                depth,
-            ),
-        );
+    /// logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(x)): the head, read from the residual `x`.
+    fn read_out(&self, be: &B, x: &B::Tensor) {
+        let w = &self.w;
+        let nf = Normed {
+            x,
+            stats: &self.lnf_stats,
+            gain: &w.lnf,
+        };
+        self.retrieve_from_norm(be, None, None, &self.yu, &w.r_u, nf);
+        self.unembedding.logits(be, &self.yu, &w.w_u);
     }
 
     fn inside(&self) -> Inside<'_, B> {

@@ -327,13 +327,6 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
         }
     }
 
-    /// logits = W_U · Norm(x): the head, read from the residual `x`.
-    fn read_out(&self, be: &B, x: &B::Tensor) {
-        let w = &self.w;
-        be.norm_forward(&self.lnf, &self.lnf_stats, x, &w.lnf, self.norm());
-        self.unembedding.logits(be, &self.lnf, &w.w_u);
-    }
-
     /// The probes a pass observing `observe` records into; None for `Observe::Loss`.
     fn probes(&self, observe: Observe) -> Option<&Probes<B>> {
         self.probes.as_ref().filter(|_| observe == Observe::Variance)
@@ -496,15 +489,11 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         &self.unembedding.loss
     }
 
-    fn lens(&self, be: &B, depth: usize) {
-        self.read_out(
-            be,
-            observe::residual_at(
-                &self.encoded,
-                self.blocks.iter().map(|a| (&a.res_att, &a.res_ff)),
-                depth,
-            ),
-        );
+    /// logits = W_U · Norm(x): the head, read from the residual `x`.
+    fn read_out(&self, be: &B, x: &B::Tensor) {
+        let w = &self.w;
+        be.norm_forward(&self.lnf, &self.lnf_stats, x, &w.lnf, self.norm());
+        self.unembedding.logits(be, &self.lnf, &w.w_u);
     }
 
     fn inside(&self) -> Inside<'_, B> {

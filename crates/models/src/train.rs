@@ -31,11 +31,18 @@ pub trait LanguageModel<B: Backend> {
     fn head(&self) -> &LossHead<B>;
     /// What viewers may read after a forward.
     fn inside(&self) -> Inside<'_, B>;
-    /// The logit lens: after a forward, writes into `head().logits` what the model's head
-    /// (the final norm, the RMT's unembedding retrieval, W_U) reads from the residual at
-    /// `depth`, an index into `inside().residuals`. The last depth gives the forward's own
-    /// logits. It overwrites the head's buffers: run a forward again before a backward.
-    fn lens(&self, be: &B, depth: usize);
+    /// Writes into `head().logits` what the model's head (the final norm, the RMT's
+    /// unembedding retrieval, W_U) reads from the residual `x`; the forward ends with it.
+    fn read_out(&self, be: &B, x: &B::Tensor);
+    /// The logit lens: after a forward, the head read from the residual at `depth`, an index
+    /// into `inside().residuals` (past the last, the last). The last depth gives the forward's
+    /// own logits. It overwrites the head's buffers: run a forward again before a backward.
+    fn lens(&self, be: &B, depth: usize) {
+        let residuals = self.inside().residuals;
+        if let Some(at) = residuals.get(depth).or(residuals.last()) {
+            self.read_out(be, at.tensor);
+        }
+    }
 }
 
 /// A boxed model is a model, so a page or a tool can pick the architecture at run time.
@@ -63,6 +70,9 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     }
     fn inside(&self) -> Inside<'_, B> {
         (**self).inside()
+    }
+    fn read_out(&self, be: &B, x: &B::Tensor) {
+        (**self).read_out(be, x)
     }
     fn lens(&self, be: &B, depth: usize) {
         (**self).lens(be, depth)

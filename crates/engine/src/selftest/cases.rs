@@ -303,3 +303,13 @@ pub fn norm_inputs(rng: &mut rand::rngs::SmallRng, rows: usize, c: usize) -> [Ve
         super::random(rng, rows * c, 1.0),
     ]
 }
+
+/// A Memory Layer's inputs for `d`: x, the tables, the bias and the output gradient.
+pub fn memory_inputs(rng: &mut rand::rngs::SmallRng, d: MemoryDims) -> [Vec<f32>; 4] {
+    [
+        super::random(rng, d.tokens * d.d_in, 1.0),
+        super::random(rng, d.table_values(), 0.5),
+        super::random(rng, d.d_out, 0.1),
+        super::random(rng, d.tokens * d.d_out, 1.0),
+    ]
+}

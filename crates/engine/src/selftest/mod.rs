@@ -317,10 +317,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
             temperature: 1.0,
             l1,
         };
-        let x = random(&mut rng, tokens * d_in, 1.0);
-        let tables = random(&mut rng, d.table_values(), 0.5);
-        let bias = random(&mut rng, d_out, 0.1);
-        let dy = random(&mut rng, tokens * d_out, 1.0);
+        let [x, tables, bias, dy] = cases::memory_inputs(&mut rng, d);
         let (gc, gb, g) = cases::memory(be, &x, &tables, &bias, &dy, d).await?;
         let (cc, cb, c) = cases::memory(&CpuBackend::<f32>::new(), &x, &tables, &bias, &dy, d).await?;
         let case = format!("{tokens} tokens, d_in {d_in}, τ {tau}, K {k}, d_out {d_out}, l1 {l1}");
