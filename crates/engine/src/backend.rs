@@ -73,8 +73,6 @@ macro_rules! declare_ops {
         // ---- norms (ops/norm.rs) ----
         /// out (rows, C) = Norm(x) · gain; stats (rows, 2) = (mean, rstd)
         norm::norm_forward(out: Tensor, stats: Tensor, x: Tensor, gain: Tensor, dims: NormDims) cost(dims);
-        /// stats (rows, 2) = (mean, rstd) alone, for ops that normalise as they read.
-        norm::norm_stats(stats: Tensor, x: Tensor, dims: NormDims) cost(dims);
         /// dx += ∂L/∂x, dgain = ∂L/∂gain
         norm::norm_backward(
             dx: Tensor, dgain: Tensor, dout: Tensor, x: Tensor, gain: Tensor, stats: Tensor, dims: NormDims,
@@ -95,26 +93,29 @@ macro_rules! declare_ops {
             dims: AttentionDims,
         ) cost(dims);
 
-        // ---- residual matrices of the RMT (ops/residual_matrix.rs) ----
-        /// y (tokens, R', D_v) = keys (R', D_k) · X (tokens, D_k, D_v), per token.
-        residual_matrix::retrieve(y: Tensor, x: Tensor, keys: Tensor, dims: ResidualDims) cost(dims);
-        /// `retrieve` from Norm(X) = (X − mean)·rstd·gain, normalised as it reads: Norm(X) is never
-        /// written. `stats` (tokens, 2) come from `norm_stats`; `gain` is (D_k·D_v).
-        residual_matrix::retrieve_normed(
-            y: Tensor, x: Tensor, stats: Tensor, gain: Tensor, keys: Tensor, dims: ResidualDims,
-        ) cost(dims);
+        // ---- residual matrices of the RMT (ops/residual_matrix/) ----
         /// out = base + Σ_h keys[h] ⊗ data[h] per token, or out += Σ … when `base` is None.
         residual_matrix::store(out: Tensor, base: Option<Tensor>, keys: Tensor, data: Tensor, dims: ResidualDims)
             cost(dims);
-        /// dkeys (R', D_k) = Σ_t a[t] (R', D_v) · b[t]ᵀ (D_v, D_k): the key gradient of a retrieval
-        /// (a = dy, b = X) and of a storage (a = data, b = dX_out). `partials` is scratch of
-        /// `dims.key_grad_scratch()` values for the fixed-order reduction.
-        residual_matrix::key_grad(dkeys: Tensor, partials: Tensor, a: Tensor, b: Tensor, dims: ResidualDims)
-            cost(dims);
-        /// `key_grad` with b = Norm(X), normalised as it reads, like `retrieve_normed`.
-        residual_matrix::key_grad_normed(
-            dkeys: Tensor, partials: Tensor, a: Tensor, x: Tensor, stats: Tensor, gain: Tensor, dims: ResidualDims,
+        /// y (tokens, R', D_v) = keys (R', D_k) · Norm(X) per token, X (tokens, D_k, D_v) normalised
+        /// as it is read (Norm(X) is never written); stats (tokens, 2) = each token's (mean, rstd),
+        /// as `norm_forward` computes them, for the backward. `gain` is (D_k·D_v).
+        residual_matrix::retrieve_normed(
+            y: Tensor, stats: Tensor, x: Tensor, gain: Tensor, keys: Tensor, dims: ResidualDims, norm: NormDims,
+        ) cost(dims, norm);
+        /// The backward of `store`: ddata = keys · dout per token, dkeys (R', D_k) = Σ_t data[t] ·
+        /// dout[t]ᵀ; the base's gradient is dout itself. `partials` is scratch of
+        /// `dims.key_grad_scratch()` values for the key gradient's fixed-order sum.
+        residual_matrix::store_backward(
+            ddata: Tensor, dkeys: Tensor, partials: Tensor, dout: Tensor, keys: Tensor, data: Tensor, dims: ResidualDims,
         ) cost(dims);
+        /// The backward of `retrieve_normed`: dx += ∂L/∂X, dgain = ∂L/∂gain, dkeys = ∂L/∂keys from
+        /// dy. `dnorm` (a matrix a token) and `partials` are scratch; what they hold after is
+        /// unspecified.
+        residual_matrix::retrieve_normed_backward(
+            dx: Tensor, dgain: Tensor, dkeys: Tensor, dnorm: Tensor, partials: Tensor, dy: Tensor, x: Tensor,
+            stats: Tensor, gain: Tensor, keys: Tensor, dims: ResidualDims, norm: NormDims,
+        ) cost(dims, norm);
 
         // ---- MemoryFormer's memory layer (ops/memory.rs) ----
         /// codes, p (tokens, K): each chunk's bucket and weight p(z).

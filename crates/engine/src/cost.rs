@@ -19,7 +19,10 @@ pub enum Family {
     Attention,
     Retrieval,
     Storage,
-    KeyGrad,
+    /// A normed retrieval's backward: the storage of dy, the key gradient and the norm's.
+    RetrievalBackward,
+    /// A storage's backward: the retrieval of dX_out and the key gradient.
+    StorageBackward,
     Norm,
     Memory,
     Embedding,
@@ -29,12 +32,13 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Matmul,
         Family::Attention,
         Family::Retrieval,
         Family::Storage,
-        Family::KeyGrad,
+        Family::RetrievalBackward,
+        Family::StorageBackward,
         Family::Norm,
         Family::Memory,
         Family::Embedding,
@@ -49,7 +53,8 @@ impl Family {
             Family::Attention => "attention",
             Family::Retrieval => "retrieval",
             Family::Storage => "storage",
-            Family::KeyGrad => "key_grad",
+            Family::RetrievalBackward => "retrieval_backward",
+            Family::StorageBackward => "storage_backward",
             Family::Norm => "norm",
             Family::Memory => "memory_layer",
             Family::Embedding => "embedding",
@@ -60,12 +65,18 @@ impl Family {
     }
 
     /// Whether `models::count` counts this family's FLOPs (it leaves out norms, the loss, the
-    /// embedding's gathers, the optimiser and adds). The key gradient has no forward, but it is
-    /// the backward's share of retrieval and storage.
+    /// embedding's gathers, the optimiser and adds). The backwards of retrieval and storage have
+    /// no forward, but they are the backward's share of those products.
     pub fn in_model_count(self) -> bool {
         matches!(
             self,
-            Family::Matmul | Family::Attention | Family::Retrieval | Family::Storage | Family::KeyGrad | Family::Memory
+            Family::Matmul
+                | Family::Attention
+                | Family::Retrieval
+                | Family::Storage
+                | Family::RetrievalBackward
+                | Family::StorageBackward
+                | Family::Memory
         )
     }
 

@@ -2,9 +2,10 @@
 //! one that counts.
 //!
 //! - [`cpu::CpuBackend`] is the readable reference, generic over f32/f64 so that gradient checks
-//!   run in f64: products (matmuls, attention per head, the RMT's retrieval, storage and key
-//!   gradient) go through `matrixmultiply`, the rest are plain loops, split with rayon in chunks
-//!   that do not depend on the thread count.
+//!   run in f64: matmuls and attention's per-head products go through `matrixmultiply`; the
+//!   RMT's per-token products and the loops are written for the vectoriser (`cpu::simd`, with
+//!   an AVX2 build chosen at run time), split with rayon in chunks that do not depend on the
+//!   thread count.
 //! - [`gpu::GpuBackend`] runs the same ops as the WGSL compute shaders in `shaders/`, natively
 //!   (Vulkan, Metal, DX12) and in the browser (WebGPU).
 //! - [`counting::CountingBackend`] allocates nothing and adds up what a model would allocate:

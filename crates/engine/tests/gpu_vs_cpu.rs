@@ -98,9 +98,9 @@ fn optim_case<B: Backend>(
     block(cases::adamw(be, p, g, m, v, hyper, d))
 }
 
-/// The residual-matrix case, with the fused forms checked against the unfused on this backend:
-/// `norm_stats` equal to `norm_forward`'s statistics, the fused retrieval and key gradient within
-/// rounding of the same ops on Norm(X) written out.
+/// The residual-matrix case, with what the fused forms promise checked on this backend: the
+/// normed retrieval's statistics equal to `norm_forward`'s, and its y and key gradient within
+/// rounding of the same products over Norm(X) written out here, in f64.
 fn residual_matrix_case<B: Backend>(
     be: &B,
     x: &[f32],
@@ -110,16 +110,38 @@ fn residual_matrix_case<B: Backend>(
     d: ResidualDims,
 ) -> Vec<Vec<f32>> {
     let outputs = block(cases::residual_matrix(be, x, keys, data, base, d));
-    let close = |p: &[f32], q: &[f32]| p.iter().zip(q).all(|(u, v)| (u - v).abs() <= 1e-5 * (1.0 + v.abs()));
+    let (m, dv) = (d.dk * d.dv, d.dv);
     for kind in outputs[4..].chunks(6) {
-        let [stats_only, stats, y_fused, y_plain, dk_fused, dk_plain] = kind else {
+        let [y, stats, forward_stats, _dx, _dgain, dkeys] = kind else {
             unreachable!()
         };
-        assert_eq!(stats_only, stats, "norm_stats and norm_forward's stats differ");
-        assert!(
-            close(y_fused, y_plain) && close(dk_fused, dk_plain),
-            "fused and unfused retrievals differ"
+        assert_eq!(
+            stats, forward_stats,
+            "retrieve_normed's and norm_forward's stats differ"
         );
+        let gain = |e: usize| 0.5 + (e % 7) as f64 * 0.25; // as `cases::residual_matrix` sets it
+        let normed =
+            |t: usize, e: usize| (x[t * m + e] as f64 - stats[2 * t] as f64) * stats[2 * t + 1] as f64 * gain(e);
+        let close = |got: f32, want: f64| (got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs());
+        for t in 0..d.tokens {
+            for h in 0..d.keys {
+                for v in 0..dv {
+                    let want: f64 = (0..d.dk)
+                        .map(|k| keys[h * d.dk + k] as f64 * normed(t, k * dv + v))
+                        .sum();
+                    assert!(close(y[(t * d.keys + h) * dv + v], want), "y[{t}, {h}, {v}] of {d:?}");
+                }
+            }
+        }
+        for h in 0..d.keys {
+            for k in 0..d.dk {
+                let want: f64 = (0..d.tokens)
+                    .flat_map(|t| (0..dv).map(move |v| (t, v)))
+                    .map(|(t, v)| data[(t * d.keys + h) * dv + v] as f64 * normed(t, k * dv + v))
+                    .sum();
+                assert!(close(dkeys[h * d.dk + k], want), "dkeys[{h}, {k}] of {d:?}");
+            }
+        }
     }
     outputs
 }
@@ -629,10 +651,11 @@ fn what_cannot_be_split_is_a_clear_error() {
     assert!(err.contains("matmul") && err.contains("accumulating"), "{err}");
 }
 
-/// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups and the 32-token
-/// chunks of the key gradient unevenly; the last one has more than one chunk's worth of tokens.
+/// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups, the 32-token
+/// chunks of the key gradient and the CPU's register blocks (4 rows, 16 columns) unevenly; the
+/// last one has more than one chunk's worth of tokens.
 #[test]
-fn residual_matrix_retrieve_store_key_grad() {
+fn residual_matrix_store_retrieve_and_backwards() {
     let mut rng = SmallRng::seed_from_u64(15);
     for (tokens, dk, dv, keys) in [(1, 1, 1, 1), (7, 5, 13, 3), (19, 6, 64, 12), (71, 9, 17, 21)] {
         let d = ResidualDims { tokens, dk, dv, keys };

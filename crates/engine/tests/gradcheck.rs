@@ -20,7 +20,12 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 
 /// Central differences of `f` at `x`, compared with `analytic`; relative error per value.
 fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
-    let h = 1e-6;
+    check_step(name, x, analytic, 1e-6, f)
+}
+
+/// `check` with the step `h`: a larger one where a loss sums many rounded terms that one input
+/// moves together (a normed token's retrievals), whose rounding a small step would magnify.
+fn check_step(name: &str, x: &[f64], analytic: &[f64], h: f64, f: impl Fn(&[f64]) -> f64) {
     let mut worst: f64 = 0.0;
     for i in 0..x.len() {
         let (mut xp, mut xm) = (x.to_vec(), x.to_vec());
@@ -353,52 +358,81 @@ fn residual_add() {
     assert_eq!(g, [1.25, 1.5, 1.75]);
 }
 
-/// Retrieval and storage, each backward written as the models write it: the data gradient of a
-/// retrieval is a storage of dy (accumulating), of a storage a retrieval of dX_out; both key
-/// gradients come from `key_grad`.
+/// Storage and the normed retrieval against their backward ops, on a shape with both full
+/// register blocks and tails (4-row blocks of 6 keys, 16-column blocks of D_v 19) and two
+/// chunks of the key gradient.
 #[test]
-fn residual_matrix_retrieval_and_storage() {
+fn residual_matrix_storage_and_normed_retrieval() {
     let mut rng = SmallRng::seed_from_u64(8);
     let d = ResidualDims {
-        tokens: 5,
-        dk: 3,
-        dv: 7,
-        keys: 11,
+        tokens: 37,
+        dk: 5,
+        dv: 19,
+        keys: 6,
     };
     let x = rand_vec(&mut rng, d.matrices(), 1.0);
     let keys = rand_vec(&mut rng, d.key_values(), 1.0);
     let data = rand_vec(&mut rng, d.vectors(), 1.0);
 
-    // Retrieval: L = Σ wy ⊙ retrieve(x, keys)
-    let wy = rand_vec(&mut rng, d.vectors(), 1.0);
-    let retrieve = |x: &[f64], keys: &[f64]| {
-        let mut y = vec![0.0; d.vectors()];
-        residual_matrix::cpu_retrieve(&mut y, x, keys, d);
-        dot(&y, &wy)
+    // Each loss is taken against the unperturbed output, Σ w ⊙ (out − out₀): a perturbation of
+    // one token's input moves only that token's terms, so the loss's rounding over thousands of
+    // values does not swamp a small gradient.
+    let against = |out: &[f64], out0: &[f64], w: &[f64]| -> f64 {
+        out.iter().zip(out0).zip(w).map(|((o, o0), w)| (o - o0) * w).sum()
     };
-    let mut dx = vec![0.25; d.matrices()];
-    residual_matrix::cpu_store(&mut dx, None, &keys, &wy, d);
-    dx.iter_mut().for_each(|v| *v -= 0.25); // the data gradient accumulates
-    let mut dkeys = vec![0.0; d.key_values()];
-    residual_matrix::cpu_key_grad(&mut dkeys, &wy, &x, d);
-    check("retrieve.x", &x, &dx, |x| retrieve(x, &keys));
-    check("retrieve.keys", &keys, &dkeys, |k| retrieve(&x, k));
 
     // Storage with the residual add fused: L = Σ wx ⊙ (base + store(keys, data))
     let wx = rand_vec(&mut rng, d.matrices(), 1.0);
     let base = rand_vec(&mut rng, d.matrices(), 1.0);
-    let store = |base: &[f64], keys: &[f64], data: &[f64]| {
+    let stored = |base: &[f64], keys: &[f64], data: &[f64]| {
         let mut out = vec![0.0; d.matrices()];
         residual_matrix::cpu_store(&mut out, Some(base), keys, data, d);
-        dot(&out, &wx)
+        out
     };
-    let mut ddata = vec![0.0; d.vectors()];
-    residual_matrix::cpu_retrieve(&mut ddata, &wx, &keys, d);
-    let mut dkeys = vec![0.0; d.key_values()];
-    residual_matrix::cpu_key_grad(&mut dkeys, &data, &wx, d);
+    let out0 = stored(&base, &keys, &data);
+    let store = |base: &[f64], keys: &[f64], data: &[f64]| against(&stored(base, keys, data), &out0, &wx);
+    let (mut ddata, mut dkeys) = (vec![0.0; d.vectors()], vec![0.0; d.key_values()]);
+    residual_matrix::cpu_store_backward(&mut ddata, &mut dkeys, &wx, &keys, &data, d);
     check("store.base", &base, &wx, |b| store(b, &keys, &data));
     check("store.data", &data, &ddata, |v| store(&base, &keys, v));
     check("store.keys", &keys, &dkeys, |k| store(&base, k, &data));
+
+    // Retrieval from the norm: L = Σ wy ⊙ retrieve_normed(x, gain, keys)
+    let wy = rand_vec(&mut rng, d.vectors(), 1.0);
+    let gain: Vec<f64> = rand_vec(&mut rng, d.dk * d.dv, 0.5).iter().map(|g| 1.0 + g).collect();
+    for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+        let nd = NormDims {
+            rows: d.tokens,
+            c: d.dk * d.dv,
+            kind,
+            eps: 1e-5,
+        };
+        let retrieve = |x: &[f64], gain: &[f64], keys: &[f64], stats: &mut [f64]| {
+            let mut y = vec![0.0; d.vectors()];
+            residual_matrix::cpu_retrieve_normed(&mut y, stats, x, gain, keys, d, nd);
+            y
+        };
+        let mut stats = vec![0.0; 2 * d.tokens];
+        let y0 = retrieve(&x, &gain, &keys, &mut stats);
+        let loss = |x: &[f64], gain: &[f64], keys: &[f64]| {
+            against(&retrieve(x, gain, keys, &mut vec![0.0; 2 * d.tokens]), &y0, &wy)
+        };
+        // dx accumulates: start it at 0.25 and take that off again.
+        let (mut dx, mut dgain, mut dkeys) = (vec![0.25; d.matrices()], vec![0.0; gain.len()], vec![0.0; keys.len()]);
+        residual_matrix::cpu_retrieve_normed_backward(
+            &mut dx, &mut dgain, &mut dkeys, &wy, &x, &stats, &gain, &keys, d, nd,
+        );
+        dx.iter_mut().for_each(|v| *v -= 0.25);
+        check_step(&format!("retrieve_normed.x ({kind:?})"), &x, &dx, 1e-5, |x| {
+            loss(x, &gain, &keys)
+        });
+        check(&format!("retrieve_normed.gain ({kind:?})"), &gain, &dgain, |g| {
+            loss(&x, g, &keys)
+        });
+        check(&format!("retrieve_normed.keys ({kind:?})"), &keys, &dkeys, |k| {
+            loss(&x, &gain, k)
+        });
+    }
 }
 
 /// Inputs at least `margin` away from 0, so that ±h never flips a sign bit of the hash.

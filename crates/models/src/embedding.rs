@@ -234,8 +234,7 @@ impl MatrixEmbedding {
         p: &MatrixEmbeddingParams<B::Tensor>,
         batch: &BatchTensors<B>,
     ) {
-        be.retrieve(dvec, dx0, &p.w_e, self.rm);
-        be.key_grad(&dp.w_e, partials, &a.etok, dx0, self.rm);
+        be.store_backward(dvec, &dp.w_e, partials, dx0, &p.w_e, &a.etok, self.rm);
         be.gather_backward(
             &dp.wte,
             dvec,
@@ -246,8 +245,7 @@ impl MatrixEmbedding {
         if let (Some(epos), Some(pos), Some(dwpe), Some(w_pe), Some(dw_pe)) =
             (&a.epos, &a.positions, &dp.wpe, &p.w_pe, &dp.w_pe)
         {
-            be.retrieve(dvec, dx0, w_pe, self.rm);
-            be.key_grad(dw_pe, partials, epos, dx0, self.rm);
+            be.store_backward(dvec, dw_pe, partials, dx0, w_pe, epos, self.rm);
             // Rows of the position table past T have no rows in their buckets: their gradient is 0.
             be.gather_backward(
                 dwpe,

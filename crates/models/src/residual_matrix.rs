@@ -422,8 +422,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         data: &B::Tensor,
     ) {
         let d = self.rm(self.trunk.rank);
-        be.retrieve(ddata, &s.dresidual, keys, d);
-        be.key_grad(dkeys, &s.partials, data, &s.dresidual, d);
+        be.store_backward(ddata, dkeys, &s.partials, &s.dresidual, keys, data, d);
         if let Some(probes) = probes {
             probes.record(be, site, Quantity::GradOut, &s.dresidual);
             probes.record(be, site, Quantity::GradIn, ddata);
@@ -443,8 +442,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         n: Normed<'_, B>,
     ) {
         let d = self.rm(be.len(keys) / self.trunk.d_k);
-        be.norm_stats(n.stats, n.x, self.norm());
-        be.retrieve_normed(y, n.x, n.stats, n.gain, keys, d);
+        be.retrieve_normed(y, n.stats, n.x, n.gain, keys, d, self.norm());
         if let (Some(site), Some((probes, s))) = (site, probing) {
             be.norm_forward(&s.stored, &s.probe_stats, n.x, n.gain, self.norm());
             probes.record(be, site, Quantity::In, &s.stored);
@@ -452,8 +450,8 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         }
     }
 
-    /// Backward of `retrieve_from_norm`: dNorm = Σ keys ⊗ dy, the key gradient against Norm(x)
-    /// read on the fly, then the norm's backward into dresidual and the gain's gradient.
+    /// Backward of `retrieve_from_norm`, one op: dNorm = Σ keys ⊗ dy through the norm's backward
+    /// into dresidual, the gain's gradient and the key gradient against Norm(x).
     #[allow(clippy::too_many_arguments)]
     fn retrieve_from_norm_backward(
         &self,
@@ -468,14 +466,29 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
         n: Normed<'_, B>,
     ) {
         let d = self.rm(be.len(keys) / self.trunk.d_k);
-        be.fill(&s.dln, 0.0);
-        be.store(&s.dln, None, keys, dy, d);
-        be.key_grad_normed(dkeys, &s.partials, dy, n.x, n.stats, n.gain, d);
         if let (Some(site), Some(probes)) = (site, probes) {
+            // dNorm, which the op itself never writes out, for the probes alone.
+            be.fill(&s.dln, 0.0);
+            be.store(&s.dln, None, keys, dy, d);
             probes.record(be, site, Quantity::GradOut, dy);
             probes.record(be, site, Quantity::GradIn, &s.dln);
         }
-        be.norm_backward(&s.dresidual, dgain, &s.dln, n.x, n.gain, n.stats, self.norm());
+        let (x, stats, gain) = (n.x, n.stats, n.gain);
+        let (dx, partials) = (&s.dresidual, &s.partials);
+        be.retrieve_normed_backward(
+            dx,
+            dgain,
+            dkeys,
+            &s.dln,
+            partials,
+            dy,
+            x,
+            stats,
+            gain,
+            keys,
+            d,
+            self.norm(),
+        );
     }
 }
 

@@ -26,46 +26,101 @@ fn check(d: &NormDims, x: usize, gain: usize, stats: usize) {
     assert_eq!(stats, 2 * d.rows, "norm: stats has {stats} values for {d:?}");
 }
 
+/// One row's (mean, rstd); mean is 0 for RMSNorm. Sums in lanes (`cpu::simd`), so the
+/// transformer's norms and the RMT's normed retrievals share these bits.
+#[cfg(feature = "cpu")]
+#[inline(always)]
+pub(crate) fn row_stats<T: crate::ops::Scalar>(x: &[T], kind: NormKind, eps: f32) -> (T, T) {
+    use crate::cpu::simd::lane_sum;
+    let n = T::of(x.len() as f64);
+    let mean = match kind {
+        NormKind::LayerNorm => lane_sum(x, |v| v) / n,
+        NormKind::RmsNorm => T::zero(),
+    };
+    let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
+    (mean, T::one() / (var + T::of(eps as f64)).sqrt())
+}
+
+/// One row's input gradient, added to dx: with dn = dout ⊙ gain and x̂ = (x − mean)·rstd,
+/// dx += rstd · (dn − mean(dn) − x̂ · mean(dn ⊙ x̂)), mean(dn) left out for RMSNorm.
+#[cfg(feature = "cpu")]
+#[inline(always)]
+pub(crate) fn row_backward<T: crate::ops::Scalar>(
+    dx: &mut [T],
+    dout: &[T],
+    x: &[T],
+    gain: &[T],
+    mean: T,
+    rstd: T,
+    kind: NormKind,
+) {
+    use crate::cpu::simd::LANES;
+    let n = T::of(x.len() as f64);
+    let (mut sum_dn, mut sum_dn_norm) = ([T::zero(); LANES], [T::zero(); LANES]);
+    let mut add = |l: usize, g: T, w: T, v: T| {
+        let dn = g * w;
+        sum_dn[l] = sum_dn[l] + dn;
+        sum_dn_norm[l] = sum_dn_norm[l] + dn * ((v - mean) * rstd);
+    };
+    let (cg, cw, cx) = (
+        dout.chunks_exact(LANES),
+        gain.chunks_exact(LANES),
+        x.chunks_exact(LANES),
+    );
+    let rest = (cg.remainder(), cw.remainder(), cx.remainder());
+    for ((g, w), v) in cg.zip(cw).zip(cx) {
+        for l in 0..LANES {
+            add(l, g[l], w[l], v[l]);
+        }
+    }
+    for (l, ((&g, &w), &v)) in rest.0.iter().zip(rest.1).zip(rest.2).enumerate() {
+        add(l, g, w, v);
+    }
+    let total = |s: [T; LANES]| s.iter().fold(T::zero(), |a, &b| a + b);
+    let mean_dn = match kind {
+        NormKind::LayerNorm => total(sum_dn) / n,
+        NormKind::RmsNorm => T::zero(),
+    };
+    let mean_dn_norm = total(sum_dn_norm) / n;
+    for (((d, &g), &w), &v) in dx.iter_mut().zip(dout).zip(gain).zip(x) {
+        let nrm = (v - mean) * rstd;
+        *d = *d + rstd * (g * w - mean_dn - nrm * mean_dn_norm);
+    }
+}
+
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
+    use crate::cpu::simd::wide;
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
-    /// (mean, rstd) per row; mean is 0 for RMSNorm.
-    pub fn cpu_stats<T: Scalar>(stats: &mut [T], x: &[T], d: NormDims) {
-        assert_eq!(
-            stats.len(),
-            2 * d.rows,
-            "norm: stats has {} values for {d:?}",
-            stats.len()
-        );
-        assert_eq!(x.len(), d.rows * d.c, "norm: x has {} values for {d:?}", x.len());
-        let n = T::of(d.c as f64);
-        stats.par_chunks_mut(2).zip(x.par_chunks(d.c)).for_each(|(st, x)| {
-            let mean = match d.kind {
-                NormKind::LayerNorm => x.iter().copied().sum::<T>() / n,
-                NormKind::RmsNorm => T::zero(),
-            };
-            let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
-            st[0] = mean;
-            st[1] = T::one() / (var + T::of(d.eps as f64)).sqrt();
-        });
-    }
+    /// Rows a task normalises: enough to amortise a task, few enough to balance two threads.
+    const ROWS: usize = 64;
 
+    /// out (rows, C) = Norm(x) · gain; stats (rows, 2) = (mean, rstd), mean 0 for RMSNorm.
     pub fn cpu_forward<T: Scalar>(out: &mut [T], stats: &mut [T], x: &[T], gain: &[T], d: NormDims) {
         check(&d, x.len(), gain.len(), stats.len());
-        cpu_stats(stats, x, d);
-        out.par_chunks_mut(d.c)
-            .zip(stats.par_chunks(2))
-            .zip(x.par_chunks(d.c))
-            .for_each(|((o, st), x)| {
-                for i in 0..d.c {
-                    o[i] = (x[i] - st[0]) * st[1] * gain[i];
-                }
-            });
+        out.par_chunks_mut(ROWS * d.c)
+            .zip(stats.par_chunks_mut(ROWS * 2))
+            .zip(x.par_chunks(ROWS * d.c))
+            .for_each(|((out, stats), x)| forward_rows(out, stats, x, gain, d));
     }
 
+    wide! {
+        fn forward_rows<T: Scalar>(out: &mut [T], stats: &mut [T], x: &[T], gain: &[T], d: NormDims) {
+            for ((o, st), x) in out.chunks_mut(d.c).zip(stats.chunks_mut(2)).zip(x.chunks(d.c)) {
+                let (mean, rstd) = row_stats(x, d.kind, d.eps);
+                (st[0], st[1]) = (mean, rstd);
+                for ((o, &v), &g) in o.iter_mut().zip(x).zip(gain) {
+                    *o = (v - mean) * rstd * g;
+                }
+            }
+        }
+    }
+
+    /// dx += ∂L/∂x and dgain = Σ_rows dout ⊙ x̂, the rows in chunks of ROWS added in order, so
+    /// the sum does not depend on the thread count.
     pub fn cpu_backward<T: Scalar>(
         dx: &mut [T],
         dgain: &mut [T],
@@ -76,40 +131,31 @@ mod cpu_twin {
         d: NormDims,
     ) {
         check(&d, x.len(), gain.len(), stats.len());
-        let n = T::of(d.c as f64);
-        dx.par_chunks_mut(d.c).enumerate().for_each(|(r, dx)| {
-            let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
-            let (x, g) = (&x[r * d.c..(r + 1) * d.c], &dout[r * d.c..(r + 1) * d.c]);
-            let mut mean_dn = (0..d.c).map(|i| g[i] * gain[i]).sum::<T>() / n;
-            let mean_dn_norm = (0..d.c).map(|i| g[i] * gain[i] * (x[i] - mean) * rstd).sum::<T>() / n;
-            if d.kind == NormKind::RmsNorm {
-                mean_dn = T::zero();
-            }
-            for i in 0..d.c {
-                let nrm = (x[i] - mean) * rstd;
-                dx[i] = dx[i] + rstd * (g[i] * gain[i] - mean_dn - nrm * mean_dn_norm);
-            }
-        });
-        // dgain = Σ_rows dout ⊙ x̂: rows in fixed chunks walked along memory, then the chunks in
-        // order, so the sum does not depend on the thread count.
-        const ROWS: usize = 64;
-        let partials: Vec<Vec<T>> = (0..d.rows.div_ceil(ROWS))
-            .into_par_iter()
-            .map(|ch| {
-                let mut part = vec![T::zero(); d.c];
-                for r in ch * ROWS..d.rows.min((ch + 1) * ROWS) {
-                    let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
-                    let (g, x) = (&dout[r * d.c..(r + 1) * d.c], &x[r * d.c..(r + 1) * d.c]);
-                    for i in 0..d.c {
-                        part[i] = part[i] + g[i] * (x[i] - mean) * rstd;
-                    }
-                }
-                part
-            })
+        let parts: Vec<Vec<T>> = dx
+            .par_chunks_mut(ROWS * d.c)
+            .zip(dout.par_chunks(ROWS * d.c))
+            .zip(x.par_chunks(ROWS * d.c))
+            .zip(stats.par_chunks(ROWS * 2))
+            .map(|(((dx, dout), x), stats)| backward_rows(dx, dout, x, gain, stats, d))
             .collect();
         dgain.fill(T::zero());
-        for part in &partials {
+        for part in &parts {
             dgain.iter_mut().zip(part).for_each(|(a, &b)| *a = *a + b);
+        }
+    }
+
+    wide! {
+        /// A chunk of rows' dx, and its part of dgain.
+        fn backward_rows<T: Scalar>(dx: &mut [T], dout: &[T], x: &[T], gain: &[T], stats: &[T], d: NormDims) -> Vec<T> {
+            let mut dgain = vec![T::zero(); d.c];
+            for (((dx, dout), x), st) in dx.chunks_mut(d.c).zip(dout.chunks(d.c)).zip(x.chunks(d.c)).zip(stats.chunks(2)) {
+                let (mean, rstd) = (st[0], st[1]);
+                row_backward(dx, dout, x, gain, mean, rstd, d.kind);
+                for ((a, &g), &v) in dgain.iter_mut().zip(dout).zip(x) {
+                    *a = *a + g * ((v - mean) * rstd);
+                }
+            }
+            dgain
         }
     }
 }
@@ -205,9 +251,6 @@ pub mod cpu {
     ) {
         cpu_forward(&mut out.get_mut(), &mut stats.get_mut(), &x.get(), &gain.get(), d)
     }
-    pub fn norm_stats<T: Scalar>(_: &CpuBackend<T>, stats: &CpuTensor<T>, x: &CpuTensor<T>, d: NormDims) {
-        cpu_stats(&mut stats.get_mut(), &x.get(), d)
-    }
     #[allow(clippy::too_many_arguments)]
     pub fn norm_backward<T: Scalar>(
         _: &CpuBackend<T>,
@@ -239,10 +282,6 @@ pub mod cost {
     pub fn norm_forward(d: NormDims) -> Cost {
         let n = f(d.rows) * f(d.c);
         Family::Norm.cost(7.0 * n, W * (2.0 * n + f(d.c) + 2.0 * f(d.rows)))
-    }
-    pub fn norm_stats(d: NormDims) -> Cost {
-        let n = f(d.rows) * f(d.c);
-        Family::Norm.cost(3.0 * n, W * (n + 2.0 * f(d.rows)))
     }
     pub fn norm_backward(d: NormDims) -> Cost {
         let n = f(d.rows) * f(d.c);

@@ -181,10 +181,11 @@ pub async fn adamw<B: Backend>(
     read(be, &[&sumsq, &pt, &mt, &vt]).await
 }
 
-/// Retrieval, storage onto a base and in place, the key gradient; then for each norm kind
-/// the fused forms against the same ops on Norm(X) written out. Outputs: y, stored,
-/// accumulated, dkeys, then per kind: `norm_stats`'s and `norm_forward`'s statistics, fused
-/// y, unfused y, fused dkeys, unfused dkeys.
+/// Storage onto a base and in place, its backward; then for each norm kind the normed
+/// retrieval and its backward, and `norm_forward`'s statistics of the same X. Outputs: stored,
+/// accumulated, ddata, dkeys, then per kind: y, stats, `norm_forward`'s stats, dx (added to
+/// `base`), dgain, dkeys. `data` serves as the storage's data and as the retrieval's dy, `base`
+/// as the storage's dout.
 pub async fn residual_matrix<B: Backend>(
     be: &B,
     x: &[f32],
@@ -193,17 +194,15 @@ pub async fn residual_matrix<B: Backend>(
     base: &[f32],
     d: ResidualDims,
 ) -> Result<Vec<Vec<f32>>> {
-    let (xt, keys, data, base) = (upload(be, x)?, upload(be, keys)?, upload(be, data)?, upload(be, base)?);
-    let y = be.zeros("y", d.vectors())?;
+    let (xt, keys, data, dout) = (upload(be, x)?, upload(be, keys)?, upload(be, data)?, upload(be, base)?);
     let stored = be.zeros("stored", d.matrices())?;
     let accumulated = upload(be, x)?;
-    let dkeys = be.zeros("dkeys", d.key_values())?;
+    let (ddata, dkeys) = (be.zeros("ddata", d.vectors())?, be.zeros("dkeys", d.key_values())?);
     let partials = be.zeros("partials", d.key_grad_scratch())?;
-    be.retrieve(&y, &xt, &keys, d);
-    be.store(&stored, Some(&base), &keys, &data, d);
+    be.store(&stored, Some(&dout), &keys, &data, d);
     be.store(&accumulated, None, &keys, &data, d);
-    be.key_grad(&dkeys, &partials, &data, &xt, d);
-    let mut outputs = read(be, &[&y, &stored, &accumulated, &dkeys]).await?;
+    be.store_backward(&ddata, &dkeys, &partials, &dout, &keys, &data, d);
+    let mut outputs = read(be, &[&stored, &accumulated, &ddata, &dkeys]).await?;
     let gain: Vec<f32> = (0..d.dk * d.dv).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
     let gain = upload(be, &gain)?;
     for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
@@ -213,20 +212,20 @@ pub async fn residual_matrix<B: Backend>(
             kind,
             eps: 1e-5,
         };
-        let (stats, normed, stats_only) = (
+        let (y, stats, forward_stats) = (
+            be.zeros("y", d.vectors())?,
             be.zeros("stats", 2 * d.tokens)?,
-            be.zeros("normed", d.matrices())?,
             be.zeros("stats", 2 * d.tokens)?,
         );
-        let (y_fused, y_plain) = (be.zeros("y", d.vectors())?, be.zeros("y", d.vectors())?);
-        let (dk_fused, dk_plain) = (be.zeros("dk", d.key_values())?, be.zeros("dk", d.key_values())?);
-        be.norm_forward(&normed, &stats, &xt, &gain, nd);
-        be.norm_stats(&stats_only, &xt, nd);
-        be.retrieve_normed(&y_fused, &xt, &stats_only, &gain, &keys, d);
-        be.retrieve(&y_plain, &normed, &keys, d);
-        be.key_grad_normed(&dk_fused, &partials, &data, &xt, &stats_only, &gain, d);
-        be.key_grad(&dk_plain, &partials, &data, &normed, d);
-        outputs.extend(read(be, &[&stats_only, &stats, &y_fused, &y_plain, &dk_fused, &dk_plain]).await?);
+        let normed = be.zeros("normed", d.matrices())?;
+        be.retrieve_normed(&y, &stats, &xt, &gain, &keys, d, nd);
+        be.norm_forward(&normed, &forward_stats, &xt, &gain, nd);
+        let (dx, dgain) = (upload(be, base)?, be.zeros("dgain", d.dk * d.dv)?);
+        let (dkeys, dnorm) = (be.zeros("dkeys", d.key_values())?, be.zeros("dnorm", d.matrices())?);
+        be.retrieve_normed_backward(
+            &dx, &dgain, &dkeys, &dnorm, &partials, &data, &xt, &stats, &gain, &keys, d, nd,
+        );
+        outputs.extend(read(be, &[&y, &stats, &forward_stats, &dx, &dgain, &dkeys]).await?);
     }
     Ok(outputs)
 }

@@ -1,0 +1,442 @@
+//! The residual-matrix ops on the CPU: each token's products done in registers, straight from
+//! its D_k×D_v matrix, and every op reading each matrix once.
+//!
+//! A token's products are small (R'×D_k by D_k×D_v, a few thousand multiply-adds): a GEMM
+//! library spends longer packing them than multiplying. [`product`] and [`dots`] are the two
+//! shapes they take, in register blocks the compiler vectorises (`cpu::simd`), and every op runs
+//! a chunk of tokens at a time with the chunk's matrices in cache: the normed retrieval
+//! computes its token's norm statistics as it normalises, and the normed retrieval's backward
+//! does the storage of dy, the key gradient, the norm's backward and the gain's gradient in one
+//! pass, never writing ∂L/∂Norm(X) out.
+//!
+//! Every value is summed in a fixed order (over the contracted index from 0; the key and gain
+//! gradients in chunks of [`KEY_GRAD_CHUNK`] tokens added in chunk order), so results do not
+//! depend on the thread count or on which build of a `wide!` function ran.
+
+use super::{ResidualDims, KEY_GRAD_CHUNK};
+use crate::cpu::simd::{wide, LANES};
+use crate::ops::norm::{row_backward, row_stats};
+use crate::ops::Scalar;
+use crate::NormDims;
+use rayon::prelude::*;
+
+/// Output rows a register block of [`product`] spans.
+const ROWS: usize = 4;
+
+/// out (m×n) = Σ_c a(i, c) · b[c, ·], added to out when `add`, with a(i, c) = a[i·ra + c·ca]
+/// and b (kk×n) row-major: the retrieval (a = keys), the storage (a = keysᵀ) and the
+/// retrieval's data gradient. Each value sums c from 0, in a block or in the tail alike.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn product<T: Scalar>(
+    out: &mut [T],
+    a: &[T],
+    (ra, ca): (usize, usize),
+    b: &[T],
+    m: usize,
+    kk: usize,
+    n: usize,
+    add: bool,
+) {
+    let full = n - n % LANES;
+    let mut i0 = 0;
+    while i0 < m {
+        if i0 + ROWS <= m {
+            product_block::<T, ROWS>(out, a, (ra, ca), b, i0, kk, n, full, add);
+            i0 += ROWS;
+        } else {
+            product_block::<T, 1>(out, a, (ra, ca), b, i0, kk, n, full, add);
+            i0 += 1;
+        }
+    }
+    // Columns past the last full block of LANES, one at a time, in the same order.
+    for i in 0..m {
+        for j in full..n {
+            let mut acc = T::zero();
+            for c in 0..kk {
+                acc = acc + a[i * ra + c * ca] * b[c * n + j];
+            }
+            let o = &mut out[i * n + j];
+            *o = if add { *o + acc } else { acc };
+        }
+    }
+}
+
+/// Rows i0..i0+R of [`product`], the columns below `full` in blocks of LANES.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn product_block<T: Scalar, const R: usize>(
+    out: &mut [T],
+    a: &[T],
+    (ra, ca): (usize, usize),
+    b: &[T],
+    i0: usize,
+    kk: usize,
+    n: usize,
+    full: usize,
+    add: bool,
+) {
+    for c0 in (0..full).step_by(LANES) {
+        let mut acc = [[T::zero(); LANES]; R];
+        for c in 0..kk {
+            let row = &b[c * n + c0..][..LANES];
+            let mut s = [T::zero(); R];
+            for i in 0..R {
+                s[i] = a[(i0 + i) * ra + c * ca];
+            }
+            for i in 0..R {
+                for l in 0..LANES {
+                    acc[i][l] = acc[i][l] + s[i] * row[l];
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            let o = &mut out[(i0 + i) * n + c0..][..LANES];
+            for l in 0..LANES {
+                o[l] = if add { o[l] + acc[l] } else { acc[l] };
+            }
+        }
+    }
+}
+
+/// Rows of `a` and of `b` a register block of [`dots`] pairs, and the partial sums each pair
+/// keeps: 2×4 pairs of 8 lanes are 8 AVX2 registers, with 6 more for the rows' values.
+const DOT_ROWS_A: usize = 2;
+const DOT_ROWS_B: usize = 4;
+const DOT_LANES: usize = 8;
+/// Tokens whose rows [`dots`] pairs while they are in L1 (2 × 7 KB at D_k = D_v = 32, R' = 24),
+/// before moving to the next block of pairs.
+const DOT_TOKENS: usize = 2;
+
+/// Adds Σ_t Σ_c a_t[i, c] · b_t[j, c] over the token pairs of a (tokens, m, kk) and b (tokens,
+/// n, kk) into the lane sums `acc` (m×n): the key gradient. Each (i, j) keeps DOT_LANES partial
+/// sums (c into lane c mod DOT_LANES, tokens in order), which [`total`] adds in lane order; a
+/// block of pairs holds its sums in registers over DOT_TOKENS tokens at a time.
+#[inline(always)]
+fn dots<T: Scalar>(acc: &mut [[T; DOT_LANES]], a: &[T], b: &[T], m: usize, n: usize, kk: usize) {
+    let tokens = a.len() / (m * kk);
+    for t0 in (0..tokens).step_by(DOT_TOKENS) {
+        let t1 = tokens.min(t0 + DOT_TOKENS);
+        let (a, b) = (&a[t0 * m * kk..t1 * m * kk], &b[t0 * n * kk..t1 * n * kk]);
+        let mut i0 = 0;
+        while i0 < m {
+            let ri = if i0 + DOT_ROWS_A <= m { DOT_ROWS_A } else { 1 };
+            let mut j0 = 0;
+            while j0 < n {
+                let rj = if j0 + DOT_ROWS_B <= n { DOT_ROWS_B } else { 1 };
+                let at = (&mut acc[..], a, b, (m, n, kk), (i0, j0));
+                match (ri, rj) {
+                    (DOT_ROWS_A, DOT_ROWS_B) => dots_block::<T, DOT_ROWS_A, DOT_ROWS_B>(at),
+                    (DOT_ROWS_A, _) => dots_block::<T, DOT_ROWS_A, 1>(at),
+                    (_, DOT_ROWS_B) => dots_block::<T, 1, DOT_ROWS_B>(at),
+                    _ => dots_block::<T, 1, 1>(at),
+                }
+                j0 += rj;
+            }
+            i0 += ri;
+        }
+    }
+}
+
+/// Each dot product of [`dots`]: its lanes added in order.
+fn total<T: Scalar>(acc: &[[T; DOT_LANES]]) -> Vec<T> {
+    acc.iter()
+        .map(|lanes| lanes.iter().fold(T::zero(), |s, &v| s + v))
+        .collect()
+}
+
+/// What a block of [`dots`] reads and adds to: the partial sums, a and b of a few tokens,
+/// (m, n, kk), and the block's first pair (i0, j0).
+type DotsAt<'a, T> = (
+    &'a mut [[T; DOT_LANES]],
+    &'a [T],
+    &'a [T],
+    (usize, usize, usize),
+    (usize, usize),
+);
+
+#[inline(always)]
+fn dots_block<T: Scalar, const I: usize, const J: usize>((acc_all, a, b, (m, n, kk), (i0, j0)): DotsAt<'_, T>) {
+    const L: usize = DOT_LANES;
+    let full = kk - kk % L;
+    let mut acc = [[[T::zero(); L]; J]; I];
+    for i in 0..I {
+        for j in 0..J {
+            acc[i][j] = acc_all[(i0 + i) * n + j0 + j];
+        }
+    }
+    for (ta, tb) in a.chunks_exact(m * kk).zip(b.chunks_exact(n * kk)) {
+        let (mut ra, mut rb): ([&[T]; I], [&[T]; J]) = ([&[]; I], [&[]; J]);
+        for i in 0..I {
+            ra[i] = &ta[(i0 + i) * kk..][..kk];
+        }
+        for j in 0..J {
+            rb[j] = &tb[(j0 + j) * kk..][..kk];
+        }
+        for c0 in (0..full).step_by(L) {
+            let (mut va, mut vb) = ([[T::zero(); L]; I], [[T::zero(); L]; J]);
+            for i in 0..I {
+                va[i].copy_from_slice(&ra[i][c0..c0 + L]);
+            }
+            for j in 0..J {
+                vb[j].copy_from_slice(&rb[j][c0..c0 + L]);
+            }
+            dots_lanes(&mut acc, &va, &vb);
+        }
+        if full < kk {
+            // The tail zero-padded to a full set of lanes: the partial sums are indexed by
+            // constants only, which keeps them in registers.
+            let (mut va, mut vb) = ([[T::zero(); L]; I], [[T::zero(); L]; J]);
+            for i in 0..I {
+                va[i][..kk - full].copy_from_slice(&ra[i][full..]);
+            }
+            for j in 0..J {
+                vb[j][..kk - full].copy_from_slice(&rb[j][full..]);
+            }
+            dots_lanes(&mut acc, &va, &vb);
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (j, lanes) in row.iter().enumerate() {
+            acc_all[(i0 + i) * n + j0 + j] = *lanes;
+        }
+    }
+}
+
+#[inline(always)]
+fn dots_lanes<T: Scalar, const I: usize, const J: usize>(
+    acc: &mut [[[T; DOT_LANES]; J]; I],
+    va: &[[T; DOT_LANES]; I],
+    vb: &[[T; DOT_LANES]; J],
+) {
+    for i in 0..I {
+        for j in 0..J {
+            for l in 0..DOT_LANES {
+                acc[i][j][l] = acc[i][j][l] + va[i][l] * vb[j][l];
+            }
+        }
+    }
+}
+
+/// Adds `parts` in order into `out`.
+fn add_in_order<T: Scalar>(out: &mut [T], parts: impl IntoIterator<Item = Vec<T>>) {
+    out.fill(T::zero());
+    for part in parts {
+        out.iter_mut().zip(&part).for_each(|(o, &p)| *o = *o + p);
+    }
+}
+
+/// Norm(x) = (x − mean)·rstd·gain, into `out`.
+#[inline(always)]
+fn normalise<T: Scalar>(out: &mut [T], x: &[T], gain: &[T], mean: T, rstd: T) {
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(gain) {
+        *o = (v - mean) * rstd * g;
+    }
+}
+
+fn check_norm<T>(stats: &[T], gain: &[T], d: &ResidualDims, norm: &NormDims) {
+    assert_eq!(
+        stats.len(),
+        2 * d.tokens,
+        "normed: stats has {} values for {d:?}",
+        stats.len()
+    );
+    assert_eq!(
+        gain.len(),
+        d.dk * d.dv,
+        "normed: gain has {} values for {d:?}",
+        gain.len()
+    );
+    assert!(
+        norm.rows == d.tokens && norm.c == d.dk * d.dv,
+        "normed: {norm:?} does not normalise {d:?}"
+    );
+}
+
+/// out (tokens, D_k, D_v) = base + Σ_h keys[h] ⊗ data[h], or out += Σ … without a base.
+pub fn cpu_store<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
+    d.check("store", out.len(), data.len(), keys.len());
+    if let Some(base) = base {
+        assert_eq!(base.len(), out.len(), "store: base and out differ in length");
+        out.copy_from_slice(base);
+    }
+    let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+    out.par_chunks_mut(KEY_GRAD_CHUNK * vm)
+        .zip(data.par_chunks(KEY_GRAD_CHUNK * vv))
+        .for_each(|(out, data)| store_tokens(out, keys, data, d));
+}
+
+wide! {
+    /// A chunk's storage: out[t] (D_k×D_v) += keysᵀ · data[t] (R'×D_v).
+    fn store_tokens<T: Scalar>(out: &mut [T], keys: &[T], data: &[T], d: ResidualDims) {
+        let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+        for (out, data) in out.chunks_mut(vm).zip(data.chunks(vv)) {
+            product(out, keys, (1, d.dk), data, d.dk, d.keys, d.dv, true);
+        }
+    }
+}
+
+/// y (tokens, R', D_v) = keys · Norm(X) per token, and stats (tokens, 2) = each token's (mean,
+/// rstd) as `norm_forward` computes them: Norm(X) is only ever a token's worth in cache.
+#[allow(clippy::too_many_arguments)]
+pub fn cpu_retrieve_normed<T: Scalar>(
+    y: &mut [T],
+    stats: &mut [T],
+    x: &[T],
+    gain: &[T],
+    keys: &[T],
+    d: ResidualDims,
+    norm: NormDims,
+) {
+    d.check("retrieve_normed", x.len(), y.len(), keys.len());
+    check_norm(stats, gain, &d, &norm);
+    let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+    y.par_chunks_mut(KEY_GRAD_CHUNK * vv)
+        .zip(stats.par_chunks_mut(KEY_GRAD_CHUNK * 2))
+        .zip(x.par_chunks(KEY_GRAD_CHUNK * vm))
+        .for_each(|((y, stats), x)| retrieve_normed_tokens(y, stats, x, gain, keys, d, norm));
+}
+
+wide! {
+    fn retrieve_normed_tokens<T: Scalar>(
+        y: &mut [T],
+        stats: &mut [T],
+        x: &[T],
+        gain: &[T],
+        keys: &[T],
+        d: ResidualDims,
+        norm: NormDims,
+    ) {
+        let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+        let mut normed = vec![T::zero(); vm];
+        for ((y, st), x) in y.chunks_mut(vv).zip(stats.chunks_mut(2)).zip(x.chunks(vm)) {
+            let (mean, rstd) = row_stats(x, norm.kind, norm.eps);
+            (st[0], st[1]) = (mean, rstd);
+            normalise(&mut normed, x, gain, mean, rstd);
+            product(y, keys, (d.dk, 1), &normed, d.keys, d.dk, d.dv, false);
+        }
+    }
+}
+
+/// The backward of a storage `out = base + Σ keys ⊗ data` in one pass over dout: ddata
+/// (tokens, R', D_v) = keys · dout per token (a retrieval), dkeys (R', D_k) = Σ_t data[t] ·
+/// dout[t]ᵀ. The base's gradient is dout itself.
+pub fn cpu_store_backward<T: Scalar>(
+    ddata: &mut [T],
+    dkeys: &mut [T],
+    dout: &[T],
+    keys: &[T],
+    data: &[T],
+    d: ResidualDims,
+) {
+    d.check("store_backward", dout.len(), ddata.len(), dkeys.len());
+    assert_eq!(
+        data.len(),
+        ddata.len(),
+        "store_backward: data and ddata differ in length"
+    );
+    assert_eq!(
+        keys.len(),
+        dkeys.len(),
+        "store_backward: keys and dkeys differ in length"
+    );
+    let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+    let parts: Vec<Vec<T>> = ddata
+        .par_chunks_mut(KEY_GRAD_CHUNK * vv)
+        .zip(dout.par_chunks(KEY_GRAD_CHUNK * vm))
+        .zip(data.par_chunks(KEY_GRAD_CHUNK * vv))
+        .map(|((ddata, dout), data)| store_backward_tokens(ddata, dout, keys, data, d))
+        .collect();
+    add_in_order(dkeys, parts);
+}
+
+wide! {
+    /// A chunk of `cpu_store_backward`: its data gradients, and its part of the key gradient.
+    fn store_backward_tokens<T: Scalar>(ddata: &mut [T], dout: &[T], keys: &[T], data: &[T], d: ResidualDims) -> Vec<T> {
+        let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+        for (ddata, dout) in ddata.chunks_mut(vv).zip(dout.chunks(vm)) {
+            product(ddata, keys, (d.dk, 1), dout, d.keys, d.dk, d.dv, false);
+        }
+        let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
+        dots(&mut acc, data, dout, d.keys, d.dk, d.dv);
+        total(&acc)
+    }
+}
+
+/// The backward of `cpu_retrieve_normed` in one pass over X: with dN = Σ_h keys[h] ⊗ dy[h] per
+/// token (never written out), dx += ∂Norm/∂x · dN, dgain = Σ_t dN ⊙ x̂, dkeys = Σ_t dy[t] ·
+/// Norm(X)[t]ᵀ.
+#[allow(clippy::too_many_arguments)]
+pub fn cpu_retrieve_normed_backward<T: Scalar>(
+    dx: &mut [T],
+    dgain: &mut [T],
+    dkeys: &mut [T],
+    dy: &[T],
+    x: &[T],
+    stats: &[T],
+    gain: &[T],
+    keys: &[T],
+    d: ResidualDims,
+    norm: NormDims,
+) {
+    d.check("retrieve_normed_backward", x.len(), dy.len(), dkeys.len());
+    check_norm(stats, gain, &d, &norm);
+    assert_eq!(dx.len(), x.len(), "retrieve_normed_backward: dx and x differ in length");
+    assert_eq!(
+        dgain.len(),
+        gain.len(),
+        "retrieve_normed_backward: dgain and gain differ"
+    );
+    assert_eq!(
+        keys.len(),
+        dkeys.len(),
+        "retrieve_normed_backward: keys and dkeys differ"
+    );
+    let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+    let parts: Vec<(Vec<T>, Vec<T>)> = dx
+        .par_chunks_mut(KEY_GRAD_CHUNK * vm)
+        .zip(dy.par_chunks(KEY_GRAD_CHUNK * vv))
+        .zip(x.par_chunks(KEY_GRAD_CHUNK * vm))
+        .zip(stats.par_chunks(KEY_GRAD_CHUNK * 2))
+        .map(|(((dx, dy), x), stats)| retrieve_normed_backward_tokens(dx, dy, x, stats, gain, keys, d, norm))
+        .collect();
+    let (key_parts, gain_parts): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+    add_in_order(dkeys, key_parts);
+    add_in_order(dgain, gain_parts);
+}
+
+wide! {
+    /// A chunk of `cpu_retrieve_normed_backward`: its dx, and its parts of dkeys and dgain.
+    fn retrieve_normed_backward_tokens<T: Scalar>(
+        dx: &mut [T],
+        dy: &[T],
+        x: &[T],
+        stats: &[T],
+        gain: &[T],
+        keys: &[T],
+        d: ResidualDims,
+        norm: NormDims,
+    ) -> (Vec<T>, Vec<T>) {
+        let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+        let mut normed = vec![T::zero(); DOT_TOKENS * vm];
+        let mut dn = vec![T::zero(); vm];
+        let mut dgain = vec![T::zero(); vm];
+        let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
+        // DOT_TOKENS tokens at a time, so that their matrices and Norm(X) stay in L1.
+        let groups = dx.chunks_mut(DOT_TOKENS * vm).zip(dy.chunks(DOT_TOKENS * vv));
+        for ((dx, dy), (x, stats)) in groups.zip(x.chunks(DOT_TOKENS * vm).zip(stats.chunks(DOT_TOKENS * 2))) {
+            let normed = &mut normed[..x.len()];
+            for (t, ((dx, x), st)) in dx.chunks_mut(vm).zip(x.chunks(vm)).zip(stats.chunks(2)).enumerate() {
+                let (mean, rstd) = (st[0], st[1]);
+                normalise(&mut normed[t * vm..][..vm], x, gain, mean, rstd);
+                product(&mut dn, keys, (1, d.dk), &dy[t * vv..][..vv], d.dk, d.keys, d.dv, false);
+                for ((g, &n), &v) in dgain.iter_mut().zip(&dn).zip(x) {
+                    *g = *g + n * ((v - mean) * rstd);
+                }
+                row_backward(dx, &dn, x, gain, mean, rstd, norm.kind);
+            }
+            dots(&mut acc, dy, normed, d.keys, d.dk, d.dv);
+        }
+        (total(&acc), dgain)
+    }
+}
