@@ -41,40 +41,39 @@ pub(crate) fn row_stats<T: crate::ops::Scalar>(x: &[T], kind: NormKind, eps: f32
     (mean, T::one() / (var + T::of(eps as f64)).sqrt())
 }
 
-/// One row's input gradient, added to dx: with dn = dout ⊙ gain and x̂ = (x − mean)·rstd,
-/// dx += rstd · (dn − mean(dn) − x̂ · mean(dn ⊙ x̂)), mean(dn) left out for RMSNorm.
+/// One row's input gradient, added to dx, from its standardised x̂ = (x − mean)·rstd: with
+/// dn = dout ⊙ gain, dx += rstd · (dn − mean(dn) − x̂ · mean(dn ⊙ x̂)), mean(dn) left out for
+/// RMSNorm.
 #[cfg(feature = "cpu")]
 #[inline(always)]
 pub(crate) fn row_backward<T: crate::ops::Scalar>(
     dx: &mut [T],
     dout: &[T],
-    x: &[T],
+    xhat: &[T],
     gain: &[T],
-    mean: T,
     rstd: T,
     kind: NormKind,
 ) {
     use crate::cpu::simd::LANES;
-    let n = T::of(x.len() as f64);
+    let n = T::of(xhat.len() as f64);
     let (mut sum_dn, mut sum_dn_norm) = ([T::zero(); LANES], [T::zero(); LANES]);
-    let mut add = |l: usize, g: T, w: T, v: T| {
-        let dn = g * w;
-        sum_dn[l] = sum_dn[l] + dn;
-        sum_dn_norm[l] = sum_dn_norm[l] + dn * ((v - mean) * rstd);
-    };
-    let (cg, cw, cx) = (
+    let (cg, cw, ch) = (
         dout.chunks_exact(LANES),
         gain.chunks_exact(LANES),
-        x.chunks_exact(LANES),
+        xhat.chunks_exact(LANES),
     );
-    let rest = (cg.remainder(), cw.remainder(), cx.remainder());
-    for ((g, w), v) in cg.zip(cw).zip(cx) {
+    let rest = (cg.remainder(), cw.remainder(), ch.remainder());
+    for ((g, w), h) in cg.zip(cw).zip(ch) {
         for l in 0..LANES {
-            add(l, g[l], w[l], v[l]);
+            let dn = g[l] * w[l];
+            sum_dn[l] = sum_dn[l] + dn;
+            sum_dn_norm[l] = sum_dn_norm[l] + dn * h[l];
         }
     }
-    for (l, ((&g, &w), &v)) in rest.0.iter().zip(rest.1).zip(rest.2).enumerate() {
-        add(l, g, w, v);
+    for (l, ((&g, &w), &h)) in rest.0.iter().zip(rest.1).zip(rest.2).enumerate() {
+        let dn = g * w;
+        sum_dn[l] = sum_dn[l] + dn;
+        sum_dn_norm[l] = sum_dn_norm[l] + dn * h;
     }
     let total = |s: [T; LANES]| s.iter().fold(T::zero(), |a, &b| a + b);
     let mean_dn = match kind {
@@ -82,9 +81,8 @@ pub(crate) fn row_backward<T: crate::ops::Scalar>(
         NormKind::RmsNorm => T::zero(),
     };
     let mean_dn_norm = total(sum_dn_norm) / n;
-    for (((d, &g), &w), &v) in dx.iter_mut().zip(dout).zip(gain).zip(x) {
-        let nrm = (v - mean) * rstd;
-        *d = *d + rstd * (g * w - mean_dn - nrm * mean_dn_norm);
+    for (((d, &g), &w), &h) in dx.iter_mut().zip(dout).zip(gain).zip(xhat) {
+        *d = *d + rstd * (g * w - mean_dn - h * mean_dn_norm);
     }
 }
 
@@ -147,12 +145,15 @@ mod cpu_twin {
     wide! {
         /// A chunk of rows' dx, and its part of dgain.
         fn backward_rows<T: Scalar>(dx: &mut [T], dout: &[T], x: &[T], gain: &[T], stats: &[T], d: NormDims) -> Vec<T> {
-            let mut dgain = vec![T::zero(); d.c];
+            let (mut dgain, mut xhat) = (vec![T::zero(); d.c], vec![T::zero(); d.c]);
             for (((dx, dout), x), st) in dx.chunks_mut(d.c).zip(dout.chunks(d.c)).zip(x.chunks(d.c)).zip(stats.chunks(2)) {
                 let (mean, rstd) = (st[0], st[1]);
-                row_backward(dx, dout, x, gain, mean, rstd, d.kind);
-                for ((a, &g), &v) in dgain.iter_mut().zip(dout).zip(x) {
-                    *a = *a + g * ((v - mean) * rstd);
+                for (h, &v) in xhat.iter_mut().zip(x) {
+                    *h = (v - mean) * rstd;
+                }
+                row_backward(dx, dout, &xhat, gain, rstd, d.kind);
+                for ((a, &g), &h) in dgain.iter_mut().zip(dout).zip(&xhat) {
+                    *a = *a + g * h;
                 }
             }
             dgain

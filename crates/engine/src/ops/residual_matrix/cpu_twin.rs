@@ -23,29 +23,37 @@ use rayon::prelude::*;
 /// Output rows a register block of [`product`] spans.
 const ROWS: usize = 4;
 
-/// out (m×n) = Σ_c a(i, c) · b[c, ·], added to out when `add`, with a(i, c) = a[i·ra + c·ca]
+/// What [`product`] adds its sums to.
+#[derive(Clone, Copy)]
+enum Onto<'a, T> {
+    /// Nothing: out = the sums.
+    Zero,
+    /// out itself: out += the sums.
+    Out,
+    /// Another matrix of out's shape: out = base + the sums, without copying base first.
+    Base(&'a [T]),
+}
+
+/// out (m×n) = Σ_c a(i, c) · b[c, ·], added to what `onto` says, with a(i, c) = a[i·ra + c·ca]
 /// and b (kk×n) row-major: the retrieval (a = keys), the storage (a = keysᵀ) and the
 /// retrieval's data gradient. Each value sums c from 0, in a block or in the tail alike.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn product<T: Scalar>(
     out: &mut [T],
     a: &[T],
     (ra, ca): (usize, usize),
     b: &[T],
-    m: usize,
-    kk: usize,
-    n: usize,
-    add: bool,
+    (m, kk, n): (usize, usize, usize),
+    onto: Onto<'_, T>,
 ) {
     let full = n - n % LANES;
     let mut i0 = 0;
     while i0 < m {
         if i0 + ROWS <= m {
-            product_block::<T, ROWS>(out, a, (ra, ca), b, i0, kk, n, full, add);
+            product_block::<T, ROWS>(out, a, (ra, ca), b, i0, kk, n, full, onto);
             i0 += ROWS;
         } else {
-            product_block::<T, 1>(out, a, (ra, ca), b, i0, kk, n, full, add);
+            product_block::<T, 1>(out, a, (ra, ca), b, i0, kk, n, full, onto);
             i0 += 1;
         }
     }
@@ -56,8 +64,12 @@ fn product<T: Scalar>(
             for c in 0..kk {
                 acc = acc + a[i * ra + c * ca] * b[c * n + j];
             }
-            let o = &mut out[i * n + j];
-            *o = if add { *o + acc } else { acc };
+            let e = i * n + j;
+            out[e] = match onto {
+                Onto::Zero => acc,
+                Onto::Out => out[e] + acc,
+                Onto::Base(base) => base[e] + acc,
+            };
         }
     }
 }
@@ -74,7 +86,7 @@ fn product_block<T: Scalar, const R: usize>(
     kk: usize,
     n: usize,
     full: usize,
-    add: bool,
+    onto: Onto<'_, T>,
 ) {
     for c0 in (0..full).step_by(LANES) {
         let mut acc = [[T::zero(); LANES]; R];
@@ -91,9 +103,21 @@ fn product_block<T: Scalar, const R: usize>(
             }
         }
         for (i, acc) in acc.iter().enumerate() {
-            let o = &mut out[(i0 + i) * n + c0..][..LANES];
-            for l in 0..LANES {
-                o[l] = if add { o[l] + acc[l] } else { acc[l] };
+            let at = (i0 + i) * n + c0;
+            let o = &mut out[at..][..LANES];
+            match onto {
+                Onto::Zero => o.copy_from_slice(acc),
+                Onto::Out => {
+                    for l in 0..LANES {
+                        o[l] = o[l] + acc[l];
+                    }
+                }
+                Onto::Base(base) => {
+                    let base = &base[at..][..LANES];
+                    for l in 0..LANES {
+                        o[l] = base[l] + acc[l];
+                    }
+                }
             }
         }
     }
@@ -226,6 +250,14 @@ fn add_in_order<T: Scalar>(out: &mut [T], parts: impl IntoIterator<Item = Vec<T>
     }
 }
 
+/// x̂ = (x − mean)·rstd, into `out`.
+#[inline(always)]
+fn standardise<T: Scalar>(out: &mut [T], x: &[T], mean: T, rstd: T) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - mean) * rstd;
+    }
+}
+
 /// Norm(x) = (x − mean)·rstd·gain, into `out`.
 #[inline(always)]
 fn normalise<T: Scalar>(out: &mut [T], x: &[T], gain: &[T], mean: T, rstd: T) {
@@ -256,22 +288,31 @@ fn check_norm<T>(stats: &[T], gain: &[T], d: &ResidualDims, norm: &NormDims) {
 /// out (tokens, D_k, D_v) = base + Σ_h keys[h] ⊗ data[h], or out += Σ … without a base.
 pub fn cpu_store<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
     d.check("store", out.len(), data.len(), keys.len());
+    let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
     if let Some(base) = base {
         assert_eq!(base.len(), out.len(), "store: base and out differ in length");
-        out.copy_from_slice(base);
     }
-    let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
-    out.par_chunks_mut(KEY_GRAD_CHUNK * vm)
-        .zip(data.par_chunks(KEY_GRAD_CHUNK * vv))
-        .for_each(|(out, data)| store_tokens(out, keys, data, d));
+    let chunks = out
+        .par_chunks_mut(KEY_GRAD_CHUNK * vm)
+        .zip(data.par_chunks(KEY_GRAD_CHUNK * vv));
+    match base {
+        Some(base) => {
+            let bases = base.par_chunks(KEY_GRAD_CHUNK * vm);
+            chunks
+                .zip(bases)
+                .for_each(|((out, data), base)| store_tokens(out, Some(base), keys, data, d));
+        }
+        None => chunks.for_each(|(out, data)| store_tokens(out, None, keys, data, d)),
+    }
 }
 
 wide! {
-    /// A chunk's storage: out[t] (D_k×D_v) += keysᵀ · data[t] (R'×D_v).
-    fn store_tokens<T: Scalar>(out: &mut [T], keys: &[T], data: &[T], d: ResidualDims) {
+    /// A chunk's storage: out[t] (D_k×D_v) = base[t] + keysᵀ · data[t] (R'×D_v), or out[t] += ….
+    fn store_tokens<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
-        for (out, data) in out.chunks_mut(vm).zip(data.chunks(vv)) {
-            product(out, keys, (1, d.dk), data, d.dk, d.keys, d.dv, true);
+        for (t, (out, data)) in out.chunks_mut(vm).zip(data.chunks(vv)).enumerate() {
+            let onto = base.map_or(Onto::Out, |b| Onto::Base(&b[t * vm..][..vm]));
+            product(out, keys, (1, d.dk), data, (d.dk, d.keys, d.dv), onto);
         }
     }
 }
@@ -313,7 +354,7 @@ wide! {
             let (mean, rstd) = row_stats(x, norm.kind, norm.eps);
             (st[0], st[1]) = (mean, rstd);
             normalise(&mut normed, x, gain, mean, rstd);
-            product(y, keys, (d.dk, 1), &normed, d.keys, d.dk, d.dv, false);
+            product(y, keys, (d.dk, 1), &normed, (d.keys, d.dk, d.dv), Onto::Zero);
         }
     }
 }
@@ -355,7 +396,7 @@ wide! {
     fn store_backward_tokens<T: Scalar>(ddata: &mut [T], dout: &[T], keys: &[T], data: &[T], d: ResidualDims) -> Vec<T> {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
         for (ddata, dout) in ddata.chunks_mut(vv).zip(dout.chunks(vm)) {
-            product(ddata, keys, (d.dk, 1), dout, d.keys, d.dk, d.dv, false);
+            product(ddata, keys, (d.dk, 1), dout, (d.keys, d.dk, d.dv), Onto::Zero);
         }
         let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
         dots(&mut acc, data, dout, d.keys, d.dk, d.dv);
@@ -419,21 +460,22 @@ wide! {
     ) -> (Vec<T>, Vec<T>) {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
         let mut normed = vec![T::zero(); DOT_TOKENS * vm];
-        let mut dn = vec![T::zero(); vm];
-        let mut dgain = vec![T::zero(); vm];
+        let (mut xhat, mut dn, mut dgain) = (vec![T::zero(); vm], vec![T::zero(); vm], vec![T::zero(); vm]);
         let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
         // DOT_TOKENS tokens at a time, so that their matrices and Norm(X) stay in L1.
         let groups = dx.chunks_mut(DOT_TOKENS * vm).zip(dy.chunks(DOT_TOKENS * vv));
         for ((dx, dy), (x, stats)) in groups.zip(x.chunks(DOT_TOKENS * vm).zip(stats.chunks(DOT_TOKENS * 2))) {
             let normed = &mut normed[..x.len()];
             for (t, ((dx, x), st)) in dx.chunks_mut(vm).zip(x.chunks(vm)).zip(stats.chunks(2)).enumerate() {
-                let (mean, rstd) = (st[0], st[1]);
-                normalise(&mut normed[t * vm..][..vm], x, gain, mean, rstd);
-                product(&mut dn, keys, (1, d.dk), &dy[t * vv..][..vv], d.dk, d.keys, d.dv, false);
-                for ((g, &n), &v) in dgain.iter_mut().zip(&dn).zip(x) {
-                    *g = *g + n * ((v - mean) * rstd);
+                standardise(&mut xhat, x, st[0], st[1]);
+                for ((o, &h), &g) in normed[t * vm..][..vm].iter_mut().zip(&xhat).zip(gain) {
+                    *o = h * g;
                 }
-                row_backward(dx, &dn, x, gain, mean, rstd, norm.kind);
+                product(&mut dn, keys, (1, d.dk), &dy[t * vv..][..vv], (d.dk, d.keys, d.dv), Onto::Zero);
+                for ((g, &n), &h) in dgain.iter_mut().zip(&dn).zip(&xhat) {
+                    *g = *g + n * h;
+                }
+                row_backward(dx, &dn, &xhat, gain, st[1], norm.kind);
             }
             dots(&mut acc, dy, normed, d.keys, d.dk, d.dv);
         }
