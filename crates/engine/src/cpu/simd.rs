@@ -58,19 +58,11 @@ pub fn lane_sum<T: crate::ops::Scalar>(x: &[T], f: impl Fn(T) -> T) -> T {
     acc.iter().fold(T::zero(), |s, &a| s + a)
 }
 
-/// Σ f(x_i, y_i) over two slices of one length, in lanes like [`lane_sum`].
-#[inline(always)]
-pub fn lane_sum2<T: crate::ops::Scalar>(x: &[T], y: &[T], f: impl Fn(T, T) -> T) -> T {
-    assert_eq!(x.len(), y.len(), "lane_sum2: lengths differ");
-    let mut acc = [T::zero(); LANES];
-    let (mut cx, mut cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
-    for (a, b) in (&mut cx).zip(&mut cy) {
-        for l in 0..LANES {
-            acc[l] = acc[l] + f(a[l], b[l]);
-        }
+/// out = Σ parts, added in the order given: per-chunk partial sums (a key or gain gradient)
+/// reduced so that the result does not depend on how threads ran the chunks.
+pub fn add_in_order<T: crate::ops::Scalar>(out: &mut [T], parts: impl IntoIterator<Item = Vec<T>>) {
+    out.fill(T::zero());
+    for part in parts {
+        out.iter_mut().zip(&part).for_each(|(o, &p)| *o = *o + p);
     }
-    for (l, (&a, &b)) in cx.remainder().iter().zip(cy.remainder()).enumerate() {
-        acc[l] = acc[l] + f(a, b);
-    }
-    acc.iter().fold(T::zero(), |s, &a| s + a)
 }

@@ -41,6 +41,15 @@ pub(crate) fn row_stats<T: crate::ops::Scalar>(x: &[T], kind: NormKind, eps: f32
     (mean, T::one() / (var + T::of(eps as f64)).sqrt())
 }
 
+/// x̂ = (x − mean)·rstd, into `out`: what `row_backward` takes.
+#[cfg(feature = "cpu")]
+#[inline(always)]
+pub(crate) fn standardise<T: crate::ops::Scalar>(out: &mut [T], x: &[T], mean: T, rstd: T) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - mean) * rstd;
+    }
+}
+
 /// One row's input gradient, added to dx, from its standardised x̂ = (x − mean)·rstd: with
 /// dn = dout ⊙ gain, dx += rstd · (dn − mean(dn) − x̂ · mean(dn ⊙ x̂)), mean(dn) left out for
 /// RMSNorm.
@@ -89,7 +98,7 @@ pub(crate) fn row_backward<T: crate::ops::Scalar>(
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
-    use crate::cpu::simd::wide;
+    use crate::cpu::simd::{add_in_order, wide};
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -136,10 +145,7 @@ mod cpu_twin {
             .zip(stats.par_chunks(ROWS * 2))
             .map(|(((dx, dout), x), stats)| backward_rows(dx, dout, x, gain, stats, d))
             .collect();
-        dgain.fill(T::zero());
-        for part in &parts {
-            dgain.iter_mut().zip(part).for_each(|(a, &b)| *a = *a + b);
-        }
+        add_in_order(dgain, parts);
     }
 
     wide! {
@@ -148,9 +154,7 @@ mod cpu_twin {
             let (mut dgain, mut xhat) = (vec![T::zero(); d.c], vec![T::zero(); d.c]);
             for (((dx, dout), x), st) in dx.chunks_mut(d.c).zip(dout.chunks(d.c)).zip(x.chunks(d.c)).zip(stats.chunks(2)) {
                 let (mean, rstd) = (st[0], st[1]);
-                for (h, &v) in xhat.iter_mut().zip(x) {
-                    *h = (v - mean) * rstd;
-                }
+                standardise(&mut xhat, x, mean, rstd);
                 row_backward(dx, dout, &xhat, gain, rstd, d.kind);
                 for ((a, &g), &h) in dgain.iter_mut().zip(dout).zip(&xhat) {
                     *a = *a + g * h;

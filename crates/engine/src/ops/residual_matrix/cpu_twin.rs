@@ -14,8 +14,8 @@
 //! depend on the thread count or on which build of a `wide!` function ran.
 
 use super::{ResidualDims, KEY_GRAD_CHUNK};
-use crate::cpu::simd::{wide, LANES};
-use crate::ops::norm::{row_backward, row_stats};
+use crate::cpu::simd::{add_in_order, wide, LANES};
+use crate::ops::norm::{row_backward, row_stats, standardise};
 use crate::ops::Scalar;
 use crate::NormDims;
 use rayon::prelude::*;
@@ -239,22 +239,6 @@ fn dots_lanes<T: Scalar, const I: usize, const J: usize>(
                 acc[i][j][l] = acc[i][j][l] + va[i][l] * vb[j][l];
             }
         }
-    }
-}
-
-/// Adds `parts` in order into `out`.
-fn add_in_order<T: Scalar>(out: &mut [T], parts: impl IntoIterator<Item = Vec<T>>) {
-    out.fill(T::zero());
-    for part in parts {
-        out.iter_mut().zip(&part).for_each(|(o, &p)| *o = *o + p);
-    }
-}
-
-/// x̂ = (x − mean)·rstd, into `out`.
-#[inline(always)]
-fn standardise<T: Scalar>(out: &mut [T], x: &[T], mean: T, rstd: T) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (v - mean) * rstd;
     }
 }
 
