@@ -17,6 +17,12 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// On the GPU, run every kernel's default configuration instead of measuring the
+    /// candidates (matmul tiles, attention's rows per workgroup) and using the fastest. Either
+    /// way gives the same bits; tuned choices are cached per adapter in
+    /// ~/.cache/resmem/tuning.json.
+    #[arg(long, global = true)]
+    pub no_tune: bool,
 }
 
 #[derive(Subcommand)]

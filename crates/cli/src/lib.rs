@@ -30,6 +30,7 @@ mod source;
 mod stats;
 mod sweep;
 mod train;
+mod tuning;
 
 pub use train::{request_stop, stop_requested};
 
@@ -42,6 +43,7 @@ use clap::{CommandFactory, FromArgMatches};
 pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
     let matches = args::Cli::command().try_get_matches_from(args)?;
     let cli = args::Cli::from_arg_matches(&matches)?;
+    tuning::set_no_tune(cli.no_tune);
     match cli.command {
         args::Command::Train(mut a) => {
             a.backend_given = matches
@@ -84,9 +86,15 @@ pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
 }
 
 /// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups).
+/// Its kernels are tuned unless `--no-tune` was given, with the choices cached ([`tuning`]).
 pub fn gpu_backend_with(options: engine::gpu::GpuOptions) -> Result<engine::gpu::GpuBackend> {
     private_runtime_dir();
+    let options = engine::gpu::GpuOptions {
+        tune: tuning::enabled(),
+        ..options
+    };
     let be = pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")?;
+    tuning::attach(&be);
     if be.emulated() {
         console::warn(&format!(
             "note: --backend gpu runs on {}, a CPU emulating a GPU; --backend cpu is faster here",

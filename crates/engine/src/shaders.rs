@@ -132,7 +132,7 @@ macro_rules! family {
 /// Every op family's shader.
 pub const SHADERS: &[Shader] = &[
     family!("elementwise", ops::elementwise::DEFINES, &[]),
-    family!("matmul", ops::matmul::DEFINES, &[Define::bool(SUBGROUPS, false)]),
+    family!("matmul", ops::matmul::DEFINES, ops::matmul::SWITCHES),
     family!("embedding", &[], &[]),
     family!("gather", &[], &[]),
     family!("norm", ops::norm::DEFINES, &[]),
@@ -146,6 +146,21 @@ pub const SHADERS: &[Shader] = &[
     ),
     family!("memory", &[], &[]),
 ];
+
+/// A digest of every kernel's source as built (defines, common helpers, each family's file): what
+/// the tuned choices of an adapter hold for, so that a changed kernel is measured again.
+pub fn digest() -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(COMMON_WGSL.as_bytes());
+    for s in SHADERS {
+        h.update(s.name.as_bytes());
+        h.update(s.body.as_bytes());
+        for d in s.constants.iter().chain(s.switches) {
+            h.update(d.wgsl().as_bytes());
+        }
+    }
+    h.finalize()
+}
 
 /// The shader of family `name`.
 pub fn shader(name: &str) -> &'static Shader {

@@ -3,7 +3,7 @@
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::cpu::CpuBackend;
-use resmem_engine::gpu::{GpuBackend, GpuOptions};
+use resmem_engine::gpu::{Candidate, Choice, GpuBackend, GpuOptions};
 use resmem_engine::ops::memory::sort_tiles;
 use resmem_engine::selftest::{self, cases, documents, random as rand_vec};
 use resmem_engine::*;
@@ -203,15 +203,36 @@ fn matmul_paths(gpu: &GpuBackend) -> &'static str {
     }
 }
 
+/// One backend with `options` per matmul tile that fits it but its default, each forced to use
+/// that tile: tuning may pick any of them, so each must give the default's bits.
+fn other_tiles(options: GpuOptions) -> Vec<(String, GpuBackend)> {
+    let probe = gpu_with(options);
+    let fitting: Vec<usize> = (0..ops::matmul::TILES.len())
+        .filter(|&i| ops::matmul::TILES[i].fits(&probe))
+        .collect();
+    assert!(fitting.len() >= 4, "every adapter fits the four tiles of its path");
+    (fitting[1..].iter())
+        .map(|&i| {
+            let be = gpu_with(options);
+            be.force_candidate("matmul", i);
+            (ops::matmul::TILES[i].name(), be)
+        })
+        .collect()
+}
+
 /// Every transpose with and without accumulation, on shapes from one value to several tiles,
 /// odd ones (scalar reads) and multiples of 4 (vec4 reads), single, batched and with either
 /// operand broadcast over the batch: within a tolerance of the CPU, and the same bits on the
-/// subgroup path, the plain path and a folded grid.
+/// subgroup path, the plain path, a folded grid and every tile tuning may choose.
 #[test]
 fn matmul_every_layout() {
     let (sub, plain, folded, cpu) = (gpu(), gpu_with(PLAIN), gpu_with(FOLDED), CpuBackend::<f32>::new());
     assert!(!plain.subgroups());
     eprintln!("matmul_every_layout: {}", matmul_paths(&sub));
+    let tiles: Vec<_> = other_tiles(GpuOptions::default())
+        .into_iter()
+        .chain(other_tiles(PLAIN))
+        .collect();
     let mut rng = SmallRng::seed_from_u64(10);
     let mut cases = Vec::new();
     for (m, n, k) in [(1, 1, 1), (67, 45, 93), (257, 129, 65), (100, 68, 36)] {
@@ -243,7 +264,78 @@ fn matmul_every_layout() {
             &matmul_case(&folded, &a, &b, &init, d),
             &want,
         );
+        for (tile, be) in &tiles {
+            assert_same_bits(
+                &format!("tile {tile} {name}"),
+                &matmul_case(be, &a, &b, &init, d),
+                &want,
+            );
+        }
     }
+}
+
+/// With tuning on, the first launch of a shape measures every tile that fits and keeps one; later
+/// launches of the shape, and shapes whose choice was loaded, measure nothing; the product's bits
+/// are the untuned backend's.
+#[test]
+fn tuning_measures_each_shape_once_and_keeps_the_bits() {
+    use std::{cell::RefCell, rc::Rc};
+    let tuned = gpu_with(GpuOptions {
+        tune: true,
+        ..GpuOptions::DEFAULT
+    });
+    assert!(tuned.tuning());
+    let heard: Rc<RefCell<Vec<Choice>>> = Rc::default();
+    let sink = heard.clone();
+    tuned.on_tuned(move |c| sink.borrow_mut().push(c.clone()));
+    let mut rng = SmallRng::seed_from_u64(11);
+    let d = MatmulDims::new(150, 70, 90);
+    let (a, b, init) = (
+        rand_vec(&mut rng, 150 * 90, 1.0),
+        rand_vec(&mut rng, 90 * 70, 1.0),
+        vec![0.0; 150 * 70],
+    );
+    let want = matmul_case(&gpu(), &a, &b, &init, d);
+    assert_same_bits("tuned matmul", &matmul_case(&tuned, &a, &b, &init, d), &want);
+    assert_same_bits("tuned matmul again", &matmul_case(&tuned, &a, &b, &init, d), &want);
+    let fitting: Vec<String> = (ops::matmul::TILES.iter())
+        .filter(|t| t.fits(&tuned))
+        .map(|t| t.name())
+        .collect();
+    {
+        let heard = heard.borrow();
+        assert_eq!(heard.len(), 1, "one shape, measured once: {heard:?}");
+        let choice = &heard[0];
+        assert_eq!(choice.class, "matmul 150×70×90 batch 1 a·b");
+        let measured: Vec<&String> = choice.timings.iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            measured,
+            fitting.iter().collect::<Vec<_>>(),
+            "every fitting tile, the default first"
+        );
+        assert!(
+            choice.timings.iter().all(|(_, s)| s.is_finite() && *s > 0.0),
+            "{choice:?}"
+        );
+        assert!(fitting.contains(&choice.chosen));
+        assert_eq!(tuned.choices(), vec![(choice.class.clone(), choice.chosen.clone())]);
+    }
+    // A choice from a cache is used as it is.
+    let d2 = MatmulDims::new(33, 65, 17);
+    tuned.load_choices([(
+        "matmul 33×65×17 batch 1 a·b".to_string(),
+        fitting[fitting.len() - 1].clone(),
+    )]);
+    let (a, b, init) = (
+        rand_vec(&mut rng, 33 * 17, 1.0),
+        rand_vec(&mut rng, 17 * 65, 1.0),
+        vec![0.0; 33 * 65],
+    );
+    let want = matmul_case(&gpu(), &a, &b, &init, d2);
+    assert_same_bits("loaded choice", &matmul_case(&tuned, &a, &b, &init, d2), &want);
+    assert_eq!(heard.borrow().len(), 1, "a loaded choice is not measured again");
+    // Off by default: nothing is measured.
+    assert!(!gpu().tuning());
 }
 
 #[test]
@@ -543,6 +635,11 @@ fn split_launches_give_the_same_bits() {
     });
     assert_eq!(split.max_binding_values(), 16 << 10);
     eprintln!("split matmul: {}", matmul_paths(&whole));
+    // The split depends on the tile: every tile of the plain path, split.
+    let split_tiles = other_tiles(GpuOptions {
+        no_subgroups: true,
+        ..SPLIT
+    });
     let mut rng = SmallRng::seed_from_u64(20);
     for (ta, tb, acc, k) in [
         (false, false, false, 150),
@@ -566,6 +663,13 @@ fn split_launches_give_the_same_bits() {
             &matmul_case(&plain_split, &a, &b, &init, d),
             &want,
         );
+        for (tile, be) in &split_tiles {
+            assert_same_bits(
+                &format!("tile {tile} {name}"),
+                &matmul_case(be, &a, &b, &init, d),
+                &want,
+            );
+        }
         let cpu = matmul_case(&CpuBackend::<f32>::new(), &a, &b, &init, d);
         assert_close(&name, &want, &cpu, 1e-5);
     }

@@ -26,6 +26,10 @@ pub struct GpuOptions {
     /// a kernel built another way, such as the deliberately wrong one the selftest's own test
     /// must catch.
     pub overrides: &'static [Define],
+    /// Measure the candidates of tunable ops on their first launch of each shape and use the
+    /// fastest (`tuning.rs`); off, each runs its default. Natively only: the browser never waits
+    /// for the device.
+    pub tune: bool,
 }
 
 impl GpuOptions {
@@ -36,6 +40,7 @@ impl GpuOptions {
         no_subgroups: false,
         no_timestamps: false,
         overrides: &[],
+        tune: false,
     };
 }
 
@@ -59,6 +64,10 @@ pub struct GpuBackend {
     overrides: &'static [Define],
     /// Whether the device was created with timestamp queries (`timing.rs`).
     pub(crate) timestamps: bool,
+    /// The tunable ops' choices (`tuning.rs`).
+    pub(crate) tuner: RefCell<super::tuning::Tuner>,
+    /// The adapter, driver and build the choices hold for.
+    pub(crate) tuning_key: String,
     /// Compiled pipelines by (shader, entry point, defines): each variant of a shader is compiled
     /// once per context, and each of its entry points made a pipeline once.
     pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
@@ -168,7 +177,17 @@ impl GpuBackend {
             .max_compute_workgroups_per_dimension
             .min(options.max_groups_per_dim.unwrap_or(u32::MAX))
             .max(1);
+        let tuning_key = format!(
+            "{name} | {:?} | {} {} | kernels {:08x}",
+            info.backend,
+            info.driver,
+            info.driver_info,
+            crate::shaders::digest()
+        );
+        let tuner = super::tuning::Tuner::new(options.tune && cfg!(not(target_arch = "wasm32")));
         Ok(Self {
+            tuner: RefCell::new(tuner),
+            tuning_key,
             binding_values,
             max_groups,
             subgroups,
@@ -367,9 +386,13 @@ impl GpuBackend {
     /// Encodes every pending launch into one compute pass and submits it.
     pub(crate) fn submit_pending(&self) {
         let pending = std::mem::take(&mut *self.pending.borrow_mut());
-        if pending.is_empty() {
-            return;
+        if !pending.is_empty() {
+            self.submit(&pending);
         }
+    }
+
+    /// Encodes `launches` into one compute pass and submits it.
+    pub(crate) fn submit(&self, launches: &[Dispatch]) {
         let mut encoder = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
@@ -378,7 +401,7 @@ impl GpuBackend {
                 label: Some("step"),
                 timestamp_writes: None,
             });
-            for d in &pending {
+            for d in launches {
                 pass.set_pipeline(&d.pipeline);
                 pass.set_bind_group(0, &d.bind_group, &[]);
                 pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);

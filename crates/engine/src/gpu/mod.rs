@@ -8,10 +8,12 @@
 mod context;
 mod readback;
 mod timing;
+mod tuning;
 
 use crate::{Backend, EngineError, Result};
 pub use context::{GpuBackend, GpuOptions};
 use std::future::Future;
+pub use tuning::{Candidate, Choice};
 
 /// Values per alignment unit of a view's offset: 256 bytes, WebGPU's largest
 /// `min_storage_buffer_offset_alignment`.

@@ -25,10 +25,16 @@ impl GpuBackend {
     /// without timestamp queries.
     pub fn time_launches(&self, plan: &GpuPlan) -> impl Future<Output = Result<Vec<f64>>> {
         self.submit_pending();
-        let launches = plan.dispatches.len();
+        self.time_dispatches(&plan.dispatches)
+    }
+
+    /// Runs `dispatches` once, each in its own timed pass, after what was submitted before (not
+    /// what is pending): the seconds each took.
+    pub(crate) fn time_dispatches(&self, dispatches: &[Dispatch]) -> impl Future<Output = Result<Vec<f64>>> {
+        let launches = dispatches.len();
         let period_ns = self.queue.get_timestamp_period() as f64;
         let read = self.timestamps.then(|| {
-            self.map_and_read(self.encode_timed(&plan.dispatches), move |bytes| {
+            self.map_and_read(self.encode_timed(dispatches), move |bytes| {
                 let ticks = bytemuck::cast_slice::<u8, u64>(bytes);
                 // A device may count past the end between passes: never a negative time.
                 (ticks.chunks_exact(2).take(launches))

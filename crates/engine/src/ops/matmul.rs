@@ -3,7 +3,7 @@
 //! A linear layer y = x·Wᵀ with W (OC, C) as PyTorch stores it: forward `y = x·Wᵀ` (trans_b),
 //! backward `dx = dy·W` and `dW = dyᵀ·x` (trans_a).
 
-use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
+use crate::gpu::{AsArg, Candidate, GpuBackend, GpuTensor, VIEW_ALIGN};
 use crate::shaders::{Define, SUBGROUPS};
 use crate::Backend;
 
@@ -180,10 +180,12 @@ impl MatmulDims {
 
     /// Sizes (M, N, K) of the launches when any operand or grid is too large for one: each
     /// window, padded by up to 63 values to start aligned, must fit `cap`, and each grid
-    /// dimension `groups`. K is split at multiples of the shader's K tile, so that every launch
-    /// after the first continues the same chain of fmas. None when no split fits.
-    fn split(&self, cap: usize, groups: usize) -> Option<(usize, usize, usize)> {
-        let (mut mc, mut nc, mut kc) = (self.m.min(groups * BM), self.n.min(groups * BN), self.k);
+    /// dimension `groups` workgroups of `tile`. K is split at multiples of the shader's K tile,
+    /// so that every launch after the first continues the same chain of fmas. None when no
+    /// split fits.
+    fn split(&self, cap: usize, groups: usize, tile: Tile) -> Option<(usize, usize, usize)> {
+        let (bm, bn) = (tile.bm as usize, tile.bn as usize);
+        let (mut mc, mut nc, mut kc) = (self.m.min(groups * bm), self.n.min(groups * bn), self.k);
         loop {
             let blk = Block {
                 m: (0, mc.max(1)),
@@ -223,9 +225,102 @@ impl MatmulDims {
 /// The shader's K tile: its zero padding only ever ends a chain.
 const TK: usize = 16;
 
-/// Rows and columns of out one workgroup computes.
-const BM: usize = 128;
-const BN: usize = 128;
+/// The rows (`BM`) and columns (`BN`) of out one workgroup computes, and whether a's slice
+/// reaches the registers through subgroup shuffles (`SUBGROUPS`): the shader's switches. Every
+/// tile computes each out value as the same chain of fmas (`shaders/matmul.wgsl`), so the
+/// tiles differ only in speed, and tuning picks one per adapter and shape (`gpu/tuning.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    pub bm: u32,
+    pub bn: u32,
+    pub subgroups: bool,
+}
+
+impl Tile {
+    /// The shader variant's switches.
+    pub const fn defines(&self) -> [Define; 3] {
+        [
+            Define::u32("BM", self.bm),
+            Define::u32("BN", self.bn),
+            Define::bool(SUBGROUPS, self.subgroups),
+        ]
+    }
+    /// Threads of one workgroup: each computes an 8×8 block.
+    fn threads(&self) -> u32 {
+        (self.bm / 8) * (self.bn / 8)
+    }
+    /// Bytes of workgroup memory: the staged TK-deep slices of a and b (a's only without
+    /// subgroups, but the declaration is the same).
+    fn shared_bytes(&self) -> u32 {
+        (TK as u32) * (self.bm + self.bn) * 4
+    }
+}
+
+/// Every tile, the default first: 128×128 needs 256 invocations and 16 KiB of workgroup memory,
+/// WebGPU's default limits; the smaller tiles launch more workgroups, which fills a large GPU
+/// on thin products. Each also with subgroups, where the device has them.
+pub const TILES: &[Tile] = &[
+    Tile {
+        bm: 128,
+        bn: 128,
+        subgroups: false,
+    },
+    Tile {
+        bm: 64,
+        bn: 128,
+        subgroups: false,
+    },
+    Tile {
+        bm: 128,
+        bn: 64,
+        subgroups: false,
+    },
+    Tile {
+        bm: 64,
+        bn: 64,
+        subgroups: false,
+    },
+    Tile {
+        bm: 128,
+        bn: 128,
+        subgroups: true,
+    },
+    Tile {
+        bm: 64,
+        bn: 128,
+        subgroups: true,
+    },
+    Tile {
+        bm: 128,
+        bn: 64,
+        subgroups: true,
+    },
+    Tile {
+        bm: 64,
+        bn: 64,
+        subgroups: true,
+    },
+];
+
+impl Candidate for Tile {
+    fn name(&self) -> String {
+        let path = if self.subgroups { "subgroups" } else { "plain" };
+        format!("{}x{} {path}", self.bm, self.bn)
+    }
+    fn fits(&self, gpu: &GpuBackend) -> bool {
+        let limits = &gpu.limits;
+        self.subgroups == gpu.subgroups()
+            && self.threads() <= limits.max_compute_invocations_per_workgroup
+            && self.shared_bytes() <= limits.max_compute_workgroup_storage_size
+    }
+}
+
+/// The shader's switches with their defaults: the default tile's.
+pub(crate) const SWITCHES: &[Define] = &[
+    Define::u32("BM", TILES[0].bm),
+    Define::u32("BN", TILES[0].bn),
+    Define::bool(SUBGROUPS, TILES[0].subgroups),
+];
 
 /// `mode` of a launch: write the sum to out…
 const WRITE: u32 = 0;
@@ -234,10 +329,8 @@ const ADD: u32 = 1;
 /// …or, for a launch after the first along K, start the sum from out instead of 0.
 const CONTINUE: u32 = 2;
 
-/// What `shaders/matmul.wgsl` reads from here.
+/// What `shaders/matmul.wgsl` reads from here, beside a [`Tile`]'s switches.
 pub(crate) const DEFINES: &[Define] = &[
-    Define::u32("BM", BM as u32),
-    Define::u32("BN", BN as u32),
     Define::u32("TK", TK as u32),
     Define::u32("MODE_ADD", ADD),
     Define::u32("MODE_CONTINUE", CONTINUE),
@@ -261,6 +354,7 @@ fn launch(
     blk: &Block,
     windows: [(usize, usize); 3],
     mode: u32,
+    tile: Tile,
 ) {
     // Each window starts at the aligned value at or before its first; the shader adds the rest.
     let bind = |t: &GpuTensor, (first, len): (usize, usize)| {
@@ -297,20 +391,15 @@ fn launch(
         whole_vec4s(off_b, ldb, d.stride_b) as usize,
     ]
     .map(|x| x as u32);
-    let groups = [n.div_ceil(BN) as u32, m.div_ceil(BM) as u32, d.batch as u32];
+    let groups = [
+        n.div_ceil(tile.bn as usize) as u32,
+        m.div_ceil(tile.bm as usize) as u32,
+        d.batch as u32,
+    ];
     let args = [out.arg(), a.vec4_arg(), b.vec4_arg()];
     // Both entry points run the same chains: which one runs changes no bit of out.
-    match gpu.subgroups() {
-        true => gpu.dispatch_with(
-            "matmul",
-            "matmul_subgroup",
-            &[Define::bool(SUBGROUPS, true)],
-            &params,
-            &args,
-            groups,
-        ),
-        false => gpu.dispatch("matmul", "matmul", &params, &args, groups),
-    }
+    let entry = if tile.subgroups { "matmul_subgroup" } else { "matmul" };
+    gpu.dispatch_with("matmul", entry, &tile.defines(), &params, &args, groups);
 }
 
 /// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
@@ -318,12 +407,40 @@ fn launch(
 pub mod gpu {
     use super::*;
 
+    /// The product in the tile tuned for its shape ([`TILES`]).
+    pub fn matmul(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
+        d.check(out.len, a.len, b.len);
+        let class = || {
+            let op = |t: bool, x: &str| if t { format!("{x}ᵀ") } else { x.to_string() };
+            let acc = if d.accumulate { " +=" } else { "" };
+            format!(
+                "matmul {}×{}×{} batch {} {}·{}{acc}",
+                d.m,
+                d.n,
+                d.k,
+                d.batch,
+                op(d.trans_a, "a"),
+                op(d.trans_b, "b")
+            )
+        };
+        let tile = gpu.tuned("matmul", class, TILES, |tile| {
+            // On a scratch out of at most 2^24 values (64 MiB), the product's first rows.
+            let m = d.m.min((1 << 24) / (d.batch * d.n).max(1)).max(1);
+            let scratch_d = MatmulDims { m, ..d };
+            let Ok(scratch) = gpu.zeros("tuning scratch", d.batch * m * d.n) else {
+                return;
+            };
+            product(gpu, &scratch, a, b, scratch_d, tile)
+        });
+        product(gpu, out, a, b, d, tile)
+    }
+
     /// The product in one launch, or, when an operand is larger than one binding or the grid
     /// than one dimension allows, in blocks of out (and of K) that each bind windows of the
     /// operands. Each out value sees the same fmas in the same order either way: the first K block
     /// starts from 0 as the single launch does, later ones continue from what out holds.
-    pub fn matmul(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
-        d.check(out.len, a.len, b.len);
+    fn product(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims, tile: Tile) {
+        let (bm, bn) = (tile.bm as usize, tile.bn as usize);
         let cap = gpu.max_binding_values();
         let groups = gpu.max_groups() as usize;
         let whole = Block {
@@ -332,13 +449,13 @@ pub mod gpu {
             k: (0, d.k),
         };
         let fits = [out.len, a.len, b.len].iter().all(|&l| l <= cap)
-            && d.m.div_ceil(BM) <= groups
-            && d.n.div_ceil(BN) <= groups;
+            && d.m.div_ceil(bm) <= groups
+            && d.n.div_ceil(bn) <= groups;
         if fits || d.m == 0 || d.n == 0 {
             let all = [(0, out.len), (0, a.len), (0, b.len)];
-            return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate));
+            return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate), tile);
         }
-        let split = d.split(cap, groups);
+        let split = d.split(cap, groups, tile);
         let Some((mc, nc, kc)) = split.filter(|_| d.batch == 1 && d.batch <= groups) else {
             return gpu.refuse(format!(
                 "matmul: a {}×{}×{} product (batch {}) does not split into this device's bindings of {} values",
@@ -364,7 +481,7 @@ pub mod gpu {
                         0 => first_mode(d.accumulate),
                         _ => CONTINUE,
                     };
-                    launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode);
+                    launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode, tile);
                 }
             }
         }
