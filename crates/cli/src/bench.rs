@@ -56,6 +56,9 @@ pub struct Report {
     pub achieved_gflops: f64,
     pub peaks: Peaks,
     pub families: Vec<FamilyRow>,
+    /// The GPU's tuned choices as (shape class, candidate), measured or from the cache; empty
+    /// on the CPU and with `--no-tune`.
+    pub tuned: Vec<(String, String)>,
 }
 
 #[derive(Serialize)]
@@ -119,7 +122,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let report = match t.backend {
         BackendKind::Cpu => {
             let be = Profiled::new(engine::cpu::CpuBackend::<f32>::new());
-            measure(be, cfg, &args, steps, "cpu")?
+            measure(&be, cfg, &args, steps, "cpu")?
         }
         BackendKind::Gpu => {
             let gpu = crate::gpu_backend_with(GpuOptions {
@@ -128,7 +131,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 ..GpuOptions::DEFAULT
             })?;
             let path = if gpu.subgroups() { "subgroup" } else { "plain" };
-            measure(Profiled::new(gpu), cfg, &args, steps, path)?
+            let be = Profiled::new(gpu);
+            let report = measure(&be, cfg, &args, steps, path)?;
+            Report {
+                tuned: be.inner.choices(),
+                ..report
+            }
         }
     };
     if args.json {
@@ -140,7 +148,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 }
 
 fn measure<B: Replay + 'static>(
-    be: Profiled<B>,
+    be: &Profiled<B>,
     mut cfg: RunConfig,
     args: &BenchArgs,
     steps: usize,
@@ -159,9 +167,9 @@ fn measure<B: Replay + 'static>(
     at_t.set_context(t);
     let model_flops_per_token = count::try_model(&at_t)?.flops_per_token(t);
 
-    let model = cfg.build(&be, b, t, Purpose::Train)?;
+    let model = cfg.build(be, b, t, Purpose::Train)?;
     let params = model.store().layout.count();
-    let mut trainer = Trainer::new(&be, model, cfg.train.clone())?;
+    let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
     trainer.mask_documents(cfg.data.separator());
     let one = be.inner.zeros("bench sync", 1)?;
     let wait = || pollster::block_on(be.inner.read(&one)).map(|_| ());
@@ -169,7 +177,7 @@ fn measure<B: Replay + 'static>(
 
     // One forward alone, for the FLOPs the model counter counts.
     be.take();
-    pollster::block_on(trainer.eval(&be, &batches.batch(0)?))?;
+    pollster::block_on(trainer.eval(be, &batches.batch(0)?))?;
     let forward = be.take();
     let forward_flops: f64 = counted(&forward);
 
@@ -178,7 +186,7 @@ fn measure<B: Replay + 'static>(
     let mut k = 0u64;
     for _ in 0..args.warmup.max(1) {
         crate::train::check_stop("the --warmup steps")?;
-        trainer.step(&be, &batches.batch(k)?)?;
+        trainer.step(be, &batches.batch(k)?)?;
         wait()?;
         k += 1;
         let table = be.take();
@@ -193,14 +201,14 @@ fn measure<B: Replay + 'static>(
         let batch = batches.batch(k)?;
         k += 1;
         let start = Instant::now();
-        trainer.step(&be, &batch)?;
-        pollster::block_on(trainer.loss(&be))?;
+        trainer.step(be, &batch)?;
+        pollster::block_on(trainer.loss(be))?;
         times.push(start.elapsed().as_secs_f64());
         for (s, stat) in seconds.iter_mut().zip(be.take()) {
             *s += stat.seconds / steps as f64;
         }
     }
-    let loss = pollster::block_on(trainer.loss(&be))?;
+    let loss = pollster::block_on(trainer.loss(be))?;
     if !loss.is_finite() {
         bail!("the loss became {loss} during the benchmark; its timings would mean nothing");
     }
@@ -276,6 +284,7 @@ fn measure<B: Replay + 'static>(
         achieved_gflops: step_flops / step_s / 1e9,
         peaks,
         families,
+        tuned: Vec::new(),
     })
 }
 
@@ -369,6 +378,14 @@ fn print(r: &Report) {
         "peaks on this device: matmul {}³ {:.2} GFLOP/s, stream (a+b) {:.2} GB/s; families timed {}; matmul path {}",
         r.peaks.matmul_n, r.peaks.matmul_gflops, r.peaks.stream_gbps, r.family_timing, r.matmul_path
     ));
+    if !r.tuned.is_empty() {
+        let tiles: Vec<String> = r
+            .tuned
+            .iter()
+            .map(|(class, chosen)| format!("{class}: {chosen}"))
+            .collect();
+        say(&format!("tuned kernels: {}", tiles.join("; ")));
+    }
     say("");
     say("| family | calls | ms/step | share | GFLOP/step | MB/step | GFLOP/s | GB/s | % matmul peak | % stream peak |");
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");

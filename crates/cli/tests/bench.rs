@@ -210,3 +210,88 @@ fn selftest_checks_every_family_on_the_adapter() {
         assert!(row.ends_with("pass"), "{row}");
     }
 }
+
+/// `resmem bench` on the GPU with the given cache directory: (stdout as JSON, stderr).
+fn bench_tuning(cache: &std::path::Path, extra: &[&str]) -> (Value, String) {
+    let runtime = std::env::temp_dir().join("resmem-xdg");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .env("XDG_RUNTIME_DIR", runtime)
+        .env("XDG_CACHE_HOME", cache)
+        .args([
+            "bench",
+            "--backend",
+            "gpu",
+            "--preset",
+            "tiny-transformer",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+        ])
+        .args(["--batch", "4", "--seq-len", "16", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    (serde_json::from_slice(&out.stdout).unwrap(), err)
+}
+
+/// On the test machine's adapter (lavapipe on CI): the first run measures the matmul's tiles per
+/// shape, says what it chose and keeps it under the adapter's key; the next run loads every
+/// choice and measures nothing; `--no-tune` measures and keeps nothing; a broken cache is set
+/// aside and rebuilt.
+#[test]
+fn tuning_picks_caches_and_reuses_the_matmul_tiles() {
+    let cache = std::env::temp_dir().join(format!("resmem-tuning-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let file = cache.join("resmem/tuning.json");
+    let tiles = ["128x128", "64x128", "128x64", "64x64"];
+
+    let (first, err) = bench_tuning(&cache, &[]);
+    assert!(err.contains("tuning this adapter's kernels"), "{err}");
+    let kept: serde_json::Map<String, Value> = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(kept.len(), 1, "one adapter: {kept:?}");
+    let (key, choices) = kept.iter().next().unwrap();
+    let adapter = key.split(" | ").next().unwrap();
+    assert!(
+        first["backend"].as_str().unwrap().contains(adapter),
+        "{key} names the adapter of {}",
+        first["backend"]
+    );
+    assert!(key.contains("kernels "), "{key} names the kernels' digest");
+    let choices = choices.as_object().unwrap();
+    assert!(choices.len() >= 4, "a step's matmul shapes: {choices:?}");
+    for (class, chosen) in choices {
+        assert!(class.starts_with("matmul "), "{class}");
+        let chosen = chosen.as_str().unwrap();
+        assert!(tiles.iter().any(|t| chosen.starts_with(t)), "{class}: {chosen}");
+        assert!(
+            err.contains(&format!("  {class}: {chosen} (")),
+            "the choice for {class} is said:\n{err}"
+        );
+    }
+    assert_eq!(
+        first["tuned"].as_array().unwrap().len(),
+        choices.len(),
+        "{}",
+        first["tuned"]
+    );
+
+    let (second, err) = bench_tuning(&cache, &[]);
+    assert!(!err.contains("tuning"), "every shape was cached:\n{err}");
+    assert_eq!(second["tuned"], first["tuned"]);
+
+    std::fs::write(&file, "{ not json").unwrap();
+    let (_, err) = bench_tuning(&cache, &[]);
+    assert!(err.contains("is not one") && err.contains("tuning.json.bad"), "{err}");
+    assert!(err.contains("tuning this adapter's kernels"), "{err}");
+    assert!(std::fs::read_to_string(&file).unwrap().contains("matmul "));
+
+    let untuned = cache.join("untuned");
+    let (none, err) = bench_tuning(&untuned, &["--no-tune"]);
+    assert!(!err.contains("tuning") && !untuned.join("resmem").exists(), "{err}");
+    assert_eq!(none["tuned"].as_array().unwrap().len(), 0);
+    std::fs::remove_dir_all(&cache).unwrap();
+}
