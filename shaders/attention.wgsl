@@ -96,6 +96,13 @@ fn slope_of(h: u32) -> f32 {
     return 0.0;
 }
 
+// The logit of query i and key j from their dot product: scale·q·k − slope·(i − j). Every kernel
+// computes it here, as one fma, so that a compiler's contraction of a·b − c cannot make two
+// kernels differ.
+fn logit(dot: f32, slope: f32, i: u32, j: u32) -> f32 {
+    return fma(dot, p.scale, -(slope * f32(i - j)));
+}
+
 // The head dimensions chunk ch holds.
 fn chunk_width(ch: u32) -> u32 {
     return min(CHUNK, p.dh - ch * CHUNK);
@@ -167,7 +174,7 @@ fn attention_forward(
             if (live) {
                 for (var c = 0u; c < n; c = c + 1u) {
                     var dot = s[c];
-                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[lid * STRIDE + x], tb[c * STRIDE + x], dot); }
                     s[c] = dot;
                 }
             }
@@ -177,7 +184,7 @@ fn attention_forward(
         for (var c = 0u; c < n; c = c + 1u) {
             let j = j0 + c;
             if (live && first <= j && j <= i) {
-                s[c] = s[c] * p.scale - slope * f32(i - j);
+                s[c] = logit(s[c], slope, i, j);
                 mx = max(mx, s[c]);
             }
         }
@@ -191,7 +198,7 @@ fn attention_forward(
         }
         // Both are F32_LOWEST until the row sees a key: alpha is then 1 on l = 0 and o = 0.
         let alpha = exp(m - mx);
-        l = l * alpha + sum;
+        l = fma(l, alpha, sum);
         m = mx;
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;
@@ -202,7 +209,7 @@ fn attention_forward(
                 if (live) {
                     for (var x = 0u; x < w; x = x + 1u) {
                         var acc = o[ch * CHUNK + x] * alpha;
-                        for (var c = 0u; c < n; c = c + 1u) { acc = acc + s[c] * tb[c * STRIDE + x]; }
+                        for (var c = 0u; c < n; c = c + 1u) { acc = fma(s[c], tb[c * STRIDE + x], acc); }
                         o[ch * CHUNK + x] = acc;
                     }
                 }
@@ -291,7 +298,7 @@ fn attention_backward_query(
             if (live) {
                 for (var c = 0u; c < n; c = c + 1u) {
                     var dot = dp[c];
-                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + tc[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[lid * STRIDE + x], tb[c * STRIDE + x], dot); }
                     dp[c] = dot;
                 }
             }
@@ -307,7 +314,7 @@ fn attention_backward_query(
             if (live) {
                 for (var c = 0u; c < n; c = c + 1u) {
                     var dot = s[c];
-                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[lid * STRIDE + x] * tb[c * STRIDE + x]; }
+                    for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[lid * STRIDE + x], tb[c * STRIDE + x], dot); }
                     s[c] = dot;
                 }
             }
@@ -317,7 +324,7 @@ fn attention_backward_query(
             let j = j0 + c;
             var ds = 0.0;
             if (live && first <= j && j <= i) {
-                let pr = exp(s[c] * p.scale - slope * f32(i - j) - lse_i);
+                let pr = exp(logit(s[c], slope, i, j) - lse_i);
                 ds = pr * (dp[c] - delta_i);
             }
             s[c] = ds;
@@ -333,7 +340,7 @@ fn attention_backward_query(
                 if (live) {
                     for (var x = 0u; x < w; x = x + 1u) {
                         var acc = dq[ch * CHUNK + x];
-                        for (var c = 0u; c < n; c = c + 1u) { acc = acc + s[c] * tb[c * STRIDE + x]; }
+                        for (var c = 0u; c < n; c = c + 1u) { acc = fma(s[c], tb[c * STRIDE + x], acc); }
                         dq[ch * CHUNK + x] = acc;
                     }
                 }
@@ -393,7 +400,7 @@ fn attention_backward_key(
             if (key_live) {
                 for (var c = 0u; c < n; c = c + 1u) {
                     var dot = s[c];
-                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + ta[c * STRIDE + x] * tb[lid * STRIDE + x]; }
+                    for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[c * STRIDE + x], tb[lid * STRIDE + x], dot); }
                     s[c] = dot;
                 }
             }
@@ -409,7 +416,7 @@ fn attention_backward_key(
             if (key_live) {
                 for (var c = 0u; c < n; c = c + 1u) {
                     var dot = dp[c];
-                    for (var x = 0u; x < w; x = x + 1u) { dot = dot + tc[c * STRIDE + x] * tb[lid * STRIDE + x]; }
+                    for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[c * STRIDE + x], tb[lid * STRIDE + x], dot); }
                     dp[c] = dot;
                 }
             }
@@ -421,7 +428,7 @@ fn attention_backward_key(
             var ds = 0.0;
             if (key_live && i < p.t && j <= i && min(doc_start_in[b * p.t + i], i) <= j) {
                 let row = (b * p.h + h) * p.t + i;
-                pr = exp(s[c] * p.scale - slope * f32(i - j) - lse_in[row]);
+                pr = exp(logit(s[c], slope, i, j) - lse_in[row]);
                 ds = pr * (dp[c] - delta_in[row]);
             }
             s[c] = pr;
@@ -443,8 +450,8 @@ fn attention_backward_key(
                         var acc_k = dk[ch * CHUNK + x];
                         var acc_v = dv[ch * CHUNK + x];
                         for (var c = 0u; c < n; c = c + 1u) {
-                            acc_k = acc_k + dp[c] * ta[c * STRIDE + x];
-                            acc_v = acc_v + s[c] * tc[c * STRIDE + x];
+                            acc_k = fma(dp[c], ta[c * STRIDE + x], acc_k);
+                            acc_v = fma(s[c], tc[c * STRIDE + x], acc_v);
                         }
                         dk[ch * CHUNK + x] = acc_k;
                         dv[ch * CHUNK + x] = acc_v;
@@ -464,6 +471,346 @@ fn attention_backward_key(
                     dqkv[k_at + d] = dk[ch * CHUNK + x] * p.scale;
                     dqkv[v_at + d] = dv[ch * CHUNK + x];
                 }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tiled kernels: the same tiles, chains and order as the row-per-thread kernels above, with
+// the work of a tile spread over TILE_THREADS threads instead of one thread per row. The
+// (row, key) dot products of a tile are PAIRS a thread, each a chain over the head dimensions
+// in order; each row's softmax is one thread's, as above; each output value (row, column) is one
+// thread's chain over the tile's keys (or queries) in order. So they give the same bits as the
+// kernels above (tests/gpu_vs_cpu.rs checks it), with a few registers a thread where those keep
+// COLUMNS outputs and ROWS logits: a GPU keeps more workgroups resident and every lane busy.
+// Tuning (ops/attention.rs) chooses between them per shape.
+
+const PAIRS: u32 = ROWS * ROWS / TILE_THREADS;  // (row, key) dot products a thread computes per tile
+const OUTS: u32 = ROWS * CHUNK / TILE_THREADS;  // (row, column) outputs a thread owns per chunk
+
+// Per row of the tile: the forward's rescaling factor and final sum; the backward's lse, delta
+// and first key.
+var<workgroup> row_a: array<f32, ROWS>;
+var<workgroup> row_b: array<f32, ROWS>;
+var<workgroup> row_first: array<u32, ROWS>;
+
+// Pair u of this thread: (row, key) of a tile, or (row, column) of a chunk for outputs.
+fn pair_row(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) / ROWS; }
+fn pair_key(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) % ROWS; }
+fn out_row(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) / CHUNK; }
+fn out_col(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) % CHUNK; }
+
+@compute @workgroup_size(TILE_THREADS)
+fn attention_forward_tiled(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = tile_of(wid, nwg);
+    if (tile.x == NONE) { return; }
+    let b = tile.x;
+    let h = tile.y;
+    let i0 = tile.z;
+    let c0 = tile.w;
+    // Thread r < ROWS keeps row r's softmax state.
+    let i = i0 + lid;
+    let live = lid < ROWS && i < p.t;
+    var first = 0u;
+    if (live) { first = min(doc_start[b * p.t + i], i); }
+    let end = min(i0 + ROWS, p.t);
+    let slope = slope_of(h);
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    let once = chunks == 1u;
+    if (once) {
+        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { ta[slot(e)] = qkv_value(b, h, 0u, i0, 0u, e); }
+    }
+    var m = F32_LOWEST;
+    var l = 0.0;
+    var o: array<f32, CHUNKS * OUTS>;
+    for (var j0 = tile_first_key(b, i0, end); j0 < end; j0 = j0 + ROWS) {
+        let n = min(ROWS, end - j0);
+        var dots: array<f32, PAIRS>;
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
+                if (!once) { ta[slot(e)] = qkv_value(b, h, 0u, i0, ch, e); }
+                tb[slot(e)] = qkv_value(b, h, 1u, j0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            for (var u = 0u; u < PAIRS; u = u + 1u) {
+                let r = pair_row(lid, u);
+                let c = pair_key(lid, u);
+                var dot = dots[u];
+                for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[r * STRIDE + x], tb[c * STRIDE + x], dot); }
+                dots[u] = dot;
+            }
+            workgroupBarrier();
+        }
+        for (var u = 0u; u < PAIRS; u = u + 1u) { tc[pair_row(lid, u) * STRIDE + pair_key(lid, u)] = dots[u]; }
+        workgroupBarrier();
+        if (lid < ROWS) {
+            let s = lid * STRIDE;
+            var mx = m;
+            for (var c = 0u; c < n; c = c + 1u) {
+                let j = j0 + c;
+                if (live && first <= j && j <= i) {
+                    tc[s + c] = logit(tc[s + c], slope, i, j);
+                    mx = max(mx, tc[s + c]);
+                }
+            }
+            var sum = 0.0;
+            for (var c = 0u; c < n; c = c + 1u) {
+                let j = j0 + c;
+                var e = 0.0;
+                if (live && first <= j && j <= i) { e = exp(tc[s + c] - mx); }
+                tc[s + c] = e;
+                sum = sum + e;
+            }
+            let alpha = exp(m - mx);
+            l = fma(l, alpha, sum);
+            m = mx;
+            row_a[lid] = alpha;
+        }
+        workgroupBarrier();
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            let cc = c0 + ch;
+            if (cc < chunks) {
+                for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_value(b, h, 2u, j0, cc, e); }
+                workgroupBarrier();
+                for (var u = 0u; u < OUTS; u = u + 1u) {
+                    let r = out_row(lid, u);
+                    let x = out_col(lid, u);
+                    var acc = o[ch * OUTS + u] * row_a[r];
+                    for (var c = 0u; c < n; c = c + 1u) { acc = fma(tc[r * STRIDE + c], tb[c * STRIDE + x], acc); }
+                    o[ch * OUTS + u] = acc;
+                }
+                workgroupBarrier();
+            }
+        }
+    }
+    if (lid < ROWS) {
+        row_b[lid] = l;
+        if (live && c0 == 0u) { lse[(b * p.h + h) * p.t + i] = m + log(l); }
+    }
+    workgroupBarrier();
+    for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+        for (var u = 0u; u < OUTS; u = u + 1u) {
+            let r = out_row(lid, u);
+            let d = (c0 + ch) * CHUNK + out_col(lid, u);
+            if (i0 + r < p.t && d < p.dh) {
+                out[(b * p.t + i0 + r) * p.h * p.dh + h * p.dh + d] = o[ch * OUTS + u] * (1.0 / row_b[r]);
+            }
+        }
+    }
+}
+
+// dq of one query tile: the (row, key) dot products dout·v and q·k a pair at a time, dS per
+// pair, then each dq value a chain over the tile's keys.
+@compute @workgroup_size(TILE_THREADS)
+fn attention_backward_query_tiled(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = tile_of(wid, nwg);
+    if (tile.x == NONE) { return; }
+    let b = tile.x;
+    let h = tile.y;
+    let i0 = tile.z;
+    let c0 = tile.w;
+    if (lid < ROWS && i0 + lid < p.t) {
+        let i = i0 + lid;
+        row_first[lid] = min(doc_start_in[b * p.t + i], i);
+        row_a[lid] = lse_in[(b * p.h + h) * p.t + i];
+        row_b[lid] = delta_in[(b * p.h + h) * p.t + i];
+    }
+    let end = min(i0 + ROWS, p.t);
+    let slope = slope_of(h);
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    var dq: array<f32, CHUNKS * OUTS>;
+    for (var j0 = tile_first_key_in(b, i0, end); j0 < end; j0 = j0 + ROWS) {
+        let n = min(ROWS, end - j0);
+        var s: array<f32, PAIRS>;
+        var dp: array<f32, PAIRS>;
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
+                ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
+                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
+                tc[slot(e)] = dout_value(b, h, i0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            for (var u = 0u; u < PAIRS; u = u + 1u) {
+                let r = pair_row(lid, u);
+                let c = pair_key(lid, u);
+                var dot = s[u];
+                for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[r * STRIDE + x], tb[c * STRIDE + x], dot); }
+                s[u] = dot;
+            }
+            workgroupBarrier();
+            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
+            workgroupBarrier();
+            for (var u = 0u; u < PAIRS; u = u + 1u) {
+                let r = pair_row(lid, u);
+                let c = pair_key(lid, u);
+                var dot = dp[u];
+                for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[r * STRIDE + x], tb[c * STRIDE + x], dot); }
+                dp[u] = dot;
+            }
+            workgroupBarrier();
+        }
+        // dS into tc, where dout was.
+        for (var u = 0u; u < PAIRS; u = u + 1u) {
+            let r = pair_row(lid, u);
+            let c = pair_key(lid, u);
+            let i = i0 + r;
+            let j = j0 + c;
+            var ds = 0.0;
+            if (c < n && i < p.t && row_first[r] <= j && j <= i) {
+                let pr = exp(logit(s[u], slope, i, j) - row_a[r]);
+                ds = pr * (dp[u] - row_b[r]);
+            }
+            tc[r * STRIDE + c] = ds;
+        }
+        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+            let cc = c0 + ch;
+            if (cc < chunks) {
+                for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 1u, j0, cc, e); }
+                workgroupBarrier();
+                for (var u = 0u; u < OUTS; u = u + 1u) {
+                    let r = out_row(lid, u);
+                    let x = out_col(lid, u);
+                    var acc = dq[ch * OUTS + u];
+                    for (var c = 0u; c < n; c = c + 1u) { acc = fma(tc[r * STRIDE + c], tb[c * STRIDE + x], acc); }
+                    dq[ch * OUTS + u] = acc;
+                }
+                workgroupBarrier();
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+        for (var u = 0u; u < OUTS; u = u + 1u) {
+            let i = i0 + out_row(lid, u);
+            let d = (c0 + ch) * CHUNK + out_col(lid, u);
+            if (i < p.t && d < p.dh) { dqkv[qkv_at(b, i, h, 0u) + d] = dq[ch * OUTS + u] * p.scale; }
+        }
+    }
+}
+
+// dk and dv of one key tile: for each query tile from the key tile on, the (query, key) dot
+// products q·k and dout·v a pair at a time, P and dS per pair, then each dk value a chain of
+// dS·q and each dv value a chain of P·dout over the tile's queries.
+@compute @workgroup_size(TILE_THREADS)
+fn attention_backward_key_tiled(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = tile_of(wid, nwg);
+    if (tile.x == NONE) { return; }
+    let b = tile.x;
+    let h = tile.y;
+    let j0 = tile.z;
+    let c0 = tile.w;
+    let slope = slope_of(h);
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    var dk: array<f32, CHUNKS * OUTS>;
+    var dv: array<f32, CHUNKS * OUTS>;
+    for (var i0 = j0; i0 < p.t; i0 = i0 + ROWS) {
+        let n = min(ROWS, p.t - i0);  // queries in this tile
+        if (lid < n) {
+            let i = i0 + lid;
+            row_first[lid] = min(doc_start_in[b * p.t + i], i);
+            row_a[lid] = lse_in[(b * p.h + h) * p.t + i];
+            row_b[lid] = delta_in[(b * p.h + h) * p.t + i];
+        }
+        // Pairs as (key row, query column): s = q·k, dp = dout·v.
+        var s: array<f32, PAIRS>;
+        var dp: array<f32, PAIRS>;
+        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
+                ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
+                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
+                tc[slot(e)] = dout_value(b, h, i0, ch, e);
+            }
+            workgroupBarrier();
+            let w = chunk_width(ch);
+            for (var u = 0u; u < PAIRS; u = u + 1u) {
+                let k = pair_row(lid, u);
+                let q = pair_key(lid, u);
+                var dot = s[u];
+                for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[q * STRIDE + x], tb[k * STRIDE + x], dot); }
+                s[u] = dot;
+            }
+            workgroupBarrier();
+            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
+            workgroupBarrier();
+            for (var u = 0u; u < PAIRS; u = u + 1u) {
+                let k = pair_row(lid, u);
+                let q = pair_key(lid, u);
+                var dot = dp[u];
+                for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[q * STRIDE + x], tb[k * STRIDE + x], dot); }
+                dp[u] = dot;
+            }
+            workgroupBarrier();
+        }
+        // P in s, dS in dp.
+        for (var u = 0u; u < PAIRS; u = u + 1u) {
+            let k = pair_row(lid, u);
+            let q = pair_key(lid, u);
+            let i = i0 + q;
+            let j = j0 + k;
+            var pr = 0.0;
+            var ds = 0.0;
+            if (q < n && j < p.t && j <= i && row_first[q] <= j) {
+                pr = exp(logit(s[u], slope, i, j) - row_a[q]);
+                ds = pr * (dp[u] - row_b[q]);
+            }
+            s[u] = pr;
+            dp[u] = ds;
+        }
+        // dk: dS in tb, q in ta; then dv: P in tb, dout in tc.
+        for (var part = 0u; part < 2u; part = part + 1u) {
+            for (var u = 0u; u < PAIRS; u = u + 1u) {
+                tb[pair_row(lid, u) * STRIDE + pair_key(lid, u)] = select(s[u], dp[u], part == 0u);
+            }
+            for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+                let cc = c0 + ch;
+                if (cc < chunks) {
+                    if (chunks > 1u) {
+                        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
+                            if (part == 0u) { ta[slot(e)] = qkv_in_value(b, h, 0u, i0, cc, e); } else { tc[slot(e)] = dout_value(b, h, i0, cc, e); }
+                        }
+                    }
+                    workgroupBarrier();
+                    for (var u = 0u; u < OUTS; u = u + 1u) {
+                        let k = out_row(lid, u);
+                        let x = out_col(lid, u);
+                        if (part == 0u) {
+                            var acc = dk[ch * OUTS + u];
+                            for (var q = 0u; q < n; q = q + 1u) { acc = fma(tb[k * STRIDE + q], ta[q * STRIDE + x], acc); }
+                            dk[ch * OUTS + u] = acc;
+                        } else {
+                            var acc = dv[ch * OUTS + u];
+                            for (var q = 0u; q < n; q = q + 1u) { acc = fma(tb[k * STRIDE + q], tc[q * STRIDE + x], acc); }
+                            dv[ch * OUTS + u] = acc;
+                        }
+                    }
+                    workgroupBarrier();
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
+        for (var u = 0u; u < OUTS; u = u + 1u) {
+            let j = j0 + out_row(lid, u);
+            let d = (c0 + ch) * CHUNK + out_col(lid, u);
+            if (j < p.t && d < p.dh) {
+                dqkv[qkv_at(b, j, h, 1u) + d] = dk[ch * OUTS + u] * p.scale;
+                dqkv[qkv_at(b, j, h, 2u) + d] = dv[ch * OUTS + u];
             }
         }
     }

@@ -68,15 +68,15 @@ pub fn attach(gpu: &engine::gpu::GpuBackend) {
                 "tuning this adapter's kernels, once per shape (same results; {kept}; --no-tune skips it):"
             ));
         }
-        let ms = |s: f64| format!("{:.3} ms", s * 1e3);
-        let (default, default_s) = &choice.timings[0];
-        let against = match choice.timings.iter().find(|(n, _)| n == &choice.chosen) {
-            Some((name, s)) if name != default => {
-                format!("{} against {} for the default {default}", ms(*s), ms(*default_s))
-            }
-            _ => format!("{}, the default", ms(*default_s)),
-        };
-        console::warn(&format!("  {}: {} ({against})", choice.class, choice.chosen));
+        let timings: Vec<String> = (choice.timings.iter())
+            .map(|(name, s)| format!("{name} {:.3} ms", s * 1e3))
+            .collect();
+        console::warn(&format!(
+            "  {}: {} ({}; the first is the default)",
+            choice.class,
+            choice.chosen,
+            timings.join(", ")
+        ));
     });
 }
 

@@ -136,7 +136,7 @@ pub const SHADERS: &[Shader] = &[
     family!("embedding", &[], &[]),
     family!("gather", &[], &[]),
     family!("norm", ops::norm::DEFINES, &[]),
-    family!("attention", ops::attention::DEFINES, &[]),
+    family!("attention", ops::attention::DEFINES, ops::attention::SWITCHES),
     family!("cross_entropy", ops::cross_entropy::DEFINES, &[]),
     family!("optim", ops::optim::DEFINES, &[]),
     family!(
@@ -275,10 +275,17 @@ mod tests {
     #[test]
     fn a_variant_has_one_form() {
         let matmul = shader("matmul");
-        let on = Define::bool(SUBGROUPS, true);
-        assert_eq!(matmul.variant(&[]), [Define::bool(SUBGROUPS, false)]);
-        assert_eq!(matmul.variant(&[Define::bool(SUBGROUPS, false)]), matmul.variant(&[]));
-        assert_eq!(matmul.variant(&[on]), [on]);
+        let (on, off) = (Define::bool(SUBGROUPS, true), Define::bool(SUBGROUPS, false));
+        let (bm, bn) = (Define::u32("BM", 128), Define::u32("BN", 128));
+        assert_eq!(matmul.variant(&[]), [bm, bn, off]);
+        assert_eq!(matmul.variant(&[off, bm]), matmul.variant(&[]));
+        assert_eq!(matmul.variant(&[on]), [bm, bn, on]);
+        let narrow = Define::u32("BN", 64);
+        assert_eq!(
+            matmul.variant(&[on, narrow]),
+            [bm, narrow, on],
+            "in the switches' order"
+        );
     }
 
     #[test]

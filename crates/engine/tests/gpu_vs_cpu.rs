@@ -466,12 +466,28 @@ fn causal_attention() {
     }
 }
 
-/// The tiled kernels on shapes that fit no tile: T of 1, below, at and past tiles of 32 rows;
+/// One backend per attention kernel but the default, forced to use it in the forward and the
+/// backward: tuning may pick any of them, so each must give the default's bits.
+fn other_attention_kernels() -> Vec<(String, GpuBackend)> {
+    let kernels = ops::attention::KERNELS;
+    (1..kernels.len())
+        .map(|i| {
+            let be = gpu();
+            assert!(kernels[i].fits(&be), "{} fits every WebGPU device", kernels[i].name());
+            be.force_candidate("attention_forward", i);
+            be.force_candidate("attention_backward", i);
+            (kernels[i].name(), be)
+        })
+        .collect()
+}
+
+/// The attention kernels on shapes that fit no tile: T of 1, below, at and past tiles of 32 rows;
 /// head widths of 7, 64, 128 and 200 (one, two, four and seven chunks of 32, the last two
 /// workgroups of columns); with and without ALiBi and the layer scaling; plain causal and with
-/// documents.
+/// documents. Every kernel tuning may choose gives the default's bits.
 #[test]
 fn tiled_attention_awkward_shapes() {
+    let (default, kernels) = (gpu(), other_attention_kernels());
     let mut rng = SmallRng::seed_from_u64(15);
     // (b, t, h, dh, layer): the logits' scale is 1/sqrt(dh)/(layer + 1).
     for (b, t, h, dh, layer) in [
@@ -504,6 +520,11 @@ fn tiled_attention_awkward_shapes() {
                     2e-5,
                     attention_case(&qkv, &dout, starts, d)
                 );
+                let want = attention_case(&default, &qkv, &dout, starts, d);
+                for (kernel, be) in &kernels {
+                    let name = format!("attention {kernel} {d:?} {mask}");
+                    assert_same_bits(&name, &attention_case(be, &qkv, &dout, starts, d), &want);
+                }
             }
         }
     }

@@ -3,6 +3,7 @@
 //! its switches set; and every define reaches WGSL with its exact value.
 
 use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
+use resmem_engine::ops;
 use resmem_engine::shaders::{shader, Define, Shader, Value, COMMON, SHADERS, SUBGROUPS};
 
 fn validate(s: &Shader, defines: &[Define], caps: Capabilities) -> naga::Module {
@@ -19,10 +20,39 @@ fn validate(s: &Shader, defines: &[Define], caps: Capabilities) -> naga::Module 
 
 /// Each bool switch of a shader set the other way from its default.
 fn flipped(s: &Shader) -> impl Iterator<Item = Define> + '_ {
-    s.switches.iter().map(|d| match d.value {
-        Value::Bool(on) => Define::bool(d.name, !on),
-        _ => panic!("{}.wgsl: switch {d:?} is not a bool", s.name),
+    s.switches.iter().filter_map(|d| match d.value {
+        Value::Bool(on) => Some(Define::bool(d.name, !on)),
+        _ => None,
     })
+}
+
+/// The variants the ops launch beside the default and the flipped switches: every tuning
+/// candidate's.
+fn candidates(s: &Shader) -> Vec<Vec<Define>> {
+    match s.name {
+        "matmul" => ops::matmul::TILES.iter().map(|t| t.defines().to_vec()).collect(),
+        "attention" => ops::attention::KERNELS.iter().map(|k| k.switches()).collect(),
+        _ => {
+            let numbers: Vec<_> = s
+                .switches
+                .iter()
+                .filter(|d| !matches!(d.value, Value::Bool(_)))
+                .collect();
+            assert!(
+                numbers.is_empty(),
+                "{}.wgsl: list the values its switches {numbers:?} take here",
+                s.name
+            );
+            vec![]
+        }
+    }
+}
+
+fn caps(defines: &[Define]) -> Capabilities {
+    match defines.contains(&Define::bool(SUBGROUPS, true)) {
+        true => Capabilities::SUBGROUP,
+        false => Capabilities::empty(),
+    }
 }
 
 #[test]
@@ -44,6 +74,10 @@ fn every_shader_parses_and_validates() {
             }
             variants += 1;
         }
+        for defines in candidates(s) {
+            validate(s, &defines, caps(&defines));
+            variants += 1;
+        }
     }
     assert!(shader("matmul").switches.iter().any(|d| d.name == SUBGROUPS) && variants >= 1);
 }
@@ -63,12 +97,9 @@ fn every_define_reaches_wgsl_with_its_value() {
         let defaults = s.switches.to_vec();
         let mut cases = vec![defaults];
         cases.extend(flipped(s).map(|on| vec![on]));
+        cases.extend(candidates(s));
         for defines in cases {
-            let caps = match defines.iter().any(|d| *d == Define::bool(SUBGROUPS, true)) {
-                true => Capabilities::SUBGROUP,
-                false => Capabilities::empty(),
-            };
-            let module = validate(s, &defines, caps);
+            let module = validate(s, &defines, caps(&defines));
             for d in COMMON.iter().chain(s.constants).chain(&s.variant(&defines)) {
                 let want = match d.value {
                     Value::U32(v) => naga::Literal::U32(v),

@@ -14,7 +14,7 @@
 //! launches without atomics: `delta`; per query tile, dq; per key tile (a thread per key), dk and
 //! dv. Each output value is written by one thread, summed in a fixed order.
 
-use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
+use crate::gpu::{AsArg, Candidate, GpuBackend, GpuIndex, GpuTensor};
 use crate::shaders::{Define, WG};
 
 /// Query rows (or keys) per workgroup of the GPU kernels, one thread each, and keys (or
@@ -343,10 +343,110 @@ fn tiles(gpu: &GpuBackend, d: &AttentionDims) -> [u32; 3] {
     gpu.grid_1d(d.b * d.h * d.t.div_ceil(ROWS) * d.dh.div_ceil(COLUMNS).max(1), 1)
 }
 
+/// How the forward's and the backward's tiles are spread over a workgroup's threads: one thread
+/// per query row (or key), or [`Kernel::Tiled`]'s threads sharing each tile's dot products and
+/// outputs. Both compute every value as the same chain in the same order
+/// (`shaders/attention.wgsl`), so they differ only in speed, and tuning picks one per adapter
+/// and shape (`gpu/tuning.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// ROWS threads, each a row's logits, softmax and COLUMNS outputs in registers.
+    RowPerThread,
+    /// This many threads a workgroup, a few dot products and outputs each.
+    Tiled(u32),
+}
+
+/// Every kernel, the default first: the row-per-thread kernel needs the fewest threads; the
+/// tiled ones keep a few registers a thread, which a GPU with many lanes fills better.
+pub const KERNELS: &[Kernel] = &[Kernel::RowPerThread, Kernel::Tiled(256), Kernel::Tiled(128)];
+
+/// The tiled kernels' switch: threads a workgroup (each tile's ROWS² dot products and ROWS·CHUNK
+/// outputs per chunk must split evenly among them).
+const TILE_THREADS: &str = "TILE_THREADS";
+pub(crate) const SWITCHES: &[Define] = &[Define::u32(TILE_THREADS, 256)];
+const _: () = assert!((ROWS * ROWS).is_multiple_of(256) && (ROWS * CHUNK).is_multiple_of(256));
+
+impl Kernel {
+    /// The switches of its shader variant.
+    pub fn switches(&self) -> Vec<Define> {
+        match self {
+            Kernel::RowPerThread => vec![],
+            Kernel::Tiled(threads) => vec![Define::u32(TILE_THREADS, *threads)],
+        }
+    }
+
+    /// The entry point of `pass` in this kernel.
+    fn entry(&self, pass: Pass) -> &'static str {
+        match (self, pass) {
+            (Kernel::RowPerThread, Pass::Forward) => "attention_forward",
+            (Kernel::RowPerThread, Pass::Query) => "attention_backward_query",
+            (Kernel::RowPerThread, Pass::Key) => "attention_backward_key",
+            (Kernel::Tiled(_), Pass::Forward) => "attention_forward_tiled",
+            (Kernel::Tiled(_), Pass::Query) => "attention_backward_query_tiled",
+            (Kernel::Tiled(_), Pass::Key) => "attention_backward_key_tiled",
+        }
+    }
+}
+
+impl Candidate for Kernel {
+    fn name(&self) -> String {
+        match self {
+            Kernel::RowPerThread => "row per thread".to_string(),
+            Kernel::Tiled(threads) => format!("tiled {threads}"),
+        }
+    }
+    fn fits(&self, gpu: &GpuBackend) -> bool {
+        match self {
+            Kernel::RowPerThread => true,
+            Kernel::Tiled(threads) => {
+                *threads <= gpu.limits.max_compute_invocations_per_workgroup
+                    && (ROWS * ROWS).is_multiple_of(*threads as usize)
+                    && (ROWS * CHUNK).is_multiple_of(*threads as usize)
+            }
+        }
+    }
+}
+
+/// The shape class tuning measures once: the kernels' speed depends on B·H, T and Dh.
+fn class(pass: &str, d: &AttentionDims) -> String {
+    format!("attention {pass} batch {} T {} heads {}×{}", d.b, d.t, d.h, d.dh)
+}
+
+/// `d` with at most as many sequences as keep a tuning measurement's scratch outputs within
+/// 2^24 values (64 MiB): the kernels then read and write only those sequences' rows.
+fn for_tuning(d: &AttentionDims) -> AttentionDims {
+    let per_sequence = (d.t * 3 * d.h * d.dh).max(1);
+    AttentionDims {
+        b: d.b.min((1 << 24) / per_sequence).max(1),
+        ..*d
+    }
+}
+
+/// The launches a [`Kernel`] has its own entry point for.
+#[derive(Clone, Copy)]
+enum Pass {
+    Forward,
+    Query,
+    Key,
+}
+
+/// Records one launch of `pass` of kernel `k`.
+fn launch(
+    gpu: &GpuBackend,
+    k: Kernel,
+    pass: Pass,
+    params: &[u32],
+    args: &[(u32, crate::gpu::Arg<'_>)],
+    d: &AttentionDims,
+) {
+    gpu.dispatch_with_at("attention", k.entry(pass), &k.switches(), params, args, tiles(gpu, d));
+}
+
 /// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
-/// launches.
+/// launches, in the kernel tuned for its shape ([`KERNELS`]).
 pub mod gpu {
     use super::*;
+    use crate::Backend;
 
     pub fn attention_forward(
         gpu: &GpuBackend,
@@ -357,13 +457,26 @@ pub mod gpu {
         d: AttentionDims,
     ) {
         d.check(qkv.len, out.len, lse.len, doc_start.len);
-        gpu.dispatch(
-            "attention",
+        let forward = |out: &GpuTensor, lse: &GpuTensor, d: &AttentionDims, k: Kernel| {
+            let args = [(1, out.arg()), (2, lse.arg()), (3, qkv.arg()), (4, doc_start.arg())];
+            launch(gpu, k, Pass::Forward, &params(d), &args, d)
+        };
+        let k = gpu.tuned(
             "attention_forward",
-            &params(&d),
-            &[out.arg(), lse.arg(), qkv.arg(), doc_start.arg()],
-            tiles(gpu, &d),
+            || class("forward", &d),
+            KERNELS,
+            |k| {
+                let t = for_tuning(&d);
+                let (Ok(out), Ok(lse)) = (
+                    gpu.zeros("tuning out", t.b * t.t * t.h * t.dh),
+                    gpu.zeros("tuning lse", t.rows()),
+                ) else {
+                    return;
+                };
+                forward(&out, &lse, &t, k)
+            },
         );
+        forward(out, lse, &d, k)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -382,25 +495,43 @@ pub mod gpu {
         assert_eq!(out.len, dout.len, "attention: out and dout differ in length");
         assert_eq!(dqkv.len, qkv.len, "attention: dqkv and qkv differ in length");
         assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
-        let p = params(&d);
-        let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
-        gpu.dispatch_at(
-            "attention",
-            "attention_backward_delta",
-            &p,
-            &rows,
-            gpu.grid_1d(d.rows(), WG),
+        let backward = |dqkv: &GpuTensor, delta: &GpuTensor, d: &AttentionDims, k: Kernel| {
+            let p = params(d);
+            let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
+            gpu.dispatch_at(
+                "attention",
+                "attention_backward_delta",
+                &p,
+                &rows,
+                gpu.grid_1d(d.rows(), WG),
+            );
+            let args = [
+                (1, dqkv.arg()),
+                (2, delta.arg()),
+                (3, dout.arg()),
+                (5, qkv.arg()),
+                (6, lse.arg()),
+                (7, doc_start.arg()),
+            ];
+            launch(gpu, k, Pass::Query, &p, &args, d);
+            launch(gpu, k, Pass::Key, &p, &args, d);
+        };
+        let k = gpu.tuned(
+            "attention_backward",
+            || class("backward", &d),
+            KERNELS,
+            |k| {
+                let t = for_tuning(&d);
+                let (Ok(dqkv), Ok(delta)) = (
+                    gpu.zeros("tuning dqkv", t.b * t.t * 3 * t.h * t.dh),
+                    gpu.zeros("tuning delta", t.rows()),
+                ) else {
+                    return;
+                };
+                backward(&dqkv, &delta, &t, k)
+            },
         );
-        let args = [
-            (1, dqkv.arg()),
-            (2, delta.arg()),
-            (3, dout.arg()),
-            (5, qkv.arg()),
-            (6, lse.arg()),
-            (7, doc_start.arg()),
-        ];
-        gpu.dispatch_at("attention", "attention_backward_query", &p, &args, tiles(gpu, &d));
-        gpu.dispatch_at("attention", "attention_backward_key", &p, &args, tiles(gpu, &d));
+        backward(dqkv, delta, &d, k)
     }
 }
 
