@@ -38,10 +38,15 @@ pub struct Choice {
 }
 
 /// Warm-up rounds and timed rounds per measurement; a candidate's time is its best round.
+#[cfg(not(target_arch = "wasm32"))]
 const WARMUP_ROUNDS: usize = 1;
+#[cfg(not(target_arch = "wasm32"))]
 const ROUNDS: usize = 3;
 /// A candidate replaces the default only when at least this much faster: noise never flips it.
 const MARGIN: f64 = 0.97;
+
+/// Who hears each choice measured ([`GpuBackend::on_tuned`]).
+type Listener = Rc<dyn Fn(&Choice)>;
 
 #[derive(Default)]
 pub(crate) struct Tuner {
@@ -52,7 +57,7 @@ pub(crate) struct Tuner {
     /// The chosen candidate's name by class, measured or loaded.
     chosen: HashMap<String, String>,
     /// Told of each choice measured.
-    listener: Option<Rc<dyn Fn(&Choice)>>,
+    listener: Option<Listener>,
     /// Set while candidates are being recorded: their own launches are never tuned.
     measuring: bool,
 }
