@@ -58,6 +58,19 @@ for pair in "${pairs[@]}"; do
     fi
 done
 
+# The toy pair again with every kernel's default (--no-tune), for what tuning gained. The runs
+# above tuned each shape once on their first step and kept the choices in the user's cache.
+for name in toy-rmt toy-transformer; do
+    for pair in "${pairs[@]}"; do
+        IFS='|' read -r n flags _ <<<"$pair"
+        [[ $n == "$name" ]] || continue
+        # shellcheck disable=SC2086
+        timeout 300 "$R" bench $flags --backend "$BACKEND" "${timing[@]}" --json --no-tune \
+            >"$KEEP/resmem-$name-untuned.json" 2>"$KEEP/resmem-$name-untuned.err" \
+            || { echo "resmem bench $name --no-tune failed: $(tail -3 "$KEEP/resmem-$name-untuned.err")" >&2; status=1; }
+    done
+done
+
 # 2. The kernels against their CPU twins on awkward shapes (after the timings, so that a hung
 # driver cannot cost them): `resmem selftest`, then any GPU test binaries given.
 : >"$KEEP/selftest.log"
@@ -136,6 +149,12 @@ for rmt, tf in [("toy-rmt", "toy-transformer"), ("table9-46m", "table9-46m-trans
     if a and b:
         line += f"; forward FLOPs per token {a['model_flops_per_token'] / b['model_flops_per_token']:.2f}×"
     print(line)
+print()
+print("Tuning (tokens/s with the kernels tuned on this adapter over `--no-tune`'s defaults, same run):")
+print()
+for n in ["toy-rmt", "toy-transformer"]:
+    a, b = load(f"resmem-{n}.json"), load(f"resmem-{n}-untuned.json")
+    print(f"- {n}: " + (f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}×" if a and b else "–"))
 for n in names:
     r = load(f"resmem-{n}.json")
     if not r:
@@ -150,5 +169,8 @@ for n in names:
     for f in r["families"]:
         print(f"| {f['family']} | {f['calls']} | {f['ms_per_step']:.3f} | {100 * f['share']:.0f}% | {f['gflops']:,.0f} | "
               f"{f['gbps']:,.0f} | {100 * f['of_matmul_peak']:.0f}% | {100 * f['of_stream_peak']:.0f}% |")
+    if r.get("tuned"):
+        print()
+        print("Tuned kernels: " + "; ".join(f"{c}: {k}" for c, k in r["tuned"]) + ".")
 EOF
 exit $status

@@ -238,16 +238,17 @@ fn bench_tuning(cache: &std::path::Path, extra: &[&str]) -> (Value, String) {
     (serde_json::from_slice(&out.stdout).unwrap(), err)
 }
 
-/// On the test machine's adapter (lavapipe on CI): the first run measures the matmul's tiles per
-/// shape, says what it chose and keeps it under the adapter's key; the next run loads every
+/// On the test machine's adapter (lavapipe on CI): the first run measures the matmul's tiles and
+/// the attention kernels per shape, says what it chose and keeps it under the adapter's key; the next run loads every
 /// choice and measures nothing; `--no-tune` measures and keeps nothing; a broken cache is set
 /// aside and rebuilt.
 #[test]
-fn tuning_picks_caches_and_reuses_the_matmul_tiles() {
+fn tuning_picks_caches_and_reuses_the_kernels() {
     let cache = std::env::temp_dir().join(format!("resmem-tuning-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
     let file = cache.join("resmem/tuning.json");
     let tiles = ["128x128", "64x128", "128x64", "64x64"];
+    let attention_kernels = ["row per thread", "tiled 256", "tiled 128"];
 
     let (first, err) = bench_tuning(&cache, &[]);
     assert!(err.contains("tuning this adapter's kernels"), "{err}");
@@ -263,10 +264,16 @@ fn tuning_picks_caches_and_reuses_the_matmul_tiles() {
     assert!(key.contains("kernels "), "{key} names the kernels' digest");
     let choices = choices.as_object().unwrap();
     assert!(choices.len() >= 4, "a step's matmul shapes: {choices:?}");
+    for op in ["matmul ", "attention forward ", "attention backward "] {
+        assert!(choices.keys().any(|c| c.starts_with(op)), "{op}is tuned: {choices:?}");
+    }
     for (class, chosen) in choices {
-        assert!(class.starts_with("matmul "), "{class}");
         let chosen = chosen.as_str().unwrap();
-        assert!(tiles.iter().any(|t| chosen.starts_with(t)), "{class}: {chosen}");
+        let known = match class.starts_with("matmul ") {
+            true => tiles.iter().any(|t| chosen.starts_with(t)),
+            false => class.starts_with("attention ") && attention_kernels.contains(&chosen),
+        };
+        assert!(known, "{class}: {chosen}");
         assert!(
             err.contains(&format!("  {class}: {chosen} (")),
             "the choice for {class} is said:\n{err}"

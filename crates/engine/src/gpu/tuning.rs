@@ -15,7 +15,7 @@
 //! [`GpuBackend::load_choices`] takes them back, [`GpuBackend::on_tuned`] hears each new one.
 
 use super::{Dispatch, GpuBackend};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 /// One configuration of a tunable op.
@@ -56,6 +56,8 @@ pub(crate) struct Tuner {
     forced: HashMap<&'static str, usize>,
     /// The chosen candidate's name by class, measured or loaded.
     chosen: HashMap<String, String>,
+    /// The classes launched so far with the candidate each used.
+    used: BTreeMap<String, String>,
     /// Told of each choice measured.
     listener: Option<Listener>,
     /// Set while candidates are being recorded: their own launches are never tuned.
@@ -86,7 +88,7 @@ impl GpuBackend {
     ) -> C {
         let fitting: Vec<C> = candidates.iter().copied().filter(|c| c.fits(self)).collect();
         let default = fitting.first().copied().unwrap_or(candidates[0]);
-        let tuner = self.tuner.borrow();
+        let mut tuner = self.tuner.borrow_mut();
         if let Some(&i) = tuner.forced.get(op) {
             return candidates[i];
         }
@@ -94,28 +96,34 @@ impl GpuBackend {
             return default;
         }
         let class = class();
-        if let Some(name) = tuner.chosen.get(&class) {
-            if let Some(c) = fitting.iter().find(|c| &c.name() == name) {
-                return *c;
-            }
+        let known = (tuner.chosen.get(&class)).and_then(|name| fitting.iter().position(|c| &c.name() == name));
+        if let Some(i) = known {
+            tuner.used.insert(class, fitting[i].name());
+            return fitting[i];
         }
         drop(tuner);
-        let Some(times) = self.measure(&fitting, record) else {
-            return default;
-        };
-        let fastest = (0..times.len()).fold(0, |b, i| if times[i] < times[b] { i } else { b });
-        let best = if times[fastest] < times[0] * MARGIN { fastest } else { 0 };
-        let choice = Choice {
-            class: class.clone(),
-            chosen: fitting[best].name(),
-            timings: fitting.iter().map(Candidate::name).zip(times).collect(),
+        // A measurement that fails keeps the default for the class, unheard and so uncached.
+        let (best, choice) = match self.measure(&fitting, record) {
+            None => (0, None),
+            Some(times) => {
+                let fastest = (0..times.len()).fold(0, |b, i| if times[i] < times[b] { i } else { b });
+                let best = if times[fastest] < times[0] * MARGIN { fastest } else { 0 };
+                let timings = fitting.iter().map(Candidate::name).zip(times).collect();
+                let choice = Choice {
+                    class: class.clone(),
+                    chosen: fitting[best].name(),
+                    timings,
+                };
+                (best, Some(choice))
+            }
         };
         let listener = {
             let mut tuner = self.tuner.borrow_mut();
-            tuner.chosen.insert(class, choice.chosen.clone());
+            tuner.chosen.insert(class.clone(), fitting[best].name());
+            tuner.used.insert(class, fitting[best].name());
             tuner.listener.clone()
         };
-        if let Some(listener) = listener {
+        if let (Some(listener), Some(choice)) = (listener, choice) {
             listener(&choice);
         }
         fitting[best]
@@ -191,11 +199,10 @@ impl GpuBackend {
         self.tuner.borrow_mut().chosen.extend(choices);
     }
 
-    /// Every choice this backend holds, loaded or measured, as (class, candidate name).
+    /// The classes launched so far while tuning, with the candidate each used (measured or
+    /// loaded), as (class, candidate name), sorted.
     pub fn choices(&self) -> Vec<(String, String)> {
-        let mut all: Vec<_> = self.tuner.borrow().chosen.clone().into_iter().collect();
-        all.sort();
-        all
+        self.tuner.borrow().used.clone().into_iter().collect()
     }
 
     /// Calls `listener` with each choice measured from now on.
