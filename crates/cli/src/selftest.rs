@@ -1,6 +1,7 @@
 //! `resmem selftest`: every kernel family on this machine's adapter against its CPU twin
 //! (`engine::selftest`), printed as one row per family with its worst error against its
-//! tolerance. Any failure exits 1, naming the checks that failed.
+//! tolerance. Any failure exits 1, naming the checks that failed. On the GPU every matmul tile and
+//! attention kernel that tuning may choose is checked as well.
 
 use crate::args::{BackendKind, SelftestArgs};
 use crate::console::say;
@@ -17,7 +18,13 @@ pub fn run(a: SelftestArgs) -> Result<()> {
     };
     let (device, checks) = match a.backend {
         BackendKind::Cpu => check(&engine::cpu::CpuBackend::<f32>::new())?,
-        BackendKind::Gpu => check(&crate::gpu_backend_with(options)?)?,
+        BackendKind::Gpu => {
+            let gpu = crate::gpu_backend_with(options)?;
+            let (device, mut checks) = check(&gpu)?;
+            // Tuning may run any kernel that fits this adapter: each is checked too.
+            checks.extend(pollster::block_on(selftest::run_candidates(&gpu))?);
+            (device, checks)
+        }
     };
     say(&format!(
         "selftest on {device}: every kernel family against the CPU twin"

@@ -1020,3 +1020,26 @@ fn selftest_passes_and_catches_a_broken_kernel() {
     });
     assert_eq!(failed(&broken), ["elementwise"]);
 }
+
+/// `resmem selftest` on the GPU also checks every kernel tuning may choose: each matmul tile and
+/// attention kernel that fits but the defaults, through its family's cases, all passing.
+#[test]
+fn selftest_checks_every_tuning_candidate() {
+    let be = gpu();
+    let checks = block(selftest::run_candidates(&be));
+    let failed: Vec<&String> = checks.iter().filter(|c| !c.passed()).map(|c| &c.case).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    let tiles = ops::matmul::TILES
+        .iter()
+        .filter(|t| t.fits(&be))
+        .skip(1)
+        .map(|t| format!("tile {}: ", t.name()));
+    let kernels = ops::attention::KERNELS
+        .iter()
+        .skip(1)
+        .map(|k| format!("{}: ", k.name()));
+    for label in tiles.chain(kernels) {
+        let n = checks.iter().filter(|c| c.case.starts_with(&label)).count();
+        assert!(n >= 8, "{label}: {n} checks");
+    }
+}

@@ -187,6 +187,11 @@ impl GpuBackend {
         self.tuner.borrow_mut().forced.insert(op, index);
     }
 
+    /// Undoes [`Self::force_candidate`] for `op`.
+    pub fn unforce(&self, op: &'static str) {
+        self.tuner.borrow_mut().forced.remove(op);
+    }
+
     /// What tuned choices hold for: this adapter, its driver and backend, and this build of the
     /// kernels. A cache keeps each key's choices apart.
     pub fn tuning_key(&self) -> String {

@@ -56,21 +56,25 @@ pub struct Family {
     pub failures: Vec<String>,
 }
 
-/// `checks` by family, in the order they ran.
+/// `checks` by family, in the order each family first ran.
 pub fn by_family(checks: &[Check]) -> Vec<Family> {
     let mut out: Vec<Family> = Vec::new();
     for c in checks {
-        if out.last().is_none_or(|f| f.family != c.family) {
-            out.push(Family {
-                family: c.family.to_string(),
-                checks: 0,
-                failed: 0,
-                worst: 0.0,
-                tolerance: c.tolerance,
-                failures: vec![],
-            });
-        }
-        let f = out.last_mut().expect("pushed above");
+        let at = match out.iter().position(|f| f.family == c.family) {
+            Some(at) => at,
+            None => {
+                out.push(Family {
+                    family: c.family.to_string(),
+                    checks: 0,
+                    failed: 0,
+                    worst: 0.0,
+                    tolerance: c.tolerance,
+                    failures: vec![],
+                });
+                out.len() - 1
+            }
+        };
+        let f = &mut out[at];
         f.checks += 1;
         let relative = if c.finite { c.relative() } else { f32::INFINITY };
         if relative >= f.worst {
@@ -147,6 +151,90 @@ macro_rules! check {
     }};
 }
 
+/// The matmul in every transpose and with accumulation, and batched over one A; each case's name
+/// starts with `label`.
+async fn matmul_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, checks: &mut Vec<Check>) -> Result<()> {
+    for (ta, tb, acc) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
+        let mut d = MatmulDims::new(67, 45, 93);
+        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
+        let (a, b, init) = (
+            random(rng, 67 * 93, 1.0),
+            random(rng, 93 * 45, 1.0),
+            random(rng, 67 * 45, 1.0),
+        );
+        let case = format!("{label}67×45×93, ta {ta}, tb {tb}, accumulate {acc}");
+        check!(checks, be, "matmul", case, 1e-5, matmul(&a, &b, &init, d));
+    }
+    let d = MatmulDims::new(100, 68, 36).batched(3, true, false);
+    let (a, b, init) = (
+        random(rng, 100 * 36, 1.0),
+        random(rng, 3 * 36 * 68, 1.0),
+        random(rng, 3 * 100 * 68, 1.0),
+    );
+    check!(
+        checks,
+        be,
+        "matmul",
+        format!("{label}100×68×36, batch 3 over one A"),
+        1e-5,
+        matmul(&a, &b, &init, d)
+    );
+    Ok(())
+}
+
+/// Attention causal and over documents, with ALiBi, at a head width past one tile; each case's
+/// name starts with `label`.
+async fn attention_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, checks: &mut Vec<Check>) -> Result<()> {
+    for (b, t, h, dh, alibi) in [(2, 19, 3, 5, false), (2, 37, 3, 7, true), (1, 33, 2, 64, true)] {
+        let d = AttentionDims {
+            b,
+            t,
+            h,
+            dh,
+            scale: 1.0 / (dh as f32).sqrt() / 2.0,
+            alibi,
+        };
+        let qkv = random(rng, b * t * 3 * h * dh, 2.0);
+        let dout = random(rng, b * t * h * dh, 1.0);
+        let plain = vec![0u32; b * t];
+        let docs = documents(t, &[0, t as u32 / 3, t as u32 / 3 + 1, t as u32 - 1]).repeat(b);
+        for (mask, starts) in [("causal", &plain), ("documents", &docs)] {
+            let case = format!("{label}B {b}, T {t}, H {h}, Dh {dh}, ALiBi {alibi}, {mask}");
+            check!(checks, be, "attention", case, 2e-5, attention(&qkv, &dout, starts, d));
+        }
+    }
+    Ok(())
+}
+
+/// The kernels tuning may choose on `gpu` besides the defaults [`run`] checks: every other matmul
+/// tile and attention kernel that fits, each forced in turn through its family's cases, named
+/// with the candidate. Natively only, where tuning runs.
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> {
+    use crate::gpu::Candidate;
+    use crate::ops::{attention::KERNELS, matmul::TILES};
+    let mut checks = Vec::new();
+    let others = |fits: Vec<bool>| -> Vec<usize> {
+        let fitting: Vec<usize> = (0..fits.len()).filter(|&i| fits[i]).collect();
+        fitting.into_iter().skip(1).collect()
+    };
+    for i in others(TILES.iter().map(|t| t.fits(gpu)).collect()) {
+        gpu.force_candidate("matmul", i);
+        let label = format!("tile {}: ", TILES[i].name());
+        matmul_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+    }
+    gpu.unforce("matmul");
+    for i in others(KERNELS.iter().map(|k| k.fits(gpu)).collect()) {
+        gpu.force_candidate("attention_forward", i);
+        gpu.force_candidate("attention_backward", i);
+        let label = format!("{}: ", KERNELS[i].name());
+        attention_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+    }
+    gpu.unforce("attention_forward");
+    gpu.unforce("attention_backward");
+    Ok(checks)
+}
+
 /// Every family on `be` against the CPU twin, on shapes that are no multiple of any workgroup
 /// or tile: matmul in every transpose, with accumulation and batched with a broadcast operand;
 /// the elementwise ops; the embedding and the gather; both norms; attention causal and over
@@ -158,31 +246,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
     let mut rng = SmallRng::seed_from_u64(0x5e1f);
     let mut checks = Vec::new();
 
-    for (ta, tb, acc) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
-        let mut d = MatmulDims::new(67, 45, 93);
-        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
-        let (a, b, init) = (
-            random(&mut rng, 67 * 93, 1.0),
-            random(&mut rng, 93 * 45, 1.0),
-            random(&mut rng, 67 * 45, 1.0),
-        );
-        let case = format!("67×45×93, ta {ta}, tb {tb}, accumulate {acc}");
-        check!(checks, be, "matmul", case, 1e-5, matmul(&a, &b, &init, d));
-    }
-    let d = MatmulDims::new(100, 68, 36).batched(3, true, false);
-    let (a, b, init) = (
-        random(&mut rng, 100 * 36, 1.0),
-        random(&mut rng, 3 * 36 * 68, 1.0),
-        random(&mut rng, 3 * 100 * 68, 1.0),
-    );
-    check!(
-        checks,
-        be,
-        "matmul",
-        "100×68×36, batch 3 over one A",
-        1e-5,
-        matmul(&a, &b, &init, d)
-    );
+    matmul_cases(be, &mut rng, "", &mut checks).await?;
 
     let (a, b) = (random(&mut rng, 1000, 4.0), random(&mut rng, 1000, 1.0));
     check!(
@@ -246,24 +310,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         }
     }
 
-    for (b, t, h, dh, alibi) in [(2, 19, 3, 5, false), (2, 37, 3, 7, true), (1, 33, 2, 64, true)] {
-        let d = AttentionDims {
-            b,
-            t,
-            h,
-            dh,
-            scale: 1.0 / (dh as f32).sqrt() / 2.0,
-            alibi,
-        };
-        let qkv = random(&mut rng, b * t * 3 * h * dh, 2.0);
-        let dout = random(&mut rng, b * t * h * dh, 1.0);
-        let plain = vec![0u32; b * t];
-        let docs = documents(t, &[0, t as u32 / 3, t as u32 / 3 + 1, t as u32 - 1]).repeat(b);
-        for (mask, starts) in [("causal", &plain), ("documents", &docs)] {
-            let case = format!("B {b}, T {t}, H {h}, Dh {dh}, ALiBi {alibi}, {mask}");
-            check!(checks, be, "attention", case, 2e-5, attention(&qkv, &dout, starts, d));
-        }
-    }
+    attention_cases(be, &mut rng, "", &mut checks).await?;
 
     let d = CrossEntropyDims {
         rows: 23,
