@@ -7,13 +7,14 @@
 #   cargo build --release -p resmem-cli                 # beforehand, where cargo is
 #   cargo xtask corpus                                   # data/shakespeare-gpt2, for the papers' sizes
 #   bench/gpu.sh                                         # then, on the GPU machine
-#   DRY=1 bench/gpu.sh                                   # a quick end-to-end pass (1 timed step each)
+#   DRY=1 bench/gpu.sh                                   # a quick end-to-end pass (1 timed step each; the papers' sizes at B 2, T 64)
 #
 # Variables: RESMEM (the binary; default target/release/resmem), DATA (a GPT-2 corpus; default
 # data/shakespeare-gpt2), KEEP (where the JSONs and the section go; default bench/gpu-out),
 # TESTS (a folder of GPU test binaries from `cargo test --release --no-run`, run as the kernel
 # check where given), PYTHON (an interpreter with torch; default python3), BACKEND (default gpu),
-# TEST_TIMEOUT (seconds per test binary; default 300), DRY=1 (one warm-up and one timed step each, for checking the script itself).
+# TEST_TIMEOUT (seconds per test binary; default 300), DRY=1 (one warm-up and one timed step each, and the papers'
+# sizes at batch 2 and T 64, for checking the script itself, even on an emulated GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 R=${RESMEM:-target/release/resmem}
@@ -45,13 +46,15 @@ pairs=(
 for pair in "${pairs[@]}"; do
     IFS='|' read -r name flags peer <<<"$pair"
     echo "bench: $name" >&2
+    small=()
+    [[ -n ${DRY:-} && $name != toy-* ]] && small=(--batch 2 --seq-len 64)
     # shellcheck disable=SC2086
-    if ! timeout 300 "$R" bench $flags --backend "$BACKEND" "${timing[@]}" --json >"$KEEP/resmem-$name.json" 2>"$KEEP/resmem-$name.err"; then
+    if ! timeout 300 "$R" bench $flags "${small[@]}" --backend "$BACKEND" "${timing[@]}" --json >"$KEEP/resmem-$name.json" 2>"$KEEP/resmem-$name.err"; then
         echo "resmem bench $name failed: $(tail -3 "$KEEP/resmem-$name.err")" >&2; status=1
     fi
     if [[ $torch_ok == 1 ]]; then
         # shellcheck disable=SC2086
-        if ! timeout 300 "$PYTHON" bench/peers/torch_peer.py $peer --device $peer_device "${peer_timing[@]}" --json \
+        if ! timeout 300 "$PYTHON" bench/peers/torch_peer.py $peer "${small[@]}" --device $peer_device "${peer_timing[@]}" --json \
             >"$KEEP/torch-$name.json" 2>"$KEEP/torch-$name.err"; then
             echo "torch peer $name failed: $(tail -3 "$KEEP/torch-$name.err")" >&2; status=1
         fi
@@ -106,7 +109,7 @@ def gpu_name():
     except (OSError, subprocess.SubprocessError):
         return "no nvidia-smi"
 
-print(f"## GPU report, {datetime.date.today().isoformat()}{' (dry run: 1 timed step each)' if dry else ''}")
+print(f"## GPU report, {datetime.date.today().isoformat()}{' (dry run: 1 timed step each, the papers sizes at B 2, T 64)' if dry else ''}")
 print()
 print(f"`bench/gpu.sh` on {gpu_name()}; resmem `--backend {backend}`"
       + (", adapter as `resmem bench` reports it below" if backend == "gpu" else "") + ".")

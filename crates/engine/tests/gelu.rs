@@ -1,8 +1,8 @@
-//! The f32 CPU GELU's fast tanh against f64's exact tanh over the whole f32 range: every
-//! 97th bit pattern of the finite floats (tails, subnormals and signs included), the
-//! neighbourhood of the clamp and of the small-value cut-off, and infinities and NaN.
+//! The f32 CPU's fast tanh (the GELU's) and fast exp (the softmaxes') against f64's exact ones
+//! over the whole f32 range: every 97th bit pattern of the finite floats (tails, subnormals and
+//! signs included), the neighbourhood of the clamps and cut-offs, and infinities and NaN.
 
-use resmem_engine::ops::fast_tanh;
+use resmem_engine::ops::{fast_exp, fast_tanh};
 
 /// The error in ulps of the exact result (subnormals count in ulps of the smallest normal).
 fn check(x: f32) -> f64 {
@@ -83,4 +83,53 @@ fn the_f32_gelu_matches_the_exact_tanh_gelu() {
             d64[i]
         );
     }
+}
+
+/// fast_exp within 2 ulps where e^x is a normal float above e^−87, 0 below e^−87 (an absolute
+/// error under 1.7e−38), infinity past f32::MAX.
+#[test]
+fn fast_exp_is_within_2_ulps_over_all_of_f32() {
+    let check = |x: f32| -> f64 {
+        let exact = (x as f64).exp();
+        let got = fast_exp(x) as f64;
+        if x < -87.0 {
+            assert!(got == 0.0 && exact < 1.7e-38, "exp({x:e}): {got:e}");
+            return 0.0;
+        }
+        if exact > f32::MAX as f64 {
+            assert!(got.is_infinite(), "exp({x:e}): {got:e}");
+            return 0.0;
+        }
+        let e = exact as f32;
+        let ulp = (f32::from_bits(e.to_bits() + 1) - e) as f64;
+        let err = (got - exact).abs() / ulp;
+        assert!(err <= 2.0, "exp({x:e}): {got:e}, exact {exact:e}, {err:.2} ulps");
+        err
+    };
+    let mut worst = 0f64;
+    for bits in (0..0x7f80_0000u32).step_by(97) {
+        let x = f32::from_bits(bits);
+        worst = worst.max(check(x)).max(check(-x));
+    }
+    for x in [
+        -87.0f32,
+        -86.999,
+        -87.001,
+        88.72,
+        88.722_84,
+        88.722_85,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.346_573_6,
+        -0.346_573_6,
+    ] {
+        worst = worst.max(check(x));
+    }
+    eprintln!("fast exp: worst error {worst:.2} ulps");
+    assert_eq!(fast_exp(f32::INFINITY), f32::INFINITY);
+    assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
+    assert!(fast_exp(f32::NAN).is_nan());
+    assert_eq!(fast_exp(0.0), 1.0);
 }

@@ -218,11 +218,11 @@ mod cpu_twin {
                                 *a = logit(*a, scale, slope, i, j);
                             }
                             let mx = seen.iter().copied().fold(T::neg_infinity(), T::max);
-                            let mut sum = T::zero();
+                            // The exps in a pass of their own, which vectorises; the sum in order.
                             for a in seen.iter_mut() {
-                                *a = (*a - mx).exp();
-                                sum = sum + *a;
+                                *a = (*a - mx).softmax_exp();
                             }
+                            let sum = seen.iter().fold(T::zero(), |sum, &a| sum + a);
                             for a in seen.iter_mut() {
                                 *a = *a / sum;
                             }
@@ -297,20 +297,25 @@ mod cpu_twin {
                         let (q, k, v, go) = (seq.qkv(0, h, i0), seq.qkv(1, h, k0), seq.qkv(2, h, k0), seq.out(h, i0));
                         gemm(m, dh, nk, qkv, q, qkv, k.t(), T::zero(), &mut pr, 0, nk);
                         gemm(m, dh, nk, dout, go, qkv, v.t(), T::zero(), &mut ds, 0, nk);
-                        for r in 0..m {
+                        for (r, (pr, ds)) in pr.chunks_mut(nk).zip(ds.chunks_mut(nk)).take(m).enumerate() {
                             let i = i0 + r;
                             let first = first_key(starts, i);
-                            let row = (h * tt + i, r * nk);
-                            for j in k0..i1 {
-                                let at = row.1 + j - k0;
-                                if first <= j && j <= i {
-                                    let p = (logit(pr[at], scale, slope, i, j) - lse[row.0]).exp();
-                                    pr[at] = p;
-                                    ds[at] = p * (ds[at] - delta[row.0]) * scale;
-                                } else {
-                                    pr[at] = T::zero();
-                                    ds[at] = T::zero();
-                                }
+                            let (lse, delta) = (lse[h * tt + i], delta[h * tt + i]);
+                            // Keys first..=i are seen; the rest get P = dS = 0.
+                            let seen = first - k0..i - k0 + 1;
+                            for (a, j) in pr[seen.clone()].iter_mut().zip(first..) {
+                                *a = logit(*a, scale, slope, i, j) - lse;
+                            }
+                            // The exps and dS in passes of their own, which vectorise.
+                            for a in pr[seen.clone()].iter_mut() {
+                                *a = a.softmax_exp();
+                            }
+                            for (g, &p) in ds[seen.clone()].iter_mut().zip(&pr[seen.clone()]) {
+                                *g = p * (*g - delta) * scale;
+                            }
+                            for row in [&mut *pr, &mut *ds] {
+                                row[..seen.start].fill(T::zero());
+                                row[seen.end..].fill(T::zero());
                             }
                         }
                         let (one, zero) = (T::one(), T::zero());
@@ -412,12 +417,14 @@ fn class(pass: &str, d: &AttentionDims) -> String {
     format!("attention {pass} batch {} T {} heads {}×{}", d.b, d.t, d.h, d.dh)
 }
 
-/// `d` with at most as many sequences as keep a tuning measurement's scratch outputs within
-/// 2^24 values (64 MiB): the kernels then read and write only those sequences' rows.
+/// `d` with at most as many sequences as keep a tuning measurement within 2^28 multiply-adds of
+/// the forward (q·k and p·v over the causal half) and its scratch outputs within 2^24 values
+/// (64 MiB): the kernels then read and write only those sequences' rows.
 fn for_tuning(d: &AttentionDims) -> AttentionDims {
-    let per_sequence = (d.t * 3 * d.h * d.dh).max(1);
+    let values = (d.t * 3 * d.h * d.dh).max(1);
+    let work = (d.h * d.t * d.t * d.dh).max(1);
     AttentionDims {
-        b: d.b.min((1 << 24) / per_sequence).max(1),
+        b: d.b.min((1 << 24) / values).min((1 << 28) / work).max(1),
         ..*d
     }
 }

@@ -56,7 +56,8 @@ mod cpu_twin {
             .for_each(|(r, (loss, lse))| {
                 let row = &logits[r * d.v..(r + 1) * d.v];
                 let mx = row.iter().copied().fold(T::neg_infinity(), T::max);
-                let l = mx + row.iter().map(|&x| (x - mx).exp()).sum::<T>().ln();
+                // In lanes, so that the exps vectorise; the lanes' order is fixed.
+                let l = mx + crate::cpu::simd::lane_sum(row, |x| (x - mx).softmax_exp()).ln();
                 *lse = l;
                 *loss = match targets[r] {
                     IGNORE => T::zero(),
@@ -80,14 +81,13 @@ mod cpu_twin {
                 g.fill(T::zero());
                 return;
             }
-            let l = lse[r];
-            for (c, g) in g.iter_mut().enumerate() {
-                let mut v = (logits[r * d.v + c] - l).exp() * (T::one() + two_z * l);
-                if c == targets[r] as usize {
-                    v = v - T::one();
-                }
-                *g = scale * v;
+            let (l, row) = (lse[r], &logits[r * d.v..(r + 1) * d.v]);
+            let softmax = |x: T| (x - l).softmax_exp() * (T::one() + two_z * l);
+            for (g, &x) in g.iter_mut().zip(row) {
+                *g = scale * softmax(x);
             }
+            let t = targets[r] as usize;
+            g[t] = scale * (softmax(row[t]) - T::one());
         });
     }
 }

@@ -424,8 +424,15 @@ pub mod gpu {
             )
         };
         let tile = gpu.tuned("matmul", class, TILES, |tile| {
-            // On a scratch out of at most 2^24 values (64 MiB), the product's first rows.
-            let m = d.m.min((1 << 24) / (d.batch * d.n).max(1)).max(1);
+            // The product's first rows, on a scratch out: at most 2^28 multiply-adds (a fraction of
+            // a millisecond on a GPU, a tenth of a second emulated) and 2^24 values (64 MiB), but
+            // 4 of the largest tile's rows where there are as many, so that every tile is timed
+            // on whole tiles.
+            let per_row = (d.batch * d.n).max(1);
+            let m = ((1 << 28) / (per_row * d.k.max(1)))
+                .min((1 << 24) / per_row)
+                .max(4 * 128)
+                .min(d.m);
             let scratch_d = MatmulDims { m, ..d };
             let Ok(scratch) = gpu.zeros("tuning scratch", d.batch * m * d.n) else {
                 return;

@@ -24,6 +24,8 @@ pub trait Scalar:
     /// tanh for the GELU: exact in f64 (the gradient checks' precision), a rational
     /// approximation in f32 that vectorises and stays within a few ulps of the exact one.
     fn gelu_tanh(self) -> Self;
+    /// exp for the softmaxes: exact in f64, a polynomial in f32 that vectorises ([`fast_exp`]).
+    fn softmax_exp(self) -> Self;
     /// c (m×n, row stride rsc) = a·b + beta·c, with arbitrary strides for a and b.
     ///
     /// # Safety
@@ -87,6 +89,52 @@ pub fn fast_tanh(x: f32) -> f32 {
     }
 }
 
+/// e^x in f32 without a libm call, so that the softmax loops vectorise: x = n·ln2 + r with
+/// |r| ≤ ln2/2 (n rounded by the 1.5·2^23 trick, ln2 in two parts), e^r by Cephes' degree-7
+/// polynomial, times 2^n as two normal powers of two. Within 2 ulps of the exact exp where
+/// the result is normal; 0 below e^−87 (≈1.6e−38, where it would be subnormal or nearly),
+/// infinity past f32's largest, NaN stays NaN (tests/gelu.rs checks the range).
+#[cfg(feature = "cpu")]
+#[inline(always)]
+pub fn fast_exp(x: f32) -> f32 {
+    const LOW: f32 = -87.0;
+    const HIGH: f32 = 88.722_84;
+    const ROUND: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const P: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        5.000_000_1e-1,
+    ];
+    let (nan, under, over) = (x.is_nan(), x < LOW, x > HIGH);
+    let xc = x.clamp(LOW, HIGH);
+    let n = (xc * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    // Plain multiply-adds: without the fma target feature `mul_add` is a libm call.
+    let p = r * P[0] + P[1];
+    let p = r * p + P[2];
+    let p = r * p + P[3];
+    let p = r * p + P[4];
+    let p = r * p + P[5];
+    let y = p * (r * r) + r + 1.0;
+    let n = n as i32;
+    let pow2 = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+    let v = y * pow2(n >> 1) * pow2(n - (n >> 1));
+    if nan {
+        x
+    } else if under {
+        0.0
+    } else if over {
+        f32::INFINITY
+    } else {
+        v
+    }
+}
+
 #[cfg(feature = "cpu")]
 impl Scalar for f32 {
     fn of(x: f64) -> Self {
@@ -99,6 +147,10 @@ impl Scalar for f32 {
     #[inline(always)]
     fn gelu_tanh(self) -> f32 {
         fast_tanh(self)
+    }
+    #[inline(always)]
+    fn softmax_exp(self) -> f32 {
+        fast_exp(self)
     }
     unsafe fn gemm(
         m: usize,
@@ -129,6 +181,10 @@ impl Scalar for f64 {
     #[inline(always)]
     fn gelu_tanh(self) -> f64 {
         self.tanh()
+    }
+    #[inline(always)]
+    fn softmax_exp(self) -> f64 {
+        self.exp()
     }
     unsafe fn gemm(
         m: usize,
