@@ -108,7 +108,7 @@ pub fn fast_exp(x: f32) -> f32 {
         8.333_452e-3,
         4.166_579_6e-2,
         1.666_666_5e-1,
-        5.000_000_1e-1,
+        0.5,
     ];
     let (nan, under, over) = (x.is_nan(), x < LOW, x > HIGH);
     let xc = x.clamp(LOW, HIGH);
