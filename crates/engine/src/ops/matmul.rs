@@ -222,6 +222,28 @@ impl MatmulDims {
     }
 }
 
+impl MatmulDims {
+    /// The part of this product a tuning measurement times, on a scratch out: the largest of M,
+    /// N and K halved until it does at most 2^28 multiply-adds (a fraction of a millisecond on a
+    /// GPU, a tenth of a second emulated), none below 512 (4 of the largest tile), so that
+    /// every tile is timed on whole tiles. Each operand is then read in its first rows and
+    /// columns only, at its own strides.
+    fn for_tuning(&self) -> MatmulDims {
+        const WORK: usize = 1 << 28;
+        const FLOOR: usize = 512;
+        let mut dims = [self.m, self.n, self.k];
+        while self.batch * dims.iter().product::<usize>() > WORK {
+            let (at, &largest) = dims.iter().enumerate().max_by_key(|(_, &x)| x).expect("three");
+            if largest <= FLOOR {
+                break;
+            }
+            dims[at] = (largest / 2).max(FLOOR);
+        }
+        let [m, n, k] = dims;
+        MatmulDims { m, n, k, ..*self }
+    }
+}
+
 /// The shader's K tile: its zero padding only ever ends a chain.
 const TK: usize = 16;
 
@@ -424,20 +446,11 @@ pub mod gpu {
             )
         };
         let tile = gpu.tuned("matmul", class, TILES, |tile| {
-            // The product's first rows, on a scratch out: at most 2^28 multiply-adds (a fraction of
-            // a millisecond on a GPU, a tenth of a second emulated) and 2^24 values (64 MiB), but
-            // 4 of the largest tile's rows where there are as many, so that every tile is timed
-            // on whole tiles.
-            let per_row = (d.batch * d.n).max(1);
-            let m = ((1 << 28) / (per_row * d.k.max(1)))
-                .min((1 << 24) / per_row)
-                .max(4 * 128)
-                .min(d.m);
-            let scratch_d = MatmulDims { m, ..d };
-            let Ok(scratch) = gpu.zeros("tuning scratch", d.batch * m * d.n) else {
+            let part = d.for_tuning();
+            let Ok(scratch) = gpu.zeros("tuning scratch", part.batch * part.m * part.n) else {
                 return;
             };
-            product(gpu, &scratch, a, b, scratch_d, tile)
+            product(gpu, &scratch, a, b, part, tile)
         });
         product(gpu, out, a, b, d, tile)
     }
