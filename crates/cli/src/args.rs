@@ -109,6 +109,9 @@ pub enum Analyze {
     /// The logit lens: at every depth, the model's head read from the residual there, for one
     /// token: its top predictions and the KL divergence from the model's output.
     Lens(LensArgs),
+    /// Every block's and head's attention weights over one sequence: the keys the chosen
+    /// token weighs most, and each head's mean look-back; `--json` for all the weights.
+    Attention(AttentionArgs),
 }
 
 #[derive(Args, Debug)]
@@ -138,7 +141,22 @@ pub struct LensArgs {
     pub json: bool,
 }
 
-/// The forward that `analyze residual` and `analyze lens` look inside.
+#[derive(Args, Debug)]
+pub struct AttentionArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    /// The query token whose weights are shown; default the window's last.
+    #[arg(long)]
+    pub token: Option<usize>,
+    /// Keys shown per head.
+    #[arg(long, default_value_t = 5)]
+    pub top: usize,
+    /// Every head's (T, T) weights as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The forward that `analyze residual`, `analyze lens` and `analyze attention` look inside.
 #[derive(Args, Debug)]
 pub struct ForwardArgs {
     /// A directory written by `resmem train` (its newest checkpoint), or one checkpoint file

@@ -1,9 +1,10 @@
 //! `resmem analyze residual`: each token's residual stream at every depth, as the playground's
 //! residual viewer shows it: for an RMT the D_k×D_v matrix with its singular values, effective
 //! rank and norm; for the others the residual vector and its norm. And `resmem analyze lens`,
-//! the logit lens of one token at every depth, on the same forward.
+//! the logit lens of one token at every depth, and `resmem analyze attention`, every head's
+//! weights, on the same forward.
 
-use crate::args::{ForwardArgs, LensArgs, ResidualArgs};
+use crate::args::{AttentionArgs, ForwardArgs, LensArgs, ResidualArgs};
 use crate::{load, source};
 use anyhow::{bail, Context, Result};
 use data::DataSource;
@@ -13,7 +14,7 @@ use models::{LanguageModel, Purpose, RunConfig, Trainer};
 
 pub fn run(args: ResidualArgs) -> Result<()> {
     let (cfg, what, snapshots) = crate::with_backend!(args.at.backend, be => {
-        let (cfg, what, trainer) = forward(be, &args.at)?;
+        let (cfg, what, trainer, _) = forward(be, &args.at)?;
         let observables = trainer.model.inside().residuals;
         let t = cfg.data.seq_len();
         let snapshots = pollster::block_on(observe::read(be, &observables, args.at.seq, t))?;
@@ -109,7 +110,7 @@ fn depth_summary(s: &Snapshot, t: usize) -> serde_json::Value {
 /// `resmem analyze lens`: at each depth the head's top tokens and the KL from the output.
 pub fn lens(args: LensArgs) -> Result<()> {
     let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
-        let (cfg, what, trainer) = forward(be, &args.at)?;
+        let (cfg, what, trainer, _) = forward(be, &args.at)?;
         let t = cfg.data.seq_len();
         check_token(args.token, t)?;
         let rows = pollster::block_on(observe::lens(be, &trainer.model, (args.at.seq, t, args.token), args.top))?;
@@ -137,6 +138,55 @@ pub fn lens(args: LensArgs) -> Result<()> {
     Ok(())
 }
 
+/// `resmem analyze attention`: every block's and head's attention weights over one sequence, as
+/// the query `--token` sees the keys (its strongest keys, and the head's mean look-back), or
+/// all of them with `--json`.
+pub fn attention(args: AttentionArgs) -> Result<()> {
+    let (cfg, what, patterns) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, starts) = forward(be, &args.at)?;
+        let t = cfg.data.seq_len();
+        let patterns = pollster::block_on(observe::attention_patterns(be, &trainer.model, (args.at.seq, t), &starts))?;
+        anyhow::Ok((cfg, what, patterns))
+    })?;
+    if args.json {
+        out!("{}", serde_json::to_string_pretty(&patterns)?);
+        return Ok(());
+    }
+    let t = cfg.data.seq_len();
+    let token = args.token.unwrap_or(t - 1);
+    check_token(token, t)?;
+    out!(
+        "{} ({what}), sequence {}: each head's attention from token {token} (the keys it weighs most), \
+         and its mean look-back over all queries",
+        cfg.arch(),
+        args.at.seq
+    );
+    out!(
+        "{:<8} {:>4} {:>10}  strongest keys (key: weight)",
+        "block",
+        "head",
+        "look-back"
+    );
+    for p in &patterns {
+        let row = p.row(token, t);
+        let mut keys: Vec<usize> = (0..=token).collect();
+        keys.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(b.cmp(&a)));
+        let top: Vec<String> = keys
+            .iter()
+            .take(args.top)
+            .map(|&j| format!("{j}: {:.3}", row[j]))
+            .collect();
+        out!(
+            "{:<8} {:>4} {:>10.2}  {}",
+            p.block,
+            p.head,
+            p.mean_distance(t),
+            top.join("  ")
+        );
+    }
+    Ok(())
+}
+
 fn check_token(token: usize, t: usize) -> Result<()> {
     if token >= t {
         bail!(
@@ -147,13 +197,14 @@ fn check_token(token: usize, t: usize) -> Result<()> {
     Ok(())
 }
 
-/// The config, what was run, and the trainer whose model holds the forward.
-type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>);
+/// The config, what was run, the trainer whose model holds the forward, and the document
+/// starts of sequence `--seq` (what its attention was masked by).
+type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>, Vec<u32>);
 
 /// The trainer after the forward of a run's held-out batch (`--run`), or of training step
 /// `--step` of a fresh preset on its task, as the playground trains it.
 fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>> {
-    let (cfg, what, batch, trainer) = match &args.run {
+    let (cfg, what, batch, trainer, separator) = match &args.run {
         Some(run) => {
             let cfg = load::config(run)?;
             let data = source::open(&cfg.data)?;
@@ -165,8 +216,9 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
             let (values, path) = load::params(run, args.checkpoint.as_deref(), &model.store().layout)?;
             be.write(&model.store().params, &values);
             let mut trainer = Trainer::new(be, model, cfg.train.clone())?;
-            trainer.mask_documents(cfg.data.separator());
-            (cfg, path.display().to_string(), batch, trainer)
+            let separator = cfg.data.separator();
+            trainer.mask_documents(separator);
+            (cfg, path.display().to_string(), batch, trainer, separator)
         }
         None => {
             let name = args.preset.as_deref().unwrap_or("tiny-rmt");
@@ -201,6 +253,7 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
                 format!("the forward of step {}", args.step),
                 batches.batch(args.step as u64 - 1)?,
                 trainer,
+                None,
             )
         }
     };
@@ -214,5 +267,7 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
     }
     let mut trainer = trainer;
     pollster::block_on(trainer.eval(be, &batch)).context("the forward failed")?;
-    Ok((cfg, what, trainer))
+    let t = batch.t;
+    let starts = models::batch::document_starts(&batch.inputs[args.seq * t..(args.seq + 1) * t], t, separator);
+    Ok((cfg, what, trainer, starts))
 }

@@ -294,12 +294,14 @@ fn analyze_residual_reads_every_depth_on_both_backends() {
     }
 }
 
-/// `analyze lens` on a run of every architecture's tiny preset, trained 60 steps of copy on the
-/// CPU: a row per depth, depths that predict differently, the same probabilities and KL from the
-/// CPU and the GPU on the same weights (and the same top token wherever it leads by more than
-/// rounding), and KL 0 at the last depth.
+/// `analyze lens` and `analyze attention` on a run of every architecture's tiny preset, trained
+/// 60 steps of copy on the CPU. The lens: a row per depth, depths that predict differently, the
+/// same probabilities and KL from the CPU and the GPU on the same weights (and the same top
+/// token wherever it leads by more than rounding), and KL 0 at the last depth. The attention:
+/// a (T, T) pattern per block and head whose rows are distributions over the keys up to the
+/// query, some head no longer uniform, the same weights from both backends.
 #[test]
-fn analyze_lens_agrees_on_both_backends_for_every_architecture() {
+fn analyze_lens_and_attention_agree_on_both_backends_for_every_architecture() {
     let dir = tempfile::tempdir().unwrap();
     for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "tiny-hybrid"] {
         let run = dir.path().join(preset);
@@ -366,5 +368,59 @@ fn analyze_lens_agrees_on_both_backends_for_every_architecture() {
             let (kx, ky) = (x["kl_to_final"].as_f64().unwrap(), y["kl_to_final"].as_f64().unwrap());
             assert!((kx - ky).abs() < 1e-3 * kx.max(1.0), "{preset}: KL {kx} {ky}");
         }
+
+        let attention = |backend: &str| {
+            let all = json(&[
+                "analyze",
+                "attention",
+                "--run",
+                run,
+                "--seq",
+                "1",
+                "--backend",
+                backend,
+                "--json",
+            ]);
+            let weights = |p: &Value| -> Vec<f64> {
+                (p["weights"].as_array().unwrap().iter())
+                    .map(|w| w.as_f64().unwrap())
+                    .collect()
+            };
+            all.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p["block"].to_string(), p["head"].as_u64().unwrap(), weights(p)))
+                .collect::<Vec<_>>()
+        };
+        let (cpu, gpu) = (attention("cpu"), attention("gpu"));
+        assert!(
+            cpu.len() >= 2 && cpu.len() % 2 == 0,
+            "{preset}: two blocks' heads, {} patterns",
+            cpu.len()
+        );
+        let t = (cpu[0].2.len() as f64).sqrt() as usize;
+        assert_eq!(t * t, cpu[0].2.len(), "{preset}: a (T, T) pattern");
+        let mut peaked = false;
+        for ((block, head, w), (block_gpu, head_gpu, w_gpu)) in cpu.iter().zip(&gpu) {
+            assert_eq!((block, head), (block_gpu, head_gpu));
+            for i in 0..t {
+                let row = &w[i * t..(i + 1) * t];
+                assert!(
+                    (row.iter().sum::<f64>() - 1.0).abs() < 1e-9,
+                    "{preset} {block} head {head}: row {i} {row:?}"
+                );
+                assert!(
+                    row[i + 1..].iter().all(|&x| x == 0.0),
+                    "{preset} {block} head {head}: row {i} looks ahead"
+                );
+                peaked |= row.iter().cloned().fold(0.0, f64::max) > 2.0 / (i + 1) as f64 && i > 2;
+            }
+            let worst = w.iter().zip(w_gpu).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(
+                worst < 1e-4,
+                "{preset} {block} head {head}: CPU and GPU differ by {worst}"
+            );
+        }
+        assert!(peaked, "{preset}: every head still uniform after training");
     }
 }

@@ -46,6 +46,15 @@ pub struct AttentionActs<B: Backend> {
     lse: B::Tensor,      // (B, H, T) each row's log-sum-exp of its logits
 }
 
+/// One block's attention after a forward: its input rows [Q | K | V] and the op's dims, from
+/// which `observe::attention_patterns` recomputes its weights.
+pub struct AttentionSite<'a, B: Backend> {
+    /// `block0`, `block1`, …
+    pub name: String,
+    pub qkv: &'a B::Tensor,
+    pub dims: AttentionDims,
+}
+
 /// Attention's backward scratch, shared by every block.
 pub struct AttentionScratch<B: Backend> {
     pub dqkv: B::Tensor, // (BT, 3·H·D_h)
@@ -54,7 +63,7 @@ pub struct AttentionScratch<B: Backend> {
 
 impl Attention {
     /// The op's dims in block `layer`.
-    fn dims(&self, layer: usize) -> AttentionDims {
+    pub fn dims(&self, layer: usize) -> AttentionDims {
         let mut scale = 1.0 / (self.head_dim as f32).sqrt();
         if self.layer_scale {
             scale /= (layer + 1) as f32;
@@ -82,6 +91,20 @@ impl Attention {
                 values(&[self.b, self.heads, self.t]),
             )?,
         })
+    }
+
+    /// What a viewer may read of each block's attention after a forward, blocks in order.
+    pub fn sites<'a, B: Backend + 'a>(
+        &self,
+        acts: impl Iterator<Item = &'a AttentionActs<B>>,
+    ) -> Vec<AttentionSite<'a, B>> {
+        (acts.enumerate())
+            .map(|(layer, a)| AttentionSite {
+                name: format!("block{layer}"),
+                qkv: &a.qkv,
+                dims: self.dims(layer),
+            })
+            .collect()
     }
 
     pub fn scratch<B: Backend>(&self, be: &B) -> engine::Result<AttentionScratch<B>> {

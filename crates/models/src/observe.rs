@@ -31,6 +31,8 @@ pub struct Inside<'a, B: Backend> {
     /// The sums of the last pass recorded with `Observe::Variance`; None for a model without
     /// probe sites or built for inference.
     pub variance: Option<&'a Probes<B>>,
+    /// Every block's attention, in order.
+    pub attention: Vec<crate::attention::AttentionSite<'a, B>>,
 }
 
 /// How one token's row of an observable is laid out.
@@ -218,6 +220,84 @@ fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
     let log_z = max + logits.iter().map(|&x| (f64::from(x) - max).exp()).sum::<f64>().ln();
     logits.iter().map(|&x| f64::from(x) - log_z).collect()
+}
+
+/// One head's attention weights over one sequence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeadPattern {
+    /// `block0`, `block1`, …
+    pub block: String,
+    pub head: usize,
+    /// (T, T), row-major: row i is query i's weights over the keys, 0 where it may not look
+    /// (after i, or before its document's start); each row sums to 1.
+    pub weights: Vec<f64>,
+}
+
+impl HeadPattern {
+    /// Query `i`'s weights over the keys.
+    pub fn row(&self, i: usize, t: usize) -> &[f64] {
+        &self.weights[i * t..(i + 1) * t]
+    }
+
+    /// The mean over queries of the expected distance i − j to the keys they attend: 0 for a
+    /// head that looks at its own token, larger for one that looks back.
+    pub fn mean_distance(&self, t: usize) -> f64 {
+        let per_row = |i: usize| {
+            self.row(i, t)
+                .iter()
+                .enumerate()
+                .map(|(j, w)| w * (i - j.min(i)) as f64)
+                .sum::<f64>()
+        };
+        (0..t).map(per_row).sum::<f64>() / t as f64
+    }
+}
+
+/// Every block's and head's attention weights over sequence `seq` after a forward (batches of
+/// T = `t` tokens, `starts` the sequence's document starts, `batch::document_starts`):
+/// softmax_j(scale·q_i·k_j − slope·(i − j)) over the keys query i sees, in f64 from the qkv
+/// rows the forward kept. Reads one sequence's qkv rows a block.
+pub async fn attention_patterns<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t): (usize, usize),
+    starts: &[u32],
+) -> Result<Vec<HeadPattern>> {
+    let mut patterns = Vec::new();
+    for site in model.inside().attention {
+        let d = site.dims;
+        let width = 3 * d.h * d.dh;
+        let rows = be.read(&be.view(site.qkv, seq * t * width, t * width)).await?;
+        let at = |part: usize, h: usize, i: usize| &rows[i * width + (part * d.h + h) * d.dh..][..d.dh];
+        for h in 0..d.h {
+            let mut weights = vec![0.0; t * t];
+            for i in 0..t {
+                let first = (starts[i] as usize).min(i);
+                let q = at(0, h, i);
+                let logits: Vec<f64> = (first..=i)
+                    .map(|j| {
+                        let dot: f64 = q
+                            .iter()
+                            .zip(at(1, h, j))
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum();
+                        f64::from(d.scale) * dot - d.slope(h) * (i - j) as f64
+                    })
+                    .collect();
+                let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+                let z: f64 = logits.iter().map(|&x| (x - max).exp()).sum();
+                for (j, x) in (first..=i).zip(&logits) {
+                    weights[i * t + j] = (x - max).exp() / z;
+                }
+            }
+            patterns.push(HeadPattern {
+                block: site.name.clone(),
+                head: h,
+                weights,
+            });
+        }
+    }
+    Ok(patterns)
 }
 
 /// How much of a residual matrix is in use.

@@ -642,6 +642,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 .flat_map(|(i, a)| self.core.hashed_layers(&a.core, &format!("block{i}")))
                 .collect(),
             variance: self.probes.as_ref(),
+            attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
         }
     }
 }

@@ -520,6 +520,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             residuals,
             hashed,
             variance: self.probes.as_ref(),
+            attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
         }
     }
 }
