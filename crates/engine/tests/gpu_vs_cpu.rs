@@ -774,6 +774,33 @@ fn what_cannot_be_split_is_a_clear_error() {
     be.matmul(&out, &a, &b, d);
     let err = be.flush().unwrap_err().to_string();
     assert!(err.contains("matmul") && err.contains("accumulating"), "{err}");
+
+    // With tuning on, an error recorded before a tuned launch still reaches the flush: the
+    // measurement sets it aside and puts it back; a candidate that is refused fails only the
+    // measurement, and the product is recorded in its default tile (refused the same way).
+    let tuned = gpu_with(GpuOptions { tune: true, ..SPLIT });
+    let x = tuned.zeros("x", d.m * d.k).unwrap();
+    let (nout, stats, gain) = (
+        tuned.zeros("out", 100 * 200).unwrap(),
+        tuned.zeros("stats", 200).unwrap(),
+        tuned.zeros("gain", 200).unwrap(),
+    );
+    let big = tuned.zeros("big", 100 * 200).unwrap();
+    let norm = NormDims {
+        rows: 100,
+        c: 200,
+        kind: NormKind::LayerNorm,
+        eps: 1e-5,
+    };
+    tuned.norm_forward(&nout, &stats, &big, &gain, norm);
+    let (mout, mb) = (tuned.zeros("out", 8 * 300).unwrap(), tuned.zeros("b", 300 * 8).unwrap());
+    tuned.matmul(&mout, &x, &mb, MatmulDims::new(8, 300, 8));
+    let err = tuned.flush().unwrap_err().to_string();
+    assert!(err.contains("norm_forward"), "the error before the tuned matmul: {err}");
+    tuned.flush().unwrap();
+    tuned.matmul(&out, &a, &b, d);
+    let err = tuned.flush().unwrap_err().to_string();
+    assert!(err.contains("matmul") && err.contains("accumulating"), "{err}");
 }
 
 /// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups, the 32-token

@@ -78,7 +78,7 @@ pub struct GpuBackend {
     /// Readback staging buffers by size, reused so that logging a loss allocates nothing.
     pub(crate) staging: RefCell<HashMap<u64, wgpu::Buffer>>,
     /// The first error the device raised outside an error scope, reported at the next flush.
-    error: Arc<Mutex<Option<String>>>,
+    pub(crate) error: Arc<Mutex<Option<String>>>,
     lost: Arc<Mutex<Option<String>>>,
     /// The partial sums of `sum`'s first launch, shared by every sum: launches run in order.
     sum_partials: GpuTensor,

@@ -132,8 +132,11 @@ impl GpuBackend {
     /// Each candidate's best time over [`ROUNDS`], or None where it cannot be measured (the
     /// browser, a device error).
     fn measure<C: Candidate>(&self, candidates: &[C], record: impl Fn(C)) -> Option<Vec<f64>> {
-        // Record each candidate's launches apart from the pending work, which is put back as it was.
+        // Record each candidate's launches apart from the pending work, which is put back as it
+        // was, and apart from any error already waiting for the next flush, which is put back too:
+        // a candidate that fails (a refused launch, a device error) fails the measurement only.
         let saved = std::mem::take(&mut *self.pending.borrow_mut());
+        let earlier = self.error.lock().unwrap().take();
         self.tuner.borrow_mut().measuring = true;
         let launches: Vec<Vec<Dispatch>> = (candidates.iter())
             .map(|&c| {
@@ -143,7 +146,12 @@ impl GpuBackend {
             .collect();
         self.tuner.borrow_mut().measuring = false;
         *self.pending.borrow_mut() = saved;
-        self.time_candidates(&launches)
+        // A candidate that recorded nothing (its scratch could not be allocated) cannot be timed.
+        let refused = self.error.lock().unwrap().is_some() || launches.iter().any(Vec::is_empty);
+        let times = if refused { None } else { self.time_candidates(&launches) };
+        let failed = self.error.lock().unwrap().take().is_some() || self.lost().is_some();
+        *self.error.lock().unwrap() = earlier;
+        times.filter(|_| !failed)
     }
 
     #[cfg(target_arch = "wasm32")]
@@ -177,7 +185,6 @@ impl GpuBackend {
                 }
             }
         }
-        self.take_error().ok()?;
         Some(best)
     }
 
