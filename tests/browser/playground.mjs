@@ -509,6 +509,28 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     console.log(`     imported residual at step ${shown.step}: ${shown.values.length} values, worst difference from the CLI ${worst.toExponential(2)}`);
     if (shown.step !== 10 || shown.values.length !== 4 * 16 || !(worst < 2e-3 * Math.max(1, ...want.values.map(Math.abs))))
       throw new Error('the imported run\'s residuals are not the CLI\'s');
+    // Every head's attention weights are `resmem analyze attention`'s on the same checkpoint and
+    // sequence, each row a distribution over the tokens up to it, the chosen token's outlined.
+    const pagePatterns = JSON.parse(await page.$eval('#residual-attention', (e) => e.dataset.patterns || '[]'));
+    const cliPatterns = JSON.parse(cli(['analyze', 'attention', '--run', cliRun, '--backend', 'cpu', '--json']));
+    if (pagePatterns.length === 0 || pagePatterns.length !== cliPatterns.length)
+      throw new Error(`attention: ${pagePatterns.length} heads in the page, ${cliPatterns.length} from the CLI`);
+    const tt = Math.round(Math.sqrt(pagePatterns[0].weights.length));
+    let attWorst = 0;
+    pagePatterns.forEach((p, k) => {
+      const q = cliPatterns[k];
+      if (p.block !== q.block || p.head !== q.head) throw new Error(`attention: ${p.block} head ${p.head} against ${q.block} head ${q.head}`);
+      for (let i = 0; i < tt; i++) {
+        const row = p.weights.slice(i * tt, (i + 1) * tt);
+        if (Math.abs(row.reduce((a, b) => a + b, 0) - 1) > 1e-9 || row.slice(i + 1).some((w) => w !== 0))
+          throw new Error(`attention ${p.block} head ${p.head}: row ${i} is ${JSON.stringify(row)}`);
+      }
+      attWorst = Math.max(attWorst, ...p.weights.map((w, i) => Math.abs(w - q.weights[i])));
+    });
+    const outlined = await page.$$eval('#residual-attention rect.chosen-row', (rs) => rs.map((r) => r.getAttribute('y')));
+    console.log(`     imported attention: ${pagePatterns.length} heads of ${tt}×${tt}, worst difference from the CLI ${attWorst.toExponential(2)}`);
+    if (!(attWorst < 2e-3)) throw new Error('the imported run\'s attention is not the CLI\'s');
+    if (outlined.length !== pagePatterns.length) throw new Error(`${outlined.length} outlined rows for ${pagePatterns.length} heads`);
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sampled) throw new Error('the imported run shows no sample');
 

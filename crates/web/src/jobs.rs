@@ -368,13 +368,8 @@ async fn import<B: Backend + 'static>(
     let views = async {
         let loss = session.inspect().await?;
         event(Event::Loss { step, loss });
-        let (depths, inputs) = session.residuals(seq).await?;
-        event(Event::Residuals(Residuals {
-            step,
-            seq,
-            depths,
-            inputs,
-        }));
+        let read = session.residuals(seq).await?;
+        event(Event::Residuals(Residuals { step, ..read }));
         let hits = session.bucket_counts().await?;
         if let Some(measured) = session.measure().await? {
             event(Event::Measured { step, measured });

@@ -1,15 +1,16 @@
 //! The residual viewer: one token's residual stream at one depth, read from the GPU every few
 //! steps while the view is open. For an RMT the D_k×D_v matrix as a heatmap beside its singular
 //! values, effective rank and norm; for the transformer and the MemoryFormer the vector as a
-//! strip, so that the three can be compared.
+//! strip, so that the three can be compared. Below it, every head's attention weights over the
+//! sequence, the chosen token's row outlined.
 
 use crate::save::ChartExport;
 use leptos::prelude::*;
-use models::observe::{self, Shape, Snapshot};
+use models::observe::{self, HeadPattern, Shape, Snapshot};
 use serde::{Deserialize, Serialize};
 
 /// One read of the residual stream.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Residuals {
     pub step: usize,
     pub seq: usize,
@@ -17,6 +18,9 @@ pub struct Residuals {
     pub depths: Vec<Snapshot>,
     /// The sequence's input tokens (bytes of the task).
     pub inputs: Vec<u32>,
+    /// Every block's and head's attention weights over the sequence, as `resmem analyze
+    /// attention` computes them.
+    pub attention: Vec<HeadPattern>,
 }
 
 /// What the viewer shows: the read's step and sequence, the depth's name and shape, the token
@@ -71,6 +75,45 @@ pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     }
     for (y, v) in [(8, max), (lh / 2 + 4, 0.0), (lh, -max)] {
         svg += &format!(r#"<text class="legend" x="{}" y="{y}">{v:+.3}</text>"#, lx + 16);
+    }
+    svg + "</svg>"
+}
+
+/// Every block's heads side by side, a row of blocks each: head h's (T, T) weights, row i the
+/// query, white at 0 to red at 1, with the chosen token's row outlined.
+pub fn attention_svg(patterns: &[HeadPattern], t: usize, token: usize) -> String {
+    let mut blocks: Vec<&str> = patterns.iter().map(|p| p.block.as_str()).collect();
+    blocks.dedup();
+    let heads = patterns.iter().map(|p| p.head + 1).max().unwrap_or(0);
+    let cell = (96 / t.max(1)).clamp(2, 8);
+    let (side, gap, left, top) = (cell * t, 10, 56, 16);
+    let (w, h) = (left + heads * (side + gap), top + blocks.len() * (side + gap + 4));
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    for hd in 0..heads {
+        svg += &format!(r#"<text x="{}" y="11">head {hd}</text>"#, left + hd * (side + gap));
+    }
+    for (b, block) in blocks.iter().enumerate() {
+        let y0 = top + b * (side + gap + 4);
+        svg += &format!(r#"<text x="0" y="{}">{block}</text>"#, y0 + side / 2 + 4);
+        for p in patterns.iter().filter(|p| p.block == *block) {
+            let x0 = left + p.head * (side + gap);
+            for (k, &wgt) in p.weights.iter().enumerate() {
+                let (i, j) = (k / t, k % t);
+                svg += &format!(
+                    r#"<rect x="{}" y="{}" width="{cell}" height="{cell}" fill="{}"><title>{block} head {} query {i} key {j}: {wgt:.3}</title></rect>"#,
+                    x0 + j * cell,
+                    y0 + i * cell,
+                    diverging(wgt as f32, 1.0),
+                    p.head
+                );
+            }
+            svg += &format!(
+                r##"<rect class="chosen-row" x="{x0}" y="{}" width="{side}" height="{cell}" fill="none" stroke="#222" stroke-width="1"/>"##,
+                y0 + token.min(t.saturating_sub(1)) * cell
+            );
+        }
     }
     svg + "</svg>"
 }
@@ -225,6 +268,12 @@ pub fn ResidualView(
         })
     };
     let data = move |f: fn(&Shown) -> String| shown().map(|s| f(&s));
+    let attention_picture = move || {
+        residuals.with(|r| match r {
+            Some(r) if !r.attention.is_empty() => attention_svg(&r.attention, r.inputs.len(), token.get()),
+            _ => String::new(),
+        })
+    };
     view! {
         <section id="residual">
             <h2>"Residual stream"</h2>
@@ -271,6 +320,14 @@ pub fn ResidualView(
                     <div id="residual-spectrum" inner_html=move || facts().1></div>
                 </div>
                 <ChartExport target="residual-heatmap" name="residual" />
+                <h3>"Attention"</h3>
+                <p class="note">"Each head's attention over this sequence: row i is how token i spreads its attention \
+                    over the tokens up to it (white 0, red 1); the chosen token's row is outlined. The same weights as \
+                    resmem analyze attention."</p>
+                <div id="residual-attention"
+                    data-token=move || token.get().to_string()
+                    data-patterns=move || residuals.with(|r| r.as_ref().map(|r| serde_json::to_string(&r.attention).unwrap_or_default()))
+                    inner_html=attention_picture></div>
             </Show>
         </section>
     }

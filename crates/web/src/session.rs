@@ -3,6 +3,7 @@
 //! page sees plain numbers; and the limit check every config passes before it is built.
 
 use crate::dataset::Dataset;
+use crate::residual::Residuals;
 use data::{Batch, BatchSource, DataError, DataSource};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
@@ -167,18 +168,30 @@ impl<B: Backend + 'static> Session<B> {
             .map_err(err)
     }
     /// The residual stream of sequence `seq` at every depth in the last step's forward, with
-    /// that sequence's input tokens. Read it before anything else runs a forward.
-    pub async fn residuals(&self, seq: usize) -> Result<(Vec<models::observe::Snapshot>, Vec<u32>), String> {
+    /// that sequence's input tokens and every head's attention weights over it (at the
+    /// trainer's step). Read it before anything else runs a forward.
+    pub async fn residuals(&self, seq: usize) -> Result<Residuals, String> {
         let Some(batch) = &self.last_batch else {
-            return Ok((vec![], vec![]));
+            return Ok(Residuals::default());
         };
         let (b, t) = (batch.b, batch.t);
         let seq = seq.min(b.saturating_sub(1));
-        let observables = self.trainer.model.inside().residuals;
-        let snapshots = models::observe::read(&self.be, &observables, seq, t)
+        let err = |e: models::ModelError| e.to_string();
+        let inside = self.trainer.model.inside();
+        let depths = models::observe::read(&self.be, &inside.residuals, seq, t).await.map_err(err)?;
+        let inputs = batch.inputs[seq * t..(seq + 1) * t].to_vec();
+        // Masked as the model's attention was: within documents where the data has them.
+        let starts = models::batch::document_starts(&inputs, t, self.cfg.data.separator());
+        let attention = models::observe::attention_patterns(&self.be, &*self.trainer.model, (seq, t), &starts)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok((snapshots, batch.inputs[seq * t..(seq + 1) * t].to_vec()))
+            .map_err(err)?;
+        Ok(Residuals {
+            step: self.trainer.step,
+            seq,
+            depths,
+            inputs,
+            attention,
+        })
     }
 
     /// Bucket hits of every hash table in the last step's forward, in one readback; empty for

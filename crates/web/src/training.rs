@@ -200,13 +200,8 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
         });
         // Before the probes run a forward of their own: these are the step's residuals.
         if let Some(seq) = (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY)) {
-            let (depths, inputs) = self.session.residuals(seq).await?;
-            (self.emit)(Event::Residuals(Residuals {
-                step: n,
-                seq,
-                depths,
-                inputs,
-            }));
+            let read = self.session.residuals(seq).await?;
+            (self.emit)(Event::Residuals(Residuals { step: n, ..read }));
         }
         if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
             if let Some(measured) = self.session.measure().await? {
