@@ -128,6 +128,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let gpu = crate::gpu_backend_with(GpuOptions {
                 no_subgroups: args.no_subgroups,
                 no_timestamps: args.no_timestamps,
+                tune: crate::tuning::enabled(),
                 ..GpuOptions::DEFAULT
             })?;
             let path = if gpu.subgroups() { "subgroup" } else { "plain" };

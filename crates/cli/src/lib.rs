@@ -81,19 +81,20 @@ pub fn clap_error(e: &anyhow::Error) -> Option<&clap::Error> {
     e.downcast_ref::<clap::Error>()
 }
 
-/// The wgpu backend, or an error that says how to get one.
+/// The wgpu backend, its kernels tuned unless `--no-tune` was given, or an error that says how
+/// to get one.
 pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
-    gpu_backend_with(engine::gpu::GpuOptions::default())
+    gpu_backend_with(engine::gpu::GpuOptions {
+        tune: tuning::enabled(),
+        ..Default::default()
+    })
 }
 
-/// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups).
-/// Its kernels are tuned unless `--no-tune` was given, with the choices cached ([`tuning`]).
+/// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups;
+/// `resmem selftest` checks every candidate itself and tunes nothing). Tuned choices are
+/// cached ([`tuning`]).
 pub fn gpu_backend_with(options: engine::gpu::GpuOptions) -> Result<engine::gpu::GpuBackend> {
     private_runtime_dir();
-    let options = engine::gpu::GpuOptions {
-        tune: tuning::enabled(),
-        ..options
-    };
     let be = pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")?;
     tuning::attach(&be);
     if be.emulated() {
