@@ -501,6 +501,28 @@ fn pair_key(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) % ROWS; }
 fn out_row(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) / CHUNK; }
 fn out_col(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) % CHUNK; }
 
+// Continues this thread's pairs' dot products over the chunk's first w dimensions: a row of ta
+// (or of tc, `from_tc`) with a row of tb. A pair is (row, key) of the tile; the key kernel's
+// pairs are (key, query), so there its tb row is the pair's first index (`tb_first`).
+fn tile_dots(acc: ptr<function, array<f32, PAIRS>>, lid: u32, w: u32, from_tc: bool, tb_first: bool) {
+    for (var u = 0u; u < PAIRS; u = u + 1u) {
+        var r = pair_row(lid, u);
+        var c = pair_key(lid, u);
+        if (tb_first) {
+            let first = r;
+            r = c;
+            c = first;
+        }
+        var dot = (*acc)[u];
+        if (from_tc) {
+            for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[r * STRIDE + x], tb[c * STRIDE + x], dot); }
+        } else {
+            for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[r * STRIDE + x], tb[c * STRIDE + x], dot); }
+        }
+        (*acc)[u] = dot;
+    }
+}
+
 @compute @workgroup_size(TILE_THREADS)
 fn attention_forward_tiled(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -537,14 +559,7 @@ fn attention_forward_tiled(
                 tb[slot(e)] = qkv_value(b, h, 1u, j0, ch, e);
             }
             workgroupBarrier();
-            let w = chunk_width(ch);
-            for (var u = 0u; u < PAIRS; u = u + 1u) {
-                let r = pair_row(lid, u);
-                let c = pair_key(lid, u);
-                var dot = dots[u];
-                for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[r * STRIDE + x], tb[c * STRIDE + x], dot); }
-                dots[u] = dot;
-            }
+            tile_dots(&dots, lid, chunk_width(ch), false, false);
             workgroupBarrier();
         }
         for (var u = 0u; u < PAIRS; u = u + 1u) { tc[pair_row(lid, u) * STRIDE + pair_key(lid, u)] = dots[u]; }
@@ -640,24 +655,11 @@ fn attention_backward_query_tiled(
                 tc[slot(e)] = dout_value(b, h, i0, ch, e);
             }
             workgroupBarrier();
-            let w = chunk_width(ch);
-            for (var u = 0u; u < PAIRS; u = u + 1u) {
-                let r = pair_row(lid, u);
-                let c = pair_key(lid, u);
-                var dot = s[u];
-                for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[r * STRIDE + x], tb[c * STRIDE + x], dot); }
-                s[u] = dot;
-            }
+            tile_dots(&s, lid, chunk_width(ch), false, false);
             workgroupBarrier();
             for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
             workgroupBarrier();
-            for (var u = 0u; u < PAIRS; u = u + 1u) {
-                let r = pair_row(lid, u);
-                let c = pair_key(lid, u);
-                var dot = dp[u];
-                for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[r * STRIDE + x], tb[c * STRIDE + x], dot); }
-                dp[u] = dot;
-            }
+            tile_dots(&dp, lid, chunk_width(ch), true, false);
             workgroupBarrier();
         }
         // dS into tc, where dout was.
@@ -736,24 +738,11 @@ fn attention_backward_key_tiled(
                 tc[slot(e)] = dout_value(b, h, i0, ch, e);
             }
             workgroupBarrier();
-            let w = chunk_width(ch);
-            for (var u = 0u; u < PAIRS; u = u + 1u) {
-                let k = pair_row(lid, u);
-                let q = pair_key(lid, u);
-                var dot = s[u];
-                for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[q * STRIDE + x], tb[k * STRIDE + x], dot); }
-                s[u] = dot;
-            }
+            tile_dots(&s, lid, chunk_width(ch), false, true);
             workgroupBarrier();
             for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
             workgroupBarrier();
-            for (var u = 0u; u < PAIRS; u = u + 1u) {
-                let k = pair_row(lid, u);
-                let q = pair_key(lid, u);
-                var dot = dp[u];
-                for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[q * STRIDE + x], tb[k * STRIDE + x], dot); }
-                dp[u] = dot;
-            }
+            tile_dots(&dp, lid, chunk_width(ch), true, true);
             workgroupBarrier();
         }
         // P in s, dS in dp.
