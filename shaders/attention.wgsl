@@ -523,6 +523,31 @@ fn tile_dots(acc: ptr<function, array<f32, PAIRS>>, lid: u32, w: u32, from_tc: b
     }
 }
 
+// The backward's two dot products for each of this thread's pairs, over every chunk of the
+// head: s = q·k and dp = dout·v, queries from i0 and keys from j0 (`tb_first`: the key
+// kernel's pairs, (key, query)). Leaves the last chunk's q in ta and dout in tc.
+fn backward_dots(
+    s: ptr<function, array<f32, PAIRS>>,
+    dp: ptr<function, array<f32, PAIRS>>,
+    b: u32, h: u32, i0: u32, j0: u32, lid: u32, tb_first: bool,
+) {
+    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
+    for (var ch = 0u; ch < chunks; ch = ch + 1u) {
+        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
+            ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
+            tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
+            tc[slot(e)] = dout_value(b, h, i0, ch, e);
+        }
+        workgroupBarrier();
+        tile_dots(s, lid, chunk_width(ch), false, tb_first);
+        workgroupBarrier();
+        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
+        workgroupBarrier();
+        tile_dots(dp, lid, chunk_width(ch), true, tb_first);
+        workgroupBarrier();
+    }
+}
+
 @compute @workgroup_size(TILE_THREADS)
 fn attention_forward_tiled(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -648,20 +673,7 @@ fn attention_backward_query_tiled(
         let n = min(ROWS, end - j0);
         var s: array<f32, PAIRS>;
         var dp: array<f32, PAIRS>;
-        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
-                ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
-                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
-                tc[slot(e)] = dout_value(b, h, i0, ch, e);
-            }
-            workgroupBarrier();
-            tile_dots(&s, lid, chunk_width(ch), false, false);
-            workgroupBarrier();
-            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
-            workgroupBarrier();
-            tile_dots(&dp, lid, chunk_width(ch), true, false);
-            workgroupBarrier();
-        }
+        backward_dots(&s, &dp, b, h, i0, j0, lid, false);
         // dS into tc, where dout was.
         for (var u = 0u; u < PAIRS; u = u + 1u) {
             let r = pair_row(lid, u);
@@ -731,20 +743,7 @@ fn attention_backward_key_tiled(
         // Pairs as (key row, query column): s = q·k, dp = dout·v.
         var s: array<f32, PAIRS>;
         var dp: array<f32, PAIRS>;
-        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
-                ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
-                tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
-                tc[slot(e)] = dout_value(b, h, i0, ch, e);
-            }
-            workgroupBarrier();
-            tile_dots(&s, lid, chunk_width(ch), false, true);
-            workgroupBarrier();
-            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
-            workgroupBarrier();
-            tile_dots(&dp, lid, chunk_width(ch), true, true);
-            workgroupBarrier();
-        }
+        backward_dots(&s, &dp, b, h, i0, j0, lid, true);
         // P in s, dS in dp.
         for (var u = 0u; u < PAIRS; u = u + 1u) {
             let k = pair_row(lid, u);
