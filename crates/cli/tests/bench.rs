@@ -190,7 +190,10 @@ fn selftest_checks_every_family_on_the_adapter() {
         .args(["selftest", "--backend", "gpu"])
         .output()
         .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert!(out.status.success(), "{stdout}{stderr}");
     // It checks every kernel tuning may choose itself, and so tunes (and caches) nothing.
     assert!(!stderr.contains("tuning"), "{stderr}");

@@ -79,15 +79,23 @@ pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     svg + "</svg>"
 }
 
-/// Every block's heads side by side, a row of blocks each: head h's (T, T) weights, row i the
-/// query, white at 0 to red at 1, with the chosen token's row outlined.
+/// Tokens a side of the attention heatmaps: a longer sequence shows the window that ends at the
+/// chosen token, so that the picture stays readable and small.
+const ATTENTION_WINDOW: usize = 32;
+
+/// Every block's heads side by side, a row of blocks each: head h's weights, row i the query,
+/// white at 0 to red at 1, with the chosen token's row outlined; at most [`ATTENTION_WINDOW`]
+/// queries and keys, the window ending at the chosen token.
 pub fn attention_svg(patterns: &[HeadPattern], t: usize, token: usize) -> String {
     let mut blocks: Vec<&str> = patterns.iter().map(|p| p.block.as_str()).collect();
     blocks.dedup();
     let heads = patterns.iter().map(|p| p.head + 1).max().unwrap_or(0);
-    let cell = (96 / t.max(1)).clamp(2, 8);
-    let (side, gap, left, top) = (cell * t, 10, 56, 16);
-    let (w, h) = (left + heads * (side + gap), top + blocks.len() * (side + gap + 4));
+    let span = t.min(ATTENTION_WINDOW);
+    let token = token.min(t.saturating_sub(1));
+    let lo = (token + 1).saturating_sub(span);
+    let cell = (96 / span.max(1)).clamp(2, 8);
+    let (side, gap, left, top) = (cell * span, 10, 56, 16);
+    let (w, h) = (left + heads * (side + gap), top + blocks.len() * (side + gap + 4) + 14);
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
     );
@@ -99,21 +107,26 @@ pub fn attention_svg(patterns: &[HeadPattern], t: usize, token: usize) -> String
         svg += &format!(r#"<text x="0" y="{}">{block}</text>"#, y0 + side / 2 + 4);
         for p in patterns.iter().filter(|p| p.block == *block) {
             let x0 = left + p.head * (side + gap);
-            for (k, &wgt) in p.weights.iter().enumerate() {
-                let (i, j) = (k / t, k % t);
-                svg += &format!(
-                    r#"<rect x="{}" y="{}" width="{cell}" height="{cell}" fill="{}"><title>{block} head {} query {i} key {j}: {wgt:.3}</title></rect>"#,
-                    x0 + j * cell,
-                    y0 + i * cell,
-                    diverging(wgt as f32, 1.0),
-                    p.head
-                );
+            for i in lo..lo + span {
+                for j in lo..lo + span {
+                    let wgt = p.weights[i * t + j];
+                    svg += &format!(
+                        r#"<rect x="{}" y="{}" width="{cell}" height="{cell}" fill="{}"><title>{block} head {} query {i} key {j}: {wgt:.3}</title></rect>"#,
+                        x0 + (j - lo) * cell,
+                        y0 + (i - lo) * cell,
+                        diverging(wgt as f32, 1.0),
+                        p.head
+                    );
+                }
             }
             svg += &format!(
                 r##"<rect class="chosen-row" x="{x0}" y="{}" width="{side}" height="{cell}" fill="none" stroke="#222" stroke-width="1"/>"##,
-                y0 + token.min(t.saturating_sub(1)) * cell
+                y0 + (token - lo) * cell
             );
         }
+    }
+    if span < t {
+        svg += &format!(r#"<text x="0" y="{}">tokens {lo} to {token} of {t}</text>"#, h - 2);
     }
     svg + "</svg>"
 }

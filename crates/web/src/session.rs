@@ -178,7 +178,9 @@ impl<B: Backend + 'static> Session<B> {
         let seq = seq.min(b.saturating_sub(1));
         let err = |e: models::ModelError| e.to_string();
         let inside = self.trainer.model.inside();
-        let depths = models::observe::read(&self.be, &inside.residuals, seq, t).await.map_err(err)?;
+        let depths = models::observe::read(&self.be, &inside.residuals, seq, t)
+            .await
+            .map_err(err)?;
         let inputs = batch.inputs[seq * t..(seq + 1) * t].to_vec();
         // Masked as the model's attention was: within documents where the data has them.
         let starts = models::batch::document_starts(&inputs, t, self.cfg.data.separator());
