@@ -112,6 +112,10 @@ pub enum Analyze {
     /// Every block's and head's attention weights over one sequence: the keys the chosen
     /// token weighs most, and each head's mean look-back; `--json` for all the weights.
     Attention(AttentionArgs),
+    /// An RMT's (or the hybrid's) key slots, block by block: the norms of the keys that read
+    /// (r_Q, r_K, r_V, r_FF) and write (w_O, w_FF) through each, and the share of attention's
+    /// stored mass each carries over one sequence.
+    Keys(KeysArgs),
 }
 
 #[derive(Args, Debug)]
@@ -156,7 +160,15 @@ pub struct AttentionArgs {
     pub json: bool,
 }
 
-/// The forward that `analyze residual`, `analyze lens` and `analyze attention` look inside.
+#[derive(Args, Debug)]
+pub struct KeysArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The forward that `analyze residual`, `lens`, `attention` and `keys` look inside.
 #[derive(Args, Debug)]
 pub struct ForwardArgs {
     /// A directory written by `resmem train` (its newest checkpoint), or one checkpoint file

@@ -1,10 +1,10 @@
 //! `resmem analyze residual`: each token's residual stream at every depth, as the playground's
 //! residual viewer shows it: for an RMT the D_k×D_v matrix with its singular values, effective
 //! rank and norm; for the others the residual vector and its norm. And `resmem analyze lens`,
-//! the logit lens of one token at every depth, and `resmem analyze attention`, every head's
-//! weights, on the same forward.
+//! the logit lens of one token at every depth, `resmem analyze attention`, every head's
+//! weights, and `resmem analyze keys`, an RMT's key slots, on the same forward.
 
-use crate::args::{AttentionArgs, ForwardArgs, LensArgs, ResidualArgs};
+use crate::args::{AttentionArgs, ForwardArgs, KeysArgs, LensArgs, ResidualArgs};
 use crate::{load, source};
 use anyhow::{bail, Context, Result};
 use data::DataSource;
@@ -182,6 +182,55 @@ pub fn attention(args: AttentionArgs) -> Result<()> {
             p.head,
             p.mean_distance(t),
             top.join("  ")
+        );
+    }
+    Ok(())
+}
+
+/// `resmem analyze keys`: an RMT's key slots, block by block: the norms of the keys that read
+/// and write through each, and the share of attention's stored mass each carries.
+pub fn keys(args: KeysArgs) -> Result<()> {
+    let (cfg, what, slots) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, _) = forward(be, &args.at)?;
+        let t = cfg.data.seq_len();
+        let slots = pollster::block_on(observe::key_slots(be, &trainer.model, (args.at.seq, t)))?;
+        anyhow::Ok((cfg, what, slots))
+    })?;
+    let Some(slots) = slots else {
+        bail!(
+            "analyze keys reads the key slots of a residual matrix; {} has none (use --arch rmt or hybrid)",
+            cfg.arch()
+        );
+    };
+    if args.json {
+        out!("{}", serde_json::to_string_pretty(&slots)?);
+        return Ok(());
+    }
+    out!(
+        "{} ({what}), sequence {}: each key slot's key norms, and its share of what attention stores",
+        cfg.arch(),
+        args.at.seq
+    );
+    out!(
+        "{:<8} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13}",
+        "block",
+        "slot",
+        "|r_Q|",
+        "|r_K|",
+        "|r_V|",
+        "|r_FF|",
+        "|w_O|",
+        "|w_FF|",
+        "stored share"
+    );
+    for k in &slots {
+        let [q, kk, v, ff] = k.retrieval;
+        let [o, wff] = k.storage;
+        out!(
+            "{:<8} {:>4} {q:>8.3} {kk:>8.3} {v:>8.3} {ff:>8.3} {o:>8.3} {wff:>8.3} {:>12.1}%",
+            k.block,
+            k.slot,
+            100.0 * k.stored_share
         );
     }
     Ok(())

@@ -424,3 +424,66 @@ fn analyze_lens_and_attention_agree_on_both_backends_for_every_architecture() {
         assert!(peaked, "{preset}: every head still uniform after training");
     }
 }
+
+/// `analyze keys` on the RMT and the hybrid, after a few steps of their task presets: a slot per
+/// head of each block, with its six keys' norms and a stored share, the shares of a block adding
+/// to 1, the same from the CPU and the GPU; a model without key slots is refused with a reason.
+#[test]
+fn analyze_keys_reads_every_slot_on_both_backends() {
+    for preset in ["tiny-rmt", "tiny-hybrid"] {
+        let keys = |backend: &str| {
+            let args = [
+                "analyze",
+                "keys",
+                "--preset",
+                preset,
+                "--step",
+                "4",
+                "--backend",
+                backend,
+                "--json",
+            ];
+            json(&args).as_array().unwrap().clone()
+        };
+        let (cpu, gpu) = (keys("cpu"), keys("gpu"));
+        assert!(
+            cpu.len() >= 4 && cpu.len() == gpu.len(),
+            "{preset}: {} slots",
+            cpu.len()
+        );
+        let mut shares = std::collections::BTreeMap::<String, f64>::new();
+        for (a, b) in cpu.iter().zip(&gpu) {
+            assert_eq!((&a["block"], &a["slot"]), (&b["block"], &b["slot"]));
+            let numbers = |k: &Value| -> Vec<f64> {
+                let mut v: Vec<f64> = (k["retrieval"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .chain(k["storage"].as_array().unwrap()))
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+                v.push(k["stored_share"].as_f64().unwrap());
+                v
+            };
+            let (x, y) = (numbers(a), numbers(b));
+            assert_eq!(x.len(), 7, "{a}");
+            assert!(x[..6].iter().all(|&n| n.is_finite() && n > 0.0), "{preset}: {a}");
+            for (p, q) in x.iter().zip(&y) {
+                assert!(
+                    (p - q).abs() <= 1e-4 * p.abs().max(1.0),
+                    "{preset}: CPU {a} against GPU {b}"
+                );
+            }
+            *shares.entry(a["block"].to_string()).or_default() += x[6];
+        }
+        for (block, total) in &shares {
+            assert!((total - 1.0).abs() < 1e-9, "{preset} {block}: shares add to {total}");
+        }
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["analyze", "keys", "--preset", "tiny-transformer", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("has none"), "{err}");
+}

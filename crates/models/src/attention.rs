@@ -52,6 +52,8 @@ pub struct AttentionSite<'a, B: Backend> {
     /// `block0`, `block1`, …
     pub name: String,
     pub qkv: &'a B::Tensor,
+    /// Its output (BT, H·D_h): what an RMT stores, a head a key slot.
+    pub out: &'a B::Tensor,
     pub dims: AttentionDims,
 }
 
@@ -102,6 +104,7 @@ impl Attention {
             .map(|(layer, a)| AttentionSite {
                 name: format!("block{layer}"),
                 qkv: &a.qkv,
+                out: &a.atty,
                 dims: self.dims(layer),
             })
             .collect()

@@ -300,6 +300,77 @@ pub async fn attention_patterns<B: Backend, M: crate::LanguageModel<B> + ?Sized>
     Ok(patterns)
 }
 
+/// One key slot h of an RMT block (SPEC §2): the norms of the keys that read the residual
+/// matrix through it (r_Q, r_K, r_V of attention, r_FF of the feed-forward) and of those that
+/// write through it (w_O, w_FF), and the share of attention's stored mass it carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeySlot {
+    /// `block0`, `block1`, …
+    pub block: String,
+    pub slot: usize,
+    /// ‖r_Q[h]‖, ‖r_K[h]‖, ‖r_V[h]‖, ‖r_FF[h]‖.
+    pub retrieval: [f64; 4],
+    /// ‖w_O[h]‖, ‖w_FF[h]‖.
+    pub storage: [f64; 2],
+    /// Σ_t ‖w_O[h] ⊗ y_t[h]‖ over the sequence's tokens, as a share of all the block's slots:
+    /// how much of what attention writes into the residual goes through this slot.
+    pub stored_share: f64,
+}
+
+/// Every key slot of an RMT's (or the hybrid's) blocks after a forward, over sequence `seq`
+/// (batches of T = `t`): the key norms from the parameters, the stored shares from attention's
+/// output. None for a model without key slots.
+pub async fn key_slots<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t): (usize, usize),
+) -> Result<Option<Vec<KeySlot>>> {
+    let layout = &model.store().layout;
+    if !layout.specs.iter().any(|s| s.name == "blocks.0.r_qkv") {
+        return Ok(None);
+    }
+    let values = be.read(&model.store().params).await?;
+    // The rows of the (rows, D_k) keys parameter `name`, as their norms.
+    let norms = |name: &str| -> Vec<f64> {
+        let Some(spec) = layout.specs.iter().find(|s| s.name == name) else {
+            return vec![];
+        };
+        let dk = spec.shape[spec.shape.len() - 1];
+        (values[spec.offset..spec.offset + spec.len()].chunks(dk))
+            .map(|k| k.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt())
+            .collect()
+    };
+    let mut slots = Vec::new();
+    for (i, site) in model.inside().attention.iter().enumerate() {
+        let (r, dv) = (site.dims.h, site.dims.dh);
+        let key = |name: &str| norms(&format!("blocks.{i}.{name}"));
+        let (r_qkv, w_o, r_ff, w_ff) = (key("r_qkv"), key("w_o"), key("r_ff"), key("w_ff"));
+        let y = be.read(&be.view(site.out, seq * t * r * dv, t * r * dv)).await?;
+        let mass: Vec<f64> = (0..r)
+            .map(|h| {
+                let data = |tok: usize| {
+                    y[(tok * r + h) * dv..][..dv]
+                        .iter()
+                        .map(|&x| f64::from(x).powi(2))
+                        .sum::<f64>()
+                        .sqrt()
+                };
+                w_o[h] * (0..t).map(data).sum::<f64>()
+            })
+            .collect();
+        let total = mass.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+        let at = |v: &[f64], k: usize| v.get(k).copied().unwrap_or(f64::NAN);
+        slots.extend((0..r).map(|h| KeySlot {
+            block: site.name.clone(),
+            slot: h,
+            retrieval: [at(&r_qkv, h), at(&r_qkv, r + h), at(&r_qkv, 2 * r + h), at(&r_ff, h)],
+            storage: [at(&w_o, h), at(&w_ff, h)],
+            stored_share: mass[h] / total,
+        }));
+    }
+    Ok(Some(slots))
+}
+
 /// How much of a residual matrix is in use.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Spectrum {
