@@ -531,6 +531,17 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     console.log(`     imported attention: ${pagePatterns.length} heads of ${tt}×${tt}, worst difference from the CLI ${attWorst.toExponential(2)}`);
     if (!(attWorst < 2e-3)) throw new Error('the imported run\'s attention is not the CLI\'s');
     if (outlined.length !== pagePatterns.length) throw new Error(`${outlined.length} outlined rows for ${pagePatterns.length} heads`);
+    // The RMT's key slots are `resmem analyze keys`'s, each block's stored shares adding to 1.
+    const pageKeys = JSON.parse(await page.$eval('#residual-keys', (e) => e.dataset.keys || '[]'));
+    const cliKeys = JSON.parse(cli(['analyze', 'keys', '--run', cliRun, '--backend', 'cpu', '--json']));
+    if (pageKeys.length === 0 || pageKeys.length !== cliKeys.length) throw new Error(`key slots: ${pageKeys.length} in the page, ${cliKeys.length} from the CLI`);
+    const numbers = (k) => [...k.retrieval, ...k.storage, k.stored_share];
+    const keysWorst = Math.max(...pageKeys.flatMap((k, i) => numbers(k).map((x, j) => Math.abs(x - numbers(cliKeys[i])[j]) / Math.max(1, Math.abs(x)))));
+    const shareSums = {};
+    pageKeys.forEach((k) => { shareSums[k.block] = (shareSums[k.block] ?? 0) + k.stored_share; });
+    console.log(`     imported key slots: ${pageKeys.length}, worst difference from the CLI ${keysWorst.toExponential(2)}, shares by block ${JSON.stringify(shareSums)}`);
+    if (!(keysWorst < 2e-3)) throw new Error('the imported run\'s key slots are not the CLI\'s');
+    if (Object.values(shareSums).some((x) => Math.abs(x - 1) > 1e-9)) throw new Error(`stored shares: ${JSON.stringify(shareSums)}`);
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sampled) throw new Error('the imported run shows no sample');
 

@@ -329,22 +329,14 @@ pub async fn key_slots<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
     if !layout.specs.iter().any(|s| s.name == "blocks.0.r_qkv") {
         return Ok(None);
     }
-    let values = be.read(&model.store().params).await?;
-    // The rows of the (rows, D_k) keys parameter `name`, as their norms.
-    let norms = |name: &str| -> Vec<f64> {
-        let Some(spec) = layout.specs.iter().find(|s| s.name == name) else {
-            return vec![];
-        };
-        let dk = spec.shape[spec.shape.len() - 1];
-        (values[spec.offset..spec.offset + spec.len()].chunks(dk))
-            .map(|k| k.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt())
-            .collect()
-    };
     let mut slots = Vec::new();
     for (i, site) in model.inside().attention.iter().enumerate() {
         let (r, dv) = (site.dims.h, site.dims.dh);
-        let key = |name: &str| norms(&format!("blocks.{i}.{name}"));
-        let (r_qkv, w_o, r_ff, w_ff) = (key("r_qkv"), key("w_o"), key("r_ff"), key("w_ff"));
+        let store = model.store();
+        let r_qkv = key_norms(be, store, &format!("blocks.{i}.r_qkv")).await?;
+        let w_o = key_norms(be, store, &format!("blocks.{i}.w_o")).await?;
+        let r_ff = key_norms(be, store, &format!("blocks.{i}.r_ff")).await?;
+        let w_ff = key_norms(be, store, &format!("blocks.{i}.w_ff")).await?;
         let y = be.read(&be.view(site.out, seq * t * r * dv, t * r * dv)).await?;
         let mass: Vec<f64> = (0..r)
             .map(|h| {
@@ -369,6 +361,20 @@ pub async fn key_slots<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
         }));
     }
     Ok(Some(slots))
+}
+
+/// The norms of the rows of the (rows, D_k) keys parameter `name`, reading only its values;
+/// empty where the model has no such parameter.
+async fn key_norms<B: Backend>(be: &B, store: &crate::params::ParamStore<B>, name: &str) -> Result<Vec<f64>> {
+    let Some(spec) = store.layout.specs.iter().find(|s| s.name == name) else {
+        return Ok(vec![]);
+    };
+    let dk = spec.shape[spec.shape.len() - 1];
+    let values = be.read(&be.view(&store.params, spec.offset, spec.len())).await?;
+    Ok(values
+        .chunks(dk)
+        .map(|k| k.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt())
+        .collect())
 }
 
 /// How much of a residual matrix is in use.

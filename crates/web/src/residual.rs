@@ -6,7 +6,7 @@
 
 use crate::save::ChartExport;
 use leptos::prelude::*;
-use models::observe::{self, HeadPattern, Shape, Snapshot};
+use models::observe::{self, HeadPattern, KeySlot, Shape, Snapshot};
 use serde::{Deserialize, Serialize};
 
 /// One read of the residual stream.
@@ -21,6 +21,8 @@ pub struct Residuals {
     /// Every block's and head's attention weights over the sequence, as `resmem analyze
     /// attention` computes them.
     pub attention: Vec<HeadPattern>,
+    /// An RMT's key slots, as `resmem analyze keys` computes them; None for other models.
+    pub keys: Option<Vec<KeySlot>>,
 }
 
 /// What the viewer shows: the read's step and sequence, the depth's name and shape, the token
@@ -127,6 +129,40 @@ pub fn attention_svg(patterns: &[HeadPattern], t: usize, token: usize) -> String
     }
     if span < t {
         svg += &format!(r#"<text x="0" y="{}">tokens {lo} to {token} of {t}</text>"#, h - 2);
+    }
+    svg + "</svg>"
+}
+
+/// Each block's key slots as bars of their share of attention's stored mass, a group per block,
+/// the slot's key norms in its tooltip.
+pub fn key_slots_svg(slots: &[KeySlot]) -> String {
+    let mut blocks: Vec<&str> = slots.iter().map(|k| k.block.as_str()).collect();
+    blocks.dedup();
+    let per_block = slots.iter().map(|k| k.slot + 1).max().unwrap_or(0);
+    let top = slots.iter().map(|k| k.stored_share).fold(0.0, f64::max).max(1e-12);
+    let (bar, gap, height, base) = (12, 24, 80, 96);
+    let w = blocks.len() * (per_block * bar + gap) + 40;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{}" font-family="sans-serif" font-size="11">"#,
+        base + 18
+    );
+    svg += &format!(r#"<text x="0" y="11">{:.0}%</text>"#, 100.0 * top);
+    for (b, block) in blocks.iter().enumerate() {
+        let x0 = 40 + b * (per_block * bar + gap);
+        for k in slots.iter().filter(|k| k.block == *block) {
+            let h = (k.stored_share / top * height as f64).round() as usize;
+            let [q, kk, v, ff] = k.retrieval;
+            let [o, wff] = k.storage;
+            svg += &format!(
+                r##"<rect x="{}" y="{}" width="{}" height="{h}" fill="#d62728"><title>{block} slot {}: {:.1}% of the stored mass; |r_Q| {q:.3} |r_K| {kk:.3} |r_V| {v:.3} |r_FF| {ff:.3} |w_O| {o:.3} |w_FF| {wff:.3}</title></rect>"##,
+                x0 + k.slot * bar,
+                base - h,
+                bar - 2,
+                k.slot,
+                100.0 * k.stored_share
+            );
+        }
+        svg += &format!(r#"<text x="{x0}" y="{}">{block}</text>"#, base + 14);
     }
     svg + "</svg>"
 }
@@ -341,6 +377,16 @@ pub fn ResidualView(
                     data-token=move || token.get().to_string()
                     data-patterns=move || residuals.with(|r| r.as_ref().map(|r| serde_json::to_string(&r.attention).unwrap_or_default()))
                     inner_html=attention_picture></div>
+                <Show when=move || residuals.with(|r| r.as_ref().is_some_and(|r| r.keys.is_some()))>
+                    <h3>"Key slots"</h3>
+                    <p class="note">"The RMT's R key slots in each block: the share of what attention stores into the \
+                        residual matrix that goes through each slot (Σ over tokens of ‖w_O[h] ⊗ y[h]‖); hover a bar for \
+                        the norms of the slot's keys. Even bars use every slot; one tall bar means one slot carries the \
+                        block's writes. The same numbers as resmem analyze keys."</p>
+                    <div id="residual-keys"
+                        data-keys=move || residuals.with(|r| r.as_ref().and_then(|r| r.keys.as_ref()).map(|k| serde_json::to_string(k).unwrap_or_default()))
+                        inner_html=move || residuals.with(|r| r.as_ref().and_then(|r| r.keys.as_deref()).map(key_slots_svg).unwrap_or_default())></div>
+                </Show>
             </Show>
         </section>
     }

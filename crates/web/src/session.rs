@@ -187,12 +187,16 @@ impl<B: Backend + 'static> Session<B> {
         let attention = models::observe::attention_patterns(&self.be, &*self.trainer.model, (seq, t), &starts)
             .await
             .map_err(err)?;
+        let keys = models::observe::key_slots(&self.be, &*self.trainer.model, (seq, t))
+            .await
+            .map_err(err)?;
         Ok(Residuals {
             step: self.trainer.step,
             seq,
             depths,
             inputs,
             attention,
+            keys,
         })
     }
 
