@@ -157,6 +157,9 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
   const { browser, page, errors } = await open(url, true);
   try {
     await ready(page, errors);
+    // A first visit, with no link, shows the product: the RMT chosen and the residual view on.
+    if ((await page.inputValue('#arch')) !== 'rmt' || !(await page.isChecked('#residual-open')))
+      throw new Error(`first open: model ${await page.inputValue('#arch')}, residual view ${await page.isChecked('#residual-open')}`);
     // The chosen config's row is what `resmem count` prints, and follows D_k.
     let rows = await costRows(page);
     console.log(`     counts: ${JSON.stringify(rows)}`);

@@ -107,7 +107,10 @@ pub fn App() -> impl IntoView {
     let (speed, set_speed) = signal(None::<(f64, usize)>);
     // The residual viewer: what was read last, whether it is open, and which sequence.
     let (residuals, set_residuals) = signal(None::<Residuals>);
-    let (residual_open, set_residual_open) = signal(false);
+    // On a first visit (no link) the residual view is on: the residual matrix is what the page
+    // is for. A link opens it with the checkbox.
+    let first_visit = browser::address_query().trim_start_matches('?').is_empty();
+    let (residual_open, set_residual_open) = signal(first_visit);
     let (residual_seq, set_residual_seq) = signal(0usize);
     let page = Page {
         status: set_status,
