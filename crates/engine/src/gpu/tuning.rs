@@ -86,13 +86,21 @@ impl GpuBackend {
         candidates: &[C],
         record: impl Fn(C),
     ) -> C {
-        let fitting: Vec<C> = candidates.iter().copied().filter(|c| c.fits(self)).collect();
-        let default = fitting.first().copied().unwrap_or(candidates[0]);
         let mut tuner = self.tuner.borrow_mut();
         if let Some(&i) = tuner.forced.get(op) {
             return candidates[i];
         }
-        if fitting.len() < 2 || tuner.measuring || !tuner.on {
+        // Untuned (every launch while tuning is off): the first that fits, without allocating.
+        let default = candidates
+            .iter()
+            .copied()
+            .find(|c| c.fits(self))
+            .unwrap_or(candidates[0]);
+        if tuner.measuring || !tuner.on {
+            return default;
+        }
+        let fitting: Vec<C> = candidates.iter().copied().filter(|c| c.fits(self)).collect();
+        if fitting.len() < 2 {
             return default;
         }
         let class = class();

@@ -233,11 +233,11 @@ impl MatmulDims {
         const FLOOR: usize = 512;
         let mut dims = [self.m, self.n, self.k];
         while self.batch * dims.iter().product::<usize>() > WORK {
-            let (at, &largest) = dims.iter().enumerate().max_by_key(|(_, &x)| x).expect("three");
-            if largest <= FLOOR {
+            let at = (1..3).fold(0, |at, i| if dims[i] > dims[at] { i } else { at });
+            if dims[at] <= FLOOR {
                 break;
             }
-            dims[at] = (largest / 2).max(FLOOR);
+            dims[at] = (dims[at] / 2).max(FLOOR);
         }
         let [m, n, k] = dims;
         MatmulDims { m, n, k, ..*self }
