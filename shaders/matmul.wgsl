@@ -140,43 +140,85 @@ fn fma_step(acc: ptr<function, Block>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f3
     (*acc)[15] = fma(vec4(a1.w), b1, (*acc)[15]);
 }
 
-fn block_row(ty: u32, r: u32) -> u32 { return ty * 4u + r % 4u + r / 4u * (BM / 2u); }
-fn block_col(tx: u32, h: u32, j: u32) -> u32 { return tx * 4u + j + h * (BN / 2u); }
+// The block's 16 vec4s are read and written with constant indices only. An index the driver
+// cannot resolve at compile time (a loop variable: NVIDIA's compiler did not unroll naga's
+// loops) puts the whole block in local memory instead of registers, which made every matmul
+// 7x slower on an H200 (2.0 against 14.9 TFLOP/s, bench/RESULTS.md).
+// Four values of out at (row, col..col+3) from `base`, zero past its edges.
+fn out_load4(base: u32, row: u32, col: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (row >= p.m) { return v; }
+    let i = base + row * p.ldo + col;
+    if (col < p.n) { v.x = out[i]; }
+    if (col + 1u < p.n) { v.y = out[i + 1u]; }
+    if (col + 2u < p.n) { v.z = out[i + 2u]; }
+    if (col + 3u < p.n) { v.w = out[i + 3u]; }
+    return v;
+}
+
+// Writes four values of out at (row, col..col+3), added to out in MODE_ADD, skipping the edges.
+fn out_store4(base: u32, row: u32, col: u32, v: vec4<f32>) {
+    if (row >= p.m) { return; }
+    let i = base + row * p.ldo + col;
+    var w = v;
+    if (p.mode == MODE_ADD) { w = w + out_load4(base, row, col); }
+    if (col < p.n) { out[i] = w.x; }
+    if (col + 1u < p.n) { out[i + 1u] = w.y; }
+    if (col + 2u < p.n) { out[i + 2u] = w.z; }
+    if (col + 3u < p.n) { out[i + 3u] = w.w; }
+}
 
 // The block's starting values: 0, or out in MODE_CONTINUE.
 fn block_init(batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) -> Block {
     var acc: Block;
     if (p.mode != MODE_CONTINUE) { return acc; }
     let base = batch * p.m * p.ldo + p.off_o;
-    for (var r = 0u; r < 8u; r = r + 1u) {
-        let row = row0 + block_row(ty, r);
-        for (var h = 0u; h < 2u; h = h + 1u) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let col = col0 + block_col(tx, h, j);
-                if (row < p.m && col < p.n) { acc[r * 2u + h][j] = out[base + row * p.ldo + col]; }
-            }
-        }
-    }
+    let ra = row0 + ty * 4u;
+    let rb = row0 + BM / 2u + ty * 4u;
+    let c0 = col0 + tx * 4u;
+    let c1 = col0 + BN / 2u + tx * 4u;
+    acc[0] = out_load4(base, ra, c0);
+    acc[1] = out_load4(base, ra, c1);
+    acc[2] = out_load4(base, ra + 1u, c0);
+    acc[3] = out_load4(base, ra + 1u, c1);
+    acc[4] = out_load4(base, ra + 2u, c0);
+    acc[5] = out_load4(base, ra + 2u, c1);
+    acc[6] = out_load4(base, ra + 3u, c0);
+    acc[7] = out_load4(base, ra + 3u, c1);
+    acc[8] = out_load4(base, rb, c0);
+    acc[9] = out_load4(base, rb, c1);
+    acc[10] = out_load4(base, rb + 1u, c0);
+    acc[11] = out_load4(base, rb + 1u, c1);
+    acc[12] = out_load4(base, rb + 2u, c0);
+    acc[13] = out_load4(base, rb + 2u, c1);
+    acc[14] = out_load4(base, rb + 3u, c0);
+    acc[15] = out_load4(base, rb + 3u, c1);
     return acc;
 }
 
 // Writes the block, added to out in MODE_ADD.
 fn block_store(acc: ptr<function, Block>, batch: u32, row0: u32, col0: u32, tx: u32, ty: u32) {
     let base = batch * p.m * p.ldo + p.off_o;
-    for (var r = 0u; r < 8u; r = r + 1u) {
-        let row = row0 + block_row(ty, r);
-        if (row >= p.m) { continue; }
-        for (var h = 0u; h < 2u; h = h + 1u) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let col = col0 + block_col(tx, h, j);
-                if (col >= p.n) { continue; }
-                let i = base + row * p.ldo + col;
-                var v = (*acc)[r * 2u + h][j];
-                if (p.mode == MODE_ADD) { v = v + out[i]; }
-                out[i] = v;
-            }
-        }
-    }
+    let ra = row0 + ty * 4u;
+    let rb = row0 + BM / 2u + ty * 4u;
+    let c0 = col0 + tx * 4u;
+    let c1 = col0 + BN / 2u + tx * 4u;
+    out_store4(base, ra, c0, (*acc)[0]);
+    out_store4(base, ra, c1, (*acc)[1]);
+    out_store4(base, ra + 1u, c0, (*acc)[2]);
+    out_store4(base, ra + 1u, c1, (*acc)[3]);
+    out_store4(base, ra + 2u, c0, (*acc)[4]);
+    out_store4(base, ra + 2u, c1, (*acc)[5]);
+    out_store4(base, ra + 3u, c0, (*acc)[6]);
+    out_store4(base, ra + 3u, c1, (*acc)[7]);
+    out_store4(base, rb, c0, (*acc)[8]);
+    out_store4(base, rb, c1, (*acc)[9]);
+    out_store4(base, rb + 1u, c0, (*acc)[10]);
+    out_store4(base, rb + 1u, c1, (*acc)[11]);
+    out_store4(base, rb + 2u, c0, (*acc)[12]);
+    out_store4(base, rb + 2u, c1, (*acc)[13]);
+    out_store4(base, rb + 3u, c0, (*acc)[14]);
+    out_store4(base, rb + 3u, c1, (*acc)[15]);
 }
 
 @compute @workgroup_size(TX * TY, 1, 1)

@@ -307,12 +307,16 @@ fn rates(cost: &Stat, seconds: f64) -> (f64, f64) {
     (cost.flops / seconds / 1e9, cost.bytes / seconds / 1e9)
 }
 
-/// The device's matmul and stream rates, each the best of a few runs after one to warm up.
+/// The device's matmul and stream rates, each the best of a few runs after one to warm up, at
+/// the first size whose run takes long enough that launching it does not dominate: the matmul's
+/// n doubles, the stream's length grows to 2^24 values (64 MiB, within any device's binding)
+/// and then repeats in one submission. Lavapipe needs a second at n 384, an H200 a millisecond
+/// at n 4096.
 fn device_peaks<B: Backend>(be: &B, kind: BackendKind, wait: &dyn Fn() -> engine::Result<()>) -> Result<Peaks> {
-    // Sizes that take about a second on each backend: lavapipe is 1,000× slower than a GEMM.
-    let (n, values) = match kind {
-        BackendKind::Cpu => (1024, 1 << 24),
-        BackendKind::Gpu => (384, 1 << 22),
+    const LONG_ENOUGH_S: f64 = 0.02;
+    let (mut n, max_n, mut values) = match kind {
+        BackendKind::Cpu => (1024, 1024, 1 << 24),
+        BackendKind::Gpu => (384, 4096, 1 << 22),
     };
     let best = |run: &dyn Fn()| -> Result<f64> {
         let mut best = f64::INFINITY;
@@ -327,18 +331,35 @@ fn device_peaks<B: Backend>(be: &B, kind: BackendKind, wait: &dyn Fn() -> engine
         }
         Ok(best)
     };
-    let (a, x, out) = (
-        be.zeros("peak a", n * n)?,
-        be.zeros("peak b", n * n)?,
-        be.zeros("peak out", n * n)?,
-    );
-    let mm = best(&|| be.matmul(&out, &a, &x, MatmulDims::new(n, n, n)))?;
-    let (a, x, out) = (
-        be.zeros("stream a", values)?,
-        be.zeros("stream b", values)?,
-        be.zeros("stream out", values)?,
-    );
-    let stream = best(&|| be.add(&out, &a, &x))?;
+    let mm = loop {
+        let (a, x, out) = (
+            be.zeros("peak a", n * n)?,
+            be.zeros("peak b", n * n)?,
+            be.zeros("peak out", n * n)?,
+        );
+        let seconds = best(&|| be.matmul(&out, &a, &x, MatmulDims::new(n, n, n)))?;
+        if seconds >= LONG_ENOUGH_S || n * 2 > max_n {
+            break seconds;
+        }
+        n *= 2;
+    };
+    let mut repeats = 1;
+    let stream = loop {
+        let (a, x, out) = (
+            be.zeros("stream a", values)?,
+            be.zeros("stream b", values)?,
+            be.zeros("stream out", values)?,
+        );
+        let seconds = best(&|| (0..repeats).for_each(|_| be.add(&out, &a, &x)))? / repeats as f64;
+        if seconds * repeats as f64 >= LONG_ENOUGH_S || repeats >= 64 {
+            break seconds;
+        }
+        if values < 1 << 24 {
+            values *= 4;
+        } else {
+            repeats *= 2;
+        }
+    };
     Ok(Peaks {
         matmul_n: n,
         matmul_gflops: 2.0 * (n as f64).powi(3) / mm / 1e9,

@@ -97,6 +97,22 @@ struct PipelineKey {
 /// A module's key: the shader and the variant's defines, as in [`PipelineKey`].
 type ModuleKey = (&'static str, Box<[Define]>);
 
+/// The process's one wgpu instance. NVIDIA's Vulkan driver (580, on an H200) refuses the 31st
+/// instance a process creates, even after the others are gone, so a sweep or a test binary that
+/// makes many backends shares one.
+#[cfg(not(target_arch = "wasm32"))]
+fn instance() -> wgpu::Instance {
+    static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+    INSTANCE
+        .get_or_init(|| wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env()))
+        .clone()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle())
+}
+
 impl GpuBackend {
     /// Finds an adapter and creates a device with the adapter's own limits.
     pub async fn new() -> Result<Self> {
@@ -106,12 +122,7 @@ impl GpuBackend {
     /// Like [`Self::new`], with the binding size and the folding threshold lowered to `options`
     /// (never raised past the device's): the same results through more, smaller launches.
     pub async fn with_options(options: GpuOptions) -> Result<Self> {
-        #[cfg(not(target_arch = "wasm32"))]
-        let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-        #[cfg(target_arch = "wasm32")]
-        let desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        let instance = wgpu::Instance::new(desc);
-        let adapter = instance
+        let adapter = instance()
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: wgpu::PowerPreference::HighPerformance,
                 ..Default::default()
