@@ -153,6 +153,49 @@ async function chartLines(page) {
   return { strokes, legend: texts.filter((t) => t.startsWith('#')) };
 }
 
+/**
+ * The one-screen layout at a window size: the loss chart, the residual heatmap and the variance
+ * grid are in view together without scrolling, the page is no wider or taller than the window,
+ * every visible text is at least 11 px, the heatmap's cells span at least 320 px on their longer
+ * side, and every control has a name a screen reader says and can be reached with Tab.
+ */
+async function checkLayout(page, width, height) {
+  await page.setViewportSize({ width, height });
+  const r = await page.evaluate(() => {
+    // As a new visitor sees them: each view scrolled to its top.
+    document.querySelectorAll('.pane').forEach((p) => { p.scrollTop = 0; });
+    const box = (sel) => { const e = document.querySelector(sel); if (!e) return null; const b = e.getBoundingClientRect();
+      const pane = e.closest('.pane')?.getBoundingClientRect() ?? { top: 0, bottom: innerHeight };
+      return { x: Math.round(b.x), y: Math.round(b.y), w: Math.round(b.width), h: Math.round(b.height),
+        top: Math.round(pane.top), bottom: Math.round(pane.bottom) }; };
+    const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+    const small = [...document.querySelectorAll('body *')]
+      .filter((e) => shown(e) && [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()))
+      .map((e) => [e.tagName, parseFloat(getComputedStyle(e).fontSize), e.textContent.trim().slice(0, 24)])
+      .filter(([, size]) => size < 11);
+    const cells = [...document.querySelectorAll('#residual-heatmap svg rect:not(.legend)')];
+    const span = (a, b) => Math.max(0, ...cells.map((c) => parseFloat(c.getAttribute(a)) + parseFloat(c.getAttribute(b))));
+    const unnamed = [...document.querySelectorAll('button, input, select, textarea, summary')].filter(shown)
+      .filter((e) => !(e.labels?.length || e.getAttribute('aria-label') || e.textContent.trim() || e.title) || e.tabIndex < 0)
+      .map((e) => e.id || e.outerHTML.slice(0, 60));
+    return { page: [document.documentElement.scrollWidth, document.documentElement.scrollHeight],
+      chart: box('#chart svg'), heat: box('#residual-heatmap svg'), grid: box('#variance-grid svg'),
+      heatSide: Math.max(span('x', 'width'), span('y', 'height')), small, unnamed };
+  });
+  console.log(`     ${width}×${height}: page ${r.page.join('×')}; loss chart ${JSON.stringify(r.chart)}, heatmap ${JSON.stringify(r.heat)} `
+    + `(cells ${r.heatSide} px), variance grid ${JSON.stringify(r.grid)}`);
+  if (r.page[0] > width || r.page[1] > height) throw new Error(`at ${width}×${height} the page scrolls: it is ${r.page.join('×')}`);
+  for (const [name, b] of [['loss chart', r.chart], ['residual heatmap', r.heat], ['variance grid', r.grid]]) {
+    // Whole across, and its top (or all of it, when shorter) on screen, inside its view's pane.
+    if (!b || b.x < 0 || b.x + b.w > width || b.y < b.top || b.y + Math.min(b.h, 150) > Math.min(height, b.bottom))
+      throw new Error(`at ${width}×${height} the ${name} is not in view: ${JSON.stringify(b)}`);
+  }
+  if (r.heatSide < 320) throw new Error(`the residual heatmap spans ${r.heatSide} px, under 320`);
+  if (r.small.length) throw new Error(`text under 11 px: ${JSON.stringify(r.small.slice(0, 8))}`);
+  if (r.unnamed.length) throw new Error(`controls without a name, or out of the Tab order: ${JSON.stringify(r.unnamed)}`);
+  await page.screenshot({ path: path.join(shots, `layout-${width}x${height}.png`) });
+}
+
 await test('controls, the cost table, a refusal, two runs overlaid, the residual viewer and the variance grid', async () => {
   const { browser, page, errors } = await open(url, true);
   try {
@@ -195,6 +238,7 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     for (const [k, v] of Object.entries({ d_k: 8, d_v: 16, rank: 8, d_ff: 256, seq_len: 16, batch: 32 })) await setControl(page, k, v);
 
     // "Check this GPU": every kernel family on SwiftShader against the CPU twin, each passing.
+    await page.click('#more-actions > summary');
     await page.click('#check-gpu');
     await page.waitForSelector('#selftest', { timeout: 240_000 });
     const families = await page.$$eval('#selftest tbody tr', (rows) => rows.map((r) => [r.dataset.family, r.dataset.result]));
@@ -308,6 +352,18 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     await page.fill('#block', '1');
     await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
     if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
+
+    // One screen at both common window sizes, in light and dark.
+    await checkLayout(page, 1280, 800);
+    await checkLayout(page, 1920, 1080);
+    await page.emulateMedia({ colorScheme: 'dark' });
+    const dark = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    await page.screenshot({ path: path.join(shots, 'layout-dark-1280x800.png') });
+    await page.emulateMedia({ colorScheme: 'light' });
+    const light = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const luminance = (c) => { const [r, g, b] = c.match(/\d+/g).map(Number); return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; };
+    if (!(luminance(dark) < 0.2 && luminance(light) > 0.9)) throw new Error(`the page ignores the colour scheme: dark ${dark}, light ${light}`);
+    await page.setViewportSize({ width: 1280, height: 720 });
 
     // Two runs: two curves in two colours, a legend entry each, labelled against the first run.
     let lines = await chartLines(page);
@@ -445,6 +501,7 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     if (JSON.stringify(restored) !== JSON.stringify({ d_k: '4', seed: '7', lr: '0.003', steps: '10', arch: 'rmt' }))
       throw new Error(`the link's settings were not restored: ${JSON.stringify(restored)}`);
     // "Copy link" gives a link that restores the same settings in a fresh page.
+    await page.click('#more-actions > summary');
     await page.click('#copy-link');
     await page.waitForFunction(() => /link.*http/.test(document.querySelector('#status')?.textContent));
     const copied = /(http\S+)$/.exec(await page.textContent('#status'))[1];

@@ -348,10 +348,21 @@ pub fn App() -> impl IntoView {
         data
     });
 
+    // One screen: the settings in a side panel, and the views in a grid beside it, so that the
+    // loss, the residual matrix and the variance grid (or the buckets) are in sight together.
     view! {
-        <main class:embedded=hide_controls on:dragover=|ev: web_sys::DragEvent| ev.prevent_default() on:drop=import_dropped>
-            <h1>"resmem playground"</h1>
-            <p id="status" data-engine=engine_kind>{status}</p>
+        <main class="playground" class:embedded=hide_controls on:dragover=|ev: web_sys::DragEvent| ev.prevent_default() on:drop=import_dropped>
+            <header class="top">
+                <h1>"resmem playground"</h1>
+                <p class="readout">
+                    "step " <span id="step">{step}</span>
+                    " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
+                    " · " <span id="speed">{move || speed.get().map_or("–".to_string(), |(ms, tokens)| {
+                        format!("{ms:.0} ms/step · {} tokens/s", thousands((tokens as f64 * 1000.0 / ms.max(1e-3)).round() as u64))
+                    })}</span>
+                </p>
+                <p id="status" data-engine=engine_kind>{status}</p>
+            </header>
             <Show when=move || !link_problems.is_empty()>
                 <ul id="link-problems" class="error">
                     {link.problems.iter().map(|p| view! { <li>{p.clone()}</li> }).collect_view()}
@@ -364,46 +375,60 @@ pub fn App() -> impl IntoView {
                 <p id="device-lost" class="error">"The GPU device was lost: " {move || page.lost.get().unwrap_or_default()}
                     ". " <button id="recover" on:click=recover prop:disabled=move || busy.get()>"Make a new device"</button></p>
             </Show>
-            <div class:hidden=hide_controls>
-                <Controls setup running=busy.into() />
-                <div class="controls">
-                    <button id="start" on:click=start prop:disabled=move || !idle()>"Start"</button>
-                    <button id="stop" on:click=move |_| page.training.set(false) prop:disabled=move || !page.training.get()>"Stop"</button>
-                    <button id="compare" on:click=compare prop:disabled=move || !idle()
-                        title="Trains the RMT of these settings, the transformer of its dimensions and a MemoryFormer of its width, in turn, on the same data and seed">
-                        "Compare RMT, transformer, MemoryFormer"</button>
-                    <button id="copy-link" on:click=copy_link title="A link that restores these settings: same seed, same curves">"Copy link"</button>
-                    <Show when=move || engine_kind.with(|e| e == "gpu")>
-                        <button id="check-gpu" on:click=move |_| submit(Job::Selftest) prop:disabled=move || !idle()
-                            title="Runs every kernel on this GPU against the CPU on awkward shapes: are its results right?">
-                            "Check this GPU"</button>
-                    </Show>
-                    <label class="import">"Import a checkpoint "
-                        <input id="import" type="file" accept=".safetensors" on:change=import_picked prop:disabled=move || !idle() /></label>
+            <div class="layout">
+                <aside class="panel" class:hidden=hide_controls aria-label="Settings">
+                    <div class="actions">
+                        <button id="start" class="primary" on:click=start prop:disabled=move || !idle()>"Start"</button>
+                        <button id="stop" on:click=move |_| page.training.set(false) prop:disabled=move || !page.training.get()>"Stop"</button>
+                        <button id="compare" on:click=compare prop:disabled=move || !idle()
+                            title="Trains the RMT of these settings, the transformer of its dimensions and a MemoryFormer of its width, in turn, on the same data and seed">
+                            "Compare RMT, transformer, MemoryFormer"</button>
+                    </div>
+                    <Controls setup running=busy.into() />
+                    <details class="group" id="cost-group">
+                        <summary>"Cost of these settings"</summary>
+                        <Cost setup />
+                    </details>
+                    <details class="group" id="more-actions">
+                        <summary>"Share, import, check"</summary>
+                        <div class="actions">
+                            <button id="copy-link" on:click=copy_link title="A link that restores these settings: same seed, same curves">"Copy link"</button>
+                            <Show when=move || engine_kind.with(|e| e == "gpu")>
+                                <button id="check-gpu" on:click=move |_| submit(Job::Selftest) prop:disabled=move || !idle()
+                                    title="Runs every kernel on this GPU against the CPU on awkward shapes: are its results right?">
+                                    "Check this GPU"</button>
+                            </Show>
+                        </div>
+                        <label class="import">"Import a checkpoint "
+                            <input id="import" type="file" accept=".safetensors" on:change=import_picked prop:disabled=move || !idle() /></label>
+                        <p class="note">"Or drop a checkpoint written by resmem train anywhere on the page."</p>
+                    </details>
+                    <SelftestView result=page.selftest />
+                </aside>
+                <div class="views">
+                    <section class="pane pane-loss">
+                        <LossChart runs />
+                        <RunList runs focus busy=busy.into() on_continue on_delete />
+                        <p><button id="clear-runs" on:click=clear prop:disabled=move || busy.get()
+                            title="Forget the runs this browser keeps across reloads">"Clear stored runs"</button></p>
+                        <SampleView sample=shown_sample prompt=page.prompt busy=busy.into() on_sample=sample_now />
+                    </section>
+                    <section class="pane pane-residual">
+                        <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq />
+                    </section>
+                    <section class="pane pane-inside">
+                        <Show when=move || focused_arch().is_some_and(Arch::has_variance)>
+                            <VarianceView history closed />
+                        </Show>
+                        <Show when=move || focused_arch().is_some_and(Arch::has_hash_tables)>
+                            <BucketView hits />
+                        </Show>
+                        <Show when=move || focused_arch().is_none()>
+                            <p class="note">"Start a run: its variance grid (or, for the MemoryFormer, its bucket use) shows here."</p>
+                        </Show>
+                    </section>
                 </div>
-                <p class="note">"Or drop a checkpoint written by resmem train anywhere on the page."</p>
-                <Cost setup />
-                <SelftestView result=page.selftest />
             </div>
-            <p class="readout">
-                "step " <span id="step">{step}</span>
-                " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
-                " · " <span id="speed">{move || speed.get().map_or("–".to_string(), |(ms, tokens)| {
-                    format!("{ms:.0} ms/step · {} tokens/s", thousands((tokens as f64 * 1000.0 / ms.max(1e-3)).round() as u64))
-                })}</span>
-            </p>
-            <LossChart runs />
-            <RunList runs focus busy=busy.into() on_continue on_delete />
-            <p><button id="clear-runs" on:click=clear prop:disabled=move || busy.get()
-                title="Forget the runs this browser keeps across reloads">"Clear stored runs"</button></p>
-            <SampleView sample=shown_sample prompt=page.prompt busy=busy.into() on_sample=sample_now />
-            <Show when=move || focused_arch().is_some_and(Arch::has_variance)>
-                <VarianceView history closed />
-            </Show>
-            <Show when=move || focused_arch().is_some_and(Arch::has_hash_tables)>
-                <BucketView hits />
-            </Show>
-            <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq />
         </main>
     }
 }

@@ -2,6 +2,7 @@
 //! table (the MemoryFormer paper's Figure 4).
 
 use crate::chart::histogram_svg;
+use crate::help::ViewTitle;
 use crate::save::ChartExport;
 use crate::training::BUCKET_WINDOW;
 use leptos::prelude::*;
@@ -31,9 +32,12 @@ pub fn BucketView(hits: Signal<Vec<BucketCounts>>) -> impl IntoView {
     };
     view! {
         <section id="buckets">
-            <h2>"Hash-table buckets"</h2>
-            <p class="note">"How often each bucket of one table was read over the last " {BUCKET_WINDOW}
-                " steps; the line is an even share. Entropy 1 means every bucket is used equally."</p>
+            <ViewTitle title="Hash-table buckets"
+                what="How often each bucket of one table was read over the last steps; the line is an even share."
+                help="A MemoryFormer layer hashes chunks of its input to rows of tables. Entropy 1 means every bucket \
+                    is used equally, which is healthy: the table's capacity is in use. A few tall bars mean the hash \
+                    sends most inputs to the same rows, and the layer acts like a much smaller one." />
+            <p class="note">"Over the last " {BUCKET_WINDOW} " steps."</p>
             <div class="controls">
                 <label>"Layer "
                     <select id="bucket-layer" on:change=move |ev| set_layer.set(event_target_value(&ev).parse().unwrap_or(0))>

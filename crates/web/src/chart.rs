@@ -26,17 +26,31 @@ pub const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-/// Loss curves overlaid as a 560×260 SVG, with a legend naming each; an empty chart before the
-/// first point.
+/// The charts' text: plotters writes a font of size s as s/1.24 pixels, so 14 is 11.3 px, the
+/// page's smallest text.
+const TEXT: (&str, u32) = ("sans-serif", 14);
+
+/// Loss curves overlaid as a 440-pixel-wide SVG, the plot 240 high and under it a legend line
+/// naming each curve (under, not over the plot: a run's label is long, and the curves are where
+/// an overlaid legend would sit); an empty chart before the first point.
 pub fn loss_svg(curves: &[Curve]) -> String {
+    const PLOT: u32 = 240;
+    const LINE: u32 = 16;
+    let shown: Vec<&Curve> = curves.iter().filter(|c| !c.points.is_empty()).collect();
+    let legend = if shown.is_empty() {
+        0
+    } else {
+        6 + LINE * shown.len() as u32
+    };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (560, 260)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (440, PLOT + legend)).into_drawing_area();
         let _ = root.fill(&WHITE);
+        let (plot, below) = root.split_vertically(PLOT);
         let points = curves.iter().flat_map(|c| c.points.iter());
         let max_step = points.clone().map(|p| p.0).max().unwrap_or(10).max(10);
         let max_loss = points.map(|p| p.1).filter(|l| l.is_finite()).fold(1.0f32, f32::max) * 1.05;
-        let chart = ChartBuilder::on(&root)
+        let chart = ChartBuilder::on(&plot)
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(36)
@@ -46,26 +60,17 @@ pub fn loss_svg(curves: &[Curve]) -> String {
                 .configure_mesh()
                 .x_desc("step")
                 .y_desc("loss")
-                .label_style(("sans-serif", 11))
+                .label_style(TEXT)
+                .axis_desc_style(TEXT)
                 .draw();
-            for c in curves.iter().filter(|c| !c.points.is_empty()) {
-                let color = c.color;
-                if let Ok(series) = chart.draw_series(LineSeries::new(c.points.iter().copied(), color.stroke_width(2)))
-                {
-                    series
-                        .label(c.label.clone())
-                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
-                }
+            for c in &shown {
+                let _ = chart.draw_series(LineSeries::new(c.points.iter().copied(), c.color.stroke_width(2)));
             }
-            if curves.iter().any(|c| !c.points.is_empty()) {
-                let _ = chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperRight)
-                    .background_style(WHITE.mix(0.9))
-                    .border_style(BLACK.mix(0.3))
-                    .label_font(("sans-serif", 11))
-                    .draw();
-            }
+        }
+        for (i, c) in shown.iter().enumerate() {
+            let y = 4 + LINE as i32 * i as i32 + LINE as i32 / 2;
+            let _ = below.draw(&PathElement::new(vec![(44, y), (60, y)], c.color.stroke_width(2)));
+            let _ = below.draw(&Text::new(c.label.clone(), (66, y - 7), TEXT));
         }
         let _ = root.present();
     }
@@ -83,7 +88,7 @@ pub const BACKWARD: RGBColor = RGBColor(255, 127, 14);
 pub fn variance_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (480, 260)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (440, 240)).into_drawing_area();
         let _ = root.fill(&WHITE);
         // (site, [forward, backward] measured, [forward, backward] closed form).
         type Bars = (String, [Option<f64>; 2], [Option<f64>; 2]);
@@ -128,7 +133,8 @@ pub fn variance_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
                 })
                 .y_desc("σ² ratio")
                 .y_label_formatter(&|y| format!("{y:.0e}"))
-                .label_style(("sans-serif", 10))
+                .label_style(TEXT)
+                .axis_desc_style(TEXT)
                 .draw();
             let bar = |i: usize, side: usize| {
                 let x = i as f64 - 0.42 + side as f64 * 0.44;
@@ -169,7 +175,7 @@ pub fn variance_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
                 .position(SeriesLabelPosition::UpperRight)
                 .background_style(WHITE.mix(0.9))
                 .border_style(BLACK)
-                .label_font(("sans-serif", 10))
+                .label_font(TEXT)
                 .draw();
         }
         let _ = root.present();
@@ -189,7 +195,7 @@ fn name<T: serde::Serialize>(x: &T) -> String {
 pub fn histogram_svg(counts: &[u64]) -> String {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (480, 200)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (440, 200)).into_drawing_area();
         let _ = root.fill(&WHITE);
         let n = counts.len().max(1);
         let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
@@ -207,7 +213,8 @@ pub fn histogram_svg(counts: &[u64]) -> String {
                 // Buckets and hits are whole numbers.
                 .x_label_formatter(&|x| format!("{}", x.round() as i64))
                 .y_label_formatter(&|y| format!("{}", y.round() as i64))
-                .label_style(("sans-serif", 10))
+                .label_style(TEXT)
+                .axis_desc_style(TEXT)
                 .draw();
             let _ = chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
                 Rectangle::new(

@@ -122,8 +122,14 @@ pub fn Controls(setup: RwSignal<Setup>, running: Signal<bool>) -> impl IntoView 
                     </select>
                 </label>
             </div>
-            <fieldset><legend>"Model sizes"</legend>{move || fields("model")}</fieldset>
-            <fieldset><legend>"Training"</legend>{move || fields("train")}</fieldset>
+            <details class="group" open>
+                <summary>"Model sizes"</summary>
+                <div class="fields">{move || fields("model")}</div>
+            </details>
+            <details class="group" open>
+                <summary>"Training"</summary>
+                <div class="fields">{move || fields("train")}</div>
+            </details>
             <p id="config-error" class="error">{move || error().unwrap_or_default()}</p>
         </section>
     }

@@ -15,6 +15,7 @@ mod controls;
 mod corpus;
 mod costs;
 mod dataset;
+mod help;
 pub mod jobs;
 mod link;
 mod residual;

@@ -4,6 +4,7 @@
 //! strip, so that the three can be compared. Below it, every head's attention weights over the
 //! sequence, the chosen token's row outlined.
 
+use crate::help::ViewTitle;
 use crate::save::ChartExport;
 use leptos::prelude::*;
 use models::observe::{self, HeadPattern, KeySlot, Shape, Snapshot};
@@ -44,11 +45,19 @@ fn diverging(x: f32, max: f32) -> String {
     format!("#{:02x}{:02x}{:02x}", mix(r), mix(g), mix(b))
 }
 
-/// The values as a grid of cells (rows × cols) with a colour legend from −max to +max.
+/// The values as a grid of cells (rows × cols) with a colour legend from −max to +max. A vector
+/// (one row) longer than [`VECTOR_WRAP`] wraps onto rows of that many, so that it fits a pane.
 pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     let max = values.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let cell = (360 / cols.max(1)).clamp(4, 24);
-    // A vector is one row: a strip tall enough to see.
+    let vector = rows == 1;
+    let (rows, cols) = if vector {
+        (cols.div_ceil(VECTOR_WRAP).max(1), cols.clamp(1, VECTOR_WRAP))
+    } else {
+        (rows, cols.max(1))
+    };
+    // The longer side about 340 pixels (at least 320), so that even a 4×4 matrix reads.
+    let cell = (340 / cols.max(rows)).clamp(4, 85);
+    // A short vector is one row: a strip tall enough to see.
     let cell_h = if rows == 1 { 28 } else { cell };
     let (w, h) = (cols * cell, rows * cell_h);
     let mut svg = format!(
@@ -57,9 +66,10 @@ pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
         h.max(120) + 10
     );
     for (i, v) in values.iter().enumerate() {
-        let (r, c) = (i / cols.max(1), i % cols.max(1));
+        let (r, c) = (i / cols, i % cols);
+        let at = if vector { format!("[{i}]") } else { format!("[{r},{c}]") };
         svg += &format!(
-            r#"<rect x="{}" y="{}" width="{cell}" height="{cell_h}" fill="{}"><title>[{r},{c}] {v:.4}</title></rect>"#,
+            r#"<rect x="{}" y="{}" width="{cell}" height="{cell_h}" fill="{}"><title>{at} {v:.4}</title></rect>"#,
             c * cell,
             r * cell_h,
             diverging(*v, max)
@@ -80,6 +90,9 @@ pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     }
     svg + "</svg>"
 }
+
+/// Cells a row of a vector's heatmap.
+const VECTOR_WRAP: usize = 32;
 
 /// Tokens a side of the attention heatmaps: a longer sequence shows the window that ends at the
 /// chosen token, so that the picture stays readable and small.
@@ -325,14 +338,17 @@ pub fn ResidualView(
     };
     view! {
         <section id="residual">
-            <h2>"Residual stream"</h2>
+            <ViewTitle title="Residual stream"
+                what="One token's residual at one depth, the attention it paid and, for the RMT, what each key slot stores."
+                help="For the RMT, a token's residual is a D_k×D_v matrix (red positive, blue negative, white 0) with \
+                    singular values beside it. An effective rank near D_k means the matrix is fully used; one dominant \
+                    singular value means a single direction carries everything. Scrub the depth: a healthy residual \
+                    grows gently with depth, neither exploding nor fading to white. The logit lens reads the residual \
+                    at each depth as the final head would: the KL to the output should fall towards the last depth." />
             <label><input id="residual-open" type="checkbox" prop:checked=open
                 on:change=move |ev| set_open.set(event_target_checked(&ev)) />
                 " Look inside: read one sequence's residuals while training"</label>
             <Show when=move || open.get()>
-                <p class="note">"One token's residual at one depth: for the RMT its D_k×D_v matrix (red positive, blue \
-                    negative, white 0), with the singular values that say how much of the matrix is in use; for the \
-                    transformer and the MemoryFormer the residual vector."</p>
                 <div class="controls">
                     <label>"Sequence "
                         <input id="residual-seq" type="number" min="0" prop:value=move || seq.get()

@@ -3,6 +3,7 @@
 
 use crate::browser;
 use crate::chart::{loss_svg, Curve, PALETTE};
+use crate::help::ViewTitle;
 use crate::link::Link;
 use crate::sample::Sample;
 use crate::save::ChartExport;
@@ -243,6 +244,11 @@ pub fn curves(runs: &[Run]) -> Vec<Curve> {
 #[component]
 pub fn LossChart(runs: RwSignal<Vec<Run>>) -> impl IntoView {
     view! {
+        <ViewTitle title="Loss" what="Training loss by step of every visible run, one colour each."
+            help="Cross-entropy in nats per token on the training batch. An untrained model guesses uniformly: \
+                ln V, 5.55 for bytes and 10.8 for GPT-2 tokens. A healthy curve falls fast, then slowly, with some \
+                noise from batch to batch. One that climbs, or stops at NaN, had too high a learning rate. Curves \
+                compare fairly only on the same data, batch and sequence length: each run's label says what differs." />
         <div id="chart" inner_html=move || runs.with(|r| loss_svg(&curves(r)))></div>
         <ChartExport target="chart" name="loss" />
     }
@@ -347,10 +353,11 @@ pub fn RunList(
     };
     view! {
         <section id="runs">
-            <h2>"Runs"</h2>
-            <p class="note">"Every run of this session, labelled by what differs from the first. The views below \
-                show the run marked \"look\" (the newest unless you pick one). Variance: how far, on average, its last \
-                measured ratios sit from 1 (forward / backward); nearer 1× keeps the signal's scale through the depth."</p>
+            <ViewTitle title="Runs" what="Every run of this session, labelled by what differs from the first; \"look\" picks the run the views show."
+                help="The views show the run marked \"look\" (the newest unless you pick one). Variance: how far, on \
+                    average, its last measured ratios sit from 1 (forward / backward); nearer 1× keeps the signal's scale \
+                    through the depth. A run continues from its last checkpoint, and its curve, checkpoint, metrics and \
+                    CSV can be downloaded." />
             <table id="run-list">
                 <tr><th></th><th>"run"</th><th>"model"</th><th>"parameters"</th><th>"steps"</th><th>"loss"</th>
                     <th>"variance"</th><th></th><th></th></tr>

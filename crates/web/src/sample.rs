@@ -2,6 +2,7 @@
 //! steps and when the run stops, each token coloured by the probability the model gave it.
 
 use crate::dataset::Dataset;
+use crate::help::ViewTitle;
 use crate::session::Session;
 use data::{Task, Tokenizer, TokenizerKind};
 use engine::Backend;
@@ -93,7 +94,10 @@ pub fn SampleView(
     };
     view! {
         <section id="sampling">
-            <h2>"Sample"</h2>
+            <ViewTitle title="Sample" what="The run you look at, continuing a prompt; each token shaded by the probability the model gave it."
+                help="Early on the text is noise. After a few hundred steps on Shakespeare, words, names and line \
+                    breaks appear; mostly dark tokens with a few pale ones is a model that has learnt the common \
+                    patterns and is surprised by the rest." />
             <label>"Prompt " <textarea id="prompt" rows="2" cols="40" prop:value=move || prompt.get()
                 on:input=move |ev| prompt.set(event_target_value(&ev))></textarea></label>
             " "

@@ -4,6 +4,7 @@
 //! Also the closed form a run's measurements are drawn against.
 
 use crate::chart::variance_svg;
+use crate::help::ViewTitle;
 use crate::save::ChartExport;
 use leptos::prelude::*;
 use models::probes::{Layer, Measured, Op};
@@ -78,7 +79,8 @@ pub fn distances(measured: &[Measured]) -> (Option<f64>, Option<f64>) {
 /// whose value is written under the measured one.
 pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
     let blocks = measured.iter().map(|m| m.site.block + 1).max().unwrap_or(0);
-    let (cw, ch, left, top) = (60, 34, 62, 40);
+    // 440 pixels wide: a pane of the one-screen layout at 1280×800.
+    let (cw, ch, left, top) = (46, 34, 62, 40);
     let (w, h) = (left + 8 * cw + 10, top + blocks * ch + 50);
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
@@ -89,7 +91,7 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
             r#"<text class="site" x="{}" y="14" text-anchor="middle">{name}</text>"#,
             x + cw
         );
-        for (j, dir) in ["forward", "backward"].iter().enumerate() {
+        for (j, dir) in ["fwd", "bwd"].iter().enumerate() {
             svg += &format!(
                 r##"<text x="{}" y="32" text-anchor="middle" fill="#555">{dir}</text>"##,
                 x + j * cw + cw / 2
@@ -139,7 +141,7 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
                 );
                 if let Some(c) = closed {
                     svg += &format!(
-                        r#"<text x="{}" y="{}" text-anchor="middle" font-size="9" fill="{faint}">cf {c:.2}</text>"#,
+                        r#"<text x="{}" y="{}" text-anchor="middle" font-size="11" fill="{faint}">cf {c:.2}</text>"#,
                         x + cw / 2 + 2,
                         y + 28
                     );
@@ -238,11 +240,13 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
     };
     view! {
         <section id="variance">
-            <h2>"Variance propagation"</h2>
-            <p class="note">"σ²(out)/σ²(in) (forward) and σ²(grad in)/σ²(grad out) (backward) of every storage and \
-                retrieval, measured on the training batch (for the transformer, W_QKV and W1 retrieve, W_O and W2 store). \
-                White is 1: the signal keeps its scale; red grows it, blue shrinks it. The strip on each cell's left \
-                and its \"cf\" are the closed form at init (RMT paper, Tables 1 and 2)."</p>
+            <ViewTitle title="Variance propagation"
+                what="σ² out over σ² in of every storage and retrieval, forward and backward, block by block."
+                help="σ²(out)/σ²(in) (forward) and σ²(grad in)/σ²(grad out) (backward), measured on the training batch \
+                    (for the transformer, W_QKV and W1 retrieve, W_O and W2 store). White is 1: the signal keeps its \
+                    scale; red grows it, blue shrinks it. Healthy is near white; a deep colour that compounds block after \
+                    block is what makes a deep model's signal or gradient explode or vanish. The strip on each cell's \
+                    left and its \"cf\" are the closed form at init (RMT paper, Tables 1 and 2)." />
             <div class="controls">
                 <button id="vplay" on:click=play>{move || if playing.get() { "Pause" } else { "Play" }}</button>
                 <label>"Measurement "
