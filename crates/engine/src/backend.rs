@@ -117,6 +117,18 @@ macro_rules! declare_ops {
             stats: Tensor, gain: Tensor, keys: Tensor, dims: ResidualDims, norm: NormDims,
         ) cost(dims, norm);
 
+        // ---- hyper-connections (ops/hyper.rs) ----
+        /// pre, post (tokens, n) and mix (tokens, n, n), P[j,k] from stream j to k, from one site's
+        /// logits (tokens, 2n + n² or n!), its three scales alpha and its bias (SPEC §6.4, §6.5).
+        hyper::hyper_gates(pre: Tensor, post: Tensor, mix: Tensor, logits: Tensor, alpha: Tensor, bias: Tensor, dims: HyperDims)
+            cost(dims);
+        /// dm = ∂L/∂logits, dz (tokens, width) = ∂L/∂(α·logits + bias) and dalpha (tokens, 3) each
+        /// token's share of ∂L/∂alpha, from dpre, dpost and dmix; Sinkhorn unrolled and recomputed.
+        hyper::hyper_gates_backward(
+            dm: Tensor, dz: Tensor, dalpha: Tensor, dpre: Tensor, dpost: Tensor, dmix: Tensor, logits: Tensor,
+            alpha: Tensor, bias: Tensor, dims: HyperDims,
+        ) cost(dims);
+
         // ---- MemoryFormer's memory layer (ops/memory.rs) ----
         /// codes, p (tokens, K): each chunk's bucket and weight p(z).
         memory::memory_hash(codes: Index, p: Tensor, x: Tensor, dims: MemoryDims) cost(dims);

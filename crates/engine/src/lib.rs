@@ -41,6 +41,6 @@ pub use backend::Backend;
 pub use error::{EngineError, Result};
 pub use ops::{
     attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims, embedding::TokenBuckets,
-    gather::GatherDims, matmul::MatmulDims, memory::MemoryDims, norm::NormDims, norm::NormKind, optim::AdamWDims,
-    optim::Hyper, residual_matrix::ResidualDims,
+    gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims, memory::MemoryDims, norm::NormDims,
+    norm::NormKind, optim::AdamWDims, optim::Hyper, residual_matrix::ResidualDims,
 };

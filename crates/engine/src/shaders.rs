@@ -145,6 +145,7 @@ pub const SHADERS: &[Shader] = &[
         &[Define::bool(ops::residual_matrix::NORMED, false)]
     ),
     family!("memory", &[], &[]),
+    family!("hyper", ops::hyper::DEFINES, &[]),
 ];
 
 /// A digest of every kernel's source as built (defines, common helpers, each family's file): what

@@ -78,6 +78,20 @@ fn norm_case<B: Backend>(be: &B, x: &[f32], gain: &[f32], dout: &[f32], dx0: &[f
     block(cases::norm(be, x, gain, dout, dx0, d))
 }
 
+#[allow(clippy::too_many_arguments)]
+fn hyper_case<B: Backend>(
+    be: &B,
+    logits: &[f32],
+    alpha: &[f32],
+    bias: &[f32],
+    dpre: &[f32],
+    dpost: &[f32],
+    dmix: &[f32],
+    d: HyperDims,
+) -> Vec<Vec<f32>> {
+    block(cases::hyper(be, logits, alpha, bias, dpre, dpost, dmix, d))
+}
+
 fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
     block(cases::attention(be, qkv, dout, starts, d))
 }
@@ -435,6 +449,35 @@ fn layernorm_and_rmsnorm() {
                 norm_case(&x, &gain, &dout, &dx0, d)
             );
         }
+    }
+}
+
+/// Hyper-connections' gates on token counts that leave a workgroup part-empty and fold: Sinkhorn
+/// at 1, 3, 4 and 8 streams (1 and 20 rounds: at 8 streams and 20 rounds a backward that
+/// recomputed each step from Z came back zero on lavapipe), mHC-lite's permutations at 3 and 4.
+#[test]
+fn hyper_connection_gates() {
+    let mut rng = SmallRng::seed_from_u64(21);
+    for (tokens, n, mixing) in [
+        (37, 1, Mixing::Sinkhorn { iters: 20 }),
+        (300, 3, Mixing::Sinkhorn { iters: 1 }),
+        (5, 4, Mixing::Sinkhorn { iters: 20 }),
+        (5, 8, Mixing::Sinkhorn { iters: 20 }),
+        (37, 3, Mixing::Permutations),
+        (300, 4, Mixing::Permutations),
+    ] {
+        let d = HyperDims { tokens, n, mixing };
+        let logits = rand_vec(&mut rng, tokens * d.width(), 1.5);
+        let alpha = [0.7, 1.1, 0.9];
+        let bias = rand_vec(&mut rng, d.width(), 1.0);
+        let dpre = rand_vec(&mut rng, tokens * n, 1.0);
+        let dpost = rand_vec(&mut rng, tokens * n, 1.0);
+        let dmix = rand_vec(&mut rng, tokens * n * n, 1.0);
+        both!(
+            &format!("hyper {tokens} tokens n {n} {mixing:?}"),
+            2e-5,
+            hyper_case(&logits, &alpha, &bias, &dpre, &dpost, &dmix, d)
+        );
     }
 }
 

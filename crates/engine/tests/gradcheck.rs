@@ -507,3 +507,71 @@ fn memory_layer() {
         assert!(dx.chunks(d.d_in).all(|r| r[d.k * d.tau..].iter().all(|v| *v == 0.0)));
     }
 }
+
+/// Hyper-connections' gates: the gradients of the logits, the three scales and the bias, through
+/// the sigmoids and Sinkhorn's unrolled normalisations or mHC-lite's permutation mixture.
+#[test]
+fn hyper_connection_gates() {
+    use resmem_engine::ops::hyper;
+    use resmem_engine::{HyperDims, Mixing};
+    let mut rng = SmallRng::seed_from_u64(17);
+    for (n, mixing) in [
+        (1, Mixing::Sinkhorn { iters: 20 }),
+        (3, Mixing::Sinkhorn { iters: 1 }),
+        (3, Mixing::Sinkhorn { iters: 4 }),
+        (4, Mixing::Sinkhorn { iters: 20 }),
+        (3, Mixing::Permutations),
+        (4, Mixing::Permutations),
+    ] {
+        let d = HyperDims { tokens: 3, n, mixing };
+        let w = d.width();
+        let logits = rand_vec(&mut rng, d.tokens * w, 1.5);
+        let alpha: Vec<f64> = (0..3).map(|_| rng.random_range(0.5..1.5)).collect();
+        let bias = rand_vec(&mut rng, w, 1.0);
+        let (wpre, wpost, wmix) = (
+            rand_vec(&mut rng, d.tokens * n, 1.0),
+            rand_vec(&mut rng, d.tokens * n, 1.0),
+            rand_vec(&mut rng, d.tokens * n * n, 1.0),
+        );
+        let loss = |logits: &[f64], alpha: &[f64], bias: &[f64]| {
+            let (mut pre, mut post, mut mix) = (
+                vec![0.0; d.tokens * n],
+                vec![0.0; d.tokens * n],
+                vec![0.0; d.tokens * n * n],
+            );
+            hyper::cpu_forward(&mut pre, &mut post, &mut mix, logits, alpha, bias, d);
+            dot(&pre, &wpre) + dot(&post, &wpost) + dot(&mix, &wmix)
+        };
+        let (mut dm, mut dz, mut dalpha) = (
+            vec![0.0; d.tokens * w],
+            vec![0.0; d.tokens * w],
+            vec![0.0; d.tokens * 3],
+        );
+        hyper::cpu_backward(
+            &mut dm,
+            &mut dz,
+            &mut dalpha,
+            &wpre,
+            &wpost,
+            &wmix,
+            &logits,
+            &alpha,
+            &bias,
+            d,
+        );
+        // The bias's and the scales' gradients are the column sums over tokens.
+        let dbias: Vec<f64> = (0..w).map(|i| (0..d.tokens).map(|t| dz[t * w + i]).sum()).collect();
+        let dscale: Vec<f64> = (0..3).map(|s| (0..d.tokens).map(|t| dalpha[t * 3 + s]).sum()).collect();
+        let name = format!("hyper n {n} {mixing:?}");
+        // A larger step: some of mHC-lite's 24 mixture weights are tiny, and so are their gradients.
+        check_step(&format!("{name} logits"), &logits, &dm, 1e-5, |x| {
+            loss(x, &alpha, &bias)
+        });
+        check_step(&format!("{name} alpha"), &alpha, &dscale, 1e-5, |x| {
+            loss(&logits, x, &bias)
+        });
+        check_step(&format!("{name} bias"), &bias, &dbias, 1e-5, |x| {
+            loss(&logits, &alpha, x)
+        });
+    }
+}

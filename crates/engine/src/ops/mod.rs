@@ -8,6 +8,7 @@ pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
 pub mod gather;
+pub mod hyper;
 pub mod matmul;
 pub mod memory;
 pub mod norm;

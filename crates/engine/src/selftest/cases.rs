@@ -112,6 +112,36 @@ pub async fn norm<B: Backend>(
     read(be, &[&out, &stats, &dx, &dgain]).await
 }
 
+/// Hyper-connections' gates and their backward: pre, post, the mixing matrices, dm, dz, dalpha.
+#[allow(clippy::too_many_arguments)]
+pub async fn hyper<B: Backend>(
+    be: &B,
+    logits: &[f32],
+    alpha: &[f32],
+    bias: &[f32],
+    dpre: &[f32],
+    dpost: &[f32],
+    dmix: &[f32],
+    d: crate::HyperDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (m, a, b) = (upload(be, logits)?, upload(be, alpha)?, upload(be, bias)?);
+    let (gpre, gpost, gmix) = (upload(be, dpre)?, upload(be, dpost)?, upload(be, dmix)?);
+    let (t, n, w) = (d.tokens, d.n, d.width());
+    let (pre, post, mix) = (
+        be.zeros("pre", t * n)?,
+        be.zeros("post", t * n)?,
+        be.zeros("mix", t * n * n)?,
+    );
+    let (dm, dz, dalpha) = (
+        be.zeros("dm", t * w)?,
+        be.zeros("dz", t * w)?,
+        be.zeros("dalpha", t * 3)?,
+    );
+    be.hyper_gates(&pre, &post, &mix, &m, &a, &b, d);
+    be.hyper_gates_backward(&dm, &dz, &dalpha, &gpre, &gpost, &gmix, &m, &a, &b, d);
+    read(be, &[&pre, &post, &mix, &dm, &dz, &dalpha]).await
+}
+
 /// Attention's output and log-sum-exps, and the qkv gradient.
 pub async fn attention<B: Backend>(
     be: &B,

@@ -1,0 +1,614 @@
+//! Hyper-connections' gates (SPEC §6.4, §6.5): from one site's logits m (a token's n·D streams
+//! projected by Φ, divided by their RMS), the collapse weights `pre`, the write-back weights
+//! `post` and the mixing matrix P, P[j,k] the weight from source stream j to destination k.
+//!
+//! The logits and the bias are laid out `[pre 0..n | post n..2n | res 2n..]` (DeepSeek's kernel),
+//! and `alpha` holds the site's three scales (α_pre, α_post, α_res):
+//! - `pre_j = σ(α_pre·m_j + b_j) + ε` (ε only with Sinkhorn, as DeepSeek-V4; mHC-lite has none);
+//! - `post_k = 2·σ(α_post·m_{n+k} + b_{n+k})`;
+//! - P: with [`Mixing::Sinkhorn`], DeepSeek-V4's recipe on `Z[j,k] = α_res·m_{2n+jn+k} + b`:
+//!   a softmax over k plus ε, a column normalisation (over j), then `iters − 1` rounds of a row
+//!   normalisation (over k) and a column one, each dividing by its sum plus ε; with
+//!   [`Mixing::Permutations`] (mHC-lite) `P = Σ_κ a_κ Π_κ`, a = softmax of the n! logits, Π_κ the
+//!   κ-th permutation of `itertools.permutations` order (κ = 0 the identity), exactly doubly
+//!   stochastic.
+//!
+//! The backward is the exact gradient of the forward as computed, to rounding: Sinkhorn is run
+//! again from Z, keeping each step's divisors (2·iters − 1 of n values), and walked back, each
+//! step's input restored from its output times its divisors; so finite differences check it.
+//! It writes dm = α ⊙ dz, dz (the gradient of the gates' pre-activations, whose column sums are
+//! the bias's gradient) and each token's three `Σ dz·m` (whose column sums are α's gradient):
+//! every reduction over tokens is left to a product with ones, in a fixed order.
+
+use crate::gpu::{AsArg, GpuBackend, GpuTensor};
+use crate::shaders::{Define, WG};
+
+/// How a site's streams are mixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mixing {
+    /// mHC: a Sinkhorn projection of n² logits, `iters` rounds (DeepSeek-V4: 20).
+    Sinkhorn { iters: u32 },
+    /// mHC-lite: a convex mixture of the n! permutation matrices.
+    Permutations,
+}
+
+/// Sinkhorn's ε and mHC's ε on pre (DeepSeek-V4).
+pub const EPS: f32 = 1e-6;
+
+/// The most streams a GPU thread's arrays hold: n² ≤ 64, and n! ≤ 24 for permutations.
+pub const MAX_STREAMS: usize = 8;
+pub const MAX_PERMUTED_STREAMS: usize = 4;
+/// The most Sinkhorn rounds: the backward keeps each step's divisors in a GPU thread's array.
+pub const MAX_ITERS: u32 = 32;
+
+pub const DEFINES: &[Define] = &[
+    Define::u32("MAX_MIX", (MAX_STREAMS * MAX_STREAMS) as u32),
+    Define::f32("HC_EPS", EPS),
+    Define::u32("MAX_DIVISORS", (2 * MAX_ITERS - 1) * MAX_STREAMS as u32),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HyperDims {
+    pub tokens: usize,
+    /// Streams.
+    pub n: usize,
+    pub mixing: Mixing,
+}
+
+impl HyperDims {
+    /// The res logits a token: n² for Sinkhorn, n! for permutations.
+    pub fn res_logits(&self) -> usize {
+        match self.mixing {
+            Mixing::Sinkhorn { .. } => self.n * self.n,
+            Mixing::Permutations => (1..=self.n).product(),
+        }
+    }
+
+    /// Logits a token: pre, post and res.
+    pub fn width(&self) -> usize {
+        2 * self.n + self.res_logits()
+    }
+
+    /// ε added to pre: DeepSeek-V4's with Sinkhorn, none in mHC-lite.
+    fn pre_eps(&self) -> f64 {
+        match self.mixing {
+            Mixing::Sinkhorn { .. } => EPS as f64,
+            Mixing::Permutations => 0.0,
+        }
+    }
+
+    fn iters(&self) -> u32 {
+        match self.mixing {
+            Mixing::Sinkhorn { iters } => iters,
+            Mixing::Permutations => 0,
+        }
+    }
+
+    fn check(&self, pre: usize, post: usize, mix: usize, logits: usize, alpha: usize, bias: usize) {
+        let (t, n, w) = (self.tokens, self.n, self.width());
+        assert!(n >= 1, "hyper: {self:?} has no streams");
+        match self.mixing {
+            Mixing::Sinkhorn { iters } => assert!(
+                n <= MAX_STREAMS && (1..=MAX_ITERS).contains(&iters),
+                "hyper: Sinkhorn takes 1 to {MAX_STREAMS} streams and 1 to {MAX_ITERS} rounds, not {self:?}"
+            ),
+            Mixing::Permutations => assert!(
+                n <= MAX_PERMUTED_STREAMS,
+                "hyper: permutations take at most {MAX_PERMUTED_STREAMS} streams, not {n}"
+            ),
+        }
+        assert_eq!(pre, t * n, "hyper: pre has {pre} values for {self:?}");
+        assert_eq!(post, t * n, "hyper: post has {post} values for {self:?}");
+        assert_eq!(mix, t * n * n, "hyper: mix has {mix} values for {self:?}");
+        assert_eq!(logits, t * w, "hyper: logits have {logits} values for {self:?}");
+        assert_eq!(alpha, 3, "hyper: alpha has {alpha} values, not 3");
+        assert_eq!(bias, w, "hyper: bias has {bias} values for {self:?}");
+    }
+}
+
+/// The κ-th permutation of 0..n in `itertools.permutations` (lexicographic) order: the
+/// factorial number system's digits pick from the values left.
+pub fn permutation(n: usize, kappa: usize) -> Vec<usize> {
+    let mut left: Vec<usize> = (0..n).collect();
+    let mut rest = kappa;
+    let mut perm = Vec::with_capacity(n);
+    for i in 0..n {
+        let f: usize = (1..n - i).product();
+        perm.push(left.remove(rest / f));
+        rest %= f;
+    }
+    perm
+}
+
+#[cfg(feature = "cpu")]
+mod cpu_twin {
+    use super::*;
+    use crate::ops::Scalar;
+    use rayon::prelude::*;
+
+    fn sigmoid<T: Scalar>(z: T) -> T {
+        T::one() / (T::one() + (-z).exp())
+    }
+
+    /// Divides each row (`rows`: over k) or each column (over j) of the n×n `x` by its sum + ε,
+    /// and returns those divisors.
+    fn normalise<T: Scalar>(x: &mut [T], n: usize, rows: bool) -> Vec<T> {
+        let eps = T::of(EPS as f64);
+        (0..n)
+            .map(|a| {
+                let at = |b: usize| if rows { a * n + b } else { b * n + a };
+                let sum = (0..n).fold(T::zero(), |s, b| s + x[at(b)]) + eps;
+                for b in 0..n {
+                    x[at(b)] = x[at(b)] / sum;
+                }
+                sum
+            })
+            .collect()
+    }
+
+    /// Row-wise softmax of the n×n Z, without the ε.
+    fn softmax_rows<T: Scalar>(z: &[T], n: usize) -> Vec<T> {
+        let mut p = vec![T::zero(); n * n];
+        for j in 0..n {
+            let row = &z[j * n..(j + 1) * n];
+            let max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+            let e: Vec<T> = row.iter().map(|&v| (v - max).exp()).collect();
+            let sum = e.iter().fold(T::zero(), |s, &v| s + v);
+            for k in 0..n {
+                p[j * n + k] = e[k] / sum;
+            }
+        }
+        p
+    }
+
+    /// Sinkhorn's result after `steps` normalisations of softmax(Z) + ε (odd steps normalise
+    /// columns, even ones rows), with each step's divisors.
+    fn sinkhorn<T: Scalar>(z: &[T], n: usize, steps: usize) -> (Vec<T>, Vec<Vec<T>>) {
+        let eps = T::of(EPS as f64);
+        let mut x: Vec<T> = softmax_rows(z, n).into_iter().map(|v| v + eps).collect();
+        let divisors = (1..=steps).map(|s| normalise(&mut x, n, s % 2 == 0)).collect();
+        (x, divisors)
+    }
+
+    /// One token's gates from its logits m (width) into pre (n), post (n) and mix (n²).
+    pub fn gates_token<T: Scalar>(
+        pre: &mut [T],
+        post: &mut [T],
+        mix: &mut [T],
+        m: &[T],
+        alpha: &[T],
+        bias: &[T],
+        d: HyperDims,
+    ) {
+        let n = d.n;
+        let two = T::of(2.0);
+        for j in 0..n {
+            pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
+            post[j] = two * sigmoid(alpha[1] * m[n + j] + bias[n + j]);
+        }
+        let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
+        match d.mixing {
+            Mixing::Sinkhorn { iters } => mix.copy_from_slice(&sinkhorn(&z, n, 2 * iters as usize - 1).0),
+            Mixing::Permutations => {
+                let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+                let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
+                let sum = e.iter().fold(T::zero(), |s, &v| s + v);
+                mix.fill(T::zero());
+                for (kappa, &ek) in e.iter().enumerate() {
+                    for (j, k) in permutation(n, kappa).into_iter().enumerate() {
+                        mix[j * n + k] = mix[j * n + k] + ek / sum;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One token's backward: dm = α ⊙ dz, dz, and dalpha (3) = Σ over each segment of dz ⊙ m.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gates_backward_token<T: Scalar>(
+        dm: &mut [T],
+        dz: &mut [T],
+        dalpha: &mut [T],
+        dpre: &[T],
+        dpost: &[T],
+        dmix: &[T],
+        m: &[T],
+        alpha: &[T],
+        bias: &[T],
+        d: HyperDims,
+    ) {
+        let n = d.n;
+        for j in 0..n {
+            let s = sigmoid(alpha[0] * m[j] + bias[j]);
+            dz[j] = dpre[j] * s * (T::one() - s);
+            let s = sigmoid(alpha[1] * m[n + j] + bias[n + j]);
+            dz[n + j] = dpost[j] * T::of(2.0) * s * (T::one() - s);
+        }
+        let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
+        let dres = &mut dz[2 * n..];
+        match d.mixing {
+            Mixing::Sinkhorn { iters } => {
+                // Back through each normalisation y = x / d: dx = (dy − Σ dy ⊙ y) / d along the
+                // normalised axis, then x = y ⊙ d, the step's input, for the step before.
+                let (mut y, divisors) = sinkhorn(&z, n, 2 * iters as usize - 1);
+                let mut g = dmix.to_vec();
+                for (s, d) in divisors.iter().enumerate().rev() {
+                    let rows = (s + 1) % 2 == 0;
+                    for (a, &d) in d.iter().enumerate() {
+                        let at = |b: usize| if rows { a * n + b } else { b * n + a };
+                        let gy = (0..n).fold(T::zero(), |acc, b| acc + g[at(b)] * y[at(b)]);
+                        for b in 0..n {
+                            g[at(b)] = (g[at(b)] - gy) / d;
+                            y[at(b)] = y[at(b)] * d;
+                        }
+                    }
+                }
+                // The ε after the softmax passes g unchanged; then the softmax's backward.
+                let p = softmax_rows(&z, n);
+                for j in 0..n {
+                    let row = j * n..(j + 1) * n;
+                    let gp = row.clone().fold(T::zero(), |acc, i| acc + g[i] * p[i]);
+                    for i in row {
+                        dres[i] = p[i] * (g[i] - gp);
+                    }
+                }
+            }
+            Mixing::Permutations => {
+                let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+                let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
+                let sum = e.iter().fold(T::zero(), |s, &v| s + v);
+                let a: Vec<T> = e.iter().map(|&v| v / sum).collect();
+                let da: Vec<T> = (0..a.len())
+                    .map(|kappa| {
+                        let perm = permutation(n, kappa);
+                        (0..n).fold(T::zero(), |acc, j| acc + dmix[j * n + perm[j]])
+                    })
+                    .collect();
+                let mean = a.iter().zip(&da).fold(T::zero(), |acc, (&ak, &dk)| acc + ak * dk);
+                for kappa in 0..a.len() {
+                    dres[kappa] = a[kappa] * (da[kappa] - mean);
+                }
+            }
+        }
+        for (seg, range) in [0..n, n..2 * n, 2 * n..d.width()].into_iter().enumerate() {
+            dalpha[seg] = range.clone().fold(T::zero(), |acc, i| acc + dz[i] * m[i]);
+            for i in range {
+                dm[i] = alpha[seg] * dz[i];
+            }
+        }
+    }
+
+    pub fn cpu_forward<T: Scalar>(
+        pre: &mut [T],
+        post: &mut [T],
+        mix: &mut [T],
+        logits: &[T],
+        alpha: &[T],
+        bias: &[T],
+        d: HyperDims,
+    ) {
+        d.check(pre.len(), post.len(), mix.len(), logits.len(), alpha.len(), bias.len());
+        let (n, w) = (d.n, d.width());
+        (
+            pre.par_chunks_mut(n),
+            post.par_chunks_mut(n),
+            mix.par_chunks_mut(n * n),
+            logits.par_chunks(w),
+        )
+            .into_par_iter()
+            .for_each(|(pre, post, mix, m)| gates_token(pre, post, mix, m, alpha, bias, d));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn cpu_backward<T: Scalar>(
+        dm: &mut [T],
+        dz: &mut [T],
+        dalpha: &mut [T],
+        dpre: &[T],
+        dpost: &[T],
+        dmix: &[T],
+        logits: &[T],
+        alpha: &[T],
+        bias: &[T],
+        d: HyperDims,
+    ) {
+        d.check(
+            dpre.len(),
+            dpost.len(),
+            dmix.len(),
+            logits.len(),
+            alpha.len(),
+            bias.len(),
+        );
+        let (n, w, t) = (d.n, d.width(), d.tokens);
+        assert_eq!(
+            (dm.len(), dz.len(), dalpha.len()),
+            (t * w, t * w, t * 3),
+            "hyper: gradients for {d:?}"
+        );
+        (
+            dm.par_chunks_mut(w),
+            dz.par_chunks_mut(w),
+            dalpha.par_chunks_mut(3),
+            logits.par_chunks(w),
+        )
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(i, (dm, dz, da, m))| {
+                let (tok, mix) = (i * n..(i + 1) * n, i * n * n..(i + 1) * n * n);
+                gates_backward_token(
+                    dm,
+                    dz,
+                    da,
+                    &dpre[tok.clone()],
+                    &dpost[tok],
+                    &dmix[mix],
+                    m,
+                    alpha,
+                    bias,
+                    d,
+                )
+            });
+    }
+}
+#[cfg(feature = "cpu")]
+pub use cpu_twin::*;
+
+fn params(d: &HyperDims) -> [u32; 4] {
+    let kind = match d.mixing {
+        Mixing::Sinkhorn { .. } => 0,
+        Mixing::Permutations => 1,
+    };
+    [d.tokens as u32, d.n as u32, kind, d.iters()]
+}
+
+/// The ops on the GPU: one thread a token.
+pub mod gpu {
+    use super::*;
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn hyper_gates(
+        gpu: &GpuBackend,
+        pre: &GpuTensor,
+        post: &GpuTensor,
+        mix: &GpuTensor,
+        logits: &GpuTensor,
+        alpha: &GpuTensor,
+        bias: &GpuTensor,
+        d: HyperDims,
+    ) {
+        d.check(pre.len, post.len, mix.len, logits.len, alpha.len, bias.len);
+        let args = [pre.arg(), post.arg(), mix.arg(), logits.arg(), alpha.arg(), bias.arg()];
+        gpu.dispatch("hyper", "hyper_gates", &params(&d), &args, gpu.grid_1d(d.tokens, WG));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn hyper_gates_backward(
+        gpu: &GpuBackend,
+        dm: &GpuTensor,
+        dz: &GpuTensor,
+        dalpha: &GpuTensor,
+        dpre: &GpuTensor,
+        dpost: &GpuTensor,
+        dmix: &GpuTensor,
+        logits: &GpuTensor,
+        alpha: &GpuTensor,
+        bias: &GpuTensor,
+        d: HyperDims,
+    ) {
+        d.check(dpre.len, dpost.len, dmix.len, logits.len, alpha.len, bias.len);
+        let (t, w) = (d.tokens, d.width());
+        assert_eq!(
+            (dm.len, dz.len, dalpha.len),
+            (t * w, t * w, t * 3),
+            "hyper: gradients for {d:?}"
+        );
+        let args = [
+            dm.arg(),
+            dz.arg(),
+            dalpha.arg(),
+            dpre.arg(),
+            dpost.arg(),
+            dmix.arg(),
+            logits.arg(),
+            alpha.arg(),
+            bias.arg(),
+        ];
+        gpu.dispatch(
+            "hyper",
+            "hyper_gates_backward",
+            &params(&d),
+            &args,
+            gpu.grid_1d(d.tokens, WG),
+        );
+    }
+}
+
+/// The ops on the CPU, as `CpuBackend` runs them.
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    use super::*;
+    use crate::cpu::{CpuBackend, CpuTensor};
+    use crate::ops::Scalar;
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn hyper_gates<T: Scalar>(
+        _: &CpuBackend<T>,
+        pre: &CpuTensor<T>,
+        post: &CpuTensor<T>,
+        mix: &CpuTensor<T>,
+        logits: &CpuTensor<T>,
+        alpha: &CpuTensor<T>,
+        bias: &CpuTensor<T>,
+        d: HyperDims,
+    ) {
+        cpu_forward(
+            &mut pre.get_mut(),
+            &mut post.get_mut(),
+            &mut mix.get_mut(),
+            &logits.get(),
+            &alpha.get(),
+            &bias.get(),
+            d,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn hyper_gates_backward<T: Scalar>(
+        _: &CpuBackend<T>,
+        dm: &CpuTensor<T>,
+        dz: &CpuTensor<T>,
+        dalpha: &CpuTensor<T>,
+        dpre: &CpuTensor<T>,
+        dpost: &CpuTensor<T>,
+        dmix: &CpuTensor<T>,
+        logits: &CpuTensor<T>,
+        alpha: &CpuTensor<T>,
+        bias: &CpuTensor<T>,
+        d: HyperDims,
+    ) {
+        cpu_backward(
+            &mut dm.get_mut(),
+            &mut dz.get_mut(),
+            &mut dalpha.get_mut(),
+            &dpre.get(),
+            &dpost.get(),
+            &dmix.get(),
+            &logits.get(),
+            &alpha.get(),
+            &bias.get(),
+            d,
+        )
+    }
+}
+
+/// What each op costs (`crate::cost` has the conventions).
+pub mod cost {
+    use super::*;
+    use crate::cost::{f, Cost, Family, W};
+
+    /// Per token: the gates' few FLOPs a logit and Sinkhorn's ≈ 4n² a normalisation (mHC SPEC
+    /// §6.8), or the n!·n of the permutation mixture; the logits read, the gates written.
+    fn per_token(d: &HyperDims, passes: f64) -> (f64, f64) {
+        let n = f(d.n);
+        let res = match d.mixing {
+            Mixing::Sinkhorn { iters } => 4.0 * n * n * (2.0 * iters as f64) * passes,
+            Mixing::Permutations => f(d.res_logits()) * (n + 4.0),
+        };
+        (8.0 * f(d.width()) + res, f(d.width()) + 2.0 * n + n * n)
+    }
+
+    pub fn hyper_gates(d: HyperDims) -> Cost {
+        let (flops, values) = per_token(&d, 1.0);
+        Family::Elementwise.cost(f(d.tokens) * flops, W * f(d.tokens) * values)
+    }
+
+    pub fn hyper_gates_backward(d: HyperDims) -> Cost {
+        // The backward recomputes Sinkhorn's states: about iters times the forward's work.
+        let (flops, values) = per_token(&d, d.iters().max(1) as f64);
+        Family::Elementwise.cost(
+            f(d.tokens) * 2.0 * flops,
+            W * f(d.tokens) * (values + 2.0 * f(d.width()) + 3.0),
+        )
+    }
+}
+
+#[cfg(all(test, feature = "cpu"))]
+mod tests {
+    use super::*;
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+    #[test]
+    fn permutations_in_itertools_order() {
+        let all: Vec<Vec<usize>> = (0..6).map(|k| permutation(3, k)).collect();
+        assert_eq!(all, [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]);
+        assert_eq!(permutation(4, 0), [0, 1, 2, 3], "κ = 0 is the identity");
+        assert_eq!(permutation(4, 23), [3, 2, 1, 0]);
+    }
+
+    /// (largest |row sum − 1|, largest |column sum − 1|) of each token's P, in f32 as trained.
+    fn margins(mixing: Mixing, n: usize, scale: f32) -> (f32, f32) {
+        let d = HyperDims { tokens: 64, n, mixing };
+        let mut rng = SmallRng::seed_from_u64(3);
+        let logits: Vec<f32> = (0..d.tokens * d.width())
+            .map(|_| rng.random_range(-1.7..1.7) * scale)
+            .collect();
+        let (mut pre, mut post, mut mix) = (
+            vec![0.0; d.tokens * n],
+            vec![0.0; d.tokens * n],
+            vec![0.0; d.tokens * n * n],
+        );
+        cpu_forward(
+            &mut pre,
+            &mut post,
+            &mut mix,
+            &logits,
+            &[1.0; 3],
+            &vec![0.0; d.width()],
+            d,
+        );
+        let (mut rows, mut cols) = (0f32, 0f32);
+        for p in mix.chunks(n * n) {
+            for a in 0..n {
+                rows = rows.max(((0..n).map(|b| p[a * n + b]).sum::<f32>() - 1.0).abs());
+                cols = cols.max(((0..n).map(|b| p[b * n + a]).sum::<f32>() - 1.0).abs());
+            }
+        }
+        (rows, cols)
+    }
+
+    /// SPEC §6.10 E0: Sinkhorn's 20 rounds leave both margins within 1e-5 of 1 on logits of std 1
+    /// for n ≥ 3 (the columns, normalised last, to about ε); at n = 2 the rows converge slower
+    /// (4.3e-5 off on these logits). mHC-lite's mixture is doubly stochastic to rounding.
+    #[test]
+    fn margins_of_the_mixing_matrices() {
+        for n in [3, 4, 8] {
+            let (rows, cols) = margins(Mixing::Sinkhorn { iters: 20 }, n, 1.0);
+            assert!(
+                rows < 1e-5 && cols < 1e-5,
+                "Sinkhorn n {n}: rows off by {rows}, columns by {cols}"
+            );
+        }
+        let (rows, cols) = margins(Mixing::Sinkhorn { iters: 20 }, 2, 1.0);
+        assert!(
+            rows < 1e-4 && cols < 1e-5,
+            "Sinkhorn n 2: rows off by {rows}, columns by {cols}"
+        );
+        // One round: only the columns are normalised, the rows are not.
+        let (rows, cols) = margins(Mixing::Sinkhorn { iters: 1 }, 4, 1.0);
+        assert!(
+            cols < 1e-5 && rows > 1e-2,
+            "one round: rows off by {rows}, columns by {cols}"
+        );
+        for n in [1, 3, 4] {
+            let (rows, cols) = margins(Mixing::Permutations, n, 3.0);
+            assert!(
+                rows < 1e-6 && cols < 1e-6,
+                "permutations n {n}: rows off by {rows}, columns by {cols}"
+            );
+        }
+    }
+
+    /// n = 1: P is 1 (to ε), pre σ(·) + ε and post 2σ(·): the gated pre-norm block of §6.4.
+    #[test]
+    fn one_stream_mixes_nothing() {
+        let d = HyperDims {
+            tokens: 2,
+            n: 1,
+            mixing: Mixing::Sinkhorn { iters: 20 },
+        };
+        let (mut pre, mut post, mut mix) = ([0f32; 2], [0f32; 2], [0f32; 2]);
+        cpu_forward(
+            &mut pre,
+            &mut post,
+            &mut mix,
+            &[0.3, -0.2, 5.0, 1.0, 2.0, -7.0],
+            &[1.0, 1.0, 1.0],
+            &[0.0; 3],
+            d,
+        );
+        let sigmoid = |z: f32| 1.0 / (1.0 + (-z).exp());
+        assert!(mix.iter().all(|&p| (p - 1.0).abs() < 3e-6), "P {mix:?}");
+        assert!((pre[0] - sigmoid(0.3) - EPS).abs() < 1e-7 && (post[1] - 2.0 * sigmoid(2.0)).abs() < 1e-6);
+    }
+}
