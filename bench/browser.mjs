@@ -1,7 +1,7 @@
-// The page's two engines in one headless Chromium: the tiny RMT (copy, B 32, T 16, 30 steps) on
-// SwiftShader's WebGPU and on the CPU fallback in WebAssembly: tokens/s, and the main thread's
-// event-loop lag while each trains (how long a click would wait). Numbers go to bench/RESULTS.md,
-// never into tests.
+// The page's two engines in one headless Chromium: the tiny RMT (copy, B 32, T 16, 30 steps; ARCH=
+// another model) on SwiftShader's WebGPU and on the CPU fallback in WebAssembly: the time from
+// Start to the first loss point, tokens/s, and the main thread's event-loop lag while each trains
+// (how long a click would wait). Numbers go to bench/RESULTS.md, never into tests.
 // usage: trunk build --release && node bench/browser.mjs dist
 //        node bench/browser.mjs --cpu DIST_A DIST_B   (the CPU fallback only, A B A B: two builds compared)
 import { createRequire } from 'node:module';
@@ -25,7 +25,7 @@ for (const [dist, webgpu] of runs) {
   const args = ['--no-sandbox', '--disable-gpu-sandbox']; if (webgpu) args.push('--enable-unsafe-webgpu');
   const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args });
   const page = await browser.newPage();
-  await page.goto(`http://127.0.0.1:${server.address().port}/?v=1&steps=30`);
+  await page.goto(`http://127.0.0.1:${server.address().port}/?v=1&arch=${process.env.ARCH ?? "rmt"}&steps=30`);
   await page.waitForFunction(() => !document.querySelector('#status')?.textContent.startsWith('Checking'), null, { timeout: 60000 });
   if (!webgpu) await page.click('#use-cpu');
   await page.waitForFunction(() => document.querySelector('#start')?.disabled === false, null, { timeout: 60000 });
