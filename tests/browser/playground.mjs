@@ -349,6 +349,7 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
       if (!texts.includes(want)) throw new Error(`the variance chart lacks "${want}": ${JSON.stringify(texts)}`);
     if (texts.filter((t) => t === 'attn retrieval').length !== 1) throw new Error(`a site is labelled more than once: ${JSON.stringify(texts)}`);
     const before = await page.innerHTML('#variance-chart');
+    await page.click('#one-block > summary');
     await page.fill('#block', '1');
     await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
     if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
@@ -720,6 +721,7 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     const sample = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sample) throw new Error('no sample on the CPU fallback');
     // Sampling again sends the run's checkpoint to the worker and the new prompt with it.
+    await page.click('#sample-view > summary');
     await page.fill('#prompt', 'abcdefgh|');
     await page.click('#sample-now');
     await page.waitForFunction(() => document.querySelector('#sample .prompt')?.textContent === 'abcdefgh|', null, { timeout: 60_000 });

@@ -93,8 +93,11 @@ pub fn SampleView(
         })
     };
     view! {
+        // One click away, under the runs: folded until opened.
         <section id="sampling">
-            <ViewTitle title="Sample" what="The run you look at, continuing a prompt; each token shaded by the probability the model gave it."
+          <details id="sample-view" class="secondary">
+            <summary>"Sample: the run you look at, continuing a prompt"</summary>
+            <ViewTitle title="Sample" what="Each token shaded by the probability the model gave it."
                 help="Early on the text is noise. After a few hundred steps on Shakespeare, words, names and line \
                     breaks appear; mostly dark tokens with a few pale ones is a model that has learnt the common \
                     patterns and is surprised by the rest." />
@@ -107,6 +110,7 @@ pub fn SampleView(
                 ". Each token is coloured by the probability the model gave it: "
                 <span class="sample-tok" style=shade(1.0)>"sure"</span> " … " <span class="sample-tok" style=shade(0.0)>"surprised"</span> "."</p>
             {text}
+          </details>
         </section>
     }
 }

@@ -261,7 +261,8 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
             <p id="variance-summary" class="readout">{summary}</p>
             <div id="variance-grid" inner_html=grid></div>
             <ChartExport target="variance-grid" name="variance-grid" />
-            <h3>"One block"</h3>
+            <details id="one-block" class="secondary">
+            <summary>"One block: its sites' ratios as bars"</summary>
             <div class="controls">
                 <label>"Block "
                     <input id="block" type="range" min="0"
@@ -273,6 +274,7 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
             </div>
             <div id="variance-chart" inner_html=bars></div>
             <ChartExport target="variance-chart" name="variance-block" />
+            </details>
         </section>
     }
 }
