@@ -44,6 +44,11 @@ const WARMUP_ROUNDS: usize = 1;
 const ROUNDS: usize = 3;
 /// A candidate replaces the default only when at least this much faster: noise never flips it.
 const MARGIN: f64 = 0.97;
+/// A measurement whose default takes less than this is taken again on a part of the shape 4×
+/// larger (up to the whole shape, [`MAX_GROWTH`] times): on a fast GPU a small part is bound by
+/// the launch, not the kernel, and would not tell the tiles apart.
+const LONG_ENOUGH_S: f64 = 1e-3;
+const MAX_GROWTH: u32 = 4;
 
 /// Who hears each choice measured ([`GpuBackend::on_tuned`]).
 type Listener = Rc<dyn Fn(&Choice)>;
@@ -77,14 +82,16 @@ impl Tuner {
 impl GpuBackend {
     /// The candidate the launches of `class` use: the forced one, the one chosen for the class,
     /// or, when tuning is on and this is the class's first launch, the fastest of a measurement
-    /// that calls `record` once per candidate. `record` records the candidate's launches on
-    /// scratch outputs; they never join the pending work.
+    /// that calls `record` once per candidate. `record(candidate, growth)` records the
+    /// candidate's launches on scratch outputs, over a part of the shape that grows 4× with each
+    /// `growth`, and says whether that part is the whole shape; its launches never join the
+    /// pending work.
     pub(crate) fn tuned<C: Candidate>(
         &self,
         op: &'static str,
         class: impl FnOnce() -> String,
         candidates: &[C],
-        record: impl Fn(C),
+        record: impl Fn(C, u32) -> bool,
     ) -> C {
         let mut tuner = self.tuner.borrow_mut();
         if let Some(&i) = tuner.forced.get(op) {
@@ -137,18 +144,38 @@ impl GpuBackend {
         fitting[best]
     }
 
-    /// Each candidate's best time over [`ROUNDS`], or None where it cannot be measured (the
-    /// browser, a device error).
-    fn measure<C: Candidate>(&self, candidates: &[C], record: impl Fn(C)) -> Option<Vec<f64>> {
+    /// Each candidate's best time over [`ROUNDS`], on the first part of the shape on which the
+    /// default takes [`LONG_ENOUGH_S`] (or the whole shape), or None where it cannot be measured
+    /// (the browser, a device error).
+    fn measure<C: Candidate>(&self, candidates: &[C], record: impl Fn(C, u32) -> bool) -> Option<Vec<f64>> {
+        let mut growth = 0;
+        loop {
+            let (times, whole) = self.measure_part(candidates, &record, growth);
+            let short = times.as_ref().is_some_and(|t| t[0] < LONG_ENOUGH_S);
+            if !short || whole || growth == MAX_GROWTH {
+                return times;
+            }
+            growth += 1;
+        }
+    }
+
+    /// [`Self::measure`] on the part `growth` of the shape, and whether that part is all of it.
+    fn measure_part<C: Candidate>(
+        &self,
+        candidates: &[C],
+        record: &impl Fn(C, u32) -> bool,
+        growth: u32,
+    ) -> (Option<Vec<f64>>, bool) {
         // Record each candidate's launches apart from the pending work, which is put back as it
         // was, and apart from any error already waiting for the next flush, which is put back too:
         // a candidate that fails (a refused launch, a device error) fails the measurement only.
         let saved = std::mem::take(&mut *self.pending.borrow_mut());
         let earlier = self.error.lock().unwrap().take();
         self.tuner.borrow_mut().measuring = true;
+        let mut whole = true;
         let launches: Vec<Vec<Dispatch>> = (candidates.iter())
             .map(|&c| {
-                record(c);
+                whole = record(c, growth);
                 std::mem::take(&mut *self.pending.borrow_mut())
             })
             .collect();
@@ -159,7 +186,7 @@ impl GpuBackend {
         let times = if refused { None } else { self.time_candidates(&launches) };
         let failed = self.error.lock().unwrap().take().is_some() || self.lost().is_some();
         *self.error.lock().unwrap() = earlier;
-        times.filter(|_| !failed)
+        (times.filter(|_| !failed), whole)
     }
 
     #[cfg(target_arch = "wasm32")]

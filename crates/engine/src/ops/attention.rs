@@ -417,16 +417,18 @@ fn class(pass: &str, d: &AttentionDims) -> String {
     format!("attention {pass} batch {} T {} heads {}×{}", d.b, d.t, d.h, d.dh)
 }
 
-/// `d` with at most as many sequences as keep a tuning measurement within 2^28 multiply-adds of
-/// the forward (q·k and p·v over the causal half) and its scratch outputs within 2^24 values
-/// (64 MiB): the kernels then read and write only those sequences' rows.
-fn for_tuning(d: &AttentionDims) -> AttentionDims {
+/// `d` with at most as many sequences as keep a tuning measurement within 2^(28 + 2·growth)
+/// multiply-adds of the forward (q·k and p·v over the causal half) and its scratch outputs
+/// within 2^24 values (64 MiB): the kernels then read and write only those sequences' rows.
+/// Also says whether that is every sequence.
+fn for_tuning(d: &AttentionDims, growth: u32) -> (AttentionDims, bool) {
     let values = (d.t * 3 * d.h * d.dh).max(1);
     let work = (d.h * d.t * d.t * d.dh).max(1);
-    AttentionDims {
-        b: d.b.min((1 << 24) / values).min((1 << 28) / work).max(1),
-        ..*d
-    }
+    let b =
+        d.b.min((1 << 24) / values)
+            .min((1usize << (28 + 2 * growth.min(8))) / work)
+            .max(1);
+    (AttentionDims { b, ..*d }, b == d.b)
 }
 
 /// The launches a [`Kernel`] has its own entry point for.
@@ -472,15 +474,15 @@ pub mod gpu {
             "attention_forward",
             || class("forward", &d),
             KERNELS,
-            |k| {
-                let t = for_tuning(&d);
-                let (Ok(out), Ok(lse)) = (
+            |k, growth| {
+                let (t, whole) = for_tuning(&d, growth);
+                if let (Ok(out), Ok(lse)) = (
                     gpu.zeros("tuning out", t.b * t.t * t.h * t.dh),
                     gpu.zeros("tuning lse", t.rows()),
-                ) else {
-                    return;
-                };
-                forward(&out, &lse, &t, k)
+                ) {
+                    forward(&out, &lse, &t, k)
+                }
+                whole
             },
         );
         forward(out, lse, &d, k)
@@ -527,15 +529,15 @@ pub mod gpu {
             "attention_backward",
             || class("backward", &d),
             KERNELS,
-            |k| {
-                let t = for_tuning(&d);
-                let (Ok(dqkv), Ok(delta)) = (
+            |k, growth| {
+                let (t, whole) = for_tuning(&d, growth);
+                if let (Ok(dqkv), Ok(delta)) = (
                     gpu.zeros("tuning dqkv", t.b * t.t * 3 * t.h * t.dh),
                     gpu.zeros("tuning delta", t.rows()),
-                ) else {
-                    return;
-                };
-                backward(&dqkv, &delta, &t, k)
+                ) {
+                    backward(&dqkv, &delta, &t, k)
+                }
+                whole
             },
         );
         backward(dqkv, delta, &d, k)

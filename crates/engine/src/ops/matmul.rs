@@ -224,23 +224,33 @@ impl MatmulDims {
 
 impl MatmulDims {
     /// The part of this product a tuning measurement times, on a scratch out: the largest of M,
-    /// N and K halved until it does at most 2^28 multiply-adds (a fraction of a millisecond on a
-    /// GPU, a tenth of a second emulated), none below 512 (4 of the largest tile), so that
-    /// every tile is timed on whole tiles. Each operand is then read in its first rows and
-    /// columns only, at its own strides.
-    fn for_tuning(&self) -> MatmulDims {
-        const WORK: usize = 1 << 28;
+    /// N and K halved until it does at most 2^(28 + 2·growth) multiply-adds (at growth 0 a tenth
+    /// of a second emulated, a fraction of a millisecond on a GPU, which is why the tuner grows
+    /// it there) and its out holds at most 2^24 values (64 MiB), none below 512 (4 of the
+    /// largest tile), so that every tile is timed on whole tiles. Each operand is then read in
+    /// its first rows and columns only, at its own strides. Also says whether the part is the
+    /// whole product.
+    fn for_tuning(&self, growth: u32) -> (MatmulDims, bool) {
         const FLOOR: usize = 512;
+        let work = 1usize << (28 + 2 * growth.min(8));
         let mut dims = [self.m, self.n, self.k];
-        while self.batch * dims.iter().product::<usize>() > WORK {
-            let at = (1..3).fold(0, |at, i| if dims[i] > dims[at] { i } else { at });
-            if dims[at] <= FLOOR {
+        let too_big =
+            |d: &[usize; 3]| self.batch * d.iter().product::<usize>() > work || self.batch * d[0] * d[1] > 1 << 24;
+        while too_big(&dims) {
+            // The largest dimension that may still shrink: K only for the work, M or N for both.
+            let shrinkable =
+                |i: usize| dims[i] > FLOOR && (i < 2 || self.batch * dims.iter().product::<usize>() > work);
+            let Some(at) = (0..3)
+                .filter(|&i| shrinkable(i))
+                .max_by_key(|&i| (dims[i], std::cmp::Reverse(i)))
+            else {
                 break;
-            }
+            };
             dims[at] = (dims[at] / 2).max(FLOOR);
         }
         let [m, n, k] = dims;
-        MatmulDims { m, n, k, ..*self }
+        let whole = dims == [self.m, self.n, self.k];
+        (MatmulDims { m, n, k, ..*self }, whole)
     }
 }
 
@@ -445,12 +455,12 @@ pub mod gpu {
                 op(d.trans_b, "b")
             )
         };
-        let tile = gpu.tuned("matmul", class, TILES, |tile| {
-            let part = d.for_tuning();
-            let Ok(scratch) = gpu.zeros("tuning scratch", part.batch * part.m * part.n) else {
-                return;
-            };
-            product(gpu, &scratch, a, b, part, tile)
+        let tile = gpu.tuned("matmul", class, TILES, |tile, growth| {
+            let (part, whole) = d.for_tuning(growth);
+            if let Ok(scratch) = gpu.zeros("tuning scratch", part.batch * part.m * part.n) {
+                product(gpu, &scratch, a, b, part, tile)
+            }
+            whole
         });
         product(gpu, out, a, b, d, tile)
     }
@@ -532,5 +542,35 @@ pub mod cost {
         let bytes = W
             * (reads(d.stride_a, d.m * d.k) + reads(d.stride_b, d.k * d.n) + c * if d.accumulate { 2.0 } else { 1.0 });
         Family::Matmul.cost(flops, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tuning part stays within its work and its scratch, keeps K last to shrink when only the
+    /// scratch is too large, and grows 4× a step up to the whole product.
+    #[test]
+    fn tuning_parts_grow_to_the_whole_product() {
+        let vocab = MatmulDims::new(4096, 50257, 768);
+        let mut last = 0;
+        for growth in 0..6 {
+            let (part, whole) = vocab.for_tuning(growth);
+            let macs = part.m * part.n * part.k;
+            assert!(
+                macs <= 1 << (28 + 2 * growth) || part.m.max(part.n).max(part.k) == 512,
+                "{growth}: {part:?}"
+            );
+            assert!(part.m * part.n <= 1 << 24, "{growth}: the scratch of {part:?}");
+            assert!(part.m >= 512 && part.n >= 512 && part.k >= 512, "{growth}: {part:?}");
+            assert!(macs >= last && !whole, "{growth}: {part:?}");
+            last = macs;
+        }
+        // Small enough: whole at once; a 4× larger product needs one step more.
+        let small = MatmulDims::new(600, 700, 500);
+        assert_eq!(small.for_tuning(0), (small, true));
+        let toy = MatmulDims::new(4096, 1024, 256);
+        assert!(!toy.for_tuning(0).1 && toy.for_tuning(1) == (toy, true));
     }
 }
