@@ -13,6 +13,7 @@ pub mod embedding;
 pub mod ff;
 pub mod generate;
 pub mod hybrid;
+pub mod hyper_connections;
 pub mod loss;
 pub mod matching;
 pub mod memory;

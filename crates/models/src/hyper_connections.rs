@@ -1,0 +1,711 @@
+//! Manifold-constrained hyper-connections (mHC, SPEC §6.2, §6.4) and mHC-lite (§6.5): a
+//! transformer whose residual is n streams of D, X ∈ R^{n×D} a token, mixed at every site (each
+//! block's attention, then its FF) by a doubly stochastic P:
+//!
+//!   X⁰ = (e, e, …, e)                                 e = W_E[token] + W_PE[position]
+//!   x̂ = vec(X) / rms(vec(X)),  m = Φ x̂                one statistic over all n·D values
+//!   pre, post, P = gates(m; α, b)                      `engine::ops::hyper`
+//!   u = Σ_j pre_j x_j,  f = F(u)                       F = MHA(Norm(·)) or FF(Norm(·))
+//!   x'_k = Σ_j P[j,k] x_j + post_k f                   P[j,k]: from stream j to stream k
+//!   logits = W_U · Norm(Σ_j x_j)                       the collapse `sum`
+//!
+//! Every per-token product of streams is a batched matmul (a token's n×n, n×D or 1×n matrices),
+//! so the only op of its own is the gates'. Initialised as SPEC §6.6's `zero-bias`: Φ ~
+//! N(0, 0.02²), b = 0, α = 0.01, so that P starts near J/n and the model near a transformer,
+//! the random Φ breaking the streams' symmetry. Not yet an `Arch` of the CLI or the page.
+
+use crate::attention::{
+    Attention, AttentionActs, AttentionMaps, AttentionNames, AttentionScratch, ProjectionParams, Projections,
+};
+use crate::batch::BatchTensors;
+use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
+use crate::ff::{Dense, DenseActs, DenseParams, DenseScratch, FfCore};
+use crate::loss::{LossHead, Unembedding};
+use crate::observe::{self, Inside, Shape};
+use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
+use crate::train::LanguageModel;
+use crate::{ModelError, Norm, Observe, Result, WeightInit};
+use engine::{Backend, HyperDims, MatmulDims, Mixing, NormDims, NormKind};
+
+/// An mHC model's sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HcConfig {
+    pub vocab: usize,
+    pub seq_len: usize,
+    /// D, one stream's width.
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    /// n, the streams.
+    pub streams: usize,
+    pub mixing: Mixing,
+    pub norm: Norm,
+    pub norm_eps: f32,
+    pub init_std: f32,
+    pub z_loss: f32,
+}
+
+impl HcConfig {
+    /// The copy task's tiny model: the tiny transformer's sizes and init (`TransformerConfig::
+    /// tiny`) with 4 streams and 20 Sinkhorn rounds.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        Self {
+            vocab,
+            seq_len,
+            d_model: 64,
+            n_layers: 2,
+            n_heads: 8,
+            head_dim: 16,
+            d_ff: 256,
+            streams: 4,
+            mixing: Mixing::Sinkhorn { iters: 20 },
+            norm: Norm::LayerNorm,
+            norm_eps: 1e-5,
+            init_std: 0.5,
+            z_loss: 1e-4,
+        }
+    }
+
+    /// The logits a site's Φ makes a token: pre, post and the mixing's.
+    pub fn gate_width(&self) -> usize {
+        self.gates(0).width()
+    }
+
+    fn gates(&self, tokens: usize) -> HyperDims {
+        HyperDims {
+            tokens,
+            n: self.streams,
+            mixing: self.mixing,
+        }
+    }
+
+    /// One site's statistic over all n·D values of a token (the gain-free RMSNorm of §6.4).
+    fn stream_norm(&self, rows: usize) -> NormDims {
+        NormDims {
+            rows,
+            c: self.streams * self.d_model,
+            kind: NormKind::RmsNorm,
+            eps: engine::ops::hyper::EPS,
+        }
+    }
+
+    fn branch_norm(&self, rows: usize) -> NormDims {
+        NormDims {
+            rows,
+            c: self.d_model,
+            kind: self.norm.into(),
+            eps: self.norm_eps,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(ModelError::Config(why));
+        if [
+            self.vocab,
+            self.seq_len,
+            self.d_model,
+            self.n_layers,
+            self.n_heads,
+            self.head_dim,
+            self.d_ff,
+        ]
+        .contains(&0)
+        {
+            return bad("every size of an mHC model must be at least 1".into());
+        }
+        let most = match self.mixing {
+            Mixing::Sinkhorn { .. } => engine::ops::hyper::MAX_STREAMS,
+            Mixing::Permutations => engine::ops::hyper::MAX_PERMUTED_STREAMS,
+        };
+        if !(1..=most).contains(&self.streams) {
+            return bad(format!(
+                "streams must be 1 to {most} with {:?} mixing, not {}",
+                self.mixing, self.streams
+            ));
+        }
+        if let Mixing::Sinkhorn { iters } = self.mixing {
+            if !(1..=engine::ops::hyper::MAX_ITERS).contains(&iters) {
+                let most = engine::ops::hyper::MAX_ITERS;
+                return bad(format!("Sinkhorn rounds must be 1 to {most}, not {iters}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn attention_maps(&self, tokens: usize) -> Projections {
+        Projections {
+            tokens,
+            d_model: self.d_model,
+            width: self.n_heads * self.head_dim,
+            init_std: self.init_std,
+            weight_init: WeightInit::FanIn,
+            out_scale: 1.0 / (2.0 * self.n_layers as f32).sqrt(),
+        }
+    }
+
+    fn core(&self, tokens: usize) -> Dense {
+        Dense {
+            tokens,
+            width: self.d_model,
+            d_ff: self.d_ff,
+            init_std: self.init_std,
+            weight_init: WeightInit::FanIn,
+            w2_scale: 1.0 / (2.0 * self.n_layers as f32).sqrt(),
+        }
+    }
+
+    fn embedding(&self, b: usize, t: usize) -> VectorEmbedding {
+        VectorEmbedding {
+            tokens: b * t,
+            t,
+            d_model: self.d_model,
+            vocab: self.vocab,
+            seq_len: self.seq_len,
+            std: self.init_std,
+        }
+    }
+}
+
+/// One site's hyper-connection: Φ (W, n·D), its bias (W) and its three scales.
+#[derive(Clone, Copy, Debug)]
+struct SiteParams<T> {
+    phi: T,
+    bias: T,
+    alpha: T,
+}
+
+impl SiteParams<ParamId> {
+    fn declare(lb: &mut LayoutBuilder, prefix: &str, cfg: &HcConfig) -> Self {
+        let (w, nd) = (cfg.gate_width(), cfg.streams * cfg.d_model);
+        // SPEC §6.6 `zero-bias`; weight decay on Φ only (the static parts take none).
+        SiteParams {
+            phi: lb.add(format!("{prefix}.hc_phi"), &[w, nd], true, Init::Normal { std: 0.02 }),
+            bias: lb.add(format!("{prefix}.hc_bias"), &[w], false, Init::Constant(0.0)),
+            alpha: lb.add(format!("{prefix}.hc_alpha"), &[3], false, Init::Constant(0.01)),
+        }
+    }
+
+    fn map<T>(&self, f: &impl Fn(ParamId) -> T) -> SiteParams<T> {
+        SiteParams {
+            phi: f(self.phi),
+            bias: f(self.bias),
+            alpha: f(self.alpha),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Block<T> {
+    attn_hc: SiteParams<T>,
+    ln1: T,
+    maps: ProjectionParams<T>,
+    ff_hc: SiteParams<T>,
+    ln2: T,
+    core: DenseParams<T>,
+}
+
+#[derive(Clone, Debug)]
+struct Weights<T> {
+    embedding: VectorEmbeddingParams<T>,
+    blocks: Vec<Block<T>>,
+    lnf: T,
+    w_u: T,
+}
+
+impl Weights<ParamId> {
+    fn map<T>(&self, f: impl Fn(ParamId) -> T) -> Weights<T> {
+        Weights {
+            embedding: self.embedding.map(&f),
+            blocks: (self.blocks.iter())
+                .map(|b| Block {
+                    attn_hc: b.attn_hc.map(&f),
+                    ln1: f(b.ln1),
+                    maps: <Projections as AttentionMaps<Dense>>::map(&b.maps, &f),
+                    ff_hc: b.ff_hc.map(&f),
+                    ln2: f(b.ln2),
+                    core: Dense::map(&b.core, &f),
+                })
+                .collect(),
+            lnf: f(self.lnf),
+            w_u: f(self.w_u),
+        }
+    }
+}
+
+fn declare(cfg: &HcConfig) -> (ParamLayout, Weights<ParamId>) {
+    let (d, v) = (cfg.d_model, cfg.vocab);
+    let (maps, core) = (cfg.attention_maps(0), cfg.core(0));
+    let mut lb = LayoutBuilder::default();
+    let gain = Init::Constant(1.0);
+    let embedding = cfg.embedding(0, 0).declare(&mut lb);
+    let blocks = (0..cfg.n_layers)
+        .map(|i| Block {
+            attn_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.attn"), cfg),
+            ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, gain),
+            maps: <Projections as AttentionMaps<Dense>>::declare(&maps, &mut lb, &format!("blocks.{i}")),
+            ff_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.ff"), cfg),
+            ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, gain),
+            core: core.declare(&mut lb, &format!("blocks.{i}")),
+        })
+        .collect();
+    let lnf = lb.add("lnf", &[d], false, gain);
+    // W_U from zero: the first loss is exactly ln V.
+    let w_u = lb.add("w_u", &[v, d], false, Init::Normal { std: 0.0 });
+    let ids = Weights {
+        embedding,
+        blocks,
+        lnf,
+        w_u,
+    };
+    (lb.build(), ids)
+}
+
+/// The parameter layout of the model `cfg` describes, without building it.
+pub fn layout(cfg: &HcConfig) -> ParamLayout {
+    declare(cfg).0
+}
+
+/// What one site keeps for its backward.
+struct SiteActs<B: Backend> {
+    xhat: B::Tensor,   // (BT, n·D)
+    xstats: B::Tensor, // (BT, 2)
+    m: B::Tensor,      // (BT, W)
+    pre: B::Tensor,    // (BT, n)
+    post: B::Tensor,   // (BT, n)
+    mix: B::Tensor,    // (BT, n, n)
+    u: B::Tensor,      // (BT, D) the collapsed input
+    ln: B::Tensor,     // (BT, D) Norm(u)
+    ln_stats: B::Tensor,
+    f: B::Tensor,   // (BT, D) the branch's output
+    out: B::Tensor, // (BT, n, D) the streams after the site
+}
+
+struct BlockActs<B: Backend> {
+    attn: SiteActs<B>,
+    attention: AttentionActs<B>,
+    ff: SiteActs<B>,
+    core: DenseActs<B>,
+}
+
+/// Gradient scratch shared by every site.
+struct Scratch<B: Backend> {
+    /// (BT, n, D) each: the gradient of a site's output streams and of its input, swapped
+    /// from site to site.
+    dstreams: [B::Tensor; 2],
+    du: B::Tensor,  // (BT, D)
+    dln: B::Tensor, // (BT, D)
+    df: B::Tensor,  // (BT, D)
+    dpre: B::Tensor,
+    dpost: B::Tensor,
+    dmix: B::Tensor,
+    dm: B::Tensor,
+    dz: B::Tensor,
+    dalpha: B::Tensor, // (BT, 3)
+    dxhat: B::Tensor,  // (BT, n·D)
+    dgain: B::Tensor,  // (n·D) the gain-free norm's, unused
+    dh: B::Tensor,     // (BT, D) the head's collapse
+    de: B::Tensor,     // (BT, D) the embedding's
+    attention: AttentionScratch<B>,
+    maps: B::Tensor,
+    core: DenseScratch<B>,
+}
+
+/// The mHC (or mHC-lite) model of an [`HcConfig`].
+pub struct HyperConnections<B: Backend> {
+    pub cfg: HcConfig,
+    b: usize,
+    t: usize,
+    embedding: VectorEmbedding,
+    maps: Projections,
+    attention: Attention,
+    core: Dense,
+    store: ParamStore<B>,
+    w: Weights<B::Tensor>,
+    dw: Option<Weights<B::Tensor>>,
+    encoded: B::Tensor,  // (BT, D) e
+    streams0: B::Tensor, // (BT, n, D) X⁰
+    blocks: Vec<BlockActs<B>>,
+    /// Constant ones: over the streams, a token's n·D values (the norm's gain) and the tokens
+    /// (the column sums of the gates' gradients).
+    ones_n: B::Tensor,
+    ones_nd: B::Tensor,
+    ones_bt: B::Tensor,
+    h: B::Tensor, // (BT, D) Σ_j x_j
+    lnf: B::Tensor,
+    lnf_stats: B::Tensor,
+    unembedding: Unembedding<B>,
+    s: Option<Scratch<B>>,
+}
+
+impl<B: Backend> HyperConnections<B> {
+    /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
+    pub fn new(be: &B, cfg: HcConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        if t > cfg.seq_len || b == 0 || t == 0 {
+            return Err(ModelError::Config(format!(
+                "batches of {b} sequences of {t} tokens do not fit seq_len {}",
+                cfg.seq_len
+            )));
+        }
+        let (bt, d, n) = (b * t, cfg.d_model, cfg.streams);
+        let (w_gates, nd) = (cfg.gate_width(), n * d);
+        let (layout, ids) = declare(&cfg);
+        let store = ParamStore::new(be, layout, seed)?;
+        let w = ids.map(|id| store.param(be, id));
+        let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
+        let (maps, core) = (cfg.attention_maps(bt), cfg.core(bt));
+        let attention = Attention {
+            b,
+            t,
+            heads: cfg.n_heads,
+            head_dim: cfg.head_dim,
+            layer_scale: false,
+            alibi: false,
+            names: AttentionNames {
+                heads: "n_heads",
+                width: "n_heads·head_dim",
+            },
+        };
+        let z = |what: &str, len: usize| be.zeros(what, len);
+        let site = || -> engine::Result<SiteActs<B>> {
+            Ok(SiteActs {
+                xhat: z("the streams' norm (batch × seq_len × streams·d_model)", bt * nd)?,
+                xstats: z("the streams' norm statistics", bt * 2)?,
+                m: z("the gates' logits", bt * w_gates)?,
+                pre: z("pre", bt * n)?,
+                post: z("post", bt * n)?,
+                mix: z("the mixing matrices (batch × seq_len × streams²)", bt * n * n)?,
+                u: z("the collapsed input (batch × seq_len × d_model)", bt * d)?,
+                ln: z("the branch's norm", bt * d)?,
+                ln_stats: z("the branch's norm statistics", bt * 2)?,
+                f: z("the branch's output", bt * d)?,
+                out: z("the streams (batch × seq_len × streams·d_model)", bt * nd)?,
+            })
+        };
+        let blocks = (0..cfg.n_layers)
+            .map(|_| {
+                Ok(BlockActs {
+                    attn: site()?,
+                    attention: attention.acts(be)?,
+                    ff: site()?,
+                    core: core.acts(be)?,
+                })
+            })
+            .collect::<engine::Result<Vec<_>>>()?;
+        let ones = |what: &str, len: usize| -> engine::Result<B::Tensor> {
+            let t = be.zeros(what, len)?;
+            be.fill(&t, 1.0);
+            Ok(t)
+        };
+        let scratch = || -> engine::Result<Scratch<B>> {
+            Ok(Scratch {
+                dstreams: [
+                    z("the streams' gradient", bt * nd)?,
+                    z("the streams' gradient", bt * nd)?,
+                ],
+                du: z("du", bt * d)?,
+                dln: z("dln", bt * d)?,
+                df: z("df", bt * d)?,
+                dpre: z("dpre", bt * n)?,
+                dpost: z("dpost", bt * n)?,
+                dmix: z("dmix", bt * n * n)?,
+                dm: z("dm", bt * w_gates)?,
+                dz: z("dz", bt * w_gates)?,
+                dalpha: z("dalpha", bt * 3)?,
+                dxhat: z("dxhat", bt * nd)?,
+                dgain: z("dgain", nd)?,
+                dh: z("dh", bt * d)?,
+                de: z("de", bt * d)?,
+                attention: attention.scratch(be)?,
+                maps: <Projections as AttentionMaps<Dense>>::scratch(&maps, be)?,
+                core: core.scratch(be)?,
+            })
+        };
+        let trainable = store.trainable();
+        let s = trainable.then(scratch).transpose()?;
+        Ok(Self {
+            b,
+            t,
+            embedding: cfg.embedding(b, t),
+            maps,
+            attention,
+            core,
+            store,
+            w,
+            dw,
+            encoded: z("the embeddings", bt * d)?,
+            streams0: z("the streams", bt * nd)?,
+            blocks,
+            ones_n: ones("ones", n)?,
+            ones_nd: ones("ones", nd)?,
+            ones_bt: ones("ones", bt)?,
+            h: z("the collapsed streams", bt * d)?,
+            lnf: z("the final norm", bt * d)?,
+            lnf_stats: z("the final norm statistics", bt * 2)?,
+            unembedding: Unembedding::new(be, bt, cfg.vocab, d, cfg.z_loss, trainable)?,
+            s,
+            cfg,
+        })
+    }
+
+    fn bt(&self) -> usize {
+        self.b * self.t
+    }
+
+    /// The streams entering site `s` (0: block 0's attention, 1: its FF, …).
+    fn streams_in(&self, site: usize) -> &B::Tensor {
+        match site {
+            0 => &self.streams0,
+            s => {
+                let a = &self.blocks[(s - 1) / 2];
+                match (s - 1) % 2 {
+                    0 => &a.attn.out,
+                    _ => &a.ff.out,
+                }
+            }
+        }
+    }
+
+    /// A batched product over the tokens: each token's (m×k)·(k×n).
+    fn per_token(&self, m: usize, n: usize, k: usize) -> MatmulDims {
+        MatmulDims::new(m, n, k).batched(self.bt(), false, false)
+    }
+
+    /// The site's gates and collapse: x̂, m, pre, post, P and u from the streams `x`.
+    fn site_in(&self, be: &B, a: &SiteActs<B>, x: &B::Tensor, p: &SiteParams<B::Tensor>) {
+        let (cfg, bt) = (&self.cfg, self.bt());
+        let (n, d, w) = (cfg.streams, cfg.d_model, cfg.gate_width());
+        be.norm_forward(&a.xhat, &a.xstats, x, &self.ones_nd, cfg.stream_norm(bt));
+        be.matmul(&a.m, &a.xhat, &p.phi, MatmulDims::new(bt, w, n * d).trans_b());
+        be.hyper_gates(&a.pre, &a.post, &a.mix, &a.m, &p.alpha, &p.bias, cfg.gates(bt));
+        be.matmul(&a.u, &a.pre, x, self.per_token(1, d, n));
+    }
+
+    /// The site's write-back: out = Pᵀ x + post ⊗ f.
+    fn site_out(&self, be: &B, a: &SiteActs<B>, x: &B::Tensor) {
+        let (n, d) = (self.cfg.streams, self.cfg.d_model);
+        be.matmul(&a.out, &a.mix, x, self.per_token(n, d, n).trans_a());
+        be.matmul(&a.out, &a.post, &a.f, self.per_token(n, d, 1).accumulate());
+    }
+
+    /// The write-back's backward, from the output streams' gradient `g`: df, dpost, dP, and
+    /// the input streams' gradient through the mixing, written to `h`.
+    fn site_out_backward(&self, be: &B, s: &Scratch<B>, g: &B::Tensor, h: &B::Tensor, a: &SiteActs<B>, x: &B::Tensor) {
+        let (n, d) = (self.cfg.streams, self.cfg.d_model);
+        be.matmul(&s.df, &a.post, g, self.per_token(1, d, n));
+        be.matmul(&s.dpost, g, &a.f, self.per_token(n, 1, d));
+        be.matmul(&s.dmix, x, g, self.per_token(n, n, d).trans_b());
+        be.matmul(h, &a.mix, g, self.per_token(n, d, n));
+    }
+
+    /// The collapse's and the gates' backward, from du: dpre, then dx += pre ⊗ du, the gates'
+    /// gradients and dx through x̂, into `h`.
+    #[allow(clippy::too_many_arguments)]
+    fn site_in_backward(
+        &self,
+        be: &B,
+        s: &Scratch<B>,
+        h: &B::Tensor,
+        a: &SiteActs<B>,
+        x: &B::Tensor,
+        p: &SiteParams<B::Tensor>,
+        dp: &SiteParams<B::Tensor>,
+    ) {
+        let (cfg, bt) = (&self.cfg, self.bt());
+        let (n, d, w) = (cfg.streams, cfg.d_model, cfg.gate_width());
+        be.matmul(&s.dpre, x, &s.du, self.per_token(n, 1, d));
+        be.matmul(h, &a.pre, &s.du, self.per_token(n, d, 1).accumulate());
+        let gates = cfg.gates(bt);
+        be.hyper_gates_backward(
+            &s.dm, &s.dz, &s.dalpha, &s.dpre, &s.dpost, &s.dmix, &a.m, &p.alpha, &p.bias, gates,
+        );
+        be.matmul(&dp.phi, &s.dm, &a.xhat, MatmulDims::new(w, n * d, bt).trans_a());
+        be.matmul(&s.dxhat, &s.dm, &p.phi, MatmulDims::new(bt, n * d, w));
+        be.norm_backward(h, &s.dgain, &s.dxhat, x, &self.ones_nd, &a.xstats, cfg.stream_norm(bt));
+        // The bias's and the scales' gradients: column sums over the tokens, in token order.
+        be.matmul(&dp.bias, &self.ones_bt, &s.dz, MatmulDims::new(1, w, bt));
+        be.matmul(&dp.alpha, &self.ones_bt, &s.dalpha, MatmulDims::new(1, 3, bt));
+    }
+}
+
+impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
+    fn store(&self) -> &ParamStore<B> {
+        &self.store
+    }
+
+    fn batch_shape(&self) -> (usize, usize) {
+        (self.b, self.t)
+    }
+
+    fn vocab(&self) -> usize {
+        self.cfg.vocab
+    }
+
+    fn forward(&self, be: &B, batch: &BatchTensors<B>, _observe: Observe) {
+        let (cfg, bt, w) = (&self.cfg, self.bt(), &self.w);
+        let (n, d) = (cfg.streams, cfg.d_model);
+        // X⁰ = (e, …, e)
+        self.embedding.forward(be, &self.encoded, &w.embedding, batch);
+        be.matmul(
+            &self.streams0,
+            &self.ones_n,
+            &self.encoded,
+            MatmulDims::new(n, d, 1).batched(bt, true, false),
+        );
+        for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
+            // Attention's site: f = MHA(Norm(u))
+            let x = self.streams_in(2 * l);
+            self.site_in(be, &a.attn, x, &p.attn_hc);
+            be.norm_forward(&a.attn.ln, &a.attn.ln_stats, &a.attn.u, &p.ln1, cfg.branch_norm(bt));
+            <Projections as AttentionMaps<Dense>>::qkv_forward(
+                &self.maps,
+                be,
+                &a.attention.qkv,
+                &a.attn.ln,
+                &(),
+                &(),
+                &p.maps,
+            );
+            self.attention.forward(be, &a.attention, &batch.doc_start, l);
+            <Projections as AttentionMaps<Dense>>::output_forward(
+                &self.maps,
+                be,
+                &a.attn.f,
+                &a.attention.atty,
+                &p.maps,
+            );
+            self.site_out(be, &a.attn, x);
+            // The FF's site: f = W2 · GELU(W1 · Norm(u))
+            let x = &a.attn.out;
+            self.site_in(be, &a.ff, x, &p.ff_hc);
+            be.norm_forward(&a.ff.ln, &a.ff.ln_stats, &a.ff.u, &p.ln2, cfg.branch_norm(bt));
+            self.core.forward(be, &a.ff.f, &a.ff.ln, &a.core, &(), &p.core);
+            self.site_out(be, &a.ff, x);
+        }
+        self.read_out(be, self.streams_in(2 * cfg.n_layers));
+        self.unembedding.loss.forward(be, batch);
+    }
+
+    fn backward(&self, be: &B, batch: &BatchTensors<B>, _observe: Observe) {
+        let (w, Some(dw), Some(s)) = (&self.w, &self.dw, &self.s) else {
+            return;
+        };
+        let (cfg, bt) = (&self.cfg, self.bt());
+        let (n, d) = (cfg.streams, cfg.d_model);
+        // logits = W_U · Norm(Σ_j x_j): every stream gets dh.
+        self.unembedding.backward(be, &s.dln, &dw.w_u, &self.lnf, &w.w_u, batch);
+        be.fill(&s.dh, 0.0);
+        be.norm_backward(
+            &s.dh,
+            &dw.lnf,
+            &s.dln,
+            &self.h,
+            &w.lnf,
+            &self.lnf_stats,
+            cfg.branch_norm(bt),
+        );
+        let [mut g, mut h] = [&s.dstreams[0], &s.dstreams[1]];
+        be.matmul(
+            g,
+            &self.ones_n,
+            &s.dh,
+            MatmulDims::new(n, d, 1).batched(bt, true, false),
+        );
+        for l in (0..cfg.n_layers).rev() {
+            let (a, p, dp) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
+            // The FF's site.
+            let x = &a.attn.out;
+            self.site_out_backward(be, s, g, h, &a.ff, x);
+            self.core
+                .backward(be, &s.core, &s.dln, &dp.core, &s.df, &a.ff.ln, &a.core, &p.core);
+            be.fill(&s.du, 0.0);
+            be.norm_backward(
+                &s.du,
+                &dp.ln2,
+                &s.dln,
+                &a.ff.u,
+                &p.ln2,
+                &a.ff.ln_stats,
+                cfg.branch_norm(bt),
+            );
+            self.site_in_backward(be, s, h, &a.ff, x, &p.ff_hc, &dp.ff_hc);
+            std::mem::swap(&mut g, &mut h);
+            // Attention's site.
+            let x = self.streams_in(2 * l);
+            self.site_out_backward(be, s, g, h, &a.attn, x);
+            let datty = <Projections as AttentionMaps<Dense>>::output_backward(
+                &self.maps,
+                be,
+                &s.maps,
+                &dp.maps,
+                &s.df,
+                &a.attention.atty,
+                &p.maps,
+            );
+            self.attention
+                .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
+            <Projections as AttentionMaps<Dense>>::qkv_backward(
+                &self.maps,
+                be,
+                &s.dln,
+                &dp.maps,
+                &s.attention.dqkv,
+                &a.attn.ln,
+                &(),
+                &p.maps,
+            );
+            be.fill(&s.du, 0.0);
+            be.norm_backward(
+                &s.du,
+                &dp.ln1,
+                &s.dln,
+                &a.attn.u,
+                &p.ln1,
+                &a.attn.ln_stats,
+                cfg.branch_norm(bt),
+            );
+            self.site_in_backward(be, s, h, &a.attn, x, &p.attn_hc, &dp.attn_hc);
+            std::mem::swap(&mut g, &mut h);
+        }
+        // X⁰ = (e, …, e): de = Σ_j dX⁰_j.
+        be.matmul(
+            &s.de,
+            &self.ones_n,
+            g,
+            MatmulDims::new(1, d, n).batched(bt, true, false),
+        );
+        self.embedding.backward(be, &dw.embedding, &s.de, batch);
+    }
+
+    fn head(&self) -> &LossHead<B> {
+        &self.unembedding.loss
+    }
+
+    /// logits = W_U · Norm(Σ_j x_j), read from the streams `x`.
+    fn read_out(&self, be: &B, x: &B::Tensor) {
+        let (cfg, bt) = (&self.cfg, self.bt());
+        let dims = MatmulDims::new(1, cfg.d_model, cfg.streams).batched(bt, true, false);
+        be.matmul(&self.h, &self.ones_n, x, dims);
+        be.norm_forward(&self.lnf, &self.lnf_stats, &self.h, &self.w.lnf, cfg.branch_norm(bt));
+        self.unembedding.logits(be, &self.lnf, &self.w.w_u);
+    }
+
+    fn inside(&self) -> Inside<'_, B> {
+        let shape = Shape::Matrix {
+            rows: self.cfg.streams,
+            cols: self.cfg.d_model,
+        };
+        Inside {
+            residuals: observe::residual_stream(
+                shape,
+                &self.streams0,
+                self.blocks.iter().map(|a| (&a.attn.out, &a.ff.out)),
+            ),
+            hashed: Vec::new(),
+            variance: None,
+            attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
+        }
+    }
+}
