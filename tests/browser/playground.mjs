@@ -354,8 +354,20 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     await page.waitForFunction(() => document.querySelector('#block-value')?.textContent === '1');
     if ((await page.innerHTML('#variance-chart')) === before) throw new Error('block 1 draws the same chart as block 0');
 
-    // One screen at both common window sizes, in light and dark.
+    // One screen at both common window sizes, in light and dark; the keyboard reaches Start
+    // and every setting.
     await checkLayout(page, 1280, 800);
+    // From the top, as a person starts: a click on the title, then Tab after Tab.
+    await page.click('header.top h1');
+    const reached = [];
+    for (let i = 0; i < 300 && !(reached.length > 1 && reached[reached.length - 1] === reached[0]); i++) {
+      await page.keyboard.press('Tab');
+      reached.push(await page.evaluate(() => document.activeElement?.id || document.activeElement?.tagName));
+    }
+    const settings = await page.$$eval('.panel input, .panel select', (es) => es.filter((e) => e.getClientRects().length && !e.disabled).map((e) => e.id));
+    const missed = ['start', ...settings].filter((id) => !reached.includes(id));
+    console.log(`     Tab reaches ${new Set(reached).size} controls, Start among them`);
+    if (missed.length) throw new Error(`the keyboard does not reach ${JSON.stringify(missed)}`);
     await checkLayout(page, 1920, 1080);
     await page.emulateMedia({ colorScheme: 'dark' });
     const dark = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
@@ -603,6 +615,21 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     console.log(`     imported key slots: ${pageKeys.length}, worst difference from the CLI ${keysWorst.toExponential(2)}, shares by block ${JSON.stringify(shareSums)}`);
     if (!(keysWorst < 2e-3)) throw new Error('the imported run\'s key slots are not the CLI\'s');
     if (Object.values(shareSums).some((x) => Math.abs(x - 1) > 1e-9)) throw new Error(`stored shares: ${JSON.stringify(shareSums)}`);
+    // The logit lens of the token the page read: `resmem analyze lens`'s top tokens, their
+    // probabilities and the KL to the output at every depth, 0 at the last.
+    const lensToken = await page.$eval('#residual-lens', (e) => e.dataset.token);
+    const pageLens = JSON.parse(await page.$eval('#residual-lens', (e) => e.dataset.lens || '[]'));
+    const cliLens = JSON.parse(cli(['analyze', 'lens', '--run', cliRun, '--token', lensToken, '--backend', 'cpu', '--json']));
+    if (pageLens.length === 0 || pageLens.length !== cliLens.length) throw new Error(`lens: ${pageLens.length} depths in the page, ${cliLens.length} from the CLI`);
+    let lensWorst = 0;
+    pageLens.forEach((r, i) => {
+      const q = cliLens[i];
+      if (r.depth !== q.depth || r.top.length !== 5 || r.top.some(([tok], j) => tok !== q.top[j][0]))
+        throw new Error(`lens at ${r.depth}: page ${JSON.stringify(r.top)}, CLI ${JSON.stringify(q.top)}`);
+      lensWorst = Math.max(lensWorst, Math.abs(r.kl_to_final - q.kl_to_final), ...r.top.map(([, p], j) => Math.abs(p - q.top[j][1])));
+    });
+    console.log(`     imported logit lens of token ${lensToken}: ${pageLens.map((r) => `${r.depth} KL ${r.kl_to_final.toFixed(3)}`).join(' · ')}; worst difference from the CLI ${lensWorst.toExponential(2)}`);
+    if (!(lensWorst < 2e-3) || pageLens[pageLens.length - 1].kl_to_final !== 0) throw new Error('the imported run\'s logit lens is not the CLI\'s');
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sampled) throw new Error('the imported run shows no sample');
 

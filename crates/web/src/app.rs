@@ -112,6 +112,7 @@ pub fn App() -> impl IntoView {
     let first_visit = browser::address_query().trim_start_matches('?').is_empty();
     let (residual_open, set_residual_open) = signal(first_visit);
     let (residual_seq, set_residual_seq) = signal(0usize);
+    let (residual_token, set_residual_token) = signal(0usize);
     let page = Page {
         status: set_status,
         busy: RwSignal::new(false),
@@ -133,7 +134,7 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| {
         let steering = Steering {
             stop: !page.training.get(),
-            residuals: residual_open.get().then(|| residual_seq.get()),
+            residuals: residual_open.get().then(|| (residual_seq.get(), residual_token.get())),
             prompt: page.prompt.get(),
         };
         // Tracked so that a worker, once ready, is told too.
@@ -414,7 +415,8 @@ pub fn App() -> impl IntoView {
                         <SampleView sample=shown_sample prompt=page.prompt busy=busy.into() on_sample=sample_now />
                     </section>
                     <section class="pane pane-residual">
-                        <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq />
+                        <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq
+                            token=residual_token set_token=set_residual_token />
                     </section>
                     <section class="pane pane-inside">
                         <Show when=move || focused_arch().is_some_and(Arch::has_variance)>

@@ -56,8 +56,9 @@ pub enum Job {
 pub struct Steering {
     /// Stop after the current step.
     pub stop: bool,
-    /// The sequence whose residuals a viewer wants, while one is open.
-    pub residuals: Option<usize>,
+    /// The sequence whose residuals a viewer wants, and the token whose logit lens, while one
+    /// is open.
+    pub residuals: Option<(usize, usize)>,
     /// The prompt a sample continues.
     pub prompt: String,
 }
@@ -364,11 +365,11 @@ async fn import<B: Backend + 'static>(
     });
     let event = |event: Event| tell(Report::Event { id, event });
     event(Event::Checkpoint { step, bytes });
-    let seq = steering().residuals.unwrap_or(0);
+    let (seq, token) = steering().residuals.unwrap_or((0, 0));
     let views = async {
         let loss = session.inspect().await?;
         event(Event::Loss { step, loss });
-        let read = session.residuals(seq).await?;
+        let read = session.residuals(seq, token).await?;
         event(Event::Residuals(Residuals { step, ..read }));
         let hits = session.bucket_counts().await?;
         if let Some(measured) = session.measure().await? {

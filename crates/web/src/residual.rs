@@ -7,7 +7,7 @@
 use crate::help::ViewTitle;
 use crate::save::ChartExport;
 use leptos::prelude::*;
-use models::observe::{self, HeadPattern, KeySlot, Shape, Snapshot};
+use models::observe::{self, HeadPattern, KeySlot, LensRow, Shape, Snapshot};
 use serde::{Deserialize, Serialize};
 
 /// One read of the residual stream.
@@ -24,6 +24,9 @@ pub struct Residuals {
     pub attention: Vec<HeadPattern>,
     /// An RMT's key slots, as `resmem analyze keys` computes them; None for other models.
     pub keys: Option<Vec<KeySlot>>,
+    /// The logit lens of token `lens_token`, as `resmem analyze lens` computes it.
+    pub lens: Vec<LensRow>,
+    pub lens_token: usize,
 }
 
 /// What the viewer shows: the read's step and sequence, the depth's name and shape, the token
@@ -218,9 +221,10 @@ pub fn ResidualView(
     set_open: WriteSignal<bool>,
     seq: ReadSignal<usize>,
     set_seq: WriteSignal<usize>,
+    token: ReadSignal<usize>,
+    set_token: WriteSignal<usize>,
 ) -> impl IntoView {
     let (depth, set_depth) = signal(0usize);
-    let (token, set_token) = signal(0usize);
     let depths = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.depths.len()));
     let tokens = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.inputs.len()));
     // The depth and token shown, clamped to what was read.
@@ -385,6 +389,21 @@ pub fn ResidualView(
                     <div id="residual-spectrum" inner_html=move || facts().1></div>
                 </div>
                 <ChartExport target="residual-heatmap" name="residual" />
+                <h3>"Logit lens"</h3>
+                <p class="note">"What the model would predict next if its head read the residual at each depth (the \
+                    final norm, for the RMT its unembedding retrieval, then W_U): the top 5 tokens with their \
+                    probabilities, and the KL divergence from the final output in nats, which falls to 0 at the last \
+                    depth. For token " {move || residuals.with(|r| r.as_ref().map_or(0, |r| r.lens_token))}
+                    " as read; another chosen token is read at the next step. The same numbers as resmem analyze lens."</p>
+                <table id="residual-lens"
+                    data-token=move || residuals.with(|r| r.as_ref().map_or(String::new(), |r| r.lens_token.to_string()))
+                    data-lens=move || residuals.with(|r| r.as_ref().map(|r| serde_json::to_string(&r.lens).unwrap_or_default()))>
+                    <tr><th>"depth"</th><th>"KL to final"</th><th>"top predictions"</th></tr>
+                    {move || residuals.with(|r| r.as_ref().map(|r| r.lens.clone()).unwrap_or_default()).into_iter().map(|row| {
+                        let top = row.top.iter().map(|(tok, p)| format!("{} {:.3}", glyph(*tok), p)).collect::<Vec<_>>().join("  ");
+                        view! { <tr><td>{row.depth}</td><td class="num">{format!("{:.4}", row.kl_to_final)}</td><td class="tok">{top}</td></tr> }
+                    }).collect_view()}
+                </table>
                 <h3>"Attention"</h3>
                 <p class="note">"Each head's attention over this sequence: row i is how token i spreads its attention \
                     over the tokens up to it (white 0, red 1); the chosen token's row is outlined. The same weights as \

@@ -13,6 +13,9 @@ use models::memory::{self, Purpose};
 use models::probes::Measured;
 use models::{Evaluator, LanguageModel, RunConfig, Trainer};
 
+/// Tokens a depth of the page's logit lens lists.
+const LENS_TOP: usize = 5;
+
 /// Refuses a config whose largest buffer is over what one GPU binding may hold, before anything
 /// is built, naming what to shrink.
 pub fn check_limits(cfg: &RunConfig, max_binding_bytes: u64) -> Result<(), String> {
@@ -170,7 +173,7 @@ impl<B: Backend + 'static> Session<B> {
     /// The residual stream of sequence `seq` at every depth in the last step's forward, with
     /// that sequence's input tokens and every head's attention weights over it (at the
     /// trainer's step). Read it before anything else runs a forward.
-    pub async fn residuals(&self, seq: usize) -> Result<Residuals, String> {
+    pub async fn residuals(&self, seq: usize, token: usize) -> Result<Residuals, String> {
         let Some(batch) = &self.last_batch else {
             return Ok(Residuals::default());
         };
@@ -190,6 +193,11 @@ impl<B: Backend + 'static> Session<B> {
         let keys = models::observe::key_slots(&self.be, &*self.trainer.model, (seq, t))
             .await
             .map_err(err)?;
+        // Last: the lens overwrites the head's buffers, which nothing reads before the next step.
+        let lens_token = token.min(t.saturating_sub(1));
+        let lens = models::observe::lens(&self.be, &*self.trainer.model, (seq, t, lens_token), LENS_TOP)
+            .await
+            .map_err(err)?;
         Ok(Residuals {
             step: self.trainer.step,
             seq,
@@ -197,6 +205,8 @@ impl<B: Backend + 'static> Session<B> {
             inputs,
             attention,
             keys,
+            lens,
+            lens_token,
         })
     }
 

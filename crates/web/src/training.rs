@@ -60,8 +60,9 @@ pub enum Event {
 pub struct Wants<'a> {
     /// Stop after the current step.
     pub stop: &'a dyn Fn() -> bool,
-    /// The sequence whose residuals a viewer wants, while one is open.
-    pub residuals: &'a dyn Fn() -> Option<usize>,
+    /// The sequence whose residuals a viewer wants, and the token whose logit lens, while one
+    /// is open.
+    pub residuals: &'a dyn Fn() -> Option<(usize, usize)>,
     /// The prompt to continue when a sample is due.
     pub prompt: &'a dyn Fn() -> String,
 }
@@ -199,8 +200,10 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
             tokens: self.session.tokens_per_step(),
         });
         // Before the probes run a forward of their own: these are the step's residuals.
-        if let Some(seq) = (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY)) {
-            let read = self.session.residuals(seq).await?;
+        if let Some((seq, token)) =
+            (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY))
+        {
+            let read = self.session.residuals(seq, token).await?;
             (self.emit)(Event::Residuals(Residuals { step: n, ..read }));
         }
         if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
