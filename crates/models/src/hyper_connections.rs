@@ -51,20 +51,21 @@ impl HcConfig {
     /// The copy task's tiny model: the tiny transformer's sizes and init (`TransformerConfig::
     /// tiny`) with 4 streams and 20 Sinkhorn rounds.
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        let t = crate::TransformerConfig::tiny(vocab, seq_len);
         Self {
             vocab,
             seq_len,
-            d_model: 64,
-            n_layers: 2,
-            n_heads: 8,
-            head_dim: 16,
-            d_ff: 256,
+            d_model: t.d_model,
+            n_layers: t.n_layers,
+            n_heads: t.n_heads,
+            head_dim: t.head_dim,
+            d_ff: t.d_ff,
             streams: 4,
             mixing: Mixing::Sinkhorn { iters: 20 },
-            norm: Norm::LayerNorm,
-            norm_eps: 1e-5,
-            init_std: 0.5,
-            z_loss: 1e-4,
+            norm: t.norm,
+            norm_eps: t.norm_eps,
+            init_std: t.init_std,
+            z_loss: t.z_loss,
         }
     }
 
