@@ -169,6 +169,64 @@ impl HcConfig {
     }
 }
 
+/// What an mHC model costs beside the transformer of its D, H, D_h, D_FF and L (SPEC §6.8).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HcCounts {
+    /// The whole model: the transformer's counts plus its sites', as built and in the papers'
+    /// conventions; FLOPs per sequence of seq_len tokens, products only (2 a multiply-add).
+    pub model: crate::count::Counts,
+    /// One site's parameters as built: Φ, its bias and α, (W)(n·D + 1) + 3.
+    pub site_params: u64,
+    /// The mHC paper's convention (Eq. 7, the RMSNorm gain counted apart): n·D·W + n·D + W + 3.
+    pub site_params_paper: u64,
+    /// One site's multiply-adds a token: Φx̂ (W·n·D), the norm, the collapse, the mixing and
+    /// the write-back, (n³ + 3n² + 3n)·D for Sinkhorn; the gates' own arithmetic not counted.
+    pub site_macs: u64,
+}
+
+/// The counts of the model `cfg` describes.
+pub fn counts(cfg: &HcConfig) -> Result<HcCounts> {
+    let base = crate::count::try_transformer(&crate::TransformerConfig {
+        vocab: cfg.vocab,
+        seq_len: cfg.seq_len,
+        d_model: cfg.d_model,
+        n_layers: cfg.n_layers,
+        n_heads: cfg.n_heads,
+        head_dim: cfg.head_dim,
+        d_ff: cfg.d_ff,
+        ..crate::TransformerConfig::tiny(cfg.vocab, cfg.seq_len)
+    })?;
+    let overflow = || ModelError::Config("the mHC model's counts overflow 64 bits".into());
+    let (n, d, w) = (cfg.streams as u64, cfg.d_model as u64, cfg.gate_width() as u64);
+    let sites = 2 * cfg.n_layers as u64;
+    let nd = n.checked_mul(d).ok_or_else(overflow)?;
+    let site_params = w
+        .checked_mul(nd + 1)
+        .and_then(|x| x.checked_add(3))
+        .ok_or_else(overflow)?;
+    let site_macs = (w.checked_mul(nd))
+        .and_then(|x| x.checked_add(3 * nd + n * n * d))
+        .ok_or_else(overflow)?;
+    // The expansion to n streams and the head's sum: n·D each a token.
+    let macs = sites
+        .checked_mul(site_macs)
+        .and_then(|x| x.checked_add(2 * nd))
+        .ok_or_else(overflow)?;
+    let flops = (cfg.seq_len as u64).checked_mul(2 * macs).ok_or_else(overflow)?;
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
+    Ok(HcCounts {
+        model: crate::count::Counts {
+            params: add(base.params, sites * site_params)?,
+            params_paper: add(base.params_paper, sites * (site_params + nd))?,
+            flops_fwd: add(base.flops_fwd, flops)?,
+            flops_fwd_paper: add(base.flops_fwd_paper, flops)?,
+        },
+        site_params,
+        site_params_paper: site_params + nd,
+        site_macs,
+    })
+}
+
 /// One site's hyper-connection: Φ (W, n·D), its bias (W) and its three scales.
 #[derive(Clone, Copy, Debug)]
 struct SiteParams<T> {
