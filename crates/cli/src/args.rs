@@ -452,6 +452,13 @@ impl PaperDims {
                 let name = self.preset.as_deref().unwrap_or("pythia-70m");
                 presets::memoryformer(name).map(ModelConfig::MemoryFormer)
             }
+            // No paper sizes yet: its own training presets, tiny-hc by default.
+            Arch::Hc => match &self.preset {
+                None => Ok(RunConfig::preset("tiny-hc")?.model),
+                Some(name) => Err(models::ModelError::Config(format!(
+                    "`{name}` is no paper preset for --arch hc"
+                ))),
+            },
             arch => Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium")).map(|d| match arch {
                 Arch::Transformer => ModelConfig::Transformer(d.transformer()),
                 Arch::Rmt => ModelConfig::Rmt(d.rmt()),

@@ -83,6 +83,33 @@ pub fn run(args: CountArgs) -> Result<()> {
             c.validate()?;
             memoryformer(args.json, c)
         }
+        ModelConfig::Hc(c) => {
+            let h = models::hyper_connections::counts(c)?;
+            c.validate()?;
+            let describe = format!(
+                "hc ({}): L={} n={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
+                c.mixing.name(),
+                c.n_layers,
+                c.streams,
+                c.d_model,
+                c.n_heads,
+                c.head_dim,
+                c.d_ff,
+                c.vocab,
+                c.seq_len,
+                c.streams * c.d_model
+            );
+            show(args.json, &h, || {
+                print(&describe, "paper (mHC Eq. 7, gain apart)", &h.model, c.seq_len);
+                out!(
+                    "each of {} sites    {:>18} parameters ({} in the mHC paper's convention), {} multiply-adds a token",
+                    2 * c.n_layers,
+                    thousands(h.site_params),
+                    thousands(h.site_params_paper),
+                    thousands(h.site_macs)
+                );
+            })
+        }
     }
 }
 

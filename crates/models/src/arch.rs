@@ -13,10 +13,11 @@ pub enum Arch {
     Rmt,
     MemoryFormer,
     Hybrid,
+    Hc,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer, Arch::Hybrid];
+    pub const ALL: [Arch; 5] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer, Arch::Hybrid, Arch::Hc];
 
     /// The `arch` of its config and the value of `--arch`.
     pub fn name(self) -> &'static str {
@@ -25,6 +26,7 @@ impl Arch {
             Arch::Rmt => "rmt",
             Arch::MemoryFormer => "memoryformer",
             Arch::Hybrid => "hybrid",
+            Arch::Hc => "hc",
         }
     }
 
@@ -35,6 +37,7 @@ impl Arch {
             Arch::Rmt => "Residual Matrix Transformer",
             Arch::MemoryFormer => "MemoryFormer",
             Arch::Hybrid => "Hybrid: RMT with a memory block",
+            Arch::Hc => "Hyper-connections (mHC): n mixed streams",
         }
     }
 
@@ -47,7 +50,7 @@ impl Arch {
         // Every arm named, so that a new architecture must say.
         match self {
             Arch::Rmt | Arch::Hybrid => true,
-            Arch::Transformer | Arch::MemoryFormer => false,
+            Arch::Transformer | Arch::MemoryFormer | Arch::Hc => false,
         }
     }
 
@@ -56,7 +59,7 @@ impl Arch {
     pub fn has_variance(self) -> bool {
         match self {
             Arch::Transformer | Arch::Rmt | Arch::Hybrid => true,
-            Arch::MemoryFormer => false,
+            Arch::MemoryFormer | Arch::Hc => false,
         }
     }
 
@@ -64,7 +67,7 @@ impl Arch {
     pub fn has_hash_tables(self) -> bool {
         match self {
             Arch::MemoryFormer | Arch::Hybrid => true,
-            Arch::Transformer | Arch::Rmt => false,
+            Arch::Transformer | Arch::Rmt | Arch::Hc => false,
         }
     }
 

@@ -749,6 +749,7 @@ pub enum ModelConfig {
     Rmt(RmtConfig),
     MemoryFormer(MemoryFormerConfig),
     Hybrid(HybridConfig),
+    Hc(crate::hyper_connections::HcConfig),
 }
 
 /// How to train: AdamW with warmup and cosine decay (SPEC §2, App. C of the RMT paper).

@@ -26,9 +26,33 @@ use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::train::LanguageModel;
 use crate::{ModelError, Norm, Observe, Result, WeightInit};
 use engine::{Backend, HyperDims, MatmulDims, Mixing, NormDims, NormKind};
+use serde::{Deserialize, Serialize};
+
+/// How each site mixes the streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HcMixing {
+    /// mHC: Sinkhorn's projection of n² logits (`sinkhorn_iters` rounds).
+    #[serde(rename = "mhc")]
+    Mhc,
+    /// mHC-lite: a mixture of the n! permutations, exactly doubly stochastic.
+    #[serde(rename = "mhc-lite")]
+    MhcLite,
+}
+
+impl HcMixing {
+    pub const ALL: [HcMixing; 2] = [HcMixing::Mhc, HcMixing::MhcLite];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HcMixing::Mhc => "mhc",
+            HcMixing::MhcLite => "mhc-lite",
+        }
+    }
+}
 
 /// An mHC model's sizes.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HcConfig {
     pub vocab: usize,
     pub seq_len: usize,
@@ -40,7 +64,9 @@ pub struct HcConfig {
     pub d_ff: usize,
     /// n, the streams.
     pub streams: usize,
-    pub mixing: Mixing,
+    pub mixing: HcMixing,
+    /// Sinkhorn's rounds (DeepSeek-V4: 20); unused by mHC-lite.
+    pub sinkhorn_iters: u32,
     pub norm: Norm,
     pub norm_eps: f32,
     pub init_std: f32,
@@ -61,7 +87,8 @@ impl HcConfig {
             head_dim: t.head_dim,
             d_ff: t.d_ff,
             streams: 4,
-            mixing: Mixing::Sinkhorn { iters: 20 },
+            mixing: HcMixing::Mhc,
+            sinkhorn_iters: 20,
             norm: t.norm,
             norm_eps: t.norm_eps,
             init_std: t.init_std,
@@ -74,11 +101,21 @@ impl HcConfig {
         self.gates(0).width()
     }
 
+    /// The engine's mixing.
+    pub fn engine_mixing(&self) -> Mixing {
+        match self.mixing {
+            HcMixing::Mhc => Mixing::Sinkhorn {
+                iters: self.sinkhorn_iters,
+            },
+            HcMixing::MhcLite => Mixing::Permutations,
+        }
+    }
+
     fn gates(&self, tokens: usize) -> HyperDims {
         HyperDims {
             tokens,
             n: self.streams,
-            mixing: self.mixing,
+            mixing: self.engine_mixing(),
         }
     }
 
@@ -117,21 +154,24 @@ impl HcConfig {
             return bad("every size of an mHC model must be at least 1".into());
         }
         let most = match self.mixing {
-            Mixing::Sinkhorn { .. } => engine::ops::hyper::MAX_STREAMS,
-            Mixing::Permutations => engine::ops::hyper::MAX_PERMUTED_STREAMS,
+            HcMixing::Mhc => engine::ops::hyper::MAX_STREAMS,
+            HcMixing::MhcLite => engine::ops::hyper::MAX_PERMUTED_STREAMS,
         };
         if !(1..=most).contains(&self.streams) {
+            let mixing = self.mixing.name();
             return bad(format!(
-                "streams must be 1 to {most} with {:?} mixing, not {}",
-                self.mixing, self.streams
+                "streams must be 1 to {most} with mixing {mixing}, not {}",
+                self.streams
             ));
         }
-        if let Mixing::Sinkhorn { iters } = self.mixing {
-            if !(1..=engine::ops::hyper::MAX_ITERS).contains(&iters) {
-                let most = engine::ops::hyper::MAX_ITERS;
-                return bad(format!("Sinkhorn rounds must be 1 to {most}, not {iters}"));
-            }
+        let rounds = engine::ops::hyper::MAX_ITERS;
+        if self.mixing == HcMixing::Mhc && !(1..=rounds).contains(&self.sinkhorn_iters) {
+            return bad(format!(
+                "sinkhorn_iters must be 1 to {rounds}, not {}",
+                self.sinkhorn_iters
+            ));
         }
+        crate::param_sizes::hc_params(self)?.addressable()?;
         Ok(())
     }
 
@@ -170,7 +210,7 @@ impl HcConfig {
 }
 
 /// What an mHC model costs beside the transformer of its D, H, D_h, D_FF and L (SPEC §6.8).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct HcCounts {
     /// The whole model: the transformer's counts plus its sites', as built and in the papers'
     /// conventions; FLOPs per sequence of seq_len tokens, products only (2 a multiply-add).
@@ -401,17 +441,24 @@ pub struct HyperConnections<B: Backend> {
 impl<B: Backend> HyperConnections<B> {
     /// Builds the model for batches of `b` sequences of `t` ≤ N tokens, initialised from `seed`.
     pub fn new(be: &B, cfg: HcConfig, b: usize, t: usize, seed: u64) -> Result<Self> {
-        cfg.validate()?;
-        if t > cfg.seq_len || b == 0 || t == 0 {
-            return Err(ModelError::Config(format!(
-                "batches of {b} sequences of {t} tokens do not fit seq_len {}",
-                cfg.seq_len
-            )));
-        }
+        Self::build(be, cfg, b, t, Some(seed))
+    }
+
+    /// Forward only: parameters (all 0 until written) and activations, but no gradients or
+    /// backward scratch. `backward` does nothing on it.
+    pub fn inference(be: &B, cfg: HcConfig, b: usize, t: usize) -> Result<Self> {
+        Self::build(be, cfg, b, t, None)
+    }
+
+    fn build(be: &B, cfg: HcConfig, b: usize, t: usize, seed: Option<u64>) -> Result<Self> {
+        crate::ModelConfig::Hc(cfg.clone()).check_batch(b, t)?;
         let (bt, d, n) = (b * t, cfg.d_model, cfg.streams);
         let (w_gates, nd) = (cfg.gate_width(), n * d);
         let (layout, ids) = declare(&cfg);
-        let store = ParamStore::new(be, layout, seed)?;
+        let store = match seed {
+            Some(seed) => ParamStore::new(be, layout, seed)?,
+            None => ParamStore::inference(be, layout)?,
+        };
         let w = ids.map(|id| store.param(be, id));
         let dw = store.trainable().then(|| ids.map(|id| store.grad(be, id)));
         let (maps, core) = (cfg.attention_maps(bt), cfg.core(bt));

@@ -42,6 +42,7 @@ pub use config::{
     Trunk, WeightInit,
 };
 pub use hybrid::Hybrid;
+pub use hyper_connections::{HcConfig, HcMixing, HyperConnections};
 pub use memory::{MemoryEstimate, Purpose};
 pub use memoryformer::MemoryFormer;
 pub use observe::{Inside, Observe};

@@ -112,6 +112,41 @@ pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
     ])
 }
 
+/// The mHC model's parameters, as `hyper_connections::layout` declares them: the transformer's
+/// and each site's Φ (W × streams·d_model), bias (W) and three scales, W = 2n + n² or n!.
+pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
+    let [v, n, d, l, h, dh, f, s] = [
+        c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff, c.streams,
+    ]
+    .map(|x| x as u64);
+    let hd = product("n_heads × head_dim", &[h, dh])?;
+    let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
+    let res = match c.mixing {
+        crate::HcMixing::Mhc => product("streams²", &[s, s])?,
+        crate::HcMixing::MhcLite => product("streams!", &(1..=s).collect::<Vec<_>>())?,
+    };
+    let w = sum("the gates' logits (2·streams + the mixing's)", &[2 * s, res])?;
+    let sd = product("streams × d_model", &[s, d])?;
+    param_sizes(&[
+        (1, "wte (vocab × d_model)", vec![v, d]),
+        (1, "wpe (seq_len × d_model)", vec![n, d]),
+        (l, "hc_phi (gates × streams·d_model)", vec![w, sd]),
+        (l, "hc_bias (gates)", vec![w]),
+        (l, "hc_alpha (3)", vec![3]),
+        (l, "the norm gains (d_model)", vec![d]),
+        (l, "w_qkv (3·n_heads·head_dim × d_model)", vec![qkv, d]),
+        (l, "w_o (d_model × n_heads·head_dim)", vec![d, hd]),
+        (l, "hc_phi (gates × streams·d_model)", vec![w, sd]),
+        (l, "hc_bias (gates)", vec![w]),
+        (l, "hc_alpha (3)", vec![3]),
+        (l, "the norm gains (d_model)", vec![d]),
+        (l, "w1 (d_ff × d_model)", vec![f, d]),
+        (l, "w2 (d_model × d_ff)", vec![d, f]),
+        (1, "lnf (d_model)", vec![d]),
+        (1, "w_u (vocab × d_model)", vec![v, d]),
+    ])
+}
+
 /// R·D_v, checked: the width of the trunk's vectors and of its feed-forward core.
 fn trunk_width(t: &Trunk) -> Result<u64> {
     product("rank × d_v", &[t.rank as u64, t.d_v as u64])
@@ -220,5 +255,6 @@ pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
         ModelConfig::Rmt(c) => rmt_params(c),
         ModelConfig::MemoryFormer(c) => memoryformer_params(c),
         ModelConfig::Hybrid(c) => hybrid_params(c),
+        ModelConfig::Hc(c) => hc_params(c),
     }
 }

@@ -34,7 +34,8 @@ pub struct Setting {
 
 const ALL: &[Arch] = &Arch::ALL;
 const RESIDUAL_MATRIX: &[Arch] = &[Arch::Rmt, Arch::Hybrid];
-const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer];
+const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer, Arch::Hc];
+const STREAMS: &[Arch] = &[Arch::Hc];
 const HASHED: &[Arch] = &[Arch::MemoryFormer, Arch::Hybrid];
 
 /// A setting of the model's table, on the page unless `on_page` says otherwise.
@@ -116,7 +117,7 @@ pub const SETTINGS: &[Setting] = &[
         "D",
         Kind::Whole,
         VECTOR_WIDTH,
-        "the residual vector's width (the MemoryFormer's d)",
+        "the residual vector's width (the MemoryFormer's d; each of the hyper-connections' streams)",
     ),
     model("n_heads", "heads", "H", Kind::Whole, VECTOR_WIDTH, "attention heads"),
     model(
@@ -124,7 +125,7 @@ pub const SETTINGS: &[Setting] = &[
         "head-dim",
         "D_h",
         Kind::Whole,
-        &[Arch::Transformer],
+        &[Arch::Transformer, Arch::Hc],
         "width of each head",
     ),
     model(
@@ -132,7 +133,7 @@ pub const SETTINGS: &[Setting] = &[
         "d-ff",
         "D_FF",
         Kind::Whole,
-        &[Arch::Transformer, Arch::Rmt],
+        &[Arch::Transformer, Arch::Rmt, Arch::Hc],
         "the feed-forward hidden width",
     ),
     model(
@@ -143,6 +144,30 @@ pub const SETTINGS: &[Setting] = &[
         HASHED,
         "bits hashed per chunk: each table has 2^τ rows (K = d/τ tables a layer, d = d_model or R·D_v)",
     ),
+    model(
+        "streams",
+        "streams",
+        "n",
+        Kind::Whole,
+        STREAMS,
+        "residual streams of D each, mixed at every attention and FF by a doubly stochastic matrix",
+    ),
+    model(
+        "mixing",
+        "mixing",
+        "mixing",
+        Kind::Choice(&["mhc", "mhc-lite"]),
+        STREAMS,
+        "mHC's Sinkhorn projection, or mHC-lite's mixture of the n! permutations (n ≤ 4)",
+    ),
+    off_page(model(
+        "sinkhorn_iters",
+        "sinkhorn-iters",
+        "Sinkhorn rounds",
+        Kind::Whole,
+        STREAMS,
+        "rounds of mHC's row and column normalisations (DeepSeek-V4: 20)",
+    )),
     model("n_layers", "layers", "L", Kind::Whole, ALL, "blocks"),
     model(
         "norm",

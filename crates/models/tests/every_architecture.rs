@@ -14,8 +14,8 @@ use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::arch::Arch;
 use resmem_models::{
-    HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig,
-    Trainer, TransformerConfig,
+    HcConfig, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose,
+    RmtConfig, TrainConfig, Trainer, TransformerConfig,
 };
 
 /// One architecture's shapes for the suites below.
@@ -107,6 +107,18 @@ fn families() -> Vec<Family> {
         block_gelu,
         ..MemoryFormerConfig::tiny(256, 13)
     };
+    let hc = |streams, mixing, sinkhorn_iters| HcConfig {
+        d_model: 7,
+        n_layers: 2,
+        n_heads: 2,
+        head_dim: 3,
+        d_ff: 10,
+        streams,
+        mixing,
+        sinkhorn_iters,
+        z_loss: 1e-2,
+        ..HcConfig::tiny(11, 13)
+    };
     use ModelConfig as M;
     use Norm::{LayerNorm, RmsNorm};
     use Position::{Alibi, Learned};
@@ -187,6 +199,33 @@ fn families() -> Vec<Family> {
             random_step: false,
             copy_steps: 100,
         },
+        Family {
+            arch: Arch::Hc,
+            gradcheck: vec![
+                ("mHC, 3 streams, 4 rounds", M::Hc(hc(3, HcMixing::Mhc, 4))),
+                ("mHC, 1 stream", M::Hc(hc(1, HcMixing::Mhc, 20))),
+                ("mHC-lite, 3 streams", M::Hc(hc(3, HcMixing::MhcLite, 20))),
+            ],
+            // 3 streams of 7, 2 heads of 3: n·D = 21 and W = 15 or 12 fit no tile.
+            awkward: vec![
+                (
+                    "mHC, 3 streams of 7",
+                    M::Hc(HcConfig {
+                        vocab: 256,
+                        ..hc(3, HcMixing::Mhc, 20)
+                    }),
+                ),
+                (
+                    "mHC-lite, 3 streams of 7",
+                    M::Hc(HcConfig {
+                        vocab: 256,
+                        ..hc(3, HcMixing::MhcLite, 20)
+                    }),
+                ),
+            ],
+            random_step: true,
+            copy_steps: 300,
+        },
     ]
 }
 
@@ -197,6 +236,7 @@ fn tiny(arch: Arch) -> ModelConfig {
         Arch::Rmt => ModelConfig::Rmt(RmtConfig::tiny(256, 16)),
         Arch::MemoryFormer => ModelConfig::MemoryFormer(MemoryFormerConfig::tiny(256, 16)),
         Arch::Hybrid => ModelConfig::Hybrid(HybridConfig::tiny(256, 16)),
+        Arch::Hc => ModelConfig::Hc(HcConfig::tiny(256, 16)),
     }
 }
 
@@ -332,6 +372,7 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
             ModelConfig::Rmt(c) => c.n_layers,
             ModelConfig::MemoryFormer(c) => c.n_layers,
             ModelConfig::Hybrid(c) => c.n_layers,
+            ModelConfig::Hc(c) => c.n_layers,
         };
         let names: Vec<_> = inside.residuals.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names.len(), 1 + 2 * layers, "{}: {names:?}", f.arch);
@@ -342,7 +383,7 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
         let hashed = matches!(f.arch, Arch::MemoryFormer | Arch::Hybrid);
         assert_eq!(!inside.hashed.is_empty(), hashed, "{}: hashed layers", f.arch);
         let Some(probes) = inside.variance else {
-            assert_eq!(f.arch, Arch::MemoryFormer, "only the MemoryFormer has no probe sites");
+            assert!(!f.arch.has_variance(), "{}: no probe sites", f.arch);
             assert!(pollster::block_on(trainer.measure(&be, &batch)).unwrap().is_none());
             continue;
         };

@@ -8,8 +8,8 @@ use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::param_sizes;
 use resmem_models::{
-    AdamW, BatchTensors, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Observe,
-    Position, Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
+    AdamW, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig,
+    ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
 };
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,19 @@ fn hybrid(vocab: usize, n: usize, position: Position) -> HybridConfig {
     }
 }
 
+fn hc(vocab: usize, n: usize, mixing: HcMixing) -> HcConfig {
+    HcConfig {
+        d_model: 6,
+        n_heads: 2,
+        head_dim: 5,
+        d_ff: 7,
+        n_layers: 2,
+        streams: 3,
+        mixing,
+        ..HcConfig::tiny(vocab, n)
+    }
+}
+
 /// Every architecture at a few awkward shapes: (config, b, t).
 fn cases() -> Vec<(ModelConfig, usize, usize)> {
     let mut cases = vec![];
@@ -68,6 +81,8 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::MemoryFormer(memoryformer(vocab, n)), b, t));
         cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Learned)), b, t));
         cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Alibi)), b, t));
+        cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::Mhc)), b, t));
+        cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::MhcLite)), b, t));
         // The memory block's Table 5 and 6 settings change what it allocates.
         let ablated = MemoryFormerConfig {
             expansion_bits: 0,

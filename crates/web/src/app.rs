@@ -428,6 +428,10 @@ pub fn App() -> impl IntoView {
                         <Show when=move || focused_arch().is_none()>
                             <p class="note">"Start a run: its variance grid (or, for the MemoryFormer, its bucket use) shows here."</p>
                         </Show>
+                        <Show when=move || focused_arch().is_some_and(|a| !a.has_variance() && !a.has_hash_tables())>
+                            <p class="note">"This model has no variance probes or hash tables: its n streams show in the \
+                                residual view, one row a stream."</p>
+                        </Show>
                     </section>
                 </div>
             </div>

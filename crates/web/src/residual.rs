@@ -60,8 +60,13 @@ pub fn heatmap_svg(values: &[f32], rows: usize, cols: usize) -> String {
     };
     // The longer side about 340 pixels (at least 320), so that even a 4×4 matrix reads.
     let cell = (340 / cols.max(rows)).clamp(4, 85);
-    // A short vector is one row: a strip tall enough to see.
-    let cell_h = if rows == 1 { 28 } else { cell };
+    // A short vector is one row: a strip tall enough to see; a few rows (the hyper-connections'
+    // streams) are as tall.
+    let cell_h = match rows {
+        1 => 28,
+        2..=8 => cell.max(16),
+        _ => cell,
+    };
     let (w, h) = (cols * cell, rows * cell_h);
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#,

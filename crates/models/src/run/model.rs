@@ -4,7 +4,8 @@
 use crate::config::MAX_LAYERS;
 use crate::memory::Purpose;
 use crate::{
-    Arch, Hybrid, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt, Transformer, TransformerConfig,
+    Arch, Hybrid, HyperConnections, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt, Transformer,
+    TransformerConfig,
 };
 use engine::Backend;
 
@@ -18,6 +19,7 @@ impl ModelConfig {
             ModelConfig::Rmt(_) => Arch::Rmt,
             ModelConfig::MemoryFormer(_) => Arch::MemoryFormer,
             ModelConfig::Hybrid(_) => Arch::Hybrid,
+            ModelConfig::Hc(_) => Arch::Hc,
         }
     }
 
@@ -34,6 +36,7 @@ impl ModelConfig {
             ModelConfig::Rmt(c) => c.z_loss,
             ModelConfig::MemoryFormer(c) => c.z_loss,
             ModelConfig::Hybrid(c) => c.z_loss,
+            ModelConfig::Hc(c) => c.z_loss,
         }
     }
 
@@ -43,6 +46,7 @@ impl ModelConfig {
             ModelConfig::Rmt(c) => c.validate(),
             ModelConfig::MemoryFormer(c) => c.validate(),
             ModelConfig::Hybrid(c) => c.validate(),
+            ModelConfig::Hc(c) => c.validate(),
         }
     }
 
@@ -53,6 +57,7 @@ impl ModelConfig {
             ModelConfig::Rmt(c) => (c.vocab, c.seq_len),
             ModelConfig::MemoryFormer(c) => (c.vocab, c.seq_len),
             ModelConfig::Hybrid(c) => (c.vocab, c.seq_len),
+            ModelConfig::Hc(c) => (c.vocab, c.seq_len),
         }
     }
 
@@ -62,6 +67,7 @@ impl ModelConfig {
             ModelConfig::Rmt(c) => (&mut c.vocab, &mut c.seq_len),
             ModelConfig::MemoryFormer(c) => (&mut c.vocab, &mut c.seq_len),
             ModelConfig::Hybrid(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::Hc(c) => (&mut c.vocab, &mut c.seq_len),
         }
     }
 
@@ -98,6 +104,7 @@ impl ModelConfig {
             ModelConfig::Rmt(c) => c.n_layers,
             ModelConfig::MemoryFormer(c) => c.n_layers,
             ModelConfig::Hybrid(c) => c.n_layers,
+            ModelConfig::Hc(c) => c.n_layers,
         };
         if n_layers > MAX_LAYERS {
             return Err(ModelError::Config(format!(
@@ -141,6 +148,8 @@ impl ModelConfig {
             (ModelConfig::MemoryFormer(c), Purpose::Infer) => Box::new(MemoryFormer::inference(be, c.clone(), b, t)?),
             (ModelConfig::Hybrid(c), Purpose::Train) => Box::new(Hybrid::new(be, c.clone(), b, t, seed)?),
             (ModelConfig::Hybrid(c), Purpose::Infer) => Box::new(Hybrid::inference(be, c.clone(), b, t)?),
+            (ModelConfig::Hc(c), Purpose::Train) => Box::new(HyperConnections::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Hc(c), Purpose::Infer) => Box::new(HyperConnections::inference(be, c.clone(), b, t)?),
         })
     }
 
@@ -165,6 +174,8 @@ impl ModelConfig {
                 Some(twin(d, h.n_layers, h.rank, h.d_v, 4 * d))
             }
             ModelConfig::MemoryFormer(m) => Some(twin(m.d_model, m.n_layers, m.n_heads, m.head_dim(), 4 * m.d_model)),
+            // Its streams' D, with its heads, D_FF and L: what the sites are added to.
+            ModelConfig::Hc(h) => Some(twin(h.d_model, h.n_layers, h.n_heads, h.head_dim, h.d_ff)),
             ModelConfig::Transformer(_) => None,
         }
     }
@@ -192,6 +203,20 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => format!(
                 "MemoryFormer d={} H={} τ={} L={}",
                 c.d_model, c.n_heads, c.tau, c.n_layers
+            ),
+            ModelConfig::Hc(c) => format!(
+                "{} n={} D={} H={} D_h={} D_FF={} L={} (residual {})",
+                match c.mixing {
+                    crate::HcMixing::Mhc => "mHC",
+                    crate::HcMixing::MhcLite => "mHC-lite",
+                },
+                c.streams,
+                c.d_model,
+                c.n_heads,
+                c.head_dim,
+                c.d_ff,
+                c.n_layers,
+                c.streams * c.d_model
             ),
         }
     }

@@ -187,6 +187,11 @@ pub fn presets() -> Vec<Preset> {
             build: || tiny_task(ModelConfig::Hybrid(HybridConfig::tiny(256, 16))),
         },
         Preset {
+            name: "tiny-hc",
+            about: "mHC, 4 streams: learns the copy task in 300 steps (the default for --arch hc)",
+            build: || tiny_task(ModelConfig::Hc(crate::HcConfig::tiny(256, 16))),
+        },
+        Preset {
             name: "small-rmt",
             about: "Shakespeare with GPT-2 BPE in minutes on 2 CPU cores: L2, R4, D_k16, D_v16",
             build: || small_text(ModelConfig::Rmt(small_rmt())),
