@@ -131,6 +131,28 @@ fn small_hybrid() -> HybridConfig {
     HybridConfig::new(small_rmt().trunk(), Hashing::paper(8))
 }
 
+/// Hyper-connections at small-transformer's width: its D, H, D_h, D_FF, L and init with n = 4
+/// streams, so that the sites are all that differs (SPEC §6.10 E1).
+fn small_hc(mixing: crate::HcMixing) -> crate::HcConfig {
+    let t = small_transformer();
+    crate::HcConfig {
+        vocab: t.vocab,
+        seq_len: t.seq_len,
+        d_model: t.d_model,
+        n_layers: t.n_layers,
+        n_heads: t.n_heads,
+        head_dim: t.head_dim,
+        d_ff: t.d_ff,
+        streams: 4,
+        mixing,
+        sinkhorn_iters: 20,
+        norm: t.norm,
+        norm_eps: t.norm_eps,
+        init_std: t.init_std,
+        z_loss: t.z_loss,
+    }
+}
+
 fn dims(name: &str) -> Dims {
     Dims::preset(name).expect("every paper preset named below exists in presets::PRESETS")
 }
@@ -224,6 +246,16 @@ pub fn presets() -> Vec<Preset> {
             name: "small-hybrid",
             about: "small-rmt with a memory block for its FF core: L2, R4, D_k16, D_v16, τ8",
             build: || small_text(ModelConfig::Hybrid(small_hybrid())),
+        },
+        Preset {
+            name: "small-mhc",
+            about: "mHC at small-transformer's width: L2, D64, 4×16, 4 streams (residual 256), Sinkhorn 20",
+            build: || small_text(ModelConfig::Hc(small_hc(crate::HcMixing::Mhc))),
+        },
+        Preset {
+            name: "small-mhc-lite",
+            about: "mHC-lite at small-transformer's width: L2, D64, 4×16, 4 streams mixed by the 24 permutations",
+            build: || small_text(ModelConfig::Hc(small_hc(crate::HcMixing::MhcLite))),
         },
         Preset {
             name: "memoryformer-tiny",
