@@ -242,7 +242,7 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     await page.click('#check-gpu');
     await page.waitForSelector('#selftest', { timeout: 240_000 });
     const families = await page.$$eval('#selftest tbody tr', (rows) => rows.map((r) => [r.dataset.family, r.dataset.result]));
-    const wanted = ['matmul', 'elementwise', 'embedding', 'norm', 'attention', 'cross_entropy', 'optim', 'residual_matrix', 'memory'];
+    const wanted = ['matmul', 'elementwise', 'embedding', 'norm', 'attention', 'cross_entropy', 'optim', 'residual_matrix', 'memory', 'hyper'];
     if (JSON.stringify(families.map(([f]) => f)) !== JSON.stringify(wanted) || families.some(([, r]) => r !== 'pass'))
       throw new Error(`selftest rows: ${JSON.stringify(families)}; status "${await page.textContent('#status')}"`);
     if (!/Every kernel on .* matches the CPU/.test(await page.textContent('#status')))

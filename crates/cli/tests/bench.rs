@@ -207,6 +207,7 @@ fn selftest_checks_every_family_on_the_adapter() {
         "optim",
         "residual_matrix",
         "memory",
+        "hyper",
     ] {
         let row = stdout
             .lines()

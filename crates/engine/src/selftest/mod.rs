@@ -240,8 +240,8 @@ pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> 
 /// the elementwise ops; the embedding and the gather; both norms; attention causal and over
 /// documents, with ALiBi, at a head width past one tile; cross-entropy over more than two
 /// workgroup passes a row; the sum of squares with AdamW; the RMT's retrieval, storage and key
-/// gradient, plain and fused with the norm; and the Memory Layer's hash, bucket sort, forward
-/// and backward. Takes a few seconds on a GPU, and under a minute on an emulated one.
+/// gradient, plain and fused with the norm; the Memory Layer's hash, bucket sort, forward and
+/// backward; and hyper-connections' gates, forward and backward. Takes a few seconds on a GPU, and under a minute on an emulated one.
 pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
     let mut rng = SmallRng::seed_from_u64(0x5e1f);
     let mut checks = Vec::new();
@@ -371,6 +371,27 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         checks.push(compare_exact("memory", &format!("{case}, hash codes"), &gc, &cc));
         checks.push(compare_exact("memory", &format!("{case}, buckets"), &gb, &cb));
         checks.extend(compare("memory", &case, &g, &c, 1e-5));
+    }
+
+    // Hyper-connections' gates: Sinkhorn at 3 streams and 20 rounds, mHC-lite at 4, over token
+    // counts that leave a workgroup part-empty.
+    for (tokens, n, mixing) in [
+        (37, 3, crate::Mixing::Sinkhorn { iters: 20 }),
+        (300, 4, crate::Mixing::Permutations),
+    ] {
+        let d = crate::HyperDims { tokens, n, mixing };
+        let logits = random(&mut rng, tokens * d.width(), 1.5);
+        let bias = random(&mut rng, d.width(), 1.0);
+        let (dpre, dpost) = (random(&mut rng, tokens * n, 1.0), random(&mut rng, tokens * n, 1.0));
+        let dmix = random(&mut rng, tokens * n * n, 1.0);
+        check!(
+            checks,
+            be,
+            "hyper",
+            format!("{tokens} tokens, {n} streams, {mixing:?}"),
+            2e-5,
+            hyper(&logits, &[0.7, 1.1, 0.9], &bias, &dpre, &dpost, &dmix, d)
+        );
     }
     Ok(checks)
 }
