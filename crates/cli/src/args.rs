@@ -116,6 +116,9 @@ pub enum Analyze {
     /// (r_Q, r_K, r_V, r_FF) and write (w_O, w_FF) through each, and the share of attention's
     /// stored mass each carries over one sequence.
     Keys(KeysArgs),
+    /// Hyper-connections' gates at every site for one token: pre, post and the mixing matrix
+    /// P, with the composite gain of every P so far (the mHC paper's Amax).
+    Mixing(MixingArgs),
 }
 
 #[derive(Args, Debug)]
@@ -164,6 +167,17 @@ pub struct AttentionArgs {
 pub struct KeysArgs {
     #[command(flatten)]
     pub at: ForwardArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MixingArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    /// The token of the sequence whose gates are read.
+    #[arg(long, default_value_t = 0)]
+    pub token: usize,
     #[arg(long)]
     pub json: bool,
 }

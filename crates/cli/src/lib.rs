@@ -62,6 +62,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         args::Command::Analyze(args::Analyze::Lens(a)) => residual::lens(a),
         args::Command::Analyze(args::Analyze::Attention(a)) => residual::attention(a),
         args::Command::Analyze(args::Analyze::Keys(a)) => residual::keys(a),
+        args::Command::Analyze(args::Analyze::Mixing(a)) => residual::mixing(a),
         args::Command::Data(c) => prepare::run(c),
         args::Command::Import(c) => interop::import(c),
         args::Command::Export(c) => interop::export(c),

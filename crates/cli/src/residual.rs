@@ -4,7 +4,7 @@
 //! the logit lens of one token at every depth, `resmem analyze attention`, every head's
 //! weights, and `resmem analyze keys`, an RMT's key slots, on the same forward.
 
-use crate::args::{AttentionArgs, ForwardArgs, KeysArgs, LensArgs, ResidualArgs};
+use crate::args::{AttentionArgs, ForwardArgs, KeysArgs, LensArgs, MixingArgs, ResidualArgs};
 use crate::{load, source};
 use anyhow::{bail, Context, Result};
 use data::DataSource;
@@ -319,4 +319,48 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
     let t = batch.t;
     let starts = models::batch::document_starts(&batch.inputs[args.seq * t..(args.seq + 1) * t], t, separator);
     Ok((cfg, what, trainer, starts))
+}
+
+/// `resmem analyze mixing`: every hyper-connection site's pre, post and P for one token, and the
+/// composite gain of the mixing so far.
+pub fn mixing(args: MixingArgs) -> Result<()> {
+    let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, _) = forward(be, &args.at)?;
+        let t = cfg.data.seq_len();
+        check_token(args.token, t)?;
+        let rows = pollster::block_on(observe::mixing(be, &trainer.model, (args.at.seq, t, args.token)))?;
+        anyhow::Ok((cfg, what, rows))
+    })?;
+    let Some(rows) = rows else {
+        bail!(
+            "analyze mixing reads hyper-connections' gates; {} has none (use --arch hc)",
+            cfg.arch()
+        );
+    };
+    if args.json {
+        out!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    out!(
+        "{} ({what}), sequence {}, token {}: each site's gates, P[j,k] from stream j to k, and the composite gain",
+        cfg.arch(),
+        args.at.seq,
+        args.token
+    );
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
+    for r in &rows {
+        let n = r.pre.len();
+        out!(
+            "{:<12} pre [{}]  post [{}]  composite gain {:.4} (rows) {:.4} (columns)",
+            r.site,
+            list(&r.pre),
+            list(&r.post),
+            r.composite_gain[0],
+            r.composite_gain[1]
+        );
+        for j in 0..n {
+            out!("{:<12}   P[{j}] {}", "", list(&r.mix[j * n..(j + 1) * n]));
+        }
+    }
+    Ok(())
 }

@@ -487,3 +487,85 @@ fn analyze_keys_reads_every_slot_on_both_backends() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("has none"), "{err}");
 }
+
+/// `analyze mixing` on the tiny mHC and mHC-lite after 4 steps: a row per site, pre in (0, 1]
+/// (σ + ε), post in (0, 2), each P doubly stochastic (Sinkhorn's columns, normalised last, to
+/// 1e-5, its rows to 1e-3; mHC-lite's both exactly) and so the composite gain 1; the same from
+/// the CPU and the GPU. A model without hyper-connections is refused with a reason.
+#[test]
+fn analyze_mixing_reads_every_site_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    for mixing in ["mhc", "mhc-lite"] {
+        let run = dir.path().join(mixing);
+        let run = run.to_str().unwrap();
+        let train = [
+            "train",
+            "--arch",
+            "hc",
+            "--mixing",
+            mixing,
+            "--steps",
+            "4",
+            "--backend",
+            "cpu",
+            "--out",
+            run,
+        ];
+        let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(train).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let rows = |backend: &str| {
+            let args = [
+                "analyze",
+                "mixing",
+                "--run",
+                run,
+                "--token",
+                "5",
+                "--backend",
+                backend,
+                "--json",
+            ];
+            json(&args).as_array().unwrap().clone()
+        };
+        let (cpu, gpu) = (rows("cpu"), rows("gpu"));
+        let names: Vec<&str> = cpu.iter().map(|r| r["site"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["block0.attn", "block0.ff", "block1.attn", "block1.ff"],
+            "{mixing}"
+        );
+        let numbers = |r: &Value, key: &str| -> Vec<f64> {
+            r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+        };
+        for (a, b) in cpu.iter().zip(&gpu) {
+            let (pre, post, p) = (numbers(a, "pre"), numbers(a, "post"), numbers(a, "mix"));
+            let n = pre.len();
+            assert!(
+                pre.iter().all(|&x| x > 0.0 && x <= 1.0 + 1e-5) && post.iter().all(|&x| x > 0.0 && x < 2.0),
+                "{a}"
+            );
+            for i in 0..n {
+                let row: f64 = p[i * n..(i + 1) * n].iter().sum();
+                let col: f64 = (0..n).map(|j| p[j * n + i]).sum();
+                assert!(
+                    (row - 1.0).abs() < 1e-3 && (col - 1.0).abs() < 1e-5,
+                    "{mixing} {a}: row {row}, column {col}"
+                );
+            }
+            for g in numbers(a, "composite_gain") {
+                assert!((g - 1.0).abs() < 1e-3, "{mixing} {a}");
+            }
+            for key in ["pre", "post", "mix", "composite_gain"] {
+                for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
+                    assert!((x - y).abs() <= 1e-4, "{mixing} {key}: CPU {a} against GPU {b}");
+                }
+            }
+        }
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["analyze", "mixing", "--preset", "tiny-rmt", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("has none"), "{err}");
+}

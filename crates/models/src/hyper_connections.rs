@@ -812,6 +812,16 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             hashed: Vec::new(),
             variance: None,
             attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
+            mixing: (self.blocks.iter().enumerate())
+                .flat_map(|(l, a)| [(format!("block{l}.attn"), &a.attn), (format!("block{l}.ff"), &a.ff)])
+                .map(|(name, s)| observe::MixingSite {
+                    name,
+                    streams: self.cfg.streams,
+                    pre: &s.pre,
+                    post: &s.post,
+                    mix: &s.mix,
+                })
+                .collect(),
         }
     }
 }

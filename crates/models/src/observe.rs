@@ -33,6 +33,74 @@ pub struct Inside<'a, B: Backend> {
     pub variance: Option<&'a Probes<B>>,
     /// Every block's attention, in order.
     pub attention: Vec<crate::attention::AttentionSite<'a, B>>,
+    /// Hyper-connections' sites, in order: each token's pre, post and mixing matrix; empty for
+    /// the other models.
+    pub mixing: Vec<MixingSite<'a, B>>,
+}
+
+/// One hyper-connection site's gates after a forward: (tokens, n), (tokens, n), (tokens, n, n).
+pub struct MixingSite<'a, B: Backend> {
+    /// `block0.attn`, `block0.ff`, …
+    pub name: String,
+    pub streams: usize,
+    pub pre: &'a B::Tensor,
+    pub post: &'a B::Tensor,
+    pub mix: &'a B::Tensor,
+}
+
+/// One site's gates for one token, and the composite of every site's P up to it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MixingRow {
+    pub site: String,
+    pub pre: Vec<f64>,
+    pub post: Vec<f64>,
+    /// (n, n) row-major: P[j][k], the weight from stream j to stream k.
+    pub mix: Vec<f64>,
+    /// The largest absolute row sum (the forward gain) and column sum (the backward gain) of
+    /// P₁·P₂·…·P_s, the mixing of every site so far (the mHC paper's Amax).
+    pub composite_gain: [f64; 2],
+}
+
+/// Every hyper-connection site's gates for token `token` of sequence `seq` after a forward
+/// (batches of T = `t`), with the composite gain by depth; None for a model without them.
+pub async fn mixing<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t, token): (usize, usize, usize),
+) -> Result<Option<Vec<MixingRow>>> {
+    let sites = model.inside().mixing;
+    let Some(n) = sites.first().map(|s| s.streams) else {
+        return Ok(None);
+    };
+    let at = seq * t + token;
+    let mut composite: Vec<f64> = (0..n * n).map(|i| if i % (n + 1) == 0 { 1.0 } else { 0.0 }).collect();
+    let mut rows = Vec::new();
+    for s in &sites {
+        // Whole tensors (a few values a token): a GPU view must start at an aligned offset.
+        let (pre, post, mix) = (be.read(s.pre).await?, be.read(s.post).await?, be.read(s.mix).await?);
+        let (pre, post) = (&pre[at * n..(at + 1) * n], &post[at * n..(at + 1) * n]);
+        let mix: Vec<f64> = mix[at * n * n..(at + 1) * n * n]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        composite = (0..n * n)
+            .map(|i| (0..n).map(|k| composite[i / n * n + k] * mix[k * n + i % n]).sum())
+            .collect();
+        let row_gain = (0..n)
+            .map(|j| (0..n).map(|k| composite[j * n + k]).sum::<f64>().abs())
+            .fold(0.0, f64::max);
+        let col_gain = (0..n)
+            .map(|k| (0..n).map(|j| composite[j * n + k]).sum::<f64>().abs())
+            .fold(0.0, f64::max);
+        rows.push(MixingRow {
+            site: s.name.clone(),
+            pre: pre.iter().map(|&x| f64::from(x)).collect(),
+            post: post.iter().map(|&x| f64::from(x)).collect(),
+            mix,
+            composite_gain: [row_gain, col_gain],
+        });
+    }
+    Ok(Some(rows))
 }
 
 /// How one token's row of an observable is laid out.

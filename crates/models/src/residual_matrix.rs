@@ -643,6 +643,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 .collect(),
             variance: self.probes.as_ref(),
             attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
+            mixing: Vec::new(),
         }
     }
 }

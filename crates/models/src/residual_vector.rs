@@ -521,6 +521,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             hashed,
             variance: self.probes.as_ref(),
             attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
+            mixing: Vec::new(),
         }
     }
 }
