@@ -23,8 +23,9 @@ use crate::ff::{Dense, DenseActs, DenseParams, DenseScratch, FfCore};
 use crate::loss::{LossHead, Unembedding};
 use crate::observe::{self, Inside, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
+use crate::residual_vector::ResidualVectorConfig;
 use crate::train::LanguageModel;
-use crate::{ModelError, Norm, Observe, Result, WeightInit};
+use crate::{ModelError, Norm, Observe, Result, TransformerConfig, WeightInit};
 use engine::{Backend, HyperDims, MatmulDims, Mixing, NormDims, NormKind};
 use serde::{Deserialize, Serialize};
 
@@ -74,25 +75,50 @@ pub struct HcConfig {
 }
 
 impl HcConfig {
-    /// The copy task's tiny model: the tiny transformer's sizes and init (`TransformerConfig::
-    /// tiny`) with 4 streams and 20 Sinkhorn rounds.
+    /// The copy task's tiny model: the tiny transformer widened to 4 streams, 20 Sinkhorn rounds.
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
-        let t = crate::TransformerConfig::tiny(vocab, seq_len);
+        Self::widening(&TransformerConfig::tiny(vocab, seq_len), 4, HcMixing::Mhc)
+    }
+
+    /// The transformer `t` with `streams` residual streams mixed by `mixing`: its sizes, norm
+    /// and init, and 20 Sinkhorn rounds.
+    pub fn widening(t: &TransformerConfig, streams: usize, mixing: HcMixing) -> Self {
         Self {
-            vocab,
-            seq_len,
+            vocab: t.vocab,
+            seq_len: t.seq_len,
             d_model: t.d_model,
             n_layers: t.n_layers,
             n_heads: t.n_heads,
             head_dim: t.head_dim,
             d_ff: t.d_ff,
-            streams: 4,
-            mixing: HcMixing::Mhc,
+            streams,
+            mixing,
             sinkhorn_iters: 20,
             norm: t.norm,
             norm_eps: t.norm_eps,
             init_std: t.init_std,
             z_loss: t.z_loss,
+        }
+    }
+
+    /// The transformer whose residual these streams widen: each site's branch is its block's
+    /// attention or FF (the same maps, core and init), and its counts are the base of
+    /// [`counts`]. The inverse of [`Self::widening`].
+    pub fn transformer(&self) -> TransformerConfig {
+        TransformerConfig {
+            d_model: self.d_model,
+            n_layers: self.n_layers,
+            n_heads: self.n_heads,
+            head_dim: self.head_dim,
+            d_ff: self.d_ff,
+            norm: self.norm,
+            norm_eps: self.norm_eps,
+            attn_layer_scale: false,
+            scaled_output_init: true,
+            init_std: self.init_std,
+            weight_init: WeightInit::FanIn,
+            z_loss: self.z_loss,
+            ..TransformerConfig::tiny(self.vocab, self.seq_len)
         }
     }
 
@@ -176,25 +202,11 @@ impl HcConfig {
     }
 
     fn attention_maps(&self, tokens: usize) -> Projections {
-        Projections {
-            tokens,
-            d_model: self.d_model,
-            width: self.n_heads * self.head_dim,
-            init_std: self.init_std,
-            weight_init: WeightInit::FanIn,
-            out_scale: 1.0 / (2.0 * self.n_layers as f32).sqrt(),
-        }
+        self.transformer().maps(tokens)
     }
 
     fn core(&self, tokens: usize) -> Dense {
-        Dense {
-            tokens,
-            width: self.d_model,
-            d_ff: self.d_ff,
-            init_std: self.init_std,
-            weight_init: WeightInit::FanIn,
-            w2_scale: 1.0 / (2.0 * self.n_layers as f32).sqrt(),
-        }
+        self.transformer().core(tokens)
     }
 
     fn embedding(&self, b: usize, t: usize) -> VectorEmbedding {
@@ -226,16 +238,7 @@ pub struct HcCounts {
 
 /// The counts of the model `cfg` describes.
 pub fn counts(cfg: &HcConfig) -> Result<HcCounts> {
-    let base = crate::count::try_transformer(&crate::TransformerConfig {
-        vocab: cfg.vocab,
-        seq_len: cfg.seq_len,
-        d_model: cfg.d_model,
-        n_layers: cfg.n_layers,
-        n_heads: cfg.n_heads,
-        head_dim: cfg.head_dim,
-        d_ff: cfg.d_ff,
-        ..crate::TransformerConfig::tiny(cfg.vocab, cfg.seq_len)
-    })?;
+    let base = crate::count::try_transformer(&cfg.transformer())?;
     let overflow = || ModelError::Config("the mHC model's counts overflow 64 bits".into());
     let (n, d, w) = (cfg.streams as u64, cfg.d_model as u64, cfg.gate_width() as u64);
     let sites = 2 * cfg.n_layers as u64;

@@ -174,8 +174,8 @@ impl ModelConfig {
                 Some(twin(d, h.n_layers, h.rank, h.d_v, 4 * d))
             }
             ModelConfig::MemoryFormer(m) => Some(twin(m.d_model, m.n_layers, m.n_heads, m.head_dim(), 4 * m.d_model)),
-            // Its streams' D, with its heads, D_FF and L: what the sites are added to.
-            ModelConfig::Hc(h) => Some(twin(h.d_model, h.n_layers, h.n_heads, h.head_dim, h.d_ff)),
+            // The transformer its streams widen: what the sites are added to.
+            ModelConfig::Hc(h) => Some(h.transformer()),
             ModelConfig::Transformer(_) => None,
         }
     }

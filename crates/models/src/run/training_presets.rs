@@ -134,23 +134,7 @@ fn small_hybrid() -> HybridConfig {
 /// Hyper-connections at small-transformer's width: its D, H, D_h, D_FF, L and init with n = 4
 /// streams, so that the sites are all that differs (SPEC §6.10 E1).
 fn small_hc(mixing: crate::HcMixing) -> crate::HcConfig {
-    let t = small_transformer();
-    crate::HcConfig {
-        vocab: t.vocab,
-        seq_len: t.seq_len,
-        d_model: t.d_model,
-        n_layers: t.n_layers,
-        n_heads: t.n_heads,
-        head_dim: t.head_dim,
-        d_ff: t.d_ff,
-        streams: 4,
-        mixing,
-        sinkhorn_iters: 20,
-        norm: t.norm,
-        norm_eps: t.norm_eps,
-        init_std: t.init_std,
-        z_loss: t.z_loss,
-    }
+    crate::HcConfig::widening(&small_transformer(), 4, mixing)
 }
 
 fn dims(name: &str) -> Dims {
