@@ -6,11 +6,15 @@ struct Params { tokens: u32, n: u32, kind: u32, iters: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 const SINKHORN: u32 = 0u;
+const TANH: u32 = 2u;
 
 fn sigmoid(z: f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
 
+// tanh that saturates to ±1 instead of overflowing where a driver computes it from exp.
+fn tanh_stable(z: f32) -> f32 { return 1.0 - 2.0 / (exp(2.0 * z) + 1.0); }
+
 fn width() -> u32 {
-    if (p.kind == SINKHORN) { return 2u * p.n + p.n * p.n; }
+    if (p.kind == SINKHORN || p.kind == TANH) { return 2u * p.n + p.n * p.n; }
     var f = 1u;
     for (var i = 2u; i <= p.n; i = i + 1u) { f = f * i; }
     return 2u * p.n + f;
@@ -89,6 +93,18 @@ fn hyper_gates(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     let n = p.n;
     let w = width();
     let base = t * w;
+    if (p.kind == TANH) {
+        // HC: each stream's n + 2 logits [pre_j, post_j, P[j,0..n)], gate = α·tanh(m) + b.
+        for (var j = 0u; j < n; j = j + 1u) {
+            let at = j * (n + 2u);
+            pre[t * n + j] = alpha[0] * tanh_stable(logits[base + at]) + bias[at];
+            post[t * n + j] = alpha[1] * tanh_stable(logits[base + at + 1u]) + bias[at + 1u];
+            for (var k = 0u; k < n; k = k + 1u) {
+                mix[t * n * n + j * n + k] = alpha[2] * tanh_stable(logits[base + at + 2u + k]) + bias[at + 2u + k];
+            }
+        }
+        return;
+    }
     let pre_eps = select(0.0, HC_EPS, p.kind == SINKHORN);
     for (var j = 0u; j < n; j = j + 1u) {
         pre[t * n + j] = sigmoid(alpha[0] * logits[base + j] + bias[j]) + pre_eps;
@@ -135,6 +151,26 @@ fn hyper_gates_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
     let n = p.n;
     let w = width();
     let base = t * w;
+    if (p.kind == TANH) {
+        // db = dgate, dm = α·(1 − tanh²)·dgate, dα = Σ tanh·dgate, each stream's logits in turn.
+        var da = array<f32, 3>(0.0, 0.0, 0.0);
+        for (var j = 0u; j < n; j = j + 1u) {
+            for (var q = 0u; q < n + 2u; q = q + 1u) {
+                let i = base + j * (n + 2u) + q;
+                let seg = min(q, 2u);
+                var gate: f32;
+                if (q == 0u) { gate = dpre[t * n + j]; }
+                else if (q == 1u) { gate = dpost[t * n + j]; }
+                else { gate = dmix[t * n * n + j * n + q - 2u]; }
+                let th = tanh_stable(b_logits[i]);
+                dz[i] = gate;
+                dm[i] = b_alpha[seg] * (1.0 - th * th) * gate;
+                da[seg] = da[seg] + th * gate;
+            }
+        }
+        for (var seg = 0u; seg < 3u; seg = seg + 1u) { dalpha[t * 3u + seg] = da[seg]; }
+        return;
+    }
     for (var j = 0u; j < n; j = j + 1u) {
         var s = sigmoid(b_alpha[0] * b_logits[base + j] + b_bias[j]);
         dz[base + j] = dpre[t * n + j] * s * (1.0 - s);

@@ -99,10 +99,14 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.seq_len,
                 c.streams * c.d_model
             );
+            let paper = match c.mixing {
+                models::HcMixing::Hc => "HC paper (Eq. 25, one s_α)",
+                _ => "mHC paper (Eq. 7, gain apart)",
+            };
             show(args.json, &h, || {
-                print(&describe, "paper (mHC Eq. 7, gain apart)", &h.model, c.seq_len);
+                print(&describe, paper, &h.model, c.seq_len);
                 out!(
-                    "each of {} sites    {:>18} parameters ({} in the mHC paper's convention), {} multiply-adds a token",
+                    "each of {} sites    {:>18} parameters ({} in the paper's convention), {} multiply-adds a token",
                     2 * c.n_layers,
                     thousands(h.site_params),
                     thousands(h.site_params_paper),

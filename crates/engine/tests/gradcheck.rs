@@ -509,7 +509,8 @@ fn memory_layer() {
 }
 
 /// Hyper-connections' gates: the gradients of the logits, the three scales and the bias, through
-/// the sigmoids and Sinkhorn's unrolled normalisations or mHC-lite's permutation mixture.
+/// the sigmoids and Sinkhorn's unrolled normalisations or mHC-lite's permutation mixture, and
+/// through HC's tanh gates.
 #[test]
 fn hyper_connection_gates() {
     use resmem_engine::ops::hyper;
@@ -522,6 +523,8 @@ fn hyper_connection_gates() {
         (4, Mixing::Sinkhorn { iters: 20 }),
         (3, Mixing::Permutations),
         (4, Mixing::Permutations),
+        (1, Mixing::Tanh),
+        (3, Mixing::Tanh),
     ] {
         let d = HyperDims { tokens: 3, n, mixing };
         let w = d.width();

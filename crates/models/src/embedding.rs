@@ -46,7 +46,7 @@ impl VectorEmbedding {
         let (v, n, d) = (self.vocab, self.seq_len, self.d_model);
         let init = Init::Normal { std: self.std };
         VectorEmbeddingParams {
-            wte: lb.add("wte", &[v, d], false, init),
+            wte: lb.add("wte", &[v, d], false, init.clone()),
             wpe: lb.add("wpe", &[n, d], false, init),
         }
     }
@@ -148,8 +148,8 @@ impl MatrixEmbedding {
         let keys = Init::Normal {
             std: self.weight_init.std(self.init_std, r, dk, 1.0),
         };
-        let wte = lb.add("wte", &[self.vocab, r, dv], false, table);
-        let w_e = lb.add("w_e", &[r, dk], true, keys);
+        let wte = lb.add("wte", &[self.vocab, r, dv], false, table.clone());
+        let w_e = lb.add("w_e", &[r, dk], true, keys.clone());
         let (wpe, w_pe) = match self.position {
             Position::Learned => (
                 Some(lb.add("wpe", &[self.seq_len, r, dv], false, table)),

@@ -1,18 +1,22 @@
-//! Manifold-constrained hyper-connections (mHC, SPEC §6.2, §6.4) and mHC-lite (§6.5): a
-//! transformer whose residual is n streams of D, X ∈ R^{n×D} a token, mixed at every site (each
-//! block's attention, then its FF) by a doubly stochastic P:
+//! Hyper-connections (HC, SPEC §6.3), manifold-constrained ones (mHC, §6.2, §6.4) and mHC-lite
+//! (§6.5): a transformer whose residual is n streams of D, X ∈ R^{n×D} a token, mixed at every
+//! site (each block's attention, then its FF) by an n×n P, doubly stochastic but in HC:
 //!
 //!   X⁰ = (e, e, …, e)                                 e = W_E[token] + W_PE[position]
-//!   x̂ = vec(X) / rms(vec(X)),  m = Φ x̂                one statistic over all n·D values
+//!   x̂ = vec(X) / rms(vec(X)),  m = Φ x̂                mHC: one statistic over all n·D values
+//!   x̂_j = g ⊙ x_j / rms(x_j),  m_j = W x̂_j            HC: each stream its own n + 2 logits
 //!   pre, post, P = gates(m; α, b)                      `engine::ops::hyper`
 //!   u = Σ_j pre_j x_j,  f = F(u)                       F = MHA(Norm(·)) or FF(Norm(·))
 //!   x'_k = Σ_j P[j,k] x_j + post_k f                   P[j,k]: from stream j to stream k
 //!   logits = W_U · Norm(Σ_j x_j)                       the collapse `sum`
 //!
 //! Every per-token product of streams is a batched matmul (a token's n×n, n×D or 1×n matrices),
-//! so the only op of its own is the gates'. Initialised as SPEC §6.6's `zero-bias`: Φ ~
-//! N(0, 0.02²), b = 0, α = 0.01, so that P starts near J/n and the model near a transformer,
-//! the random Φ breaking the streams' symmetry. Not yet an `Arch` of the CLI or the page.
+//! so the only op of its own is the gates'. mHC and mHC-lite start as SPEC §6.6's `zero-bias`:
+//! Φ ~ N(0, 0.02²), b = 0, α = 0.01, so that P starts near J/n and the model near a transformer,
+//! the random Φ breaking the streams' symmetry. HC starts as its paper's Eq. 14: W = 0, α = 0.01,
+//! the static parts A_m = e_{s mod n} (site s), B = 1 and A_r = I, so that its logits equal the
+//! transformer's and the one-hot pre breaks the symmetry; its α_pre and α_res are two scales, not
+//! the paper's one s_α (one scalar more a site).
 
 use crate::attention::{
     Attention, AttentionActs, AttentionMaps, AttentionNames, AttentionScratch, ProjectionParams, Projections,
@@ -32,6 +36,9 @@ use serde::{Deserialize, Serialize};
 /// How each site mixes the streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HcMixing {
+    /// HC: dynamic hyper-connections with tanh, P unconstrained.
+    #[serde(rename = "hc")]
+    Hc,
     /// mHC: Sinkhorn's projection of n² logits (`sinkhorn_iters` rounds).
     #[serde(rename = "mhc")]
     Mhc,
@@ -41,10 +48,11 @@ pub enum HcMixing {
 }
 
 impl HcMixing {
-    pub const ALL: [HcMixing; 2] = [HcMixing::Mhc, HcMixing::MhcLite];
+    pub const ALL: [HcMixing; 3] = [HcMixing::Hc, HcMixing::Mhc, HcMixing::MhcLite];
 
     pub fn name(self) -> &'static str {
         match self {
+            HcMixing::Hc => "hc",
             HcMixing::Mhc => "mhc",
             HcMixing::MhcLite => "mhc-lite",
         }
@@ -134,7 +142,23 @@ impl HcConfig {
                 iters: self.sinkhorn_iters,
             },
             HcMixing::MhcLite => Mixing::Permutations,
+            HcMixing::Hc => Mixing::Tanh,
         }
+    }
+
+    /// The gates' projection as one matmul (rows × k)·(cols × k)ᵀ over `tokens` tokens: a
+    /// token's n·D values to W logits (mHC), or each stream's D values to its n + 2 (HC).
+    fn projection(&self, tokens: usize) -> (usize, usize, usize) {
+        let (n, d) = (self.streams, self.d_model);
+        match self.mixing {
+            HcMixing::Hc => (tokens * n, n + 2, d),
+            _ => (tokens, self.gate_width(), n * d),
+        }
+    }
+
+    /// HC normalises each stream with a learned gain; mHC has one gain-free statistic a token.
+    fn stream_gain(&self) -> bool {
+        self.mixing == HcMixing::Hc
     }
 
     fn gates(&self, tokens: usize) -> HyperDims {
@@ -145,13 +169,23 @@ impl HcConfig {
         }
     }
 
-    /// One site's statistic over all n·D values of a token (the gain-free RMSNorm of §6.4).
-    fn stream_norm(&self, rows: usize) -> NormDims {
-        NormDims {
-            rows,
-            c: self.streams * self.d_model,
-            kind: NormKind::RmsNorm,
-            eps: engine::ops::hyper::EPS,
+    /// One site's statistic over all n·D values of a token (the gain-free RMSNorm of §6.4), or
+    /// HC's RMSNorm of each stream (§6.12: the engine's RMSNorm with gain for its LayerNorm).
+    fn stream_norm(&self, tokens: usize) -> NormDims {
+        let (n, d) = (self.streams, self.d_model);
+        match self.mixing {
+            HcMixing::Hc => NormDims {
+                rows: tokens * n,
+                c: d,
+                kind: NormKind::RmsNorm,
+                eps: self.norm_eps,
+            },
+            _ => NormDims {
+                rows: tokens,
+                c: n * d,
+                kind: NormKind::RmsNorm,
+                eps: engine::ops::hyper::EPS,
+            },
         }
     }
 
@@ -180,7 +214,7 @@ impl HcConfig {
             return bad("every size of an mHC model must be at least 1".into());
         }
         let most = match self.mixing {
-            HcMixing::Mhc => engine::ops::hyper::MAX_STREAMS,
+            HcMixing::Hc | HcMixing::Mhc => engine::ops::hyper::MAX_STREAMS,
             HcMixing::MhcLite => engine::ops::hyper::MAX_PERMUTED_STREAMS,
         };
         if !(1..=most).contains(&self.streams) {
@@ -221,18 +255,22 @@ impl HcConfig {
     }
 }
 
-/// What an mHC model costs beside the transformer of its D, H, D_h, D_FF and L (SPEC §6.8).
+/// What a hyper-connected model costs beside the transformer of its D, H, D_h, D_FF and L
+/// (SPEC §6.8).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct HcCounts {
     /// The whole model: the transformer's counts plus its sites', as built and in the papers'
     /// conventions; FLOPs per sequence of seq_len tokens, products only (2 a multiply-add).
     pub model: crate::count::Counts,
-    /// One site's parameters as built: Φ, its bias and α, (W)(n·D + 1) + 3.
+    /// One site's parameters as built: Φ, its bias and α, (W)(n·D + 1) + 3; HC's W (n + 2 × D),
+    /// bias, α and its norm's gain, (n + 3)·D + n(n + 2) + 3.
     pub site_params: u64,
-    /// The mHC paper's convention (Eq. 7, the RMSNorm gain counted apart): n·D·W + n·D + W + 3.
+    /// The papers' conventions: mHC's Eq. 7 with the RMSNorm gain counted apart, n·D·W + n·D +
+    /// W + 3; HC's Eq. 25 with one s_α, (n + 3)·D + n(n + 2) + 2.
     pub site_params_paper: u64,
-    /// One site's multiply-adds a token: Φx̂ (W·n·D), the norm, the collapse, the mixing and
-    /// the write-back, (n³ + 3n² + 3n)·D for Sinkhorn; the gates' own arithmetic not counted.
+    /// One site's multiply-adds a token: the projection (mHC W·n·D, HC n(n + 2)·D), the norm,
+    /// the collapse, the mixing and the write-back: (n³ + 3n² + 3n)·D for Sinkhorn, (2n² + 5n)·D
+    /// for HC; the gates' own arithmetic not counted.
     pub site_macs: u64,
 }
 
@@ -243,11 +281,16 @@ pub fn counts(cfg: &HcConfig) -> Result<HcCounts> {
     let (n, d, w) = (cfg.streams as u64, cfg.d_model as u64, cfg.gate_width() as u64);
     let sites = 2 * cfg.n_layers as u64;
     let nd = n.checked_mul(d).ok_or_else(overflow)?;
-    let site_params = w
-        .checked_mul(nd + 1)
-        .and_then(|x| x.checked_add(3))
-        .ok_or_else(overflow)?;
-    let site_macs = (w.checked_mul(nd))
+    // Φ (or W) with its bias and three scales, and HC's gain; the paper's convention.
+    let (phi, gain, paper) = match cfg.mixing {
+        HcMixing::Hc => ((n + 2) * d, d, -1i64),
+        _ => (w.checked_mul(nd).ok_or_else(overflow)?, 0, nd as i64),
+    };
+    let site_params = (phi.checked_add(w + 3 + gain)).ok_or_else(overflow)?;
+    let site_params_paper = site_params.checked_add_signed(paper).ok_or_else(overflow)?;
+    let (rows, cols, k) = cfg.projection(1);
+    let site_macs = ((rows * cols) as u64)
+        .checked_mul(k as u64)
         .and_then(|x| x.checked_add(3 * nd + n * n * d))
         .ok_or_else(overflow)?;
     // The expansion to n streams and the head's sum: n·D each a token.
@@ -260,32 +303,53 @@ pub fn counts(cfg: &HcConfig) -> Result<HcCounts> {
     Ok(HcCounts {
         model: crate::count::Counts {
             params: add(base.params, sites * site_params)?,
-            params_paper: add(base.params_paper, sites * (site_params + nd))?,
+            params_paper: add(base.params_paper, sites * site_params_paper)?,
             flops_fwd: add(base.flops_fwd, flops)?,
             flops_fwd_paper: add(base.flops_fwd_paper, flops)?,
         },
         site_params,
-        site_params_paper: site_params + nd,
+        site_params_paper,
         site_macs,
     })
 }
 
-/// One site's hyper-connection: Φ (W, n·D), its bias (W) and its three scales.
+/// One site's hyper-connection: Φ (W, n·D; HC's W is n + 2 × D), its bias (W), its three
+/// scales, and HC's norm gain (D).
 #[derive(Clone, Copy, Debug)]
 struct SiteParams<T> {
     phi: T,
     bias: T,
     alpha: T,
+    gain: Option<T>,
 }
 
 impl SiteParams<ParamId> {
-    fn declare(lb: &mut LayoutBuilder, prefix: &str, cfg: &HcConfig) -> Self {
-        let (w, nd) = (cfg.gate_width(), cfg.streams * cfg.d_model);
-        // SPEC §6.6 `zero-bias`; weight decay on Φ only (the static parts take none).
+    /// Site `site`'s parameters (0: block 0's attention, 1: its FF, …). Weight decay on Φ only:
+    /// the static parts take none (HC §4).
+    fn declare(lb: &mut LayoutBuilder, prefix: &str, cfg: &HcConfig, site: usize) -> Self {
+        let (_, cols, k) = cfg.projection(0);
+        let w = cfg.gate_width();
+        let (phi, bias) = match cfg.mixing {
+            // HC's Eq. 14: W = 0; stream by stream [A_m,j = (j = s mod n), B_j = 1, A_r[j,·] = e_j].
+            HcMixing::Hc => {
+                let n = cfg.streams;
+                let stream = |j: usize| {
+                    let pre = [(j == site % n) as u8 as f32, 1.0];
+                    pre.into_iter().chain((0..n).map(move |k| (j == k) as u8 as f32))
+                };
+                (
+                    Init::Normal { std: 0.0 },
+                    Init::Values((0..n).flat_map(stream).collect()),
+                )
+            }
+            // SPEC §6.6 `zero-bias`.
+            _ => (Init::Normal { std: 0.02 }, Init::Constant(0.0)),
+        };
         SiteParams {
-            phi: lb.add(format!("{prefix}.hc_phi"), &[w, nd], true, Init::Normal { std: 0.02 }),
-            bias: lb.add(format!("{prefix}.hc_bias"), &[w], false, Init::Constant(0.0)),
+            phi: lb.add(format!("{prefix}.hc_phi"), &[cols, k], true, phi),
+            bias: lb.add(format!("{prefix}.hc_bias"), &[w], false, bias),
             alpha: lb.add(format!("{prefix}.hc_alpha"), &[3], false, Init::Constant(0.01)),
+            gain: (cfg.stream_gain()).then(|| lb.add(format!("{prefix}.hc_norm"), &[cfg.d_model], false, Init::ONE)),
         }
     }
 
@@ -294,6 +358,7 @@ impl SiteParams<ParamId> {
             phi: f(self.phi),
             bias: f(self.bias),
             alpha: f(self.alpha),
+            gain: self.gain.map(f),
         }
     }
 }
@@ -340,19 +405,18 @@ fn declare(cfg: &HcConfig) -> (ParamLayout, Weights<ParamId>) {
     let (d, v) = (cfg.d_model, cfg.vocab);
     let (maps, core) = (cfg.attention_maps(0), cfg.core(0));
     let mut lb = LayoutBuilder::default();
-    let gain = Init::Constant(1.0);
     let embedding = cfg.embedding(0, 0).declare(&mut lb);
     let blocks = (0..cfg.n_layers)
         .map(|i| Block {
-            attn_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.attn"), cfg),
-            ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, gain),
+            attn_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.attn"), cfg, 2 * i),
+            ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, Init::ONE),
             maps: <Projections as AttentionMaps<Dense>>::declare(&maps, &mut lb, &format!("blocks.{i}")),
-            ff_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.ff"), cfg),
-            ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, gain),
+            ff_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.ff"), cfg, 2 * i + 1),
+            ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, Init::ONE),
             core: core.declare(&mut lb, &format!("blocks.{i}")),
         })
         .collect();
-    let lnf = lb.add("lnf", &[d], false, gain);
+    let lnf = lb.add("lnf", &[d], false, Init::ONE);
     // W_U from zero: the first loss is exactly ln V.
     let w_u = lb.add("w_u", &[v, d], false, Init::Normal { std: 0.0 });
     let ids = Weights {
@@ -429,7 +493,7 @@ pub struct HyperConnections<B: Backend> {
     encoded: B::Tensor,  // (BT, D) e
     streams0: B::Tensor, // (BT, n, D) X⁰
     blocks: Vec<BlockActs<B>>,
-    /// Constant ones: over the streams, a token's n·D values (the norm's gain) and the tokens
+    /// Constant ones: over the streams, a token's n·D values (the norm's Init::ONE) and the tokens
     /// (the column sums of the gates' gradients).
     ones_n: B::Tensor,
     ones_nd: B::Tensor,
@@ -481,7 +545,7 @@ impl<B: Backend> HyperConnections<B> {
         let site = || -> engine::Result<SiteActs<B>> {
             Ok(SiteActs {
                 xhat: z("the streams' norm (batch × seq_len × streams·d_model)", bt * nd)?,
-                xstats: z("the streams' norm statistics", bt * 2)?,
+                xstats: z("the streams' norm statistics", 2 * cfg.stream_norm(bt).rows)?,
                 m: z("the gates' logits", bt * w_gates)?,
                 pre: z("pre", bt * n)?,
                 post: z("post", bt * n)?,
@@ -585,9 +649,11 @@ impl<B: Backend> HyperConnections<B> {
     /// The site's gates and collapse: x̂, m, pre, post, P and u from the streams `x`.
     fn site_in(&self, be: &B, a: &SiteActs<B>, x: &B::Tensor, p: &SiteParams<B::Tensor>) {
         let (cfg, bt) = (&self.cfg, self.bt());
-        let (n, d, w) = (cfg.streams, cfg.d_model, cfg.gate_width());
-        be.norm_forward(&a.xhat, &a.xstats, x, &self.ones_nd, cfg.stream_norm(bt));
-        be.matmul(&a.m, &a.xhat, &p.phi, MatmulDims::new(bt, w, n * d).trans_b());
+        let (n, d) = (cfg.streams, cfg.d_model);
+        let (rows, cols, k) = cfg.projection(bt);
+        let gain = p.gain.as_ref().unwrap_or(&self.ones_nd);
+        be.norm_forward(&a.xhat, &a.xstats, x, gain, cfg.stream_norm(bt));
+        be.matmul(&a.m, &a.xhat, &p.phi, MatmulDims::new(rows, cols, k).trans_b());
         be.hyper_gates(&a.pre, &a.post, &a.mix, &a.m, &p.alpha, &p.bias, cfg.gates(bt));
         be.matmul(&a.u, &a.pre, x, self.per_token(1, d, n));
     }
@@ -624,15 +690,20 @@ impl<B: Backend> HyperConnections<B> {
     ) {
         let (cfg, bt) = (&self.cfg, self.bt());
         let (n, d, w) = (cfg.streams, cfg.d_model, cfg.gate_width());
+        let (rows, cols, k) = cfg.projection(bt);
         be.matmul(&s.dpre, x, &s.du, self.per_token(n, 1, d));
         be.matmul(h, &a.pre, &s.du, self.per_token(n, d, 1).accumulate());
         let gates = cfg.gates(bt);
         be.hyper_gates_backward(
             &s.dm, &s.dz, &s.dalpha, &s.dpre, &s.dpost, &s.dmix, &a.m, &p.alpha, &p.bias, gates,
         );
-        be.matmul(&dp.phi, &s.dm, &a.xhat, MatmulDims::new(w, n * d, bt).trans_a());
-        be.matmul(&s.dxhat, &s.dm, &p.phi, MatmulDims::new(bt, n * d, w));
-        be.norm_backward(h, &s.dgain, &s.dxhat, x, &self.ones_nd, &a.xstats, cfg.stream_norm(bt));
+        be.matmul(&dp.phi, &s.dm, &a.xhat, MatmulDims::new(cols, k, rows).trans_a());
+        be.matmul(&s.dxhat, &s.dm, &p.phi, MatmulDims::new(rows, k, cols));
+        let (gain, dgain) = match (&p.gain, &dp.gain) {
+            (Some(g), Some(dg)) => (g, dg),
+            _ => (&self.ones_nd, &s.dgain),
+        };
+        be.norm_backward(h, dgain, &s.dxhat, x, gain, &a.xstats, cfg.stream_norm(bt));
         // The bias's and the scales' gradients: column sums over the tokens, in token order.
         be.matmul(&dp.bias, &self.ones_bt, &s.dz, MatmulDims::new(1, w, bt));
         be.matmul(&dp.alpha, &self.ones_bt, &s.dalpha, MatmulDims::new(1, 3, bt));

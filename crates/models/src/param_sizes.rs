@@ -112,8 +112,9 @@ pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
     ])
 }
 
-/// The mHC model's parameters, as `hyper_connections::layout` declares them: the transformer's
-/// and each site's Φ (W × streams·d_model), bias (W) and three scales, W = 2n + n² or n!.
+/// A hyper-connected model's parameters, as `hyper_connections::layout` declares them: the
+/// transformer's and each site's Φ (W × streams·d_model), bias (W) and three scales, W = 2n + n²
+/// or n!; HC's Φ is (n + 2 × d_model), and each site adds its norm's gain (d_model).
 pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
     let [v, n, d, l, h, dh, f, s] = [
         c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff, c.streams,
@@ -122,23 +123,24 @@ pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
     let hd = product("n_heads × head_dim", &[h, dh])?;
     let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
     let res = match c.mixing {
-        crate::HcMixing::Mhc => product("streams²", &[s, s])?,
+        crate::HcMixing::Hc | crate::HcMixing::Mhc => product("streams²", &[s, s])?,
         crate::HcMixing::MhcLite => product("streams!", &(1..=s).collect::<Vec<_>>())?,
     };
     let w = sum("the gates' logits (2·streams + the mixing's)", &[2 * s, res])?;
-    let sd = product("streams × d_model", &[s, d])?;
+    let (phi, gains) = match c.mixing {
+        crate::HcMixing::Hc => (vec![sum("streams + 2", &[s, 2])?, d], 2 * l),
+        _ => (vec![w, product("streams × d_model", &[s, d])?], 0),
+    };
     param_sizes(&[
         (1, "wte (vocab × d_model)", vec![v, d]),
         (1, "wpe (seq_len × d_model)", vec![n, d]),
-        (l, "hc_phi (gates × streams·d_model)", vec![w, sd]),
-        (l, "hc_bias (gates)", vec![w]),
-        (l, "hc_alpha (3)", vec![3]),
+        (2 * l, "hc_phi (gates × streams·d_model, or streams + 2 × d_model)", phi),
+        (2 * l, "hc_bias (gates)", vec![w]),
+        (2 * l, "hc_alpha (3)", vec![3]),
+        (gains, "hc_norm (d_model)", vec![d]),
         (l, "the norm gains (d_model)", vec![d]),
         (l, "w_qkv (3·n_heads·head_dim × d_model)", vec![qkv, d]),
         (l, "w_o (d_model × n_heads·head_dim)", vec![d, hd]),
-        (l, "hc_phi (gates × streams·d_model)", vec![w, sd]),
-        (l, "hc_bias (gates)", vec![w]),
-        (l, "hc_alpha (3)", vec![3]),
         (l, "the norm gains (d_model)", vec![d]),
         (l, "w1 (d_ff × d_model)", vec![f, d]),
         (l, "w2 (d_model × d_ff)", vec![d, f]),

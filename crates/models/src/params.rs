@@ -16,10 +16,19 @@ use rand_distr::{Distribution, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 /// How a parameter starts.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Init {
-    Normal { std: f32 },
+    Normal {
+        std: f32,
+    },
     Constant(f32),
+    /// Each value given, in order (hyper-connections' static gates: one-hot, identity).
+    Values(std::sync::Arc<[f32]>),
+}
+
+impl Init {
+    /// Every norm's gain starts here.
+    pub const ONE: Init = Init::Constant(1.0);
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -133,6 +142,7 @@ impl ParamLayout {
             };
             match s.init {
                 Init::Constant(c) => dst.fill(c),
+                Init::Values(ref given) => dst.copy_from_slice(given),
                 Init::Normal { std: 0.0 } => dst.fill(0.0),
                 Init::Normal { std } => dst.iter_mut().for_each(|v| {
                     let z: f64 = StandardNormal.sample(&mut rng);

@@ -136,19 +136,18 @@ fn declare<C: ResidualMatrixConfig>(cfg: &C) -> (ParamLayout, Ids<C>) {
     };
     let mut lb = LayoutBuilder::default();
     let embedding = embedding(&c, 0, 0).declare(&mut lb);
-    let gain = Init::Constant(1.0);
     let blocks = (0..l)
         .map(|i| Block {
-            ln1: lb.add(format!("blocks.{i}.ln1"), &[dk, dv], false, gain),
+            ln1: lb.add(format!("blocks.{i}.ln1"), &[dk, dv], false, Init::ONE),
             r_qkv: lb.add(format!("blocks.{i}.r_qkv"), &[3 * r, dk], true, weight(dk, 3 * r, 1.0)),
             w_o: lb.add(format!("blocks.{i}.w_o"), &[r, dk], true, weight(r, dk, out_scale)),
-            ln2: lb.add(format!("blocks.{i}.ln2"), &[dk, dv], false, gain),
+            ln2: lb.add(format!("blocks.{i}.ln2"), &[dk, dv], false, Init::ONE),
             r_ff: lb.add(format!("blocks.{i}.r_ff"), &[r, dk], true, weight(dk, r, 1.0)),
             core: core.declare(&mut lb, &format!("blocks.{i}")),
             w_ff: lb.add(format!("blocks.{i}.w_ff"), &[r, dk], true, weight(r, dk, out_scale)),
         })
         .collect();
-    let lnf = lb.add("lnf", &[dk, dv], false, gain);
+    let lnf = lb.add("lnf", &[dk, dv], false, Init::ONE);
     let r_u = lb.add("r_u", &[r, dk], true, weight(dk, r, 1.0));
     let w_u_init = match c.zero_unembedding {
         true => Init::Normal { std: 0.0 },

@@ -24,7 +24,7 @@ use crate::{ModelConfig, Norm, Result};
 use engine::{Backend, NormDims};
 
 /// What every vector-residual model has, whatever its maps and core.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct VectorTrunk {
     pub vocab: usize,
     /// N: the learned position table has this many rows.
@@ -124,17 +124,16 @@ fn declare<C: ResidualVectorConfig>(cfg: &C) -> (ParamLayout, Params<C, ParamId>
     // The layout does not depend on the batch.
     let (maps, core) = (cfg.maps(0), cfg.core(0));
     let mut lb = LayoutBuilder::default();
-    let gain = Init::Constant(1.0);
     let embedding = embedding(&tr, 0, 0).declare(&mut lb);
     let blocks = (0..tr.n_layers)
         .map(|i| Block {
-            ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, gain),
+            ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, Init::ONE),
             maps: maps.declare(&mut lb, &format!("blocks.{i}")),
-            ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, gain),
+            ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, Init::ONE),
             core: core.declare(&mut lb, &format!("blocks.{i}")),
         })
         .collect();
-    let lnf = lb.add("lnf", &[d], false, gain);
+    let lnf = lb.add("lnf", &[d], false, Init::ONE);
     let w_u = lb.add("w_u", &[v, d], false, tr.unembedding_init);
     let ids = Weights {
         embedding,
@@ -293,8 +292,8 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             s,
             probes,
             cfg,
-            trunk,
             embedding: embedding(&trunk, b, t),
+            trunk,
             maps,
             attention,
             core,

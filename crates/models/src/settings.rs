@@ -150,15 +150,15 @@ pub const SETTINGS: &[Setting] = &[
         "n",
         Kind::Whole,
         STREAMS,
-        "residual streams of D each, mixed at every attention and FF by a doubly stochastic matrix",
+        "residual streams of D each, mixed at every attention and FF by an n×n matrix (doubly stochastic in mHC)",
     ),
     model(
         "mixing",
         "mixing",
         "mixing",
-        Kind::Choice(&["mhc", "mhc-lite"]),
+        Kind::Choice(&["hc", "mhc", "mhc-lite"]),
         STREAMS,
-        "mHC's Sinkhorn projection, or mHC-lite's mixture of the n! permutations (n ≤ 4)",
+        "HC's unconstrained tanh gates, mHC's Sinkhorn projection, or mHC-lite's mixture of the n! permutations (n ≤ 4)",
     ),
     off_page(model(
         "sinkhorn_iters",

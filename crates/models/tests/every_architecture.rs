@@ -205,6 +205,7 @@ fn families() -> Vec<Family> {
                 ("mHC, 3 streams, 4 rounds", M::Hc(hc(3, HcMixing::Mhc, 4))),
                 ("mHC, 1 stream", M::Hc(hc(1, HcMixing::Mhc, 20))),
                 ("mHC-lite, 3 streams", M::Hc(hc(3, HcMixing::MhcLite, 20))),
+                ("HC, 3 streams", M::Hc(hc(3, HcMixing::Hc, 20))),
             ],
             // 3 streams of 7, 2 heads of 3: n·D = 21 and W = 15 or 12 fit no tile.
             awkward: vec![
@@ -220,6 +221,13 @@ fn families() -> Vec<Family> {
                     M::Hc(HcConfig {
                         vocab: 256,
                         ..hc(3, HcMixing::MhcLite, 20)
+                    }),
+                ),
+                (
+                    "HC, 3 streams of 7",
+                    M::Hc(HcConfig {
+                        vocab: 256,
+                        ..hc(3, HcMixing::Hc, 20)
                     }),
                 ),
             ],

@@ -9,14 +9,21 @@ use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::hyper_connections::{counts, layout};
-use resmem_models::{BatchTensors, HcConfig, HcMixing, HyperConnections, LanguageModel, Observe, TrainConfig, Trainer};
+use resmem_models::{
+    BatchTensors, HcConfig, HcMixing, HyperConnections, LanguageModel, Observe, TrainConfig, Trainer, Transformer,
+};
 
 /// SPEC §6.8: the parameters counted are the ones built, and at n = 4 a block's two sites cost
 /// the table's +12.5% parameters and +16.1% multiply-adds of a 12·D² block at D = 128, +25% and
-/// +32% at D = 64.
+/// +32% at D = 64 (mHC); +0.9% and +6.8%, +1.8% and +13.5% (HC).
 #[test]
 fn counts_are_the_built_parameters_and_the_spec_table() {
-    for (streams, mixing) in [(3, HcMixing::Mhc), (1, HcMixing::Mhc), (4, HcMixing::MhcLite)] {
+    for (streams, mixing) in [
+        (3, HcMixing::Mhc),
+        (1, HcMixing::Mhc),
+        (4, HcMixing::MhcLite),
+        (3, HcMixing::Hc),
+    ] {
         let cfg = HcConfig {
             d_model: 7,
             streams,
@@ -30,9 +37,15 @@ fn counts_are_the_built_parameters_and_the_spec_table() {
             "n {streams} {mixing:?}"
         );
     }
-    for (d, params, macs) in [(128, 0.125, 0.161), (64, 0.25, 0.32)] {
+    for (mixing, d, params, macs) in [
+        (HcMixing::Mhc, 128, 0.125, 0.161),
+        (HcMixing::Mhc, 64, 0.25, 0.32),
+        (HcMixing::Hc, 128, 0.009, 0.068),
+        (HcMixing::Hc, 64, 0.018, 0.135),
+    ] {
         let cfg = HcConfig {
             d_model: d,
+            mixing,
             ..HcConfig::tiny(256, 16)
         };
         let c = counts(&cfg).unwrap();
@@ -40,9 +53,83 @@ fn counts_are_the_built_parameters_and_the_spec_table() {
         let (p, m) = (2.0 * c.site_params as f64 / block, 2.0 * c.site_macs as f64 / block);
         assert!(
             (p - params).abs() < 0.005 && (m - macs).abs() < 0.005,
-            "D {d}: +{p:.3} parameters, +{m:.3} MACs"
+            "{mixing:?} D {d}: +{p:.3} parameters, +{m:.3} MACs"
         );
     }
+    // HC's paper convention (Eq. 25): |θ_norm| + D(n + 2) + n(n + 2) + 2, one s_α.
+    let cfg = HcConfig {
+        mixing: HcMixing::Hc,
+        ..HcConfig::tiny(256, 16)
+    };
+    let (n, d) = (cfg.streams as u64, cfg.d_model as u64);
+    assert_eq!(
+        counts(&cfg).unwrap().site_params_paper,
+        d + d * (n + 2) + n * (n + 2) + 2
+    );
+}
+
+/// SPEC §6.10 E0: at init HC is its transformer. W = 0 makes every gate its static part (pre
+/// one-hot, post 1, P = I), so with the transformer's weights its streams each hold the
+/// transformer's residual, and the head's sum of n equal streams changes nothing but the final
+/// norm's ε.
+#[test]
+fn hc_starts_as_its_transformer() {
+    let be = CpuBackend::<f32>::new();
+    let cfg = HcConfig {
+        mixing: HcMixing::Hc,
+        ..HcConfig::tiny(256, 16)
+    };
+    let (b, t) = (2, 16);
+    let hc = HyperConnections::new(&be, cfg.clone(), b, t, 3).unwrap();
+    let plain = Transformer::new(&be, cfg.transformer(), b, t, 4).unwrap();
+    // The transformer takes HC's values of every parameter it has, by name; W_U too, made
+    // nonzero so that the logits say something.
+    let from = pollster::block_on(be.read(&hc.store().params)).unwrap();
+    let mut to = pollster::block_on(be.read(&plain.store().params)).unwrap();
+    for spec in &plain.store().layout.specs {
+        let there = (hc.store().layout.specs.iter())
+            .find(|s| s.name == spec.name)
+            .unwrap_or_else(|| panic!("HC has no {}", spec.name));
+        to[spec.offset..spec.offset + spec.len()].copy_from_slice(&from[there.offset..there.offset + there.len()]);
+        if spec.name == "w_u" {
+            let w_u: Vec<f32> = (0..spec.len())
+                .map(|i| ((i * 7919) % 101) as f32 / 500.0 - 0.1)
+                .collect();
+            to[spec.offset..spec.offset + spec.len()].copy_from_slice(&w_u);
+            let mut all = from.clone();
+            all[there.offset..there.offset + there.len()].copy_from_slice(&w_u);
+            be.write(&hc.store().params, &all);
+        }
+    }
+    be.write(&plain.store().params, &to);
+    let mut sampler = TaskSampler::new(Task::Copy, b, t, 0).unwrap();
+    let tensors = BatchTensors::new(&be, b, t, 256).unwrap();
+    tensors.write(&be, &sampler.next_batch()).unwrap();
+    hc.forward(&be, &tensors, Observe::Loss);
+    plain.forward(&be, &tensors, Observe::Loss);
+    let read = |x| pollster::block_on(be.read(x)).unwrap();
+    // Every stream at every depth is the transformer's residual, to the bit.
+    let (streams, residuals) = (hc.inside().residuals, plain.inside().residuals);
+    assert_eq!(streams.len(), residuals.len());
+    let d = cfg.d_model;
+    for (depth, (x, r)) in streams.iter().zip(&residuals).enumerate() {
+        let (x, r) = (read(x.tensor), read(r.tensor));
+        for (token, r) in r.chunks(d).enumerate() {
+            for j in 0..cfg.streams {
+                let at = (token * cfg.streams + j) * d;
+                assert_eq!(&x[at..at + d], r, "depth {depth}, token {token}, stream {j}");
+            }
+        }
+    }
+    // The logits differ only by the final norm's ε, on n times the residual.
+    let (a, b) = (read(&hc.head().logits), read(&plain.head().logits));
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let size = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    eprintln!("HC against its transformer at init: logits within {worst:.2e} of {size:.2e}");
+    assert!(
+        size > 0.1 && worst < 1e-4 * size,
+        "logits differ by {worst} (largest {size})"
+    );
 }
 
 #[test]
@@ -60,11 +147,20 @@ fn tiny_mhc_lite_learns_copy() {
 }
 
 /// SPEC §6.10 E0: the streams start identical (X⁰ = (e, …, e)) and come apart as the model
-/// trains: the random Φ of `zero-bias` breaks their symmetry.
+/// trains: the random Φ of `zero-bias` breaks their symmetry in mHC, the one-hot pre in HC.
 #[test]
 fn the_streams_come_apart() {
+    for mixing in [HcMixing::Mhc, HcMixing::Hc] {
+        streams_come_apart(HcConfig {
+            mixing,
+            ..HcConfig::tiny(256, 16)
+        });
+    }
+}
+
+fn streams_come_apart(cfg: HcConfig) {
     let be = CpuBackend::<f32>::new();
-    let cfg = HcConfig::tiny(256, 16);
+    let mixing = cfg.mixing;
     let (n, d) = (cfg.streams, cfg.d_model);
     let train = TrainConfig {
         batch: 4,
@@ -93,9 +189,10 @@ fn the_streams_come_apart() {
     }
     trainer.model.forward(&be, &tensors, Observe::Loss);
     let trained = spread(&trainer, 4);
-    eprintln!("streams apart at the last depth: {at_init:.2e} at init, {trained:.2e} after 20 steps");
+    eprintln!("{mixing:?}: streams apart at the last depth: {at_init:.2e} at init, {trained:.2e} after 20 steps");
+    // HC's streams are equal at init (P = I, post = 1); mHC's random Φ already parts them.
     assert!(
-        at_init > 0.0 && trained > 1e-3,
-        "the streams stay together: {at_init} then {trained}"
+        (mixing == HcMixing::Hc || at_init > 0.0) && trained > 1e-3,
+        "{mixing:?}: the streams stay together: {at_init} then {trained}"
     );
 }

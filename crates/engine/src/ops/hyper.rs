@@ -1,9 +1,12 @@
-//! Hyper-connections' gates (SPEC §6.4, §6.5): from one site's logits m (a token's n·D streams
+//! Hyper-connections' gates (SPEC §6.3–6.5): from one site's logits m (a token's n·D streams
 //! projected by Φ, divided by their RMS), the collapse weights `pre`, the write-back weights
 //! `post` and the mixing matrix P, P[j,k] the weight from source stream j to destination k.
 //!
-//! The logits and the bias are laid out `[pre 0..n | post n..2n | res 2n..]` (DeepSeek's kernel),
-//! and `alpha` holds the site's three scales (α_pre, α_post, α_res):
+//! `alpha` holds the site's three scales (α_pre, α_post, α_res). With [`Mixing::Tanh`] (HC's
+//! dynamic hyper-connections, §6.3) each stream j makes its own n + 2 logits, laid out stream by
+//! stream `[pre_j, post_j, P[j,0..n)]`, and every gate is unconstrained, the bias outside:
+//! `gate = α·tanh(m) + b`, b holding HC's static parts (A_m, B, A_r). Otherwise the logits and
+//! the bias are laid out `[pre 0..n | post n..2n | res 2n..]` (DeepSeek's kernel):
 //! - `pre_j = σ(α_pre·m_j + b_j) + ε` (ε only with Sinkhorn, as DeepSeek-V4; mHC-lite has none);
 //! - `post_k = 2·σ(α_post·m_{n+k} + b_{n+k})`;
 //! - P: with [`Mixing::Sinkhorn`], DeepSeek-V4's recipe on `Z[j,k] = α_res·m_{2n+jn+k} + b`:
@@ -30,6 +33,8 @@ pub enum Mixing {
     Sinkhorn { iters: u32 },
     /// mHC-lite: a convex mixture of the n! permutation matrices.
     Permutations,
+    /// HC: every gate α·tanh(m) + b, P unconstrained.
+    Tanh,
 }
 
 /// Sinkhorn's ε and mHC's ε on pre (DeepSeek-V4).
@@ -59,8 +64,29 @@ impl HyperDims {
     /// The res logits a token: n² for Sinkhorn, n! for permutations.
     pub fn res_logits(&self) -> usize {
         match self.mixing {
-            Mixing::Sinkhorn { .. } => self.n * self.n,
+            Mixing::Sinkhorn { .. } | Mixing::Tanh => self.n * self.n,
             Mixing::Permutations => (1..=self.n).product(),
+        }
+    }
+
+    /// Where a token's logit of pre_j, post_j and P[j,k] is: stream by stream for HC's
+    /// per-stream projection, `[pre | post | res]` otherwise.
+    pub fn pre_at(&self, j: usize) -> usize {
+        match self.mixing {
+            Mixing::Tanh => j * (self.n + 2),
+            _ => j,
+        }
+    }
+    pub fn post_at(&self, j: usize) -> usize {
+        match self.mixing {
+            Mixing::Tanh => j * (self.n + 2) + 1,
+            _ => self.n + j,
+        }
+    }
+    pub fn res_at(&self, j: usize, k: usize) -> usize {
+        match self.mixing {
+            Mixing::Tanh => j * (self.n + 2) + 2 + k,
+            _ => 2 * self.n + j * self.n + k,
         }
     }
 
@@ -73,14 +99,14 @@ impl HyperDims {
     fn pre_eps(&self) -> f64 {
         match self.mixing {
             Mixing::Sinkhorn { .. } => EPS as f64,
-            Mixing::Permutations => 0.0,
+            Mixing::Permutations | Mixing::Tanh => 0.0,
         }
     }
 
     fn iters(&self) -> u32 {
         match self.mixing {
             Mixing::Sinkhorn { iters } => iters,
-            Mixing::Permutations => 0,
+            Mixing::Permutations | Mixing::Tanh => 0,
         }
     }
 
@@ -95,6 +121,10 @@ impl HyperDims {
             Mixing::Permutations => assert!(
                 n <= MAX_PERMUTED_STREAMS,
                 "hyper: permutations take at most {MAX_PERMUTED_STREAMS} streams, not {n}"
+            ),
+            Mixing::Tanh => assert!(
+                n <= MAX_STREAMS,
+                "hyper: tanh gates take at most {MAX_STREAMS} streams, not {n}"
             ),
         }
         assert_eq!(pre, t * n, "hyper: pre has {pre} values for {self:?}");
@@ -181,6 +211,17 @@ mod cpu_twin {
         d: HyperDims,
     ) {
         let n = d.n;
+        if d.mixing == Mixing::Tanh {
+            let gate = |s: usize, i: usize| alpha[s] * m[i].tanh() + bias[i];
+            for j in 0..n {
+                pre[j] = gate(0, d.pre_at(j));
+                post[j] = gate(1, d.post_at(j));
+                for k in 0..n {
+                    mix[j * n + k] = gate(2, d.res_at(j, k));
+                }
+            }
+            return;
+        }
         let two = T::of(2.0);
         for j in 0..n {
             pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
@@ -189,6 +230,7 @@ mod cpu_twin {
         let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
         match d.mixing {
             Mixing::Sinkhorn { iters } => mix.copy_from_slice(&sinkhorn(&z, n, 2 * iters as usize - 1).0),
+            Mixing::Tanh => unreachable!("tanh gates return above"),
             Mixing::Permutations => {
                 let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
                 let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
@@ -218,6 +260,23 @@ mod cpu_twin {
         d: HyperDims,
     ) {
         let n = d.n;
+        if d.mixing == Mixing::Tanh {
+            // gate = α·tanh(m) + b: db = dgate, dm = α·(1 − tanh²)·dgate, dα = Σ tanh·dgate.
+            dalpha.fill(T::zero());
+            for j in 0..n {
+                let sites = (0..n).map(|k| (2, d.res_at(j, k), dmix[j * n + k]));
+                for (s, i, g) in [(0, d.pre_at(j), dpre[j]), (1, d.post_at(j), dpost[j])]
+                    .into_iter()
+                    .chain(sites)
+                {
+                    let th = m[i].tanh();
+                    dz[i] = g;
+                    dm[i] = alpha[s] * (T::one() - th * th) * g;
+                    dalpha[s] = dalpha[s] + th * g;
+                }
+            }
+            return;
+        }
         for j in 0..n {
             let s = sigmoid(alpha[0] * m[j] + bias[j]);
             dz[j] = dpre[j] * s * (T::one() - s);
@@ -253,6 +312,7 @@ mod cpu_twin {
                     }
                 }
             }
+            Mixing::Tanh => unreachable!("tanh gates return above"),
             Mixing::Permutations => {
                 let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
                 let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
@@ -358,6 +418,7 @@ fn params(d: &HyperDims) -> [u32; 4] {
     let kind = match d.mixing {
         Mixing::Sinkhorn { .. } => 0,
         Mixing::Permutations => 1,
+        Mixing::Tanh => 2,
     };
     [d.tokens as u32, d.n as u32, kind, d.iters()]
 }
@@ -494,6 +555,7 @@ pub mod cost {
         let res = match d.mixing {
             Mixing::Sinkhorn { iters } => 4.0 * n * n * (2.0 * iters as f64) * passes,
             Mixing::Permutations => f(d.res_logits()) * (n + 4.0),
+            Mixing::Tanh => 0.0,
         };
         (8.0 * f(d.width()) + res, f(d.width()) + 2.0 * n + n * n)
     }
@@ -587,6 +649,31 @@ mod tests {
                 "permutations n {n}: rows off by {rows}, columns by {cols}"
             );
         }
+    }
+
+    /// HC's gates are α·tanh(m) + b, read stream by stream: at m = 0 they are the bias (HC's
+    /// static A_m, B and A_r), and they saturate at b ± α.
+    #[test]
+    fn tanh_gates_are_the_static_parts_plus_a_bounded_term() {
+        let d = HyperDims {
+            tokens: 2,
+            n: 2,
+            mixing: Mixing::Tanh,
+        };
+        // Stream by stream: [pre_j, post_j, P[j,0], P[j,1]].
+        let bias = [1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0];
+        let mut logits = vec![0f32; 16];
+        logits[8..].copy_from_slice(&[100.0, -100.0, 100.0, 0.0, 0.0, 0.0, -100.0, 0.0]);
+        let (mut pre, mut post, mut mix) = ([0f32; 4], [0f32; 4], [0f32; 8]);
+        let alpha = [0.1, 0.2, 0.3];
+        cpu_forward(&mut pre, &mut post, &mut mix, &logits, &alpha, &bias, d);
+        assert_eq!(
+            (&pre[..2], &post[..2], &mix[..4]),
+            (&[1.0, 0.0][..], &[1.0, 1.0][..], &[1.0, 0.0, 0.0, 1.0][..])
+        );
+        assert_eq!(pre[2..], [1.1, 0.0]);
+        assert_eq!(post[2..], [0.8, 1.0]);
+        assert_eq!(mix[4..], [1.3, 0.0, -0.3, 1.0]);
     }
 
     /// n = 1: P is 1 (to ε), pre σ(·) + ε and post 2σ(·): the gated pre-norm block of §6.4.

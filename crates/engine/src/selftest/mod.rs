@@ -373,11 +373,12 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         checks.extend(compare("memory", &case, &g, &c, 1e-5));
     }
 
-    // Hyper-connections' gates: Sinkhorn at 3 streams and 20 rounds, mHC-lite at 4, over token
-    // counts that leave a workgroup part-empty.
+    // Hyper-connections' gates: Sinkhorn at 3 streams and 20 rounds, mHC-lite at 4, HC's tanh
+    // at 4, over token counts that leave a workgroup part-empty.
     for (tokens, n, mixing) in [
         (37, 3, crate::Mixing::Sinkhorn { iters: 20 }),
         (300, 4, crate::Mixing::Permutations),
+        (37, 4, crate::Mixing::Tanh),
     ] {
         let d = crate::HyperDims { tokens, n, mixing };
         let logits = random(&mut rng, tokens * d.width(), 1.5);

@@ -207,6 +207,7 @@ impl ModelConfig {
             ModelConfig::Hc(c) => format!(
                 "{} n={} D={} H={} D_h={} D_FF={} L={} (residual {})",
                 match c.mixing {
+                    crate::HcMixing::Hc => "HC",
                     crate::HcMixing::Mhc => "mHC",
                     crate::HcMixing::MhcLite => "mHC-lite",
                 },

@@ -145,9 +145,9 @@ fn pythia(name: &str) -> MemoryFormerConfig {
     presets::memoryformer(name).expect("every Pythia preset named below exists in presets::PYTHIA")
 }
 
-/// The paper's dimensions `$name` as a transformer `$t`, an RMT `$r` and a hybrid
-/// `$name-hybrid`.
-macro_rules! paper_trio {
+/// The paper's dimensions `$name` as a transformer `$t`, an RMT `$r`, a hybrid `$name-hybrid`
+/// and the transformer widened to 4 mHC streams, `$name-mhc`.
+macro_rules! paper_family {
     ($t:literal, $r:literal, $name:literal) => {
         [
             Preset {
@@ -164,6 +164,14 @@ macro_rules! paper_trio {
                 name: concat!($name, "-hybrid"),
                 about: concat!($name, ", the RMT with a memory block (τ8) for its FF core"),
                 build: || paper(ModelConfig::Hybrid(dims($name).hybrid())),
+            },
+            Preset {
+                name: concat!($name, "-mhc"),
+                about: concat!($name, ", the transformer with 4 mHC streams (Sinkhorn 20)"),
+                build: || {
+                    let t = dims($name).transformer();
+                    paper(ModelConfig::Hc(crate::HcConfig::widening(&t, 4, crate::HcMixing::Mhc)))
+                },
             },
         ]
     };
@@ -232,6 +240,12 @@ pub fn presets() -> Vec<Preset> {
             build: || small_text(ModelConfig::Hybrid(small_hybrid())),
         },
         Preset {
+            name: "small-hc",
+            about:
+                "HC at small-transformer's width: L2, D64, 4×16, 4 streams (residual 256), tanh gates, P unconstrained",
+            build: || small_text(ModelConfig::Hc(small_hc(crate::HcMixing::Hc))),
+        },
+        Preset {
             name: "small-mhc",
             about: "mHC at small-transformer's width: L2, D64, 4×16, 4 streams (residual 256), Sinkhorn 20",
             build: || small_text(ModelConfig::Hc(small_hc(crate::HcMixing::Mhc))),
@@ -257,17 +271,17 @@ pub fn presets() -> Vec<Preset> {
             build: || paper(ModelConfig::MemoryFormer(pythia("pythia-410m"))),
         },
     ];
-    all.extend(paper_trio!("gpt2-small", "gpt2-small-rmt", "gpt2-small"));
-    all.extend(paper_trio!("gpt2-medium", "gpt2-medium-rmt", "gpt2-medium"));
-    all.extend(paper_trio!("table8-49m", "table8-49m-rmt", "table8-49m"));
-    all.extend(paper_trio!("table8-160m", "table8-160m-rmt", "table8-160m"));
-    all.extend(paper_trio!("table8-260m", "table8-260m-rmt", "table8-260m"));
-    all.extend(paper_trio!("table8-405m", "table8-405m-rmt", "table8-405m"));
-    all.extend(paper_trio!("table9-46m-transformer", "table9-46m", "table9-46m"));
-    all.extend(paper_trio!("table9-134m-transformer", "table9-134m", "table9-134m"));
-    all.extend(paper_trio!("table9-206m-transformer", "table9-206m", "table9-206m"));
-    all.extend(paper_trio!("table9-305m-transformer", "table9-305m", "table9-305m"));
-    all.extend(paper_trio!("table10-transformer", "table10-rmt", "table10"));
+    all.extend(paper_family!("gpt2-small", "gpt2-small-rmt", "gpt2-small"));
+    all.extend(paper_family!("gpt2-medium", "gpt2-medium-rmt", "gpt2-medium"));
+    all.extend(paper_family!("table8-49m", "table8-49m-rmt", "table8-49m"));
+    all.extend(paper_family!("table8-160m", "table8-160m-rmt", "table8-160m"));
+    all.extend(paper_family!("table8-260m", "table8-260m-rmt", "table8-260m"));
+    all.extend(paper_family!("table8-405m", "table8-405m-rmt", "table8-405m"));
+    all.extend(paper_family!("table9-46m-transformer", "table9-46m", "table9-46m"));
+    all.extend(paper_family!("table9-134m-transformer", "table9-134m", "table9-134m"));
+    all.extend(paper_family!("table9-206m-transformer", "table9-206m", "table9-206m"));
+    all.extend(paper_family!("table9-305m-transformer", "table9-305m", "table9-305m"));
+    all.extend(paper_family!("table10-transformer", "table10-rmt", "table10"));
     all
 }
 
