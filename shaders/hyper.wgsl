@@ -7,6 +7,7 @@ struct Params { tokens: u32, n: u32, kind: u32, iters: u32 }
 
 const SINKHORN: u32 = 0u;
 const TANH: u32 = 2u;
+const HEAD: u32 = 3u;
 
 fn sigmoid(z: f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
 
@@ -14,6 +15,7 @@ fn sigmoid(z: f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
 fn tanh_stable(z: f32) -> f32 { return 1.0 - 2.0 / (exp(2.0 * z) + 1.0); }
 
 fn width() -> u32 {
+    if (p.kind == HEAD) { return p.n; }
     if (p.kind == SINKHORN || p.kind == TANH) { return 2u * p.n + p.n * p.n; }
     var f = 1u;
     for (var i = 2u; i <= p.n; i = i + 1u) { f = f * i; }
@@ -105,7 +107,12 @@ fn hyper_gates(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
         }
         return;
     }
-    let pre_eps = select(0.0, HC_EPS, p.kind == SINKHORN);
+    let pre_eps = select(0.0, HC_EPS, p.kind == SINKHORN || p.kind == HEAD);
+    if (p.kind == HEAD) {
+        // The collapse before the head: pre only.
+        for (var j = 0u; j < n; j = j + 1u) { pre[t * n + j] = sigmoid(alpha[0] * logits[base + j] + bias[j]) + pre_eps; }
+        return;
+    }
     for (var j = 0u; j < n; j = j + 1u) {
         pre[t * n + j] = sigmoid(alpha[0] * logits[base + j] + bias[j]) + pre_eps;
         post[t * n + j] = 2.0 * sigmoid(alpha[1] * logits[base + n + j] + bias[n + j]);
@@ -134,7 +141,7 @@ fn hyper_gates(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
 // hyper_gates_backward(dm, dz, dalpha, dpre, dpost, dmix, logits, alpha, bias)
 @group(0) @binding(1) var<storage, read_write> dm: array<f32>;      // (tokens, width)
 @group(0) @binding(2) var<storage, read_write> dz: array<f32>;      // (tokens, width)
-@group(0) @binding(3) var<storage, read_write> dalpha: array<f32>;  // (tokens, 3)
+@group(0) @binding(3) var<storage, read_write> dalpha: array<f32>;  // (tokens, 3), the head's (tokens, 1)
 @group(0) @binding(4) var<storage, read> dpre: array<f32>;          // (tokens, n)
 @group(0) @binding(5) var<storage, read> dpost: array<f32>;         // (tokens, n)
 @group(0) @binding(6) var<storage, read> dmix: array<f32>;          // (tokens, n, n)
@@ -151,6 +158,17 @@ fn hyper_gates_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
     let n = p.n;
     let w = width();
     let base = t * w;
+    if (p.kind == HEAD) {
+        var da = 0.0;
+        for (var j = 0u; j < n; j = j + 1u) {
+            let s = sigmoid(b_alpha[0] * b_logits[base + j] + b_bias[j]);
+            dz[base + j] = dpre[t * n + j] * s * (1.0 - s);
+            dm[base + j] = b_alpha[0] * dz[base + j];
+            da = da + dz[base + j] * b_logits[base + j];
+        }
+        dalpha[t] = da;
+        return;
+    }
     if (p.kind == TANH) {
         // db = dgate, dm = α·(1 − tanh²)·dgate, dα = Σ tanh·dgate, each stream's logits in turn.
         var da = array<f32, 3>(0.0, 0.0, 0.0);

@@ -774,30 +774,79 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     // A control takes its value on change, when it loses focus, as a person's next click does.
     await page.fill('#ctl-lr', lr);
     await page.locator('#ctl-lr').blur();
+    // Hyper-connections (mHC, 4 streams): every site's mixing matrix and the composite gain, as
+    // `resmem analyze mixing` reads them from the same training on the CPU.
+    // The preset's 300 steps, as `analyze mixing --step` trains (the schedule depends on them),
+    // stopped once the gates of step 20 are read.
+    await page.selectOption('#arch', 'hc');
+    await page.fill('#ctl-steps', '300');
+    await page.click('#start');
+    await page.waitForFunction(() => Number(document.querySelector('#mstep-value')?.textContent) >= 20
+      || /^failed/.test(document.querySelector('#run-list tr[data-run="4"] .run-state')?.textContent), null, { timeout: 240_000 });
+    await page.click('#stop');
+    // The status still tells of run 3's divergence: run 4's own state says how it ended.
+    await page.waitForFunction(() => /^(done|failed)/.test(document.querySelector('#run-list tr[data-run="4"] .run-state')?.textContent),
+      null, { timeout: 120_000 });
+    if ((await page.textContent('#run-list tr[data-run="4"] .run-state')) !== 'done') throw new Error(await page.textContent('#status'));
+    await page.fill('#mstep', '2');
+    await page.waitForFunction(() => document.querySelector('#mstep-value')?.textContent === '20');
+    const sites = await page.$$eval('#mixing-grid g.site', (gs) => gs.map((g) => ({
+      site: g.dataset.site, mix: JSON.parse(g.dataset.mix), pre: JSON.parse(g.dataset.pre), gain: g.dataset.gain.split(',').map(Number),
+    })));
+    const mixStep = Number(await page.textContent('#mstep-value'));
+    const cliMix = JSON.parse(execFileSync(RESMEM, ['analyze', 'mixing', '--preset', 'tiny-hc', '--batch', '32', '--seq-len', '16', '--seed', '5',
+      '--step', String(mixStep), '--seq', '0', '--token', '0', '--backend', 'cpu', '--json']).toString());
+    console.log(`     mHC at step ${mixStep}: ${sites.length} sites, composite gain ${sites.at(-1)?.gain}; P of ${sites[0]?.site}: ${sites[0]?.mix.map((v) => v.toFixed(3))}`);
+    if (mixStep !== 20 || sites.length !== cliMix.length || sites.length !== 4) throw new Error(`${sites.length} sites at step ${mixStep}; the CLI reads ${cliMix.length}`);
+    sites.forEach((s, i) => {
+      const c = cliMix[i];
+      const worst = Math.max(...s.mix.map((v, k) => Math.abs(v - c.mix[k])), ...s.pre.map((v, k) => Math.abs(v - c.pre[k])),
+        ...s.gain.map((v, k) => Math.abs(v - c.composite_gain[k])));
+      if (s.site !== c.site || !(worst < 1e-4)) throw new Error(`${s.site}: the page's gates are ${worst} from the CLI's ${c.site}`);
+      // Doubly stochastic: columns sum to 1 (normalised last), rows nearly.
+      for (let a = 0; a < 4; a++) {
+        const row = [0, 1, 2, 3].reduce((x, b) => x + s.mix[a * 4 + b], 0);
+        const col = [0, 1, 2, 3].reduce((x, b) => x + s.mix[b * 4 + a], 0);
+        if (!(Math.abs(row - 1) < 0.05 && Math.abs(col - 1) < 1e-4)) throw new Error(`${s.site}: row ${a} sums to ${row}, column to ${col}`);
+      }
+      // Sinkhorn normalises the columns last: the forward gain is 1 to ε, the backward near it.
+      if (!(Math.abs(s.gain[0] - 1) < 1e-4 && Math.abs(s.gain[1] - 1) < 0.05)) throw new Error(`${s.site}: composite gain ${s.gain}`);
+    });
+    // The gain over training: one point a read (steps 1, 10 and 20), both margins in the legend.
+    const gainTexts = await page.$$eval('#mixing-gain svg text', (ts) => ts.map((t) => t.textContent.trim()));
+    if (!gainTexts.some((t) => t.startsWith('forward')) || !gainTexts.some((t) => t.startsWith('backward')) || !gainTexts.includes('composite gain'))
+      throw new Error(`the gain chart's texts: ${gainTexts}`);
+    // Scrubbing back to step 1 shows its P: near I at init (SPEC §6.6 `identity`).
+    await page.fill('#mstep', '0');
+    await page.waitForFunction(() => document.querySelector('#mstep-value')?.textContent === '1');
+    const atInit = await page.$eval('#mixing-grid g.site', (g) => JSON.parse(g.dataset.mix));
+    if (!atInit.every((v, i) => (i % 5 === 0 ? v > 0.99 : v < 0.01))) throw new Error(`P at step 1: ${atInit}`);
+    await page.screenshot({ path: path.join(shots, 'mixing.png'), fullPage: true });
+    await page.selectOption('#arch', 'rmt');
     // GPT-2 BPE (V = 50,257): its checkpoint, over 128 MiB with the moments, is one value
     // IndexedDB refuses, so it is kept as a Blob; it survives a reload.
     await page.selectOption('#task', 'shakespeare-gpt2');
     await page.fill('#ctl-steps', '5');
     await page.click('#start');
-    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="4"] .run-state')?.textContent.startsWith(s)),
+    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="5"] .run-state')?.textContent.startsWith(s)),
       null, { timeout: 300_000 });
-    const bpe = await pageLosses(page, 4);
+    const bpe = await pageLosses(page, 5);
     const bpeSample = await page.$eval('#sample', (e) => e.dataset.text);
     console.log(`     Shakespeare (GPT-2 BPE) on the CPU fallback: loss ${bpe[0][1]} → ${bpe.at(-1)[1]} by step 5; sample ${JSON.stringify(bpeSample)}`);
     if (!(bpe.at(-1)[1] < bpe[0][1] - 0.5) || !bpeSample) throw new Error(`GPT-2 BPE: losses ${JSON.stringify(bpe)}, sample ${bpeSample}`);
     const storedBytes = () => page.evaluate(() => new Promise((ok, no) => {
       const r = indexedDB.open('resmem', 1);
-      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/4'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
+      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/5'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
       r.onerror = () => no(r.error);
     }));
     let stored = 0;
     for (let i = 0; i < 120 && !stored && !/could not be kept/.test(await page.textContent('#status')); i++) { await page.waitForTimeout(500); stored = await storedBytes(); }
-    console.log(`     run 4's checkpoint kept in IndexedDB: ${stored} bytes`);
+    console.log(`     run 5's checkpoint kept in IndexedDB: ${stored} bytes`);
     if (!(stored > 128 * 2 ** 20)) throw new Error(`the GPT-2 checkpoint was not kept: ${stored} bytes; status ${await page.textContent('#status')}`);
     await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
     await page.reload();
-    await page.waitForSelector('#run-list tr[data-run="4"] .run-checkpoint', { timeout: 60_000 });
-    if (await page.isDisabled('#run-list tr[data-run="4"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
+    await page.waitForSelector('#run-list tr[data-run="5"] .run-checkpoint', { timeout: 60_000 });
+    if (await page.isDisabled('#run-list tr[data-run="5"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
     if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();

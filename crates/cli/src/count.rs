@@ -87,8 +87,10 @@ pub fn run(args: CountArgs) -> Result<()> {
             let h = models::hyper_connections::counts(c)?;
             c.validate()?;
             let describe = format!(
-                "hc ({}): L={} n={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
+                "hc ({}, {} init, {} collapse): L={} n={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
                 c.mixing.name(),
+                c.init().name(),
+                c.collapse().name(),
                 c.n_layers,
                 c.streams,
                 c.d_model,

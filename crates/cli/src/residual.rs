@@ -351,12 +351,13 @@ pub fn mixing(args: MixingArgs) -> Result<()> {
     for r in &rows {
         let n = r.pre.len();
         out!(
-            "{:<12} pre [{}]  post [{}]  composite gain {:.4} (rows) {:.4} (columns)",
+            "{:<12} pre [{}]  post [{}]  composite gain {:.4} forward (columns) {:.4} backward (rows)  ‖x‖ [{}]",
             r.site,
             list(&r.pre),
             list(&r.post),
             r.composite_gain[0],
-            r.composite_gain[1]
+            r.composite_gain[1],
+            list(&r.stream_norms)
         );
         for j in 0..n {
             out!("{:<12}   P[{j}] {}", "", list(&r.mix[j * n..(j + 1) * n]));

@@ -489,7 +489,7 @@ fn analyze_keys_reads_every_slot_on_both_backends() {
 }
 
 /// `analyze mixing` on the tiny mHC and mHC-lite after 4 steps: a row per site, pre in (0, 1]
-/// (σ + ε), post in (0, 2), each P doubly stochastic (Sinkhorn's columns, normalised last, to
+/// (σ + ε), post in (0, 2), every stream's norm, each P doubly stochastic (Sinkhorn's columns, normalised last, to
 /// 1e-5, its rows to 1e-3; mHC-lite's both exactly) and so the composite gain 1; the same from
 /// the CPU and the GPU. A model without hyper-connections is refused with a reason.
 #[test]
@@ -555,9 +555,14 @@ fn analyze_mixing_reads_every_site_on_both_backends() {
             for g in numbers(a, "composite_gain") {
                 assert!((g - 1.0).abs() < 1e-3, "{mixing} {a}");
             }
-            for key in ["pre", "post", "mix", "composite_gain"] {
+            let norms = numbers(a, "stream_norms");
+            assert!(norms.len() == n && norms.iter().all(|&x| x > 0.0), "{a}");
+            for key in ["pre", "post", "mix", "composite_gain", "stream_norms"] {
                 for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
-                    assert!((x - y).abs() <= 1e-4, "{mixing} {key}: CPU {a} against GPU {b}");
+                    assert!(
+                        (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                        "{mixing} {key}: CPU {a} against GPU {b}"
+                    );
                 }
             }
         }

@@ -455,7 +455,7 @@ fn layernorm_and_rmsnorm() {
 /// Hyper-connections' gates on token counts that leave a workgroup part-empty and fold: Sinkhorn
 /// at 1, 3, 4 and 8 streams (1 and 20 rounds: at 8 streams and 20 rounds a backward that
 /// recomputed each step from Z came back zero on lavapipe), mHC-lite's permutations at 3 and 4,
-/// HC's tanh gates at 3 and 8 (with logits large enough to saturate).
+/// HC's tanh gates at 3 and 8 (with logits large enough to saturate), the head's collapse at 4.
 #[test]
 fn hyper_connection_gates() {
     let mut rng = SmallRng::seed_from_u64(21);
@@ -468,12 +468,13 @@ fn hyper_connection_gates() {
         (300, 4, Mixing::Permutations),
         (37, 3, Mixing::Tanh),
         (300, 8, Mixing::Tanh),
+        (37, 4, Mixing::Head),
     ] {
         let d = HyperDims { tokens, n, mixing };
         // Tanh's logits reach 60, where exp(2z) overflows f32 and tanh must still give ±1.
         let scale = if mixing == Mixing::Tanh { 60.0 } else { 1.5 };
         let logits = rand_vec(&mut rng, tokens * d.width(), scale);
-        let alpha = [0.7, 1.1, 0.9];
+        let alpha = &[0.7, 1.1, 0.9][..d.scales()];
         let bias = rand_vec(&mut rng, d.width(), 1.0);
         let dpre = rand_vec(&mut rng, tokens * n, 1.0);
         let dpost = rand_vec(&mut rng, tokens * n, 1.0);
@@ -481,7 +482,7 @@ fn hyper_connection_gates() {
         both!(
             &format!("hyper {tokens} tokens n {n} {mixing:?}"),
             2e-5,
-            hyper_case(&logits, &alpha, &bias, &dpre, &dpost, &dmix, d)
+            hyper_case(&logits, alpha, &bias, &dpre, &dpost, &dmix, d)
         );
     }
 }

@@ -525,11 +525,13 @@ fn hyper_connection_gates() {
         (4, Mixing::Permutations),
         (1, Mixing::Tanh),
         (3, Mixing::Tanh),
+        (4, Mixing::Head),
     ] {
         let d = HyperDims { tokens: 3, n, mixing };
         let w = d.width();
         let logits = rand_vec(&mut rng, d.tokens * w, 1.5);
-        let alpha: Vec<f64> = (0..3).map(|_| rng.random_range(0.5..1.5)).collect();
+        let scales = d.scales();
+        let alpha: Vec<f64> = (0..scales).map(|_| rng.random_range(0.5..1.5)).collect();
         let bias = rand_vec(&mut rng, w, 1.0);
         let (wpre, wpost, wmix) = (
             rand_vec(&mut rng, d.tokens * n, 1.0),
@@ -548,7 +550,7 @@ fn hyper_connection_gates() {
         let (mut dm, mut dz, mut dalpha) = (
             vec![0.0; d.tokens * w],
             vec![0.0; d.tokens * w],
-            vec![0.0; d.tokens * 3],
+            vec![0.0; d.tokens * scales],
         );
         hyper::cpu_backward(
             &mut dm,
@@ -564,7 +566,9 @@ fn hyper_connection_gates() {
         );
         // The bias's and the scales' gradients are the column sums over tokens.
         let dbias: Vec<f64> = (0..w).map(|i| (0..d.tokens).map(|t| dz[t * w + i]).sum()).collect();
-        let dscale: Vec<f64> = (0..3).map(|s| (0..d.tokens).map(|t| dalpha[t * 3 + s]).sum()).collect();
+        let dscale: Vec<f64> = (0..scales)
+            .map(|s| (0..d.tokens).map(|t| dalpha[t * scales + s]).sum())
+            .collect();
         let name = format!("hyper n {n} {mixing:?}");
         // A larger step: some of mHC-lite's 24 mixture weights are tiny, and so are their gradients.
         check_step(&format!("{name} logits"), &logits, &dm, 1e-5, |x| {

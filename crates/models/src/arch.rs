@@ -37,7 +37,7 @@ impl Arch {
             Arch::Rmt => "Residual Matrix Transformer",
             Arch::MemoryFormer => "MemoryFormer",
             Arch::Hybrid => "Hybrid: RMT with a memory block",
-            Arch::Hc => "Hyper-connections (mHC): n mixed streams",
+            Arch::Hc => "Hyper-connections (HC, mHC, mHC-lite): n mixed streams",
         }
     }
 
@@ -61,6 +61,11 @@ impl Arch {
             Arch::Transformer | Arch::Rmt | Arch::Hybrid => true,
             Arch::MemoryFormer | Arch::Hc => false,
         }
+    }
+
+    /// It has hyper-connections' mixing matrices to read (`observe::mixing`).
+    pub fn has_mixing(self) -> bool {
+        self == Arch::Hc
     }
 
     /// It has hash tables whose bucket use can be read.

@@ -8,15 +8,18 @@
 //!   pre, post, P = gates(m; α, b)                      `engine::ops::hyper`
 //!   u = Σ_j pre_j x_j,  f = F(u)                       F = MHA(Norm(·)) or FF(Norm(·))
 //!   x'_k = Σ_j P[j,k] x_j + post_k f                   P[j,k]: from stream j to stream k
-//!   logits = W_U · Norm(Σ_j x_j)                       the collapse `sum`
+//!   logits = W_U · Norm(Σ_j x_j)                       the collapse `sum`;
+//!            W_U · Norm(Σ_j q_j x_j)                   `head`, q = σ(α·Φ_h x̂ + b) + ε;
+//!            W_U · Σ_j Norm(x_j)                       `norm-then-sum`
 //!
 //! Every per-token product of streams is a batched matmul (a token's n×n, n×D or 1×n matrices),
-//! so the only op of its own is the gates'. mHC and mHC-lite start as SPEC §6.6's `zero-bias`:
-//! Φ ~ N(0, 0.02²), b = 0, α = 0.01, so that P starts near J/n and the model near a transformer,
-//! the random Φ breaking the streams' symmetry. HC starts as its paper's Eq. 14: W = 0, α = 0.01,
-//! the static parts A_m = e_{s mod n} (site s), B = 1 and A_r = I, so that its logits equal the
-//! transformer's and the one-hot pre breaks the symmetry; its α_pre and α_res are two scales, not
-//! the paper's one s_α (one scalar more a site).
+//! so the only op of its own is the gates'. Two inits (SPEC §6.6), each breaking the streams'
+//! symmetry: `identity` starts every site near the identity mixing with Φ = 0 and α = 0.01 (HC's
+//! Eq. 14: A_m = e_{s mod n} at site s, B = 1, A_r = I, so that its logits equal the transformer's;
+//! mHC's and mHC-lite's logits ±1 for pre and post at stream s mod n, and 0 on P's diagonal or the
+//! identity permutation, −8 elsewhere); `zero-bias` (mHC and mHC-lite) has Φ ~ N(0, 0.02²), b = 0,
+//! α = 0.01, so that P starts near J/n and the model near a transformer, the random Φ breaking the
+//! symmetry. HC's α_pre and α_res are two scales, not the paper's one s_α (one scalar more a site).
 
 use crate::attention::{
     Attention, AttentionActs, AttentionMaps, AttentionNames, AttentionScratch, ProjectionParams, Projections,
@@ -59,7 +62,57 @@ impl HcMixing {
     }
 }
 
-/// An mHC model's sizes.
+/// How the sites' gates start (SPEC §6.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HcInit {
+    /// Near the identity mixing, Φ = 0: HC's Eq. 14, mHC's and mHC-lite's published code.
+    #[default]
+    #[serde(rename = "identity")]
+    Identity,
+    /// Φ ~ N(0, 0.02²), b = 0: P near J/n (mHC and mHC-lite only).
+    #[serde(rename = "zero-bias")]
+    ZeroBias,
+}
+
+impl HcInit {
+    pub fn name(self) -> &'static str {
+        match self {
+            HcInit::Identity => "identity",
+            HcInit::ZeroBias => "zero-bias",
+        }
+    }
+}
+
+/// How the n streams become the head's one vector (SPEC §6.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HcCollapse {
+    /// The mixing's own (SPEC §6.12): HC `sum`, mHC `head`, mHC-lite `norm-then-sum`.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Σ_j x_j, then the final Norm (HC).
+    #[serde(rename = "sum")]
+    Sum,
+    /// Σ_j q_j x_j with learned gates q, then the final Norm (DeepSeek-V4's `hc_head`).
+    #[serde(rename = "head")]
+    Head,
+    /// The final Norm of each stream, then their sum (mHC-lite's code).
+    #[serde(rename = "norm-then-sum")]
+    NormThenSum,
+}
+
+impl HcCollapse {
+    pub fn name(self) -> &'static str {
+        match self {
+            HcCollapse::Auto => "auto",
+            HcCollapse::Sum => "sum",
+            HcCollapse::Head => "head",
+            HcCollapse::NormThenSum => "norm-then-sum",
+        }
+    }
+}
+
+/// A hyper-connected model's sizes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HcConfig {
@@ -76,6 +129,12 @@ pub struct HcConfig {
     pub mixing: HcMixing,
     /// Sinkhorn's rounds (DeepSeek-V4: 20); unused by mHC-lite.
     pub sinkhorn_iters: u32,
+    /// How the gates start (SPEC §6.12: `identity`).
+    #[serde(default)]
+    pub stream_init: HcInit,
+    /// The collapse before the head.
+    #[serde(default)]
+    pub collapse: HcCollapse,
     pub norm: Norm,
     pub norm_eps: f32,
     pub init_std: f32,
@@ -89,7 +148,7 @@ impl HcConfig {
     }
 
     /// The transformer `t` with `streams` residual streams mixed by `mixing`: its sizes, norm
-    /// and init, and 20 Sinkhorn rounds.
+    /// and init, 20 Sinkhorn rounds, and the mixing's init and collapse (SPEC §6.12).
     pub fn widening(t: &TransformerConfig, streams: usize, mixing: HcMixing) -> Self {
         Self {
             vocab: t.vocab,
@@ -102,6 +161,8 @@ impl HcConfig {
             streams,
             mixing,
             sinkhorn_iters: 20,
+            stream_init: HcInit::Identity,
+            collapse: HcCollapse::Auto,
             norm: t.norm,
             norm_eps: t.norm_eps,
             init_std: t.init_std,
@@ -127,6 +188,21 @@ impl HcConfig {
             weight_init: WeightInit::FanIn,
             z_loss: self.z_loss,
             ..TransformerConfig::tiny(self.vocab, self.seq_len)
+        }
+    }
+
+    /// How the gates start.
+    pub fn init(&self) -> HcInit {
+        self.stream_init
+    }
+
+    /// The collapse before the head, `auto` resolved to the mixing's.
+    pub fn collapse(&self) -> HcCollapse {
+        match (self.collapse, self.mixing) {
+            (HcCollapse::Auto, HcMixing::Hc) => HcCollapse::Sum,
+            (HcCollapse::Auto, HcMixing::Mhc) => HcCollapse::Head,
+            (HcCollapse::Auto, HcMixing::MhcLite) => HcCollapse::NormThenSum,
+            (c, _) => c,
         }
     }
 
@@ -156,16 +232,47 @@ impl HcConfig {
         }
     }
 
-    /// HC normalises each stream with a learned gain; mHC has one gain-free statistic a token.
-    fn stream_gain(&self) -> bool {
-        self.mixing == HcMixing::Hc
-    }
-
     fn gates(&self, tokens: usize) -> HyperDims {
         HyperDims {
             tokens,
             n: self.streams,
             mixing: self.engine_mixing(),
+        }
+    }
+
+    /// One site's gates: their op, their input's norm and their projection.
+    fn site_dims(&self, tokens: usize) -> GateDims {
+        GateDims {
+            gates: self.gates(tokens),
+            norm: self.stream_norm(tokens),
+            projection: self.projection(tokens),
+        }
+    }
+
+    /// The `head` collapse's gates: n logits from mHC's x̂ over all n·D values.
+    fn head_dims(&self, tokens: usize) -> GateDims {
+        let (n, d) = (self.streams, self.d_model);
+        GateDims {
+            gates: HyperDims {
+                tokens,
+                n,
+                mixing: Mixing::Head,
+            },
+            norm: NormDims {
+                rows: tokens,
+                c: n * d,
+                kind: NormKind::RmsNorm,
+                eps: engine::ops::hyper::EPS,
+            },
+            projection: (tokens, n, n * d),
+        }
+    }
+
+    /// The final Norm: of the collapsed vector, or of each stream (`norm-then-sum`).
+    fn final_norm(&self, tokens: usize) -> NormDims {
+        match self.collapse() {
+            HcCollapse::NormThenSum => self.branch_norm(tokens * self.streams),
+            _ => self.branch_norm(tokens),
         }
     }
 
@@ -223,6 +330,16 @@ impl HcConfig {
                 "streams must be 1 to {most} with mixing {mixing}, not {}",
                 self.streams
             ));
+        }
+        if self.mixing == HcMixing::Hc && self.init() == HcInit::ZeroBias {
+            return bad(
+                "HC's gates are unconstrained: with b = 0 its pre would be 0; use stream_init identity \
+                 (zero-bias is for mHC and mHC-lite)"
+                    .into(),
+            );
+        }
+        if self.mixing == HcMixing::Hc && self.collapse() == HcCollapse::Head {
+            return bad("the head collapse's gates are mHC's; use collapse sum or norm-then-sum with HC".into());
         }
         let rounds = engine::ops::hyper::MAX_ITERS;
         if self.mixing == HcMixing::Mhc && !(1..=rounds).contains(&self.sinkhorn_iters) {
@@ -293,17 +410,29 @@ pub fn counts(cfg: &HcConfig) -> Result<HcCounts> {
         .checked_mul(k as u64)
         .and_then(|x| x.checked_add(3 * nd + n * n * d))
         .ok_or_else(overflow)?;
-    // The expansion to n streams and the head's sum: n·D each a token.
+    // The collapse before the head: the sum (n·D a token); the head's gates (Φ_h, n × n·D, its
+    // bias and α, and x̂'s norm) before it; or a norm of each stream.
+    let (collapse_params, collapse_macs) = match cfg.collapse() {
+        HcCollapse::Sum | HcCollapse::Auto => (0, nd),
+        HcCollapse::Head => {
+            let phi = n.checked_mul(nd).ok_or_else(overflow)?;
+            (phi + n + 1, phi + 2 * nd)
+        }
+        HcCollapse::NormThenSum => (0, 2 * nd),
+    };
+    // The expansion to n streams (n·D a token), the sites and the collapse.
     let macs = sites
         .checked_mul(site_macs)
-        .and_then(|x| x.checked_add(2 * nd))
+        .and_then(|x| x.checked_add(nd + collapse_macs))
         .ok_or_else(overflow)?;
     let flops = (cfg.seq_len as u64).checked_mul(2 * macs).ok_or_else(overflow)?;
     let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
+    let params = sites.checked_mul(site_params).ok_or_else(overflow)?;
+    let params_paper = sites.checked_mul(site_params_paper).ok_or_else(overflow)?;
     Ok(HcCounts {
         model: crate::count::Counts {
-            params: add(base.params, sites * site_params)?,
-            params_paper: add(base.params_paper, sites * site_params_paper)?,
+            params: add(base.params, add(params, collapse_params)?)?,
+            params_paper: add(base.params_paper, add(params_paper, collapse_params)?)?,
             flops_fwd: add(base.flops_fwd, flops)?,
             flops_fwd_paper: add(base.flops_fwd_paper, flops)?,
         },
@@ -313,8 +442,17 @@ pub fn counts(cfg: &HcConfig) -> Result<HcCounts> {
     })
 }
 
+/// One set of gates: a site's (pre, post and P) or the head collapse's (pre only), with the norm
+/// of their input and their projection Φ as one matmul (rows × k)·(cols × k)ᵀ.
+#[derive(Clone, Copy, Debug)]
+struct GateDims {
+    gates: HyperDims,
+    norm: NormDims,
+    projection: (usize, usize, usize),
+}
+
 /// One site's hyper-connection: Φ (W, n·D; HC's W is n + 2 × D), its bias (W), its three
-/// scales, and HC's norm gain (D).
+/// scales (the head's one), and HC's norm gain (D).
 #[derive(Clone, Copy, Debug)]
 struct SiteParams<T> {
     phi: T,
@@ -324,32 +462,54 @@ struct SiteParams<T> {
 }
 
 impl SiteParams<ParamId> {
-    /// Site `site`'s parameters (0: block 0's attention, 1: its FF, …). Weight decay on Φ only:
-    /// the static parts take none (HC §4).
-    fn declare(lb: &mut LayoutBuilder, prefix: &str, cfg: &HcConfig, site: usize) -> Self {
-        let (_, cols, k) = cfg.projection(0);
-        let w = cfg.gate_width();
-        let (phi, bias) = match cfg.mixing {
-            // HC's Eq. 14: W = 0; stream by stream [A_m,j = (j = s mod n), B_j = 1, A_r[j,·] = e_j].
-            HcMixing::Hc => {
-                let n = cfg.streams;
+    /// The parameters of site `site`'s gates (0: block 0's attention, 1: its FF, …, 2L: the
+    /// head's collapse), of `dims`. Weight decay on Φ only: the static parts take none (HC §4).
+    fn declare(lb: &mut LayoutBuilder, prefix: &str, cfg: &HcConfig, site: usize, dims: GateDims) -> Self {
+        let (_, cols, k) = dims.projection;
+        let (n, w, at) = (cfg.streams, dims.gates.width(), site % cfg.streams);
+        let one_hot = |j: usize, on: f32, off: f32| if j == at { on } else { off };
+        let (phi, bias) = match (cfg.init(), dims.gates.mixing) {
+            (HcInit::ZeroBias, _) => (Init::Normal { std: 0.02 }, Init::Constant(0.0)),
+            // HC's Eq. 14, stream by stream: [A_m,j = (j = s mod n), B_j = 1, A_r[j,·] = e_j].
+            (HcInit::Identity, Mixing::Tanh) => {
                 let stream = |j: usize| {
-                    let pre = [(j == site % n) as u8 as f32, 1.0];
-                    pre.into_iter().chain((0..n).map(move |k| (j == k) as u8 as f32))
+                    [one_hot(j, 1.0, 0.0), 1.0]
+                        .into_iter()
+                        .chain((0..n).map(move |k| (j == k) as u8 as f32))
                 };
                 (
                     Init::Normal { std: 0.0 },
                     Init::Values((0..n).flat_map(stream).collect()),
                 )
             }
-            // SPEC §6.6 `zero-bias`.
-            _ => (Init::Normal { std: 0.02 }, Init::Constant(0.0)),
+            // mHC's and mHC-lite's: pre and post logits ±1 at stream s mod n, P near I (its
+            // diagonal, or the identity permutation, 0 and the rest −8).
+            (HcInit::Identity, mixing) => {
+                let gates: Vec<f32> = (0..n).map(|j| one_hot(j, 1.0, -1.0)).collect();
+                let res: Vec<f32> = match mixing {
+                    Mixing::Sinkhorn { .. } => (0..n * n).map(|i| if i % (n + 1) == 0 { 0.0 } else { -8.0 }).collect(),
+                    Mixing::Permutations => (0..dims.gates.res_logits())
+                        .map(|p| if p == 0 { 0.0 } else { -8.0 })
+                        .collect(),
+                    _ => vec![],
+                };
+                let post = if mixing == Mixing::Head { &[][..] } else { &gates[..] };
+                let values = gates.iter().chain(post).chain(&res).copied().collect();
+                (Init::Normal { std: 0.0 }, Init::Values(values))
+            }
         };
         SiteParams {
             phi: lb.add(format!("{prefix}.hc_phi"), &[cols, k], true, phi),
             bias: lb.add(format!("{prefix}.hc_bias"), &[w], false, bias),
-            alpha: lb.add(format!("{prefix}.hc_alpha"), &[3], false, Init::Constant(0.01)),
-            gain: (cfg.stream_gain()).then(|| lb.add(format!("{prefix}.hc_norm"), &[cfg.d_model], false, Init::ONE)),
+            alpha: lb.add(
+                format!("{prefix}.hc_alpha"),
+                &[dims.gates.scales()],
+                false,
+                Init::Constant(0.01),
+            ),
+            // HC's per-stream norm has a gain; mHC's one statistic over n·D has none.
+            gain: (dims.gates.mixing == Mixing::Tanh)
+                .then(|| lb.add(format!("{prefix}.hc_norm"), &[cfg.d_model], false, Init::ONE)),
         }
     }
 
@@ -377,6 +537,8 @@ struct Block<T> {
 struct Weights<T> {
     embedding: VectorEmbeddingParams<T>,
     blocks: Vec<Block<T>>,
+    /// The `head` collapse's gates.
+    head: Option<SiteParams<T>>,
     lnf: T,
     w_u: T,
 }
@@ -395,6 +557,7 @@ impl Weights<ParamId> {
                     core: Dense::map(&b.core, &f),
                 })
                 .collect(),
+            head: self.head.as_ref().map(|h| h.map(&f)),
             lnf: f(self.lnf),
             w_u: f(self.w_u),
         }
@@ -408,20 +571,23 @@ fn declare(cfg: &HcConfig) -> (ParamLayout, Weights<ParamId>) {
     let embedding = cfg.embedding(0, 0).declare(&mut lb);
     let blocks = (0..cfg.n_layers)
         .map(|i| Block {
-            attn_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.attn"), cfg, 2 * i),
+            attn_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.attn"), cfg, 2 * i, cfg.site_dims(0)),
             ln1: lb.add(format!("blocks.{i}.ln1"), &[d], false, Init::ONE),
             maps: <Projections as AttentionMaps<Dense>>::declare(&maps, &mut lb, &format!("blocks.{i}")),
-            ff_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.ff"), cfg, 2 * i + 1),
+            ff_hc: SiteParams::declare(&mut lb, &format!("blocks.{i}.ff"), cfg, 2 * i + 1, cfg.site_dims(0)),
             ln2: lb.add(format!("blocks.{i}.ln2"), &[d], false, Init::ONE),
             core: core.declare(&mut lb, &format!("blocks.{i}")),
         })
         .collect();
+    let head = (cfg.collapse() == HcCollapse::Head)
+        .then(|| SiteParams::declare(&mut lb, "head", cfg, 2 * cfg.n_layers, cfg.head_dims(0)));
     let lnf = lb.add("lnf", &[d], false, Init::ONE);
     // W_U from zero: the first loss is exactly ln V.
     let w_u = lb.add("w_u", &[v, d], false, Init::Normal { std: 0.0 });
     let ids = Weights {
         embedding,
         blocks,
+        head,
         lnf,
         w_u,
     };
@@ -433,16 +599,40 @@ pub fn layout(cfg: &HcConfig) -> ParamLayout {
     declare(cfg).0
 }
 
-/// What one site keeps for its backward.
-struct SiteActs<B: Backend> {
+/// What one set of gates keeps for its backward.
+struct Gates<B: Backend> {
     xhat: B::Tensor,   // (BT, n·D)
-    xstats: B::Tensor, // (BT, 2)
+    xstats: B::Tensor, // (BT, 2); HC's (BT·n, 2)
     m: B::Tensor,      // (BT, W)
     pre: B::Tensor,    // (BT, n)
-    post: B::Tensor,   // (BT, n)
-    mix: B::Tensor,    // (BT, n, n)
+    post: B::Tensor,   // (BT, n), unused by the head
+    mix: B::Tensor,    // (BT, n, n), unused by the head
     u: B::Tensor,      // (BT, D) the collapsed input
-    ln: B::Tensor,     // (BT, D) Norm(u)
+}
+
+impl<B: Backend> Gates<B> {
+    fn new(be: &B, d: GateDims, d_model: usize) -> engine::Result<Self> {
+        let (bt, n) = (d.gates.tokens, d.gates.n);
+        let z = |what: &str, len: usize| be.zeros(what, len);
+        Ok(Gates {
+            xhat: z(
+                "the streams' norm (batch × seq_len × streams·d_model)",
+                bt * n * d_model,
+            )?,
+            xstats: z("the streams' norm statistics", 2 * d.norm.rows)?,
+            m: z("the gates' logits", bt * d.gates.width())?,
+            pre: z("pre", bt * n)?,
+            post: z("post", bt * n)?,
+            mix: z("the mixing matrices (batch × seq_len × streams²)", bt * n * n)?,
+            u: z("the collapsed input (batch × seq_len × d_model)", bt * d_model)?,
+        })
+    }
+}
+
+/// What one site keeps for its backward.
+struct SiteActs<B: Backend> {
+    gates: Gates<B>,
+    ln: B::Tensor, // (BT, D) Norm(u)
     ln_stats: B::Tensor,
     f: B::Tensor,   // (BT, D) the branch's output
     out: B::Tensor, // (BT, n, D) the streams after the site
@@ -493,14 +683,16 @@ pub struct HyperConnections<B: Backend> {
     encoded: B::Tensor,  // (BT, D) e
     streams0: B::Tensor, // (BT, n, D) X⁰
     blocks: Vec<BlockActs<B>>,
-    /// Constant ones: over the streams, a token's n·D values (the norm's Init::ONE) and the tokens
+    /// The `head` collapse's gates.
+    head: Option<Gates<B>>,
+    /// Constant ones: over the streams, a token's n·D values (the norm's gain) and the tokens
     /// (the column sums of the gates' gradients).
     ones_n: B::Tensor,
     ones_nd: B::Tensor,
     ones_bt: B::Tensor,
-    h: B::Tensor, // (BT, D) Σ_j x_j
-    lnf: B::Tensor,
-    lnf_stats: B::Tensor,
+    h: B::Tensor,         // (BT, D) the collapse: Σ_j x_j, Σ_j q_j x_j, or Σ_j Norm(x_j)
+    lnf: B::Tensor,       // (BT, D) Norm(h); (BT, n, D) with `norm-then-sum`
+    lnf_stats: B::Tensor, // (BT, 2); (BT·n, 2)
     unembedding: Unembedding<B>,
     s: Option<Scratch<B>>,
 }
@@ -544,13 +736,7 @@ impl<B: Backend> HyperConnections<B> {
         let z = |what: &str, len: usize| be.zeros(what, len);
         let site = || -> engine::Result<SiteActs<B>> {
             Ok(SiteActs {
-                xhat: z("the streams' norm (batch × seq_len × streams·d_model)", bt * nd)?,
-                xstats: z("the streams' norm statistics", 2 * cfg.stream_norm(bt).rows)?,
-                m: z("the gates' logits", bt * w_gates)?,
-                pre: z("pre", bt * n)?,
-                post: z("post", bt * n)?,
-                mix: z("the mixing matrices (batch × seq_len × streams²)", bt * n * n)?,
-                u: z("the collapsed input (batch × seq_len × d_model)", bt * d)?,
+                gates: Gates::new(be, cfg.site_dims(bt), d)?,
                 ln: z("the branch's norm", bt * d)?,
                 ln_stats: z("the branch's norm statistics", bt * 2)?,
                 f: z("the branch's output", bt * d)?,
@@ -611,12 +797,15 @@ impl<B: Backend> HyperConnections<B> {
             encoded: z("the embeddings", bt * d)?,
             streams0: z("the streams", bt * nd)?,
             blocks,
+            head: (cfg.collapse() == HcCollapse::Head)
+                .then(|| Gates::new(be, cfg.head_dims(bt), d))
+                .transpose()?,
             ones_n: ones("ones", n)?,
             ones_nd: ones("ones", nd)?,
             ones_bt: ones("ones", bt)?,
             h: z("the collapsed streams", bt * d)?,
-            lnf: z("the final norm", bt * d)?,
-            lnf_stats: z("the final norm statistics", bt * 2)?,
+            lnf: z("the final norm", cfg.final_norm(bt).rows * d)?,
+            lnf_stats: z("the final norm statistics", cfg.final_norm(bt).rows * 2)?,
             unembedding: Unembedding::new(be, bt, cfg.vocab, d, cfg.z_loss, trainable)?,
             s,
             cfg,
@@ -646,67 +835,79 @@ impl<B: Backend> HyperConnections<B> {
         MatmulDims::new(m, n, k).batched(self.bt(), false, false)
     }
 
-    /// The site's gates and collapse: x̂, m, pre, post, P and u from the streams `x`.
-    fn site_in(&self, be: &B, a: &SiteActs<B>, x: &B::Tensor, p: &SiteParams<B::Tensor>) {
-        let (cfg, bt) = (&self.cfg, self.bt());
-        let (n, d) = (cfg.streams, cfg.d_model);
-        let (rows, cols, k) = cfg.projection(bt);
+    /// A set of gates and their collapse: x̂, m, pre (post, P) and u from the streams `x`.
+    fn gates_in(&self, be: &B, a: &Gates<B>, x: &B::Tensor, p: &SiteParams<B::Tensor>, dims: GateDims) {
+        let (n, d) = (self.cfg.streams, self.cfg.d_model);
+        let (rows, cols, k) = dims.projection;
         let gain = p.gain.as_ref().unwrap_or(&self.ones_nd);
-        be.norm_forward(&a.xhat, &a.xstats, x, gain, cfg.stream_norm(bt));
+        be.norm_forward(&a.xhat, &a.xstats, x, gain, dims.norm);
         be.matmul(&a.m, &a.xhat, &p.phi, MatmulDims::new(rows, cols, k).trans_b());
-        be.hyper_gates(&a.pre, &a.post, &a.mix, &a.m, &p.alpha, &p.bias, cfg.gates(bt));
+        be.hyper_gates(&a.pre, &a.post, &a.mix, &a.m, &p.alpha, &p.bias, dims.gates);
         be.matmul(&a.u, &a.pre, x, self.per_token(1, d, n));
     }
 
     /// The site's write-back: out = Pᵀ x + post ⊗ f.
     fn site_out(&self, be: &B, a: &SiteActs<B>, x: &B::Tensor) {
         let (n, d) = (self.cfg.streams, self.cfg.d_model);
-        be.matmul(&a.out, &a.mix, x, self.per_token(n, d, n).trans_a());
-        be.matmul(&a.out, &a.post, &a.f, self.per_token(n, d, 1).accumulate());
+        be.matmul(&a.out, &a.gates.mix, x, self.per_token(n, d, n).trans_a());
+        be.matmul(&a.out, &a.gates.post, &a.f, self.per_token(n, d, 1).accumulate());
     }
 
     /// The write-back's backward, from the output streams' gradient `g`: df, dpost, dP, and
     /// the input streams' gradient through the mixing, written to `h`.
     fn site_out_backward(&self, be: &B, s: &Scratch<B>, g: &B::Tensor, h: &B::Tensor, a: &SiteActs<B>, x: &B::Tensor) {
         let (n, d) = (self.cfg.streams, self.cfg.d_model);
-        be.matmul(&s.df, &a.post, g, self.per_token(1, d, n));
+        be.matmul(&s.df, &a.gates.post, g, self.per_token(1, d, n));
         be.matmul(&s.dpost, g, &a.f, self.per_token(n, 1, d));
         be.matmul(&s.dmix, x, g, self.per_token(n, n, d).trans_b());
-        be.matmul(h, &a.mix, g, self.per_token(n, d, n));
+        be.matmul(h, &a.gates.mix, g, self.per_token(n, d, n));
     }
 
     /// The collapse's and the gates' backward, from du: dpre, then dx += pre ⊗ du, the gates'
-    /// gradients and dx through x̂, into `h`.
+    /// gradients and dx through x̂, into `h`. The head's gates read no dpost or dP.
     #[allow(clippy::too_many_arguments)]
-    fn site_in_backward(
+    fn gates_in_backward(
         &self,
         be: &B,
         s: &Scratch<B>,
         h: &B::Tensor,
-        a: &SiteActs<B>,
+        a: &Gates<B>,
         x: &B::Tensor,
-        p: &SiteParams<B::Tensor>,
-        dp: &SiteParams<B::Tensor>,
+        (p, dp): (&SiteParams<B::Tensor>, &SiteParams<B::Tensor>),
+        dims: GateDims,
     ) {
-        let (cfg, bt) = (&self.cfg, self.bt());
-        let (n, d, w) = (cfg.streams, cfg.d_model, cfg.gate_width());
-        let (rows, cols, k) = cfg.projection(bt);
+        let (n, d, bt) = (self.cfg.streams, self.cfg.d_model, self.bt());
+        let (rows, cols, k) = dims.projection;
+        let (w, scales) = (dims.gates.width(), dims.gates.scales());
         be.matmul(&s.dpre, x, &s.du, self.per_token(n, 1, d));
         be.matmul(h, &a.pre, &s.du, self.per_token(n, d, 1).accumulate());
-        let gates = cfg.gates(bt);
-        be.hyper_gates_backward(
-            &s.dm, &s.dz, &s.dalpha, &s.dpre, &s.dpost, &s.dmix, &a.m, &p.alpha, &p.bias, gates,
+        // The head's gates are fewer than a site's: the scratch's first values.
+        let (dm, dz, dalpha) = (
+            be.view(&s.dm, 0, bt * w),
+            be.view(&s.dz, 0, bt * w),
+            be.view(&s.dalpha, 0, bt * scales),
         );
-        be.matmul(&dp.phi, &s.dm, &a.xhat, MatmulDims::new(cols, k, rows).trans_a());
-        be.matmul(&s.dxhat, &s.dm, &p.phi, MatmulDims::new(rows, k, cols));
+        be.hyper_gates_backward(
+            &dm, &dz, &dalpha, &s.dpre, &s.dpost, &s.dmix, &a.m, &p.alpha, &p.bias, dims.gates,
+        );
+        be.matmul(&dp.phi, &dm, &a.xhat, MatmulDims::new(cols, k, rows).trans_a());
+        be.matmul(&s.dxhat, &dm, &p.phi, MatmulDims::new(rows, k, cols));
         let (gain, dgain) = match (&p.gain, &dp.gain) {
             (Some(g), Some(dg)) => (g, dg),
             _ => (&self.ones_nd, &s.dgain),
         };
-        be.norm_backward(h, dgain, &s.dxhat, x, gain, &a.xstats, cfg.stream_norm(bt));
+        be.norm_backward(h, dgain, &s.dxhat, x, gain, &a.xstats, dims.norm);
         // The bias's and the scales' gradients: column sums over the tokens, in token order.
-        be.matmul(&dp.bias, &self.ones_bt, &s.dz, MatmulDims::new(1, w, bt));
-        be.matmul(&dp.alpha, &self.ones_bt, &s.dalpha, MatmulDims::new(1, 3, bt));
+        be.matmul(&dp.bias, &self.ones_bt, &dz, MatmulDims::new(1, w, bt));
+        be.matmul(&dp.alpha, &self.ones_bt, &dalpha, MatmulDims::new(1, scales, bt));
+    }
+
+    /// The head's input, W_U's operand: Norm(h), or h itself with `norm-then-sum`.
+    fn head_input(&self) -> &B::Tensor {
+        match self.cfg.collapse() {
+            HcCollapse::NormThenSum => &self.h,
+            _ => &self.lnf,
+        }
     }
 }
 
@@ -737,8 +938,14 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
         for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             // Attention's site: f = MHA(Norm(u))
             let x = self.streams_in(2 * l);
-            self.site_in(be, &a.attn, x, &p.attn_hc);
-            be.norm_forward(&a.attn.ln, &a.attn.ln_stats, &a.attn.u, &p.ln1, cfg.branch_norm(bt));
+            self.gates_in(be, &a.attn.gates, x, &p.attn_hc, cfg.site_dims(bt));
+            be.norm_forward(
+                &a.attn.ln,
+                &a.attn.ln_stats,
+                &a.attn.gates.u,
+                &p.ln1,
+                cfg.branch_norm(bt),
+            );
             <Projections as AttentionMaps<Dense>>::qkv_forward(
                 &self.maps,
                 be,
@@ -759,8 +966,8 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             self.site_out(be, &a.attn, x);
             // The FF's site: f = W2 · GELU(W1 · Norm(u))
             let x = &a.attn.out;
-            self.site_in(be, &a.ff, x, &p.ff_hc);
-            be.norm_forward(&a.ff.ln, &a.ff.ln_stats, &a.ff.u, &p.ln2, cfg.branch_norm(bt));
+            self.gates_in(be, &a.ff.gates, x, &p.ff_hc, cfg.site_dims(bt));
+            be.norm_forward(&a.ff.ln, &a.ff.ln_stats, &a.ff.gates.u, &p.ln2, cfg.branch_norm(bt));
             self.core.forward(be, &a.ff.f, &a.ff.ln, &a.core, &(), &p.core);
             self.site_out(be, &a.ff, x);
         }
@@ -774,25 +981,49 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
         };
         let (cfg, bt) = (&self.cfg, self.bt());
         let (n, d) = (cfg.streams, cfg.d_model);
-        // logits = W_U · Norm(Σ_j x_j): every stream gets dh.
-        self.unembedding.backward(be, &s.dln, &dw.w_u, &self.lnf, &w.w_u, batch);
-        be.fill(&s.dh, 0.0);
-        be.norm_backward(
-            &s.dh,
-            &dw.lnf,
-            &s.dln,
-            &self.h,
-            &w.lnf,
-            &self.lnf_stats,
-            cfg.branch_norm(bt),
-        );
+        let every_stream = MatmulDims::new(n, d, 1).batched(bt, true, false);
         let [mut g, mut h] = [&s.dstreams[0], &s.dstreams[1]];
-        be.matmul(
-            g,
-            &self.ones_n,
-            &s.dh,
-            MatmulDims::new(n, d, 1).batched(bt, true, false),
-        );
+        // The head, back to the last streams' gradient g.
+        let x = self.streams_in(2 * cfg.n_layers);
+        self.unembedding
+            .backward(be, &s.dln, &dw.w_u, self.head_input(), &w.w_u, batch);
+        match (cfg.collapse(), &self.head, &w.head, &dw.head) {
+            // W_U · Σ_j Norm(x_j): every stream's norm gets dln.
+            (HcCollapse::NormThenSum, ..) => {
+                be.matmul(h, &self.ones_n, &s.dln, every_stream);
+                be.fill(g, 0.0);
+                be.norm_backward(g, &dw.lnf, h, x, &w.lnf, &self.lnf_stats, cfg.final_norm(bt));
+            }
+            // W_U · Norm(Σ_j q_j x_j): the head's gates take du.
+            (HcCollapse::Head, Some(gates), Some(p), Some(dp)) => {
+                be.fill(&s.du, 0.0);
+                be.norm_backward(
+                    &s.du,
+                    &dw.lnf,
+                    &s.dln,
+                    &gates.u,
+                    &w.lnf,
+                    &self.lnf_stats,
+                    cfg.final_norm(bt),
+                );
+                be.fill(g, 0.0);
+                self.gates_in_backward(be, s, g, gates, x, (p, dp), cfg.head_dims(bt));
+            }
+            // W_U · Norm(Σ_j x_j): every stream gets dh.
+            _ => {
+                be.fill(&s.dh, 0.0);
+                be.norm_backward(
+                    &s.dh,
+                    &dw.lnf,
+                    &s.dln,
+                    &self.h,
+                    &w.lnf,
+                    &self.lnf_stats,
+                    cfg.final_norm(bt),
+                );
+                be.matmul(g, &self.ones_n, &s.dh, every_stream);
+            }
+        }
         for l in (0..cfg.n_layers).rev() {
             let (a, p, dp) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             // The FF's site.
@@ -805,12 +1036,12 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &s.du,
                 &dp.ln2,
                 &s.dln,
-                &a.ff.u,
+                &a.ff.gates.u,
                 &p.ln2,
                 &a.ff.ln_stats,
                 cfg.branch_norm(bt),
             );
-            self.site_in_backward(be, s, h, &a.ff, x, &p.ff_hc, &dp.ff_hc);
+            self.gates_in_backward(be, s, h, &a.ff.gates, x, (&p.ff_hc, &dp.ff_hc), cfg.site_dims(bt));
             std::mem::swap(&mut g, &mut h);
             // Attention's site.
             let x = self.streams_in(2 * l);
@@ -841,12 +1072,12 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &s.du,
                 &dp.ln1,
                 &s.dln,
-                &a.attn.u,
+                &a.attn.gates.u,
                 &p.ln1,
                 &a.attn.ln_stats,
                 cfg.branch_norm(bt),
             );
-            self.site_in_backward(be, s, h, &a.attn, x, &p.attn_hc, &dp.attn_hc);
+            self.gates_in_backward(be, s, h, &a.attn.gates, x, (&p.attn_hc, &dp.attn_hc), cfg.site_dims(bt));
             std::mem::swap(&mut g, &mut h);
         }
         // X⁰ = (e, …, e): de = Σ_j dX⁰_j.
@@ -865,11 +1096,24 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
 
     /// logits = W_U · Norm(Σ_j x_j), read from the streams `x`.
     fn read_out(&self, be: &B, x: &B::Tensor) {
-        let (cfg, bt) = (&self.cfg, self.bt());
-        let dims = MatmulDims::new(1, cfg.d_model, cfg.streams).batched(bt, true, false);
-        be.matmul(&self.h, &self.ones_n, x, dims);
-        be.norm_forward(&self.lnf, &self.lnf_stats, &self.h, &self.w.lnf, cfg.branch_norm(bt));
-        self.unembedding.logits(be, &self.lnf, &self.w.w_u);
+        let (cfg, bt, w) = (&self.cfg, self.bt(), &self.w);
+        let sum = MatmulDims::new(1, cfg.d_model, cfg.streams).batched(bt, true, false);
+        let norm = cfg.final_norm(bt);
+        match (cfg.collapse(), &self.head, &w.head) {
+            (HcCollapse::NormThenSum, ..) => {
+                be.norm_forward(&self.lnf, &self.lnf_stats, x, &w.lnf, norm);
+                be.matmul(&self.h, &self.ones_n, &self.lnf, sum);
+            }
+            (HcCollapse::Head, Some(gates), Some(p)) => {
+                self.gates_in(be, gates, x, p, cfg.head_dims(bt));
+                be.norm_forward(&self.lnf, &self.lnf_stats, &gates.u, &w.lnf, norm);
+            }
+            _ => {
+                be.matmul(&self.h, &self.ones_n, x, sum);
+                be.norm_forward(&self.lnf, &self.lnf_stats, &self.h, &w.lnf, norm);
+            }
+        }
+        self.unembedding.logits(be, self.head_input(), &w.w_u);
     }
 
     fn inside(&self) -> Inside<'_, B> {
@@ -891,9 +1135,9 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 .map(|(name, s)| observe::MixingSite {
                     name,
                     streams: self.cfg.streams,
-                    pre: &s.pre,
-                    post: &s.post,
-                    mix: &s.mix,
+                    pre: &s.gates.pre,
+                    post: &s.gates.post,
+                    mix: &s.gates.mix,
                 })
                 .collect(),
         }

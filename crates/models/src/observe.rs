@@ -56,9 +56,13 @@ pub struct MixingRow {
     pub post: Vec<f64>,
     /// (n, n) row-major: P[j][k], the weight from stream j to stream k.
     pub mix: Vec<f64>,
-    /// The largest absolute row sum (the forward gain) and column sum (the backward gain) of
-    /// P₁·P₂·…·P_s, the mixing of every site so far (the mHC paper's Amax).
+    /// The forward gain (the largest absolute column sum: what a stream receives) and the
+    /// backward gain (the largest row sum) of P₁·P₂·…·P_s, the mixing of every site so far (the
+    /// mHC paper's Amax of H_res = Pᵀ).
     pub composite_gain: [f64; 2],
+    /// Each stream's norm after the site, ‖x_k‖.
+    #[serde(default)]
+    pub stream_norms: Vec<f64>,
 }
 
 /// Every hyper-connection site's gates for token `token` of sequence `seq` after a forward
@@ -68,14 +72,24 @@ pub async fn mixing<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
     model: &M,
     (seq, t, token): (usize, usize, usize),
 ) -> Result<Option<Vec<MixingRow>>> {
-    let sites = model.inside().mixing;
+    let Inside {
+        mixing: sites,
+        residuals,
+        ..
+    } = model.inside();
     let Some(n) = sites.first().map(|s| s.streams) else {
         return Ok(None);
     };
     let at = seq * t + token;
-    let mut composite: Vec<f64> = (0..n * n).map(|i| if i % (n + 1) == 0 { 1.0 } else { 0.0 }).collect();
+    let mut composite = identity(n);
     let mut rows = Vec::new();
-    for s in &sites {
+    // The streams after site s are the residual at depth s + 1 (depth 0: the embedding's).
+    for (s, after) in sites.iter().zip(residuals.iter().skip(1)) {
+        let x = be.read(after.tensor).await?;
+        let d = after.shape.size() / n;
+        let stream_norms = (x[at * n * d..(at + 1) * n * d].chunks(d))
+            .map(|v| v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt())
+            .collect();
         // Whole tensors (a few values a token): a GPU view must start at an aligned offset.
         let (pre, post, mix) = (be.read(s.pre).await?, be.read(s.post).await?, be.read(s.mix).await?);
         let (pre, post) = (&pre[at * n..(at + 1) * n], &post[at * n..(at + 1) * n]);
@@ -83,24 +97,67 @@ pub async fn mixing<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
             .iter()
             .map(|&x| f64::from(x))
             .collect();
-        composite = (0..n * n)
-            .map(|i| (0..n).map(|k| composite[i / n * n + k] * mix[k * n + i % n]).sum())
-            .collect();
-        let row_gain = (0..n)
-            .map(|j| (0..n).map(|k| composite[j * n + k]).sum::<f64>().abs())
-            .fold(0.0, f64::max);
-        let col_gain = (0..n)
-            .map(|k| (0..n).map(|j| composite[j * n + k]).sum::<f64>().abs())
-            .fold(0.0, f64::max);
+        composite = then(&composite, &mix, n);
         rows.push(MixingRow {
             site: s.name.clone(),
             pre: pre.iter().map(|&x| f64::from(x)).collect(),
             post: post.iter().map(|&x| f64::from(x)).collect(),
+            composite_gain: gains(&composite, n),
+            stream_norms,
             mix,
-            composite_gain: [row_gain, col_gain],
         });
     }
     Ok(Some(rows))
+}
+
+/// The composite gain through every site (forward, backward), the largest over all the tokens
+/// of the last forward: the mHC paper's Amax of the product of every P. None for a model
+/// without hyper-connections.
+pub async fn composite_gain<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+) -> Result<Option<[f64; 2]>> {
+    let sites = model.inside().mixing;
+    let Some(n) = sites.first().map(|s| s.streams) else {
+        return Ok(None);
+    };
+    let mut composites: Vec<Vec<f64>> = Vec::new();
+    for s in &sites {
+        let mix = be.read(s.mix).await?;
+        if composites.is_empty() {
+            composites = vec![identity(n); mix.len() / (n * n)];
+        }
+        for (c, p) in composites.iter_mut().zip(mix.chunks(n * n)) {
+            let p: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
+            *c = then(c, &p, n);
+        }
+    }
+    Ok(Some(
+        composites
+            .iter()
+            .map(|c| gains(c, n))
+            .fold([0.0; 2], |[f, b], [x, y]| [f.max(x), b.max(y)]),
+    ))
+}
+
+fn identity(n: usize) -> Vec<f64> {
+    (0..n * n).map(|i| if i % (n + 1) == 0 { 1.0 } else { 0.0 }).collect()
+}
+
+/// The n×n product `composite`·`p`: the mixing so far, then site p's.
+fn then(composite: &[f64], p: &[f64], n: usize) -> Vec<f64> {
+    (0..n * n)
+        .map(|i| (0..n).map(|k| composite[i / n * n + k] * p[k * n + i % n]).sum())
+        .collect()
+}
+
+/// The forward gain, the largest absolute column sum of M[j,k] (what stream k receives from
+/// all j: a row of the paper's H_res = Mᵀ), and the backward gain, the largest row sum.
+fn gains(m: &[f64], n: usize) -> [f64; 2] {
+    let sum = |at: &dyn Fn(usize) -> usize| (0..n).map(|x| m[at(x)]).sum::<f64>().abs();
+    let rows = (0..n).map(|j| sum(&|k| j * n + k)).fold(0.0, f64::max);
+    let cols = (0..n).map(|k| sum(&|j| j * n + k)).fold(0.0, f64::max);
+    [cols, rows]
 }
 
 /// How one token's row of an observable is laid out.

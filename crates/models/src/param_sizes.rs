@@ -114,7 +114,8 @@ pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
 
 /// A hyper-connected model's parameters, as `hyper_connections::layout` declares them: the
 /// transformer's and each site's Φ (W × streams·d_model), bias (W) and three scales, W = 2n + n²
-/// or n!; HC's Φ is (n + 2 × d_model), and each site adds its norm's gain (d_model).
+/// or n!; HC's Φ is (n + 2 × d_model), and each site adds its norm's gain (d_model); the `head`
+/// collapse's gates are one more Φ (n × n·D), bias (n) and scale.
 pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
     let [v, n, d, l, h, dh, f, s] = [
         c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff, c.streams,
@@ -127,10 +128,12 @@ pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
         crate::HcMixing::MhcLite => product("streams!", &(1..=s).collect::<Vec<_>>())?,
     };
     let w = sum("the gates' logits (2·streams + the mixing's)", &[2 * s, res])?;
+    let sd = product("streams × d_model", &[s, d])?;
     let (phi, gains) = match c.mixing {
         crate::HcMixing::Hc => (vec![sum("streams + 2", &[s, 2])?, d], 2 * l),
-        _ => (vec![w, product("streams × d_model", &[s, d])?], 0),
+        _ => (vec![w, sd], 0),
     };
+    let head = u64::from(c.collapse() == crate::hyper_connections::HcCollapse::Head);
     param_sizes(&[
         (1, "wte (vocab × d_model)", vec![v, d]),
         (1, "wpe (seq_len × d_model)", vec![n, d]),
@@ -138,6 +141,9 @@ pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
         (2 * l, "hc_bias (gates)", vec![w]),
         (2 * l, "hc_alpha (3)", vec![3]),
         (gains, "hc_norm (d_model)", vec![d]),
+        (head, "head.hc_phi (streams × streams·d_model)", vec![s, sd]),
+        (head, "head.hc_bias (streams)", vec![s]),
+        (head, "head.hc_alpha (1)", vec![1]),
         (l, "the norm gains (d_model)", vec![d]),
         (l, "w_qkv (3·n_heads·head_dim × d_model)", vec![qkv, d]),
         (l, "w_o (d_model × n_heads·head_dim)", vec![d, hd]),

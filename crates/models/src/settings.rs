@@ -161,6 +161,22 @@ pub const SETTINGS: &[Setting] = &[
         "HC's unconstrained tanh gates, mHC's Sinkhorn projection, or mHC-lite's mixture of the n! permutations (n ≤ 4)",
     ),
     off_page(model(
+        "stream_init",
+        "stream-init",
+        "streams' init",
+        Kind::Choice(&["identity", "zero-bias"]),
+        STREAMS,
+        "the gates start near the identity mixing with Φ = 0 (HC's, and mHC's published code), or, for mHC and mHC-lite, Φ ~ N(0, 0.02²) and P near J/n",
+    )),
+    off_page(model(
+        "collapse",
+        "collapse",
+        "collapse",
+        Kind::Choice(&["auto", "sum", "head", "norm-then-sum"]),
+        STREAMS,
+        "how the streams meet before the head: their sum, a learned gated sum (DeepSeek-V4's; mHC and mHC-lite), or each stream normed, then summed; auto: sum (HC), head (mHC), norm-then-sum (mHC-lite)",
+    )),
+    off_page(model(
         "sinkhorn_iters",
         "sinkhorn-iters",
         "Sinkhorn rounds",

@@ -13,6 +13,7 @@ use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::arch::Arch;
+use resmem_models::hyper_connections::{HcCollapse, HcInit};
 use resmem_models::{
     HcConfig, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose,
     RmtConfig, TrainConfig, Trainer, TransformerConfig,
@@ -201,8 +202,17 @@ fn families() -> Vec<Family> {
         },
         Family {
             arch: Arch::Hc,
+            // Each mixing with its own collapse (mHC head, mHC-lite norm-then-sum, HC sum), and
+            // mHC with the sum.
             gradcheck: vec![
                 ("mHC, 3 streams, 4 rounds", M::Hc(hc(3, HcMixing::Mhc, 4))),
+                (
+                    "mHC, sum collapse",
+                    M::Hc(HcConfig {
+                        collapse: HcCollapse::Sum,
+                        ..hc(3, HcMixing::Mhc, 4)
+                    }),
+                ),
                 ("mHC, 1 stream", M::Hc(hc(1, HcMixing::Mhc, 20))),
                 ("mHC-lite, 3 streams", M::Hc(hc(3, HcMixing::MhcLite, 20))),
                 ("HC, 3 streams", M::Hc(hc(3, HcMixing::Hc, 20))),
@@ -228,6 +238,15 @@ fn families() -> Vec<Family> {
                     M::Hc(HcConfig {
                         vocab: 256,
                         ..hc(3, HcMixing::Hc, 20)
+                    }),
+                ),
+                (
+                    "mHC, zero-bias, sum collapse",
+                    M::Hc(HcConfig {
+                        vocab: 256,
+                        stream_init: HcInit::ZeroBias,
+                        collapse: HcCollapse::Sum,
+                        ..hc(3, HcMixing::Mhc, 20)
                     }),
                 ),
             ],

@@ -8,7 +8,7 @@ use common::learn_copy;
 use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
-use resmem_models::hyper_connections::{counts, layout};
+use resmem_models::hyper_connections::{counts, layout, HcInit};
 use resmem_models::{
     BatchTensors, HcConfig, HcMixing, HyperConnections, LanguageModel, Observe, TrainConfig, Trainer, Transformer,
 };
@@ -150,11 +150,52 @@ fn tiny_mhc_lite_learns_copy() {
 /// trains: the random Φ of `zero-bias` breaks their symmetry in mHC, the one-hot pre in HC.
 #[test]
 fn the_streams_come_apart() {
-    for mixing in [HcMixing::Mhc, HcMixing::Hc] {
+    for (mixing, init) in [
+        (HcMixing::Mhc, HcInit::Identity),
+        (HcMixing::Mhc, HcInit::ZeroBias),
+        (HcMixing::Hc, HcInit::Identity),
+    ] {
         streams_come_apart(HcConfig {
             mixing,
+            stream_init: init,
             ..HcConfig::tiny(256, 16)
         });
+    }
+}
+
+/// SPEC §6.6 `identity`: every site's P starts near I (off the diagonal, or off the identity
+/// permutation, logits of −8), and pre and post are σ(±1) and 2σ(±1), the +1 at stream s mod n.
+#[test]
+fn identity_init_starts_near_the_identity_mixing() {
+    use resmem_models::observe::mixing;
+    for kind in [HcMixing::Mhc, HcMixing::MhcLite] {
+        let be = CpuBackend::<f32>::new();
+        let cfg = HcConfig {
+            mixing: kind,
+            ..HcConfig::tiny(256, 16)
+        };
+        let n = cfg.streams;
+        let model = HyperConnections::new(&be, cfg, 2, 16, 0).unwrap();
+        let tensors = BatchTensors::new(&be, 2, 16, 256).unwrap();
+        tensors
+            .write(&be, &TaskSampler::new(Task::Copy, 2, 16, 0).unwrap().next_batch())
+            .unwrap();
+        model.forward(&be, &tensors, Observe::Loss);
+        let rows = pollster::block_on(mixing(&be, &model, (1, 16, 5))).unwrap().unwrap();
+        let s = |z: f64| 1.0 / (1.0 + (-z).exp());
+        for (site, r) in rows.iter().enumerate() {
+            for j in 0..n {
+                let z = if j == site % n { 1.0 } else { -1.0 };
+                assert!((r.pre[j] - s(z)).abs() < 1e-5, "{kind:?} {}: pre {:?}", r.site, r.pre);
+                assert!(
+                    (r.post[j] - 2.0 * s(z)).abs() < 1e-5,
+                    "{kind:?} {}: post {:?}",
+                    r.site,
+                    r.post
+                );
+                assert!(r.mix[j * n + j] > 0.99, "{kind:?} {}: P {:?}", r.site, r.mix);
+            }
+        }
     }
 }
 
@@ -195,4 +236,68 @@ fn streams_come_apart(cfg: HcConfig) {
         (mixing == HcMixing::Hc || at_init > 0.0) && trained > 1e-3,
         "{mixing:?}: the streams stay together: {at_init} then {trained}"
     );
+}
+
+/// The composite gain `resmem train` logs at each evaluation (`mixing_gain`) is the largest over
+/// the batch's tokens of what `analyze mixing` gives one token at the last site: near 1 for
+/// mHC's doubly stochastic P, exactly 1 for HC at init (P = I), and free to leave 1 as HC trains.
+#[test]
+fn the_composite_gain_is_the_largest_over_the_tokens() {
+    use resmem_models::observe::{composite_gain, mixing};
+    for mixing_kind in [HcMixing::Mhc, HcMixing::Hc] {
+        let be = CpuBackend::<f32>::new();
+        let cfg = HcConfig {
+            mixing: mixing_kind,
+            ..HcConfig::tiny(256, 16)
+        };
+        let (b, t) = (4, 16);
+        let train = TrainConfig {
+            batch: b,
+            steps: 30,
+            lr: 0.03,
+            ..Default::default()
+        };
+        let mut trainer = Trainer::new(&be, HyperConnections::new(&be, cfg, b, t, 0).unwrap(), train).unwrap();
+        let mut sampler = TaskSampler::new(Task::Copy, b, t, 0).unwrap();
+        let tensors = BatchTensors::new(&be, b, t, 256).unwrap();
+        let batch = sampler.next_batch();
+        tensors.write(&be, &batch).unwrap();
+        trainer.model.forward(&be, &tensors, Observe::Loss);
+        let at_init = pollster::block_on(composite_gain(&be, &trainer.model))
+            .unwrap()
+            .unwrap();
+        for _ in 0..30 {
+            trainer.step(&be, &sampler.next_batch()).unwrap();
+        }
+        trainer.model.forward(&be, &tensors, Observe::Loss);
+        let trained = pollster::block_on(composite_gain(&be, &trainer.model))
+            .unwrap()
+            .unwrap();
+        let per_token: Vec<[f64; 2]> = (0..b * t)
+            .map(|i| {
+                let rows = pollster::block_on(mixing(&be, &trainer.model, (i / t, t, i % t)))
+                    .unwrap()
+                    .unwrap();
+                rows.last().unwrap().composite_gain
+            })
+            .collect();
+        let largest = per_token
+            .iter()
+            .fold([0f64; 2], |[f, g], [x, y]| [f.max(*x), g.max(*y)]);
+        eprintln!("{mixing_kind:?}: composite gain {at_init:?} at init, {trained:?} after 30 steps");
+        assert_eq!(trained, largest, "{mixing_kind:?}");
+        match mixing_kind {
+            HcMixing::Hc => assert!(
+                at_init == [1.0, 1.0] && trained != [1.0, 1.0] && trained.iter().all(|g| g.is_finite()),
+                "HC: {at_init:?} then {trained:?}"
+            ),
+            // Sinkhorn normalises the columns last: the forward gain is exact, the backward one
+            // off by Sinkhorn's unconverged rows (the mHC paper's Fig. 7).
+            _ => assert!(
+                [at_init[0], trained[0]].iter().all(|g| (g - 1.0).abs() < 1e-4)
+                    && [at_init[1], trained[1]].iter().all(|g| (g - 1.0).abs() < 0.05),
+                "mHC: {at_init:?} then {trained:?}"
+            ),
+        }
+    }
 }

@@ -17,6 +17,7 @@ use crate::controls::Controls;
 use crate::costs::costs;
 use crate::jobs::{self, Job, Report, Steering};
 use crate::link::Link;
+use crate::mixing::{Mixed, MixingView};
 use crate::residual::{ResidualView, Residuals};
 use crate::runs::{Kept, LossChart, Run, RunList, RunState, Saved};
 use crate::sample::{self, SampleView};
@@ -334,6 +335,7 @@ pub fn App() -> impl IntoView {
     let history = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.history.clone()).unwrap_or_default()));
     let closed = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.closed.clone()).unwrap_or_default()));
     let hits = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.hits.clone()).unwrap_or_default()));
+    let mixing = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.mixing.clone()).unwrap_or_default()));
     let shown_sample = Signal::derive(move || focused.with(|r| r.as_ref().and_then(|r| r.sample.clone())));
     let focused_arch = move || focused.with(|r| r.as_ref().map(|r| r.setup.arch));
     let busy = page.busy;
@@ -428,9 +430,8 @@ pub fn App() -> impl IntoView {
                         <Show when=move || focused_arch().is_none()>
                             <p class="note">"Start a run: its variance grid (or, for the MemoryFormer, its bucket use) shows here."</p>
                         </Show>
-                        <Show when=move || focused_arch().is_some_and(|a| !a.has_variance() && !a.has_hash_tables())>
-                            <p class="note">"This model has no variance probes or hash tables: its n streams show in the \
-                                residual view, one row a stream."</p>
+                        <Show when=move || focused_arch().is_some_and(Arch::has_mixing)>
+                            <MixingView history=mixing />
                         </Show>
                     </section>
                 </div>
@@ -524,6 +525,7 @@ fn apply(page: Page, report: Report) {
             r.step = step;
             r.points.retain(|p| p.0 <= step);
             r.history.retain(|h| h.step <= step);
+            r.mixing.retain(|m| m.step <= step);
         }),
         Report::Imported {
             id,
@@ -585,6 +587,12 @@ fn show(page: Page, id: usize, event: Event) {
             r.history.push(Snapshot {
                 step,
                 measured: measured.clone(),
+            })
+        }),
+        Event::Mixing { step, rows } => page.update(id, |r| {
+            r.mixing.push(Mixed {
+                step,
+                rows: rows.clone(),
             })
         }),
         Event::Buckets(hits) => page.update(id, |r| r.hits = hits.clone()),

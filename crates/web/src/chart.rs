@@ -34,7 +34,12 @@ const TEXT: (&str, u32) = ("sans-serif", 14);
 /// naming each curve (under, not over the plot: a run's label is long, and the curves are where
 /// an overlaid legend would sit); an empty chart before the first point.
 pub fn loss_svg(curves: &[Curve]) -> String {
-    const PLOT: u32 = 240;
+    lines_svg(curves, "loss", 240)
+}
+
+/// Curves of (step, value) overlaid, the value axis from 0 (to at least 1) and named `y_desc`,
+/// the plot `plot` pixels high, with the legend under it.
+pub fn lines_svg(curves: &[Curve], y_desc: &str, height: u32) -> String {
     const LINE: u32 = 16;
     let shown: Vec<&Curve> = curves.iter().filter(|c| !c.points.is_empty()).collect();
     let legend = if shown.is_empty() {
@@ -44,22 +49,22 @@ pub fn loss_svg(curves: &[Curve]) -> String {
     };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (440, PLOT + legend)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (440, height + legend)).into_drawing_area();
         let _ = root.fill(&WHITE);
-        let (plot, below) = root.split_vertically(PLOT);
+        let (plot, below) = root.split_vertically(height);
         let points = curves.iter().flat_map(|c| c.points.iter());
         let max_step = points.clone().map(|p| p.0).max().unwrap_or(10).max(10);
-        let max_loss = points.map(|p| p.1).filter(|l| l.is_finite()).fold(1.0f32, f32::max) * 1.05;
+        let max_value = points.map(|p| p.1).filter(|l| l.is_finite()).fold(1.0f32, f32::max) * 1.05;
         let chart = ChartBuilder::on(&plot)
             .margin(8)
             .x_label_area_size(34)
             .y_label_area_size(36)
-            .build_cartesian_2d(0..max_step, 0f32..max_loss);
+            .build_cartesian_2d(0..max_step, 0f32..max_value);
         if let Ok(mut chart) = chart {
             let _ = chart
                 .configure_mesh()
                 .x_desc("step")
-                .y_desc("loss")
+                .y_desc(y_desc)
                 .label_style(TEXT)
                 .axis_desc_style(TEXT)
                 .draw();

@@ -372,6 +372,9 @@ async fn import<B: Backend + 'static>(
         let read = session.residuals(seq, token).await?;
         event(Event::Residuals(Residuals { step, ..read }));
         let hits = session.bucket_counts().await?;
+        if let Some(rows) = session.mixing(seq, token).await? {
+            event(Event::Mixing { step, rows });
+        }
         if let Some(measured) = session.measure().await? {
             event(Event::Measured { step, measured });
         }

@@ -5,6 +5,7 @@ use crate::browser;
 use crate::chart::{loss_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
 use crate::link::Link;
+use crate::mixing::Mixed;
 use crate::sample::Sample;
 use crate::save::ChartExport;
 use crate::setup::Setup;
@@ -12,6 +13,7 @@ use crate::variance::{closed_form, distances, Snapshot};
 use leptos::prelude::*;
 use models::buckets::BucketCounts;
 use models::count::thousands;
+use models::observe::MixingRow;
 use models::probes::Measured;
 use models::run::MetricsRow;
 use models::variance::ClosedForm;
@@ -62,6 +64,9 @@ pub struct Saved {
     step: usize,
     points: Vec<(usize, f32)>,
     history: Vec<(usize, Vec<Measured>)>,
+    /// Absent in runs stored before hyper-connections.
+    #[serde(default)]
+    mixing: Vec<(usize, Vec<MixingRow>)>,
     checkpoint_step: Option<usize>,
 }
 
@@ -79,6 +84,8 @@ pub struct Run {
     pub step: usize,
     pub points: Vec<(usize, f32)>,
     pub history: Vec<Snapshot>,
+    /// Hyper-connections' gates, read with the variance probes.
+    pub mixing: Vec<Mixed>,
     pub closed: Vec<ClosedForm>,
     /// Bucket hits over the last steps, per hashed layer.
     pub hits: Vec<BucketCounts>,
@@ -99,6 +106,7 @@ impl Run {
             step: 0,
             points: vec![],
             history: vec![],
+            mixing: vec![],
             hits: vec![],
             checkpoint: None,
             sample: None,
@@ -130,6 +138,7 @@ impl Run {
             step: self.step,
             points: self.points.clone(),
             history: self.history.iter().map(|s| (s.step, s.measured.clone())).collect(),
+            mixing: self.mixing.iter().map(|m| (m.step, m.rows.clone())).collect(),
             checkpoint_step: self.checkpoint.as_ref().map(|k| k.step),
         }
     }
@@ -151,6 +160,9 @@ impl Run {
                 .history
                 .into_iter()
                 .map(|(step, measured)| Snapshot { step, measured })
+                .collect(),
+            mixing: (saved.mixing.into_iter())
+                .map(|(step, rows)| Mixed { step, rows })
                 .collect(),
             closed,
             hits: vec![],

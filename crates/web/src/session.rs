@@ -10,6 +10,7 @@ use models::buckets::{self, BucketCounts};
 use models::checkpoint::{self, TrainState};
 use models::generate::{self, Drawn, Sampling};
 use models::memory::{self, Purpose};
+use models::observe::MixingRow;
 use models::probes::Measured;
 use models::{Evaluator, LanguageModel, RunConfig, Trainer};
 
@@ -208,6 +209,19 @@ impl<B: Backend + 'static> Session<B> {
             lens,
             lens_token,
         })
+    }
+
+    /// Every hyper-connection site's gates for token `token` of sequence `seq` in the last
+    /// step's forward, with the composite gain by depth; None for models without them or before
+    /// the first step.
+    pub async fn mixing(&self, seq: usize, token: usize) -> Result<Option<Vec<MixingRow>>, String> {
+        let Some(batch) = &self.last_batch else {
+            return Ok(None);
+        };
+        let (seq, token) = (seq.min(batch.b.saturating_sub(1)), token.min(batch.t.saturating_sub(1)));
+        models::observe::mixing(&self.be, &*self.trainer.model, (seq, batch.t, token))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Bucket hits of every hash table in the last step's forward, in one readback; empty for

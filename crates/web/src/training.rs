@@ -11,6 +11,7 @@ use crate::session::{Model, Session};
 use data::{Batch, DataError};
 use engine::Backend;
 use models::buckets::BucketCounts;
+use models::observe::MixingRow;
 use models::probes::Measured;
 use models::run::{train_loop, Driver, End, LoopCadence, MetricsRow, Parts, Written};
 use models::ModelError;
@@ -41,6 +42,8 @@ pub enum Event {
     Speed { ms: f64, tokens: usize },
     /// Variance ratios measured on a step's batch.
     Measured { step: usize, measured: Vec<Measured> },
+    /// Hyper-connections' gates at every site for one token of a step's batch.
+    Mixing { step: usize, rows: Vec<MixingRow> },
     /// Bucket hits of every hashed layer, summed over the last steps.
     Buckets(Vec<BucketCounts>),
     /// One sequence's residual stream at every depth.
@@ -207,6 +210,11 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
             (self.emit)(Event::Residuals(Residuals { step: n, ..read }));
         }
         if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
+            // The viewer's token, or the first sequence's first; before the probes' forward.
+            let (seq, token) = (self.wants.residuals)().unwrap_or((0, 0));
+            if let Some(rows) = self.session.mixing(seq, token).await? {
+                (self.emit)(Event::Mixing { step: n, rows });
+            }
             if let Some(measured) = self.session.measure().await? {
                 (self.emit)(Event::Measured { step: n, measured });
             }

@@ -6,6 +6,7 @@
 use crate::chart::variance_svg;
 use crate::help::ViewTitle;
 use crate::save::ChartExport;
+use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
 use models::probes::{Layer, Measured, Op};
 use models::variance::{self, ClosedForm, InitScheme};
@@ -179,11 +180,10 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
 pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
     let (block, set_block) = signal(0usize);
     // Which measurement is shown; None: the latest.
-    let (snapshot, set_snapshot) = signal(None::<usize>);
-    let (playing, set_playing) = signal(false);
-    let count = move || history.with(|h| h.len());
-    let index = move || snapshot.get().unwrap_or(count().saturating_sub(1));
-    let shown = move || history.with(|h| h.get(index()).cloned());
+    let chosen = RwSignal::new(None::<usize>);
+    let count = Signal::derive(move || history.with(|h| h.len()));
+    let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());
+    let step = Signal::derive(move || shown().map(|s| s.step));
     let blocks = move || shown().map_or(0, |s| s.measured.iter().map(|m| m.site.block + 1).max().unwrap_or(0));
     let empty = "<p>Measured after step 1, then every 10 steps.</p>".to_string();
     let grid = move || shown().map_or(empty.clone(), |s| grid_svg(&s.measured, &closed.get()));
@@ -213,31 +213,6 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
             x(cf)
         )
     };
-    let play = move |_| {
-        if playing.get_untracked() {
-            set_playing.set(false);
-            return;
-        }
-        // From the start when at the end.
-        if index() + 1 >= count() {
-            set_snapshot.set(Some(0));
-        }
-        set_playing.set(true);
-        leptos::task::spawn_local(async move {
-            loop {
-                gloo_timers::future::TimeoutFuture::new(700).await;
-                if !playing.get_untracked() {
-                    break;
-                }
-                let next = snapshot.get_untracked().unwrap_or(0) + 1;
-                if next >= history.with_untracked(|h| h.len()) {
-                    set_playing.set(false);
-                    break;
-                }
-                set_snapshot.set(Some(next));
-            }
-        });
-    };
     view! {
         <section id="variance">
             <ViewTitle title="Variance propagation"
@@ -247,17 +222,7 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
                     scale; red grows it, blue shrinks it. Healthy is near white; a deep colour that compounds block after \
                     block is what makes a deep model's signal or gradient explode or vanish. The strip on each cell's \
                     left and its \"cf\" are the closed form at init (RMT paper, Tables 1 and 2)." />
-            <div class="controls">
-                <button id="vplay" on:click=play>{move || if playing.get() { "Pause" } else { "Play" }}</button>
-                <label>"Measurement "
-                    <input id="vstep" type="range" min="0"
-                        prop:max=move || count().saturating_sub(1)
-                        prop:value=index
-                        on:input=move |ev| set_snapshot.set(event_target_value(&ev).parse().ok()) />
-                    " step " <span id="vstep-value">{move || shown().map_or("–".to_string(), |s| s.step.to_string())}</span>
-                    " (" {move || index() + 1} " of " {count} ")"
-                </label>
-            </div>
+            <Scrubber id="v" count chosen step />
             <p id="variance-summary" class="readout">{summary}</p>
             <div id="variance-grid" inner_html=grid></div>
             <ChartExport target="variance-grid" name="variance-grid" />

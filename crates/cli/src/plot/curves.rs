@@ -73,6 +73,7 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
         for row in &run.rows {
             let value = match y {
                 YAxis::ValLoss => row.metrics.val_loss,
+                YAxis::MixingGain => row.metrics.mixing_gain.map(|g| g[0]),
                 _ => row.metrics.loss,
             };
             let Some(value) = value else { continue };
@@ -101,6 +102,11 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
                      evaluate every N steps",
                     run.dir.display()
                 ),
+                YAxis::MixingGain => bail!(
+                    "{} has no mixing_gain rows: only hyper-connected models (--arch hc) log it, at each \
+                     evaluation (--eval-every N)",
+                    run.dir.display()
+                ),
                 _ => bail!(
                     "{} has no rows with a training loss",
                     run.dir.join(METRICS_FILE).display()
@@ -117,9 +123,10 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
         x_desc: x.describe(),
         y_desc: match y {
             YAxis::ValLoss => "validation loss".into(),
+            YAxis::MixingGain => "composite gain of the mixing (forward)".into(),
             _ => "training loss".into(),
         },
-        markers: y == YAxis::ValLoss,
+        markers: matches!(y, YAxis::ValLoss | YAxis::MixingGain),
         series,
         x_span,
         y_span,

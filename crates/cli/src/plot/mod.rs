@@ -43,7 +43,8 @@ pub struct PlotArgs {
     #[arg(long)]
     pub x: String,
     /// loss (training) or val_loss; against a setting, val_loss is each run's final validation
-    /// loss and best_val_loss its best.
+    /// loss and best_val_loss its best; mixing_gain, hyper-connections' composite gain (forward)
+    /// at each evaluation.
     #[arg(long, value_enum)]
     pub y: YAxis,
     /// The figure to write: FIG.svg, or FIG.png (1024×640 pixels).
@@ -61,6 +62,9 @@ pub enum YAxis {
     ValLoss,
     #[value(name = "best_val_loss")]
     BestValLoss,
+    /// The forward composite gain of a hyper-connected model's mixing (`mixing_gain`).
+    #[value(name = "mixing_gain")]
+    MixingGain,
 }
 
 impl YAxis {
@@ -69,6 +73,7 @@ impl YAxis {
             YAxis::Loss => "loss",
             YAxis::ValLoss => "val_loss",
             YAxis::BestValLoss => "best_val_loss",
+            YAxis::MixingGain => "mixing_gain",
         }
     }
 }

@@ -141,9 +141,9 @@ pub(super) fn setting_plot(
     let metric = match y {
         YAxis::ValLoss => "final_val_loss",
         YAxis::BestValLoss => "best_val_loss",
-        YAxis::Loss => bail!(
-            "a sweep's summary has no final training loss; plot --y val_loss (its final validation loss) or \
-             --y best_val_loss against --x {setting}, or the training curves with --x step"
+        YAxis::Loss | YAxis::MixingGain => bail!(
+            "a sweep's summary has no final training loss or mixing gain; plot --y val_loss (its final \
+             validation loss) or --y best_val_loss against --x {setting}, or the curves with --x step"
         ),
     };
     // (sweep, group label, the setting's value, the metric) for every finished point.

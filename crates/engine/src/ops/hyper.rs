@@ -35,6 +35,9 @@ pub enum Mixing {
     Permutations,
     /// HC: every gate α·tanh(m) + b, P unconstrained.
     Tanh,
+    /// DeepSeek-V4's collapse before the head (`hc_head`): only pre, `σ(α·m_j + b_j) + ε`, from n
+    /// logits and one scale; post and P are left as they are.
+    Head,
 }
 
 /// Sinkhorn's ε and mHC's ε on pre (DeepSeek-V4).
@@ -66,6 +69,15 @@ impl HyperDims {
         match self.mixing {
             Mixing::Sinkhorn { .. } | Mixing::Tanh => self.n * self.n,
             Mixing::Permutations => (1..=self.n).product(),
+            Mixing::Head => 0,
+        }
+    }
+
+    /// The scales a site has: α_pre, α_post and α_res, or the head's one.
+    pub fn scales(&self) -> usize {
+        match self.mixing {
+            Mixing::Head => 1,
+            _ => 3,
         }
     }
 
@@ -90,15 +102,18 @@ impl HyperDims {
         }
     }
 
-    /// Logits a token: pre, post and res.
+    /// Logits a token: pre, post and res (the head's: pre).
     pub fn width(&self) -> usize {
-        2 * self.n + self.res_logits()
+        match self.mixing {
+            Mixing::Head => self.n,
+            _ => 2 * self.n + self.res_logits(),
+        }
     }
 
     /// ε added to pre: DeepSeek-V4's with Sinkhorn, none in mHC-lite.
     fn pre_eps(&self) -> f64 {
         match self.mixing {
-            Mixing::Sinkhorn { .. } => EPS as f64,
+            Mixing::Sinkhorn { .. } | Mixing::Head => EPS as f64,
             Mixing::Permutations | Mixing::Tanh => 0.0,
         }
     }
@@ -106,7 +121,7 @@ impl HyperDims {
     fn iters(&self) -> u32 {
         match self.mixing {
             Mixing::Sinkhorn { iters } => iters,
-            Mixing::Permutations | Mixing::Tanh => 0,
+            Mixing::Permutations | Mixing::Tanh | Mixing::Head => 0,
         }
     }
 
@@ -122,16 +137,17 @@ impl HyperDims {
                 n <= MAX_PERMUTED_STREAMS,
                 "hyper: permutations take at most {MAX_PERMUTED_STREAMS} streams, not {n}"
             ),
-            Mixing::Tanh => assert!(
+            Mixing::Tanh | Mixing::Head => assert!(
                 n <= MAX_STREAMS,
-                "hyper: tanh gates take at most {MAX_STREAMS} streams, not {n}"
+                "hyper: {:?} gates take at most {MAX_STREAMS} streams, not {n}",
+                self.mixing
             ),
         }
         assert_eq!(pre, t * n, "hyper: pre has {pre} values for {self:?}");
         assert_eq!(post, t * n, "hyper: post has {post} values for {self:?}");
         assert_eq!(mix, t * n * n, "hyper: mix has {mix} values for {self:?}");
         assert_eq!(logits, t * w, "hyper: logits have {logits} values for {self:?}");
-        assert_eq!(alpha, 3, "hyper: alpha has {alpha} values, not 3");
+        assert_eq!(alpha, self.scales(), "hyper: alpha has {alpha} values for {self:?}");
         assert_eq!(bias, w, "hyper: bias has {bias} values for {self:?}");
     }
 }
@@ -222,6 +238,12 @@ mod cpu_twin {
             }
             return;
         }
+        if d.mixing == Mixing::Head {
+            for j in 0..n {
+                pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
+            }
+            return;
+        }
         let two = T::of(2.0);
         for j in 0..n {
             pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
@@ -230,7 +252,7 @@ mod cpu_twin {
         let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
         match d.mixing {
             Mixing::Sinkhorn { iters } => mix.copy_from_slice(&sinkhorn(&z, n, 2 * iters as usize - 1).0),
-            Mixing::Tanh => unreachable!("tanh gates return above"),
+            Mixing::Tanh | Mixing::Head => unreachable!("tanh and head gates return above"),
             Mixing::Permutations => {
                 let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
                 let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
@@ -277,6 +299,16 @@ mod cpu_twin {
             }
             return;
         }
+        if d.mixing == Mixing::Head {
+            dalpha[0] = T::zero();
+            for j in 0..n {
+                let s = sigmoid(alpha[0] * m[j] + bias[j]);
+                dz[j] = dpre[j] * s * (T::one() - s);
+                dm[j] = alpha[0] * dz[j];
+                dalpha[0] = dalpha[0] + dz[j] * m[j];
+            }
+            return;
+        }
         for j in 0..n {
             let s = sigmoid(alpha[0] * m[j] + bias[j]);
             dz[j] = dpre[j] * s * (T::one() - s);
@@ -312,7 +344,7 @@ mod cpu_twin {
                     }
                 }
             }
-            Mixing::Tanh => unreachable!("tanh gates return above"),
+            Mixing::Tanh | Mixing::Head => unreachable!("tanh and head gates return above"),
             Mixing::Permutations => {
                 let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
                 let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
@@ -383,13 +415,13 @@ mod cpu_twin {
         let (n, w, t) = (d.n, d.width(), d.tokens);
         assert_eq!(
             (dm.len(), dz.len(), dalpha.len()),
-            (t * w, t * w, t * 3),
+            (t * w, t * w, t * d.scales()),
             "hyper: gradients for {d:?}"
         );
         (
             dm.par_chunks_mut(w),
             dz.par_chunks_mut(w),
-            dalpha.par_chunks_mut(3),
+            dalpha.par_chunks_mut(d.scales()),
             logits.par_chunks(w),
         )
             .into_par_iter()
@@ -419,6 +451,7 @@ fn params(d: &HyperDims) -> [u32; 4] {
         Mixing::Sinkhorn { .. } => 0,
         Mixing::Permutations => 1,
         Mixing::Tanh => 2,
+        Mixing::Head => 3,
     };
     [d.tokens as u32, d.n as u32, kind, d.iters()]
 }
@@ -461,7 +494,7 @@ pub mod gpu {
         let (t, w) = (d.tokens, d.width());
         assert_eq!(
             (dm.len, dz.len, dalpha.len),
-            (t * w, t * w, t * 3),
+            (t * w, t * w, t * d.scales()),
             "hyper: gradients for {d:?}"
         );
         let args = [
@@ -555,7 +588,7 @@ pub mod cost {
         let res = match d.mixing {
             Mixing::Sinkhorn { iters } => 4.0 * n * n * (2.0 * iters as f64) * passes,
             Mixing::Permutations => f(d.res_logits()) * (n + 4.0),
-            Mixing::Tanh => 0.0,
+            Mixing::Tanh | Mixing::Head => 0.0,
         };
         (8.0 * f(d.width()) + res, f(d.width()) + 2.0 * n + n * n)
     }

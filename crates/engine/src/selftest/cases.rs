@@ -135,7 +135,7 @@ pub async fn hyper<B: Backend>(
     let (dm, dz, dalpha) = (
         be.zeros("dm", t * w)?,
         be.zeros("dz", t * w)?,
-        be.zeros("dalpha", t * 3)?,
+        be.zeros("dalpha", t * d.scales())?,
     );
     be.hyper_gates(&pre, &post, &mix, &m, &a, &b, d);
     be.hyper_gates_backward(&dm, &dz, &dalpha, &gpre, &gpost, &gmix, &m, &a, &b, d);

@@ -35,6 +35,11 @@ pub struct MetricsRow {
     /// `val_loss` plus the held-out z-loss term, at an evaluation with a z-loss.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_total: Option<f64>,
+    /// The composite gain of every hyper-connection site's P (the mHC paper's Amax: the
+    /// largest row sum, then column sum, of their product), the largest over the last held-out
+    /// batch's tokens, at an evaluation of a hyper-connected model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixing_gain: Option<[f64; 2]>,
 }
 
 impl MetricsRow {
@@ -128,6 +133,7 @@ mod tests {
                 total: Some(f64::from(total)),
                 val_loss: Some(f64::from(val)),
                 val_total: Some(val_total),
+                mixing_gain: None,
             };
             assert_eq!(typed.to_line(), untyped(17, loss, lr, total, val, val_total));
         }

@@ -283,6 +283,8 @@ where
             (ce, z) = (ce + f64::from(c), z + f64::from(zt));
         }
         row.val_loss = Some(f64::from((ce / held_out.len() as f64) as f32));
+        // The last held-out batch's forward is the model's.
+        row.mixing_gain = crate::observe::composite_gain(be, &trainer.model).await?;
         if cadence.totals {
             row.val_total = Some((ce + z) / held_out.len() as f64);
         }
