@@ -619,3 +619,51 @@ fn declared_comparisons_are_drawn_as_intervals() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("declare [[compare]]"), "{err}");
 }
+
+/// `--y mixing_gain` draws a hyper-connected run's composite gain at each evaluation, as its
+/// log₁₀ (the metrics' value: mHC's stays at 10⁰), and refuses a run that never logged one.
+#[test]
+fn the_mixing_gain_is_plotted_for_hyper_connections_only() {
+    let root = tempfile::tempdir().unwrap();
+    let hc = root.path().join("hc");
+    ok(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--arch",
+        "hc",
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--out",
+        s(&hc),
+    ]);
+    let logged: Vec<f64> = std::fs::read_to_string(hc.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["mixing_gain"][0].as_f64())
+        .collect();
+    assert_eq!(logged.len(), 2, "a gain at steps 3 and 6");
+    let out = root.path().join("gain.svg");
+    ok(&["plot", s(&hc), "--x", "step", "--y", "mixing_gain", "--out", s(&out)]);
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        texts(&svg).iter().any(|(t, _)| t.contains("composite gain")),
+        "no axis names the gain"
+    );
+    let points: Vec<(f64, f64)> = polylines(&svg).into_iter().flat_map(|(_, p)| p).collect();
+    assert!(!points.is_empty(), "no curve");
+    let rmt = root.path().join("rmt");
+    train(&rmt, "0.001");
+    let o = resmem(&["plot", s(&rmt), "--x", "step", "--y", "mixing_gain", "--out", s(&out)]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("only hyper-connected models"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        logged.iter().all(|g| (g - 1.0).abs() < 1e-4),
+        "mHC's forward gain: {logged:?}"
+    );
+}

@@ -73,7 +73,8 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
         for row in &run.rows {
             let value = match y {
                 YAxis::ValLoss => row.metrics.val_loss,
-                YAxis::MixingGain => row.metrics.mixing_gain.map(|g| g[0]),
+                // Gains span orders of magnitude (HC's reach 10^3 and more): their logarithm.
+                YAxis::MixingGain => row.metrics.mixing_gain.map(|g| g[0].log10()),
                 _ => row.metrics.loss,
             };
             let Some(value) = value else { continue };
@@ -123,7 +124,7 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
         x_desc: x.describe(),
         y_desc: match y {
             YAxis::ValLoss => "validation loss".into(),
-            YAxis::MixingGain => "composite gain of the mixing (forward)".into(),
+            YAxis::MixingGain => "log₁₀ composite gain of the mixing (forward)".into(),
             _ => "training loss".into(),
         },
         markers: matches!(y, YAxis::ValLoss | YAxis::MixingGain),

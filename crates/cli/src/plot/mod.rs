@@ -43,8 +43,8 @@ pub struct PlotArgs {
     #[arg(long)]
     pub x: String,
     /// loss (training) or val_loss; against a setting, val_loss is each run's final validation
-    /// loss and best_val_loss its best; mixing_gain, hyper-connections' composite gain (forward)
-    /// at each evaluation.
+    /// loss and best_val_loss its best; mixing_gain, the log₁₀ of hyper-connections' composite
+    /// gain (forward) at each evaluation.
     #[arg(long, value_enum)]
     pub y: YAxis,
     /// The figure to write: FIG.svg, or FIG.png (1024×640 pixels).
