@@ -176,48 +176,75 @@ mod cpu_twin {
         T::one() / (T::one() + (-z).exp())
     }
 
-    /// Divides each row (`rows`: over k) or each column (over j) of the n×n `x` by its sum + ε,
-    /// and returns those divisors.
-    fn normalise<T: Scalar>(x: &mut [T], n: usize, rows: bool) -> Vec<T> {
-        let eps = T::of(EPS as f64);
-        (0..n)
-            .map(|a| {
-                let at = |b: usize| if rows { a * n + b } else { b * n + a };
-                let sum = (0..n).fold(T::zero(), |s, b| s + x[at(b)]) + eps;
-                for b in 0..n {
-                    x[at(b)] = x[at(b)] / sum;
-                }
-                sum
-            })
-            .collect()
+    const MIX: usize = MAX_STREAMS * MAX_STREAMS;
+    const DIVISORS: usize = (2 * MAX_ITERS as usize - 1) * MAX_STREAMS;
+
+    /// One token's Sinkhorn state on the stack (a token's gates run millions of times a step):
+    /// the n×n matrix and each step's n divisors, step-major.
+    struct Sinkhorn<T> {
+        x: [T; MIX],
+        divisors: [T; DIVISORS],
     }
 
-    /// Row-wise softmax of the n×n Z, without the ε.
-    fn softmax_rows<T: Scalar>(z: &[T], n: usize) -> Vec<T> {
-        let mut p = vec![T::zero(); n * n];
+    /// Divides each row (`rows`: over k) or each column (over j) of the n×n `x` by its sum + ε,
+    /// writing those divisors to `divisors`.
+    fn normalise<T: Scalar>(x: &mut [T], n: usize, rows: bool, divisors: &mut [T]) {
+        let eps = T::of(EPS as f64);
+        for (a, divisor) in divisors[..n].iter_mut().enumerate() {
+            let at = |b: usize| if rows { a * n + b } else { b * n + a };
+            let sum = (0..n).fold(T::zero(), |s, b| s + x[at(b)]) + eps;
+            for b in 0..n {
+                x[at(b)] = x[at(b)] / sum;
+            }
+            *divisor = sum;
+        }
+    }
+
+    /// Row-wise softmax of the n×n Z into `p`, without the ε.
+    fn softmax_rows<T: Scalar>(z: &[T], n: usize, p: &mut [T]) {
+        let mut e = [T::zero(); MAX_STREAMS];
         for j in 0..n {
             let row = &z[j * n..(j + 1) * n];
             let max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-            let e: Vec<T> = row.iter().map(|&v| (v - max).exp()).collect();
-            let sum = e.iter().fold(T::zero(), |s, &v| s + v);
+            for (e, &v) in e.iter_mut().zip(row) {
+                *e = (v - max).exp();
+            }
+            let sum = e[..n].iter().fold(T::zero(), |s, &v| s + v);
             for k in 0..n {
                 p[j * n + k] = e[k] / sum;
             }
         }
-        p
     }
 
     /// Sinkhorn's result after `steps` normalisations of softmax(Z) + ε (odd steps normalise
     /// columns, even ones rows), with each step's divisors.
-    fn sinkhorn<T: Scalar>(z: &[T], n: usize, steps: usize) -> (Vec<T>, Vec<Vec<T>>) {
+    fn sinkhorn<T: Scalar>(z: &[T], n: usize, steps: usize) -> Sinkhorn<T> {
         let eps = T::of(EPS as f64);
-        let mut x: Vec<T> = softmax_rows(z, n).into_iter().map(|v| v + eps).collect();
-        let divisors = (1..=steps).map(|s| normalise(&mut x, n, s % 2 == 0)).collect();
-        (x, divisors)
+        let mut st = Sinkhorn {
+            x: [T::zero(); MIX],
+            divisors: [T::zero(); DIVISORS],
+        };
+        softmax_rows(z, n, &mut st.x);
+        for v in &mut st.x[..n * n] {
+            *v = *v + eps;
+        }
+        for s in 1..=steps {
+            normalise(&mut st.x, n, s % 2 == 0, &mut st.divisors[(s - 1) * n..s * n]);
+        }
+        st
+    }
+
+    /// The permutations of 0..n, in `itertools.permutations` order, once for every token.
+    fn permutations(d: &HyperDims) -> Vec<Vec<usize>> {
+        match d.mixing {
+            Mixing::Permutations => (0..d.res_logits()).map(|kappa| permutation(d.n, kappa)).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// One token's gates from its logits m (width) into pre (n), post (n) and mix (n²).
-    pub fn gates_token<T: Scalar>(
+    #[allow(clippy::too_many_arguments)]
+    fn gates_token<T: Scalar>(
         pre: &mut [T],
         post: &mut [T],
         mix: &mut [T],
@@ -225,6 +252,7 @@ mod cpu_twin {
         alpha: &[T],
         bias: &[T],
         d: HyperDims,
+        perms: &[Vec<usize>],
     ) {
         let n = d.n;
         if d.mixing == Mixing::Tanh {
@@ -251,15 +279,15 @@ mod cpu_twin {
         }
         let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
         match d.mixing {
-            Mixing::Sinkhorn { iters } => mix.copy_from_slice(&sinkhorn(&z, n, 2 * iters as usize - 1).0),
+            Mixing::Sinkhorn { iters } => mix.copy_from_slice(&sinkhorn(&z, n, 2 * iters as usize - 1).x[..n * n]),
             Mixing::Tanh | Mixing::Head => unreachable!("tanh and head gates return above"),
             Mixing::Permutations => {
                 let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
                 let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
                 let sum = e.iter().fold(T::zero(), |s, &v| s + v);
                 mix.fill(T::zero());
-                for (kappa, &ek) in e.iter().enumerate() {
-                    for (j, k) in permutation(n, kappa).into_iter().enumerate() {
+                for (&ek, perm) in e.iter().zip(perms) {
+                    for (j, &k) in perm.iter().enumerate() {
                         mix[j * n + k] = mix[j * n + k] + ek / sum;
                     }
                 }
@@ -269,7 +297,7 @@ mod cpu_twin {
 
     /// One token's backward: dm = α ⊙ dz, dz, and dalpha (3) = Σ over each segment of dz ⊙ m.
     #[allow(clippy::too_many_arguments)]
-    pub fn gates_backward_token<T: Scalar>(
+    fn gates_backward_token<T: Scalar>(
         dm: &mut [T],
         dz: &mut [T],
         dalpha: &mut [T],
@@ -280,6 +308,7 @@ mod cpu_twin {
         alpha: &[T],
         bias: &[T],
         d: HyperDims,
+        perms: &[Vec<usize>],
     ) {
         let n = d.n;
         if d.mixing == Mixing::Tanh {
@@ -321,9 +350,11 @@ mod cpu_twin {
             Mixing::Sinkhorn { iters } => {
                 // Back through each normalisation y = x / d: dx = (dy − Σ dy ⊙ y) / d along the
                 // normalised axis, then x = y ⊙ d, the step's input, for the step before.
-                let (mut y, divisors) = sinkhorn(&z, n, 2 * iters as usize - 1);
-                let mut g = dmix.to_vec();
-                for (s, d) in divisors.iter().enumerate().rev() {
+                let steps = 2 * iters as usize - 1;
+                let Sinkhorn { x: mut y, divisors } = sinkhorn(&z, n, steps);
+                let mut g = [T::zero(); MIX];
+                g[..n * n].copy_from_slice(dmix);
+                for (s, d) in divisors[..steps * n].chunks(n).enumerate().rev() {
                     let rows = (s + 1) % 2 == 0;
                     for (a, &d) in d.iter().enumerate() {
                         let at = |b: usize| if rows { a * n + b } else { b * n + a };
@@ -335,7 +366,8 @@ mod cpu_twin {
                     }
                 }
                 // The ε after the softmax passes g unchanged; then the softmax's backward.
-                let p = softmax_rows(&z, n);
+                let mut p = [T::zero(); MIX];
+                softmax_rows(&z, n, &mut p);
                 for j in 0..n {
                     let row = j * n..(j + 1) * n;
                     let gp = row.clone().fold(T::zero(), |acc, i| acc + g[i] * p[i]);
@@ -350,11 +382,8 @@ mod cpu_twin {
                 let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
                 let sum = e.iter().fold(T::zero(), |s, &v| s + v);
                 let a: Vec<T> = e.iter().map(|&v| v / sum).collect();
-                let da: Vec<T> = (0..a.len())
-                    .map(|kappa| {
-                        let perm = permutation(n, kappa);
-                        (0..n).fold(T::zero(), |acc, j| acc + dmix[j * n + perm[j]])
-                    })
+                let da: Vec<T> = (perms.iter())
+                    .map(|perm| (0..n).fold(T::zero(), |acc, j| acc + dmix[j * n + perm[j]]))
                     .collect();
                 let mean = a.iter().zip(&da).fold(T::zero(), |acc, (&ak, &dk)| acc + ak * dk);
                 for kappa in 0..a.len() {
@@ -380,7 +409,7 @@ mod cpu_twin {
         d: HyperDims,
     ) {
         d.check(pre.len(), post.len(), mix.len(), logits.len(), alpha.len(), bias.len());
-        let (n, w) = (d.n, d.width());
+        let (n, w, perms) = (d.n, d.width(), permutations(&d));
         (
             pre.par_chunks_mut(n),
             post.par_chunks_mut(n),
@@ -388,7 +417,7 @@ mod cpu_twin {
             logits.par_chunks(w),
         )
             .into_par_iter()
-            .for_each(|(pre, post, mix, m)| gates_token(pre, post, mix, m, alpha, bias, d));
+            .for_each(|(pre, post, mix, m)| gates_token(pre, post, mix, m, alpha, bias, d, &perms));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -412,7 +441,7 @@ mod cpu_twin {
             alpha.len(),
             bias.len(),
         );
-        let (n, w, t) = (d.n, d.width(), d.tokens);
+        let (n, w, t, perms) = (d.n, d.width(), d.tokens, permutations(&d));
         assert_eq!(
             (dm.len(), dz.len(), dalpha.len()),
             (t * w, t * w, t * d.scales()),
@@ -439,6 +468,7 @@ mod cpu_twin {
                     alpha,
                     bias,
                     d,
+                    &perms,
                 )
             });
     }
