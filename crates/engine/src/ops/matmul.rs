@@ -118,33 +118,54 @@ pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims
     let ((rsa, csa), (rsb, csb)) = d.strides();
     let beta = if d.accumulate { T::one() } else { T::zero() };
     // Rows per task: enough tasks to balance the threads, each still a real GEMM.
-    let rows = d.m.div_ceil(4 * rayon::current_num_threads()).max(16);
-    out.par_chunks_mut(d.m * d.n).enumerate().for_each(|(bi, out_b)| {
-        let a_b = &a[bi * d.stride_a..];
-        let b_b = &b[bi * d.stride_b..];
-        out_b.par_chunks_mut(rows * d.n).enumerate().for_each(|(ci, c)| {
-            let r0 = ci * rows;
-            let mr = c.len() / d.n;
-            // SAFETY: the strides and extents were checked against the slice lengths above.
-            unsafe {
-                T::gemm(
-                    mr,
-                    d.k,
-                    d.n,
-                    a_b.as_ptr().add(r0 * rsa),
-                    rsa as isize,
-                    csa as isize,
-                    b_b.as_ptr(),
-                    rsb as isize,
-                    csb as isize,
-                    beta,
-                    c.as_mut_ptr(),
-                    d.n as isize,
-                )
+    let tasks = 4 * rayon::current_num_threads();
+    let rows = d.m.div_ceil(tasks).max(16);
+    // Rows `r0..` of product `bi` into `c`.
+    let rows_of = |bi: usize, r0: usize, c: &mut [T]| {
+        let mr = c.len() / d.n;
+        // SAFETY: the strides and extents were checked against the slice lengths above.
+        unsafe {
+            T::gemm(
+                mr,
+                d.k,
+                d.n,
+                a[bi * d.stride_a..].as_ptr().add(r0 * rsa),
+                rsa as isize,
+                csa as isize,
+                b[bi * d.stride_b..].as_ptr(),
+                rsb as isize,
+                csb as isize,
+                beta,
+                c.as_mut_ptr(),
+                d.n as isize,
+            )
+        }
+    };
+    let size = d.m * d.n;
+    if d.batch >= tasks && d.m * d.n * d.k < SMALL_PRODUCT {
+        // Many small products (hyper-connections' per-token n×n, n×D and 1×n ones): a task
+        // runs a run of them, each as the same GEMM calls, so the bits do not change.
+        let per_task = d.batch.div_ceil(tasks);
+        out.par_chunks_mut(size * per_task).enumerate().for_each(|(ti, run)| {
+            for (j, out_b) in run.chunks_mut(size).enumerate() {
+                for (ci, c) in out_b.chunks_mut(rows * d.n).enumerate() {
+                    rows_of(ti * per_task + j, ci * rows, c);
+                }
             }
         });
+        return;
+    }
+    out.par_chunks_mut(size).enumerate().for_each(|(bi, out_b)| {
+        out_b
+            .par_chunks_mut(rows * d.n)
+            .enumerate()
+            .for_each(|(ci, c)| rows_of(bi, ci * rows, c));
     });
 }
+
+/// Multiply-adds below which a product of a batch is too small to be a task of its own.
+#[cfg(feature = "cpu")]
+const SMALL_PRODUCT: usize = 1 << 14;
 
 /// The extent of one launch of a split product: rows of out, columns of out, and the shared
 /// dimension.
