@@ -235,7 +235,9 @@ fn measure<B: Replay + 'static>(
 
     // Before the peaks' own large buffers.
     let peak_rss_bytes = peak_rss().unwrap_or(0);
-    let peaks = device_peaks(&be.inner, kind, &wait)?;
+    // At the defaults: the peaks' sizes grow until a run is long enough, so they depend on the
+    // machine's load, and tuning them would leave a cache that the next run misses.
+    let peaks = be.inner.with_default_kernels(|| device_peaks(&be.inner, kind, &wait))?;
     times.sort_by(f64::total_cmp);
     let step_s = times[times.len() / 2];
     let total: f64 = seconds.iter().sum();
@@ -307,7 +309,7 @@ fn rates(cost: &Stat, seconds: f64) -> (f64, f64) {
     (cost.flops / seconds / 1e9, cost.bytes / seconds / 1e9)
 }
 
-/// The device's matmul and stream rates, each the best of a few runs after one to warm up, at
+/// The device's matmul and stream rates, with the default kernels, each the best of a few runs after one to warm up, at
 /// the first size whose run takes long enough that launching it does not dominate: the matmul's
 /// n doubles, the stream's length grows to 2^24 values (64 MiB, within any device's binding)
 /// and then repeats in one submission. Lavapipe needs a second at n 384, an H200 a millisecond

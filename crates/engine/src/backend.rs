@@ -264,6 +264,11 @@ pub trait Backend {
     fn holds_values(&self) -> bool {
         true
     }
+    /// Runs `f` with every tunable op at its default configuration, measuring nothing: for
+    /// launches at sizes chosen by time, whose tuned choices would tie the cache to the load.
+    fn with_default_kernels<R>(&self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
     /// Overwrites `t` with `data` (same length). Ordered after all earlier ops.
     fn write(&self, t: &Self::Tensor, data: &[f32]);
     fn index(&self, what: &str, len: usize) -> Result<Self::Index>;

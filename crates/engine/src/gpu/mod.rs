@@ -142,6 +142,13 @@ impl Backend for GpuBackend {
         self.description.clone()
     }
 
+    fn with_default_kernels<R>(&self, f: impl FnOnce() -> R) -> R {
+        let on = std::mem::replace(&mut self.tuner.borrow_mut().on, false);
+        let r = f();
+        self.tuner.borrow_mut().on = on;
+        r
+    }
+
     fn zeros(&self, what: &str, len: usize) -> Result<GpuTensor> {
         let buffer = self.storage_buffer(what, len)?;
         Ok(GpuTensor { buffer, offset: 0, len })
