@@ -94,11 +94,15 @@ impl ParamSizes {
 
 /// The transformer's parameters, as `transformer::layout` declares them.
 pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
+    param_sizes(&transformer_specs(c)?)
+}
+
+fn transformer_specs(c: &TransformerConfig) -> Result<Vec<Spec<'static>>> {
     let [v, n, d, l, h, dh, f] =
         [c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff].map(|x| x as u64);
     let hd = product("n_heads × head_dim", &[h, dh])?;
     let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
-    param_sizes(&[
+    Ok(vec![
         (1, "wte (vocab × d_model)", vec![v, d]),
         (1, "wpe (seq_len × d_model)", vec![n, d]),
         (l, "the norm gains (d_model)", vec![d]),
@@ -112,17 +116,12 @@ pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
     ])
 }
 
-/// A hyper-connected model's parameters, as `hyper_connections::layout` declares them: the
-/// transformer's and each site's Φ (W × streams·d_model), bias (W) and three scales, W = 2n + n²
-/// or n!; HC's Φ is (n + 2 × d_model), and each site adds its norm's gain (d_model); the `head`
-/// collapse's gates are one more Φ (n × n·D), bias (n) and scale.
+/// A hyper-connected model's parameters, as `hyper_connections::layout` declares them: its
+/// transformer's (`HcConfig::transformer`), and each site's Φ (W × streams·d_model), bias (W) and
+/// three scales, W = 2n + n² or n!; HC's Φ is (n + 2 × d_model), and each site adds its norm's
+/// gain (d_model); the `head` collapse's gates are one more Φ (n × n·D), bias (n) and scale.
 pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
-    let [v, n, d, l, h, dh, f, s] = [
-        c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff, c.streams,
-    ]
-    .map(|x| x as u64);
-    let hd = product("n_heads × head_dim", &[h, dh])?;
-    let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
+    let [d, l, s] = [c.d_model, c.n_layers, c.streams].map(|x| x as u64);
     let res = match c.mixing {
         crate::HcMixing::Hc | crate::HcMixing::Mhc => product("streams²", &[s, s])?,
         crate::HcMixing::MhcLite => product("streams!", &(1..=s).collect::<Vec<_>>())?,
@@ -134,9 +133,8 @@ pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
         _ => (vec![w, sd], 0),
     };
     let head = u64::from(c.collapse() == crate::hyper_connections::HcCollapse::Head);
-    param_sizes(&[
-        (1, "wte (vocab × d_model)", vec![v, d]),
-        (1, "wpe (seq_len × d_model)", vec![n, d]),
+    let mut specs = transformer_specs(&c.transformer())?;
+    specs.extend([
         (2 * l, "hc_phi (gates × streams·d_model, or streams + 2 × d_model)", phi),
         (2 * l, "hc_bias (gates)", vec![w]),
         (2 * l, "hc_alpha (3)", vec![3]),
@@ -144,15 +142,8 @@ pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
         (head, "head.hc_phi (streams × streams·d_model)", vec![s, sd]),
         (head, "head.hc_bias (streams)", vec![s]),
         (head, "head.hc_alpha (1)", vec![1]),
-        (l, "the norm gains (d_model)", vec![d]),
-        (l, "w_qkv (3·n_heads·head_dim × d_model)", vec![qkv, d]),
-        (l, "w_o (d_model × n_heads·head_dim)", vec![d, hd]),
-        (l, "the norm gains (d_model)", vec![d]),
-        (l, "w1 (d_ff × d_model)", vec![f, d]),
-        (l, "w2 (d_model × d_ff)", vec![d, f]),
-        (1, "lnf (d_model)", vec![d]),
-        (1, "w_u (vocab × d_model)", vec![v, d]),
-    ])
+    ]);
+    param_sizes(&specs)
 }
 
 /// R·D_v, checked: the width of the trunk's vectors and of its feed-forward core.

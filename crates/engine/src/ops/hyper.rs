@@ -242,6 +242,39 @@ mod cpu_twin {
         }
     }
 
+    /// pre and post from their sigmoids (mHC and mHC-lite).
+    fn sigmoid_gates<T: Scalar>(pre: &mut [T], post: &mut [T], m: &[T], alpha: &[T], bias: &[T], d: HyperDims) {
+        let (n, two) = (d.n, T::of(2.0));
+        for j in 0..n {
+            pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
+            post[j] = two * sigmoid(alpha[1] * m[n + j] + bias[n + j]);
+        }
+    }
+
+    /// The logits of P on the stack (mHC and mHC-lite): Z = α_res·m + b, the first
+    /// `res_logits` values.
+    fn res_logits<T: Scalar>(m: &[T], alpha: &[T], bias: &[T], d: HyperDims) -> [T; MIX] {
+        let mut z = [T::zero(); MIX];
+        for (z, i) in z.iter_mut().zip(2 * d.n..d.width()) {
+            *z = alpha[2] * m[i] + bias[i];
+        }
+        z
+    }
+
+    /// The softmax of mHC-lite's n! logits `z`, on the stack.
+    fn mixture_weights<T: Scalar>(z: &[T]) -> [T; MIX] {
+        let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+        let mut e = [T::zero(); MIX];
+        for (e, &v) in e.iter_mut().zip(z) {
+            *e = (v - max).exp();
+        }
+        let sum = e[..z.len()].iter().fold(T::zero(), |s, &v| s + v);
+        for e in &mut e[..z.len()] {
+            *e = *e / sum;
+        }
+        e
+    }
+
     /// One token's gates from its logits m (width) into pre (n), post (n) and mix (n²).
     #[allow(clippy::too_many_arguments)]
     fn gates_token<T: Scalar>(
@@ -255,47 +288,72 @@ mod cpu_twin {
         perms: &[Vec<usize>],
     ) {
         let n = d.n;
-        if d.mixing == Mixing::Tanh {
-            let gate = |s: usize, i: usize| alpha[s] * m[i].tanh() + bias[i];
-            for j in 0..n {
-                pre[j] = gate(0, d.pre_at(j));
-                post[j] = gate(1, d.post_at(j));
-                for k in 0..n {
-                    mix[j * n + k] = gate(2, d.res_at(j, k));
+        match d.mixing {
+            Mixing::Tanh => {
+                let gate = |s: usize, i: usize| alpha[s] * m[i].tanh() + bias[i];
+                for j in 0..n {
+                    pre[j] = gate(0, d.pre_at(j));
+                    post[j] = gate(1, d.post_at(j));
+                    for k in 0..n {
+                        mix[j * n + k] = gate(2, d.res_at(j, k));
+                    }
                 }
             }
-            return;
-        }
-        if d.mixing == Mixing::Head {
-            for j in 0..n {
-                pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
+            Mixing::Head => {
+                for j in 0..n {
+                    pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
+                }
             }
-            return;
-        }
-        let two = T::of(2.0);
-        for j in 0..n {
-            pre[j] = sigmoid(alpha[0] * m[j] + bias[j]) + T::of(d.pre_eps());
-            post[j] = two * sigmoid(alpha[1] * m[n + j] + bias[n + j]);
-        }
-        let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
-        match d.mixing {
-            Mixing::Sinkhorn { iters } => mix.copy_from_slice(&sinkhorn(&z, n, 2 * iters as usize - 1).x[..n * n]),
-            Mixing::Tanh | Mixing::Head => unreachable!("tanh and head gates return above"),
+            Mixing::Sinkhorn { iters } => {
+                sigmoid_gates(pre, post, m, alpha, bias, d);
+                let z = res_logits(m, alpha, bias, d);
+                mix.copy_from_slice(&sinkhorn(&z[..n * n], n, 2 * iters as usize - 1).x[..n * n]);
+            }
             Mixing::Permutations => {
-                let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-                let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
-                let sum = e.iter().fold(T::zero(), |s, &v| s + v);
+                sigmoid_gates(pre, post, m, alpha, bias, d);
+                let z = res_logits(m, alpha, bias, d);
+                let a = mixture_weights(&z[..d.res_logits()]);
                 mix.fill(T::zero());
-                for (&ek, perm) in e.iter().zip(perms) {
+                for (&ak, perm) in a.iter().zip(perms) {
                     for (j, &k) in perm.iter().enumerate() {
-                        mix[j * n + k] = mix[j * n + k] + ek / sum;
+                        mix[j * n + k] = mix[j * n + k] + ak;
                     }
                 }
             }
         }
     }
 
-    /// One token's backward: dm = α ⊙ dz, dz, and dalpha (3) = Σ over each segment of dz ⊙ m.
+    /// The sigmoid gates' backward into dz's pre and post: the gradients of their logits.
+    fn sigmoid_gates_backward<T: Scalar>(
+        dz: &mut [T],
+        dpre: &[T],
+        dpost: &[T],
+        m: &[T],
+        alpha: &[T],
+        bias: &[T],
+        n: usize,
+    ) {
+        for j in 0..n {
+            let s = sigmoid(alpha[0] * m[j] + bias[j]);
+            dz[j] = dpre[j] * s * (T::one() - s);
+            let s = sigmoid(alpha[1] * m[n + j] + bias[n + j]);
+            dz[n + j] = dpost[j] * T::of(2.0) * s * (T::one() - s);
+        }
+    }
+
+    /// dm = α ⊙ dz and each scale's Σ dz ⊙ m over its segment [pre | post | res].
+    fn scales_backward<T: Scalar>(dm: &mut [T], dalpha: &mut [T], dz: &[T], m: &[T], alpha: &[T], d: HyperDims) {
+        let n = d.n;
+        for (seg, range) in [0..n, n..2 * n, 2 * n..d.width()].into_iter().enumerate() {
+            dalpha[seg] = range.clone().fold(T::zero(), |acc, i| acc + dz[i] * m[i]);
+            for i in range {
+                dm[i] = alpha[seg] * dz[i];
+            }
+        }
+    }
+
+    /// One token's backward: dm, dz (the gradient of the gates' pre-activations) and dalpha,
+    /// each scale's Σ over its segment.
     #[allow(clippy::too_many_arguments)]
     fn gates_backward_token<T: Scalar>(
         dm: &mut [T],
@@ -311,47 +369,40 @@ mod cpu_twin {
         perms: &[Vec<usize>],
     ) {
         let n = d.n;
-        if d.mixing == Mixing::Tanh {
-            // gate = α·tanh(m) + b: db = dgate, dm = α·(1 − tanh²)·dgate, dα = Σ tanh·dgate.
-            dalpha.fill(T::zero());
-            for j in 0..n {
-                let sites = (0..n).map(|k| (2, d.res_at(j, k), dmix[j * n + k]));
-                for (s, i, g) in [(0, d.pre_at(j), dpre[j]), (1, d.post_at(j), dpost[j])]
-                    .into_iter()
-                    .chain(sites)
-                {
-                    let th = m[i].tanh();
-                    dz[i] = g;
-                    dm[i] = alpha[s] * (T::one() - th * th) * g;
-                    dalpha[s] = dalpha[s] + th * g;
+        match d.mixing {
+            Mixing::Tanh => {
+                // gate = α·tanh(m) + b: db = dgate, dm = α·(1 − tanh²)·dgate, dα = Σ tanh·dgate.
+                dalpha.fill(T::zero());
+                for j in 0..n {
+                    let sites = (0..n).map(|k| (2, d.res_at(j, k), dmix[j * n + k]));
+                    for (s, i, g) in [(0, d.pre_at(j), dpre[j]), (1, d.post_at(j), dpost[j])]
+                        .into_iter()
+                        .chain(sites)
+                    {
+                        let th = m[i].tanh();
+                        dz[i] = g;
+                        dm[i] = alpha[s] * (T::one() - th * th) * g;
+                        dalpha[s] = dalpha[s] + th * g;
+                    }
                 }
             }
-            return;
-        }
-        if d.mixing == Mixing::Head {
-            dalpha[0] = T::zero();
-            for j in 0..n {
-                let s = sigmoid(alpha[0] * m[j] + bias[j]);
-                dz[j] = dpre[j] * s * (T::one() - s);
-                dm[j] = alpha[0] * dz[j];
-                dalpha[0] = dalpha[0] + dz[j] * m[j];
+            Mixing::Head => {
+                dalpha[0] = T::zero();
+                for j in 0..n {
+                    let s = sigmoid(alpha[0] * m[j] + bias[j]);
+                    dz[j] = dpre[j] * s * (T::one() - s);
+                    dm[j] = alpha[0] * dz[j];
+                    dalpha[0] = dalpha[0] + dz[j] * m[j];
+                }
             }
-            return;
-        }
-        for j in 0..n {
-            let s = sigmoid(alpha[0] * m[j] + bias[j]);
-            dz[j] = dpre[j] * s * (T::one() - s);
-            let s = sigmoid(alpha[1] * m[n + j] + bias[n + j]);
-            dz[n + j] = dpost[j] * T::of(2.0) * s * (T::one() - s);
-        }
-        let z: Vec<T> = (2 * n..d.width()).map(|i| alpha[2] * m[i] + bias[i]).collect();
-        let dres = &mut dz[2 * n..];
-        match d.mixing {
             Mixing::Sinkhorn { iters } => {
+                let z = res_logits(m, alpha, bias, d);
+                let z = &z[..n * n];
+                sigmoid_gates_backward(dz, dpre, dpost, m, alpha, bias, n);
                 // Back through each normalisation y = x / d: dx = (dy − Σ dy ⊙ y) / d along the
                 // normalised axis, then x = y ⊙ d, the step's input, for the step before.
                 let steps = 2 * iters as usize - 1;
-                let Sinkhorn { x: mut y, divisors } = sinkhorn(&z, n, steps);
+                let Sinkhorn { x: mut y, divisors } = sinkhorn(z, n, steps);
                 let mut g = [T::zero(); MIX];
                 g[..n * n].copy_from_slice(dmix);
                 for (s, d) in divisors[..steps * n].chunks(n).enumerate().rev() {
@@ -367,7 +418,8 @@ mod cpu_twin {
                 }
                 // The ε after the softmax passes g unchanged; then the softmax's backward.
                 let mut p = [T::zero(); MIX];
-                softmax_rows(&z, n, &mut p);
+                softmax_rows(z, n, &mut p);
+                let dres = &mut dz[2 * n..];
                 for j in 0..n {
                     let row = j * n..(j + 1) * n;
                     let gp = row.clone().fold(T::zero(), |acc, i| acc + g[i] * p[i]);
@@ -375,26 +427,23 @@ mod cpu_twin {
                         dres[i] = p[i] * (g[i] - gp);
                     }
                 }
+                scales_backward(dm, dalpha, dz, m, alpha, d);
             }
-            Mixing::Tanh | Mixing::Head => unreachable!("tanh and head gates return above"),
             Mixing::Permutations => {
-                let max = z.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-                let e: Vec<T> = z.iter().map(|&v| (v - max).exp()).collect();
-                let sum = e.iter().fold(T::zero(), |s, &v| s + v);
-                let a: Vec<T> = e.iter().map(|&v| v / sum).collect();
-                let da: Vec<T> = (perms.iter())
-                    .map(|perm| (0..n).fold(T::zero(), |acc, j| acc + dmix[j * n + perm[j]]))
-                    .collect();
-                let mean = a.iter().zip(&da).fold(T::zero(), |acc, (&ak, &dk)| acc + ak * dk);
-                for kappa in 0..a.len() {
-                    dres[kappa] = a[kappa] * (da[kappa] - mean);
+                let r = d.res_logits();
+                let z = res_logits(m, alpha, bias, d);
+                sigmoid_gates_backward(dz, dpre, dpost, m, alpha, bias, n);
+                // dz_κ = a_κ (⟨dP, Π_κ⟩ − Σ_μ a_μ ⟨dP, Π_μ⟩).
+                let a = mixture_weights(&z[..r]);
+                let mut da = [T::zero(); MIX];
+                for (da, perm) in da.iter_mut().zip(perms) {
+                    *da = (0..n).fold(T::zero(), |acc, j| acc + dmix[j * n + perm[j]]);
                 }
-            }
-        }
-        for (seg, range) in [0..n, n..2 * n, 2 * n..d.width()].into_iter().enumerate() {
-            dalpha[seg] = range.clone().fold(T::zero(), |acc, i| acc + dz[i] * m[i]);
-            for i in range {
-                dm[i] = alpha[seg] * dz[i];
+                let mean = (0..r).fold(T::zero(), |acc, k| acc + a[k] * da[k]);
+                for k in 0..r {
+                    dz[2 * n + k] = a[k] * (da[k] - mean);
+                }
+                scales_backward(dm, dalpha, dz, m, alpha, d);
             }
         }
     }
