@@ -11,17 +11,15 @@
 //!
 //! Every value is summed in a fixed order (over the contracted index from 0; the key and gain
 //! gradients in chunks of [`KEY_GRAD_CHUNK`] tokens added in chunk order), so results do not
-//! depend on the thread count or on which build of a `wide!` function ran.
+//! depend on the thread count. Every product is a chain of multiply-adds (`Madd`), fused where
+//! the CPU has FMA (`cpu::simd`).
 
 use super::{ResidualDims, KEY_GRAD_CHUNK};
-use crate::cpu::simd::{add_in_order, wide, LANES};
+use crate::cpu::simd::{add_in_order, madd_lanes, wide, Madd, LANES};
 use crate::ops::norm::{row_backward, row_stats, standardise};
 use crate::ops::Scalar;
 use crate::NormDims;
 use rayon::prelude::*;
-
-/// Output rows a register block of [`product`] spans.
-const ROWS: usize = 4;
 
 /// What [`product`] adds its sums to.
 #[derive(Clone, Copy)]
@@ -34,35 +32,79 @@ enum Onto<'a, T> {
     Base(&'a [T]),
 }
 
-/// out (m×n) = Σ_c a(i, c) · b[c, ·], added to what `onto` says, with a(i, c) = a[i·ra + c·ca]
-/// and b (kk×n) row-major: the retrieval (a = keys), the storage (a = keysᵀ) and the
-/// retrieval's data gradient. Each value sums c from 0, in a block or in the tail alike.
-#[inline(always)]
-fn product<T: Scalar>(
-    out: &mut [T],
-    a: &[T],
-    (ra, ca): (usize, usize),
-    b: &[T],
-    (m, kk, n): (usize, usize, usize),
-    onto: Onto<'_, T>,
-) {
-    let full = n - n % LANES;
-    let mut i0 = 0;
-    while i0 < m {
-        if i0 + ROWS <= m {
-            product_block::<T, ROWS>(out, a, (ra, ca), b, i0, kk, n, full, onto);
-            i0 += ROWS;
-        } else {
-            product_block::<T, 1>(out, a, (ra, ca), b, i0, kk, n, full, onto);
-            i0 += 1;
+/// The left factor of [`product`], the same for every token (the keys, or their transpose),
+/// packed once a chunk for the register blocks: a(i, c) = a[i·ra + c·ca] (m×kk), the rows in
+/// blocks of `rows` with each c's values side by side, then the rows past the last block one by
+/// one. A block reads it front to back, with no index to check.
+struct Packed<T> {
+    values: Vec<T>,
+    m: usize,
+    kk: usize,
+    rows: usize,
+}
+
+impl<T: Scalar> Packed<T> {
+    /// Packs a for the register blocks of the build `M`: 8 registers of sums in flight, whatever
+    /// their width.
+    #[inline(always)]
+    fn new<M: Madd>(a: &[T], (ra, ca): (usize, usize), (m, kk): (usize, usize)) -> Self {
+        let rows = (8 * M::REGISTER / LANES).max(1);
+        let blocked = m - m % rows;
+        let mut values = Vec::with_capacity(m * kk);
+        for i0 in (0..blocked).step_by(rows) {
+            for c in 0..kk {
+                values.extend((i0..i0 + rows).map(|i| a[i * ra + c * ca]));
+            }
         }
+        for i in blocked..m {
+            values.extend((0..kk).map(|c| a[i * ra + c * ca]));
+        }
+        Self { values, m, kk, rows }
+    }
+
+    fn blocked(&self) -> usize {
+        self.m - self.m % self.rows
+    }
+
+    /// a(i, c), for the columns past the blocks of LANES.
+    fn at(&self, i: usize, c: usize) -> T {
+        let blocked = self.blocked();
+        if i < blocked {
+            self.values[(i - i % self.rows) * self.kk + c * self.rows + i % self.rows]
+        } else {
+            self.values[blocked * self.kk + (i - blocked) * self.kk + c]
+        }
+    }
+}
+
+/// out (m×n) = Σ_c a(i, c) · b[c, ·], added to what `onto` says, with b (kk×n) row-major: the
+/// retrieval (a = keys), the storage (a = keysᵀ) and the retrieval's data gradient. Each value
+/// sums c from 0, in a block or in the tail alike.
+#[inline(always)]
+fn product<T: Scalar, M: Madd>(out: &mut [T], a: &Packed<T>, b: &[T], n: usize, onto: Onto<'_, T>) {
+    let (m, kk, rows) = (a.m, a.kk, a.rows);
+    let full = n - n % LANES;
+    let blocked = a.blocked();
+    // Direct calls, so that each block inlines into the wide build that runs it.
+    for i0 in (0..blocked).step_by(rows) {
+        let block = &a.values[i0 * kk..][..rows * kk];
+        match rows {
+            8 => product_block::<T, M, 8>(out, block.as_chunks().0, b, i0, n, full, onto),
+            4 => product_block::<T, M, 4>(out, block.as_chunks().0, b, i0, n, full, onto),
+            2 => product_block::<T, M, 2>(out, block.as_chunks().0, b, i0, n, full, onto),
+            _ => product_block::<T, M, 1>(out, block.as_chunks().0, b, i0, n, full, onto),
+        }
+    }
+    for i0 in blocked..m {
+        let row = &a.values[i0 * kk..][..kk];
+        product_block::<T, M, 1>(out, row.as_chunks().0, b, i0, n, full, onto);
     }
     // Columns past the last full block of LANES, one at a time, in the same order.
     for i in 0..m {
         for j in full..n {
             let mut acc = T::zero();
             for c in 0..kk {
-                acc = acc + a[i * ra + c * ca] * b[c * n + j];
+                acc = M::madd(a.at(i, c), b[c * n + j], acc);
             }
             let e = i * n + j;
             out[e] = match onto {
@@ -74,32 +116,25 @@ fn product<T: Scalar>(
     }
 }
 
-/// Rows i0..i0+R of [`product`], the columns below `full` in blocks of LANES.
+/// Rows i0..i0+R of [`product`], from their packed values a[c] = (a(i0, c), …, a(i0+R−1, c)),
+/// the columns below `full` in blocks of LANES.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn product_block<T: Scalar, const R: usize>(
+fn product_block<T: Scalar, M: Madd, const R: usize>(
     out: &mut [T],
-    a: &[T],
-    (ra, ca): (usize, usize),
+    a: &[[T; R]],
     b: &[T],
     i0: usize,
-    kk: usize,
     n: usize,
     full: usize,
     onto: Onto<'_, T>,
 ) {
     for c0 in (0..full).step_by(LANES) {
         let mut acc = [[T::zero(); LANES]; R];
-        for c in 0..kk {
-            let row = &b[c * n + c0..][..LANES];
-            let mut s = [T::zero(); R];
+        for (s, b) in a.iter().zip(b.chunks_exact(n)) {
+            let row: &[T; LANES] = b[c0..][..LANES].try_into().unwrap();
             for i in 0..R {
-                s[i] = a[(i0 + i) * ra + c * ca];
-            }
-            for i in 0..R {
-                for l in 0..LANES {
-                    acc[i][l] = acc[i][l] + s[i] * row[l];
-                }
+                madd_lanes::<T, M>(&mut acc[i], &[s[i]; LANES], row);
             }
         }
         for (i, acc) in acc.iter().enumerate() {
@@ -123,11 +158,11 @@ fn product_block<T: Scalar, const R: usize>(
     }
 }
 
-/// Rows of `a` and of `b` a register block of [`dots`] pairs, and the partial sums each pair
-/// keeps: 2×4 pairs of 8 lanes are 8 AVX2 registers, with 6 more for the rows' values.
+/// Lanes of partial sums each dot product of [`dots`] keeps: one AVX-512 register, two AVX2
+/// ones, so that both builds sum in the same order.
+const DOT_LANES: usize = 16;
+/// Rows of `a` a register block of [`dots`] pairs with a build's `dot_rows_b` rows of `b`.
 const DOT_ROWS_A: usize = 2;
-const DOT_ROWS_B: usize = 4;
-const DOT_LANES: usize = 8;
 /// Tokens whose rows [`dots`] pairs while they are in L1 (2 × 7 KB at D_k = D_v = 32, R' = 24),
 /// before moving to the next block of pairs.
 const DOT_TOKENS: usize = 2;
@@ -135,10 +170,11 @@ const DOT_TOKENS: usize = 2;
 /// Adds Σ_t Σ_c a_t[i, c] · b_t[j, c] over the token pairs of a (tokens, m, kk) and b (tokens,
 /// n, kk) into the lane sums `acc` (m×n): the key gradient. Each (i, j) keeps DOT_LANES partial
 /// sums (c into lane c mod DOT_LANES, tokens in order), which [`total`] adds in lane order; a
-/// block of pairs holds its sums in registers over DOT_TOKENS tokens at a time.
+/// block of pairs holds its 8 registers of sums over DOT_TOKENS tokens at a time.
 #[inline(always)]
-fn dots<T: Scalar>(acc: &mut [[T; DOT_LANES]], a: &[T], b: &[T], m: usize, n: usize, kk: usize) {
+fn dots<T: Scalar, M: Madd>(acc: &mut [[T; DOT_LANES]], a: &[T], b: &[T], m: usize, n: usize, kk: usize) {
     let tokens = a.len() / (m * kk);
+    let rows_b = (4 * M::REGISTER / DOT_LANES).max(1);
     for t0 in (0..tokens).step_by(DOT_TOKENS) {
         let t1 = tokens.min(t0 + DOT_TOKENS);
         let (a, b) = (&a[t0 * m * kk..t1 * m * kk], &b[t0 * n * kk..t1 * n * kk]);
@@ -147,13 +183,16 @@ fn dots<T: Scalar>(acc: &mut [[T; DOT_LANES]], a: &[T], b: &[T], m: usize, n: us
             let ri = if i0 + DOT_ROWS_A <= m { DOT_ROWS_A } else { 1 };
             let mut j0 = 0;
             while j0 < n {
-                let rj = if j0 + DOT_ROWS_B <= n { DOT_ROWS_B } else { 1 };
+                let rj = if j0 + rows_b <= n { rows_b } else { 1 };
                 let at = (&mut acc[..], a, b, (m, n, kk), (i0, j0));
+                // Direct calls, so that each block inlines into the wide build that runs it.
                 match (ri, rj) {
-                    (DOT_ROWS_A, DOT_ROWS_B) => dots_block::<T, DOT_ROWS_A, DOT_ROWS_B>(at),
-                    (DOT_ROWS_A, _) => dots_block::<T, DOT_ROWS_A, 1>(at),
-                    (_, DOT_ROWS_B) => dots_block::<T, 1, DOT_ROWS_B>(at),
-                    _ => dots_block::<T, 1, 1>(at),
+                    (DOT_ROWS_A, 4) => dots_block::<T, M, DOT_ROWS_A, 4>(at),
+                    (DOT_ROWS_A, 2) => dots_block::<T, M, DOT_ROWS_A, 2>(at),
+                    (DOT_ROWS_A, _) => dots_block::<T, M, DOT_ROWS_A, 1>(at),
+                    (_, 4) => dots_block::<T, M, 1, 4>(at),
+                    (_, 2) => dots_block::<T, M, 1, 2>(at),
+                    _ => dots_block::<T, M, 1, 1>(at),
                 }
                 j0 += rj;
             }
@@ -180,7 +219,9 @@ type DotsAt<'a, T> = (
 );
 
 #[inline(always)]
-fn dots_block<T: Scalar, const I: usize, const J: usize>((acc_all, a, b, (m, n, kk), (i0, j0)): DotsAt<'_, T>) {
+fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
+    (acc_all, a, b, (m, n, kk), (i0, j0)): DotsAt<'_, T>,
+) {
     const L: usize = DOT_LANES;
     let full = kk - kk % L;
     let mut acc = [[[T::zero(); L]; J]; I];
@@ -205,7 +246,7 @@ fn dots_block<T: Scalar, const I: usize, const J: usize>((acc_all, a, b, (m, n, 
             for j in 0..J {
                 vb[j].copy_from_slice(&rb[j][c0..c0 + L]);
             }
-            dots_lanes(&mut acc, &va, &vb);
+            dots_lanes::<T, M, I, J>(&mut acc, &va, &vb);
         }
         if full < kk {
             // The tail zero-padded to a full set of lanes: the partial sums are indexed by
@@ -217,7 +258,7 @@ fn dots_block<T: Scalar, const I: usize, const J: usize>((acc_all, a, b, (m, n, 
             for j in 0..J {
                 vb[j][..kk - full].copy_from_slice(&rb[j][full..]);
             }
-            dots_lanes(&mut acc, &va, &vb);
+            dots_lanes::<T, M, I, J>(&mut acc, &va, &vb);
         }
     }
     for (i, row) in acc.iter().enumerate() {
@@ -228,16 +269,14 @@ fn dots_block<T: Scalar, const I: usize, const J: usize>((acc_all, a, b, (m, n, 
 }
 
 #[inline(always)]
-fn dots_lanes<T: Scalar, const I: usize, const J: usize>(
+fn dots_lanes<T: Scalar, M: Madd, const I: usize, const J: usize>(
     acc: &mut [[[T; DOT_LANES]; J]; I],
     va: &[[T; DOT_LANES]; I],
     vb: &[[T; DOT_LANES]; J],
 ) {
     for i in 0..I {
         for j in 0..J {
-            for l in 0..DOT_LANES {
-                acc[i][j][l] = acc[i][j][l] + va[i][l] * vb[j][l];
-            }
+            madd_lanes::<T, M>(&mut acc[i][j], &va[i], &vb[j]);
         }
     }
 }
@@ -292,11 +331,12 @@ pub fn cpu_store<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data:
 
 wide! {
     /// A chunk's storage: out[t] (D_k×D_v) = base[t] + keysᵀ · data[t] (R'×D_v), or out[t] += ….
-    fn store_tokens<T: Scalar>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
+    fn store_tokens<T: Scalar, M: Madd>(out: &mut [T], base: Option<&[T]>, keys: &[T], data: &[T], d: ResidualDims) {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+        let keys_t = Packed::new::<M>(keys, (1, d.dk), (d.dk, d.keys));
         for (t, (out, data)) in out.chunks_mut(vm).zip(data.chunks(vv)).enumerate() {
             let onto = base.map_or(Onto::Out, |b| Onto::Base(&b[t * vm..][..vm]));
-            product(out, keys, (1, d.dk), data, (d.dk, d.keys, d.dv), onto);
+            product::<T, M>(out, &keys_t, data, d.dv, onto);
         }
     }
 }
@@ -323,7 +363,7 @@ pub fn cpu_retrieve_normed<T: Scalar>(
 }
 
 wide! {
-    fn retrieve_normed_tokens<T: Scalar>(
+    fn retrieve_normed_tokens<T: Scalar, M: Madd>(
         y: &mut [T],
         stats: &mut [T],
         x: &[T],
@@ -334,11 +374,12 @@ wide! {
     ) {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
         let mut normed = vec![T::zero(); vm];
+        let keys = Packed::new::<M>(keys, (d.dk, 1), (d.keys, d.dk));
         for ((y, st), x) in y.chunks_mut(vv).zip(stats.chunks_mut(2)).zip(x.chunks(vm)) {
             let (mean, rstd) = row_stats(x, norm.kind, norm.eps);
             (st[0], st[1]) = (mean, rstd);
             normalise(&mut normed, x, gain, mean, rstd);
-            product(y, keys, (d.dk, 1), &normed, (d.keys, d.dk, d.dv), Onto::Zero);
+            product::<T, M>(y, &keys, &normed, d.dv, Onto::Zero);
         }
     }
 }
@@ -377,13 +418,14 @@ pub fn cpu_store_backward<T: Scalar>(
 
 wide! {
     /// A chunk of `cpu_store_backward`: its data gradients, and its part of the key gradient.
-    fn store_backward_tokens<T: Scalar>(ddata: &mut [T], dout: &[T], keys: &[T], data: &[T], d: ResidualDims) -> Vec<T> {
+    fn store_backward_tokens<T: Scalar, M: Madd>(ddata: &mut [T], dout: &[T], keys: &[T], data: &[T], d: ResidualDims) -> Vec<T> {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
+        let packed = Packed::new::<M>(keys, (d.dk, 1), (d.keys, d.dk));
         for (ddata, dout) in ddata.chunks_mut(vv).zip(dout.chunks(vm)) {
-            product(ddata, keys, (d.dk, 1), dout, (d.keys, d.dk, d.dv), Onto::Zero);
+            product::<T, M>(ddata, &packed, dout, d.dv, Onto::Zero);
         }
         let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
-        dots(&mut acc, data, dout, d.keys, d.dk, d.dv);
+        dots::<T, M>(&mut acc, data, dout, d.keys, d.dk, d.dv);
         total(&acc)
     }
 }
@@ -432,7 +474,7 @@ pub fn cpu_retrieve_normed_backward<T: Scalar>(
 
 wide! {
     /// A chunk of `cpu_retrieve_normed_backward`: its dx, and its parts of dkeys and dgain.
-    fn retrieve_normed_backward_tokens<T: Scalar>(
+    fn retrieve_normed_backward_tokens<T: Scalar, M: Madd>(
         dx: &mut [T],
         dy: &[T],
         x: &[T],
@@ -446,6 +488,7 @@ wide! {
         let mut normed = vec![T::zero(); DOT_TOKENS * vm];
         let (mut xhat, mut dn, mut dgain) = (vec![T::zero(); vm], vec![T::zero(); vm], vec![T::zero(); vm]);
         let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
+        let keys_t = Packed::new::<M>(keys, (1, d.dk), (d.dk, d.keys));
         // DOT_TOKENS tokens at a time, so that their matrices and Norm(X) stay in L1.
         let groups = dx.chunks_mut(DOT_TOKENS * vm).zip(dy.chunks(DOT_TOKENS * vv));
         for ((dx, dy), (x, stats)) in groups.zip(x.chunks(DOT_TOKENS * vm).zip(stats.chunks(DOT_TOKENS * 2))) {
@@ -455,13 +498,13 @@ wide! {
                 for ((o, &h), &g) in normed[t * vm..][..vm].iter_mut().zip(&xhat).zip(gain) {
                     *o = h * g;
                 }
-                product(&mut dn, keys, (1, d.dk), &dy[t * vv..][..vv], (d.dk, d.keys, d.dv), Onto::Zero);
+                product::<T, M>(&mut dn, &keys_t, &dy[t * vv..][..vv], d.dv, Onto::Zero);
                 for ((g, &n), &h) in dgain.iter_mut().zip(&dn).zip(&xhat) {
                     *g = *g + n * h;
                 }
                 row_backward(dx, &dn, &xhat, gain, st[1], norm.kind);
             }
-            dots(&mut acc, dy, normed, d.keys, d.dk, d.dv);
+            dots::<T, M>(&mut acc, dy, normed, d.keys, d.dk, d.dv);
         }
         (total(&acc), dgain)
     }
