@@ -117,8 +117,10 @@ pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims
     d.check(out.len(), a.len(), b.len());
     let ((rsa, csa), (rsb, csb)) = d.strides();
     let beta = if d.accumulate { T::one() } else { T::zero() };
-    // Rows per task: enough tasks to balance the threads, each still a real GEMM.
-    let tasks = 4 * rayon::current_num_threads();
+    // Rows per task: a band per thread. Each task's GEMM packs the whole of b, so more bands
+    // than threads pack it more often for nothing (4 a thread were 9% slower on the toy pair's
+    // matmuls, interleaved A/B, bench/RESULTS.md).
+    let tasks = rayon::current_num_threads();
     let rows = d.m.div_ceil(tasks).max(16);
     // Rows `r0..` of product `bi` into `c`.
     let rows_of = |bi: usize, r0: usize, c: &mut [T]| {
