@@ -246,7 +246,15 @@ fn attention_case(d: AttentionDims, starts: &[u32]) {
     attention::cpu_forward(&mut out, &mut lse, &qkv, starts, d);
     let (mut dqkv, mut delta) = (vec![0.0; qkv.len()], vec![0.0; d.rows()]);
     attention::cpu_backward(&mut dqkv, &mut delta, &w, &out, &qkv, &lse, starts, d);
-    check(&format!("attention({d:?}, starts {starts:?}).qkv"), &qkv, &dqkv, fwd);
+    // The larger step: a row's softmax sums up to T rounded exps in lanes, whose rounding a
+    // step of 1e-6 would magnify past 1e-5 on the smallest gradients (3e-6 at T 70).
+    check_step(
+        &format!("attention({d:?}, starts {starts:?}).qkv"),
+        &qkv,
+        &dqkv,
+        1e-5,
+        fwd,
+    );
     // The output and each row's log-sum-exp are those of the definition: a softmax over the
     // query's document up to itself.
     let (want_out, want_lse) = naive_attention(&qkv, starts, d);

@@ -4,8 +4,8 @@
 //! compiler vectorises uses 4 lanes even where the CPU has AVX2's 8 or AVX-512's 16. [`wide!`]
 //! compiles a function more than once and picks at run time (the check is a cached load):
 //!
-//! - `fn f<T: Scalar>`: for the baseline and for AVX2. Both compile the same source, and Rust
-//!   never reassociates or contracts float arithmetic, so both give the same bits.
+//! - `fn f<T: Scalar>`: for the baseline, AVX2 and AVX-512. All compile the same source, and
+//!   Rust never reassociates or contracts float arithmetic, so all give the same bits.
 //! - `fn f<T: Scalar, M: Madd>`: its multiply-adds are `M::madd`. Separate (a·b, then + c) in
 //!   the baseline build and wherever the CPU has no FMA, fused (one rounding) with AVX2 and FMA,
 //!   or AVX-512 and FMA. The products of the residual matrix are multiply-adds end to end, and
@@ -33,14 +33,22 @@ macro_rules! wide {
             fn body<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn avx2<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? {
                     body($($arg),*)
                 }
-                if std::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2, checked just above.
-                    return unsafe { avx2($($arg),*) };
+                match $crate::cpu::simd::FMA_WIDTH.get() {
+                    // SAFETY: the CPU has these features, detected by `FMA_WIDTH`.
+                    Some(16) => return unsafe { avx512($($arg),*) },
+                    // SAFETY: as above.
+                    Some(_) => return unsafe { avx2($($arg),*) },
+                    None => {}
                 }
             }
             body($($arg),*)

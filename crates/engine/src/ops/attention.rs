@@ -85,6 +85,7 @@ impl AttentionDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
+    use crate::cpu::simd::{lane_sum, wide, LANES};
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -192,62 +193,73 @@ mod cpu_twin {
     /// (its log-sum-exp saved in `lse`), then out = probabilities · v by GEMM.
     pub fn cpu_forward<T: Scalar>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], d: AttentionDims) {
         d.check(qkv.len(), out.len(), lse.len(), doc_start.len());
-        let (tt, dh) = (d.t, d.dh);
-        let scale = T::of(d.scale as f64);
-        out.par_chunks_mut(tt * d.h * dh)
-            .zip(lse.par_chunks_mut(d.h * tt))
+        out.par_chunks_mut(d.t * d.h * d.dh)
+            .zip(lse.par_chunks_mut(d.h * d.t))
             .enumerate()
-            .for_each(|(b, (out, lse))| {
-                let seq = Seq { b, d };
-                let starts = &doc_start[b * tt..(b + 1) * tt];
-                // The block's logits, then its probabilities: (rows, keys), keys from k0.
-                let mut s = vec![T::zero(); QB.min(tt) * tt];
-                for h in 0..d.h {
-                    let slope = T::of(d.slope(h));
-                    for i0 in (0..tt).step_by(QB) {
-                        let i1 = (i0 + QB).min(tt);
-                        let k0 = block_keys(starts, i0, i1);
-                        let (m, nk) = (i1 - i0, i1 - k0);
-                        let kt = seq.qkv(1, h, k0).t();
-                        gemm(m, dh, nk, qkv, seq.qkv(0, h, i0), qkv, kt, T::zero(), &mut s, 0, nk);
-                        for (r, row) in s.chunks_mut(nk).take(m).enumerate() {
-                            let i = i0 + r;
-                            let first = first_key(starts, i);
-                            let seen = &mut row[first - k0..=i - k0];
-                            for (a, j) in seen.iter_mut().zip(first..) {
-                                *a = logit(*a, scale, slope, i, j);
-                            }
-                            let mx = seen.iter().copied().fold(T::neg_infinity(), T::max);
-                            // The exps in a pass of their own, which vectorises; the sum in order.
-                            for a in seen.iter_mut() {
-                                *a = (*a - mx).softmax_exp();
-                            }
-                            let sum = seen.iter().fold(T::zero(), |sum, &a| sum + a);
-                            for a in seen.iter_mut() {
-                                *a = *a / sum;
-                            }
-                            lse[h * tt + i] = mx + sum.ln();
-                            row[..first - k0].fill(T::zero());
-                            row[i - k0 + 1..].fill(T::zero());
+            .for_each(|(b, (out, lse))| forward_sequence(out, lse, qkv, doc_start, b, d));
+    }
+
+    wide! {
+        /// One batch element of `cpu_forward`, every head, its softmax loops in the CPU's widest
+        /// registers.
+        fn forward_sequence<T: Scalar>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], b: usize, d: AttentionDims) {
+            let (tt, dh) = (d.t, d.dh);
+            let scale = T::of(d.scale as f64);
+            let seq = Seq { b, d };
+            let starts = &doc_start[b * tt..(b + 1) * tt];
+            // The block's logits, then its probabilities: (rows, keys), keys from k0.
+            let mut s = vec![T::zero(); QB.min(tt) * tt];
+            for h in 0..d.h {
+                let slope = T::of(d.slope(h));
+                for i0 in (0..tt).step_by(QB) {
+                    let i1 = (i0 + QB).min(tt);
+                    let k0 = block_keys(starts, i0, i1);
+                    let (m, nk) = (i1 - i0, i1 - k0);
+                    let kt = seq.qkv(1, h, k0).t();
+                    gemm(m, dh, nk, qkv, seq.qkv(0, h, i0), qkv, kt, T::zero(), &mut s, 0, nk);
+                    for (r, row) in s.chunks_mut(nk).take(m).enumerate() {
+                        let i = i0 + r;
+                        let first = first_key(starts, i);
+                        let seen = &mut row[first - k0..=i - k0];
+                        for (a, j) in seen.iter_mut().zip(first..) {
+                            *a = logit(*a, scale, slope, i, j);
                         }
-                        // Rows of `out` relative to this batch element's slice.
-                        let at = seq.out(h, i0).offset - b * tt * seq.c();
-                        gemm(
-                            m,
-                            nk,
-                            dh,
-                            &s,
-                            Mat::rows(0, nk),
-                            qkv,
-                            seq.qkv(2, h, k0),
-                            T::zero(),
-                            out,
-                            at,
-                            seq.c(),
-                        );
+                        let mx = lane_max(seen);
+                        // The exps in a pass of their own, which vectorises; the sum in lanes.
+                        for a in seen.iter_mut() {
+                            *a = (*a - mx).softmax_exp();
+                        }
+                        let sum = lane_sum(seen, |a| a);
+                        for a in seen.iter_mut() {
+                            *a = *a / sum;
+                        }
+                        lse[h * tt + i] = mx + sum.ln();
+                        row[..first - k0].fill(T::zero());
+                        row[i - k0 + 1..].fill(T::zero());
                     }
+                    // Rows of `out` relative to this batch element's slice.
+                    let at = seq.out(h, i0).offset - b * tt * seq.c();
+                    gemm(m, nk, dh, &s, Mat::rows(0, nk), qkv, seq.qkv(2, h, k0), T::zero(), out, at, seq.c());
                 }
-            });
+            }
+        }
+    }
+
+    /// The largest value, in [`LANES`] partial maxima: exact in any order, and a chain a lane
+    /// long instead of a value long.
+    #[inline(always)]
+    fn lane_max<T: Scalar>(x: &[T]) -> T {
+        let mut acc = [T::neg_infinity(); LANES];
+        let mut chunks = x.chunks_exact(LANES);
+        for c in &mut chunks {
+            for l in 0..LANES {
+                acc[l] = acc[l].max(c[l]);
+            }
+        }
+        for (l, &v) in chunks.remainder().iter().enumerate() {
+            acc[l] = acc[l].max(v);
+        }
+        acc.iter().fold(T::neg_infinity(), |m, &a| m.max(a))
     }
 
     /// Per batch element and head: delta_i = dout_i · out_i; then per block of QB query rows,
@@ -269,63 +281,79 @@ mod cpu_twin {
         assert_eq!(out.len(), dout.len(), "attention: out and dout differ in length");
         assert_eq!(dqkv.len(), qkv.len(), "attention: dqkv and qkv differ in length");
         assert_eq!(delta.len(), lse.len(), "attention: delta and lse differ in length");
-        let (tt, dh) = (d.t, d.dh);
-        let scale = T::of(d.scale as f64);
-        dqkv.par_chunks_mut(tt * 3 * d.h * dh)
-            .zip(delta.par_chunks_mut(d.h * tt))
+        dqkv.par_chunks_mut(d.t * 3 * d.h * d.dh)
+            .zip(delta.par_chunks_mut(d.h * d.t))
             .enumerate()
-            .for_each(|(b, (dqkv, delta))| {
-                let seq = Seq { b, d };
-                let c = seq.c();
-                let starts = &doc_start[b * tt..(b + 1) * tt];
-                let lse = &lse[b * d.h * tt..(b + 1) * d.h * tt];
-                // dk and dv add up over the query blocks.
-                dqkv.fill(T::zero());
-                // Where part p of head h from token t sits in this batch element's dqkv.
-                let local = |p: usize, h: usize, t: usize| seq.qkv(p, h, t).offset - b * tt * 3 * c;
-                let (mut pr, mut ds) = (vec![T::zero(); QB.min(tt) * tt], vec![T::zero(); QB.min(tt) * tt]);
-                for h in 0..d.h {
-                    let slope = T::of(d.slope(h));
-                    for i in 0..tt {
-                        let at = seq.out(h, i).offset;
-                        delta[h * tt + i] = (0..dh).map(|x| dout[at + x] * out[at + x]).sum();
-                    }
-                    for i0 in (0..tt).step_by(QB) {
-                        let i1 = (i0 + QB).min(tt);
-                        let k0 = block_keys(starts, i0, i1);
-                        let (m, nk) = (i1 - i0, i1 - k0);
-                        let (q, k, v, go) = (seq.qkv(0, h, i0), seq.qkv(1, h, k0), seq.qkv(2, h, k0), seq.out(h, i0));
-                        gemm(m, dh, nk, qkv, q, qkv, k.t(), T::zero(), &mut pr, 0, nk);
-                        gemm(m, dh, nk, dout, go, qkv, v.t(), T::zero(), &mut ds, 0, nk);
-                        for (r, (pr, ds)) in pr.chunks_mut(nk).zip(ds.chunks_mut(nk)).take(m).enumerate() {
-                            let i = i0 + r;
-                            let first = first_key(starts, i);
-                            let (lse, delta) = (lse[h * tt + i], delta[h * tt + i]);
-                            // Keys first..=i are seen; the rest get P = dS = 0.
-                            let seen = first - k0..i - k0 + 1;
-                            for (a, j) in pr[seen.clone()].iter_mut().zip(first..) {
-                                *a = logit(*a, scale, slope, i, j) - lse;
-                            }
-                            // The exps and dS in passes of their own, which vectorise.
-                            for a in pr[seen.clone()].iter_mut() {
-                                *a = a.softmax_exp();
-                            }
-                            for (g, &p) in ds[seen.clone()].iter_mut().zip(&pr[seen.clone()]) {
-                                *g = p * (*g - delta) * scale;
-                            }
-                            for row in [&mut *pr, &mut *ds] {
-                                row[..seen.start].fill(T::zero());
-                                row[seen.end..].fill(T::zero());
-                            }
-                        }
-                        let (one, zero) = (T::one(), T::zero());
-                        let block = Mat::rows(0, nk);
-                        gemm(m, nk, dh, &ds, block, qkv, k, zero, dqkv, local(0, h, i0), 3 * c);
-                        gemm(nk, m, dh, &ds, block.t(), qkv, q, one, dqkv, local(1, h, k0), 3 * c);
-                        gemm(nk, m, dh, &pr, block.t(), dout, go, one, dqkv, local(2, h, k0), 3 * c);
-                    }
+            .for_each(|(b, (dqkv, delta))| backward_sequence(dqkv, delta, dout, out, qkv, lse, doc_start, b, d));
+    }
+
+    wide! {
+        /// One batch element of `cpu_backward`, every head, as `forward_sequence` is of the
+        /// forward.
+        fn backward_sequence<T: Scalar>(
+            dqkv: &mut [T],
+            delta: &mut [T],
+            dout: &[T],
+            out: &[T],
+            qkv: &[T],
+            lse: &[T],
+            doc_start: &[u32],
+            b: usize,
+            d: AttentionDims,
+        ) {
+            let (tt, dh) = (d.t, d.dh);
+            let scale = T::of(d.scale as f64);
+            let seq = Seq { b, d };
+            let c = seq.c();
+            let starts = &doc_start[b * tt..(b + 1) * tt];
+            let lse = &lse[b * d.h * tt..(b + 1) * d.h * tt];
+            // dk and dv add up over the query blocks.
+            dqkv.fill(T::zero());
+            // Where part p of head h from token t sits in this batch element's dqkv.
+            let local = |p: usize, h: usize, t: usize| seq.qkv(p, h, t).offset - b * tt * 3 * c;
+            let (mut pr, mut ds) = (vec![T::zero(); QB.min(tt) * tt], vec![T::zero(); QB.min(tt) * tt]);
+            for h in 0..d.h {
+                let slope = T::of(d.slope(h));
+                for i in 0..tt {
+                    let at = seq.out(h, i).offset;
+                    delta[h * tt + i] = (0..dh).map(|x| dout[at + x] * out[at + x]).sum();
                 }
-            });
+                for i0 in (0..tt).step_by(QB) {
+                    let i1 = (i0 + QB).min(tt);
+                    let k0 = block_keys(starts, i0, i1);
+                    let (m, nk) = (i1 - i0, i1 - k0);
+                    let (q, k, v, go) = (seq.qkv(0, h, i0), seq.qkv(1, h, k0), seq.qkv(2, h, k0), seq.out(h, i0));
+                    gemm(m, dh, nk, qkv, q, qkv, k.t(), T::zero(), &mut pr, 0, nk);
+                    gemm(m, dh, nk, dout, go, qkv, v.t(), T::zero(), &mut ds, 0, nk);
+                    for (r, (pr, ds)) in pr.chunks_mut(nk).zip(ds.chunks_mut(nk)).take(m).enumerate() {
+                        let i = i0 + r;
+                        let first = first_key(starts, i);
+                        let (lse, delta) = (lse[h * tt + i], delta[h * tt + i]);
+                        // Keys first..=i are seen; the rest get P = dS = 0.
+                        let seen = first - k0..i - k0 + 1;
+                        for (a, j) in pr[seen.clone()].iter_mut().zip(first..) {
+                            *a = logit(*a, scale, slope, i, j) - lse;
+                        }
+                        // The exps and dS in passes of their own, which vectorise.
+                        for a in pr[seen.clone()].iter_mut() {
+                            *a = a.softmax_exp();
+                        }
+                        for (g, &p) in ds[seen.clone()].iter_mut().zip(&pr[seen.clone()]) {
+                            *g = p * (*g - delta) * scale;
+                        }
+                        for row in [&mut *pr, &mut *ds] {
+                            row[..seen.start].fill(T::zero());
+                            row[seen.end..].fill(T::zero());
+                        }
+                    }
+                    let (one, zero) = (T::one(), T::zero());
+                    let block = Mat::rows(0, nk);
+                    gemm(m, nk, dh, &ds, block, qkv, k, zero, dqkv, local(0, h, i0), 3 * c);
+                    gemm(nk, m, dh, &ds, block.t(), qkv, q, one, dqkv, local(1, h, k0), 3 * c);
+                    gemm(nk, m, dh, &pr, block.t(), dout, go, one, dqkv, local(2, h, k0), 3 * c);
+                }
+            }
+        }
     }
 }
 #[cfg(feature = "cpu")]

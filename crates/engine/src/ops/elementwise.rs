@@ -20,6 +20,7 @@ pub(crate) const DEFINES: &[Define] = &[
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::{GELU_C, GELU_C3, GELU_K};
+    use crate::cpu::simd::wide;
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -43,13 +44,20 @@ mod cpu_twin {
 
     pub fn cpu_gelu_forward<T: Scalar>(out: &mut [T], x: &[T]) {
         assert_eq!(out.len(), x.len(), "gelu: lengths differ");
-        let (k, c, half) = (T::of(GELU_K), T::of(GELU_C), T::of(0.5));
-        out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(out, x)| {
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(out, x)| gelu_forward_chunk(out, x));
+    }
+
+    wide! {
+        /// A chunk of `cpu_gelu_forward`, in the CPU's widest registers.
+        fn gelu_forward_chunk<T: Scalar>(out: &mut [T], x: &[T]) {
+            let (k, c, half) = (T::of(GELU_K), T::of(GELU_C), T::of(0.5));
             for (o, &x) in out.iter_mut().zip(x) {
                 let t = (k * (x + c * x * x * x)).gelu_tanh();
                 *o = half * x * (T::one() + t);
             }
-        });
+        }
     }
 
     pub fn cpu_gelu_backward<T: Scalar>(dx: &mut [T], dout: &[T], x: &[T]) {
@@ -57,19 +65,25 @@ mod cpu_twin {
             dx.len() == dout.len() && dout.len() == x.len(),
             "gelu_backward: lengths differ"
         );
-        let (k, c, c3, half) = (T::of(GELU_K), T::of(GELU_C), T::of(GELU_C3), T::of(0.5));
         (dx.par_chunks_mut(CHUNK)
             .zip(dout.par_chunks(CHUNK))
             .zip(x.par_chunks(CHUNK)))
-        .for_each(|((dx, dout), x)| {
+        .for_each(|((dx, dout), x)| gelu_backward_chunk(dx, dout, x));
+    }
+
+    wide! {
+        /// A chunk of `cpu_gelu_backward`, in the CPU's widest registers.
+        fn gelu_backward_chunk<T: Scalar>(dx: &mut [T], dout: &[T], x: &[T]) {
+            let (k, c, c3, half) = (T::of(GELU_K), T::of(GELU_C), T::of(GELU_C3), T::of(0.5));
             for ((d, &g), &x) in dx.iter_mut().zip(dout).zip(x) {
                 let t = (k * (x + c * x * x * x)).gelu_tanh();
                 let dt = (T::one() - t * t) * k * (T::one() + c3 * x * x);
                 *d = g * (half * (T::one() + t) + half * x * dt);
             }
-        });
+        }
     }
 }
+
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
