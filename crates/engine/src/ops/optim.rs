@@ -76,6 +76,7 @@ pub struct AdamWDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
+    use crate::cpu::simd::wide;
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -102,18 +103,26 @@ mod cpu_twin {
             params.len() == d.n && m.len() == d.n && v.len() == d.n && grads.len() == d.n,
             "adamw: lengths differ from {d:?}"
         );
-        let h = |i: usize| hyper[i];
         let norm = grad_sumsq.sqrt();
-        let max_norm = h(Hyper::MAX_GRAD_NORM);
+        let max_norm = hyper[Hyper::MAX_GRAD_NORM];
         let clip = if norm > max_norm { max_norm / norm } else { T::one() };
-        params
-            .par_iter_mut()
-            .zip(m.par_iter_mut())
-            .zip(v.par_iter_mut())
+        (params.par_chunks_mut(CHUNK).zip(m.par_chunks_mut(CHUNK)))
+            .zip(v.par_chunks_mut(CHUNK).zip(grads.par_chunks(CHUNK)))
             .enumerate()
-            .for_each(|(i, ((p, m), v))| {
-                let g = grads[i] * clip;
-                let (beta1, beta2) = (h(Hyper::BETA1), h(Hyper::BETA2));
+            .for_each(|(c, ((p, m), (v, g)))| adamw_chunk(p, m, v, g, hyper, clip, c * CHUNK, d));
+    }
+
+    /// Values a task of `cpu_adamw` updates: each value's update is its own, so the split
+    /// changes no bits.
+    const CHUNK: usize = 1 << 14;
+
+    wide! {
+        /// The values from `first` on of `cpu_adamw`, in the CPU's widest registers.
+        fn adamw_chunk<T: Scalar>(p: &mut [T], m: &mut [T], v: &mut [T], g: &[T], hyper: &[T], clip: T, first: usize, d: AdamWDims) {
+            let h = |i: usize| hyper[i];
+            let (beta1, beta2) = (h(Hyper::BETA1), h(Hyper::BETA2));
+            for (i, ((p, m), (v, &g))) in (first..).zip(p.iter_mut().zip(m).zip(v.iter_mut().zip(g))) {
+                let g = g * clip;
                 *m = beta1 * *m + (T::one() - beta1) * g;
                 *v = beta2 * *v + (T::one() - beta2) * g * g;
                 let wd = if i < d.decay_end {
@@ -128,7 +137,8 @@ mod cpu_twin {
                 };
                 let update = (*m / h(Hyper::BIAS1)) / ((*v / h(Hyper::BIAS2)).sqrt() + h(Hyper::EPS)) + wd * *p;
                 *p = *p - lr * update;
-            });
+            }
+        }
     }
 }
 #[cfg(feature = "cpu")]
