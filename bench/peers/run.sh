@@ -5,6 +5,9 @@
 #
 #   bench/peers/run.sh            # both configs, twice each, interleaved
 #   ROUNDS=1 bench/peers/run.sh   # once each
+#   SIZE=mid bench/peers/run.sh   # issue 23's mid size instead, where the vocabulary weighs
+#                                 # little: L 6, R 12, D_k = D_v = 64 against D 768, 12×64
+#                                 # heads, D_FF 3,072, batch 8, T 256, steps 1-2 warm-up, 3-7 timed
 #
 # PYTHON names an interpreter with torch (default: /work/venv-bench/bin/python, else python3);
 # CARGO_TARGET_DIR is honoured. Set up PyTorch once with
@@ -30,22 +33,37 @@ else
     trap 'rm -rf "$OUT"' EXIT
 fi
 
-common=(--context 128 --seq-len 128 --batch 32 --backend cpu --warmup 3 --steps 10 --json)
-rmt=(--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024)
-tf=(--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024)
+# The shapes, as flags both sides take: the run's, the RMT's and its twin's; and resmem's context.
+case ${SIZE:-toy} in
+toy)
+    run=(--batch 32 --seq-len 128 --warmup 3 --steps 10)
+    ctx=128
+    rmt=(--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024)
+    tf=(--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024)
+    ;;
+mid)
+    run=(--batch 8 --seq-len 256 --warmup 2 --steps 5)
+    ctx=256
+    rmt=(--arch rmt --d-k 64 --d-v 64 --rank 12 --layers 6 --d-ff 3072)
+    tf=(--arch transformer --d-model 768 --layers 6 --heads 12 --head-dim 64 --d-ff 3072)
+    ;;
+*)
+    echo "error: SIZE is toy or mid, not ${SIZE}" >&2
+    exit 1
+    ;;
+esac
 for round in $(seq "$ROUNDS"); do
     for arch in rmt transformer; do
         echo "round $round: $arch (pytorch, then resmem)" >&2
-        "$PYTHON" bench/peers/torch_peer.py --arch "$arch" --batch 32 --seq-len 128 --warmup 3 --steps 10 \
-            --json >"$OUT/torch-$arch-$round.json"
         if [[ $arch == rmt ]]; then flags=("${rmt[@]}"); else flags=("${tf[@]}"); fi
-        "$R" bench "${flags[@]}" "${common[@]}" >"$OUT/resmem-$arch-$round.json"
+        "$PYTHON" bench/peers/torch_peer.py "${flags[@]}" "${run[@]}" --json >"$OUT/torch-$arch-$round.json"
+        "$R" bench "${flags[@]}" "${run[@]}" --context "$ctx" --backend cpu --json >"$OUT/resmem-$arch-$round.json"
     done
 done
 
-"$PYTHON" - "$OUT" "$ROUNDS" <<'EOF'
+"$PYTHON" - "$OUT" "$ROUNDS" "${SIZE:-toy}" <<'EOF'
 import json, os, platform, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 load = lambda name: json.load(open(os.path.join(out, name)))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
 t0 = load("torch-rmt-1.json")
@@ -55,7 +73,10 @@ print(f"machine: {cpu}, {os.cpu_count()} cores, load average {loadavg} at the en
 print()
 print("| model | PyTorch eager tokens/s | resmem tokens/s | resmem / PyTorch |")
 print("|---|---:|---:|---:|")
-names = {"rmt": "toy RMT (L4 R8 D_k32 D_v32 D_FF1024)", "transformer": "transformer twin (L4 D256 8×32 D_FF1024)"}
+names = {
+    "toy": {"rmt": "toy RMT (L4 R8 D_k32 D_v32 D_FF1024)", "transformer": "transformer twin (L4 D256 8×32 D_FF1024)"},
+    "mid": {"rmt": "mid RMT (L6 R12 D_k64 D_v64 D_FF3072, B8 T256)", "transformer": "its twin (L6 D768 12×64 D_FF3072)"},
+}[size]
 for arch in ["rmt", "transformer"]:
     t = [load(f"torch-{arch}-{i}.json")["tokens_per_s"] for i in range(1, rounds + 1)]
     r = [load(f"resmem-{arch}-{i}.json")["tokens_per_s"] for i in range(1, rounds + 1)]
