@@ -250,7 +250,8 @@ pub trait Backend {
     /// A recorded step: the same launches over the same buffers, replayed every step.
     type Plan;
 
-    /// A short human-readable description: "cpu (f32, 2 threads)" or the adapter's name.
+    /// A short human-readable description: "cpu (f32, 2 threads, AVX-512 build)" or the
+    /// adapter's name.
     fn describe(&self) -> String;
 
     /// A zero-filled tensor of `len` values. Fails with a clear message when it does not fit.

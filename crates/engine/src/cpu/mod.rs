@@ -97,9 +97,10 @@ impl<T: Scalar> Backend for CpuBackend<T> {
 
     fn describe(&self) -> String {
         format!(
-            "cpu ({}, {} threads)",
+            "cpu ({}, {} threads, {} build)",
             std::any::type_name::<T>(),
-            rayon::current_num_threads()
+            rayon::current_num_threads(),
+            simd::build_name()
         )
     }
     fn zeros(&self, what: &str, len: usize) -> Result<CpuTensor<T>> {

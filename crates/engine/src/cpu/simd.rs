@@ -205,6 +205,19 @@ impl FmaWidth {
     }
 }
 
+/// The build the `wide!` functions run on this CPU, for a run's description: a run's numerics
+/// follow it, since the FMA builds round the residual matrix's products once.
+pub fn build_name() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    return match FMA_WIDTH.get() {
+        Some(16) => "AVX-512",
+        Some(_) => "AVX2",
+        None => "baseline",
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    "baseline"
+}
+
 /// Σ f(x_i), in [`LANES`] partial sums (value i into lane i mod LANES) added in lane order:
 /// the order is the source's, so every build and CPU gives the same bits.
 #[inline(always)]
