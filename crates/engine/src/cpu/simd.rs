@@ -16,7 +16,7 @@
 //! The loops are written for the vectoriser: fixed-size blocks of [`LANES`] values with their
 //! partial sums in arrays, summed in a fixed order at the end.
 
-/// Values a loop keeps side by side: two AVX2 registers of f32.
+/// Values a loop keeps side by side: one AVX-512 register of f32, or two AVX2 ones.
 pub const LANES: usize = 16;
 
 /// `fn name<T: Scalar>(args) -> ret { body }` or `fn name<T: Scalar, M: Madd>(…)`, compiled for
@@ -24,34 +24,10 @@ pub const LANES: usize = 16;
 /// chosen at run time. Call it on a row or a chunk of rows, not a value: it is not inlined into
 /// its caller.
 macro_rules! wide {
+    // Without multiply-adds: the same builds, whose `M` the body never names.
     ($(#[$attr:meta])* $vis:vis fn $name:ident<$t:ident: Scalar>($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$attr])*
-        #[allow(clippy::too_many_arguments)]
-        $vis fn $name<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            #[allow(clippy::too_many_arguments)]
-            fn body<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx2,fma")]
-                #[allow(clippy::too_many_arguments)]
-                unsafe fn avx512<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? {
-                    body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                #[allow(clippy::too_many_arguments)]
-                unsafe fn avx2<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? {
-                    body($($arg),*)
-                }
-                match $crate::cpu::simd::FMA_WIDTH.get() {
-                    // SAFETY: the CPU has these features, detected by `FMA_WIDTH`.
-                    Some(16) => return unsafe { avx512($($arg),*) },
-                    // SAFETY: as above.
-                    Some(_) => return unsafe { avx2($($arg),*) },
-                    None => {}
-                }
-            }
-            body($($arg),*)
+        $crate::cpu::simd::wide! {
+            $(#[$attr])* $vis fn $name<$t: Scalar, UnusedMadd: Madd>($($arg: $ty),*) $(-> $ret)? $body
         }
     };
     ($(#[$attr:meta])* $vis:vis fn $name:ident<$t:ident: Scalar, $m:ident: Madd>($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
@@ -59,7 +35,8 @@ macro_rules! wide {
         #[allow(clippy::too_many_arguments)]
         $vis fn $name<$t: $crate::ops::Scalar>($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
-            #[allow(clippy::too_many_arguments)]
+            // A body without multiply-adds (the form without `M`) never names it.
+            #[allow(clippy::too_many_arguments, clippy::extra_unused_type_parameters)]
             fn body<$t: $crate::ops::Scalar, $m: $crate::cpu::simd::Madd>($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
@@ -233,6 +210,23 @@ pub fn lane_sum<T: crate::ops::Scalar>(x: &[T], f: impl Fn(T) -> T) -> T {
         acc[l] = acc[l] + f(v);
     }
     acc.iter().fold(T::zero(), |s, &a| s + a)
+}
+
+/// The largest value, in [`LANES`] partial maxima: exact in any order, and a chain a lane
+/// long instead of a value long.
+#[inline(always)]
+pub fn lane_max<T: crate::ops::Scalar>(x: &[T]) -> T {
+    let mut acc = [T::neg_infinity(); LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = acc[l].max(c[l]);
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] = acc[l].max(v);
+    }
+    acc.iter().fold(T::neg_infinity(), |m, &a| m.max(a))
 }
 
 /// out = Σ parts, added in the order given: per-chunk partial sums (a key or gain gradient)

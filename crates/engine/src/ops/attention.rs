@@ -85,7 +85,7 @@ impl AttentionDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
-    use crate::cpu::simd::{lane_sum, wide, LANES};
+    use crate::cpu::simd::{lane_max, lane_sum, wide};
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
@@ -243,23 +243,6 @@ mod cpu_twin {
                 }
             }
         }
-    }
-
-    /// The largest value, in [`LANES`] partial maxima: exact in any order, and a chain a lane
-    /// long instead of a value long.
-    #[inline(always)]
-    fn lane_max<T: Scalar>(x: &[T]) -> T {
-        let mut acc = [T::neg_infinity(); LANES];
-        let mut chunks = x.chunks_exact(LANES);
-        for c in &mut chunks {
-            for l in 0..LANES {
-                acc[l] = acc[l].max(c[l]);
-            }
-        }
-        for (l, &v) in chunks.remainder().iter().enumerate() {
-            acc[l] = acc[l].max(v);
-        }
-        acc.iter().fold(T::neg_infinity(), |m, &a| m.max(a))
     }
 
     /// Per batch element and head: delta_i = dout_i · out_i; then per block of QB query rows,

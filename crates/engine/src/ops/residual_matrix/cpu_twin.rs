@@ -132,7 +132,7 @@ fn product_block<T: Scalar, M: Madd, const R: usize>(
     for c0 in (0..full).step_by(LANES) {
         let mut acc = [[T::zero(); LANES]; R];
         for (s, b) in a.iter().zip(b.chunks_exact(n)) {
-            let row: &[T; LANES] = b[c0..][..LANES].try_into().unwrap();
+            let row = &b[..full].as_chunks::<LANES>().0[c0 / LANES];
             for i in 0..R {
                 madd_lanes::<T, M>(&mut acc[i], &[s[i]; LANES], row);
             }
