@@ -2,6 +2,7 @@
 //! fallback (`--backend cpu`). Ops run eagerly; rows are split across threads with rayon, and
 //! each output value is summed in a fixed order, so results are deterministic.
 
+pub mod product;
 pub mod simd;
 use crate::ops::Scalar;
 use crate::{Backend, EngineError, Result};

@@ -85,12 +85,18 @@ impl AttentionDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
-    use crate::cpu::simd::{lane_max, lane_sum, wide};
+    use crate::cpu::product::{product, ColumnsOf, Onto, Rows, RowsOf};
+    use crate::cpu::simd::{lane_max, lane_sum, wide, Madd, LANES};
     use crate::ops::Scalar;
     use rayon::prelude::*;
 
     /// Query rows per block of the CPU twin: a block's logits are QB × (its keys), never T × T.
     const QB: usize = 64;
+    /// Rows (queries, or keys) per causal step inside a block: each group of SUB queries
+    /// multiplies only the keys up to its last one (rounded up to a whole block of LANES), each
+    /// group of SUB keys only the queries from its first one, so the products skip nearly all of
+    /// the block's masked half. The same in every build, so the FMA builds agree bit for bit.
+    const SUB: usize = 8;
 
     /// The first key query `i` of a sequence may see: its document's start, at most `i`.
     fn first_key(starts: &[u32], i: usize) -> usize {
@@ -100,65 +106,6 @@ mod cpu_twin {
     /// The keys any query of rows `i0..i1` sees: from the earliest first key up to `i1`.
     fn block_keys(starts: &[u32], i0: usize, i1: usize) -> usize {
         (i0..i1).map(|i| first_key(starts, i)).min().unwrap_or(i0)
-    }
-
-    /// A matrix in a slice: the element (i, j) is at `offset + i·rs + j·cs`.
-    #[derive(Clone, Copy)]
-    struct Mat {
-        offset: usize,
-        rs: usize,
-        cs: usize,
-    }
-
-    impl Mat {
-        /// Row-major rows of `rs` values from `offset`.
-        fn rows(offset: usize, rs: usize) -> Self {
-            Mat { offset, rs, cs: 1 }
-        }
-        /// The transpose.
-        fn t(self) -> Self {
-            Mat {
-                offset: self.offset,
-                rs: self.cs,
-                cs: self.rs,
-            }
-        }
-    }
-
-    /// c (m×n, row stride rsc, from `c_at`) = a (m×k) · b (k×n) + beta·c, on the calling thread.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm<T: Scalar>(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: &[T],
-        am: Mat,
-        b: &[T],
-        bm: Mat,
-        beta: T,
-        c: &mut [T],
-        c_at: usize,
-        rsc: usize,
-    ) {
-        let last = |x: Mat, rows: usize, cols: usize| x.offset + (rows - 1) * x.rs + (cols - 1) * x.cs;
-        assert!(last(am, m, k) < a.len() && last(bm, k, n) < b.len() && c_at + (m - 1) * rsc + n <= c.len());
-        // SAFETY: the last element each operand touches was checked against its slice above.
-        unsafe {
-            T::gemm(
-                m,
-                k,
-                n,
-                a.as_ptr().add(am.offset),
-                am.rs as isize,
-                am.cs as isize,
-                b.as_ptr().add(bm.offset),
-                bm.rs as isize,
-                bm.cs as isize,
-                beta,
-                c.as_mut_ptr().add(c_at),
-                rsc as isize,
-            )
-        }
     }
 
     /// Where one batch element's tensors live: q, k, v of head h are (T, Dh) with row stride
@@ -173,24 +120,70 @@ mod cpu_twin {
             self.d.h * self.d.dh
         }
         /// Part `p` (0 q, 1 k, 2 v) of head `h` from token `t` of this sequence, in qkv.
-        fn qkv(&self, p: usize, h: usize, t: usize) -> Mat {
+        fn qkv(&self, p: usize, h: usize, t: usize) -> Rows {
             let c = self.c();
-            Mat::rows((self.b * self.d.t + t) * 3 * c + p * c + h * self.d.dh, 3 * c)
+            Rows {
+                offset: (self.b * self.d.t + t) * 3 * c + p * c + h * self.d.dh,
+                stride: 3 * c,
+            }
         }
         /// Head `h` from token `t`, in out or dout.
-        fn out(&self, h: usize, t: usize) -> Mat {
-            Mat::rows((self.b * self.d.t + t) * self.c() + h * self.d.dh, self.c())
+        fn out(&self, h: usize, t: usize) -> Rows {
+            Rows {
+                offset: (self.b * self.d.t + t) * self.c() + h * self.d.dh,
+                stride: self.c(),
+            }
         }
     }
 
-    /// logit(i, j) = scale·(q_i·k_j) − slope·(i − j), from the raw product q_i·k_j.
-    fn logit<T: Scalar>(dot: T, scale: T, slope: T, i: usize, j: usize) -> T {
-        dot * scale - slope * T::of((i - j) as f64)
+    /// The rows of a matrix in a slice (from `at`), each cut to its first n values.
+    fn rows_of<T>(x: &[T], at: Rows, n: usize) -> impl Iterator<Item = &[T]> + Clone {
+        x[at.offset..].chunks(at.stride).map(move |row| &row[..n])
+    }
+
+    /// into (Dh, T) = the head's (T, Dh) rows from `at`, transposed: the right factor of the
+    /// products that contract over the head dimension.
+    #[inline(always)]
+    fn transposed<T: Scalar>(into: &mut [T], x: &[T], at: Rows, tt: usize, dh: usize) {
+        for (t, row) in rows_of(x, at, dh).take(tt).enumerate() {
+            for (column, &v) in into.chunks_exact_mut(tt).zip(row) {
+                column[t] = v;
+            }
+        }
+    }
+
+    /// The keys query rows i..=last need, from k0, rounded up to whole blocks of LANES (at most
+    /// nk): the columns a group of SUB queries computes.
+    fn keys_up_to(last: usize, k0: usize, nk: usize) -> usize {
+        (last + 1 - k0).next_multiple_of(LANES).min(nk)
+    }
+
+    /// A row of logits: the keys it sees (from k0) and the whole blocks of LANES that cover
+    /// them, over which its softmax loops run without a remainder; the keys outside `seen` are
+    /// masked in those loops, so they add exact zeros.
+    fn row_span(starts: &[u32], i: usize, k0: usize) -> (std::ops::Range<usize>, usize) {
+        let seen = first_key(starts, i) - k0..i - k0 + 1;
+        let span = seen.end.next_multiple_of(LANES);
+        (seen, span)
+    }
+
+    /// logit(i, j) = scale·(q_i·k_j) − slope·(i − j), from the raw product q_i·k_j and the
+    /// positions i and j as floats (whole numbers, so i − j is exact): the loop over a row then
+    /// vectorises, which converting each i − j from an integer kept from doing.
+    #[inline(always)]
+    fn logit<T: Scalar>(dot: T, scale: T, slope: T, i: T, j: T) -> T {
+        dot * scale - slope * (i - j)
+    }
+
+    /// 0, 1, … as floats, the key positions of [`logit`]: T of them, and a block of LANES past
+    /// the last for a row's span.
+    fn positions<T: Scalar>(tt: usize) -> Vec<T> {
+        (0..tt + LANES).map(|j| T::of(j as f64)).collect()
     }
 
     /// Per batch element and head, in blocks of QB query rows: the block's products with its
-    /// keys by GEMM, a softmax per row over the keys of the query's document up to itself
-    /// (its log-sum-exp saved in `lse`), then out = probabilities · v by GEMM.
+    /// keys, a softmax per row over the keys of the query's document up to itself (its
+    /// log-sum-exp saved in `lse`), then out = probabilities · v.
     pub fn cpu_forward<T: Scalar>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], d: AttentionDims) {
         d.check(qkv.len(), out.len(), lse.len(), doc_start.len());
         out.par_chunks_mut(d.t * d.h * d.dh)
@@ -199,56 +192,101 @@ mod cpu_twin {
             .for_each(|(b, (out, lse))| forward_sequence(out, lse, qkv, doc_start, b, d));
     }
 
+    /// s (from `s_at`) = q_i·k_j for each query i of a group (`rows` of them from `q_at`) and
+    /// the keys from k0 up to its last (of a block of nk), from `kt` (Dh, T).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn logits_group<T: Scalar, M: Madd>(
+        s: &mut [T],
+        s_at: Rows,
+        q: &[T],
+        q_at: Rows,
+        kt: &[T],
+        rows: usize,
+        (k0, nk, last): (usize, usize, usize),
+        dh: usize,
+        tt: usize,
+    ) {
+        let n = keys_up_to(last, k0, nk);
+        let a = RowsOf {
+            a: q,
+            at: q_at,
+            m: rows,
+            kk: dh,
+        };
+        let b = kt.chunks_exact(tt).map(|row| &row[k0..]);
+        product::<T, M>(s, s_at, &a, b, n, Onto::Zero);
+    }
+
     wide! {
-        /// One batch element of `cpu_forward`, every head, its softmax loops in the CPU's widest
-        /// registers.
-        fn forward_sequence<T: Scalar>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], b: usize, d: AttentionDims) {
+        /// One batch element of `cpu_forward`, every head, its products and softmax loops in
+        /// the CPU's widest registers.
+        fn forward_sequence<T: Scalar, M: Madd>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], b: usize, d: AttentionDims) {
             let (tt, dh) = (d.t, d.dh);
             let scale = T::of(d.scale as f64);
             let seq = Seq { b, d };
             let starts = &doc_start[b * tt..(b + 1) * tt];
             // The block's logits, then its probabilities: (rows, keys), keys from k0.
-            let mut s = vec![T::zero(); QB.min(tt) * tt];
+            let mut s = vec![T::zero(); QB.min(tt) * tt.next_multiple_of(LANES)];
+            let mut kt = vec![T::zero(); dh * tt];
+            let pos = positions::<T>(tt);
+            // out's rows relative to this batch element's slice.
+            let base = b * tt * seq.c();
             for h in 0..d.h {
                 let slope = T::of(d.slope(h));
+                transposed(&mut kt, qkv, seq.qkv(1, h, 0), tt, dh);
                 for i0 in (0..tt).step_by(QB) {
                     let i1 = (i0 + QB).min(tt);
                     let k0 = block_keys(starts, i0, i1);
                     let (m, nk) = (i1 - i0, i1 - k0);
-                    let kt = seq.qkv(1, h, k0).t();
-                    gemm(m, dh, nk, qkv, seq.qkv(0, h, i0), qkv, kt, T::zero(), &mut s, 0, nk);
-                    for (r, row) in s.chunks_mut(nk).take(m).enumerate() {
+                    // Rows of whole blocks of LANES, for the softmax's loops.
+                    let stride = nk.next_multiple_of(LANES);
+                    for r0 in (0..m).step_by(SUB) {
+                        let rows = SUB.min(m - r0);
+                        let last = i0 + r0 + rows - 1;
+                        let at = Rows { offset: r0 * stride, stride };
+                        logits_group::<T, M>(&mut s, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, (k0, nk, last), dh, tt);
+                    }
+                    for (r, row) in s.chunks_mut(stride).take(m).enumerate() {
                         let i = i0 + r;
-                        let first = first_key(starts, i);
-                        let seen = &mut row[first - k0..=i - k0];
-                        for (a, j) in seen.iter_mut().zip(first..) {
-                            *a = logit(*a, scale, slope, i, j);
+                        let (seen, span) = row_span(starts, i, k0);
+                        let (row, rest) = row.split_at_mut(span);
+                        let fi = pos[i];
+                        for (a, &pj) in row[seen.clone()].iter_mut().zip(&pos[k0 + seen.start..]) {
+                            *a = logit(*a, scale, slope, fi, pj);
                         }
-                        let mx = lane_max(seen);
+                        row[..seen.start].fill(T::neg_infinity());
+                        row[seen.end..].fill(T::neg_infinity());
+                        let mx = lane_max(row);
                         // The exps in a pass of their own, which vectorises; the sum in lanes.
-                        for a in seen.iter_mut() {
+                        for a in row.iter_mut() {
                             *a = (*a - mx).softmax_exp();
                         }
-                        let sum = lane_sum(seen, |a| a);
-                        for a in seen.iter_mut() {
+                        let sum = lane_sum(row, |a| a);
+                        for a in row.iter_mut() {
                             *a = *a / sum;
                         }
                         lse[h * tt + i] = mx + sum.ln();
-                        row[..first - k0].fill(T::zero());
-                        row[i - k0 + 1..].fill(T::zero());
+                        rest.fill(T::zero());
                     }
-                    // Rows of `out` relative to this batch element's slice.
-                    let at = seq.out(h, i0).offset - b * tt * seq.c();
-                    gemm(m, nk, dh, &s, Mat::rows(0, nk), qkv, seq.qkv(2, h, k0), T::zero(), out, at, seq.c());
+                    // out = P·v, each group of queries over the keys up to its last.
+                    for r0 in (0..m).step_by(SUB) {
+                        let rows = SUB.min(m - r0);
+                        let seen = i0 + r0 + rows - k0;
+                        let p = RowsOf { a: &s, at: Rows { offset: r0 * stride, stride }, m: rows, kk: seen };
+                        let mut o = seq.out(h, i0 + r0);
+                        o.offset -= base;
+                        product::<T, M>(out, o, &p, rows_of(qkv, seq.qkv(2, h, k0), dh), dh, Onto::Zero);
+                    }
                 }
             }
         }
     }
 
     /// Per batch element and head: delta_i = dout_i · out_i; then per block of QB query rows,
-    /// the probabilities P = exp(logits − lse) recomputed by GEMM, dP = dout·vᵀ,
+    /// the probabilities P = exp(logits − lse) recomputed, dP = dout·vᵀ,
     /// dS = scale·P ⊙ (dP − delta), and dq = dS·k, dk += dSᵀ·q, dv += Pᵀ·dout, the blocks in
-    /// order. Masked pairs get P = dS = 0.
+    /// order. Masked pairs get P = dS = 0, and the products skip the groups that are all masked.
     #[allow(clippy::too_many_arguments)]
     pub fn cpu_backward<T: Scalar>(
         dqkv: &mut [T],
@@ -273,7 +311,7 @@ mod cpu_twin {
     wide! {
         /// One batch element of `cpu_backward`, every head, as `forward_sequence` is of the
         /// forward.
-        fn backward_sequence<T: Scalar>(
+        fn backward_sequence<T: Scalar, M: Madd>(
             dqkv: &mut [T],
             delta: &mut [T],
             dout: &[T],
@@ -287,53 +325,92 @@ mod cpu_twin {
             let (tt, dh) = (d.t, d.dh);
             let scale = T::of(d.scale as f64);
             let seq = Seq { b, d };
-            let c = seq.c();
             let starts = &doc_start[b * tt..(b + 1) * tt];
             let lse = &lse[b * d.h * tt..(b + 1) * d.h * tt];
             // dk and dv add up over the query blocks.
             dqkv.fill(T::zero());
-            // Where part p of head h from token t sits in this batch element's dqkv.
-            let local = |p: usize, h: usize, t: usize| seq.qkv(p, h, t).offset - b * tt * 3 * c;
-            let (mut pr, mut ds) = (vec![T::zero(); QB.min(tt) * tt], vec![T::zero(); QB.min(tt) * tt]);
+            // Part p of head h from token t, in this batch element's dqkv.
+            let local = |p: usize, h: usize, t: usize| {
+                let at = seq.qkv(p, h, t);
+                Rows { offset: at.offset - b * tt * at.stride, stride: at.stride }
+            };
+            let block = QB.min(tt) * tt.next_multiple_of(LANES);
+            let (mut pr, mut ds) = (vec![T::zero(); block], vec![T::zero(); block]);
+            let c = seq.c();
+            let (mut kt, mut vt) = (vec![T::zero(); dh * tt], vec![T::zero(); dh * tt]);
+            // delta_i = dout_i · out_i for every head, dout's and out's rows in order.
+            for i in 0..tt {
+                let at = seq.out(0, i).offset;
+                let (dout, out) = (&dout[at..][..c], &out[at..][..c]);
+                for (h, (g, o)) in dout.chunks_exact(dh).zip(out.chunks_exact(dh)).enumerate() {
+                    delta[h * tt + i] = g.iter().zip(o).map(|(&g, &o)| g * o).sum();
+                }
+            }
+            let pos = positions::<T>(tt);
             for h in 0..d.h {
                 let slope = T::of(d.slope(h));
-                for i in 0..tt {
-                    let at = seq.out(h, i).offset;
-                    delta[h * tt + i] = (0..dh).map(|x| dout[at + x] * out[at + x]).sum();
-                }
+                transposed(&mut kt, qkv, seq.qkv(1, h, 0), tt, dh);
+                transposed(&mut vt, qkv, seq.qkv(2, h, 0), tt, dh);
                 for i0 in (0..tt).step_by(QB) {
                     let i1 = (i0 + QB).min(tt);
                     let k0 = block_keys(starts, i0, i1);
                     let (m, nk) = (i1 - i0, i1 - k0);
-                    let (q, k, v, go) = (seq.qkv(0, h, i0), seq.qkv(1, h, k0), seq.qkv(2, h, k0), seq.out(h, i0));
-                    gemm(m, dh, nk, qkv, q, qkv, k.t(), T::zero(), &mut pr, 0, nk);
-                    gemm(m, dh, nk, dout, go, qkv, v.t(), T::zero(), &mut ds, 0, nk);
-                    for (r, (pr, ds)) in pr.chunks_mut(nk).zip(ds.chunks_mut(nk)).take(m).enumerate() {
+                    let stride = nk.next_multiple_of(LANES);
+                    for r0 in (0..m).step_by(SUB) {
+                        let rows = SUB.min(m - r0);
+                        let last = i0 + r0 + rows - 1;
+                        let at = Rows { offset: r0 * stride, stride };
+                        logits_group::<T, M>(&mut pr, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, (k0, nk, last), dh, tt);
+                        logits_group::<T, M>(&mut ds, at, dout, seq.out(h, i0 + r0), &vt, rows, (k0, nk, last), dh, tt);
+                    }
+                    for (r, (pr, ds)) in pr.chunks_mut(stride).zip(ds.chunks_mut(stride)).take(m).enumerate() {
                         let i = i0 + r;
-                        let first = first_key(starts, i);
+                        let (seen, span) = row_span(starts, i, k0);
                         let (lse, delta) = (lse[h * tt + i], delta[h * tt + i]);
-                        // Keys first..=i are seen; the rest get P = dS = 0.
-                        let seen = first - k0..i - k0 + 1;
-                        for (a, j) in pr[seen.clone()].iter_mut().zip(first..) {
-                            *a = logit(*a, scale, slope, i, j) - lse;
+                        let ((pr, pr_rest), (ds, ds_rest)) = (pr.split_at_mut(span), ds.split_at_mut(span));
+                        // The keys outside `seen` get P = dS = 0.
+                        let fi = pos[i];
+                        for (a, &pj) in pr[seen.clone()].iter_mut().zip(&pos[k0 + seen.start..]) {
+                            *a = logit(*a, scale, slope, fi, pj) - lse;
                         }
+                        pr[..seen.start].fill(T::neg_infinity());
+                        pr[seen.end..].fill(T::neg_infinity());
                         // The exps and dS in passes of their own, which vectorise.
-                        for a in pr[seen.clone()].iter_mut() {
+                        for a in pr.iter_mut() {
                             *a = a.softmax_exp();
                         }
                         for (g, &p) in ds[seen.clone()].iter_mut().zip(&pr[seen.clone()]) {
                             *g = p * (*g - delta) * scale;
                         }
-                        for row in [&mut *pr, &mut *ds] {
-                            row[..seen.start].fill(T::zero());
-                            row[seen.end..].fill(T::zero());
-                        }
+                        ds[..seen.start].fill(T::zero());
+                        ds[seen.end..].fill(T::zero());
+                        pr_rest.fill(T::zero());
+                        ds_rest.fill(T::zero());
                     }
-                    let (one, zero) = (T::one(), T::zero());
-                    let block = Mat::rows(0, nk);
-                    gemm(m, nk, dh, &ds, block, qkv, k, zero, dqkv, local(0, h, i0), 3 * c);
-                    gemm(nk, m, dh, &ds, block.t(), qkv, q, one, dqkv, local(1, h, k0), 3 * c);
-                    gemm(nk, m, dh, &pr, block.t(), dout, go, one, dqkv, local(2, h, k0), 3 * c);
+                    // dq = dS·k, each group of queries over the keys up to its last.
+                    for r0 in (0..m).step_by(SUB) {
+                        let rows = SUB.min(m - r0);
+                        let seen = i0 + r0 + rows - k0;
+                        let g = RowsOf { a: &ds, at: Rows { offset: r0 * stride, stride }, m: rows, kk: seen };
+                        let k = rows_of(qkv, seq.qkv(1, h, k0), dh);
+                        product::<T, M>(dqkv, local(0, h, i0 + r0), &g, k, dh, Onto::Zero);
+                    }
+                    // dk += dSᵀ·q and dv += Pᵀ·dout, each group of keys over the queries from
+                    // its first (the earlier ones are masked: their dS and P are 0).
+                    for j0 in (0..nk).step_by(SUB) {
+                        let rows = SUB.min(nk - j0);
+                        let r0 = (k0 + j0).saturating_sub(i0);
+                        if r0 >= m {
+                            continue;
+                        }
+                        let at = Rows { offset: r0 * stride + j0, stride };
+                        let g = ColumnsOf { a: &ds, at, m: rows, kk: m - r0 };
+                        let q = rows_of(qkv, seq.qkv(0, h, i0 + r0), dh);
+                        product::<T, M>(dqkv, local(1, h, k0 + j0), &g, q, dh, Onto::Out);
+                        let p = ColumnsOf { a: &pr, at, m: rows, kk: m - r0 };
+                        let go = rows_of(dout, seq.out(h, i0 + r0), dh);
+                        product::<T, M>(dqkv, local(2, h, k0 + j0), &p, go, dh, Onto::Out);
+                    }
                 }
             }
         }

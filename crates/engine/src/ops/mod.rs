@@ -113,7 +113,8 @@ pub fn fast_exp(x: f32) -> f32 {
     ];
     let (nan, under, over) = (x.is_nan(), x < LOW, x > HIGH);
     let xc = x.clamp(LOW, HIGH);
-    let n = (xc * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let shifted = xc * std::f32::consts::LOG2_E + ROUND;
+    let n = shifted - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     // Plain multiply-adds: without the fma target feature `mul_add` is a libm call.
     let p = r * P[0] + P[1];
@@ -122,8 +123,11 @@ pub fn fast_exp(x: f32) -> f32 {
     let p = r * p + P[4];
     let p = r * p + P[5];
     let y = p * (r * r) + r + 1.0;
-    let n = n as i32;
-    let pow2 = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+    // n as an integer from the bits of n + ROUND, whose last bit is worth 1: `n as i32` would
+    // saturate, a compare and blend a lane that kept the loop from vectorising. NaN gives
+    // nonsense here, and x below.
+    let n = (shifted.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let pow2 = |e: i32| f32::from_bits((e.wrapping_add(127) as u32) << 23);
     let v = y * pow2(n >> 1) * pow2(n - (n >> 1));
     if nan {
         x

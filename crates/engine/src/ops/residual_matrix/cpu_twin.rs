@@ -2,8 +2,8 @@
 //! its D_k×D_v matrix, and every op reading each matrix once.
 //!
 //! A token's products are small (R'×D_k by D_k×D_v, a few thousand multiply-adds): a GEMM
-//! library spends longer packing them than multiplying. [`product`] and [`dots`] are the two
-//! shapes they take, in register blocks the compiler vectorises (`cpu::simd`), and every op runs
+//! library spends longer packing them than multiplying. `cpu::product` and [`dots`] are the
+//! two shapes they take, in register blocks the compiler vectorises (`cpu::simd`), and every op runs
 //! a chunk of tokens at a time with the chunk's matrices in cache: the normed retrieval
 //! computes its token's norm statistics as it normalises, and the normed retrieval's backward
 //! does the storage of dy, the key gradient, the norm's backward and the gain's gradient in one
@@ -15,22 +15,12 @@
 //! the CPU has FMA (`cpu::simd`).
 
 use super::{ResidualDims, KEY_GRAD_CHUNK};
-use crate::cpu::simd::{add_in_order, madd_lanes, wide, Madd, LANES};
+use crate::cpu::product::{block_rows, product, Left, Onto, Rows};
+use crate::cpu::simd::{add_in_order, madd_lanes, wide, Madd};
 use crate::ops::norm::{row_backward, row_stats, standardise};
 use crate::ops::Scalar;
 use crate::NormDims;
 use rayon::prelude::*;
-
-/// What [`product`] adds its sums to.
-#[derive(Clone, Copy)]
-enum Onto<'a, T> {
-    /// Nothing: out = the sums.
-    Zero,
-    /// out itself: out += the sums.
-    Out,
-    /// Another matrix of out's shape: out = base + the sums, without copying base first.
-    Base(&'a [T]),
-}
 
 /// The left factor of [`product`], the same for every token (the keys, or their transpose),
 /// packed once a chunk for the register blocks: a(i, c) = a[i·ra + c·ca] (m×kk), the rows in
@@ -40,7 +30,8 @@ struct Packed<T> {
     values: Vec<T>,
     m: usize,
     kk: usize,
-    rows: usize,
+    /// Rows a register block holds in the build that packed it.
+    block: usize,
 }
 
 impl<T: Scalar> Packed<T> {
@@ -48,7 +39,7 @@ impl<T: Scalar> Packed<T> {
     /// their width.
     #[inline(always)]
     fn new<M: Madd>(a: &[T], (ra, ca): (usize, usize), (m, kk): (usize, usize)) -> Self {
-        let rows = (8 * M::REGISTER / LANES).max(1);
+        let rows = block_rows::<M>();
         let blocked = m - m % rows;
         let mut values = Vec::with_capacity(m * kk);
         for i0 in (0..blocked).step_by(rows) {
@@ -59,103 +50,34 @@ impl<T: Scalar> Packed<T> {
         for i in blocked..m {
             values.extend((0..kk).map(|c| a[i * ra + c * ca]));
         }
-        Self { values, m, kk, rows }
-    }
-
-    fn blocked(&self) -> usize {
-        self.m - self.m % self.rows
-    }
-
-    /// a(i, c), for the columns past the blocks of LANES.
-    fn at(&self, i: usize, c: usize) -> T {
-        let blocked = self.blocked();
-        if i < blocked {
-            self.values[(i - i % self.rows) * self.kk + c * self.rows + i % self.rows]
-        } else {
-            self.values[blocked * self.kk + (i - blocked) * self.kk + c]
+        Self {
+            values,
+            m,
+            kk,
+            block: rows,
         }
     }
 }
 
-/// out (m×n) = Σ_c a(i, c) · b[c, ·], added to what `onto` says, with b (kk×n) row-major: the
-/// retrieval (a = keys), the storage (a = keysᵀ) and the retrieval's data gradient. Each value
-/// sums c from 0, in a block or in the tail alike.
-#[inline(always)]
-fn product<T: Scalar, M: Madd>(out: &mut [T], a: &Packed<T>, b: &[T], n: usize, onto: Onto<'_, T>) {
-    let (m, kk, rows) = (a.m, a.kk, a.rows);
-    let full = n - n % LANES;
-    let blocked = a.blocked();
-    // Direct calls, so that each block inlines into the wide build that runs it.
-    for i0 in (0..blocked).step_by(rows) {
-        let block = &a.values[i0 * kk..][..rows * kk];
-        match rows {
-            8 => product_block::<T, M, 8>(out, block.as_chunks().0, b, i0, n, full, onto),
-            4 => product_block::<T, M, 4>(out, block.as_chunks().0, b, i0, n, full, onto),
-            2 => product_block::<T, M, 2>(out, block.as_chunks().0, b, i0, n, full, onto),
-            _ => product_block::<T, M, 1>(out, block.as_chunks().0, b, i0, n, full, onto),
-        }
+/// [`product`]'s blocks are `block` rows, then single rows: each is a run of R·kk values.
+impl<T: Scalar> Left<T> for Packed<T> {
+    fn rows(&self) -> usize {
+        self.m
     }
-    for i0 in blocked..m {
-        let row = &a.values[i0 * kk..][..kk];
-        product_block::<T, M, 1>(out, row.as_chunks().0, b, i0, n, full, onto);
-    }
-    // Columns past the last full block of LANES, one at a time, in the same order.
-    for i in 0..m {
-        for j in full..n {
-            let mut acc = T::zero();
-            for c in 0..kk {
-                acc = M::madd(a.at(i, c), b[c * n + j], acc);
-            }
-            let e = i * n + j;
-            out[e] = match onto {
-                Onto::Zero => acc,
-                Onto::Out => out[e] + acc,
-                Onto::Base(base) => base[e] + acc,
-            };
-        }
+    #[inline(always)]
+    fn columns<const R: usize>(&self, i0: usize) -> impl Iterator<Item = [T; R]> + Clone {
+        debug_assert!(R == self.block || R == 1);
+        self.values[i0 * self.kk..][..R * self.kk]
+            .as_chunks::<R>()
+            .0
+            .iter()
+            .copied()
     }
 }
 
-/// Rows i0..i0+R of [`product`], from their packed values a[c] = (a(i0, c), …, a(i0+R−1, c)),
-/// the columns below `full` in blocks of LANES.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn product_block<T: Scalar, M: Madd, const R: usize>(
-    out: &mut [T],
-    a: &[[T; R]],
-    b: &[T],
-    i0: usize,
-    n: usize,
-    full: usize,
-    onto: Onto<'_, T>,
-) {
-    for c0 in (0..full).step_by(LANES) {
-        let mut acc = [[T::zero(); LANES]; R];
-        for (s, b) in a.iter().zip(b.chunks_exact(n)) {
-            let row = &b[..full].as_chunks::<LANES>().0[c0 / LANES];
-            for i in 0..R {
-                madd_lanes::<T, M>(&mut acc[i], &[s[i]; LANES], row);
-            }
-        }
-        for (i, acc) in acc.iter().enumerate() {
-            let at = (i0 + i) * n + c0;
-            let o = &mut out[at..][..LANES];
-            match onto {
-                Onto::Zero => o.copy_from_slice(acc),
-                Onto::Out => {
-                    for l in 0..LANES {
-                        o[l] = o[l] + acc[l];
-                    }
-                }
-                Onto::Base(base) => {
-                    let base = &base[at..][..LANES];
-                    for l in 0..LANES {
-                        o[l] = base[l] + acc[l];
-                    }
-                }
-            }
-        }
-    }
+/// A token's matrix, or its retrieved vectors: `n` values a row, from the start.
+fn whole(n: usize) -> Rows {
+    Rows { offset: 0, stride: n }
 }
 
 /// Lanes of partial sums each dot product of [`dots`] keeps: one AVX-512 register, two AVX2
@@ -338,7 +260,7 @@ wide! {
         let keys_t = Packed::new::<M>(keys, (1, d.dk), (d.dk, d.keys));
         for (t, (out, data)) in out.chunks_mut(vm).zip(data.chunks(vv)).enumerate() {
             let onto = base.map_or(Onto::Out, |b| Onto::Base(&b[t * vm..][..vm]));
-            product::<T, M>(out, &keys_t, data, d.dv, onto);
+            product::<T, M>(out, whole(d.dv), &keys_t, data.chunks_exact(d.dv), d.dv, onto);
         }
     }
 }
@@ -381,7 +303,7 @@ wide! {
             let (mean, rstd) = row_stats(x, norm.kind, norm.eps);
             (st[0], st[1]) = (mean, rstd);
             normalise(&mut normed, x, gain, mean, rstd);
-            product::<T, M>(y, &keys, &normed, d.dv, Onto::Zero);
+            product::<T, M>(y, whole(d.dv), &keys, normed.chunks_exact(d.dv), d.dv, Onto::Zero);
         }
     }
 }
@@ -424,7 +346,7 @@ wide! {
         let (vm, vv) = (d.dk * d.dv, d.keys * d.dv);
         let packed = Packed::new::<M>(keys, (d.dk, 1), (d.keys, d.dk));
         for (ddata, dout) in ddata.chunks_mut(vv).zip(dout.chunks(vm)) {
-            product::<T, M>(ddata, &packed, dout, d.dv, Onto::Zero);
+            product::<T, M>(ddata, whole(d.dv), &packed, dout.chunks_exact(d.dv), d.dv, Onto::Zero);
         }
         let mut acc = vec![[T::zero(); DOT_LANES]; d.keys * d.dk];
         dots::<T, M>(&mut acc, data, dout, d.keys, d.dk, d.dv);
@@ -500,7 +422,7 @@ wide! {
                 for ((o, &h), &g) in normed[t * vm..][..vm].iter_mut().zip(&xhat).zip(gain) {
                     *o = h * g;
                 }
-                product::<T, M>(&mut dn, &keys_t, &dy[t * vv..][..vv], d.dv, Onto::Zero);
+                product::<T, M>(&mut dn, whole(d.dv), &keys_t, dy[t * vv..][..vv].chunks_exact(d.dv), d.dv, Onto::Zero);
                 for ((g, &n), &h) in dgain.iter_mut().zip(&dn).zip(&xhat) {
                     *g = *g + n * h;
                 }
