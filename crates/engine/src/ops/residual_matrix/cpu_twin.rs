@@ -142,11 +142,18 @@ type DotsAt<'a, T> = (
     (usize, usize),
 );
 
+/// The pairs (i0..i0+I) × (j0..j0+J) of [`dots`], over every token of a and b, their sums in
+/// registers. Rows are read through pointers: with slices the compiler kept the I + J row
+/// slices of each token on the stack and checked every index, which took longer than the
+/// multiply-adds (kk is a few blocks of lanes).
 #[inline(always)]
 fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
     (acc_all, a, b, (m, n, kk), (i0, j0)): DotsAt<'_, T>,
 ) {
     const L: usize = DOT_LANES;
+    let tokens = a.len() / (m * kk);
+    // Every row the block reads, in every token, lies in a or b.
+    assert!(i0 + I <= m && j0 + J <= n && a.len() == tokens * m * kk && b.len() == tokens * n * kk);
     let full = kk - kk % L;
     let mut acc = [[[T::zero(); L]; J]; I];
     for i in 0..I {
@@ -154,53 +161,41 @@ fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
             acc[i][j] = acc_all[(i0 + i) * n + j0 + j];
         }
     }
-    for (ta, tb) in a.chunks_exact(m * kk).zip(b.chunks_exact(n * kk)) {
-        let (mut ra, mut rb): ([&[T]; I], [&[T]; J]) = ([&[]; I], [&[]; J]);
-        for i in 0..I {
-            ra[i] = &ta[(i0 + i) * kk..][..kk];
-        }
-        for j in 0..J {
-            rb[j] = &tb[(j0 + j) * kk..][..kk];
-        }
+    for t in 0..tokens {
+        // SAFETY: row i0 + i of token t (i < I) spans a[(t·m + i0 + i)·kk..][..kk], inside a
+        // (asserted above); likewise rows j0 + j of b. Each block of L reads below kk.
+        let row_a = |i: usize, c0: usize| unsafe { &*a.as_ptr().add((t * m + i0 + i) * kk + c0).cast::<[T; L]>() };
+        // SAFETY: as above.
+        let row_b = |j: usize, c0: usize| unsafe { &*b.as_ptr().add((t * n + j0 + j) * kk + c0).cast::<[T; L]>() };
         for c0 in (0..full).step_by(L) {
-            let (mut va, mut vb) = ([[T::zero(); L]; I], [[T::zero(); L]; J]);
-            for i in 0..I {
-                va[i].copy_from_slice(&ra[i][c0..c0 + L]);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    madd_lanes::<T, M>(acc, row_a(i, c0), row_b(j, c0));
+                }
             }
-            for j in 0..J {
-                vb[j].copy_from_slice(&rb[j][c0..c0 + L]);
-            }
-            dots_lanes::<T, M, I, J>(&mut acc, &va, &vb);
         }
         if full < kk {
             // The tail zero-padded to a full set of lanes: the partial sums are indexed by
             // constants only, which keeps them in registers.
             let (mut va, mut vb) = ([[T::zero(); L]; I], [[T::zero(); L]; J]);
             for i in 0..I {
-                va[i][..kk - full].copy_from_slice(&ra[i][full..]);
+                let row = &a[(t * m + i0 + i) * kk..][..kk];
+                va[i][..kk - full].copy_from_slice(&row[full..]);
             }
             for j in 0..J {
-                vb[j][..kk - full].copy_from_slice(&rb[j][full..]);
+                let row = &b[(t * n + j0 + j) * kk..][..kk];
+                vb[j][..kk - full].copy_from_slice(&row[full..]);
             }
-            dots_lanes::<T, M, I, J>(&mut acc, &va, &vb);
+            for i in 0..I {
+                for j in 0..J {
+                    madd_lanes::<T, M>(&mut acc[i][j], &va[i], &vb[j]);
+                }
+            }
         }
     }
     for (i, row) in acc.iter().enumerate() {
         for (j, lanes) in row.iter().enumerate() {
             acc_all[(i0 + i) * n + j0 + j] = *lanes;
-        }
-    }
-}
-
-#[inline(always)]
-fn dots_lanes<T: Scalar, M: Madd, const I: usize, const J: usize>(
-    acc: &mut [[[T; DOT_LANES]; J]; I],
-    va: &[[T; DOT_LANES]; I],
-    vb: &[[T; DOT_LANES]; J],
-) {
-    for i in 0..I {
-        for j in 0..J {
-            madd_lanes::<T, M>(&mut acc[i][j], &va[i], &vb[j]);
         }
     }
 }
