@@ -1,10 +1,12 @@
-//! The CPU's builds of the residual-matrix products (`cpu::simd`'s `wide!`): the baseline (no
-//! FMA), AVX2 with FMA and AVX-512 with FMA, whichever this CPU has. A process runs one build,
-//! chosen once by `RESMEM_CPU_BUILD`, so the test runs each in a child process of its own
-//! binary: every op on awkward shapes against its f64 twin, and the two FMA builds, which
-//! differ only in their register blocks, to the bit.
+//! The CPU's builds of its register-blocked products (`cpu::simd`'s `wide!`, `cpu::product`):
+//! the baseline (no FMA), AVX2 with FMA and AVX-512 with FMA, whichever this CPU has. A process
+//! runs one build, chosen once by `RESMEM_CPU_BUILD`, so the test runs each in a child process
+//! of its own binary: every residual-matrix op and attention, forward and backward, on awkward
+//! shapes against its f64 twin, and the two FMA builds, which differ only in their register
+//! blocks, to the bit.
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
+use resmem_engine::ops::attention::{cpu_backward, cpu_forward, AttentionDims};
 use resmem_engine::ops::residual_matrix::{
     cpu_retrieve_normed, cpu_retrieve_normed_backward, cpu_store, cpu_store_backward,
 };
@@ -36,6 +38,28 @@ const SHAPES: [ResidualDims; 3] = [
         keys: 24,
     },
 ];
+
+/// Attention off its blocks: T past a block of 64 queries and off the 16 lanes, a head
+/// dimension off the lanes and one of two whole blocks, documents that start mid-block, ALiBi.
+fn attention_shapes() -> [(AttentionDims, Vec<u32>); 2] {
+    let documents = |t: usize, starts: &[u32]| -> Vec<u32> {
+        (0..t as u32)
+            .map(|i| starts.iter().copied().filter(|&s| s <= i).max().unwrap_or(0))
+            .collect()
+    };
+    let d = |b, t, h, dh, alibi| AttentionDims {
+        b,
+        t,
+        h,
+        dh,
+        scale: 1.0 / (dh as f32).sqrt(),
+        alibi,
+    };
+    [
+        (d(2, 37, 3, 19, true), documents(37, &[0, 5, 30]).repeat(2)),
+        (d(1, 70, 2, 32, false), documents(70, &[0, 40])),
+    ]
+}
 
 fn builds() -> Vec<&'static str> {
     let mut builds = vec!["baseline"];
@@ -88,10 +112,13 @@ fn every_cpu_build_matches_the_f64_twin_and_the_fma_builds_agree() {
 /// The child: every op in f32 on this process's build against f64, and a digest of the f32 bits.
 fn one_build_against_f64() {
     let mut digest = 0xcbf2_9ce4_8422_2325u64;
-    for d in SHAPES {
-        let f32s = run::<f32>(d);
-        let f64s = run::<f64>(d);
-        for ((name, a), (_, b)) in f32s.iter().zip(&f64s) {
+    let residual = SHAPES.map(|d| (format!("{d:?}"), run::<f32>(d), run::<f64>(d)));
+    let attention = attention_shapes().map(|(d, starts)| {
+        let (f32s, f64s) = (run_attention::<f32>(d, &starts), run_attention::<f64>(d, &starts));
+        (format!("{d:?}"), f32s, f64s)
+    });
+    for (d, f32s, f64s) in residual.iter().chain(&attention) {
+        for ((name, a), (_, b)) in f32s.iter().zip(f64s) {
             let scale = b.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
             let worst = a
                 .iter()
@@ -99,7 +126,7 @@ fn one_build_against_f64() {
                 .fold(0f64, |w, (&x, &y)| w.max((x as f64 - y).abs() / scale));
             assert!(
                 worst < 2e-5,
-                "{name} at {d:?}: worst error {worst:.2e} of its largest value"
+                "{name} at {d}: worst error {worst:.2e} of its largest value"
             );
             for v in a {
                 digest = (digest ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01b3);
@@ -161,5 +188,23 @@ fn run<T: resmem_engine::ops::Scalar>(d: ResidualDims) -> Vec<(&'static str, Vec
         ("retrieve_normed_backward: dx", dx),
         ("retrieve_normed_backward: dgain", dgain),
         ("retrieve_normed_backward: dkeys", dkeys_r),
+    ]
+}
+
+/// Attention's outputs, forward and backward, at one shape from the same random inputs in any
+/// precision.
+fn run_attention<T: resmem_engine::ops::Scalar>(d: AttentionDims, starts: &[u32]) -> Vec<(&'static str, Vec<T>)> {
+    let mut rng = SmallRng::seed_from_u64(8);
+    let mut random = |n: usize| -> Vec<T> { (0..n).map(|_| T::of(rng.random_range(-1.0..1.0))).collect() };
+    let c = d.h * d.dh;
+    let (qkv, dout) = (random(d.b * d.t * 3 * c), random(d.b * d.t * c));
+    let (mut out, mut lse) = (vec![T::zero(); d.b * d.t * c], vec![T::zero(); d.rows()]);
+    cpu_forward(&mut out, &mut lse, &qkv, starts, d);
+    let (mut dqkv, mut delta) = (vec![T::zero(); qkv.len()], vec![T::zero(); d.rows()]);
+    cpu_backward(&mut dqkv, &mut delta, &dout, &out, &qkv, &lse, starts, d);
+    vec![
+        ("attention: out", out),
+        ("attention: lse", lse),
+        ("attention: dqkv", dqkv),
     ]
 }

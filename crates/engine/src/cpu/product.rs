@@ -108,7 +108,27 @@ fn product_block<'b, T: Scalar + 'b, M: Madd, const R: usize>(
             }
         }
     };
-    for c0 in (0..full).step_by(LANES) {
+    // Two blocks of LANES columns a pass where the build has the registers for their 2R sums
+    // (AVX-512's 32), which halves the values of `a` loaded per multiply-add; then one. Not onto
+    // a base, which streams from memory: its pass would end on twice the misses at once (the
+    // storage was 15% slower so, interleaved A/B).
+    let two = M::REGISTER >= 16 && !matches!(onto, Onto::Base(_));
+    let wide = if two { full - full % (2 * LANES) } else { 0 };
+    for c0 in (0..wide).step_by(2 * LANES) {
+        let mut acc = [[[T::zero(); LANES]; 2]; R];
+        for (s, row) in columns.clone().zip(b_rows.clone()) {
+            let row = &row[c0..][..2 * LANES].as_chunks::<LANES>().0;
+            for i in 0..R {
+                for (acc, row) in acc[i].iter_mut().zip(row.iter()) {
+                    madd_lanes::<T, M>(acc, &[s[i]; LANES], row);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            write(out, o.offset + (i0 + i) * o.stride + c0, acc.as_flattened());
+        }
+    }
+    for c0 in (wide..full).step_by(LANES) {
         let mut acc = [[T::zero(); LANES]; R];
         for (s, row) in columns.clone().zip(b_rows.clone()) {
             let row = &row[c0..][..LANES].as_chunks::<LANES>().0[0];
