@@ -182,8 +182,8 @@ mod cpu_twin {
     }
 
     /// Per batch element and head, in blocks of QB query rows: the block's products with its
-    /// keys, a softmax per row over the keys of the query's document up to itself (its
-    /// log-sum-exp saved in `lse`), then out = probabilities · v.
+    /// keys, each row's exps over the keys of the query's document up to itself (its
+    /// log-sum-exp saved in `lse`), then out = exps · v over the exps' sum.
     pub fn cpu_forward<T: Scalar>(out: &mut [T], lse: &mut [T], qkv: &[T], doc_start: &[u32], d: AttentionDims) {
         d.check(qkv.len(), out.len(), lse.len(), doc_start.len());
         out.par_chunks_mut(d.t * d.h * d.dh)
@@ -247,25 +247,31 @@ mod cpu_twin {
                         let at = Rows { offset: r0 * stride, stride };
                         logits_group::<T, M>(&mut s, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, (k0, nk, last), dh, tt);
                     }
-                    for (r, row) in s.chunks_mut(stride).take(m).enumerate() {
+                    // Each row's exps and their sum, in two passes over whole blocks of LANES.
+                    let mut sums = [T::zero(); QB];
+                    for (r, (row, sum)) in s.chunks_mut(stride).zip(&mut sums).take(m).enumerate() {
                         let i = i0 + r;
                         let (seen, span) = row_span(starts, i, k0);
                         let (row, rest) = row.split_at_mut(span);
-                        let fi = pos[i];
-                        for (a, &pj) in row[seen.clone()].iter_mut().zip(&pos[k0 + seen.start..]) {
-                            *a = logit(*a, scale, slope, fi, pj);
+                        let (first, fi) = (pos[k0 + seen.start], pos[i]);
+                        let (rows, keys) = (row.as_chunks_mut::<LANES>().0, pos[k0..][..span].as_chunks::<LANES>().0);
+                        let mut mx = [T::neg_infinity(); LANES];
+                        for (a, k) in rows.iter_mut().zip(keys) {
+                            for l in 0..LANES {
+                                let seen = k[l] >= first && k[l] <= fi;
+                                a[l] = if seen { logit(a[l], scale, slope, fi, k[l]) } else { T::neg_infinity() };
+                                mx[l] = mx[l].max(a[l]);
+                            }
                         }
-                        row[..seen.start].fill(T::neg_infinity());
-                        row[seen.end..].fill(T::neg_infinity());
-                        let mx = lane_max(row);
-                        // The exps in a pass of their own, which vectorises; the sum in lanes.
-                        for a in row.iter_mut() {
-                            *a = (*a - mx).softmax_exp();
+                        let mx = lane_max(&mx);
+                        let mut sum_lanes = [T::zero(); LANES];
+                        for a in rows.iter_mut() {
+                            for l in 0..LANES {
+                                a[l] = (a[l] - mx).softmax_exp();
+                                sum_lanes[l] = sum_lanes[l] + a[l];
+                            }
                         }
-                        let sum = lane_sum(row, |a| a);
-                        for a in row.iter_mut() {
-                            *a = *a / sum;
-                        }
+                        *sum = lane_sum(&sum_lanes, |a| a);
                         lse[h * tt + i] = mx + sum.ln();
                         rest.fill(T::zero());
                     }
@@ -277,6 +283,13 @@ mod cpu_twin {
                         let mut o = seq.out(h, i0 + r0);
                         o.offset -= base;
                         product::<T, M>(out, o, &p, rows_of(qkv, seq.qkv(2, h, k0), dh), dh, Onto::Zero);
+                        // The probabilities are the exps over their sum: divided here, Dh values
+                        // a row rather than a row of keys.
+                        for (row, &sum) in out[o.offset..].chunks_mut(o.stride).zip(&sums[r0..r0 + rows]) {
+                            for v in &mut row[..dh] {
+                                *v = *v / sum;
+                            }
+                        }
                     }
                 }
             }
