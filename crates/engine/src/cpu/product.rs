@@ -196,7 +196,11 @@ impl<T: Scalar> Left<T> for ColumnsOf<'_, T> {
     }
     #[inline(always)]
     fn columns<const R: usize>(&self, i0: usize) -> impl Iterator<Item = [T; R]> + Clone {
-        let (a, at) = (self.a, self.at);
-        (0..self.kk).map(move |c| a[at.offset + c * at.stride + i0..][..R].as_chunks::<R>().0[0])
+        let (stride, kk) = (self.at.stride, self.kk);
+        let block = &self.a[self.at.offset + i0..];
+        // The block's last value, kk−1 columns on: every value it reads lies before it.
+        assert!(kk == 0 || (kk - 1) * stride + R <= block.len());
+        // SAFETY: c < kk and i < R, so c·stride + i < (kk−1)·stride + R, checked above.
+        (0..kk).map(move |c| std::array::from_fn(|i| unsafe { *block.get_unchecked(c * stride + i) }))
     }
 }
