@@ -108,6 +108,43 @@ mod cpu_twin {
         (i0..i1).map(|i| first_key(starts, i)).min().unwrap_or(i0)
     }
 
+    /// A block of QB query rows i0..i0+m and the nk keys from k0 that any of them sees, its
+    /// rows of logits `stride` apart: whole blocks of LANES, for the softmax's loops.
+    struct Block {
+        i0: usize,
+        m: usize,
+        k0: usize,
+        nk: usize,
+        stride: usize,
+    }
+
+    /// A sequence's blocks of queries, in order.
+    fn blocks(starts: &[u32], tt: usize) -> impl Iterator<Item = Block> + '_ {
+        (0..tt).step_by(QB).map(move |i0| {
+            let i1 = (i0 + QB).min(tt);
+            let k0 = block_keys(starts, i0, i1);
+            let nk = i1 - k0;
+            Block {
+                i0,
+                m: i1 - i0,
+                k0,
+                nk,
+                stride: nk.next_multiple_of(LANES),
+            }
+        })
+    }
+
+    impl Block {
+        /// Its groups of SUB queries: (the first's row in the block, how many, the keys up to
+        /// the last's, from k0).
+        fn groups(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+            (0..self.m).step_by(SUB).map(|r0| {
+                let rows = SUB.min(self.m - r0);
+                (r0, rows, self.i0 + r0 + rows - self.k0)
+            })
+        }
+    }
+
     /// Where one batch element's tensors live: q, k, v of head h are (T, Dh) with row stride
     /// 3C in qkv; out and dout rows have stride C.
     struct Seq {
@@ -152,12 +189,6 @@ mod cpu_twin {
         }
     }
 
-    /// The keys query rows i..=last need, from k0, rounded up to whole blocks of LANES (at most
-    /// nk): the columns a group of SUB queries computes.
-    fn keys_up_to(last: usize, k0: usize, nk: usize) -> usize {
-        (last + 1 - k0).next_multiple_of(LANES).min(nk)
-    }
-
     /// A row of logits: the keys it sees (from k0) and the whole blocks of LANES that cover
     /// them, over which its softmax loops run without a remainder; the keys outside `seen` are
     /// masked in those loops, so they add exact zeros.
@@ -192,8 +223,8 @@ mod cpu_twin {
             .for_each(|(b, (out, lse))| forward_sequence(out, lse, qkv, doc_start, b, d));
     }
 
-    /// s (from `s_at`) = q_i·k_j for each query i of a group (`rows` of them from `q_at`) and
-    /// the keys from k0 up to its last (of a block of nk), from `kt` (Dh, T).
+    /// s (from `s_at`) = q_i·k_j for each query i of a group of a block (`rows` of them from
+    /// `q_at`) and the `seen` keys from the block's first up to its last, from `kt` (Dh, T).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn logits_group<T: Scalar, M: Madd>(
@@ -203,11 +234,13 @@ mod cpu_twin {
         q_at: Rows,
         kt: &[T],
         rows: usize,
-        (k0, nk, last): (usize, usize, usize),
+        blk: &Block,
+        seen: usize,
         dh: usize,
         tt: usize,
     ) {
-        let n = keys_up_to(last, k0, nk);
+        // The keys the group's last query sees, rounded up to whole blocks of LANES.
+        let (k0, n) = (blk.k0, seen.next_multiple_of(LANES).min(blk.nk));
         let a = RowsOf {
             a: q,
             at: q_at,
@@ -235,17 +268,11 @@ mod cpu_twin {
             for h in 0..d.h {
                 let slope = T::of(d.slope(h));
                 transposed(&mut kt, qkv, seq.qkv(1, h, 0), tt, dh);
-                for i0 in (0..tt).step_by(QB) {
-                    let i1 = (i0 + QB).min(tt);
-                    let k0 = block_keys(starts, i0, i1);
-                    let (m, nk) = (i1 - i0, i1 - k0);
-                    // Rows of whole blocks of LANES, for the softmax's loops.
-                    let stride = nk.next_multiple_of(LANES);
-                    for r0 in (0..m).step_by(SUB) {
-                        let rows = SUB.min(m - r0);
-                        let last = i0 + r0 + rows - 1;
+                for blk in blocks(starts, tt) {
+                    let Block { i0, m, k0, nk: _, stride } = blk;
+                    for (r0, rows, seen) in blk.groups() {
                         let at = Rows { offset: r0 * stride, stride };
-                        logits_group::<T, M>(&mut s, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, (k0, nk, last), dh, tt);
+                        logits_group::<T, M>(&mut s, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, &blk, seen, dh, tt);
                     }
                     // Each row's exps and their sum, in two passes over whole blocks of LANES.
                     let mut sums = [T::zero(); QB];
@@ -276,9 +303,7 @@ mod cpu_twin {
                         rest.fill(T::zero());
                     }
                     // out = P·v, each group of queries over the keys up to its last.
-                    for r0 in (0..m).step_by(SUB) {
-                        let rows = SUB.min(m - r0);
-                        let seen = i0 + r0 + rows - k0;
+                    for (r0, rows, seen) in blk.groups() {
                         let p = RowsOf { a: &s, at: Rows { offset: r0 * stride, stride }, m: rows, kk: seen };
                         let mut o = seq.out(h, i0 + r0);
                         o.offset -= base;
@@ -364,17 +389,12 @@ mod cpu_twin {
                 let slope = T::of(d.slope(h));
                 transposed(&mut kt, qkv, seq.qkv(1, h, 0), tt, dh);
                 transposed(&mut vt, qkv, seq.qkv(2, h, 0), tt, dh);
-                for i0 in (0..tt).step_by(QB) {
-                    let i1 = (i0 + QB).min(tt);
-                    let k0 = block_keys(starts, i0, i1);
-                    let (m, nk) = (i1 - i0, i1 - k0);
-                    let stride = nk.next_multiple_of(LANES);
-                    for r0 in (0..m).step_by(SUB) {
-                        let rows = SUB.min(m - r0);
-                        let last = i0 + r0 + rows - 1;
+                for blk in blocks(starts, tt) {
+                    let Block { i0, m, k0, nk, stride } = blk;
+                    for (r0, rows, seen) in blk.groups() {
                         let at = Rows { offset: r0 * stride, stride };
-                        logits_group::<T, M>(&mut pr, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, (k0, nk, last), dh, tt);
-                        logits_group::<T, M>(&mut ds, at, dout, seq.out(h, i0 + r0), &vt, rows, (k0, nk, last), dh, tt);
+                        logits_group::<T, M>(&mut pr, at, qkv, seq.qkv(0, h, i0 + r0), &kt, rows, &blk, seen, dh, tt);
+                        logits_group::<T, M>(&mut ds, at, dout, seq.out(h, i0 + r0), &vt, rows, &blk, seen, dh, tt);
                     }
                     for (r, (pr, ds)) in pr.chunks_mut(stride).zip(ds.chunks_mut(stride)).take(m).enumerate() {
                         let i = i0 + r;
@@ -401,9 +421,7 @@ mod cpu_twin {
                         ds_rest.fill(T::zero());
                     }
                     // dq = dS·k, each group of queries over the keys up to its last.
-                    for r0 in (0..m).step_by(SUB) {
-                        let rows = SUB.min(m - r0);
-                        let seen = i0 + r0 + rows - k0;
+                    for (r0, rows, seen) in blk.groups() {
                         let g = RowsOf { a: &ds, at: Rows { offset: r0 * stride, stride }, m: rows, kk: seen };
                         let k = rows_of(qkv, seq.qkv(1, h, k0), dh);
                         product::<T, M>(dqkv, local(0, h, i0 + r0), &g, k, dh, Onto::Zero);
