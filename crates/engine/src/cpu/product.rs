@@ -4,8 +4,9 @@
 //! 32 dimensions).
 //!
 //! A block of rows of `a` is read one column at a time (each value broadcast to every lane) and
-//! multiplied into a row of b, [`LANES`] columns of out at a time, the block's sums in registers:
-//! 8 registers in flight, whatever the build's width. Every value sums c in order from the
+//! multiplied into a row of b, [`LANES`] columns of out at a time (two blocks of them in the
+//! AVX-512 build), the block's sums in registers: at least 8 registers in flight, whatever the
+//! build's width. Every value sums c in order from the
 //! first, in a block or in the tail alike, as a chain of `M::madd`, so the result does not
 //! depend on the block's shape or the build's width, only on whether the CPU fuses (`Madd`).
 //! Callers run it inside a `wide!` function, which picks the build.
