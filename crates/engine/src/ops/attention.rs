@@ -85,7 +85,7 @@ impl AttentionDims {
 #[cfg(feature = "cpu")]
 mod cpu_twin {
     use super::*;
-    use crate::cpu::product::{product, ColumnsOf, Onto, Rows, RowsOf};
+    use crate::cpu::product::{columns_at, product, rows_at, Onto, Rows};
     use crate::cpu::simd::{lane_max, lane_sum, wide, Madd, LANES};
     use crate::ops::Scalar;
     use rayon::prelude::*;
@@ -241,12 +241,7 @@ mod cpu_twin {
     ) {
         // The keys the group's last query sees, rounded up to whole blocks of LANES.
         let (k0, n) = (blk.k0, seen.next_multiple_of(LANES).min(blk.nk));
-        let a = RowsOf {
-            a: q,
-            at: q_at,
-            m: rows,
-            kk: dh,
-        };
+        let a = rows_at(q, q_at, rows, dh);
         let b = kt.chunks_exact(tt).map(|row| &row[k0..]);
         product::<T, M>(s, s_at, &a, b, n, Onto::Zero);
     }
@@ -281,9 +276,9 @@ mod cpu_twin {
                         let (seen, span) = row_span(starts, i, k0);
                         let (row, rest) = row.split_at_mut(span);
                         let (first, fi) = (pos[k0 + seen.start], pos[i]);
-                        let (rows, keys) = (row.as_chunks_mut::<LANES>().0, pos[k0..][..span].as_chunks::<LANES>().0);
+                        let (lanes, keys) = (row.as_chunks_mut::<LANES>().0, pos[k0..][..span].as_chunks::<LANES>().0);
                         let mut mx = [T::neg_infinity(); LANES];
-                        for (a, k) in rows.iter_mut().zip(keys) {
+                        for (a, k) in lanes.iter_mut().zip(keys) {
                             for l in 0..LANES {
                                 let seen = k[l] >= first && k[l] <= fi;
                                 a[l] = if seen { logit(a[l], scale, slope, fi, k[l]) } else { T::neg_infinity() };
@@ -292,7 +287,7 @@ mod cpu_twin {
                         }
                         let mx = lane_max(&mx);
                         let mut sum_lanes = [T::zero(); LANES];
-                        for a in rows.iter_mut() {
+                        for a in lanes.iter_mut() {
                             for l in 0..LANES {
                                 a[l] = (a[l] - mx).softmax_exp();
                                 sum_lanes[l] = sum_lanes[l] + a[l];
@@ -304,7 +299,7 @@ mod cpu_twin {
                     }
                     // out = P·v, each group of queries over the keys up to its last.
                     for (r0, rows, seen) in blk.groups() {
-                        let p = RowsOf { a: &s, at: Rows { offset: r0 * stride, stride }, m: rows, kk: seen };
+                        let p = rows_at(&s, Rows { offset: r0 * stride, stride }, rows, seen);
                         let mut o = seq.out(h, i0 + r0);
                         o.offset -= base;
                         product::<T, M>(out, o, &p, rows_of(qkv, seq.qkv(2, h, k0), dh), dh, Onto::Zero);
@@ -422,7 +417,7 @@ mod cpu_twin {
                     }
                     // dq = dS·k, each group of queries over the keys up to its last.
                     for (r0, rows, seen) in blk.groups() {
-                        let g = RowsOf { a: &ds, at: Rows { offset: r0 * stride, stride }, m: rows, kk: seen };
+                        let g = rows_at(&ds, Rows { offset: r0 * stride, stride }, rows, seen);
                         let k = rows_of(qkv, seq.qkv(1, h, k0), dh);
                         product::<T, M>(dqkv, local(0, h, i0 + r0), &g, k, dh, Onto::Zero);
                     }
@@ -435,10 +430,10 @@ mod cpu_twin {
                             continue;
                         }
                         let at = Rows { offset: r0 * stride + j0, stride };
-                        let g = ColumnsOf { a: &ds, at, m: rows, kk: m - r0 };
+                        let g = columns_at(&ds, at, rows, m - r0);
                         let q = rows_of(qkv, seq.qkv(0, h, i0 + r0), dh);
                         product::<T, M>(dqkv, local(1, h, k0 + j0), &g, q, dh, Onto::Out);
-                        let p = ColumnsOf { a: &pr, at, m: rows, kk: m - r0 };
+                        let p = columns_at(&pr, at, rows, m - r0);
                         let go = rows_of(dout, seq.out(h, i0 + r0), dh);
                         product::<T, M>(dqkv, local(2, h, k0 + j0), &p, go, dh, Onto::Out);
                     }
