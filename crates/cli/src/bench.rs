@@ -56,6 +56,9 @@ pub struct Report {
     pub achieved_gflops: f64,
     pub peaks: Peaks,
     pub families: Vec<FamilyRow>,
+    /// Each kernel's launches and time, slowest first, where the device timed each launch
+    /// (`family_timing` "timestamps"); empty otherwise.
+    pub kernels: Vec<KernelRow>,
     /// The GPU's tuned choices as (shape class, candidate), measured or from the cache; empty
     /// on the CPU and with `--no-tune`.
     pub tuned: Vec<(String, String)>,
@@ -94,6 +97,17 @@ pub struct FamilyRow {
     /// Achieved GB/s over the stream peak.
     pub of_stream_peak: f64,
     pub in_model_count: bool,
+}
+
+#[derive(Serialize)]
+pub struct KernelRow {
+    /// `shader::entry` in `shaders/`.
+    pub kernel: String,
+    pub family: &'static str,
+    pub launches: usize,
+    pub ms_per_step: f64,
+    /// Of the step's timed launches.
+    pub share: f64,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -214,12 +228,14 @@ fn measure<B: Replay + 'static>(
         bail!("the loss became {loss} during the benchmark; its timings would mean nothing");
     }
 
+    let mut kernel_times = Vec::new();
     let family_timing = match trainer.plan().map(|p| p.families().is_empty()) {
         Some(false) => {
             let plan = trainer.plan().context("the step was not recorded")?;
             match pollster::block_on(be.time_families(plan, steps))? {
                 Some(timed) => {
-                    seconds = timed;
+                    seconds = timed.families;
+                    kernel_times = timed.kernels;
                     "timestamps"
                 }
                 None => {
@@ -262,6 +278,15 @@ fn measure<B: Replay + 'static>(
             }
         })
         .collect();
+    let kernels = (kernel_times.into_iter())
+        .map(|k| KernelRow {
+            kernel: k.kernel,
+            family: k.family.name(),
+            launches: k.launches,
+            ms_per_step: k.seconds * 1e3,
+            share: if total > 0.0 { k.seconds / total } else { 0.0 },
+        })
+        .collect();
     let step_flops: f64 = costs.iter().map(|c| c.flops).sum();
     Ok(Report {
         arch: cfg.arch().to_string(),
@@ -287,6 +312,7 @@ fn measure<B: Replay + 'static>(
         achieved_gflops: step_flops / step_s / 1e9,
         peaks,
         families,
+        kernels,
         tuned: Vec::new(),
     })
 }
@@ -428,4 +454,23 @@ fn print(r: &Report) {
             100.0 * f.of_stream_peak
         ));
     }
+    if !r.kernels.is_empty() {
+        say("");
+        say(&format!("the slowest kernels (of {}):", r.kernels.len()));
+        say("| kernel | family | launches | ms/step | share |");
+        say("|---|---|---:|---:|---:|");
+        for k in r.kernels.iter().take(SLOWEST_KERNELS) {
+            say(&format!(
+                "| {} | {} | {} | {:.3} | {:.1}% |",
+                k.kernel,
+                k.family,
+                k.launches,
+                k.ms_per_step,
+                100.0 * k.share
+            ));
+        }
+    }
 }
+
+/// Kernels the table lists; `--json` has them all.
+const SLOWEST_KERNELS: usize = 12;

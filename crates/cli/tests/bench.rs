@@ -135,6 +135,29 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
                 "{at}: {counted} vs 3 × {model}"
             );
             assert!(step >= counted, "{at}: step {step} < counted {counted}");
+
+            // Where the launches were timed one by one, the kernels split the families' time.
+            let kernels = r["kernels"].as_array().unwrap_or_else(|| panic!("{at}: no kernels"));
+            if r["family_timing"] == "timestamps" {
+                for f in families {
+                    let of_family: f64 = (kernels.iter())
+                        .filter(|k| k["family"] == f["family"])
+                        .map(|k| k["ms_per_step"].as_f64().unwrap())
+                        .sum();
+                    let ms = f["ms_per_step"].as_f64().unwrap();
+                    assert!(
+                        (of_family - ms).abs() <= 1e-6 * ms,
+                        "{at} {}: kernels {of_family} ms",
+                        f["family"]
+                    );
+                }
+                let names: Vec<&str> = kernels.iter().filter_map(|k| k["kernel"].as_str()).collect();
+                if arch == "rmt" {
+                    assert!(names.contains(&"residual_matrix::key_grad_partial"), "{at}: {names:?}");
+                }
+            } else {
+                assert!(kernels.is_empty(), "{at}: kernels without timestamps: {kernels:?}");
+            }
         }
     }
 }

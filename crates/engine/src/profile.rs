@@ -39,6 +39,8 @@ pub trait Replay: Backend {
     /// One replay of `plan` with each launch's seconds, in order, from timestamp queries; None
     /// where the backend has none.
     fn launch_seconds(&self, plan: &Self::Plan) -> Option<impl Future<Output = Result<Vec<f64>>>>;
+    /// Each launch's kernel (`shader::entry`), in order; empty on an eager backend.
+    fn launch_kernels(&self, plan: &Self::Plan) -> Vec<String>;
 }
 
 #[cfg(feature = "cpu")]
@@ -49,6 +51,9 @@ impl<T: crate::ops::Scalar> Replay for crate::cpu::CpuBackend<T> {
     fn subplan(&self, _plan: &(), _keep: &dyn Fn(usize) -> bool) {}
     fn launch_seconds(&self, _plan: &()) -> Option<impl Future<Output = Result<Vec<f64>>>> {
         None::<std::future::Ready<Result<Vec<f64>>>>
+    }
+    fn launch_kernels(&self, _plan: &()) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -62,6 +67,27 @@ impl Replay for crate::gpu::GpuBackend {
     fn launch_seconds(&self, plan: &crate::gpu::GpuPlan) -> Option<impl Future<Output = Result<Vec<f64>>>> {
         self.timestamps().then(|| self.time_launches(plan))
     }
+    fn launch_kernels(&self, plan: &crate::gpu::GpuPlan) -> Vec<String> {
+        plan.kernels()
+    }
+}
+
+/// A replay's seconds from timestamp queries: per family (in the order of [`Family::ALL`]),
+/// and per kernel, slowest first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchTimes {
+    pub families: [f64; Family::ALL.len()],
+    pub kernels: Vec<KernelTime>,
+}
+
+/// One kernel's launches in a replay, together: what a family's time is made of.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// `shader::entry`, as `shaders/*.wgsl` names it.
+    pub kernel: String,
+    pub family: Family,
+    pub launches: usize,
+    pub seconds: f64,
 }
 
 /// A recorded plan with the family of each of its launches.
@@ -137,19 +163,15 @@ impl<B: Replay> Profiled<B> {
         Ok(Some(start.elapsed().as_secs_f64() / reps.max(1) as f64))
     }
 
-    /// Every family's seconds in one replay of `plan` (in the order of [`Family::ALL`]), from
-    /// the device's timestamp queries around each launch: the mean of `reps` replays after an
-    /// untimed one. None where the backend has no timestamps; [`Self::time_family`] then times
-    /// each family by replaying it alone.
-    pub async fn time_families(
-        &self,
-        plan: &ProfiledPlan<B::Plan>,
-        reps: usize,
-    ) -> Result<Option<[f64; Family::ALL.len()]>> {
+    /// Every family's and every kernel's seconds in one replay of `plan`, from the device's
+    /// timestamp queries around each launch: the mean of `reps` replays after an untimed one.
+    /// None where the backend has no timestamps; [`Self::time_family`] then times each family
+    /// by replaying it alone.
+    pub async fn time_families(&self, plan: &ProfiledPlan<B::Plan>, reps: usize) -> Result<Option<LaunchTimes>> {
         let Some(inner) = plan.inner.as_ref() else {
             return Ok(None);
         };
-        let mut seconds = [0.0; Family::ALL.len()];
+        let mut per_launch = vec![0.0; plan.families.len()];
         for rep in 0..=reps.max(1) {
             let Some(timed) = self.inner.launch_seconds(inner) else {
                 return Ok(None);
@@ -157,12 +179,31 @@ impl<B: Replay> Profiled<B> {
             let launches = timed.await?;
             // The first replay may compile or page in, as in `time_family`.
             if rep > 0 {
-                for (family, s) in plan.families.iter().zip(launches) {
-                    seconds[family.index()] += s / reps.max(1) as f64;
+                for (total, s) in per_launch.iter_mut().zip(launches) {
+                    *total += s / reps.max(1) as f64;
                 }
             }
         }
-        Ok(Some(seconds))
+        let mut families = [0.0; Family::ALL.len()];
+        let mut kernels: Vec<KernelTime> = Vec::new();
+        let names = self.inner.launch_kernels(inner);
+        for ((family, s), kernel) in plan.families.iter().zip(per_launch).zip(names) {
+            families[family.index()] += s;
+            match kernels.iter_mut().find(|k| k.kernel == kernel && k.family == *family) {
+                Some(k) => {
+                    k.launches += 1;
+                    k.seconds += s;
+                }
+                None => kernels.push(KernelTime {
+                    kernel,
+                    family: *family,
+                    launches: 1,
+                    seconds: s,
+                }),
+            }
+        }
+        kernels.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        Ok(Some(LaunchTimes { families, kernels }))
     }
 
     /// Runs one op: books its cost, its time, and (while recording) its launches' family.

@@ -1052,12 +1052,33 @@ fn timestamp_queries_time_each_family_of_a_plan() {
     let timed = pollster::block_on(be.time_families(&plan, 2)).unwrap();
     if offered {
         eprintln!("timestamps: this adapter has timestamp queries; each family timed from them");
-        let seconds = timed.expect("timestamp queries were on, yet the families were not timed");
-        for (family, s) in Family::ALL.iter().zip(seconds) {
+        let timed = timed.expect("timestamp queries were on, yet the families were not timed");
+        for (family, s) in Family::ALL.iter().zip(timed.families) {
             assert!(s.is_finite() && s >= 0.0, "{family:?}: {s} s");
             let ran = [Family::Matmul, Family::Elementwise, Family::Norm].contains(family);
             assert_eq!(ran, plan.families().contains(family), "{family:?}");
             assert_eq!(s > 0.0, ran, "{family:?}: {s} s");
+        }
+        // The kernels split the same launches, named by shader and entry point, slowest first.
+        let launches: usize = timed.kernels.iter().map(|k| k.launches).sum();
+        assert_eq!(launches, plan.families().len());
+        let (by_kernel, by_family) = (
+            timed.kernels.iter().map(|k| k.seconds).sum::<f64>(),
+            timed.families.iter().sum::<f64>(),
+        );
+        assert!(
+            (by_kernel - by_family).abs() <= 1e-9 * by_family,
+            "{by_kernel} s against {by_family} s"
+        );
+        assert!(timed.kernels.windows(2).all(|w| w[0].seconds >= w[1].seconds));
+        for k in &timed.kernels {
+            let shader = k.kernel.split("::").next().unwrap_or_default();
+            let expected = match k.family {
+                Family::Matmul => "matmul",
+                Family::Norm => "norm",
+                _ => "elementwise",
+            };
+            assert_eq!(shader, expected, "{k:?}");
         }
     } else {
         eprintln!("timestamps: this adapter has no timestamp queries; only replay timing is possible");

@@ -391,6 +391,7 @@ impl GpuBackend {
             pipeline,
             bind_group,
             groups,
+            kernel: (shader, entry),
         });
     }
 

@@ -56,6 +56,8 @@ pub struct Dispatch {
     pipeline: wgpu::ComputePipeline,
     bind_group: wgpu::BindGroup,
     groups: [u32; 3],
+    /// The shader and entry point: `resmem bench` names each launch's time by them.
+    kernel: (&'static str, &'static str),
 }
 
 /// A recorded list of launches over fixed buffers, replayed every step.
@@ -78,6 +80,12 @@ impl GpuPlan {
             .map(|(_, d)| d.clone())
             .collect();
         GpuPlan { dispatches }
+    }
+    /// Each launch's kernel as `shader::entry`, in launch order.
+    pub fn kernels(&self) -> Vec<String> {
+        (self.dispatches.iter())
+            .map(|d| format!("{}::{}", d.kernel.0, d.kernel.1))
+            .collect()
     }
 }
 
