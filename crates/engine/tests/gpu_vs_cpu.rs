@@ -854,11 +854,18 @@ fn what_cannot_be_split_is_a_clear_error() {
 
 /// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups, the 32-token
 /// chunks of the key gradient and the CPU's register blocks (4 rows, 16 columns) unevenly; the
-/// last one has more than one chunk's worth of tokens.
+/// last two have more than one chunk's worth of tokens, and the last spreads the key gradient
+/// over two of its 32×32 tiles each way and two 32-wide steps of D_v.
 #[test]
 fn residual_matrix_store_retrieve_and_backwards() {
     let mut rng = SmallRng::seed_from_u64(15);
-    for (tokens, dk, dv, keys) in [(1, 1, 1, 1), (7, 5, 13, 3), (19, 6, 64, 12), (71, 9, 17, 21)] {
+    for (tokens, dk, dv, keys) in [
+        (1, 1, 1, 1),
+        (7, 5, 13, 3),
+        (19, 6, 64, 12),
+        (71, 9, 17, 21),
+        (40, 33, 35, 37),
+    ] {
         let d = ResidualDims { tokens, dk, dv, keys };
         let x = rand_vec(&mut rng, d.matrices(), 1.0);
         let k = rand_vec(&mut rng, d.key_values(), 1.0);

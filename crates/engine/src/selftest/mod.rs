@@ -337,7 +337,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         adamw(&p, &g, &m, &v, hyper, d)
     );
 
-    for (tokens, dk, dv, keys) in [(7, 5, 13, 3), (71, 9, 17, 21)] {
+    for (tokens, dk, dv, keys) in [(7, 5, 13, 3), (71, 9, 17, 21), (40, 33, 35, 37)] {
         let d = ResidualDims { tokens, dk, dv, keys };
         let (x, k) = (
             random(&mut rng, d.matrices(), 1.0),

@@ -18,7 +18,7 @@
 //! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
 
 use crate::gpu::{Arg, AsArg, GpuBackend, GpuTensor};
-use crate::shaders::{Define, WG};
+use crate::shaders::{Define, SUM_COLS, WG};
 use crate::NormDims;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +75,10 @@ pub use cpu_twin::*;
 /// Keys each retrieval thread handles, so one read of X serves this many outputs.
 const KEYS_PER_THREAD: usize = 8;
 
+/// The side of the GPU key gradient's workgroup tiles of (key, row): (TILE/2)² threads, each
+/// with a 2×2 block of outputs. A multiple of 4 (each thread loads 4 of a row block's values).
+const KEY_GRAD_TILE: usize = 32;
+
 /// The switch of `shaders/residual_matrix.wgsl` for the retrieval and key gradient that read
 /// through the norm (`retrieve_normed` and its backward); off, they read X itself (a
 /// storage's backward).
@@ -84,6 +88,7 @@ pub(crate) const NORMED: &str = "NORMED";
 pub(crate) const DEFINES: &[Define] = &[
     Define::u32("KEYS_PER_THREAD", KEYS_PER_THREAD as u32),
     Define::u32("KEY_GRAD_CHUNK", KEY_GRAD_CHUNK as u32),
+    Define::u32("KEY_GRAD_TILE", KEY_GRAD_TILE as u32),
 ];
 
 fn params(d: &ResidualDims) -> [u32; 4] {
@@ -117,16 +122,18 @@ fn launch_retrieve(
 }
 
 /// The key gradient's two launches, the first through the norm or not: (partials, a, b), then
-/// (stats, gain) when `normed`.
+/// (stats, gain) when `normed`. The first runs a workgroup per chunk of tokens and tile of
+/// (key, row), the second one per `SUM_COLS` keys' values.
 fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
     let pr = params(d);
+    let tiles = d.keys.div_ceil(KEY_GRAD_TILE) * d.dk.div_ceil(KEY_GRAD_TILE);
     gpu.dispatch_with(
         "residual_matrix",
         "key_grad_partial",
         &[Define::bool(NORMED, normed)],
         &pr,
         args,
-        gpu.grid_1d(d.key_grad_scratch(), WG),
+        gpu.grid_1d(d.tokens.div_ceil(KEY_GRAD_CHUNK) * tiles, 1),
     );
     let partials = args[0];
     gpu.dispatch(
@@ -134,7 +141,7 @@ fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Ar
         "key_grad_reduce",
         &pr,
         &[dkeys.arg(), partials],
-        gpu.grid_1d(d.key_values(), WG),
+        gpu.grid_1d(d.key_values(), SUM_COLS),
     );
 }
 
