@@ -1,13 +1,13 @@
 // The RMT's retrieval and storage over per-token D_k×D_v residual matrices (SPEC §2).
 // keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
-// These kernels are memory-bound: each thread walks one column v of one token's matrix, so a
-// workgroup reads whole rows of X, and the key vectors (a few KB) stay in cache.
+// The retrieval and storage are memory-bound: each thread walks one column v of one token's
+// matrix, so a workgroup reads whole rows of X, and the key vectors (a few KB) stay in cache.
 
 struct Params { tokens: u32, dk: u32, dv: u32, keys: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 // Defines from ops/residual_matrix.rs: KEYS_PER_THREAD, the keys per retrieval thread (one read
-// of X[t][i][v] feeds this many outputs); KEY_GRAD_CHUNK, the tokens per partial sum of the key
+// of X[t][i][v] feeds this many outputs); STORE_ROWS, the rows per storage thread; KEY_GRAD_CHUNK, the tokens per partial sum of the key
 // gradient; KEY_GRAD_TILE, the side of its workgroups' tiles of (key, row).
 
 // retrieve(y, x, keys): y[t][h][v] = Σ_i keys[h][i] · x[t][i][v]. With the switch NORMED,
@@ -43,6 +43,23 @@ fn normed(xv: f32, e: u32, st: vec2<f32>) -> f32 {
 }
 #endif
 
+// Eight keys' values at row i, zero past the last key: the retrieval's eight sums are two
+// vec4s with constant components, so they stay in registers (an array indexed by a loop
+// variable went to local memory on NVIDIA, as the matmul's block had).
+struct EightKeys { lo: vec4<f32>, hi: vec4<f32> }
+
+fn key_or_zero(h: u32, i: u32) -> f32 {
+    if (h < p.keys) { return keys[h * p.dk + i]; }
+    return 0.0;
+}
+
+fn eight_keys(h0: u32, i: u32) -> EightKeys {
+    return EightKeys(
+        vec4<f32>(key_or_zero(h0, i), key_or_zero(h0 + 1u, i), key_or_zero(h0 + 2u, i), key_or_zero(h0 + 3u, i)),
+        vec4<f32>(key_or_zero(h0 + 4u, i), key_or_zero(h0 + 5u, i), key_or_zero(h0 + 6u, i), key_or_zero(h0 + 7u, i)),
+    );
+}
+
 @compute @workgroup_size(WG)
 fn retrieve(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
@@ -52,41 +69,112 @@ fn retrieve(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let h0 = ((n / p.dv) % groups) * KEYS_PER_THREAD;
     let t = n / (p.dv * groups);
     let st = norm_of(t);
-    var acc = array<f32, KEYS_PER_THREAD>();
-    let last = min(KEYS_PER_THREAD, p.keys - h0);
-    for (var i = 0u; i < p.dk; i = i + 1u) {
-        let xv = normed(x[(t * p.dk + i) * p.dv + v], i * p.dv + v, st);
-        for (var j = 0u; j < last; j = j + 1u) {
-            acc[j] = acc[j] + keys[(h0 + j) * p.dk + i] * xv;
-        }
+    let row = t * p.dk * p.dv + v;
+    var lo = vec4<f32>(0.0);
+    var hi = vec4<f32>(0.0);
+    // Two rows a pass, so that two reads of X are in flight at once.
+    var i = 0u;
+    for (; i + 2u <= p.dk; i = i + 2u) {
+        let x0 = normed(x[row + i * p.dv], i * p.dv + v, st);
+        let x1 = normed(x[row + (i + 1u) * p.dv], (i + 1u) * p.dv + v, st);
+        let k0 = eight_keys(h0, i);
+        lo = lo + k0.lo * x0;
+        hi = hi + k0.hi * x0;
+        let k1 = eight_keys(h0, i + 1u);
+        lo = lo + k1.lo * x1;
+        hi = hi + k1.hi * x1;
     }
-    for (var j = 0u; j < last; j = j + 1u) {
-        y[(t * p.keys + h0 + j) * p.dv + v] = acc[j];
+    if (i < p.dk) {
+        let x0 = normed(x[row + i * p.dv], i * p.dv + v, st);
+        let k0 = eight_keys(h0, i);
+        lo = lo + k0.lo * x0;
+        hi = hi + k0.hi * x0;
     }
+    let at = (t * p.keys + h0) * p.dv + v;
+    let last = p.keys - h0;
+    y[at] = lo.x;
+    if (last > 1u) { y[at + p.dv] = lo.y; }
+    if (last > 2u) { y[at + 2u * p.dv] = lo.z; }
+    if (last > 3u) { y[at + 3u * p.dv] = lo.w; }
+    if (last > 4u) { y[at + 4u * p.dv] = hi.x; }
+    if (last > 5u) { y[at + 5u * p.dv] = hi.y; }
+    if (last > 6u) { y[at + 6u * p.dv] = hi.z; }
+    if (last > 7u) { y[at + 7u * p.dv] = hi.w; }
 }
 
-// store(out, base, keys, data): out[t][i][v] = base[t][i][v] + Σ_h keys[h][i] · data[t][h][v]
+// store(out, base, keys, data): out[t][i][v] = base[t][i][v] + Σ_h keys[h][i] · data[t][h][v].
+// A thread takes STORE_ROWS (4: a vec4) rows i of one column v, so each read of data feeds four
+// sums.
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> base: array<f32>;
 @group(0) @binding(3) var<storage, read> s_keys: array<f32>;
 @group(0) @binding(4) var<storage, read> data: array<f32>;
 
-fn stored(n: u32) -> f32 {
+fn s_key_or_zero(h: u32, i: u32) -> f32 {
+    if (i < p.dk) { return s_keys[h * p.dk + i]; }
+    return 0.0;
+}
+
+// The thread's place: the first of its four outputs, and how many of them are in the matrix.
+struct StoreRows { t: u32, i0: u32, v: u32, rows: u32 }
+
+fn store_rows(n: u32) -> StoreRows {
+    let groups = (p.dk + STORE_ROWS - 1u) / STORE_ROWS;
     let v = n % p.dv;
-    let i = (n / p.dv) % p.dk;
-    let t = n / (p.dv * p.dk);
-    var acc = 0.0;
+    let i0 = ((n / p.dv) % groups) * STORE_ROWS;
+    let t = n / (p.dv * groups);
+    return StoreRows(t, i0, v, min(STORE_ROWS, p.dk - i0));
+}
+
+fn store_threads() -> u32 {
+    return p.tokens * ((p.dk + STORE_ROWS - 1u) / STORE_ROWS) * p.dv;
+}
+
+fn stored(r: StoreRows) -> vec4<f32> {
+    var acc = vec4<f32>(0.0);
     for (var h = 0u; h < p.keys; h = h + 1u) {
-        acc = acc + s_keys[h * p.dk + i] * data[(t * p.keys + h) * p.dv + v];
+        let d = data[(r.t * p.keys + h) * p.dv + r.v];
+        let k = vec4<f32>(s_key_or_zero(h, r.i0), s_key_or_zero(h, r.i0 + 1u), s_key_or_zero(h, r.i0 + 2u), s_key_or_zero(h, r.i0 + 3u));
+        acc = acc + k * d;
     }
     return acc;
+}
+
+// Writes the thread's rows: `add` + the stored values, where `add` holds base (store), out
+// itself (store_accumulate) or zeros (store_into).
+fn write_rows(r: StoreRows, add: vec4<f32>, acc: vec4<f32>) {
+    let at = (r.t * p.dk + r.i0) * p.dv + r.v;
+    out[at] = add.x + acc.x;
+    if (r.rows > 1u) { out[at + p.dv] = add.y + acc.y; }
+    if (r.rows > 2u) { out[at + 2u * p.dv] = add.z + acc.z; }
+    if (r.rows > 3u) { out[at + 3u * p.dv] = add.w + acc.w; }
+}
+
+// The thread's rows of `base` (or of `out`, for store_accumulate), zero past the last row.
+fn base_rows(r: StoreRows) -> vec4<f32> {
+    let at = (r.t * p.dk + r.i0) * p.dv + r.v;
+    var b = vec4<f32>(base[at], 0.0, 0.0, 0.0);
+    if (r.rows > 1u) { b.y = base[at + p.dv]; }
+    if (r.rows > 2u) { b.z = base[at + 2u * p.dv]; }
+    if (r.rows > 3u) { b.w = base[at + 3u * p.dv]; }
+    return b;
+}
+
+fn out_rows(r: StoreRows) -> vec4<f32> {
+    let at = (r.t * p.dk + r.i0) * p.dv + r.v;
+    var b = vec4<f32>(out[at], 0.0, 0.0, 0.0);
+    if (r.rows > 1u) { b.y = out[at + p.dv]; }
+    if (r.rows > 2u) { b.z = out[at + 2u * p.dv]; }
+    if (r.rows > 3u) { b.w = out[at + 3u * p.dv]; }
+    return b;
 }
 
 @compute @workgroup_size(WG)
 fn store(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
-    if (n >= p.tokens * p.dk * p.dv) { return; }
-    out[n] = base[n] + stored(n);
+    if (n >= store_threads()) { return; }
+    let r = store_rows(n);
+    write_rows(r, base_rows(r), stored(r));
 }
 
 // store_accumulate(out, keys, data): out[t][i][v] += Σ_h keys[h][i] · data[t][h][v]
@@ -95,8 +183,20 @@ fn store(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 @compute @workgroup_size(WG)
 fn store_accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let n = flat_index(gid, nwg);
-    if (n >= p.tokens * p.dk * p.dv) { return; }
-    out[n] = out[n] + stored(n);
+    if (n >= store_threads()) { return; }
+    let r = store_rows(n);
+    write_rows(r, out_rows(r), stored(r));
+}
+
+// store_into(out, keys, data): out[t][i][v] = Σ_h keys[h][i] · data[t][h][v], bound as
+// store_accumulate: a normed retrieval's backward writes ∂L/∂Norm(X) so, with no zero fill first.
+
+@compute @workgroup_size(WG)
+fn store_into(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let n = flat_index(gid, nwg);
+    if (n >= store_threads()) { return; }
+    let r = store_rows(n);
+    write_rows(r, vec4<f32>(0.0), stored(r));
 }
 
 // key_grad_partial(partials, a, b): partials[c][h][i] = Σ_{t in chunk c} Σ_v a[t][h][v] · b[t][i][v].

@@ -251,7 +251,8 @@ pub async fn residual_matrix<B: Backend>(
         be.retrieve_normed(&y, &stats, &xt, &gain, &keys, d, nd);
         be.norm_forward(&normed, &forward_stats, &xt, &gain, nd);
         let (dx, dgain) = (upload(be, base)?, be.zeros("dgain", d.dk * d.dv)?);
-        let (dkeys, dnorm) = (be.zeros("dkeys", d.key_values())?, be.zeros("dnorm", d.matrices())?);
+        // dnorm is scratch that the GPU overwrites: start it dirty, as a model's reused buffer is.
+        let (dkeys, dnorm) = (be.zeros("dkeys", d.key_values())?, upload(be, base)?);
         be.retrieve_normed_backward(
             &dx, &dgain, &dkeys, &dnorm, &partials, &data, &xt, &stats, &gain, &keys, d, nd,
         );

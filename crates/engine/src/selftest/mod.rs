@@ -290,7 +290,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         gather(&index, &table, &dout, d)
     );
 
-    for (rows, c) in [(37, 300), (5, 7)] {
+    for (rows, c) in [(37, 300), (5, 7), (150, 33)] {
         for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
             let d = NormDims {
                 rows,

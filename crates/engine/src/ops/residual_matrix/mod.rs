@@ -72,8 +72,13 @@ mod cpu_twin;
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-/// Keys each retrieval thread handles, so one read of X serves this many outputs.
+/// Keys each retrieval thread handles, so one read of X serves this many outputs: two vec4s
+/// in the shader, so 8 and no other.
 const KEYS_PER_THREAD: usize = 8;
+
+/// Rows i each storage thread writes, so one read of the data serves this many outputs: a
+/// vec4 in the shader, so 4 and no other.
+const STORE_ROWS: usize = 4;
 
 /// The side of the GPU key gradient's workgroup tiles of (key, row): (TILE/2)² threads, each
 /// with a 2×2 block of outputs. A multiple of 4 (each thread loads 4 of a row block's values).
@@ -87,6 +92,7 @@ pub(crate) const NORMED: &str = "NORMED";
 /// What `shaders/residual_matrix.wgsl` reads from here.
 pub(crate) const DEFINES: &[Define] = &[
     Define::u32("KEYS_PER_THREAD", KEYS_PER_THREAD as u32),
+    Define::u32("STORE_ROWS", STORE_ROWS as u32),
     Define::u32("KEY_GRAD_CHUNK", KEY_GRAD_CHUNK as u32),
     Define::u32("KEY_GRAD_TILE", KEY_GRAD_TILE as u32),
 ];
@@ -145,6 +151,11 @@ fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Ar
     );
 }
 
+/// A storage's launch: a thread per column v and `STORE_ROWS` rows of each token's matrix.
+fn store_grid(gpu: &GpuBackend, d: &ResidualDims) -> [u32; 3] {
+    gpu.grid_1d(d.tokens * d.dk.div_ceil(STORE_ROWS) * d.dv, WG)
+}
+
 fn check_gpu_norm(op: &str, stats: &GpuTensor, gain: &GpuTensor, d: &ResidualDims, norm: &NormDims) {
     assert_eq!(
         stats.len,
@@ -172,7 +183,7 @@ fn check_scratch(op: &str, partials: &GpuTensor, d: &ResidualDims) {
 /// launches.
 pub mod gpu {
     use super::*;
-    use crate::ops::{elementwise, norm};
+    use crate::ops::norm;
 
     pub fn store(
         gpu: &GpuBackend,
@@ -183,7 +194,7 @@ pub mod gpu {
         d: ResidualDims,
     ) {
         d.check("store", out.len, data.len, keys.len);
-        let grid = gpu.grid_1d(d.matrices(), WG);
+        let grid = store_grid(gpu, &d);
         match base {
             Some(base) => {
                 assert_eq!(base.len, out.len, "store: base and out differ in length");
@@ -235,7 +246,7 @@ pub mod gpu {
         launch_key_grad(gpu, dkeys, false, &[partials.arg(), data.arg(), dout.arg()], &d);
     }
 
-    /// dNorm = Σ keys ⊗ dy written to `dnorm`, the key gradient through the norm, then the
+    /// dNorm = Σ keys ⊗ dy written to `dnorm` (`store_into`: no zero fill first), the key gradient through the norm, then the
     /// norm's backward from dNorm.
     #[allow(clippy::too_many_arguments)]
     pub fn retrieve_normed_backward(
@@ -260,8 +271,8 @@ pub mod gpu {
             dnorm.len, x.len,
             "retrieve_normed_backward: dnorm and x differ in length"
         );
-        elementwise::gpu::fill(gpu, dnorm, 0.0);
-        store(gpu, dnorm, None, keys, dy, d);
+        let args = [(1, dnorm.arg()), (3, keys.arg()), (4, dy.arg())];
+        gpu.dispatch_at("residual_matrix", "store_into", &params(&d), &args, store_grid(gpu, &d));
         let args = [partials.arg(), dy.arg(), x.arg(), stats.arg(), gain.arg()];
         launch_key_grad(gpu, dkeys, true, &args, &d);
         norm::gpu::norm_backward(gpu, dx, dgain, dnorm, x, gain, stats, nd);
