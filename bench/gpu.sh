@@ -172,6 +172,10 @@ for n in names:
     for f in r["families"]:
         print(f"| {f['family']} | {f['calls']} | {f['ms_per_step']:.3f} | {100 * f['share']:.0f}% | {f['gflops']:,.0f} | "
               f"{f['gbps']:,.0f} | {100 * f['of_matmul_peak']:.0f}% | {100 * f['of_stream_peak']:.0f}% |")
+    if r.get("kernels"):
+        print()
+        print("Slowest kernels: " + "; ".join(
+            f"`{k['kernel']}` ({k['family']}, {k['launches']}×) {k['ms_per_step']:.3f} ms" for k in r["kernels"][:8]) + ".")
     if r.get("tuned"):
         print()
         print("Tuned kernels: " + "; ".join(f"{c}: {k}" for c, k in r["tuned"]) + ".")
