@@ -33,6 +33,7 @@ pub(crate) const DEFINES: &[Define] = &[
     Define::u32("ROWS", ROWS as u32),
     Define::u32("CHUNK", CHUNK as u32),
     Define::u32("COLUMNS", COLUMNS as u32),
+    Define::u32("BLOCK_THREADS", BLOCK_THREADS),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -473,11 +474,24 @@ pub enum Kernel {
     RowPerThread,
     /// This many threads a workgroup, a few dot products and outputs each.
     Tiled(u32),
+    /// [`BLOCK_THREADS`] threads, each a 2×4 block of a tile's dot products and outputs: a
+    /// value read from workgroup memory feeds several multiply-adds.
+    Blocked,
 }
+
+/// The blocked kernels' threads: 16 × 8, each rows r and r + 16 by columns c + 8·b of a 32 × 32
+/// tile (`shaders/attention.wgsl`).
+const BLOCK_THREADS: u32 = 128;
+const _: () = assert!(ROWS == 32 && CHUNK == 32);
 
 /// Every kernel, the default first: the row-per-thread kernel needs the fewest threads; the
 /// tiled ones keep a few registers a thread, which a GPU with many lanes fills better.
-pub const KERNELS: &[Kernel] = &[Kernel::RowPerThread, Kernel::Tiled(256), Kernel::Tiled(128)];
+pub const KERNELS: &[Kernel] = &[
+    Kernel::RowPerThread,
+    Kernel::Tiled(256),
+    Kernel::Tiled(128),
+    Kernel::Blocked,
+];
 
 /// The tiled kernels' switch: threads a workgroup (each tile's ROWS² dot products and ROWS·CHUNK
 /// outputs per chunk must split evenly among them).
@@ -489,7 +503,7 @@ impl Kernel {
     /// The switches of its shader variant.
     pub fn switches(&self) -> Vec<Define> {
         match self {
-            Kernel::RowPerThread => vec![],
+            Kernel::RowPerThread | Kernel::Blocked => vec![],
             Kernel::Tiled(threads) => vec![Define::u32(TILE_THREADS, *threads)],
         }
     }
@@ -503,6 +517,9 @@ impl Kernel {
             (Kernel::Tiled(_), Pass::Forward) => "attention_forward_tiled",
             (Kernel::Tiled(_), Pass::Query) => "attention_backward_query_tiled",
             (Kernel::Tiled(_), Pass::Key) => "attention_backward_key_tiled",
+            (Kernel::Blocked, Pass::Forward) => "attention_forward_blocked",
+            (Kernel::Blocked, Pass::Query) => "attention_backward_query_blocked",
+            (Kernel::Blocked, Pass::Key) => "attention_backward_key_blocked",
         }
     }
 }
@@ -512,11 +529,13 @@ impl Candidate for Kernel {
         match self {
             Kernel::RowPerThread => "row per thread".to_string(),
             Kernel::Tiled(threads) => format!("tiled {threads}"),
+            Kernel::Blocked => format!("blocked {BLOCK_THREADS}"),
         }
     }
     fn fits(&self, gpu: &GpuBackend) -> bool {
         match self {
             Kernel::RowPerThread => true,
+            Kernel::Blocked => BLOCK_THREADS <= gpu.limits.max_compute_invocations_per_workgroup,
             Kernel::Tiled(threads) => {
                 *threads <= gpu.limits.max_compute_invocations_per_workgroup
                     && (ROWS * ROWS).is_multiple_of(*threads as usize)
