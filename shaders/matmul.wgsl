@@ -96,23 +96,33 @@ fn stage_a(tid: u32, batch: u32, row0: u32, k0: u32) {
     }
 }
 
-// Stages op(bm)'s rows k0.. and columns col0.. (TK × BN) into b_tile.
-fn stage_b(tid: u32, batch: u32, k0: u32, col0: u32) {
-    for (var l = 0u; l < TK * BN / 4u / (TX * TY); l = l + 1u) {
-        let e = tid + l * TX * TY;
-        if (p.trans_b != 0u) {
-            // Stored (N, K): a run of 4 k is a column of the tile.
-            let c = e / (TK / 4u);
-            let kk = e % (TK / 4u) * 4u;
-            let v = load_b4(batch, col0 + c, k0 + kk);
-            for (var j = 0u; j < 4u; j = j + 1u) { set_b((kk + j) * BN + c, v[j]); }
-        } else {
-            // Stored (K, N): a run of 4 columns is one vec4 of the tile.
-            let kk = e / (BN / 4u);
-            let c = e % (BN / 4u) * 4u;
-            b_tile[(kk * BN + c) / 4u] = load_b4(batch, k0 + kk, col0 + c);
-        }
+// Stages op(bm)'s rows k0.. and columns col0.. (TK × BN) into b_tile: LB vec4s a thread, the
+// l-th read by fetch_b and placed by put_b.
+const LB: u32 = TK * BN / 4u / (TX * TY);
+
+fn fetch_b(tid: u32, l: u32, batch: u32, k0: u32, col0: u32) -> vec4<f32> {
+    let e = tid + l * TX * TY;
+    if (p.trans_b != 0u) {
+        // Stored (N, K): a run of 4 k is a column of the tile.
+        return load_b4(batch, col0 + e / (TK / 4u), k0 + e % (TK / 4u) * 4u);
     }
+    // Stored (K, N): a run of 4 columns is one vec4 of the tile.
+    return load_b4(batch, k0 + e / (BN / 4u), col0 + e % (BN / 4u) * 4u);
+}
+
+fn put_b(tid: u32, l: u32, v: vec4<f32>) {
+    let e = tid + l * TX * TY;
+    if (p.trans_b != 0u) {
+        let c = e / (TK / 4u);
+        let kk = e % (TK / 4u) * 4u;
+        for (var j = 0u; j < 4u; j = j + 1u) { set_b((kk + j) * BN + c, v[j]); }
+    } else {
+        b_tile[(e / (BN / 4u) * BN + e % (BN / 4u) * 4u) / 4u] = v;
+    }
+}
+
+fn stage_b(tid: u32, batch: u32, k0: u32, col0: u32) {
+    for (var l = 0u; l < LB; l = l + 1u) { put_b(tid, l, fetch_b(tid, l, batch, k0, col0)); }
 }
 
 // The thread's 8×8 block as 16 vec4s: acc[r * 2 + h] holds row r (0-3: ty*4 + r, 4-7:
@@ -298,6 +308,94 @@ fn matmul_subgroup(
                     let b0 = b_tile[(kk * BN) / 4u + tx];
                     let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
                     fma_step(&acc, subgroupShuffle(ha, lead + j), subgroupShuffle(hb, lead + j), b0, b1);
+                }
+            }
+        } else {
+            for (var kk = 0u; kk < TK; kk = kk + 1u) {
+                let b0 = b_tile[(kk * BN) / 4u + tx];
+                let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+                fma_step(&acc, load_a_rows(batch, ra, k0 + kk), load_a_rows(batch, rb, k0 + kk), b0, b1);
+            }
+        }
+        workgroupBarrier();
+    }
+    block_store(&acc, batch, row0, col0, tx, ty);
+}
+
+// The subgroup path with the next K tile read while this one's products are added: its slice
+// of bm (LB vec4s a thread, 2 or 4: held in four named registers, as constant indices keep them
+// out of local memory) and, where the lanes share rows, op(a)'s rows for its first step. They
+// are put in place after the tile's last step, so the wait on global memory overlaps the fmas
+// instead of following them. The same chains, so the same bits.
+struct NextB { v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32> }
+
+fn fetch_next_b(tid: u32, batch: u32, k0: u32, col0: u32) -> NextB {
+    var n = NextB(fetch_b(tid, 0u, batch, k0, col0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    if (LB > 1u) { n.v1 = fetch_b(tid, 1u, batch, k0, col0); }
+    if (LB > 2u) {
+        n.v2 = fetch_b(tid, 2u, batch, k0, col0);
+        n.v3 = fetch_b(tid, 3u, batch, k0, col0);
+    }
+    return n;
+}
+
+fn put_next_b(tid: u32, n: NextB) {
+    put_b(tid, 0u, n.v0);
+    if (LB > 1u) { put_b(tid, 1u, n.v1); }
+    if (LB > 2u) {
+        put_b(tid, 2u, n.v2);
+        put_b(tid, 3u, n.v3);
+    }
+}
+
+@compute @workgroup_size(TX * TY, 1, 1)
+fn matmul_subgroup_prefetch(
+    @builtin(local_invocation_index) tid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) lanes: u32,
+) {
+    let batch = wid.z;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let tx = tid % TX;
+    let ty = tid / TX;
+    let g = min(lanes, TX);
+    let lead = lane - lane % g;
+    let full = subgroupAdd(1u) == lanes && lead + g <= lanes && TK % g == 0u;
+    let shared_rows = subgroupAll(full && subgroupShuffle(ty, lead) == ty);
+    let ra = row0 + ty * 4u;
+    let rb = row0 + BM / 2u + ty * 4u;
+    var acc = block_init(batch, row0, col0, tx, ty);
+    // Op(a)'s rows for the first step of the tile about to run (shared_rows only).
+    var ha = vec4<f32>(0.0);
+    var hb = vec4<f32>(0.0);
+    if (shared_rows) {
+        ha = load_a_rows(batch, ra, lane % g);
+        hb = load_a_rows(batch, rb, lane % g);
+    }
+    var next = fetch_next_b(tid, batch, 0u, col0);
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
+        put_next_b(tid, next);
+        workgroupBarrier();
+        let more = k0 + TK < p.k;
+        if (more) { next = fetch_next_b(tid, batch, k0 + TK, col0); }
+        if (shared_rows) {
+            for (var c = 0u; c < TK; c = c + g) {
+                var ca = ha;
+                var cb = hb;
+                if (c > 0u) {
+                    ca = load_a_rows(batch, ra, k0 + c + lane % g);
+                    cb = load_a_rows(batch, rb, k0 + c + lane % g);
+                } else if (more) {
+                    ha = load_a_rows(batch, ra, k0 + TK + lane % g);
+                    hb = load_a_rows(batch, rb, k0 + TK + lane % g);
+                }
+                for (var j = 0u; j < g; j = j + 1u) {
+                    let kk = c + j;
+                    let b0 = b_tile[(kk * BN) / 4u + tx];
+                    let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+                    fma_step(&acc, subgroupShuffle(ca, lead + j), subgroupShuffle(cb, lead + j), b0, b1);
                 }
             }
         } else {

@@ -289,6 +289,9 @@ pub struct Tile {
     pub bm: u32,
     pub bn: u32,
     pub subgroups: bool,
+    /// On the subgroup path, the next K tile's operands are read while this one's products
+    /// are added (`matmul_subgroup_prefetch`).
+    pub prefetch: bool,
 }
 
 impl Tile {
@@ -313,53 +316,90 @@ impl Tile {
 
 /// Every tile, the default first: 128×128 needs 256 invocations and 16 KiB of workgroup memory,
 /// WebGPU's default limits; the smaller tiles launch more workgroups, which fills a large GPU
-/// on thin products. Each also with subgroups, where the device has them.
+/// on thin products. Each also with subgroups, where the device has them, with and without the
+/// next K tile read ahead.
 pub const TILES: &[Tile] = &[
     Tile {
         bm: 128,
         bn: 128,
         subgroups: false,
+        prefetch: false,
     },
     Tile {
         bm: 64,
         bn: 128,
         subgroups: false,
+        prefetch: false,
     },
     Tile {
         bm: 128,
         bn: 64,
         subgroups: false,
+        prefetch: false,
     },
     Tile {
         bm: 64,
         bn: 64,
         subgroups: false,
+        prefetch: false,
     },
     Tile {
         bm: 128,
         bn: 128,
         subgroups: true,
+        prefetch: false,
     },
     Tile {
         bm: 64,
         bn: 128,
         subgroups: true,
+        prefetch: false,
     },
     Tile {
         bm: 128,
         bn: 64,
         subgroups: true,
+        prefetch: false,
     },
     Tile {
         bm: 64,
         bn: 64,
         subgroups: true,
+        prefetch: false,
+    },
+    Tile {
+        bm: 128,
+        bn: 128,
+        subgroups: true,
+        prefetch: true,
+    },
+    Tile {
+        bm: 64,
+        bn: 128,
+        subgroups: true,
+        prefetch: true,
+    },
+    Tile {
+        bm: 128,
+        bn: 64,
+        subgroups: true,
+        prefetch: true,
+    },
+    Tile {
+        bm: 64,
+        bn: 64,
+        subgroups: true,
+        prefetch: true,
     },
 ];
 
 impl Candidate for Tile {
     fn name(&self) -> String {
-        let path = if self.subgroups { "subgroups" } else { "plain" };
+        let path = match (self.subgroups, self.prefetch) {
+            (true, true) => "subgroups prefetch",
+            (true, false) => "subgroups",
+            (false, _) => "plain",
+        };
         format!("{}x{} {path}", self.bm, self.bn)
     }
     fn fits(&self, gpu: &GpuBackend) -> bool {
@@ -453,7 +493,11 @@ fn launch(
     ];
     let args = [out.arg(), a.vec4_arg(), b.vec4_arg()];
     // Both entry points run the same chains: which one runs changes no bit of out.
-    let entry = if tile.subgroups { "matmul_subgroup" } else { "matmul" };
+    let entry = match (tile.subgroups, tile.prefetch) {
+        (true, true) => "matmul_subgroup_prefetch",
+        (true, false) => "matmul_subgroup",
+        (false, _) => "matmul",
+    };
     gpu.dispatch_with("matmul", entry, &tile.defines(), &params, &args, groups);
 }
 
