@@ -548,6 +548,34 @@ fn backward_dots(
     }
 }
 
+// Row lid's step of the online softmax over a tile's n keys from j0, its dot products in tc's
+// row lid (the tiled and blocked forwards): they become the exps, row_a[lid] the factor for the
+// row's earlier outputs, and the running max m and sum l move on. `live`: the row is query i
+// of the sequence; `first`: its first key.
+fn tile_softmax(lid: u32, i: u32, live: bool, first: u32, j0: u32, n: u32, slope: f32, m: ptr<function, f32>, l: ptr<function, f32>) {
+    let s = lid * STRIDE;
+    var mx = *m;
+    for (var c = 0u; c < n; c = c + 1u) {
+        let j = j0 + c;
+        if (live && first <= j && j <= i) {
+            tc[s + c] = logit(tc[s + c], slope, i, j);
+            mx = max(mx, tc[s + c]);
+        }
+    }
+    var sum = 0.0;
+    for (var c = 0u; c < n; c = c + 1u) {
+        let j = j0 + c;
+        var e = 0.0;
+        if (live && first <= j && j <= i) { e = exp(tc[s + c] - mx); }
+        tc[s + c] = e;
+        sum = sum + e;
+    }
+    let alpha = exp(*m - mx);
+    *l = fma(*l, alpha, sum);
+    *m = mx;
+    row_a[lid] = alpha;
+}
+
 @compute @workgroup_size(TILE_THREADS)
 fn attention_forward_tiled(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -589,29 +617,7 @@ fn attention_forward_tiled(
         }
         for (var u = 0u; u < PAIRS; u = u + 1u) { tc[pair_row(lid, u) * STRIDE + pair_key(lid, u)] = dots[u]; }
         workgroupBarrier();
-        if (lid < ROWS) {
-            let s = lid * STRIDE;
-            var mx = m;
-            for (var c = 0u; c < n; c = c + 1u) {
-                let j = j0 + c;
-                if (live && first <= j && j <= i) {
-                    tc[s + c] = logit(tc[s + c], slope, i, j);
-                    mx = max(mx, tc[s + c]);
-                }
-            }
-            var sum = 0.0;
-            for (var c = 0u; c < n; c = c + 1u) {
-                let j = j0 + c;
-                var e = 0.0;
-                if (live && first <= j && j <= i) { e = exp(tc[s + c] - mx); }
-                tc[s + c] = e;
-                sum = sum + e;
-            }
-            let alpha = exp(m - mx);
-            l = fma(l, alpha, sum);
-            m = mx;
-            row_a[lid] = alpha;
-        }
+        if (lid < ROWS) { tile_softmax(lid, i, live, first, j0, n, slope, &m, &l); }
         workgroupBarrier();
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;
@@ -1032,29 +1038,7 @@ fn attention_forward_blocked(
         }
         block_to_tc(lid, dots);
         workgroupBarrier();
-        if (lid < ROWS) {
-            let s = lid * STRIDE;
-            var mx = m;
-            for (var c = 0u; c < n; c = c + 1u) {
-                let j = j0 + c;
-                if (live && first <= j && j <= i) {
-                    tc[s + c] = logit(tc[s + c], slope, i, j);
-                    mx = max(mx, tc[s + c]);
-                }
-            }
-            var sum = 0.0;
-            for (var c = 0u; c < n; c = c + 1u) {
-                let j = j0 + c;
-                var e = 0.0;
-                if (live && first <= j && j <= i) { e = exp(tc[s + c] - mx); }
-                tc[s + c] = e;
-                sum = sum + e;
-            }
-            let alpha = exp(m - mx);
-            l = fma(l, alpha, sum);
-            m = mx;
-            row_a[lid] = alpha;
-        }
+        if (lid < ROWS) { tile_softmax(lid, i, live, first, j0, n, slope, &m, &l); }
         workgroupBarrier();
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;

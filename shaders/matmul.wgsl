@@ -276,6 +276,47 @@ fn load_a_rows(batch: u32, r: u32, k: u32) -> vec4<f32> {
     return vec4(load_a1(batch, r, k), load_a1(batch, r + 1u, k), load_a1(batch, r + 2u, k), load_a1(batch, r + 3u, k));
 }
 
+// How this subgroup's lanes share op(a)'s rows: g lanes side by side from `lead`, and whether
+// they all share one thread row ty (else each lane reads its own). Call from uniform control
+// flow.
+struct Lanes { g: u32, lead: u32, shared_rows: bool }
+
+fn lanes_of(lane: u32, lanes: u32, ty: u32) -> Lanes {
+    let g = min(lanes, TX);
+    let lead = lane - lane % g;
+    let full = subgroupAdd(1u) == lanes && lead + g <= lanes && TK % g == 0u;
+    return Lanes(g, lead, subgroupAll(full && subgroupShuffle(ty, lead) == ty));
+}
+
+// The TK steps of K tile k0 where the lanes share rows: each lane reads the rows at one k of
+// every g (those of the first g given: `first_a`, `first_b`), and step kk takes them from lane
+// kk with a shuffle.
+fn shared_row_steps(acc: ptr<function, Block>, batch: u32, ra: u32, rb: u32, k0: u32, tx: u32, lane: u32, l: Lanes, first_a: vec4<f32>, first_b: vec4<f32>) {
+    for (var c = 0u; c < TK; c = c + l.g) {
+        var ha = first_a;
+        var hb = first_b;
+        if (c > 0u) {
+            ha = load_a_rows(batch, ra, k0 + c + lane % l.g);
+            hb = load_a_rows(batch, rb, k0 + c + lane % l.g);
+        }
+        for (var j = 0u; j < l.g; j = j + 1u) {
+            let kk = c + j;
+            let b0 = b_tile[(kk * BN) / 4u + tx];
+            let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+            fma_step(acc, subgroupShuffle(ha, l.lead + j), subgroupShuffle(hb, l.lead + j), b0, b1);
+        }
+    }
+}
+
+// The TK steps of K tile k0 where each lane reads its own rows of op(a).
+fn own_row_steps(acc: ptr<function, Block>, batch: u32, ra: u32, rb: u32, k0: u32, tx: u32) {
+    for (var kk = 0u; kk < TK; kk = kk + 1u) {
+        let b0 = b_tile[(kk * BN) / 4u + tx];
+        let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
+        fma_step(acc, load_a_rows(batch, ra, k0 + kk), load_a_rows(batch, rb, k0 + kk), b0, b1);
+    }
+}
+
 @compute @workgroup_size(TX * TY, 1, 1)
 fn matmul_subgroup(
     @builtin(local_invocation_index) tid: u32,
@@ -288,34 +329,18 @@ fn matmul_subgroup(
     let col0 = wid.x * BN;
     let tx = tid % TX;
     let ty = tid / TX;
-    let g = min(lanes, TX);
-    let lead = lane - lane % g;
-    let full = subgroupAdd(1u) == lanes && lead + g <= lanes && TK % g == 0u;
-    let shared_rows = subgroupAll(full && subgroupShuffle(ty, lead) == ty);
+    let l = lanes_of(lane, lanes, ty);
     let ra = row0 + ty * 4u;
     let rb = row0 + BM / 2u + ty * 4u;
     var acc = block_init(batch, row0, col0, tx, ty);
     for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
         stage_b(tid, batch, k0, col0);
         workgroupBarrier();
-        if (shared_rows) {
-            // Each lane reads the rows at one k of the next g; step kk takes them from lane kk.
-            for (var c = 0u; c < TK; c = c + g) {
-                let ha = load_a_rows(batch, ra, k0 + c + lane % g);
-                let hb = load_a_rows(batch, rb, k0 + c + lane % g);
-                for (var j = 0u; j < g; j = j + 1u) {
-                    let kk = c + j;
-                    let b0 = b_tile[(kk * BN) / 4u + tx];
-                    let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
-                    fma_step(&acc, subgroupShuffle(ha, lead + j), subgroupShuffle(hb, lead + j), b0, b1);
-                }
-            }
+        if (l.shared_rows) {
+            let k = k0 + lane % l.g;
+            shared_row_steps(&acc, batch, ra, rb, k0, tx, lane, l, load_a_rows(batch, ra, k), load_a_rows(batch, rb, k));
         } else {
-            for (var kk = 0u; kk < TK; kk = kk + 1u) {
-                let b0 = b_tile[(kk * BN) / 4u + tx];
-                let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
-                fma_step(&acc, load_a_rows(batch, ra, k0 + kk), load_a_rows(batch, rb, k0 + kk), b0, b1);
-            }
+            own_row_steps(&acc, batch, ra, rb, k0, tx);
         }
         workgroupBarrier();
     }
@@ -360,19 +385,16 @@ fn matmul_subgroup_prefetch(
     let col0 = wid.x * BN;
     let tx = tid % TX;
     let ty = tid / TX;
-    let g = min(lanes, TX);
-    let lead = lane - lane % g;
-    let full = subgroupAdd(1u) == lanes && lead + g <= lanes && TK % g == 0u;
-    let shared_rows = subgroupAll(full && subgroupShuffle(ty, lead) == ty);
+    let l = lanes_of(lane, lanes, ty);
     let ra = row0 + ty * 4u;
     let rb = row0 + BM / 2u + ty * 4u;
     var acc = block_init(batch, row0, col0, tx, ty);
-    // Op(a)'s rows for the first step of the tile about to run (shared_rows only).
+    // Op(a)'s rows for the first step of the tile about to run (shared rows only).
     var ha = vec4<f32>(0.0);
     var hb = vec4<f32>(0.0);
-    if (shared_rows) {
-        ha = load_a_rows(batch, ra, lane % g);
-        hb = load_a_rows(batch, rb, lane % g);
+    if (l.shared_rows) {
+        ha = load_a_rows(batch, ra, lane % l.g);
+        hb = load_a_rows(batch, rb, lane % l.g);
     }
     var next = fetch_next_b(tid, batch, 0u, col0);
     for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
@@ -380,30 +402,16 @@ fn matmul_subgroup_prefetch(
         workgroupBarrier();
         let more = k0 + TK < p.k;
         if (more) { next = fetch_next_b(tid, batch, k0 + TK, col0); }
-        if (shared_rows) {
-            for (var c = 0u; c < TK; c = c + g) {
-                var ca = ha;
-                var cb = hb;
-                if (c > 0u) {
-                    ca = load_a_rows(batch, ra, k0 + c + lane % g);
-                    cb = load_a_rows(batch, rb, k0 + c + lane % g);
-                } else if (more) {
-                    ha = load_a_rows(batch, ra, k0 + TK + lane % g);
-                    hb = load_a_rows(batch, rb, k0 + TK + lane % g);
-                }
-                for (var j = 0u; j < g; j = j + 1u) {
-                    let kk = c + j;
-                    let b0 = b_tile[(kk * BN) / 4u + tx];
-                    let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
-                    fma_step(&acc, subgroupShuffle(ca, lead + j), subgroupShuffle(cb, lead + j), b0, b1);
-                }
+        if (l.shared_rows) {
+            let ca = ha;
+            let cb = hb;
+            if (more) {
+                ha = load_a_rows(batch, ra, k0 + TK + lane % l.g);
+                hb = load_a_rows(batch, rb, k0 + TK + lane % l.g);
             }
+            shared_row_steps(&acc, batch, ra, rb, k0, tx, lane, l, ca, cb);
         } else {
-            for (var kk = 0u; kk < TK; kk = kk + 1u) {
-                let b0 = b_tile[(kk * BN) / 4u + tx];
-                let b1 = b_tile[(kk * BN + BN / 2u) / 4u + tx];
-                fma_step(&acc, load_a_rows(batch, ra, k0 + kk), load_a_rows(batch, rb, k0 + kk), b0, b1);
-            }
+            own_row_steps(&acc, batch, ra, rb, k0, tx);
         }
         workgroupBarrier();
     }
