@@ -830,6 +830,10 @@ fn ta_four(row: u32, c0: u32) -> vec4<f32> {
     let at = row * STRIDE + c0;
     return vec4<f32>(ta[at], ta[at + 8u], ta[at + 16u], ta[at + 24u]);
 }
+fn tb_four(row: u32, c0: u32) -> vec4<f32> {
+    let at = row * STRIDE + c0;
+    return vec4<f32>(tb[at], tb[at + 8u], tb[at + 16u], tb[at + 24u]);
+}
 fn tc_four(row: u32, c0: u32) -> vec4<f32> {
     let at = row * STRIDE + c0;
     return vec4<f32>(tc[at], tc[at + 8u], tc[at + 16u], tc[at + 24u]);
@@ -901,7 +905,7 @@ fn block_outs(acc: Block, lid: u32, n: u32) -> Block {
     var lo = acc.lo;
     var hi = acc.hi;
     for (var c = 0u; c < n; c = c + 1u) {
-        let v = vec4<f32>(tb[c * STRIDE + c0], tb[c * STRIDE + c0 + 8u], tb[c * STRIDE + c0 + 16u], tb[c * STRIDE + c0 + 24u]);
+        let v = tb_four(c, c0);
         lo = fma(vec4<f32>(tc[r0 + c]), v, lo);
         hi = fma(vec4<f32>(tc[r1 + c]), v, hi);
     }
