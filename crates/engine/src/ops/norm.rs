@@ -52,11 +52,13 @@ pub(crate) fn standardise<T: crate::ops::Scalar>(out: &mut [T], x: &[T], mean: T
 
 /// One row's input gradient, added to dx, from its standardised x̂ = (x − mean)·rstd: with
 /// dn = dout ⊙ gain, dx += rstd · (dn − mean(dn) − x̂ · mean(dn ⊙ x̂)), mean(dn) left out for
-/// RMSNorm.
+/// RMSNorm. Adds the row's part of the gain's gradient, dout ⊙ x̂, to `dgain` in the same pass
+/// as the two means' sums, which read the same values.
 #[cfg(feature = "cpu")]
 #[inline(always)]
 pub(crate) fn row_backward<T: crate::ops::Scalar>(
     dx: &mut [T],
+    dgain: &mut [T],
     dout: &[T],
     xhat: &[T],
     gain: &[T],
@@ -65,27 +67,26 @@ pub(crate) fn row_backward<T: crate::ops::Scalar>(
 ) {
     use crate::cpu::simd::LANES;
     let n = T::of(xhat.len() as f64);
-    // Each sum in a loop of its own over whole blocks of LANES, a shape the vectoriser keeps
-    // in registers (both in one loop, it kept the 32 lanes as scalars).
+    // Whole blocks of LANES, each lane's sums in arrays built anew each block: a shape the
+    // vectoriser keeps in registers (over zipped values it kept the 32 lanes as scalars, and
+    // arrays updated in place it kept on the stack).
     let (g16, g_rest) = dout.as_chunks::<LANES>();
     let (w16, w_rest) = gain.as_chunks::<LANES>();
     let (h16, h_rest) = xhat.as_chunks::<LANES>();
+    let (a16, a_rest) = dgain.as_chunks_mut::<LANES>();
     let mut sum_dn = [T::zero(); LANES];
-    for (g, w) in g16.iter().zip(w16) {
-        for l in 0..LANES {
-            sum_dn[l] = sum_dn[l] + g[l] * w[l];
-        }
-    }
     let mut sum_dn_norm = [T::zero(); LANES];
-    for ((g, w), h) in g16.iter().zip(w16).zip(h16) {
-        for l in 0..LANES {
-            sum_dn_norm[l] = sum_dn_norm[l] + g[l] * w[l] * h[l];
-        }
+    for (((g, w), h), a) in g16.iter().zip(w16).zip(h16).zip(a16) {
+        let dn: [T; LANES] = std::array::from_fn(|l| g[l] * w[l]);
+        sum_dn = std::array::from_fn(|l| sum_dn[l] + dn[l]);
+        sum_dn_norm = std::array::from_fn(|l| sum_dn_norm[l] + dn[l] * h[l]);
+        *a = std::array::from_fn(|l| a[l] + g[l] * h[l]);
     }
-    for (l, ((&g, &w), &h)) in g_rest.iter().zip(w_rest).zip(h_rest).enumerate() {
+    for (l, (((&g, &w), &h), a)) in g_rest.iter().zip(w_rest).zip(h_rest).zip(a_rest).enumerate() {
         let dn = g * w;
         sum_dn[l] = sum_dn[l] + dn;
         sum_dn_norm[l] = sum_dn_norm[l] + dn * h;
+        *a = *a + g * h;
     }
     let total = |s: [T; LANES]| s.iter().fold(T::zero(), |a, &b| a + b);
     let mean_dn = match kind {
@@ -158,10 +159,7 @@ mod cpu_twin {
             for (((dx, dout), x), st) in dx.chunks_mut(d.c).zip(dout.chunks(d.c)).zip(x.chunks(d.c)).zip(stats.chunks(2)) {
                 let (mean, rstd) = (st[0], st[1]);
                 standardise(&mut xhat, x, mean, rstd);
-                row_backward(dx, dout, &xhat, gain, rstd, d.kind);
-                for ((a, &g), &h) in dgain.iter_mut().zip(dout).zip(&xhat) {
-                    *a = *a + g * h;
-                }
+                row_backward(dx, &mut dgain, dout, &xhat, gain, rstd, d.kind);
             }
             dgain
         }

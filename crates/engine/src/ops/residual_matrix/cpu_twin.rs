@@ -83,37 +83,58 @@ fn whole(n: usize) -> Rows {
 /// Lanes of partial sums each dot product of [`dots`] keeps: one AVX-512 register, two AVX2
 /// ones, so that both builds sum in the same order.
 const DOT_LANES: usize = 16;
-/// Rows of `a` a register block of [`dots`] pairs with a build's `dot_rows_b` rows of `b`.
-const DOT_ROWS_A: usize = 2;
 /// Tokens whose rows [`dots`] pairs while they are in L1 (4 × 7 KB at D_k = D_v = 32, R' = 24),
 /// before moving to the next block of pairs: more tokens a pass save reloading the block's
 /// sums (2 were 10% slower in the normed retrieval's backward, interleaved A/B), and 8 no
 /// longer fit. The tokens still add in order, so the count changes no bits.
 const DOT_TOKENS: usize = 4;
 
+/// The side of [`dots`]' square register blocks of pairs in the build `M`: 16 registers of
+/// sums and 8 of rows in AVX-512's 32, 4 (of two registers each) and 4 in AVX2's 16.
+const fn dot_block<M: Madd>() -> usize {
+    if M::REGISTER >= 16 {
+        4
+    } else {
+        2
+    }
+}
+
 /// Adds Σ_t Σ_c a_t[i, c] · b_t[j, c] over the token pairs of a (tokens, m, kk) and b (tokens,
 /// n, kk) into the lane sums `acc` (m×n): the key gradient. Each (i, j) keeps DOT_LANES partial
 /// sums (c into lane c mod DOT_LANES, tokens in order), which [`total`] adds in lane order; a
-/// block of pairs holds its 8 registers of sums over DOT_TOKENS tokens at a time.
+/// block of pairs holds its sums in registers over DOT_TOKENS tokens at a time. The blocks
+/// differ by build, the order of each pair's sums does not.
 #[inline(always)]
 fn dots<T: Scalar, M: Madd>(acc: &mut [[T; DOT_LANES]], a: &[T], b: &[T], m: usize, n: usize, kk: usize) {
+    const fn side(left: usize, block: usize) -> usize {
+        if left >= block {
+            block
+        } else if left >= 2 {
+            2
+        } else {
+            1
+        }
+    }
     let tokens = a.len() / (m * kk);
-    let rows_b = (4 * M::REGISTER / DOT_LANES).max(1);
+    let block = dot_block::<M>();
     for t0 in (0..tokens).step_by(DOT_TOKENS) {
         let t1 = tokens.min(t0 + DOT_TOKENS);
         let (a, b) = (&a[t0 * m * kk..t1 * m * kk], &b[t0 * n * kk..t1 * n * kk]);
         let mut i0 = 0;
         while i0 < m {
-            let ri = if i0 + DOT_ROWS_A <= m { DOT_ROWS_A } else { 1 };
+            let ri = side(m - i0, block);
             let mut j0 = 0;
             while j0 < n {
-                let rj = if j0 + rows_b <= n { rows_b } else { 1 };
+                let rj = side(n - j0, block);
                 let at = (&mut acc[..], a, b, (m, n, kk), (i0, j0));
                 // Direct calls, so that each block inlines into the wide build that runs it.
                 match (ri, rj) {
-                    (DOT_ROWS_A, 4) => dots_block::<T, M, DOT_ROWS_A, 4>(at),
-                    (DOT_ROWS_A, 2) => dots_block::<T, M, DOT_ROWS_A, 2>(at),
-                    (DOT_ROWS_A, _) => dots_block::<T, M, DOT_ROWS_A, 1>(at),
+                    (4, 4) => dots_block::<T, M, 4, 4>(at),
+                    (4, 2) => dots_block::<T, M, 4, 2>(at),
+                    (4, _) => dots_block::<T, M, 4, 1>(at),
+                    (2, 4) => dots_block::<T, M, 2, 4>(at),
+                    (2, 2) => dots_block::<T, M, 2, 2>(at),
+                    (2, _) => dots_block::<T, M, 2, 1>(at),
                     (_, 4) => dots_block::<T, M, 1, 4>(at),
                     (_, 2) => dots_block::<T, M, 1, 2>(at),
                     _ => dots_block::<T, M, 1, 1>(at),
@@ -143,9 +164,10 @@ type DotsAt<'a, T> = (
 );
 
 /// The pairs (i0..i0+I) × (j0..j0+J) of [`dots`], over every token of a and b, their sums in
-/// registers. Rows are read through pointers: with slices the compiler kept the I + J row
-/// slices of each token on the stack and checked every index, which took longer than the
-/// multiply-adds (kk is a few blocks of lanes).
+/// registers. Rows are read through pointers that step a token at a time, the rows' offsets
+/// within a token fixed: with slices, or offsets computed from t, the compiler rebuilt every
+/// row's address each token, which took as long as the multiply-adds (kk is a few blocks of
+/// lanes).
 #[inline(always)]
 fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
     (acc_all, a, b, (m, n, kk), (i0, j0)): DotsAt<'_, T>,
@@ -161,16 +183,20 @@ fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
             acc[i][j] = acc_all[(i0 + i) * n + j0 + j];
         }
     }
-    for t in 0..tokens {
-        // SAFETY: row i0 + i of token t (i < I) spans a[(t·m + i0 + i)·kk..][..kk], inside a
-        // (asserted above); likewise rows j0 + j of b. Each block of L reads below kk.
-        let row_a = |i: usize, c0: usize| unsafe { &*a.as_ptr().add((t * m + i0 + i) * kk + c0).cast::<[T; L]>() };
+    let (mut ta, mut tb) = (a[i0 * kk..].as_ptr(), b[j0 * kk..].as_ptr());
+    for _ in 0..tokens {
+        // SAFETY: ta and tb point at rows i0 and j0 of this token; row i0 + i (i < I) spans
+        // ta[i·kk..][..kk], inside a (asserted above); likewise rows j0 + j of b. Each block
+        // of L reads below kk.
+        let row_a = |i: usize, c0: usize| unsafe { &*ta.add(i * kk + c0).cast::<[T; L]>() };
         // SAFETY: as above.
-        let row_b = |j: usize, c0: usize| unsafe { &*b.as_ptr().add((t * n + j0 + j) * kk + c0).cast::<[T; L]>() };
+        let row_b = |j: usize, c0: usize| unsafe { &*tb.add(j * kk + c0).cast::<[T; L]>() };
         for c0 in (0..full).step_by(L) {
+            let rows_b: [&[T; L]; J] = std::array::from_fn(|j| row_b(j, c0));
             for (i, acc) in acc.iter_mut().enumerate() {
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    madd_lanes::<T, M>(acc, row_a(i, c0), row_b(j, c0));
+                let row_a = row_a(i, c0);
+                for (acc, row_b) in acc.iter_mut().zip(rows_b) {
+                    madd_lanes::<T, M>(acc, row_a, row_b);
                 }
             }
         }
@@ -178,13 +204,15 @@ fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
             // The tail zero-padded to a full set of lanes: the partial sums are indexed by
             // constants only, which keeps them in registers.
             let (mut va, mut vb) = ([[T::zero(); L]; I], [[T::zero(); L]; J]);
-            for i in 0..I {
-                let row = &a[(t * m + i0 + i) * kk..][..kk];
-                va[i][..kk - full].copy_from_slice(&row[full..]);
+            for (i, va) in va.iter_mut().enumerate() {
+                // SAFETY: as above; the row's last kk − full values.
+                va[..kk - full]
+                    .copy_from_slice(unsafe { std::slice::from_raw_parts(ta.add(i * kk + full), kk - full) });
             }
-            for j in 0..J {
-                let row = &b[(t * n + j0 + j) * kk..][..kk];
-                vb[j][..kk - full].copy_from_slice(&row[full..]);
+            for (j, vb) in vb.iter_mut().enumerate() {
+                // SAFETY: as above.
+                vb[..kk - full]
+                    .copy_from_slice(unsafe { std::slice::from_raw_parts(tb.add(j * kk + full), kk - full) });
             }
             for i in 0..I {
                 for j in 0..J {
@@ -192,6 +220,8 @@ fn dots_block<T: Scalar, M: Madd, const I: usize, const J: usize>(
                 }
             }
         }
+        // The next token's rows; past the last token the pointers are never read.
+        (ta, tb) = (ta.wrapping_add(m * kk), tb.wrapping_add(n * kk));
     }
     for (i, row) in acc.iter().enumerate() {
         for (j, lanes) in row.iter().enumerate() {
@@ -418,10 +448,7 @@ wide! {
                     *o = h * g;
                 }
                 product::<T, M>(&mut dn, whole(d.dv), &keys_t, dy[t * vv..][..vv].chunks_exact(d.dv), d.dv, Onto::Zero);
-                for ((g, &n), &h) in dgain.iter_mut().zip(&dn).zip(&xhat) {
-                    *g = *g + n * h;
-                }
-                row_backward(dx, &dn, &xhat, gain, st[1], norm.kind);
+                row_backward(dx, &mut dgain, &dn, &xhat, gain, st[1], norm.kind);
             }
             dots::<T, M>(&mut acc, dy, normed, d.keys, d.dk, d.dv);
         }
