@@ -18,7 +18,9 @@
 //
 // Every out value is one fma chain over k = 0, 1, …, K-1 (then zeros up to the next multiple
 // of TK), from 0 or from out: the tiling, the subgroup entry point below and any split into
-// launches move operands around but never reorder a chain, so all give the same bits.
+// launches move operands around but never reorder a chain, so all give the same bits. Only the
+// K slices (an option, `matmul_slices_total` below) sum otherwise: a chain per slice, then the
+// slices in order, the same in every tile.
 //
 // The last section, `#if SUBGROUPS`, is compiled only on devices with subgroups (the switch
 // SUBGROUPS, crates/engine/src/shaders.rs): there a's slice reaches the registers through
@@ -253,6 +255,21 @@ fn matmul(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid:
         workgroupBarrier();
     }
     block_store(&acc, batch, row0, col0, tx, ty);
+}
+
+// A product in K slices (ops/matmul.rs): the slices' partial outs, each (M, N), side by side,
+// then out = their sum in slice order (p.batch slices), added to out in MODE_ADD.
+@group(0) @binding(4) var<storage, read> slices: array<f32>;    // (slices, M, N)
+
+@compute @workgroup_size(WG)
+fn matmul_slices_total(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    let mn = p.m * p.n;
+    if (i >= mn) { return; }
+    var total = slices[i];
+    for (var s = 1u; s < p.batch; s = s + 1u) { total = total + slices[s * mn + i]; }
+    if (p.mode == MODE_ADD) { total = out[i] + total; }
+    out[i] = total;
 }
 
 #if SUBGROUPS

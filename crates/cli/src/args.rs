@@ -92,6 +92,11 @@ pub struct BenchArgs {
     /// timestamp queries.
     #[arg(long)]
     pub no_timestamps: bool,
+    /// On the GPU, sum the long weight gradients (aᵀ·b over every token, few tiles of out) in K
+    /// slices side by side, then the slices in order: more workgroups for a large GPU. Other
+    /// bits than without; an experiment to measure (bench/ab.sh), off in training.
+    #[arg(long)]
+    pub k_slices: bool,
     #[command(flatten)]
     pub train: TrainArgs,
 }

@@ -142,10 +142,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let gpu = crate::gpu_backend_with(GpuOptions {
                 no_subgroups: args.no_subgroups,
                 no_timestamps: args.no_timestamps,
+                k_slices: args.k_slices,
                 tune: crate::tuning::enabled(),
                 ..GpuOptions::DEFAULT
             })?;
-            let path = if gpu.subgroups() { "subgroup" } else { "plain" };
+            let path = match (gpu.subgroups(), args.k_slices) {
+                (true, false) => "subgroup",
+                (false, false) => "plain",
+                (true, true) => "subgroup, K slices",
+                (false, true) => "plain, K slices",
+            };
             let be = Profiled::new(gpu);
             let report = measure(&be, cfg, &args, steps, path)?;
             Report {

@@ -686,6 +686,48 @@ fn too_big_a_buffer_is_a_clear_error() {
     assert!(err.contains("the logits") && err.contains("smaller"), "{err}");
 }
 
+/// With `k_slices`, a long aᵀ·b with few tiles of out (a weight gradient) is summed in K slices,
+/// then the slices in order: within tolerance of the CPU, written or added to out, the same bits
+/// in every tile; and other bits than the single chain, so the slices did run. A product that is
+/// not aᵀ·b, or whose K does not divide into whole K tiles, keeps the single chain.
+#[test]
+fn k_slices_give_the_same_bits_in_every_tile() {
+    let sliced = GpuOptions {
+        k_slices: true,
+        ..GpuOptions::DEFAULT
+    };
+    let (chain, slices) = (gpu(), gpu_with(sliced));
+    let slice_tiles = other_tiles(sliced);
+    let cpu = CpuBackend::<f32>::new();
+    let mut rng = SmallRng::seed_from_u64(23);
+    // (m, n, k, trans_a, trans_b, accumulate, whether it is sliced)
+    for (m, n, k, ta, tb, acc, in_slices) in [
+        (70, 90, 2048, true, false, false, true),
+        (70, 90, 2048, true, false, true, true),
+        (33, 5, 4096, true, false, false, true),
+        (70, 90, 2048, false, false, false, false),
+        (70, 90, 2050, true, false, false, false),
+    ] {
+        let mut d = MatmulDims::new(m, n, k);
+        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
+        let a = rand_vec(&mut rng, m * k, 1.0);
+        let b = rand_vec(&mut rng, k * n, 1.0);
+        let init = rand_vec(&mut rng, m * n, 1.0);
+        let name = format!("matmul {m}×{n}×{k} (ta={ta}, tb={tb}, acc={acc}) in K slices");
+        let got = matmul_case(&slices, &a, &b, &init, d);
+        assert_close(&name, &got, &matmul_case(&cpu, &a, &b, &init, d), 1e-5);
+        for (tile, be) in &slice_tiles {
+            assert_same_bits(&format!("tile {tile} {name}"), &matmul_case(be, &a, &b, &init, d), &got);
+        }
+        let one_chain = matmul_case(&chain, &a, &b, &init, d);
+        let same = one_chain[0]
+            .iter()
+            .zip(&got[0])
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert_eq!(!same, in_slices, "{name}: sliced {} where expected {in_slices}", !same);
+    }
+}
+
 /// 64 KiB bindings: 16,384 values, under every operand below, so each op binds windows.
 const SPLIT: GpuOptions = GpuOptions {
     max_binding_bytes: Some(64 << 10),

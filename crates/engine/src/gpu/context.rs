@@ -30,6 +30,11 @@ pub struct GpuOptions {
     /// fastest (`tuning.rs`); off, each runs its default. Natively only: the browser never waits
     /// for the device.
     pub tune: bool,
+    /// Sum the long, narrow products (the weight gradients aᵀ·b, K every token, few tiles of
+    /// out) in K slices side by side, then the slices in order (`ops::matmul`): more workgroups
+    /// for a large GPU, and other bits than one chain over K. Their partials take one 16 MiB
+    /// buffer. Off until measured on a GPU.
+    pub k_slices: bool,
 }
 
 impl GpuOptions {
@@ -41,6 +46,7 @@ impl GpuOptions {
         no_timestamps: false,
         overrides: &[],
         tune: false,
+        k_slices: false,
     };
 }
 
@@ -64,6 +70,11 @@ pub struct GpuBackend {
     overrides: &'static [Define],
     /// Whether the device was created with timestamp queries (`timing.rs`).
     pub(crate) timestamps: bool,
+    /// [`GpuOptions::k_slices`].
+    pub(crate) k_slices: bool,
+    /// The K slices' partial outs, one buffer every sliced product shares in turn, made on the
+    /// first (`ops::matmul`).
+    pub(crate) k_slice_partials: RefCell<Option<GpuTensor>>,
     /// The tunable ops' choices (`tuning.rs`).
     pub(crate) tuner: RefCell<super::tuning::Tuner>,
     /// The adapter, driver and build the choices hold for.
@@ -204,6 +215,8 @@ impl GpuBackend {
             subgroups,
             overrides: options.overrides,
             timestamps,
+            k_slices: options.k_slices,
+            k_slice_partials: RefCell::default(),
             sum_partials,
             description: format!("gpu ({name}, {:?})", info.backend),
             emulated: info.device_type == wgpu::DeviceType::Cpu,

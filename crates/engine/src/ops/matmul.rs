@@ -4,7 +4,7 @@
 //! backward `dx = dy·W` and `dW = dyᵀ·x` (trans_a).
 
 use crate::gpu::{AsArg, Candidate, GpuBackend, GpuTensor, VIEW_ALIGN};
-use crate::shaders::{Define, SUBGROUPS};
+use crate::shaders::{Define, SUBGROUPS, WG};
 use crate::Backend;
 
 /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N) (+ out[b] when `accumulate`).
@@ -280,6 +280,39 @@ impl MatmulDims {
 /// The shader's K tile: its zero padding only ever ends a chain.
 const TK: usize = 16;
 
+/// K slices ([`GpuOptions::k_slices`](crate::gpu::GpuOptions::k_slices)): a product aᵀ·b of one
+/// pair with K at least [`SLICE_MIN_K`] and fewer than [`SLICE_TILES`] tiles of 64×64 in out is
+/// summed in up to [`MAX_SLICES`] slices of K side by side, each at least [`SLICE_MIN_LEN`] long
+/// and a whole number of K tiles, their partial outs (at most [`SLICE_VALUES`] values) then added
+/// in slice order. These are the weight gradients Xᵀ·dY, whose K is every token of the batch:
+/// the toy's 256×256 out is 16 such tiles, where a large GPU has over a hundred multiprocessors.
+const SLICE_MIN_K: usize = 2048;
+const SLICE_TILES: usize = 128;
+const MAX_SLICES: usize = 8;
+const SLICE_MIN_LEN: usize = 512;
+const SLICE_VALUES: usize = 1 << 22;
+
+impl MatmulDims {
+    /// The K slices this product is summed in: 1 for one chain over K. It depends on the
+    /// shape alone, so every tile gives the same bits.
+    fn k_slices(&self) -> usize {
+        if self.batch != 1 || !self.trans_a || self.trans_b || self.k < SLICE_MIN_K || self.m * self.n == 0 {
+            return 1;
+        }
+        let tiles = self.m.div_ceil(64) * self.n.div_ceil(64);
+        let mut slices = 1;
+        while slices < MAX_SLICES
+            && tiles * slices < SLICE_TILES
+            && self.k.is_multiple_of(2 * slices * TK)
+            && self.k / (2 * slices) >= SLICE_MIN_LEN
+            && 2 * slices * self.m * self.n <= SLICE_VALUES
+        {
+            slices *= 2;
+        }
+        slices
+    }
+}
+
 /// The rows (`BM`) and columns (`BN`) of out one workgroup computes, and whether a's slice
 /// reaches the registers through subgroup shuffles (`SUBGROUPS`): the shader's switches. Every
 /// tile computes each out value as the same chain of fmas (`shaders/matmul.wgsl`), so the
@@ -522,6 +555,10 @@ pub mod gpu {
                 op(d.trans_b, "b")
             )
         };
+        let class = || match slices(gpu, &d) {
+            1 => class(),
+            n => format!("{} in {n} K slices", class()),
+        };
         let tile = gpu.tuned("matmul", class, TILES, |tile, growth| {
             let (part, whole) = d.for_tuning(growth);
             if let Ok(scratch) = gpu.zeros("tuning scratch", part.batch * part.m * part.n) {
@@ -549,6 +586,10 @@ pub mod gpu {
             && d.m.div_ceil(bm) <= groups
             && d.n.div_ceil(bn) <= groups;
         if fits || d.m == 0 || d.n == 0 {
+            let slices = slices(gpu, &d);
+            if slices > 1 && slices * d.m * d.n <= cap {
+                return in_slices(gpu, out, a, b, d, slices, tile);
+            }
             let all = [(0, out.len), (0, a.len), (0, b.len)];
             return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate), tile);
         }
@@ -582,6 +623,66 @@ pub mod gpu {
                 }
             }
         }
+    }
+
+    /// The K slices `d` is summed in on this device: 1 unless [`GpuOptions::k_slices`] is on.
+    ///
+    /// [`GpuOptions::k_slices`]: crate::gpu::GpuOptions::k_slices
+    fn slices(gpu: &GpuBackend, d: &MatmulDims) -> usize {
+        if gpu.k_slices {
+            d.k_slices()
+        } else {
+            1
+        }
+    }
+
+    /// aᵀ·b in `slices` slices of K: one launch computes every slice's partial out side by side
+    /// (slice s a batch whose a and b start s·K/slices rows on), then each out value is the
+    /// partials added in slice order, onto out when accumulating.
+    fn in_slices(
+        gpu: &GpuBackend,
+        out: &GpuTensor,
+        a: &GpuTensor,
+        b: &GpuTensor,
+        d: MatmulDims,
+        slices: usize,
+        tile: Tile,
+    ) {
+        let (mn, ks) = (d.m * d.n, d.k / slices);
+        let held = gpu.k_slice_partials.borrow().clone();
+        let all = match held.map_or_else(|| gpu.zeros("matmul K slices", SLICE_VALUES), Ok) {
+            Ok(all) => all,
+            Err(e) => return gpu.refuse(format!("matmul: no room for the K slices' partials: {e}")),
+        };
+        *gpu.k_slice_partials.borrow_mut() = Some(all.clone());
+        let partials = gpu.view(&all, 0, slices * mn);
+        let parts = MatmulDims {
+            batch: slices,
+            k: ks,
+            stride_a: ks * d.m,
+            stride_b: ks * d.n,
+            accumulate: false,
+            ..d
+        };
+        let whole = Block {
+            m: (0, d.m),
+            n: (0, d.n),
+            k: (0, ks),
+        };
+        let all = [(0, partials.len), (0, a.len), (0, b.len)];
+        launch(gpu, &partials, a, b, &parts, &whole, all, WRITE, tile);
+        let mut params = [0u32; 17];
+        (params[0], params[1], params[2], params[6]) =
+            (slices as u32, d.m as u32, d.n as u32, first_mode(d.accumulate));
+        let args = [(1, out.arg()), (4, partials.arg())];
+        gpu.dispatch_with_at(
+            "matmul",
+            "matmul_slices_total",
+            &tile.defines(),
+            &params,
+            &args,
+            gpu.grid_1d(mn, WG),
+        );
     }
 }
 
