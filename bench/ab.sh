@@ -8,8 +8,9 @@
 #   bench/ab.sh /tmp/resmem.old target/release/resmem --backend cpu --arch rmt --batch 32 --seq-len 128 --context 128
 #   ROUNDS=3 bench/ab.sh .gpubin/resmem.old .gpubin/resmem --preset gpt2-small --data data/shakespeare-gpt2
 #
-# ROUNDS (default 3) pairs of runs; KEEP=DIR keeps every run's JSON there; PYTHON (default
-# python3) summarises. Each side keeps the tuning cache it finds, as a user's would: give A its
+# ROUNDS (default 3) pairs of runs; FLAGS_B, flags for B's runs only (one build with and without
+# an option: FLAGS_B=--k-slices bench/ab.sh R R …); KEEP=DIR keeps every run's JSON there; PYTHON
+# (default python3) summarises. Each side keeps the tuning cache it finds, as a user's would: give A its
 # own cache directory (XDG_CACHE_HOME) where its candidates differ from B's.
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
@@ -32,16 +33,19 @@ else
 fi
 for round in $(seq 1 "$ROUNDS"); do
     for side in A B; do
-        bin=$A
-        [[ $side == B ]] && bin=$B
+        bin=$A extra=()
+        # shellcheck disable=SC2206
+        [[ $side == B ]] && bin=$B extra=(${FLAGS_B:-})
         echo "round $round: $side" >&2
-        if ! "$bin" bench "$@" --json >"$OUT/$side-$round.json" 2>"$OUT/$side-$round.err"; then
+        if ! "$bin" bench "$@" "${extra[@]}" --json >"$OUT/$side-$round.json" 2>"$OUT/$side-$round.err"; then
             echo "error: $side ($bin) failed: $(tail -3 "$OUT/$side-$round.err")" >&2
             exit 1
         fi
     done
 done
-echo "bench/ab.sh, $ROUNDS rounds interleaved: A = $A, B = $B"
+rounds="$ROUNDS rounds interleaved"
+[[ $ROUNDS == 1 ]] && rounds="1 round"
+echo "bench/ab.sh, $rounds: A = $A, B = $B${FLAGS_B:+ $FLAGS_B}"
 echo "flags: $*"
 "$PYTHON" - "$OUT" "$ROUNDS" <<'EOF'
 import json, statistics, sys

@@ -34,7 +34,8 @@ peer_device=cpu
 [[ $cuda_ok == 1 ]] && peer_device=cuda
 status=0
 
-# 1. resmem bench and the peer on each pair: name, resmem flags, peer flags.
+# 1. resmem bench and the peer on each pair: name, resmem flags, peer flags. Then the toy pair
+# untuned, and the K slices' A/B.
 pairs=(
     "toy-rmt|--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024 --context 128 --seq-len 128 --batch 32|--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024 --seq-len 128 --batch 32"
     "toy-transformer|--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024 --context 128 --seq-len 128 --batch 32|--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024 --seq-len 128 --batch 32"
@@ -73,6 +74,26 @@ for name in toy-rmt toy-transformer; do
             || { echo "resmem bench $name --no-tune failed: $(tail -3 "$KEEP/resmem-$name-untuned.err")" >&2; status=1; }
     done
 done
+
+# The K slices (`--k-slices`, an option until measured) against one chain over K, interleaved,
+# where they apply: the weight gradients of the toy RMT and of table9-46m.
+if [[ $BACKEND == gpu ]]; then
+    for name in toy-rmt table9-46m; do
+        for pair in "${pairs[@]}"; do
+            IFS='|' read -r n flags _ <<<"$pair"
+            [[ $n == "$name" ]] || continue
+            small=()
+            [[ -n ${DRY:-} && $name != toy-* ]] && small=(--batch 2 --seq-len 64)
+            rounds=3
+            [[ -n ${DRY:-} ]] && rounds=1
+            # shellcheck disable=SC2086
+            if ! ROUNDS=$rounds FLAGS_B=--k-slices PYTHON=$PYTHON timeout 300 bench/ab.sh "$R" "$R" $flags "${small[@]}" \
+                --backend "$BACKEND" "${timing[@]}" >"$KEEP/ab-k-slices-$name.md" 2>"$KEEP/ab-k-slices-$name.err"; then
+                echo "bench/ab.sh --k-slices $name failed: $(tail -3 "$KEEP/ab-k-slices-$name.err")" >&2; status=1
+            fi
+        done
+    done
+fi
 
 # 2. The kernels against their CPU twins on awkward shapes (after the timings, so that a hung
 # driver cannot cost them): `resmem selftest`, then any GPU test binaries given.
@@ -158,6 +179,13 @@ print()
 for n in ["toy-rmt", "toy-transformer"]:
     a, b = load(f"resmem-{n}.json"), load(f"resmem-{n}-untuned.json")
     print(f"- {n}: " + (f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}×" if a and b else "–"))
+for n in ["toy-rmt", "table9-46m"]:
+    ab = os.path.join(keep, f"ab-k-slices-{n}.md")
+    if os.path.exists(ab) and os.path.getsize(ab):
+        print()
+        print(f"K slices against one chain over K, {n} (`bench/ab.sh`, B with `--k-slices`):")
+        print()
+        print(open(ab).read().rstrip())
 for n in names:
     r = load(f"resmem-{n}.json")
     if not r:
