@@ -464,6 +464,9 @@ pub(crate) const DEFINES: &[Define] = &[
     Define::u32("MODE_CONTINUE", CONTINUE),
 ];
 
+/// The u32s of the shader's `Params`, in every launch's uniform.
+const PARAMS: usize = 17;
+
 /// The mode of the first launch along K.
 fn first_mode(accumulate: bool) -> u32 {
     match accumulate {
@@ -498,7 +501,7 @@ fn launch(
     let whole_vec4s = |off: usize, ld: usize, stride: usize| {
         off.is_multiple_of(4) && ld.is_multiple_of(4) && (d.batch == 1 || stride.is_multiple_of(4))
     };
-    let params = [
+    let params: [u32; PARAMS] = [
         d.batch,
         m,
         n,
@@ -650,11 +653,13 @@ pub mod gpu {
     ) {
         let (mn, ks) = (d.m * d.n, d.k / slices);
         let held = gpu.k_slice_partials.borrow().clone();
-        let all = match held.map_or_else(|| gpu.zeros("matmul K slices", SLICE_VALUES), Ok) {
-            Ok(all) => all,
-            Err(e) => return gpu.refuse(format!("matmul: no room for the K slices' partials: {e}")),
+        let all = match held {
+            Some(all) => all,
+            None => match gpu.zeros("matmul K slices", SLICE_VALUES) {
+                Ok(all) => gpu.k_slice_partials.borrow_mut().insert(all).clone(),
+                Err(e) => return gpu.refuse(format!("matmul: no room for the K slices' partials: {e}")),
+            },
         };
-        *gpu.k_slice_partials.borrow_mut() = Some(all.clone());
         let partials = gpu.view(&all, 0, slices * mn);
         let parts = MatmulDims {
             batch: slices,
@@ -671,7 +676,7 @@ pub mod gpu {
         };
         let all = [(0, partials.len), (0, a.len), (0, b.len)];
         launch(gpu, &partials, a, b, &parts, &whole, all, WRITE, tile);
-        let mut params = [0u32; 17];
+        let mut params = [0u32; PARAMS];
         (params[0], params[1], params[2], params[6]) =
             (slices as u32, d.m as u32, d.n as u32, first_mode(d.accumulate));
         let args = [(1, out.arg()), (4, partials.arg())];
