@@ -195,8 +195,8 @@ pub fn build_name() -> &'static str {
     "baseline"
 }
 
-/// Σ f(x_i), in [`LANES`] partial sums (value i into lane i mod LANES) added in lane order:
-/// the order is the source's, so every build and CPU gives the same bits.
+/// Σ f(x_i), in [`LANES`] partial sums (value i into lane i mod LANES) added in halves: the
+/// order is the source's, so every build and CPU gives the same bits.
 #[inline(always)]
 pub fn lane_sum<T: crate::ops::Scalar>(x: &[T], f: impl Fn(T) -> T) -> T {
     let mut acc = [T::zero(); LANES];
@@ -209,7 +209,21 @@ pub fn lane_sum<T: crate::ops::Scalar>(x: &[T], f: impl Fn(T) -> T) -> T {
     for (l, &v) in chunks.remainder().iter().enumerate() {
         acc[l] = acc[l] + f(v);
     }
-    acc.iter().fold(T::zero(), |s, &a| s + a)
+    halves(acc, |a, b| a + b)
+}
+
+/// The lanes folded by `op` in halves: lane l with lane l + w for w = LANES/2, …, 1. A chain
+/// log2(LANES) deep instead of LANES, in the same order in every build.
+#[inline(always)]
+fn halves<T: Copy>(mut acc: [T; LANES], op: impl Fn(T, T) -> T) -> T {
+    let mut w = LANES / 2;
+    while w > 0 {
+        for l in 0..w {
+            acc[l] = op(acc[l], acc[l + w]);
+        }
+        w /= 2;
+    }
+    acc[0]
 }
 
 /// The largest value, in [`LANES`] partial maxima: exact in any order, and a chain a lane
@@ -226,7 +240,7 @@ pub fn lane_max<T: crate::ops::Scalar>(x: &[T]) -> T {
     for (l, &v) in chunks.remainder().iter().enumerate() {
         acc[l] = acc[l].max(v);
     }
-    acc.iter().fold(T::neg_infinity(), |m, &a| m.max(a))
+    halves(acc, |a, b| a.max(b))
 }
 
 /// out = Σ parts, added in the order given: per-chunk partial sums (a key or gain gradient)

@@ -183,7 +183,22 @@ mod cpu_twin {
     /// products that contract over the head dimension.
     #[inline(always)]
     fn transposed<T: Scalar>(into: &mut [T], x: &[T], at: Rows, tt: usize, dh: usize) {
-        for (t, row) in rows_of(x, at, dh).take(tt).enumerate() {
+        // Blocks of LANES tokens, each column's LANES values stored side by side.
+        let whole = tt - tt % LANES;
+        assert!(into.len() >= dh * tt);
+        for t0 in (0..whole).step_by(LANES) {
+            let block = &x[at.offset + t0 * at.stride..];
+            // The block's last value, (LANES − 1, dh − 1): every value read lies at or before it.
+            assert!((LANES - 1) * at.stride + dh <= block.len());
+            for c in 0..dh {
+                let column: &mut [T; LANES] = (&mut into[c * tt + t0..][..LANES]).try_into().unwrap();
+                for (l, v) in column.iter_mut().enumerate() {
+                    // SAFETY: l·stride + c < (LANES − 1)·stride + dh, checked above.
+                    *v = unsafe { *block.get_unchecked(l * at.stride + c) };
+                }
+            }
+        }
+        for (t, row) in rows_of(x, at, dh).take(tt).enumerate().skip(whole) {
             for (column, &v) in into.chunks_exact_mut(tt).zip(row) {
                 column[t] = v;
             }
@@ -197,6 +212,17 @@ mod cpu_twin {
         let seen = first_key(starts, i) - k0..i - k0 + 1;
         let span = seen.end.next_multiple_of(LANES);
         (seen, span)
+    }
+
+    /// Zeros a row's values past its span that the products still read: a group of SUB rows
+    /// (P·v, dS·k) reads each row up to the group's last key, a group of SUB keys (dSᵀ·q,
+    /// Pᵀ·dout) reads from its first row on, so neither reads past key `seen.end + SUB − 1`.
+    /// Nothing further is read, so the rest of the row is left as it was.
+    fn zero_past_span<T: Scalar>(row: &mut [T], seen_end: usize, span: usize) {
+        let read = (seen_end + SUB - 1).min(row.len());
+        if read > span {
+            row[span..read].fill(T::zero());
+        }
     }
 
     /// logit(i, j) = scale·(q_i·k_j) − slope·(i − j), from the raw product q_i·k_j and the
@@ -275,7 +301,8 @@ mod cpu_twin {
                     for (r, (row, sum)) in s.chunks_mut(stride).zip(&mut sums).take(m).enumerate() {
                         let i = i0 + r;
                         let (seen, span) = row_span(starts, i, k0);
-                        let (row, rest) = row.split_at_mut(span);
+                        zero_past_span(row, seen.end, span);
+                        let row = &mut row[..span];
                         let (first, fi) = (pos[k0 + seen.start], pos[i]);
                         let (lanes, keys) = (row.as_chunks_mut::<LANES>().0, pos[k0..][..span].as_chunks::<LANES>().0);
                         let mut mx = [T::neg_infinity(); LANES];
@@ -296,7 +323,6 @@ mod cpu_twin {
                         }
                         *sum = lane_sum(&sum_lanes, |a| a);
                         lse[h * tt + i] = mx + sum.ln();
-                        rest.fill(T::zero());
                     }
                     // out = P·v, each group of queries over the keys up to its last.
                     for (r0, rows, seen) in blk.groups() {
@@ -396,7 +422,9 @@ mod cpu_twin {
                         let i = i0 + r;
                         let (seen, span) = row_span(starts, i, k0);
                         let (lse, delta) = (lse[h * tt + i], delta[h * tt + i]);
-                        let ((pr, pr_rest), (ds, ds_rest)) = (pr.split_at_mut(span), ds.split_at_mut(span));
+                        zero_past_span(pr, seen.end, span);
+                        zero_past_span(ds, seen.end, span);
+                        let (pr, ds) = (&mut pr[..span], &mut ds[..span]);
                         // The keys outside `seen` get P = dS = 0.
                         let fi = pos[i];
                         for (a, &pj) in pr[seen.clone()].iter_mut().zip(&pos[k0 + seen.start..]) {
@@ -413,8 +441,6 @@ mod cpu_twin {
                         }
                         ds[..seen.start].fill(T::zero());
                         ds[seen.end..].fill(T::zero());
-                        pr_rest.fill(T::zero());
-                        ds_rest.fill(T::zero());
                     }
                     // dq = dS·k, each group of queries over the keys up to its last.
                     for (r0, rows, seen) in blk.groups() {
