@@ -222,65 +222,79 @@ const KG_STRIDE: u32 = KEY_GRAD_TILE + 1u;          // a row in workgroup memory
 var<workgroup> kg_a: array<f32, KEY_GRAD_TILE * (KEY_GRAD_TILE + 1u)>;
 var<workgroup> kg_b: array<f32, KEY_GRAD_TILE * (KEY_GRAD_TILE + 1u)>;
 
-// This thread's four values of a step, of a's rows h0 + r and b's rows i0 + r (r = lid / TILE +
-// k·ROWS) at v = v0 + lid % TILE; zero past the ends.
+// Four values of a step for the thread that loads column `col` of the tile: a's rows h0 + r and
+// b's rows i0 + r for r = row + k·step (k < 4), at v = v0 + col; zero past the ends.
 struct KeyGradStep { a: vec4<f32>, b: vec4<f32> }
 
-fn key_grad_read(lid: u32, t: u32, v0: u32, h0: u32, i0: u32) -> KeyGradStep {
-    let v = v0 + lid % KEY_GRAD_TILE;
-    let r = lid / KEY_GRAD_TILE;
+fn key_grad_read(row: u32, col: u32, step: u32, t: u32, v0: u32, h0: u32, i0: u32) -> KeyGradStep {
+    let v = v0 + col;
+    let r = row;
     let st = norm_of(t);
     var s = KeyGradStep(vec4<f32>(0.0), vec4<f32>(0.0));
     if (v < p.dv) {
         let h = h0 + r;
         let i = i0 + r;
         if (h < p.keys) { s.a.x = ga[(t * p.keys + h) * p.dv + v]; }
-        if (h + KG_ROWS < p.keys) { s.a.y = ga[(t * p.keys + h + KG_ROWS) * p.dv + v]; }
-        if (h + 2u * KG_ROWS < p.keys) { s.a.z = ga[(t * p.keys + h + 2u * KG_ROWS) * p.dv + v]; }
-        if (h + 3u * KG_ROWS < p.keys) { s.a.w = ga[(t * p.keys + h + 3u * KG_ROWS) * p.dv + v]; }
+        if (h + step < p.keys) { s.a.y = ga[(t * p.keys + h + step) * p.dv + v]; }
+        if (h + 2u * step < p.keys) { s.a.z = ga[(t * p.keys + h + 2u * step) * p.dv + v]; }
+        if (h + 3u * step < p.keys) { s.a.w = ga[(t * p.keys + h + 3u * step) * p.dv + v]; }
         if (i < p.dk) { s.b.x = normed(gb[(t * p.dk + i) * p.dv + v], i * p.dv + v, st); }
-        let i1 = i + KG_ROWS;
+        let i1 = i + step;
         if (i1 < p.dk) { s.b.y = normed(gb[(t * p.dk + i1) * p.dv + v], i1 * p.dv + v, st); }
-        let i2 = i + 2u * KG_ROWS;
+        let i2 = i + 2u * step;
         if (i2 < p.dk) { s.b.z = normed(gb[(t * p.dk + i2) * p.dv + v], i2 * p.dv + v, st); }
-        let i3 = i + 3u * KG_ROWS;
+        let i3 = i + 3u * step;
         if (i3 < p.dk) { s.b.w = normed(gb[(t * p.dk + i3) * p.dv + v], i3 * p.dv + v, st); }
     }
     return s;
 }
 
-@compute @workgroup_size(KG_THREADS)
-fn key_grad_partial(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+// Puts a step's four values read by `key_grad_read` at `at` (its row and column in workgroup
+// memory) and `gap` rows apart.
+fn key_grad_place(s: KeyGradStep, at: u32, gap: u32) {
+    kg_a[at] = s.a.x;
+    kg_a[at + gap] = s.a.y;
+    kg_a[at + 2u * gap] = s.a.z;
+    kg_a[at + 3u * gap] = s.a.w;
+    kg_b[at] = s.b.x;
+    kg_b[at + gap] = s.b.y;
+    kg_b[at + 2u * gap] = s.b.z;
+    kg_b[at + 3u * gap] = s.b.w;
+}
+
+// The tile (h0, i0) and chunk of tokens of workgroup `g`, or none past the last: (chunk, h0, i0).
+fn key_grad_tile(g: u32) -> vec3<u32> {
     let tiles_i = (p.dk + KEY_GRAD_TILE - 1u) / KEY_GRAD_TILE;
     let tiles = (p.keys + KEY_GRAD_TILE - 1u) / KEY_GRAD_TILE * tiles_i;
     let chunks = (p.tokens + KEY_GRAD_CHUNK - 1u) / KEY_GRAD_CHUNK;
-    let g = flat_group(wid, nwg);
-    if (g >= chunks * tiles) { return; }
-    let c = g / tiles;
-    let h0 = (g % tiles) / tiles_i * KEY_GRAD_TILE;
-    let i0 = (g % tiles) % tiles_i * KEY_GRAD_TILE;
+    if (g >= chunks * tiles) { return vec3<u32>(NO_TILE); }
+    return vec3<u32>(g / tiles, (g % tiles) / tiles_i * KEY_GRAD_TILE, (g % tiles) % tiles_i * KEY_GRAD_TILE);
+}
+const NO_TILE: u32 = 0xffffffffu;
+
+@compute @workgroup_size(KG_THREADS)
+fn key_grad_partial(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let tile = key_grad_tile(flat_group(wid, nwg));
+    if (tile.x == NO_TILE) { return; }
+    let c = tile.x;
+    let h0 = tile.y;
+    let i0 = tile.z;
     let th = lid / KG_SIDE;
     let ti = lid % KG_SIDE;
     let t0 = c * KEY_GRAD_CHUNK;
     let spans = (p.dv + KEY_GRAD_TILE - 1u) / KEY_GRAD_TILE;
     let steps = (min(p.tokens, t0 + KEY_GRAD_CHUNK) - t0) * spans;
     // Where this thread's loads land: row lid / TILE (+ k·ROWS), column lid % TILE.
-    let at = (lid / KEY_GRAD_TILE) * KG_STRIDE + lid % KEY_GRAD_TILE;
-    let next_rows = KG_ROWS * KG_STRIDE;
+    let row = lid / KEY_GRAD_TILE;
+    let col = lid % KEY_GRAD_TILE;
+    let at = row * KG_STRIDE + col;
     var acc = vec4<f32>(0.0); // (h, i), (h, i + SIDE), (h + SIDE, i), (h + SIDE, i + SIDE)
-    var next = key_grad_read(lid, t0, 0u, h0, i0);
+    var next = key_grad_read(row, col, KG_ROWS, t0, 0u, h0, i0);
     for (var s = 0u; s < steps; s = s + 1u) {
-        kg_a[at] = next.a.x;
-        kg_a[at + next_rows] = next.a.y;
-        kg_a[at + 2u * next_rows] = next.a.z;
-        kg_a[at + 3u * next_rows] = next.a.w;
-        kg_b[at] = next.b.x;
-        kg_b[at + next_rows] = next.b.y;
-        kg_b[at + 2u * next_rows] = next.b.z;
-        kg_b[at + 3u * next_rows] = next.b.w;
+        key_grad_place(next, at, KG_ROWS * KG_STRIDE);
         workgroupBarrier();
         if (s + 1u < steps) {
-            next = key_grad_read(lid, t0 + (s + 1u) / spans, ((s + 1u) % spans) * KEY_GRAD_TILE, h0, i0);
+            next = key_grad_read(row, col, KG_ROWS, t0 + (s + 1u) / spans, ((s + 1u) % spans) * KEY_GRAD_TILE, h0, i0);
         }
         let width = min(KEY_GRAD_TILE, p.dv - (s % spans) * KEY_GRAD_TILE);
         for (var v = 0u; v < width; v = v + 1u) {
@@ -299,6 +313,97 @@ fn key_grad_partial(@builtin(local_invocation_index) lid: u32, @builtin(workgrou
     if (h < p.keys && i + KG_SIDE < p.dk) { partials[out + h * p.dk + i + KG_SIDE] = acc.y; }
     if (h + KG_SIDE < p.keys && i < p.dk) { partials[out + (h + KG_SIDE) * p.dk + i] = acc.z; }
     if (h + KG_SIDE < p.keys && i + KG_SIDE < p.dk) { partials[out + (h + KG_SIDE) * p.dk + i + KG_SIDE] = acc.w; }
+}
+
+// key_grad_partial_wide: the same partial sums, each of the tile's (TILE/WIDE)² threads owning a
+// WIDE × WIDE block, h = h0 + th + SIDE·j, i = i0 + ti + SIDE·k (j, k < 4): a value read from
+// workgroup memory feeds 4 multiply-adds instead of 2, on fewer threads (a tuning candidate).
+// Each output adds the same products in the same (t, v) order, so the bits are the same. Its
+// sums and loads are named vectors, never arrays indexed by a loop variable (which NVIDIA keeps
+// in local memory).
+const KGW_SIDE: u32 = KEY_GRAD_TILE / KEY_GRAD_WIDE;  // threads a side
+const KGW_THREADS: u32 = KGW_SIDE * KGW_SIDE;
+const KGW_ROWS: u32 = KGW_THREADS / KEY_GRAD_TILE;    // rows one load of the workgroup covers
+const KGW_QUARTER: u32 = 4u * KGW_ROWS;               // rows between a thread's four reads
+
+// Row r (0-3) of the block: a thread's sums for (h0 + th + SIDE·r, i0 + ti + SIDE·k), k < 4.
+fn key_grad_write_row(out: u32, h: u32, i: u32, sums: vec4<f32>) {
+    if (h >= p.keys) { return; }
+    if (i < p.dk) { partials[out + h * p.dk + i] = sums.x; }
+    if (i + KGW_SIDE < p.dk) { partials[out + h * p.dk + i + KGW_SIDE] = sums.y; }
+    if (i + 2u * KGW_SIDE < p.dk) { partials[out + h * p.dk + i + 2u * KGW_SIDE] = sums.z; }
+    if (i + 3u * KGW_SIDE < p.dk) { partials[out + h * p.dk + i + 3u * KGW_SIDE] = sums.w; }
+}
+
+// Four values of workgroup memory `SIDE` rows apart from row r, column v.
+fn kgw_a(r: u32, v: u32) -> vec4<f32> {
+    return vec4<f32>(kg_a[r * KG_STRIDE + v], kg_a[(r + KGW_SIDE) * KG_STRIDE + v],
+        kg_a[(r + 2u * KGW_SIDE) * KG_STRIDE + v], kg_a[(r + 3u * KGW_SIDE) * KG_STRIDE + v]);
+}
+fn kgw_b(r: u32, v: u32) -> vec4<f32> {
+    return vec4<f32>(kg_b[r * KG_STRIDE + v], kg_b[(r + KGW_SIDE) * KG_STRIDE + v],
+        kg_b[(r + 2u * KGW_SIDE) * KG_STRIDE + v], kg_b[(r + 3u * KGW_SIDE) * KG_STRIDE + v]);
+}
+
+@compute @workgroup_size(KGW_THREADS)
+fn key_grad_partial_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let tile = key_grad_tile(flat_group(wid, nwg));
+    if (tile.x == NO_TILE) { return; }
+    let h0 = tile.y;
+    let i0 = tile.z;
+    let th = lid / KGW_SIDE;
+    let ti = lid % KGW_SIDE;
+    let t0 = tile.x * KEY_GRAD_CHUNK;
+    let spans = (p.dv + KEY_GRAD_TILE - 1u) / KEY_GRAD_TILE;
+    let steps = (min(p.tokens, t0 + KEY_GRAD_CHUNK) - t0) * spans;
+    // This thread loads column lid % TILE of rows lid / TILE + k·ROWS, k < 16, in four reads of
+    // four rows each, QUARTER rows apart.
+    let row = lid / KEY_GRAD_TILE;
+    let col = lid % KEY_GRAD_TILE;
+    let at = row * KG_STRIDE + col;
+    let gap = KGW_ROWS * KG_STRIDE;
+    let quarter = KGW_QUARTER * KG_STRIDE;
+    // acc_j: the sums of (h0 + th + SIDE·j, i0 + ti + SIDE·k) for k = 0..3.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    var n0 = key_grad_read(row, col, KGW_ROWS, t0, 0u, h0, i0);
+    var n1 = key_grad_read(row + KGW_QUARTER, col, KGW_ROWS, t0, 0u, h0, i0);
+    var n2 = key_grad_read(row + 2u * KGW_QUARTER, col, KGW_ROWS, t0, 0u, h0, i0);
+    var n3 = key_grad_read(row + 3u * KGW_QUARTER, col, KGW_ROWS, t0, 0u, h0, i0);
+    for (var s = 0u; s < steps; s = s + 1u) {
+        key_grad_place(n0, at, gap);
+        key_grad_place(n1, at + quarter, gap);
+        key_grad_place(n2, at + 2u * quarter, gap);
+        key_grad_place(n3, at + 3u * quarter, gap);
+        workgroupBarrier();
+        if (s + 1u < steps) {
+            let t = t0 + (s + 1u) / spans;
+            let v0 = ((s + 1u) % spans) * KEY_GRAD_TILE;
+            n0 = key_grad_read(row, col, KGW_ROWS, t, v0, h0, i0);
+            n1 = key_grad_read(row + KGW_QUARTER, col, KGW_ROWS, t, v0, h0, i0);
+            n2 = key_grad_read(row + 2u * KGW_QUARTER, col, KGW_ROWS, t, v0, h0, i0);
+            n3 = key_grad_read(row + 3u * KGW_QUARTER, col, KGW_ROWS, t, v0, h0, i0);
+        }
+        let width = min(KEY_GRAD_TILE, p.dv - (s % spans) * KEY_GRAD_TILE);
+        for (var v = 0u; v < width; v = v + 1u) {
+            let a = kgw_a(th, v);
+            let b = kgw_b(ti, v);
+            acc0 = acc0 + vec4<f32>(a.x * b.x, a.x * b.y, a.x * b.z, a.x * b.w);
+            acc1 = acc1 + vec4<f32>(a.y * b.x, a.y * b.y, a.y * b.z, a.y * b.w);
+            acc2 = acc2 + vec4<f32>(a.z * b.x, a.z * b.y, a.z * b.z, a.z * b.w);
+            acc3 = acc3 + vec4<f32>(a.w * b.x, a.w * b.y, a.w * b.z, a.w * b.w);
+        }
+        workgroupBarrier();
+    }
+    let out = tile.x * p.keys * p.dk;
+    let h = h0 + th;
+    let i = i0 + ti;
+    key_grad_write_row(out, h, i, acc0);
+    key_grad_write_row(out, h + KGW_SIDE, i, acc1);
+    key_grad_write_row(out, h + 2u * KGW_SIDE, i, acc2);
+    key_grad_write_row(out, h + 3u * KGW_SIDE, i, acc3);
 }
 
 // key_grad_reduce(dkeys, partials): dkeys[h][i] = Σ_c partials[c][h][i], the column sums of

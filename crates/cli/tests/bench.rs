@@ -153,7 +153,9 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
                 }
                 let names: Vec<&str> = kernels.iter().filter_map(|k| k["kernel"].as_str()).collect();
                 if arch == "rmt" {
-                    assert!(names.contains(&"residual_matrix::key_grad_partial"), "{at}: {names:?}");
+                    // Either key gradient kernel, as tuning chose.
+                    let key_grad = |n: &&str| n.starts_with("residual_matrix::key_grad_partial");
+                    assert!(names.iter().any(key_grad), "{at}: {names:?}");
                 }
             } else {
                 assert!(kernels.is_empty(), "{at}: kernels without timestamps: {kernels:?}");

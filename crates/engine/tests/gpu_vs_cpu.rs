@@ -898,9 +898,19 @@ fn what_cannot_be_split_is_a_clear_error() {
 /// Shapes that split the retrieval's 8-key groups, the 256-thread workgroups, the 32-token
 /// chunks of the key gradient and the CPU's register blocks (4 rows, 16 columns) unevenly; the
 /// last two have more than one chunk's worth of tokens, and the last spreads the key gradient
-/// over two of its 32×32 tiles each way and two 32-wide steps of D_v.
+/// over two of its 32×32 tiles each way and two 32-wide steps of D_v. Every key gradient kernel
+/// tuning may choose gives the default's bits.
 #[test]
 fn residual_matrix_store_retrieve_and_backwards() {
+    let (default, kernels) = (gpu(), ops::residual_matrix::KEY_GRAD_KERNELS);
+    let others: Vec<_> = (1..kernels.len())
+        .map(|i| {
+            let be = gpu();
+            assert!(kernels[i].fits(&be), "{} fits every WebGPU device", kernels[i].name());
+            be.force_candidate("key_grad", i);
+            (kernels[i].name(), be)
+        })
+        .collect();
     let mut rng = SmallRng::seed_from_u64(15);
     for (tokens, dk, dv, keys) in [
         (1, 1, 1, 1),
@@ -919,6 +929,11 @@ fn residual_matrix_store_retrieve_and_backwards() {
             1e-5,
             residual_matrix_case(&x, &k, &data, &base, d)
         );
+        let want = residual_matrix_case(&default, &x, &k, &data, &base, d);
+        for (kernel, be) in &others {
+            let name = format!("residual matrix, key gradient {kernel}, {d:?}");
+            assert_same_bits(&name, &residual_matrix_case(be, &x, &k, &data, &base, d), &want);
+        }
     }
 }
 
@@ -1168,8 +1183,9 @@ fn selftest_passes_and_catches_a_broken_kernel() {
     assert_eq!(failed(&broken), ["elementwise"]);
 }
 
-/// `resmem selftest` on the GPU also checks every kernel tuning may choose: each matmul tile and
-/// attention kernel that fits but the defaults, through its family's cases, all passing.
+/// `resmem selftest` on the GPU also checks every kernel tuning may choose: each matmul tile,
+/// attention kernel and key gradient kernel that fits but the defaults, through its family's
+/// cases, all passing.
 #[test]
 fn selftest_checks_every_tuning_candidate() {
     let be = gpu();
@@ -1188,5 +1204,10 @@ fn selftest_checks_every_tuning_candidate() {
     for label in tiles.chain(kernels) {
         let n = checks.iter().filter(|c| c.case.starts_with(&label)).count();
         assert!(n >= 8, "{label}: {n} checks");
+    }
+    for k in &ops::residual_matrix::KEY_GRAD_KERNELS[1..] {
+        let label = format!("key gradient {}: ", k.name());
+        let n = checks.iter().filter(|c| c.case.starts_with(&label)).count();
+        assert!(n >= 3, "{label}: {n} checks");
     }
 }

@@ -206,13 +206,37 @@ async fn attention_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, ch
     Ok(())
 }
 
+/// The RMT's retrieval, storage and key gradient, plain and fused with the norm, on shapes that
+/// split every tile unevenly; each case's name starts with `label`.
+async fn residual_matrix_cases<B: Backend>(
+    be: &B,
+    rng: &mut SmallRng,
+    label: &str,
+    checks: &mut Vec<Check>,
+) -> Result<()> {
+    for (tokens, dk, dv, keys) in [(7, 5, 13, 3), (71, 9, 17, 21), (40, 33, 35, 37)] {
+        let d = ResidualDims { tokens, dk, dv, keys };
+        let (x, k) = (random(rng, d.matrices(), 1.0), random(rng, d.key_values(), 1.0));
+        let (data, base) = (random(rng, d.vectors(), 1.0), random(rng, d.matrices(), 1.0));
+        check!(
+            checks,
+            be,
+            "residual_matrix",
+            format!("{label}{d:?}"),
+            1e-5,
+            residual_matrix(&x, &k, &data, &base, d)
+        );
+    }
+    Ok(())
+}
+
 /// The kernels tuning may choose on `gpu` besides the defaults [`run`] checks: every other matmul
-/// tile and attention kernel that fits, each forced in turn through its family's cases, named
-/// with the candidate. Natively only, where tuning runs.
+/// tile, attention kernel and key gradient kernel that fits, each forced in turn through its
+/// family's cases, named with the candidate. Natively only, where tuning runs.
 #[cfg(not(target_arch = "wasm32"))]
 pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> {
     use crate::gpu::Candidate;
-    use crate::ops::{attention::KERNELS, matmul::TILES};
+    use crate::ops::{attention::KERNELS, matmul::TILES, residual_matrix::KEY_GRAD_KERNELS};
     let mut checks = Vec::new();
     let others = |fits: Vec<bool>| -> Vec<usize> {
         let fitting: Vec<usize> = (0..fits.len()).filter(|&i| fits[i]).collect();
@@ -232,6 +256,12 @@ pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> 
     }
     gpu.unforce("attention_forward");
     gpu.unforce("attention_backward");
+    for i in others(KEY_GRAD_KERNELS.iter().map(|k| k.fits(gpu)).collect()) {
+        gpu.force_candidate("key_grad", i);
+        let label = format!("key gradient {}: ", KEY_GRAD_KERNELS[i].name());
+        residual_matrix_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+    }
+    gpu.unforce("key_grad");
     Ok(checks)
 }
 
@@ -337,22 +367,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         adamw(&p, &g, &m, &v, hyper, d)
     );
 
-    for (tokens, dk, dv, keys) in [(7, 5, 13, 3), (71, 9, 17, 21), (40, 33, 35, 37)] {
-        let d = ResidualDims { tokens, dk, dv, keys };
-        let (x, k) = (
-            random(&mut rng, d.matrices(), 1.0),
-            random(&mut rng, d.key_values(), 1.0),
-        );
-        let (data, base) = (random(&mut rng, d.vectors(), 1.0), random(&mut rng, d.matrices(), 1.0));
-        check!(
-            checks,
-            be,
-            "residual_matrix",
-            format!("{d:?}"),
-            1e-5,
-            residual_matrix(&x, &k, &data, &base, d)
-        );
-    }
+    residual_matrix_cases(be, &mut rng, "", &mut checks).await?;
 
     for (tokens, d_in, tau, k, d_out, l1) in [(300, 23, 5, 4, 19, false), (37, 64, 8, 8, 7, true)] {
         let d = MemoryDims {

@@ -17,7 +17,7 @@
 //! on the CPU (`cpu_twin.rs`) one pass over a chunk of tokens at a time.
 //! Shapes: keys (R', D_k); vectors (tokens, R', D_v); matrices (tokens, D_k, D_v).
 
-use crate::gpu::{Arg, AsArg, GpuBackend, GpuTensor};
+use crate::gpu::{Arg, AsArg, Candidate, GpuBackend, GpuTensor};
 use crate::shaders::{Define, SUM_COLS, WG};
 use crate::NormDims;
 
@@ -84,6 +84,58 @@ const STORE_ROWS: usize = 4;
 /// with a 2×2 block of outputs. A multiple of 4 (each thread loads 4 of a row block's values).
 const KEY_GRAD_TILE: usize = 32;
 
+/// Outputs a side each thread of the wide key gradient (`key_grad_partial_wide`) owns: 4×4,
+/// against the default's 2×2. Four vec4s of sums in the shader, so 4 and no other.
+const KEY_GRAD_WIDE: usize = 4;
+
+// The wide kernel's threads tile KEY_GRAD_TILE² evenly, each loading 16 of a step's values in
+// four reads of four rows.
+const _: () = assert!(KEY_GRAD_TILE.is_multiple_of(KEY_GRAD_WIDE * KEY_GRAD_WIDE));
+
+/// The key gradient's first launch, a partial sum per chunk of tokens and tile of (key, row): a
+/// 2×2 block of outputs a thread (256 threads), or a 4×4 block (64 threads), whose every value
+/// read from workgroup memory feeds twice the multiply-adds. Each output adds the same products
+/// in the same order in both, so they differ only in speed, and tuning picks one per adapter
+/// and shape (`gpu/tuning.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyGradKernel {
+    /// 2×2 outputs a thread: the default.
+    Pairs,
+    /// 4×4 outputs a thread.
+    Wide,
+}
+
+/// Every key gradient kernel, the default first.
+pub const KEY_GRAD_KERNELS: &[KeyGradKernel] = &[KeyGradKernel::Pairs, KeyGradKernel::Wide];
+
+impl KeyGradKernel {
+    fn entry(&self) -> &'static str {
+        match self {
+            KeyGradKernel::Pairs => "key_grad_partial",
+            KeyGradKernel::Wide => "key_grad_partial_wide",
+        }
+    }
+    fn threads(&self) -> usize {
+        let side = match self {
+            KeyGradKernel::Pairs => 2,
+            KeyGradKernel::Wide => KEY_GRAD_WIDE,
+        };
+        (KEY_GRAD_TILE / side).pow(2)
+    }
+}
+
+impl Candidate for KeyGradKernel {
+    fn name(&self) -> String {
+        match self {
+            KeyGradKernel::Pairs => "2×2 a thread".to_string(),
+            KeyGradKernel::Wide => format!("{KEY_GRAD_WIDE}×{KEY_GRAD_WIDE} a thread"),
+        }
+    }
+    fn fits(&self, gpu: &GpuBackend) -> bool {
+        self.threads() as u32 <= gpu.limits.max_compute_invocations_per_workgroup
+    }
+}
+
 /// The switch of `shaders/residual_matrix.wgsl` for the retrieval and key gradient that read
 /// through the norm (`retrieve_normed` and its backward); off, they read X itself (a
 /// storage's backward).
@@ -95,6 +147,7 @@ pub(crate) const DEFINES: &[Define] = &[
     Define::u32("STORE_ROWS", STORE_ROWS as u32),
     Define::u32("KEY_GRAD_CHUNK", KEY_GRAD_CHUNK as u32),
     Define::u32("KEY_GRAD_TILE", KEY_GRAD_TILE as u32),
+    Define::u32("KEY_GRAD_WIDE", KEY_GRAD_WIDE as u32),
 ];
 
 fn params(d: &ResidualDims) -> [u32; 4] {
@@ -130,17 +183,33 @@ fn launch_retrieve(
 /// The key gradient's two launches, the first through the norm or not: (partials, a, b), then
 /// (stats, gain) when `normed`. The first runs a workgroup per chunk of tokens and tile of
 /// (key, row), the second one per `SUM_COLS` keys' values.
+/// The first launch runs the [`KeyGradKernel`] tuned for the shape; tuning times it alone, on
+/// the real inputs, since all it writes is the scratch `partials` the real launch then rewrites.
 fn launch_key_grad(gpu: &GpuBackend, dkeys: &GpuTensor, normed: bool, args: &[Arg<'_>], d: &ResidualDims) {
     let pr = params(d);
     let tiles = d.keys.div_ceil(KEY_GRAD_TILE) * d.dk.div_ceil(KEY_GRAD_TILE);
-    gpu.dispatch_with(
-        "residual_matrix",
-        "key_grad_partial",
-        &[Define::bool(NORMED, normed)],
-        &pr,
-        args,
-        gpu.grid_1d(d.tokens.div_ceil(KEY_GRAD_CHUNK) * tiles, 1),
-    );
+    let partial = |k: KeyGradKernel| {
+        gpu.dispatch_with(
+            "residual_matrix",
+            k.entry(),
+            &[Define::bool(NORMED, normed)],
+            &pr,
+            args,
+            gpu.grid_1d(d.tokens.div_ceil(KEY_GRAD_CHUNK) * tiles, 1),
+        )
+    };
+    let class = || {
+        let through = if normed { ", through the norm" } else { "" };
+        format!(
+            "key gradient {} tokens, {} keys by {}×{}{through}",
+            d.tokens, d.keys, d.dk, d.dv
+        )
+    };
+    let k = gpu.tuned("key_grad", class, KEY_GRAD_KERNELS, |k, _| {
+        partial(k);
+        true
+    });
+    partial(k);
     let partials = args[0];
     gpu.dispatch(
         "residual_matrix",
