@@ -179,6 +179,18 @@ print()
 for n in ["toy-rmt", "toy-transformer"]:
     a, b = load(f"resmem-{n}.json"), load(f"resmem-{n}-untuned.json")
     print(f"- {n}: " + (f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}×" if a and b else "–"))
+# What tuning timed for the RMT's key gradient (2×2 or 4×4 outputs a thread), from the runs' logs:
+# the first run of each shape on this adapter measures it; later ones load the choice.
+timed = []
+for n in ["toy-rmt", "table9-46m", "gpt2-small-rmt"]:
+    err = os.path.join(keep, f"resmem-{n}.err")
+    for line in open(err, errors="replace") if os.path.exists(err) else []:
+        if line.strip().startswith("key gradient "):
+            timed.append(f"- {n}: {line.strip()}")
+print()
+print("The key gradient's kernels as tuning timed them (each candidate's best time):")
+print()
+print("\n".join(timed) if timed else "- none timed in this run (the choices came from the tuning cache)")
 for n in ["toy-rmt", "table9-46m"]:
     ab = os.path.join(keep, f"ab-k-slices-{n}.md")
     if os.path.exists(ab) and os.path.getsize(ab):
