@@ -215,7 +215,7 @@ pub fn lane_sum<T: crate::ops::Scalar>(x: &[T], f: impl Fn(T) -> T) -> T {
 /// The lanes folded by `op` in halves: lane l with lane l + w for w = LANES/2, …, 1. A chain
 /// log2(LANES) deep instead of LANES, in the same order in every build.
 #[inline(always)]
-fn halves<T: Copy>(mut acc: [T; LANES], op: impl Fn(T, T) -> T) -> T {
+pub fn halves<T: Copy>(mut acc: [T; LANES], op: impl Fn(T, T) -> T) -> T {
     let mut w = LANES / 2;
     while w > 0 {
         for l in 0..w {
