@@ -1000,6 +1000,73 @@ fn block_to_dqkv(lid: u32, v: Block, scale: vec2<f32>, b: u32, t0: u32, col0: u3
     }
 }
 
+// With SPREAD (a tuning candidate), the blocked forward's online softmax step over a tile runs
+// on all BLOCK_THREADS threads rather than one a row: each of a row's ROW_THREADS threads takes
+// logits and their maximum over ROW_KEYS keys, the row's thread takes the largest, each
+// thread its keys' exps, and the row's thread adds them in key order as `tile_softmax` does.
+// A maximum is the same in any order, and each exp and the sum are the same chain, so the bits
+// are the same.
+const ROW_THREADS: u32 = BLOCK_THREADS / ROWS;  // threads a row
+const ROW_KEYS: u32 = ROWS / ROW_THREADS;       // keys a thread
+var<workgroup> row_part: array<f32, BLOCK_THREADS>;  // each thread's largest logit
+var<workgroup> row_mx: array<f32, ROWS>;             // each row's running maximum after the tile
+
+// Row lid / ROW_THREADS of the tile, query i0 + that row: whether it is a query of the sequence, and
+// its first key.
+fn spread_row(lid: u32, i0: u32, b: u32) -> vec2<u32> {
+    let i = i0 + lid / ROW_THREADS;
+    if (i >= p.t) { return vec2<u32>(i, NONE); }
+    return vec2<u32>(i, min(doc_start[b * p.t + i], i));
+}
+
+// This thread's keys of its row: their logits in place in tc, and their largest in row_part.
+fn spread_logits(lid: u32, i0: u32, j0: u32, n: u32, slope: f32, b: u32) {
+    let row = spread_row(lid, i0, b);
+    let s = (lid / ROW_THREADS) * STRIDE;
+    var mx = F32_LOWEST;
+    for (var c = (lid % ROW_THREADS) * ROW_KEYS; c < min(n, (lid % ROW_THREADS + 1u) * ROW_KEYS); c = c + 1u) {
+        let j = j0 + c;
+        if (row.y != NONE && row.y <= j && j <= row.x) {
+            tc[s + c] = logit(tc[s + c], slope, row.x, j);
+            mx = max(mx, tc[s + c]);
+        }
+    }
+    row_part[lid] = mx;
+}
+
+// Row lid's running maximum m with its ROW_THREADS threads' largest logits.
+fn spread_max(lid: u32, m: f32) -> f32 {
+    var mx = m;
+    for (var k = 0u; k < ROW_THREADS; k = k + 1u) { mx = max(mx, row_part[lid * ROW_THREADS + k]); }
+    return mx;
+}
+
+// This thread's keys' exps (0 where the key is masked), in place in tc.
+fn spread_exps(lid: u32, i0: u32, j0: u32, n: u32, b: u32) {
+    let row = spread_row(lid, i0, b);
+    let s = (lid / ROW_THREADS) * STRIDE;
+    let mx = row_mx[lid / ROW_THREADS];
+    for (var c = (lid % ROW_THREADS) * ROW_KEYS; c < min(n, (lid % ROW_THREADS + 1u) * ROW_KEYS); c = c + 1u) {
+        let j = j0 + c;
+        var e = 0.0;
+        if (row.y != NONE && row.y <= j && j <= row.x) { e = exp(tc[s + c] - mx); }
+        tc[s + c] = e;
+    }
+}
+
+// Row lid's exps added in key order, then its running sum and maximum moved on, as at the end
+// of `tile_softmax`.
+fn spread_sum(lid: u32, n: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
+    let s = lid * STRIDE;
+    var sum = 0.0;
+    for (var c = 0u; c < n; c = c + 1u) { sum = sum + tc[s + c]; }
+    let mx = row_mx[lid];
+    let alpha = exp(*m - mx);
+    *l = fma(*l, alpha, sum);
+    *m = mx;
+    row_a[lid] = alpha;
+}
+
 @compute @workgroup_size(BLOCK_THREADS)
 fn attention_forward_blocked(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -1042,7 +1109,17 @@ fn attention_forward_blocked(
         }
         block_to_tc(lid, dots);
         workgroupBarrier();
+#if SPREAD
+        spread_logits(lid, i0, j0, n, slope, b);
+        workgroupBarrier();
+        if (lid < ROWS) { row_mx[lid] = spread_max(lid, m); }
+        workgroupBarrier();
+        spread_exps(lid, i0, j0, n, b);
+        workgroupBarrier();
+        if (lid < ROWS) { spread_sum(lid, n, &m, &l); }
+#else
         if (lid < ROWS) { tile_softmax(lid, i, live, first, j0, n, slope, &m, &l); }
+#endif
         workgroupBarrier();
         for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
             let cc = c0 + ch;

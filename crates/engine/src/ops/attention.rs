@@ -503,6 +503,10 @@ pub enum Kernel {
     /// [`BLOCK_THREADS`] threads, each a 2×4 block of a tile's dot products and outputs: a
     /// value read from workgroup memory feeds several multiply-adds.
     Blocked,
+    /// [`Kernel::Blocked`]'s forward with its softmax step over each tile spread over every
+    /// thread (the `SPREAD` switch) instead of one thread a row; a forward kernel only
+    /// ([`BACKWARD_KERNELS`] leaves it out).
+    BlockedSpread,
 }
 
 /// The blocked kernels' threads: 16 × 8, each rows r and r + 16 by columns c + 8·b of a 32 × 32
@@ -517,12 +521,28 @@ pub const KERNELS: &[Kernel] = &[
     Kernel::Tiled(256),
     Kernel::Tiled(128),
     Kernel::Blocked,
+    Kernel::BlockedSpread,
+];
+
+/// The backward's kernels: [`KERNELS`] but the spread one, whose backward is the blocked one's.
+/// The first of [`KERNELS`] in the same order, so that a candidate's index is the same in both
+/// (tests force a kernel by its index in each).
+pub const BACKWARD_KERNELS: &[Kernel] = &[
+    Kernel::RowPerThread,
+    Kernel::Tiled(256),
+    Kernel::Tiled(128),
+    Kernel::Blocked,
 ];
 
 /// The tiled kernels' switch: threads a workgroup (each tile's ROWS² dot products and ROWS·CHUNK
 /// outputs per chunk must split evenly among them).
 const TILE_THREADS: &str = "TILE_THREADS";
-pub(crate) const SWITCHES: &[Define] = &[Define::u32(TILE_THREADS, 256)];
+/// The blocked forward's switch: its softmax step on every thread.
+const SPREAD: &str = "SPREAD";
+pub(crate) const SWITCHES: &[Define] = &[Define::u32(TILE_THREADS, 256), Define::bool(SPREAD, false)];
+// The spread softmax gives each of a row's threads an equal share of a tile's keys.
+const _: () =
+    assert!((BLOCK_THREADS as usize).is_multiple_of(ROWS) && ROWS.is_multiple_of(BLOCK_THREADS as usize / ROWS));
 const _: () = assert!((ROWS * ROWS).is_multiple_of(256) && (ROWS * CHUNK).is_multiple_of(256));
 
 impl Kernel {
@@ -531,6 +551,7 @@ impl Kernel {
         match self {
             Kernel::RowPerThread | Kernel::Blocked => vec![],
             Kernel::Tiled(threads) => vec![Define::u32(TILE_THREADS, *threads)],
+            Kernel::BlockedSpread => vec![Define::bool(SPREAD, true)],
         }
     }
 
@@ -543,9 +564,9 @@ impl Kernel {
             (Kernel::Tiled(_), Pass::Forward) => "attention_forward_tiled",
             (Kernel::Tiled(_), Pass::Query) => "attention_backward_query_tiled",
             (Kernel::Tiled(_), Pass::Key) => "attention_backward_key_tiled",
-            (Kernel::Blocked, Pass::Forward) => "attention_forward_blocked",
-            (Kernel::Blocked, Pass::Query) => "attention_backward_query_blocked",
-            (Kernel::Blocked, Pass::Key) => "attention_backward_key_blocked",
+            (Kernel::Blocked | Kernel::BlockedSpread, Pass::Forward) => "attention_forward_blocked",
+            (Kernel::Blocked | Kernel::BlockedSpread, Pass::Query) => "attention_backward_query_blocked",
+            (Kernel::Blocked | Kernel::BlockedSpread, Pass::Key) => "attention_backward_key_blocked",
         }
     }
 }
@@ -556,12 +577,15 @@ impl Candidate for Kernel {
             Kernel::RowPerThread => "row per thread".to_string(),
             Kernel::Tiled(threads) => format!("tiled {threads}"),
             Kernel::Blocked => format!("blocked {BLOCK_THREADS}"),
+            Kernel::BlockedSpread => format!("blocked {BLOCK_THREADS}, spread softmax"),
         }
     }
     fn fits(&self, gpu: &GpuBackend) -> bool {
         match self {
             Kernel::RowPerThread => true,
-            Kernel::Blocked => BLOCK_THREADS <= gpu.limits.max_compute_invocations_per_workgroup,
+            Kernel::Blocked | Kernel::BlockedSpread => {
+                BLOCK_THREADS <= gpu.limits.max_compute_invocations_per_workgroup
+            }
             Kernel::Tiled(threads) => {
                 *threads <= gpu.limits.max_compute_invocations_per_workgroup
                     && (ROWS * ROWS).is_multiple_of(*threads as usize)
@@ -687,7 +711,7 @@ pub mod gpu {
         let k = gpu.tuned(
             "attention_backward",
             || class("backward", &d),
-            KERNELS,
+            BACKWARD_KERNELS,
             |k, growth| {
                 let (t, whole) = for_tuning(&d, growth);
                 if let (Ok(dqkv), Ok(delta)) = (
@@ -769,5 +793,17 @@ pub mod cost {
         // dout, out and qkv read, dqkv written; lse read, delta written and read.
         let bytes = W * (8.0 * v + 3.0 * f(d.rows()) + f(d.b) * f(d.t));
         Family::Attention.cost(2.0 * forward_flops(&d), bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel's index in the backward's list is its index in the forward's.
+    #[test]
+    fn backward_kernels_begin_the_forward_list() {
+        assert_eq!(&KERNELS[..BACKWARD_KERNELS.len()], BACKWARD_KERNELS);
+        assert!(!BACKWARD_KERNELS.contains(&Kernel::BlockedSpread));
     }
 }
