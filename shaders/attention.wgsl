@@ -1019,9 +1019,9 @@ fn spread_row(lid: u32, i0: u32, b: u32) -> vec2<u32> {
     return vec2<u32>(i, min(doc_start[b * p.t + i], i));
 }
 
-// This thread's keys of its row: their logits in place in tc, and their largest in row_part.
-fn spread_logits(lid: u32, i0: u32, j0: u32, n: u32, slope: f32, b: u32) {
-    let row = spread_row(lid, i0, b);
+// This thread's keys of its row (`row`: its query and first key, from `spread_row`): their
+// logits in place in tc, and their largest in row_part.
+fn spread_logits(lid: u32, row: vec2<u32>, j0: u32, n: u32, slope: f32) {
     let s = (lid / ROW_THREADS) * STRIDE;
     var mx = F32_LOWEST;
     for (var c = (lid % ROW_THREADS) * ROW_KEYS; c < min(n, (lid % ROW_THREADS + 1u) * ROW_KEYS); c = c + 1u) {
@@ -1042,8 +1042,7 @@ fn spread_max(lid: u32, m: f32) -> f32 {
 }
 
 // This thread's keys' exps (0 where the key is masked), in place in tc.
-fn spread_exps(lid: u32, i0: u32, j0: u32, n: u32, b: u32) {
-    let row = spread_row(lid, i0, b);
+fn spread_exps(lid: u32, row: vec2<u32>, j0: u32, n: u32) {
     let s = (lid / ROW_THREADS) * STRIDE;
     let mx = row_mx[lid / ROW_THREADS];
     for (var c = (lid % ROW_THREADS) * ROW_KEYS; c < min(n, (lid % ROW_THREADS + 1u) * ROW_KEYS); c = c + 1u) {
@@ -1095,6 +1094,10 @@ fn attention_forward_blocked(
     var l = 0.0;
     var o: array<Block, CHUNKS>;
     let r0 = block_r0(lid);
+#if SPREAD
+    // The row this thread shares in the softmax steps: the same for every tile.
+    let spread = spread_row(lid, i0, b);
+#endif
     for (var j0 = tile_first_key(b, i0, end); j0 < end; j0 = j0 + ROWS) {
         let n = min(ROWS, end - j0);
         var dots = BLOCK_ZERO;
@@ -1110,11 +1113,11 @@ fn attention_forward_blocked(
         block_to_tc(lid, dots);
         workgroupBarrier();
 #if SPREAD
-        spread_logits(lid, i0, j0, n, slope, b);
+        spread_logits(lid, spread, j0, n, slope);
         workgroupBarrier();
         if (lid < ROWS) { row_mx[lid] = spread_max(lid, m); }
         workgroupBarrier();
-        spread_exps(lid, i0, j0, n, b);
+        spread_exps(lid, spread, j0, n);
         workgroupBarrier();
         if (lid < ROWS) { spread_sum(lid, n, &m, &l); }
 #else

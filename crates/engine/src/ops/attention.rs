@@ -191,8 +191,7 @@ mod cpu_twin {
             // The block's last value, (LANES − 1, dh − 1): every value read lies at or before it.
             assert!((LANES - 1) * at.stride + dh <= block.len());
             for c in 0..dh {
-                let column: &mut [T; LANES] = (&mut into[c * tt + t0..][..LANES]).try_into().unwrap();
-                for (l, v) in column.iter_mut().enumerate() {
+                for (l, v) in into[c * tt + t0..][..LANES].iter_mut().enumerate() {
                     // SAFETY: l·stride + c < (LANES − 1)·stride + dh, checked above.
                     *v = unsafe { *block.get_unchecked(l * at.stride + c) };
                 }
