@@ -35,7 +35,7 @@ peer_device=cpu
 status=0
 
 # 1. resmem bench and the peer on each pair: name, resmem flags, peer flags. Then the toy pair
-# untuned, and the K slices' A/B.
+# untuned, and the A/B of the options a GPU must decide.
 pairs=(
     "toy-rmt|--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024 --context 128 --seq-len 128 --batch 32|--arch rmt --d-k 32 --d-v 32 --rank 8 --layers 4 --d-ff 1024 --seq-len 128 --batch 32"
     "toy-transformer|--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024 --context 128 --seq-len 128 --batch 32|--arch transformer --d-model 256 --layers 4 --heads 8 --head-dim 32 --d-ff 1024 --seq-len 128 --batch 32"
@@ -75,22 +75,29 @@ for name in toy-rmt toy-transformer; do
     done
 done
 
-# The K slices (`--k-slices`, an option until measured) against one chain over K, interleaved,
-# where they apply: the weight gradients of the toy RMT and of table9-46m.
+# Options a GPU must decide, each against the default, interleaved (`bench/ab.sh`, B with the
+# option): the K slices (`--k-slices`, off until measured) on the weight gradients of the toy
+# RMT and table9-46m; wgpu's loop guards (`--loop-guards`, off since they keep drivers from
+# unrolling) on the toy RMT and gpt2-small, whose matmuls loop longest.
+ab_options=("k-slices|toy-rmt table9-46m" "loop-guards|toy-rmt gpt2-small")
 if [[ $BACKEND == gpu ]]; then
-    for name in toy-rmt table9-46m; do
-        for pair in "${pairs[@]}"; do
-            IFS='|' read -r n flags _ <<<"$pair"
-            [[ $n == "$name" ]] || continue
-            small=()
-            [[ -n ${DRY:-} && $name != toy-* ]] && small=(--batch 2 --seq-len 64)
-            rounds=3
-            [[ -n ${DRY:-} ]] && rounds=1
-            # shellcheck disable=SC2086
-            if ! ROUNDS=$rounds FLAGS_B=--k-slices PYTHON=$PYTHON timeout 300 bench/ab.sh "$R" "$R" $flags "${small[@]}" \
-                --backend "$BACKEND" "${timing[@]}" >"$KEEP/ab-k-slices-$name.md" 2>"$KEEP/ab-k-slices-$name.err"; then
-                echo "bench/ab.sh --k-slices $name failed: $(tail -3 "$KEEP/ab-k-slices-$name.err")" >&2; status=1
-            fi
+    for entry in "${ab_options[@]}"; do
+        IFS='|' read -r option names <<<"$entry"
+        for name in $names; do
+            for pair in "${pairs[@]}"; do
+                IFS='|' read -r n flags _ <<<"$pair"
+                [[ $n == "$name" ]] || continue
+                small=()
+                [[ -n ${DRY:-} && $name != toy-* ]] && small=(--batch 2 --seq-len 64)
+                rounds=3
+                [[ -n ${DRY:-} ]] && rounds=1
+                echo "bench/ab.sh --$option: $name" >&2
+                # shellcheck disable=SC2086
+                if ! ROUNDS=$rounds FLAGS_B=--$option PYTHON=$PYTHON timeout 300 bench/ab.sh "$R" "$R" $flags "${small[@]}" \
+                    --backend "$BACKEND" "${timing[@]}" >"$KEEP/ab-$option-$name.md" 2>"$KEEP/ab-$option-$name.err"; then
+                    echo "bench/ab.sh --$option $name failed: $(tail -3 "$KEEP/ab-$option-$name.err")" >&2; status=1
+                fi
+            done
         done
     done
 fi
@@ -191,13 +198,15 @@ print()
 print("The key gradient's kernels as tuning timed them (each candidate's best time):")
 print()
 print("\n".join(timed) if timed else "- none timed in this run (the choices came from the tuning cache)")
-for n in ["toy-rmt", "table9-46m"]:
-    ab = os.path.join(keep, f"ab-k-slices-{n}.md")
-    if os.path.exists(ab) and os.path.getsize(ab):
-        print()
-        print(f"K slices against one chain over K, {n} (`bench/ab.sh`, B with `--k-slices`):")
-        print()
-        print(open(ab).read().rstrip())
+for option, what, models in [("k-slices", "K slices against one chain over K", ["toy-rmt", "table9-46m"]),
+                             ("loop-guards", "wgpu's loop guards against none", ["toy-rmt", "gpt2-small"])]:
+    for n in models:
+        ab = os.path.join(keep, f"ab-{option}-{n}.md")
+        if os.path.exists(ab) and os.path.getsize(ab):
+            print()
+            print(f"{what}, {n} (`bench/ab.sh`, B with `--{option}`):")
+            print()
+            print(open(ab).read().rstrip())
 for n in names:
     r = load(f"resmem-{n}.json")
     if not r:

@@ -299,7 +299,8 @@ fn load_a_rows(batch: u32, r: u32, k: u32) -> vec4<f32> {
 struct Lanes { g: u32, lead: u32, shared_rows: bool }
 
 fn lanes_of(lane: u32, lanes: u32, ty: u32) -> Lanes {
-    let g = min(lanes, TX);
+    // At least 1, so that the steps' loop over K advances (shaders_valid.rs).
+    let g = clamp(lanes, 1u, TX);
     let lead = lane - lane % g;
     let full = subgroupAdd(1u) == lanes && lead + g <= lanes && TK % g == 0u;
     return Lanes(g, lead, subgroupAll(full && subgroupShuffle(ty, lead) == ty));

@@ -97,6 +97,10 @@ pub struct BenchArgs {
     /// bits than without; an experiment to measure (bench/ab.sh), off in training.
     #[arg(long)]
     pub k_slices: bool,
+    /// On the GPU, keep the guard wgpu puts on every shader loop by default, which keeps
+    /// drivers from unrolling loops: the same bits, an A/B of its cost (bench/ab.sh).
+    #[arg(long)]
+    pub loop_guards: bool,
     #[command(flatten)]
     pub train: TrainArgs,
 }

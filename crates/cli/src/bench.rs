@@ -32,8 +32,9 @@ pub struct Report {
     /// replayed alone).
     pub family_timing: &'static str,
     /// The GPU matmul's path: "subgroup" where the adapter has subgroups (and `--no-subgroups`
-    /// is off), else "plain"; "cpu" on the CPU.
-    pub matmul_path: &'static str,
+    /// is off), else "plain", then ", K slices" and ", loop guards" where those options are
+    /// on (they change how every shader compiles); "cpu" on the CPU.
+    pub matmul_path: String,
     pub batch: usize,
     pub seq_len: usize,
     pub params: usize,
@@ -136,22 +137,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let report = match t.backend {
         BackendKind::Cpu => {
             let be = Profiled::new(engine::cpu::CpuBackend::<f32>::new());
-            measure(&be, cfg, &args, steps, "cpu")?
+            measure(&be, cfg, &args, steps, "cpu".into())?
         }
         BackendKind::Gpu => {
             let gpu = crate::gpu_backend_with(GpuOptions {
                 no_subgroups: args.no_subgroups,
                 no_timestamps: args.no_timestamps,
                 k_slices: args.k_slices,
+                loop_guards: args.loop_guards,
                 tune: crate::tuning::enabled(),
                 ..GpuOptions::DEFAULT
             })?;
-            let path = match (gpu.subgroups(), args.k_slices) {
-                (true, false) => "subgroup",
-                (false, false) => "plain",
-                (true, true) => "subgroup, K slices",
-                (false, true) => "plain, K slices",
-            };
+            let mut path = String::from(if gpu.subgroups() { "subgroup" } else { "plain" });
+            for (on, what) in [(args.k_slices, ", K slices"), (args.loop_guards, ", loop guards")] {
+                if on {
+                    path.push_str(what);
+                }
+            }
             let be = Profiled::new(gpu);
             let report = measure(&be, cfg, &args, steps, path)?;
             Report {
@@ -173,7 +175,7 @@ fn measure<B: Replay + 'static>(
     mut cfg: RunConfig,
     args: &BenchArgs,
     steps: usize,
-    matmul_path: &'static str,
+    matmul_path: String,
 ) -> Result<Report> {
     let kind = args.train.backend;
     let data = source::open(&cfg.data)?;

@@ -165,8 +165,8 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
 }
 
 /// `--no-timestamps` times the GPU's families by replaying each alone, on any adapter; and
-/// `--k-slices`, in the same run, is said in the matmul path (the engine's gpu_vs_cpu tests
-/// what it computes).
+/// `--k-slices` and `--loop-guards`, in the same run, are said in the matmul path (the engine's
+/// gpu_vs_cpu tests what they compute).
 #[test]
 fn bench_no_timestamps_replays_each_family() {
     let r = bench(&[
@@ -182,11 +182,14 @@ fn bench_no_timestamps_replays_each_family() {
         "1",
         "--no-timestamps",
         "--k-slices",
+        "--loop-guards",
         "--json",
     ]);
     assert_eq!(r["family_timing"], "replay", "{r}");
     assert!(
-        r["matmul_path"].as_str().is_some_and(|p| p.ends_with(", K slices")),
+        r["matmul_path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with(", K slices, loop guards")),
         "{r}"
     );
     for f in r["families"].as_array().unwrap() {

@@ -731,6 +731,78 @@ fn k_slices_give_the_same_bits_in_every_tile() {
     }
 }
 
+/// The shaders compile without wgpu's loop guards unless `loop_guards` is on; a driver may
+/// then unroll their loops, but each value is still the same chain, so the guards change no
+/// bits: the matmul, attention, norm and residual-matrix kernels, whose loops run longest, with
+/// and without them.
+#[test]
+fn loop_guards_change_no_bits() {
+    let plain = gpu();
+    let guarded = gpu_with(GpuOptions {
+        loop_guards: true,
+        ..GpuOptions::DEFAULT
+    });
+    let mut rng = SmallRng::seed_from_u64(29);
+    for (m, n, k, ta) in [(70, 90, 130, false), (33, 129, 257, true)] {
+        let mut d = MatmulDims::new(m, n, k);
+        d.trans_a = ta;
+        let (a, b, init) = (
+            rand_vec(&mut rng, m * k, 1.0),
+            rand_vec(&mut rng, k * n, 1.0),
+            vec![0.0; m * n],
+        );
+        let name = format!("matmul {m}×{n}×{k} (ta={ta}) with loop guards");
+        assert_same_bits(
+            &name,
+            &matmul_case(&guarded, &a, &b, &init, d),
+            &matmul_case(&plain, &a, &b, &init, d),
+        );
+    }
+    let d = AttentionDims {
+        b: 2,
+        t: 45,
+        h: 3,
+        dh: 37,
+        scale: 1.0 / 37f32.sqrt(),
+        alibi: true,
+    };
+    let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+    let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+    let starts = [documents(d.t, &[0, 20]), documents(d.t, &[0])].concat();
+    assert_same_bits(
+        "attention with loop guards",
+        &attention_case(&guarded, &qkv, &dout, &starts, d),
+        &attention_case(&plain, &qkv, &dout, &starts, d),
+    );
+    let norm = NormDims {
+        rows: 37,
+        c: 300,
+        kind: NormKind::LayerNorm,
+        eps: 1e-5,
+    };
+    let [x, gain, dout, dx0] = cases::norm_inputs(&mut rng, norm.rows, norm.c);
+    assert_same_bits(
+        "layer norm with loop guards",
+        &norm_case(&guarded, &x, &gain, &dout, &dx0, norm),
+        &norm_case(&plain, &x, &gain, &dout, &dx0, norm),
+    );
+    let d = ResidualDims {
+        tokens: 40,
+        dk: 33,
+        dv: 35,
+        keys: 37,
+    };
+    let x = rand_vec(&mut rng, d.matrices(), 1.0);
+    let k = rand_vec(&mut rng, d.key_values(), 1.0);
+    let data = rand_vec(&mut rng, d.vectors(), 1.0);
+    let base = rand_vec(&mut rng, d.matrices(), 1.0);
+    assert_same_bits(
+        "residual matrix with loop guards",
+        &residual_matrix_case(&guarded, &x, &k, &data, &base, d),
+        &residual_matrix_case(&plain, &x, &k, &data, &base, d),
+    );
+}
+
 /// 64 KiB bindings: 16,384 values, under every operand below, so each op binds windows.
 const SPLIT: GpuOptions = GpuOptions {
     max_binding_bytes: Some(64 << 10),

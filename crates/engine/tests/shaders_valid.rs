@@ -129,3 +129,86 @@ fn every_wgsl_file_is_registered() {
         );
     }
 }
+
+/// Loops whose step is not a constant, each with why it advances.
+const STEPS_THAT_ADVANCE: &[(&str, &str)] = &[
+    // g = clamp(subgroup size, 1, TX) in lanes_of.
+    ("matmul", "c = c + l.g"),
+];
+
+/// The GPU backend compiles the shaders without wgpu's loop guards (`GpuOptions::loop_guards`),
+/// so every loop must end by its own bounds: each is a `for` that counts up by a positive
+/// constant while below a bound, halves to 0 or counts down to 1. u32 values here never come
+/// near 2^32, so a count up does not wrap past its bound.
+#[test]
+fn every_loop_ends_by_its_bounds() {
+    use resmem_engine::shaders::COMMON_WGSL;
+    let files = SHADERS
+        .iter()
+        .map(|s| (s.name, s.body))
+        .chain([("common", COMMON_WGSL)]);
+    let mut loops = 0;
+    for (name, body) in files {
+        let code: String = body
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let words: Vec<&str> = code.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
+        assert!(
+            !words.contains(&"loop") && !words.contains(&"while"),
+            "{name}.wgsl: a `loop` or `while`; write loops as `for` with a bound"
+        );
+        let module = validate(shader_or_common(name), &[], Capabilities::empty());
+        for (at, _) in code.match_indices("for (") {
+            let rest = &code[at + 5..];
+            let mut depth = 0;
+            let end = rest
+                .find(|c| {
+                    depth += (c == '(') as i32 - (c == ')') as i32;
+                    depth < 0
+                })
+                .expect("a for header ends");
+            let header = &rest[..end];
+            let parts: Vec<&str> = header.split(';').map(str::trim).collect();
+            assert_eq!(parts.len(), 3, "{name}.wgsl: `for ({header})`");
+            let (cond, step) = (parts[1], parts[2]);
+            loops += 1;
+            if STEPS_THAT_ADVANCE.contains(&(name, step)) {
+                continue;
+            }
+            let ends = match step.split_whitespace().collect::<Vec<_>>()[..] {
+                [v, "=", w, "+", ref by @ ..] if v == w => {
+                    let below = cond.contains(" < ") || cond.contains(" <= ");
+                    positive(&module, &by.join(" ")) && cond.split_whitespace().next() == Some(v) && below
+                }
+                [v, "=", w, ">>", "1u"] if v == w => cond == format!("{v} > 0u"),
+                [v, "=", w, "-", "1u"] if v == w => cond == format!("{v} >= 1u") || cond == format!("{v} > 0u"),
+                _ => false,
+            };
+            assert!(
+                ends,
+                "{name}.wgsl: `for ({header})` is not a loop that ends by its bounds"
+            );
+        }
+    }
+    assert!(
+        loops > 200,
+        "only {loops} loops found: is the scan reading the shaders?"
+    );
+}
+
+fn shader_or_common(name: &str) -> &'static Shader {
+    // common.wgsl is in every family's source: matmul's stands for it.
+    shader(if name == "common" { "matmul" } else { name })
+}
+
+/// Whether `expr` (factors of u32 literals and module constants, joined by `*`) is above 0.
+fn positive(module: &naga::Module, expr: &str) -> bool {
+    expr.split('*')
+        .map(str::trim)
+        .all(|f| match f.strip_suffix('u').and_then(|n| n.parse::<u32>().ok()) {
+            Some(n) => n > 0,
+            None => matches!(constant(module, f), Some(naga::Literal::U32(n)) if n > 0),
+        })
+}

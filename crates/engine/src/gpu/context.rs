@@ -35,6 +35,12 @@ pub struct GpuOptions {
     /// for a large GPU, and other bits than one chain over K. Their partials take one 16 MiB
     /// buffer. Off until measured on a GPU.
     pub k_slices: bool,
+    /// Keep the guard wgpu puts on every shader loop by default (a 64-bit counter that ends it
+    /// after 2^64 turns, so that a driver may not assume an endless loop away). It keeps
+    /// drivers from counting a loop's turns, so from unrolling it (gfx-rs/wgpu#7698): off,
+    /// since resmem's shaders are its own and every loop of theirs ends by its bounds. On, an
+    /// A/B of its cost (`resmem bench --loop-guards`). The browser applies its own rules.
+    pub loop_guards: bool,
 }
 
 impl GpuOptions {
@@ -47,6 +53,7 @@ impl GpuOptions {
         overrides: &[],
         tune: false,
         k_slices: false,
+        loop_guards: false,
     };
 }
 
@@ -68,6 +75,9 @@ pub struct GpuBackend {
     pub(crate) subgroups: bool,
     /// [`GpuOptions::overrides`].
     overrides: &'static [Define],
+    /// wgpu's checks compiled into every shader: all of them, but the loop guards unless
+    /// [`GpuOptions::loop_guards`].
+    checks: wgpu::ShaderRuntimeChecks,
     /// Whether the device was created with timestamp queries (`timing.rs`).
     pub(crate) timestamps: bool,
     /// [`GpuOptions::k_slices`].
@@ -214,6 +224,10 @@ impl GpuBackend {
             max_groups,
             subgroups,
             overrides: options.overrides,
+            checks: wgpu::ShaderRuntimeChecks {
+                force_loop_bounding: options.loop_guards,
+                ..wgpu::ShaderRuntimeChecks::checked()
+            },
             timestamps,
             k_slices: options.k_slices,
             k_slice_partials: RefCell::default(),
@@ -283,10 +297,16 @@ impl GpuBackend {
             .borrow_mut()
             .entry((shader, key.defines.clone()))
             .or_insert_with(|| {
-                self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(shader),
                     source: wgpu::ShaderSource::Wgsl(family.source_with(&key.defines, self.overrides).into()),
-                })
+                };
+                // SAFETY: the one check `self.checks` may leave out is the loop guard, which
+                // only stands between a driver and an endless loop; every loop in shaders/ is a
+                // `for` whose bound is a constant or a uniform and whose step is a nonzero
+                // constant, a halving to 0 or a count down to 1 (tests/shaders_valid.rs checks
+                // that shape).
+                unsafe { self.device.create_shader_module_trusted(desc, self.checks) }
             })
             .clone();
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
