@@ -285,6 +285,16 @@ pub trait Backend {
     /// Runs `record` once and keeps its launches in `plan`; later calls replay the plan without
     /// calling `record`. The CPU backend has nothing to replay and calls `record` every time.
     fn record_or_replay(&self, plan: &mut Option<Self::Plan>, record: impl FnOnce());
+    /// The numeric class of the matrix products (`precision.rs`): what the backend runs, which
+    /// may be strict where fast was asked for and the device has no cooperative matrices.
+    fn precision(&self) -> crate::Precision {
+        crate::Precision::Strict
+    }
+    /// In the fast class, once a product has met a NaN or an infinity in an operand: that
+    /// product, by its shape. None in the strict class, and until then.
+    fn fast_fault(&self) -> impl Future<Output = Result<Option<String>>> {
+        std::future::ready(Ok(None))
+    }
 
     declare_ops!(signatures);
 }

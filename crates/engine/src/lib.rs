@@ -27,6 +27,7 @@ pub mod cpu;
 mod error;
 pub mod gpu;
 pub mod ops;
+pub mod precision;
 /// `resmem bench`'s per-family costs and timings (not in the browser build: no clock there).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod profile;
@@ -39,6 +40,7 @@ mod backend;
 
 pub use backend::Backend;
 pub use error::{EngineError, Result};
+pub use precision::Precision;
 pub use ops::{
     attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims, embedding::TokenBuckets,
     gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims, memory::MemoryDims, norm::NormDims,

@@ -234,6 +234,12 @@ impl<B: Replay> Backend for Profiled<B> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn precision(&self) -> crate::Precision {
+        self.inner.precision()
+    }
+    fn fast_fault(&self) -> impl std::future::Future<Output = Result<Option<String>>> {
+        self.inner.fast_fault()
+    }
     fn zeros(&self, what: &str, len: usize) -> Result<B::Tensor> {
         let t = self.inner.zeros(what, len)?;
         self.allocated.set(self.allocated.get().saturating_add(len as u64 * 4));

@@ -49,6 +49,7 @@ pub struct Define {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
     U32(u32),
+    I32(i32),
     F32(u32),
     Bool(bool),
 }
@@ -58,6 +59,12 @@ impl Define {
         Self {
             name,
             value: Value::U32(value),
+        }
+    }
+    pub const fn i32(name: &'static str, value: i32) -> Self {
+        Self {
+            name,
+            value: Value::I32(value),
         }
     }
     pub const fn f32(name: &'static str, value: f32) -> Self {
@@ -79,6 +86,7 @@ impl Define {
         let name = self.name;
         match self.value {
             Value::U32(v) => format!("const {name}: u32 = {v}u;"),
+            Value::I32(v) => format!("const {name}: i32 = {v}i;"),
             Value::F32(bits) => {
                 let v = f32::from_bits(bits);
                 assert!(v.is_finite(), "define {name}: WGSL has no literal for {v}");
@@ -146,6 +154,8 @@ pub const SHADERS: &[Shader] = &[
     ),
     family!("memory", &[], &[]),
     family!("hyper", ops::hyper::DEFINES, &[]),
+    family!("matmul_fast", ops::matmul::FAST_DEFINES, ops::matmul::FAST_SWITCHES),
+    family!("fast_scale", ops::matmul::SCALE_DEFINES, &[]),
 ];
 
 /// A digest of every kernel's source as built (defines, common helpers, each family's file): what
@@ -194,8 +204,9 @@ impl Shader {
             .collect()
     }
 
-    /// The WGSL of one variant: the defines (common, the family's, the switches) as `const`
-    /// lines, `common.wgsl`, then the family's file, each with its `#if` sections resolved.
+    /// The WGSL of one variant: the family's `enable` directives (which WGSL wants before any
+    /// declaration), the defines (common, the family's, the switches) as `const` lines,
+    /// `common.wgsl`, then the rest of the family's file, each with its `#if` sections resolved.
     pub fn source(&self, defines: &[Define]) -> String {
         self.source_with(defines, &[])
     }
@@ -203,7 +214,15 @@ impl Shader {
     /// [`Self::source`] with each constant that `overrides` names replaced by its value there.
     pub fn source_with(&self, defines: &[Define], overrides: &[Define]) -> String {
         let switches = self.variant(defines);
-        let mut out = String::from("// Defines, generated from Rust (crates/engine/src/shaders.rs).\n");
+        let mut body = String::new();
+        preprocess(self.name, self.body, &switches, &mut body);
+        let (enables, body): (Vec<&str>, Vec<&str>) = body.lines().partition(|l| l.starts_with("enable "));
+        let mut out = String::new();
+        for line in enables {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str("// Defines, generated from Rust (crates/engine/src/shaders.rs).\n");
         for d in COMMON.iter().chain(self.constants).chain(&switches) {
             let d = overrides
                 .iter()
@@ -215,7 +234,10 @@ impl Shader {
         out.push('\n');
         preprocess("common", COMMON_WGSL, &switches, &mut out);
         out.push('\n');
-        preprocess(self.name, self.body, &switches, &mut out);
+        for line in body {
+            out.push_str(line);
+            out.push('\n');
+        }
         out
     }
 }

@@ -1286,3 +1286,130 @@ fn selftest_checks_every_tuning_candidate() {
         assert!(n >= 3, "{label}: {n} checks");
     }
 }
+
+// ---- the fast class (crates/engine/src/precision.rs) ----
+//
+// lavapipe has f16 but no cooperative matrices, so these run the fast kernels with the three
+// cooperative built-ins emulated (`GpuOptions::emulate_cooperative`): the staging (transposes,
+// batch strides, windows, scaling, rounding, zeros past the edges), the scale pass, the modes
+// and the stores, against the CPU twin. The built-ins' own layouts need a GPU that has them:
+// `resmem selftest --precision fast` and the coop_probe example check those there.
+
+/// The fast class with emulated cooperative built-ins.
+const FAST: GpuOptions = GpuOptions {
+    precision: Precision::Fast,
+    emulate_cooperative: true,
+    ..GpuOptions::DEFAULT
+};
+
+/// Integers in [-8, 8]: exact in f16 at any scale the class picks, every partial sum an exact
+/// f32, so any order of summation gives the twin's bits.
+fn integers(rng: &mut SmallRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-8i32..=8) as f32).collect()
+}
+
+/// Each element within `precision::fast_bound` of the twin, with P = the twin on |a| and |b|
+/// (the same scales: amax ignores signs) plus |init| where the product adds to it.
+fn assert_within_fast_bound(name: &str, got: &[f32], a: &[f32], b: &[f32], init: &[f32], d: MatmulDims) {
+    let twin = CpuBackend::fast_twin();
+    let want = matmul_case(&twin, a, b, init, d).remove(0);
+    let abs = |x: &[f32]| x.iter().map(|v| v.abs()).collect::<Vec<_>>();
+    let zeros = vec![0.0; init.len()];
+    let p = matmul_case(&twin, &abs(a), &abs(b), &zeros, MatmulDims { accumulate: false, ..d }).remove(0);
+    let mut worst = 0f64;
+    for i in 0..got.len() {
+        // The add to out rounds once more on each side.
+        let carry = if d.accumulate { (init[i].abs() + p[i]) as f64 * 2f64.powi(-23) } else { 0.0 };
+        let bound = precision::fast_bound(d.k, p[i] as f64) + carry;
+        let err = (got[i] as f64 - want[i] as f64).abs();
+        assert!(err <= bound, "{name}: value {i} is {} against the twin's {} (bound {bound:e})", got[i], want[i]);
+        worst = worst.max(err / bound.max(f64::MIN_POSITIVE));
+    }
+    eprintln!("{name}: within the fast bound, at most {worst:.3} of it");
+}
+
+/// Every transpose, with and without accumulation, single, batched and broadcast, ragged
+/// shapes and the smallest fast shape: integer data gives the twin's bits, on every fast
+/// candidate and split into windows; real data at three magnitudes (1e-5, 1, 1e4: the scales
+/// keep all of them in f16's range) stays within the class's bound.
+#[test]
+fn fast_matmul_every_layout_against_its_twin() {
+    let fast = gpu_with(FAST);
+    assert_eq!(fast.precision(), Precision::Fast);
+    assert!(fast.fast_emulated(), "lavapipe has no cooperative matrices: the emulation runs");
+    let split = gpu_with(GpuOptions {
+        max_binding_bytes: Some(16 << 10),
+        ..FAST
+    });
+    let other = gpu_with(FAST);
+    other.force_candidate("matmul_fast", 1);
+    let twin = CpuBackend::fast_twin();
+    let mut rng = SmallRng::seed_from_u64(41);
+    let mut cases = Vec::new();
+    for (m, n, k) in [(16, 16, 16), (67, 45, 93), (130, 70, 40)] {
+        for (ta, tb, acc) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
+            cases.push((MatmulDims::new(m, n, k), ta, tb, acc));
+        }
+    }
+    for (ba, bb) in [(false, false), (true, false), (false, true)] {
+        cases.push((MatmulDims::new(33, 20, 17).batched(3, ba, bb), ba, bb, bb));
+    }
+    for (mut d, ta, tb, acc) in cases {
+        (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
+        let (na, nb) = d.spans();
+        let name = format!("fast {} ta={ta} tb={tb} acc={acc}", d.describe());
+        let (a, b, init) = (integers(&mut rng, na), integers(&mut rng, nb), integers(&mut rng, d.batch * d.m * d.n));
+        let want = matmul_case(&twin, &a, &b, &init, d);
+        assert_same_bits(&format!("integers {name}"), &matmul_case(&fast, &a, &b, &init, d), &want);
+        assert_same_bits(&format!("integers, BK 16, {name}"), &matmul_case(&other, &a, &b, &init, d), &want);
+        assert_same_bits(&format!("integers, split, {name}"), &matmul_case(&split, &a, &b, &init, d), &want);
+        for scale in [1e-5, 1.0, 1e4] {
+            let (a, b) = (rand_vec(&mut rng, na, scale), rand_vec(&mut rng, nb, 1.0 / scale.sqrt()));
+            let init = rand_vec(&mut rng, d.batch * d.m * d.n, 1.0);
+            let got = matmul_case(&fast, &a, &b, &init, d).remove(0);
+            assert_within_fast_bound(&format!("{name} at {scale:e}"), &got, &a, &b, &init, d);
+        }
+    }
+    // Below the class's minimum a product stays strict, bit for bit.
+    let d = MatmulDims::new(4, 40, 40);
+    let (a, b, init) = (rand_vec(&mut rng, 160, 1.0), rand_vec(&mut rng, 1600, 1.0), vec![0.0; 160]);
+    let strict = matmul_case(&gpu(), &a, &b, &init, d);
+    assert_same_bits("a 4-row product", &matmul_case(&fast, &a, &b, &init, d), &strict);
+    let strict = matmul_case(&CpuBackend::<f32>::new(), &a, &b, &init, d);
+    assert_same_bits("a 4-row product on the twin", &matmul_case(&twin, &a, &b, &init, d), &strict);
+}
+
+/// One product on `be`, and the fault it reports after.
+fn fault_case<B: Backend>(be: &B, a: &[f32], b: &[f32], d: MatmulDims) -> (Vec<f32>, Option<String>) {
+    let out = matmul_case(be, a, b, &vec![0.0; d.batch * d.m * d.n], d).remove(0);
+    (out, block(be.fast_fault()))
+}
+
+/// A NaN or an infinity in an operand names its product, on the GPU and on the twin; finite
+/// operands far from 1 stay finite and name nothing; and where the fast class cannot run it
+/// says why, and runs strict.
+#[test]
+fn fast_class_names_the_product_that_met_a_non_finite_value() {
+    let mut rng = SmallRng::seed_from_u64(42);
+    let d = MatmulDims::new(20, 30, 40).trans_b();
+    let (a, b) = (rand_vec(&mut rng, 800, 3e17), rand_vec(&mut rng, 1200, 1e-20));
+    let (out, fault) = fault_case(&gpu_with(FAST), &a, &b, d);
+    assert!(out.iter().all(|x| x.is_finite()) && fault.is_none(), "{fault:?}");
+    let (twin, fault) = fault_case(&CpuBackend::fast_twin(), &a, &b, d);
+    assert!(twin.iter().all(|x| x.is_finite()) && fault.is_none(), "{fault:?}");
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut b = b.clone();
+        b[777] = bad;
+        let named = Some("matmul 20×30×40 batch 1 a·bᵀ".to_string());
+        assert_eq!(fault_case(&gpu_with(FAST), &a, &b, d).1, named, "gpu, {bad}");
+        assert_eq!(fault_case(&CpuBackend::fast_twin(), &a, &b, d).1, named, "twin, {bad}");
+    }
+    let strict_here = gpu_with(GpuOptions {
+        precision: Precision::Fast,
+        ..GpuOptions::DEFAULT
+    });
+    assert_eq!(strict_here.precision(), Precision::Strict);
+    let why = strict_here.fast_unavailable().expect("lavapipe says why the fast class does not run");
+    assert!(why.contains("cooperative"), "{why}");
+    assert_eq!(gpu().fast_unavailable(), None, "nothing to say when strict was asked for");
+}

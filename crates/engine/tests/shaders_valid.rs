@@ -32,6 +32,9 @@ fn candidates(s: &Shader) -> Vec<Vec<Define>> {
     match s.name {
         "matmul" => ops::matmul::TILES.iter().map(|t| t.defines().to_vec()).collect(),
         "attention" => ops::attention::KERNELS.iter().map(|k| k.switches()).collect(),
+        "matmul_fast" => (ops::matmul::FAST_TILES.iter())
+            .flat_map(|t| [t.defines(true).to_vec(), t.defines(false).to_vec()])
+            .collect(),
         _ => {
             let numbers: Vec<_> = s
                 .switches
@@ -55,12 +58,27 @@ fn caps(defines: &[Define]) -> Capabilities {
     }
 }
 
+/// What a family needs beside the switches' capabilities: the fast matmul is native only, f16
+/// always, cooperative matrices unless they are emulated. Every other family compiles in a
+/// browser with none.
+fn family_caps(s: &Shader, defines: &[Define]) -> Capabilities {
+    let fast = Capabilities::SHADER_FLOAT16;
+    match s.name {
+        "matmul_fast" if s.variant(defines).contains(&Define::bool(ops::matmul::COOP, true)) => {
+            fast | Capabilities::COOPERATIVE_MATRIX
+        }
+        "matmul_fast" => fast,
+        _ => Capabilities::empty(),
+    }
+}
+
 #[test]
 fn every_shader_parses_and_validates() {
     let mut variants = 0;
     for s in SHADERS {
-        // The plain source needs no capability: it is what browsers compile.
-        let plain = validate(s, &[], Capabilities::empty());
+        // The plain source needs no capability but the native-only families': it is what
+        // browsers compile.
+        let plain = validate(s, &[], family_caps(s, &[]));
         for on in flipped(s) {
             if on.name == SUBGROUPS {
                 let full = validate(s, &[on], Capabilities::SUBGROUP);
@@ -70,12 +88,12 @@ fn every_shader_parses_and_validates() {
                     s.name
                 );
             } else {
-                validate(s, &[on], Capabilities::empty());
+                validate(s, &[on], family_caps(s, &[on]));
             }
             variants += 1;
         }
         for defines in candidates(s) {
-            validate(s, &defines, caps(&defines));
+            validate(s, &defines, caps(&defines) | family_caps(s, &defines));
             variants += 1;
         }
     }
@@ -99,10 +117,11 @@ fn every_define_reaches_wgsl_with_its_value() {
         cases.extend(flipped(s).map(|on| vec![on]));
         cases.extend(candidates(s));
         for defines in cases {
-            let module = validate(s, &defines, caps(&defines));
+            let module = validate(s, &defines, caps(&defines) | family_caps(s, &defines));
             for d in COMMON.iter().chain(s.constants).chain(&s.variant(&defines)) {
                 let want = match d.value {
                     Value::U32(v) => naga::Literal::U32(v),
+                    Value::I32(v) => naga::Literal::I32(v),
                     Value::F32(bits) => naga::Literal::F32(f32::from_bits(bits)),
                     Value::Bool(v) => naga::Literal::Bool(v),
                 };
@@ -159,7 +178,8 @@ fn every_loop_ends_by_its_bounds() {
             !words.contains(&"loop") && !words.contains(&"while"),
             "{name}.wgsl: a `loop` or `while`; write loops as `for` with a bound"
         );
-        let module = validate(shader_or_common(name), &[], Capabilities::empty());
+        let family = shader_or_common(name);
+        let module = validate(family, &[], family_caps(family, &[]));
         for (at, _) in code.match_indices("for (") {
             let rest = &code[at + 5..];
             let mut depth = 0;
@@ -211,4 +231,62 @@ fn positive(module: &naga::Module, expr: &str) -> bool {
             Some(n) => n > 0,
             None => matches!(constant(module, f), Some(naga::Literal::U32(n)) if n > 0),
         })
+}
+
+/// The fast matmul's cooperative variants as the GPU backend would compile them: validated with
+/// the capabilities wgpu grants on Vulkan, written to SPIR-V (naga 30.0.1 panics there, not in
+/// validation, on a `coopStore` whose pointer index or stride is an inline expression), and
+/// holding only the cooperative types NVIDIA and AMD list: 16×16 f16 A and B, 16×16 f32 C
+/// (naga checks neither the element types nor the shapes, and an f32 pointer silently makes an
+/// f32 tile).
+#[test]
+fn the_fast_kernels_compile_to_spirv_with_the_tiles_devices_list() {
+    use naga::{CooperativeRole, CooperativeSize, Scalar, TypeInner};
+    let s = shader("matmul_fast");
+    for tile in ops::matmul::FAST_TILES {
+        let defines = tile.defines(true);
+        let caps = family_caps(s, &defines);
+        let module = validate(s, &defines, caps);
+        let info = Validator::new(ValidationFlags::all(), caps)
+            .validate(&module)
+            .expect("validated above");
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            ..Default::default()
+        };
+        let words = naga::back::spv::write_vec(&module, &info, &options, None)
+            .unwrap_or_else(|e| panic!("matmul_fast {defines:?} does not write SPIR-V: {e}"));
+        // OpCapability CooperativeMatrixKHR (6022) is declared.
+        let declared = words.windows(2).any(|w| w[0] == (2 << 16 | 17) && w[1] == 6022);
+        assert!(declared, "{defines:?}: no CooperativeMatrixKHR capability in the SPIR-V");
+        let mut seen = vec![];
+        for (_, ty) in module.types.iter() {
+            if let TypeInner::CooperativeMatrix { columns, rows, scalar, role } = ty.inner {
+                let ok = columns == CooperativeSize::Sixteen
+                    && rows == CooperativeSize::Sixteen
+                    && match role {
+                        CooperativeRole::A | CooperativeRole::B => scalar == Scalar::F16,
+                        CooperativeRole::C => scalar == Scalar::F32,
+                    };
+                assert!(ok, "{defines:?}: a cooperative type no device lists: {:?}", ty.inner);
+                seen.push(role);
+            }
+        }
+        for role in [CooperativeRole::A, CooperativeRole::B, CooperativeRole::C] {
+            assert!(seen.contains(&role), "{defines:?}: no {role:?} tile");
+        }
+    }
+}
+
+/// The emulated variant, which lavapipe runs in tests/gpu_vs_cpu.rs, uses no cooperative
+/// matrix at all, and the cooperative one no emulation: the switch selects the whole path.
+#[test]
+fn the_emulated_fast_kernel_has_no_cooperative_types() {
+    let s = shader("matmul_fast");
+    let tile = ops::matmul::FAST_TILES[0];
+    let emulated = validate(s, &tile.defines(false), Capabilities::SHADER_FLOAT16);
+    let coop = (emulated.types.iter()).filter(|(_, t)| matches!(t.inner, naga::TypeInner::CooperativeMatrix { .. }));
+    assert_eq!(coop.count(), 0);
+    assert!(!s.source(&tile.defines(false)).contains("wgpu_cooperative_matrix"));
+    assert!(s.source(&tile.defines(true)).starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
 }

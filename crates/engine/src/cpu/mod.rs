@@ -51,16 +51,22 @@ pub struct CpuBackend<T = f32> {
     allocated: AtomicU64,
     /// The largest single allocation so far, in bytes.
     largest: AtomicU64,
+    /// The fast class's twin ([`CpuBackend::fast_twin`]) rather than the strict reference.
+    fast: bool,
+    /// The first fast product whose operands held a NaN or an infinity, by its shape.
+    fault: std::sync::Mutex<Option<String>>,
     _values: PhantomData<T>,
 }
 
 impl<T: Scalar> CpuBackend<T> {
     pub fn new() -> Self {
-        Self {
-            allocated: AtomicU64::new(0),
-            largest: AtomicU64::new(0),
-            _values: PhantomData,
-        }
+        Self::default()
+    }
+
+    /// Records that the fast product `d` met a NaN or an infinity, unless one already had.
+    pub(crate) fn fast_fault_at(&self, d: &crate::MatmulDims) {
+        let mut fault = self.fault.lock().unwrap_or_else(|e| e.into_inner());
+        fault.get_or_insert_with(|| d.describe());
     }
 
     /// Bytes of every tensor (`size_of::<T>()` a value) and index (4 a value) allocated so far.
@@ -91,18 +97,50 @@ fn try_zeroed<V: Clone>(what: &str, len: usize, zero: V) -> Result<Vec<V>> {
     Ok(data)
 }
 
+impl CpuBackend<f32> {
+    /// The CPU twin of the fast class (`crate::precision`): its matrix products round their
+    /// operands to f16 after the same power-of-two scaling and sum in f32, as the GPU's
+    /// cooperative matrices do up to their order of summation. The reference the GPU's fast
+    /// class is checked against, and a way to see the class's numerics without a GPU; it is
+    /// slower than the strict backend, not faster.
+    pub fn fast_twin() -> Self {
+        Self {
+            fast: true,
+            ..Self::default()
+        }
+    }
+
+    /// The strict backend, or the fast class's twin.
+    pub fn with_precision(precision: crate::Precision) -> Self {
+        match precision {
+            crate::Precision::Strict => Self::new(),
+            crate::Precision::Fast => Self::fast_twin(),
+        }
+    }
+}
+
 impl<T: Scalar> Backend for CpuBackend<T> {
     type Tensor = CpuTensor<T>;
     type Index = CpuIndex;
     type Plan = ();
 
     fn describe(&self) -> String {
+        let twin = if self.fast { ", fast-class twin" } else { "" };
         format!(
-            "cpu ({}, {} threads, {} build)",
+            "cpu ({}, {} threads, {} build{twin})",
             std::any::type_name::<T>(),
             rayon::current_num_threads(),
             simd::build_name()
         )
+    }
+    fn precision(&self) -> crate::Precision {
+        match self.fast {
+            true => crate::Precision::Fast,
+            false => crate::Precision::Strict,
+        }
+    }
+    fn fast_fault(&self) -> impl std::future::Future<Output = Result<Option<String>>> {
+        std::future::ready(Ok(self.fault.lock().unwrap_or_else(|e| e.into_inner()).clone()))
     }
     fn zeros(&self, what: &str, len: usize) -> Result<CpuTensor<T>> {
         // A config far beyond this machine's memory fails here, with a message, not an abort.

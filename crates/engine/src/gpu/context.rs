@@ -41,6 +41,14 @@ pub struct GpuOptions {
     /// since resmem's shaders are its own and every loop of theirs ends by its bounds. On, an
     /// A/B of its cost (`resmem bench --loop-guards`). The browser applies its own rules.
     pub loop_guards: bool,
+    /// The numeric class of the matrix products (`crate::precision`). Fast runs them on
+    /// cooperative matrices where the adapter has them, and the strict kernels elsewhere
+    /// ([`GpuBackend::fast_unavailable`] says why).
+    pub precision: crate::Precision,
+    /// With the fast class, where the adapter has f16 but no cooperative matrices, run the fast
+    /// kernels with the cooperative built-ins emulated by scalar loops: tests of the kernels'
+    /// staging, scaling and edges on lavapipe. Slower than strict; never for training.
+    pub emulate_cooperative: bool,
 }
 
 impl GpuOptions {
@@ -54,8 +62,11 @@ impl GpuOptions {
         tune: false,
         k_slices: false,
         loop_guards: false,
+        precision: crate::Precision::Strict,
+        emulate_cooperative: false,
     };
 }
+
 
 pub struct GpuBackend {
     pub(crate) device: wgpu::Device,
@@ -103,6 +114,12 @@ pub struct GpuBackend {
     lost: Arc<Mutex<Option<String>>>,
     /// The partial sums of `sum`'s first launch, shared by every sum: launches run in order.
     sum_partials: GpuTensor,
+    /// The fast class's shared buffers, where the device runs it.
+    pub(crate) fast: Option<super::fast::FastState>,
+    /// Why the fast class was asked for and is not available here.
+    fast_unavailable: Option<String>,
+    /// The adapter's cooperative-matrix configurations.
+    cooperative_configurations: Vec<String>,
 }
 
 /// A pipeline's key, as web-rwkv keys its own: the shader (an op family), the entry point, and
@@ -159,12 +176,22 @@ impl GpuBackend {
         let mut features = wgpu::Features::empty();
         features.set(wgpu::Features::SUBGROUP, subgroups);
         features.set(wgpu::Features::TIMESTAMP_QUERY, timestamps);
+        let fast = super::fast::support(&adapter, options.precision, options.emulate_cooperative);
+        features |= fast.features;
+        let experimental_features = if fast.features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: wgpu asks whoever enables an experimental feature to accept that it may
+            // still have bugs with undefined behaviour; the fast class is asked for by name, and
+            // its kernels are checked against their CPU twin by `resmem selftest`.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("resmem"),
                 required_features: features,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
@@ -217,7 +244,7 @@ impl GpuBackend {
             crate::shaders::digest()
         );
         let tuner = super::tuning::Tuner::new(options.tune && cfg!(not(target_arch = "wasm32")));
-        Ok(Self {
+        let mut backend = Self {
             tuner: RefCell::new(tuner),
             tuning_key,
             binding_values,
@@ -243,7 +270,32 @@ impl GpuBackend {
             staging: RefCell::default(),
             error,
             lost,
-        })
+            fast: None,
+            fast_unavailable: fast.unavailable,
+            cooperative_configurations: fast.configurations,
+        };
+        if let Some(kernels) = &fast.kernels {
+            backend.fast = Some(super::fast::FastState::new(&backend, kernels)?);
+        }
+        Ok(backend)
+    }
+
+    /// Why the fast class, asked for, runs the strict kernels on this device; None when it runs
+    /// or was not asked for.
+    pub fn fast_unavailable(&self) -> Option<&str> {
+        self.fast_unavailable.as_deref()
+    }
+
+    /// Whether the fast class runs on emulated cooperative built-ins
+    /// ([`GpuOptions::emulate_cooperative`]).
+    pub fn fast_emulated(&self) -> bool {
+        self.fast.as_ref().is_some_and(|f| !f.coop)
+    }
+
+    /// The adapter's cooperative-matrix configurations, as `16×16×16 f16·f16→f32`: empty on
+    /// adapters without them (and in the browser).
+    pub fn cooperative_configurations(&self) -> &[String] {
+        &self.cooperative_configurations
     }
 
     pub(crate) fn sum_partials(&self) -> GpuTensor {

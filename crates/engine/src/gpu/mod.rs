@@ -6,6 +6,7 @@
 //! is recorded once into a [`GpuPlan`] and replayed, so a step allocates nothing.
 
 mod context;
+mod fast;
 mod readback;
 mod timing;
 mod tuning;
@@ -226,6 +227,20 @@ impl Backend for GpuBackend {
     fn flush(&self) -> Result<()> {
         self.submit_pending();
         self.take_error()
+    }
+
+    fn precision(&self) -> crate::Precision {
+        match self.fast {
+            Some(_) => crate::Precision::Fast,
+            None => crate::Precision::Strict,
+        }
+    }
+
+    async fn fast_fault(&self) -> Result<Option<String>> {
+        match &self.fast {
+            Some(state) => state.fault(self).await,
+            None => Ok(None),
+        }
     }
 
     fn record_or_replay(&self, plan: &mut Option<GpuPlan>, record: impl FnOnce()) {

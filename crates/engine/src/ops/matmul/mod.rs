@@ -7,6 +7,10 @@ use crate::gpu::{AsArg, Candidate, GpuBackend, GpuTensor, VIEW_ALIGN};
 use crate::shaders::{Define, SUBGROUPS, WG};
 use crate::Backend;
 
+mod fast;
+pub use fast::{exponents, FastTile, COOP, FAST_TILES};
+pub(crate) use fast::{FAST_DEFINES, FAST_SWITCHES, PARTIALS_B, SCALE_DEFINES};
+
 /// out[b] (M×N) = op(a[b]) (M×K) · op(b[b]) (K×N) (+ out[b] when `accumulate`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MatmulDims {
@@ -62,14 +66,35 @@ impl MatmulDims {
             ..self
         }
     }
+    /// Values of a and of b from the first the product reads to the last: what the fast
+    /// class's scales are taken over.
+    pub fn spans(&self) -> (usize, usize) {
+        let need_a = (self.batch - 1) * self.stride_a + self.m * self.k;
+        let need_b = (self.batch - 1) * self.stride_b + self.k * self.n;
+        (need_a, need_b)
+    }
+    /// The product's shape class, as the tuner and messages name it:
+    /// `matmul 4096×1024×256 batch 1 a·bᵀ`.
+    pub fn describe(&self) -> String {
+        let op = |t: bool, x: &str| if t { format!("{x}ᵀ") } else { x.to_string() };
+        let acc = if self.accumulate { " +=" } else { "" };
+        format!(
+            "matmul {}×{}×{} batch {} {}·{}{acc}",
+            self.m,
+            self.n,
+            self.k,
+            self.batch,
+            op(self.trans_a, "a"),
+            op(self.trans_b, "b")
+        )
+    }
     fn check(&self, out: usize, a: usize, b: usize) {
         assert_eq!(
             out,
             self.batch * self.m * self.n,
             "matmul: out has {out} values for {self:?}"
         );
-        let need_a = (self.batch - 1) * self.stride_a + self.m * self.k;
-        let need_b = (self.batch - 1) * self.stride_b + self.k * self.n;
+        let (need_a, need_b) = self.spans();
         assert!(
             a >= need_a && b >= need_b,
             "matmul: a ({a}) or b ({b}) too short for {self:?}"
@@ -206,8 +231,7 @@ impl MatmulDims {
     /// dimension `groups` workgroups of `tile`. K is split at multiples of the shader's K tile,
     /// so that every launch after the first continues the same chain of fmas. None when no
     /// split fits.
-    fn split(&self, cap: usize, groups: usize, tile: Tile) -> Option<(usize, usize, usize)> {
-        let (bm, bn) = (tile.bm as usize, tile.bn as usize);
+    fn split(&self, cap: usize, groups: usize, (bm, bn): (usize, usize)) -> Option<(usize, usize, usize)> {
         let (mut mc, mut nc, mut kc) = (self.m.min(groups * bm), self.n.min(groups * bn), self.k);
         loop {
             let blk = Block {
@@ -475,6 +499,24 @@ fn first_mode(accumulate: bool) -> u32 {
     }
 }
 
+/// The kernel a product runs: a strict tile, or a fast one (whose scales were computed just
+/// before, `fast_scales`).
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    Strict(Tile),
+    Fast(FastTile),
+}
+
+impl Kernel {
+    /// Rows and columns of out one workgroup computes.
+    fn tile(&self) -> (usize, usize) {
+        match self {
+            Kernel::Strict(t) => (t.bm as usize, t.bn as usize),
+            Kernel::Fast(_) => (fast::FAST_BM, fast::FAST_BN),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn launch(
     gpu: &GpuBackend,
@@ -485,7 +527,7 @@ fn launch(
     blk: &Block,
     windows: [(usize, usize); 3],
     mode: u32,
-    tile: Tile,
+    kernel: Kernel,
 ) {
     // Each window starts at the aligned value at or before its first; the shader adds the rest.
     let bind = |t: &GpuTensor, (first, len): (usize, usize)| {
@@ -522,11 +564,19 @@ fn launch(
         whole_vec4s(off_b, ldb, d.stride_b) as usize,
     ]
     .map(|x| x as u32);
-    let groups = [
-        n.div_ceil(tile.bn as usize) as u32,
-        m.div_ceil(tile.bm as usize) as u32,
-        d.batch as u32,
-    ];
+    let (bm, bn) = kernel.tile();
+    let groups = [n.div_ceil(bn) as u32, m.div_ceil(bm) as u32, d.batch as u32];
+    let tile = match kernel {
+        Kernel::Strict(tile) => tile,
+        Kernel::Fast(tile) => {
+            let Some(state) = gpu.fast.as_ref() else {
+                return gpu.refuse("matmul: a fast kernel on a backend without the fast class".into());
+            };
+            let args = [out.arg(), a.arg(), b.arg(), state.scales.arg()];
+            let defines = tile.defines(state.coop);
+            return gpu.dispatch_with("matmul_fast", "matmul_fast", &defines, &params, &args, groups);
+        }
+    };
     let args = [out.arg(), a.vec4_arg(), b.vec4_arg()];
     // Both entry points run the same chains: which one runs changes no bit of out.
     let entry = match (tile.subgroups, tile.prefetch) {
@@ -542,42 +592,78 @@ fn launch(
 pub mod gpu {
     use super::*;
 
-    /// The product in the tile tuned for its shape ([`TILES`]).
+    /// The product in the tile tuned for its shape ([`TILES`]); in the fast class (a backend
+    /// made with it, and a product at least [`crate::precision::FAST_MIN`] each way) its
+    /// operands' scales first, then the fast tile tuned for it ([`FAST_TILES`]).
     pub fn matmul(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
         d.check(out.len, a.len, b.len);
-        let class = || {
-            let op = |t: bool, x: &str| if t { format!("{x}ᵀ") } else { x.to_string() };
-            let acc = if d.accumulate { " +=" } else { "" };
-            format!(
-                "matmul {}×{}×{} batch {} {}·{}{acc}",
-                d.m,
-                d.n,
-                d.k,
-                d.batch,
-                op(d.trans_a, "a"),
-                op(d.trans_b, "b")
-            )
-        };
+        if gpu.fast.is_some() && d.in_fast_class() {
+            fast_scales(gpu, a, b, &d);
+            let class = || format!("fast {}", d.describe());
+            let tile = gpu.tuned("matmul_fast", class, FAST_TILES, |tile, growth| {
+                let (part, whole) = d.for_tuning(growth);
+                if let Ok(scratch) = gpu.zeros("tuning scratch", part.batch * part.m * part.n) {
+                    product(gpu, &scratch, a, b, part, Kernel::Fast(tile))
+                }
+                whole
+            });
+            return product(gpu, out, a, b, d, Kernel::Fast(tile));
+        }
         let class = || match slices(gpu, &d) {
-            1 => class(),
-            n => format!("{} in {n} K slices", class()),
+            1 => d.describe(),
+            n => format!("{} in {n} K slices", d.describe()),
         };
         let tile = gpu.tuned("matmul", class, TILES, |tile, growth| {
             let (part, whole) = d.for_tuning(growth);
             if let Ok(scratch) = gpu.zeros("tuning scratch", part.batch * part.m * part.n) {
-                product(gpu, &scratch, a, b, part, tile)
+                product(gpu, &scratch, a, b, part, Kernel::Strict(tile))
             }
             whole
         });
-        product(gpu, out, a, b, d, tile)
+        product(gpu, out, a, b, d, Kernel::Strict(tile))
+    }
+
+    /// The scales of a fast product's operands (`shaders/fast_scale.wgsl`): each operand's
+    /// span reduced to partial maxima, a window of one binding at a time, then both into the
+    /// backend's scales, which the product's launches read next. Launches run in order, so every
+    /// product shares the one scales buffer.
+    fn fast_scales(gpu: &GpuBackend, a: &GpuTensor, b: &GpuTensor, d: &MatmulDims) {
+        let Some(state) = gpu.fast.as_ref() else { return };
+        let product = state.product_number(d);
+        let (na, nb) = d.spans();
+        let mut used = [0usize; 2];
+        for (side, (x, n)) in [(a, na), (b, nb)].into_iter().enumerate() {
+            let Some(windows) = gpu.split(n, VIEW_ALIGN) else {
+                return gpu.refuse(format!("matmul: an operand of {} cannot be bound", d.describe()));
+            };
+            // Each window its share of the side's slots, at least one.
+            let share = (PARTIALS_B / windows.len()).max(1);
+            for w in windows {
+                let len = w.end - w.start;
+                let groups = len.div_ceil(WG).clamp(1, share);
+                let rounds = len.div_ceil(groups * WG);
+                let slot = side * PARTIALS_B + used[side];
+                if used[side] + groups > PARTIALS_B {
+                    return gpu.refuse(format!("matmul: an operand of {} is too large to scale", d.describe()));
+                }
+                let params = [len, slot, groups, rounds].map(|v| v as u32);
+                let x = gpu.view(x, w.start, len);
+                let args = [(1, x.arg()), (2, state.partials.arg())];
+                gpu.dispatch_with_at("fast_scale", "amax_partial", &[], &params, &args, [groups as u32, 1, 1]);
+                used[side] += groups;
+            }
+        }
+        let params = [0, 0, 0, 0, product, used[0] as u32, used[1] as u32];
+        let args = [(2, state.partials.arg()), (3, state.scales.arg()), (4, state.fault.arg())];
+        gpu.dispatch_with_at("fast_scale", "fast_scales", &[], &params, &args, [1, 1, 1]);
     }
 
     /// The product in one launch, or, when an operand is larger than one binding or the grid
     /// than one dimension allows, in blocks of out (and of K) that each bind windows of the
     /// operands. Each out value sees the same fmas in the same order either way: the first K block
     /// starts from 0 as the single launch does, later ones continue from what out holds.
-    fn product(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims, tile: Tile) {
-        let (bm, bn) = (tile.bm as usize, tile.bn as usize);
+    fn product(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims, kernel: Kernel) {
+        let (bm, bn) = kernel.tile();
         let cap = gpu.max_binding_values();
         let groups = gpu.max_groups() as usize;
         let whole = Block {
@@ -590,21 +676,22 @@ pub mod gpu {
             && d.n.div_ceil(bn) <= groups;
         if fits || d.m == 0 || d.n == 0 {
             let slices = slices(gpu, &d);
-            if slices > 1 && slices * d.m * d.n <= cap {
+            if let (true, Kernel::Strict(tile)) = (slices > 1 && slices * d.m * d.n <= cap, kernel) {
                 return in_slices(gpu, out, a, b, d, slices, tile);
             }
             let all = [(0, out.len), (0, a.len), (0, b.len)];
-            return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate), tile);
+            return launch(gpu, out, a, b, &d, &whole, all, first_mode(d.accumulate), kernel);
         }
-        let split = d.split(cap, groups, tile);
+        let split = d.split(cap, groups, (bm, bn));
         let Some((mc, nc, kc)) = split.filter(|_| d.batch == 1 && d.batch <= groups) else {
             return gpu.refuse(format!(
                 "matmul: a {}×{}×{} product (batch {}) does not split into this device's bindings of {} values",
                 d.m, d.k, d.n, d.batch, cap
             ));
         };
-        if d.accumulate && kc < d.k {
-            // Adding to out would need the first K block's sum kept apart from out.
+        if d.accumulate && kc < d.k && matches!(kernel, Kernel::Strict(_)) {
+            // Adding to out would need the first K block's sum kept apart from out (the fast
+            // kernel adds each K block's scaled sum to out, so it splits either way).
             return gpu.refuse(format!(
                 "matmul: an accumulating product over K = {} is too large for one binding of {} values",
                 d.k, cap
@@ -622,7 +709,7 @@ pub mod gpu {
                         0 => first_mode(d.accumulate),
                         _ => CONTINUE,
                     };
-                    launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode, tile);
+                    launch(gpu, out, a, b, &d, &blk, d.windows(&blk), mode, kernel);
                 }
             }
         }
@@ -675,7 +762,7 @@ pub mod gpu {
             k: (0, ks),
         };
         let all = [(0, partials.len), (0, a.len), (0, b.len)];
-        launch(gpu, &partials, a, b, &parts, &whole, all, WRITE, tile);
+        launch(gpu, &partials, a, b, &parts, &whole, all, WRITE, Kernel::Strict(tile));
         let mut params = [0u32; PARAMS];
         (params[0], params[1], params[2], params[6]) =
             (slices as u32, d.m as u32, d.n as u32, first_mode(d.accumulate));
@@ -698,8 +785,15 @@ pub mod cpu {
     use crate::cpu::{CpuBackend, CpuTensor};
     use crate::ops::Scalar;
 
-    pub fn matmul<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>, d: MatmulDims) {
-        super::cpu(&mut out.get_mut(), &a.get(), &b.get(), d)
+    /// The strict product, or on the fast class's twin ([`CpuBackend::fast_twin`]) the fast one
+    /// ([`super::fast::cpu`]) for the products in that class.
+    pub fn matmul<T: Scalar>(be: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>, d: MatmulDims) {
+        if be.precision().is_strict() || !d.in_fast_class() {
+            return super::cpu(&mut out.get_mut(), &a.get(), &b.get(), d);
+        }
+        if !super::fast::cpu(&mut out.get_mut(), &a.get(), &b.get(), d) {
+            be.fast_fault_at(&d);
+        }
     }
 }
 

@@ -1,0 +1,109 @@
+//! The fast class's matmul (`crate::precision`): f16 multiplicands into f32 sums, each operand
+//! scaled by a power of two from its largest magnitude. Its CPU twin here, and on the GPU the
+//! scale pass (`shaders/fast_scale.wgsl`) and the cooperative-matrix kernel
+//! (`shaders/matmul_fast.wgsl`), launched through `super::gpu`'s block splitting.
+
+use super::MatmulDims;
+use crate::gpu::Candidate;
+use crate::precision::{amax, pow2, round_operand, scale_exponent, MAX_SCALE_EXPONENT};
+use crate::shaders::Define;
+
+/// The K depth a workgroup stages at a time: the fast kernel's one switch beside [`COOP`].
+/// Every candidate runs the same 16-deep multiply-adds in the same K order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastTile {
+    pub bk: u32,
+}
+
+/// The switch that selects the cooperative built-ins (on) or their scalar emulation (off).
+pub const COOP: &str = "COOP";
+
+/// Rows and columns of out a workgroup computes (the shader's BM and BN), and its invocations.
+pub const FAST_BM: usize = 64;
+pub const FAST_BN: usize = 64;
+const FAST_THREADS: u32 = 128;
+
+/// Every fast candidate, the default first.
+pub const FAST_TILES: &[FastTile] = &[FastTile { bk: 32 }, FastTile { bk: 16 }];
+
+impl FastTile {
+    /// The variant's switches: `coop` where the device has cooperative matrices, the emulation
+    /// otherwise (tests on lavapipe).
+    pub const fn defines(&self, coop: bool) -> [Define; 2] {
+        [Define::u32("BK", self.bk), Define::bool(COOP, coop)]
+    }
+    /// Workgroup memory: the two staged slices in f16, and the store scratch.
+    fn shared_bytes(&self) -> u32 {
+        let (bm, bn) = (FAST_BM as u32, FAST_BN as u32);
+        (bm + bn) * (self.bk + 8) * 2 + 4 * 256 * 4
+    }
+}
+
+impl Candidate for FastTile {
+    fn name(&self) -> String {
+        format!("fast {FAST_BM}x{FAST_BN} k{}", self.bk)
+    }
+    fn fits(&self, gpu: &crate::gpu::GpuBackend) -> bool {
+        let limits = &gpu.limits;
+        FAST_THREADS <= limits.max_compute_invocations_per_workgroup
+            && self.shared_bytes() <= limits.max_compute_workgroup_storage_size
+    }
+}
+
+/// The shader's switches with their defaults.
+pub(crate) const FAST_SWITCHES: &[Define] = &[Define::u32("BK", FAST_TILES[0].bk), Define::bool(COOP, true)];
+
+/// What `shaders/matmul_fast.wgsl` reads from here beside its switches.
+pub(crate) const FAST_DEFINES: &[Define] = &[Define::u32("MODE_WRITE", super::WRITE)];
+
+/// Partial maxima slots: a's from 0, b's from this many on.
+pub(crate) const PARTIALS_B: usize = 512;
+
+/// What `shaders/fast_scale.wgsl` reads from here.
+pub(crate) const SCALE_DEFINES: &[Define] = &[
+    Define::u32("PARTIALS_B", PARTIALS_B as u32),
+    Define::i32("MAX_SCALE_EXPONENT", MAX_SCALE_EXPONENT),
+    Define::i32("SCALED_LOG2", crate::precision::SCALED_LOG2),
+];
+
+impl MatmulDims {
+    /// Whether this product runs in the fast class on a fast backend: every dimension at least
+    /// [`crate::precision::FAST_MIN`].
+    pub fn in_fast_class(&self) -> bool {
+        let min = crate::precision::FAST_MIN;
+        self.m >= min && self.n >= min && self.k >= min
+    }
+}
+
+/// The scale exponents of a product's operands: of the values from the first to the last one
+/// it reads (`MatmulDims::spans`), 0 for an operand with a NaN or an infinity, which is then
+/// reported (`Err` with both exponents).
+pub fn exponents(a: impl IntoIterator<Item = f32>, b: impl IntoIterator<Item = f32>) -> Result<(i32, i32), (i32, i32)> {
+    match (scale_exponent(amax(a)), scale_exponent(amax(b))) {
+        (Some(sa), Some(sb)) => Ok((sa, sb)),
+        (sa, sb) => Err((sa.unwrap_or(0), sb.unwrap_or(0))),
+    }
+}
+
+/// The CPU twin: out = [out +] (Σ â·b̂) · 2^−sA · 2^−sB, with â = f16(a·2^sA) and b̂ =
+/// f16(b·2^sB) rounded to nearest, their products exact in f32 and summed in f32 by the strict
+/// GEMM. False when an operand held a NaN or an infinity (the result carries it).
+#[cfg(feature = "cpu")]
+pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims) -> bool {
+    d.check(out.len(), a.len(), b.len());
+    let (na, nb) = d.spans();
+    let f32s = |x: &[T]| x.iter().map(|v| v.f64() as f32).collect::<Vec<f32>>();
+    let (a, b) = (f32s(&a[..na]), f32s(&b[..nb]));
+    let scaled = exponents(a.iter().copied(), b.iter().copied());
+    let (sa, sb) = scaled.unwrap_or_else(|e| e);
+    let round = |x: &[f32], s: i32| x.iter().map(|&v| round_operand(v, s)).collect::<Vec<f32>>();
+    let (ah, bh) = (round(&a, sa), round(&b, sb));
+    let mut sum = vec![0f32; out.len()];
+    super::cpu(&mut sum, &ah, &bh, MatmulDims { accumulate: false, ..d });
+    let (ua, ub) = (pow2(-sa), pow2(-sb));
+    for (o, s) in out.iter_mut().zip(sum) {
+        let v = (s * ua) * ub;
+        *o = T::of(if d.accumulate { (o.f64() as f32 + v) as f64 } else { v as f64 });
+    }
+    scaled.is_ok()
+}

@@ -1,0 +1,220 @@
+// The fast class's matmul (crates/engine/src/precision.rs): out[b] (M×N) = op(a[b]) · op(bm[b]),
+// optionally added to out, as shaders/matmul.wgsl computes it, but with f16 multiplicands and
+// f32 sums on cooperative matrices (tensor cores). Same Params, same transposes, batch strides,
+// windows and modes as the strict kernel (ops/matmul.rs launches both); MODE_CONTINUE adds to
+// out as MODE_ADD does, since the sum is scaled: a later K block's partial sum is added, not
+// continued.
+//
+// Scaling: binding 4 holds [2^sA, 2^sB, 2^-sA, 2^-sB] (shaders/fast_scale.wgsl, launched just
+// before): each staged value is f16(x · 2^s), at most 2^14 in magnitude, so nothing overflows;
+// f16×f16 products are exact in f32, and the tile's sum is scaled back by two exact
+// multiplications before it lands in out.
+//
+// Tiling: a workgroup of 128 invocations (four subgroups of 32) computes a 64×64 tile of out,
+// each subgroup a 32×32 quarter as 2×2 accumulators of 16×16, named, never indexed (an indexed
+// array of them would live in local memory, as the strict kernel's lesson in matmul.wgsl says).
+// The workgroup stages BK-deep slices of op(a) as [row][k] and of op(bm) as [col][k] in f16,
+// rows padded by 8 halves; a is read row-major (coopLoadT), b column-major (coopLoad), as
+// llama.cpp's mul_mm does. The staging reads each operand along its contiguous axis.
+//
+// Storing: a whole, aligned tile goes straight to out (coopStoreT); a tile at an edge, one that
+// adds to out, or one whose rows do not start at multiples of 4 values (Vulkan wants 16-byte
+// aligned pointers and strides) goes through a 16×16 scratch per subgroup and a checked copy.
+// naga 30.0.1's SPIR-V writer panics on a coopStore whose pointer index or stride is an inline
+// expression: both are bound with `let` first (tests/shaders_valid.rs writes SPIR-V to catch it).
+//
+// The switch COOP off gives the same kernel with the three cooperative built-ins emulated by
+// scalar loops over the same staged tiles (each invocation a row of its subgroup's quarter), for
+// adapters without cooperative matrices: tests/gpu_vs_cpu.rs runs it on lavapipe, so staging,
+// scaling, edges, modes and windows are checked there against the CPU twin; only the built-ins'
+// layouts need a GPU that has them (resmem's coop_probe example).
+
+#if COOP
+enable f16;
+enable wgpu_cooperative_matrix;
+alias MatA = coop_mat16x16<f16, A>;
+alias MatB = coop_mat16x16<f16, B>;
+alias Acc = coop_mat16x16<f32, C>;
+#else
+enable f16;
+#endif
+
+struct Params {
+    batch: u32, m: u32, n: u32, k: u32,
+    trans_a: u32, trans_b: u32, mode: u32, stride_a: u32,
+    stride_b: u32, lda: u32, ldb: u32, ldo: u32,
+    off_a: u32, off_b: u32, off_o: u32, vec_a: u32,
+    vec_b: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // (batch, M, N)
+@group(0) @binding(2) var<storage, read> a: array<f32>;          // (batch, M, K) or (batch, K, M)
+@group(0) @binding(3) var<storage, read> bm: array<f32>;         // (batch, K, N) or (batch, N, K)
+@group(0) @binding(4) var<storage, read> scales: array<f32>;     // 2^sA, 2^sB, 2^-sA, 2^-sB
+
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const THREADS: u32 = 128u;
+// The staged rows' stride in halves: BK + 8, a multiple of 8 halves (16 bytes).
+const SA: u32 = BK + 8u;
+var<workgroup> ta: array<f16, BM * SA>;  // [row][k]: f16(op(a) · 2^sA), zeros past the edges
+var<workgroup> tb: array<f16, BN * SA>;  // [col][k]: f16(op(bm) · 2^sB)
+#if COOP
+var<workgroup> cs: array<f32, 1024>;     // a 16×16 scratch per subgroup, for the checked stores
+#endif
+
+// op(a)[r][kk] of batch `batch`, zero past the edges.
+fn a_at(batch: u32, r: u32, kk: u32) -> f32 {
+    if (r >= p.m || kk >= p.k) { return 0.0; }
+    let inner = select(r * p.lda + kk, kk * p.lda + r, p.trans_a != 0u);
+    return a[batch * p.stride_a + p.off_a + inner];
+}
+
+// op(bm)[kk][c] of batch `batch`, zero past the edges.
+fn b_at(batch: u32, kk: u32, c: u32) -> f32 {
+    if (kk >= p.k || c >= p.n) { return 0.0; }
+    let inner = select(kk * p.ldb + c, c * p.ldb + kk, p.trans_b != 0u);
+    return bm[batch * p.stride_b + p.off_b + inner];
+}
+
+// Stages rows row0.. and columns col0.. of the BK-deep slice from k0, scaled and rounded to
+// f16. Consecutive invocations read consecutive values of the stored matrix.
+fn stage(tid: u32, batch: u32, row0: u32, col0: u32, k0: u32, sa: f32, sb: f32) {
+    for (var l = 0u; l < BM * BK / THREADS; l = l + 1u) {
+        let e = tid + l * THREADS;
+        let r = select(e / BK, e % BM, p.trans_a != 0u);
+        let kk = select(e % BK, e / BM, p.trans_a != 0u);
+        ta[r * SA + kk] = f16(a_at(batch, row0 + r, k0 + kk) * sa);
+    }
+    for (var l = 0u; l < BN * BK / THREADS; l = l + 1u) {
+        let e = tid + l * THREADS;
+        let c = select(e % BN, e / BK, p.trans_b != 0u);
+        let kk = select(e / BN, e % BK, p.trans_b != 0u);
+        tb[c * SA + kk] = f16(b_at(batch, k0 + kk, col0 + c) * sb);
+    }
+}
+
+// out at (row, col) of the tile whose first value is `base`, `v` written or added by the mode,
+// nothing past the edges.
+fn put(base: u32, row: u32, col: u32, v: f32) {
+    if (row >= p.m || col >= p.n) { return; }
+    let o = base + row * p.ldo + col;
+    if (p.mode == MODE_WRITE) { out[o] = v; } else { out[o] = out[o] + v; }
+}
+
+#if COOP
+// The subgroup's scratch tile (rows r0.., columns c0.. of out), copied out with checks: each
+// of the 32 invocations of the subgroup 8 values.
+fn copy_out(lane: u32, so: u32, base: u32, r0: u32, c0: u32) {
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        let e = lane + i * 32u;
+        put(base, r0 + e / 16u, c0 + e % 16u, cs[so + e]);
+    }
+}
+
+@compute @workgroup_size(128)
+fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let batch = wid.z;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    // The subgroup's quarter: offsets from the invocation's index, never a branch on it.
+    let sg = tid / 32u;
+    let sr = (sg / 2u) * 32u;
+    let sc = (sg % 2u) * 32u;
+    let sa = scales[0];
+    let sb = scales[1];
+    var c00 = Acc();
+    var c01 = Acc();
+    var c10 = Acc();
+    var c11 = Acc();
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
+        stage(tid, batch, row0, col0, k0, sa, sb);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk = kk + 16u) {
+            let a0: MatA = coopLoadT<MatA>(&ta[sr * SA + kk], SA);
+            let a1: MatA = coopLoadT<MatA>(&ta[(sr + 16u) * SA + kk], SA);
+            let b0: MatB = coopLoad<MatB>(&tb[sc * SA + kk], SA);
+            let b1: MatB = coopLoad<MatB>(&tb[(sc + 16u) * SA + kk], SA);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+        }
+        workgroupBarrier();
+    }
+    let ua = scales[2];
+    let ub = scales[3];
+    let r00 = (c00 * ua) * ub;
+    let r01 = (c01 * ua) * ub;
+    let r10 = (c10 * ua) * ub;
+    let r11 = (c11 * ua) * ub;
+    let base = batch * p.m * p.ldo + p.off_o;
+    // Workgroup-uniform: the tile, the mode and the alignment.
+    let whole = row0 + BM <= p.m && col0 + BN <= p.n && p.mode == MODE_WRITE && base % 4u == 0u && p.ldo % 4u == 0u;
+    if (whole) {
+        let ld = p.ldo;
+        let o00 = base + (row0 + sr) * ld + col0 + sc;
+        let o01 = o00 + 16u;
+        let o10 = o00 + 16u * ld;
+        let o11 = o10 + 16u;
+        coopStoreT(r00, &out[o00], ld);
+        coopStoreT(r01, &out[o01], ld);
+        coopStoreT(r10, &out[o10], ld);
+        coopStoreT(r11, &out[o11], ld);
+    } else {
+        let lane = tid % 32u;
+        let so = sg * 256u;
+        let st = 16u;
+        let r0 = row0 + sr;
+        let c0 = col0 + sc;
+        coopStoreT(r00, &cs[so], st);
+        workgroupBarrier();
+        copy_out(lane, so, base, r0, c0);
+        workgroupBarrier();
+        coopStoreT(r01, &cs[so], st);
+        workgroupBarrier();
+        copy_out(lane, so, base, r0, c0 + 16u);
+        workgroupBarrier();
+        coopStoreT(r10, &cs[so], st);
+        workgroupBarrier();
+        copy_out(lane, so, base, r0 + 16u, c0);
+        workgroupBarrier();
+        coopStoreT(r11, &cs[so], st);
+        workgroupBarrier();
+        copy_out(lane, so, base, r0 + 16u, c0 + 16u);
+    }
+}
+#else
+@compute @workgroup_size(128)
+fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let batch = wid.z;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let sg = tid / 32u;
+    let sr = (sg / 2u) * 32u;
+    let sc = (sg % 2u) * 32u;
+    // The invocation's row of its subgroup's quarter, all 32 columns: what the subgroup's four
+    // accumulators hold between them.
+    let row = sr + tid % 32u;
+    let sa = scales[0];
+    let sb = scales[1];
+    var acc: array<f32, 32>;
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
+        stage(tid, batch, row0, col0, k0, sa, sb);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            let av = f32(ta[row * SA + kk]);
+            for (var j = 0u; j < 32u; j = j + 1u) {
+                acc[j] = acc[j] + av * f32(tb[(sc + j) * SA + kk]);
+            }
+        }
+        workgroupBarrier();
+    }
+    let ua = scales[2];
+    let ub = scales[3];
+    let base = batch * p.m * p.ldo + p.off_o;
+    for (var j = 0u; j < 32u; j = j + 1u) {
+        put(base, row0 + row, col0 + sc + j, (acc[j] * ua) * ub);
+    }
+}
+#endif
