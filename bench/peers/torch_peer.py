@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch eager peer of `resmem bench`, on the CPU or a CUDA GPU: the toy RMT and its
-transformer twin of bench/RESULTS.md (or any size the flags give), trained in f32, timed the way
-`resmem bench` times them.
+transformer twin of bench/RESULTS.md (or any size the flags give), trained in f32 or in one of
+the fast class's counterparts (--precision), timed the way `resmem bench` times them.
 
 The models follow /work/shared/SPEC.md §1-2 with resmem's tiny-preset conventions (the ones the
 `resmem bench` commands in bench/peers/run.sh build):
@@ -24,15 +24,29 @@ over the median step, as `resmem bench` reports it.
 Data: the copy task where the vocabulary is 256 (bytes), else uniform random tokens, every
 target counted (the time of a step does not depend on the tokens' values).
 
-On CUDA, f32 matmuls are kept in full f32 (no TF32), as resmem's WGSL computes them, and each
-timed step ends with a device synchronisation.
+Precision (--precision, named in the output and the JSON's "precision"), so that each of
+resmem's numeric classes (issue 41) is compared with its peer:
+- strict (the default): f32 everywhere, TF32 off (`torch.backends.cuda.matmul.allow_tf32` and
+  `torch.backends.cudnn.allow_tf32` False, float32 matmul precision "highest"): the peer of
+  resmem's strict class, whose WGSL computes every product in full f32;
+- tf32: the same f32 model with TF32 on (both flags True, matmul precision "high"): CUDA's
+  products take TF32 multiplicands on the tensor cores (10-bit mantissas, f32 accumulators).
+  It changes nothing on the CPU, which says so;
+- bf16: `torch.autocast(device, dtype=torch.bfloat16)` around the forward and the loss (TF32
+  off): the products take bf16 multiplicands into f32 accumulators; the weights (master
+  weights), gradients, optimiser state and the loss's logsumexp stay f32, the logits being cast
+  to f32 before the loss. No loss scaling: bf16 has f32's range. The peers of resmem's fast
+  class (f16 multiplicands, f32 accumulators) are tf32 and bf16.
+Each timed step ends with a device synchronisation on CUDA.
 
-Usage: torch_peer.py --arch rmt|transformer [--device cpu|cuda] [--batch 32] [--seq-len 128]
-[--vocab 256] [--layers 4] [--d-ff 1024] [--d-k 32 --d-v 32 --rank 8] [--d-model 256 --heads 8
---head-dim 32] [--warmup 3] [--steps 10] [--threads N] [--json]
+Usage: torch_peer.py --arch rmt|transformer [--device cpu|cuda] [--precision strict|tf32|bf16]
+[--batch 32] [--seq-len 128] [--vocab 256] [--layers 4] [--d-ff 1024] [--d-k 32 --d-v 32
+--rank 8] [--d-model 256 --heads 8 --head-dim 32] [--warmup 3] [--steps 10] [--threads N]
+[--json]
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -193,8 +207,9 @@ class Rmt(nn.Module):
 
 
 def loss_fn(logits, targets):
-    """CE + z·(log Z)² averaged over the counted targets."""
-    logits = logits.reshape(-1, logits.shape[-1])
+    """CE + z·(log Z)² averaged over the counted targets, in f32 whatever the logits' type
+    (bf16 under --precision bf16; a no-op on f32 logits)."""
+    logits = logits.float().reshape(-1, logits.shape[-1])
     targets = targets.reshape(-1)
     mask = targets != IGNORE
     lse = torch.logsumexp(logits, dim=-1)
@@ -216,10 +231,32 @@ def schedule(total, warmup_frac=0.05, min_frac=0.1):
     return lr_at
 
 
+PRECISIONS = ["strict", "tf32", "bf16"]
+
+
+def set_precision(precision: str, device: str):
+    """Sets torch's f32 matmul flags for `precision`; returns a maker of the context each step's
+    forward and loss run in (bf16 autocast, or nothing): a fresh one a step."""
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    if precision == "bf16":
+        return lambda: torch.autocast(device_type=device, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", choices=["rmt", "transformer"], required=True)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="strict",
+        help="strict: f32, TF32 off (default); tf32: TF32 tensor-core products; "
+        "bf16: bf16 autocast, f32 master weights",
+    )
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=256)
@@ -246,9 +283,11 @@ def main():
         sys.exit("error: --device cuda, but this torch sees no CUDA device")
     if a.device not in ("cpu", "cuda"):
         sys.exit(f"error: --device {a.device}: use cpu or cuda")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    if cuda and a.precision == "bf16" and not torch.cuda.is_bf16_supported():
+        sys.exit("error: --precision bf16, but this CUDA device has no bf16")
+    if not cuda and a.precision == "tf32":
+        print("note: --precision tf32 on the CPU: the TF32 flags are CUDA's, the run is f32", file=sys.stderr)
+    autocast = set_precision(a.precision, a.device)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
@@ -279,7 +318,8 @@ def main():
         sync()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), targets)
+        with autocast():
+            loss = loss_fn(model(inputs), targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -299,6 +339,9 @@ def main():
         "python": platform.python_version(),
         "arch": a.arch,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "precision": a.precision,
+        "tf32": a.precision == "tf32",
+        "autocast": "bfloat16" if a.precision == "bf16" else None,
         "vocab": a.vocab,
         "threads": torch.get_num_threads(),
         "batch": a.batch,
@@ -316,7 +359,8 @@ def main():
         print(json.dumps(report, indent=2))
     else:
         print(
-            f"{a.arch} ({params} parameters), torch {torch.__version__} eager, {report['threads']} threads: "
+            f"{a.arch} ({params} parameters), torch {torch.__version__} eager, precision {a.precision}, "
+            f"{report['device']}, {report['threads']} threads: "
             f"{report['tokens_per_s']:.0f} tokens/s, {median * 1e3:.1f} ms/step (median of steps "
             f"{a.warmup + 1}-{total}); loss {losses[0]:.3f} -> {losses[-1]:.3f}"
         )

@@ -68,6 +68,11 @@ pub enum Command {
 pub struct SelftestArgs {
     #[arg(long, value_enum, default_value = "gpu")]
     pub backend: BackendKind,
+    /// The numeric class to check: strict (f32, the default) or fast (the matrix products on
+    /// cooperative matrices, against their f16 CPU twin; where the adapter has none, says so
+    /// and checks the strict class).
+    #[arg(long, default_value = "strict", value_parser = precision_parser())]
+    pub precision: engine::Precision,
     /// The plain kernels even where the adapter has subgroups: what a browser runs.
     #[arg(long)]
     pub no_subgroups: bool,
@@ -576,4 +581,11 @@ pub struct VarianceArgs {
     pub random_unembedding: bool,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// `strict` or `fast`, as `engine::Precision`.
+pub fn precision_parser() -> impl clap::builder::TypedValueParser<Value = engine::Precision> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(engine::Precision::ALL.map(|p| p.name()))
+        .map(|s| s.parse::<engine::Precision>().expect("one of the possible values"))
 }

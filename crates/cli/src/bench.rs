@@ -1,6 +1,8 @@
 //! `resmem bench`: times training steps of the model `resmem train`'s flags describe, and splits
 //! a step into kernel families (`engine::profile`) with their FLOPs, bytes and rates, against
-//! the device's own matmul and stream peaks measured by the same command.
+//! the device's physical peaks where `physical_peaks` knows its adapter (NVIDIA's datasheets),
+//! and always against its own matmul and stream peaks measured by the same command, each
+//! percentage saying which.
 //!
 //! Timing: on the CPU each op is timed as it runs. On the GPU the step is one recorded plan:
 //! where the adapter has timestamp queries, the plan is replayed with a timestamp before and
@@ -10,6 +12,7 @@
 
 use crate::args::{BackendKind, BenchArgs};
 use crate::console::say;
+use crate::physical_peaks::{self, Physical};
 use crate::source;
 use anyhow::{bail, Context, Result};
 use engine::gpu::GpuOptions;
@@ -35,6 +38,9 @@ pub struct Report {
     /// is off), else "plain", then ", K slices" and ", loop guards" where those options are
     /// on (they change how every shader compiles); "cpu" on the CPU.
     pub matmul_path: String,
+    /// The numeric class the step ran in: "strict", or "fast" (engine::precision), which is
+    /// strict where the adapter has no cooperative matrices.
+    pub precision: String,
     pub batch: usize,
     pub seq_len: usize,
     pub params: usize,
@@ -55,7 +61,15 @@ pub struct Report {
     /// Every family's FLOPs of a training step, per token.
     pub step_flops_per_token: f64,
     pub achieved_gflops: f64,
+    /// Measured on this device by this command.
     pub peaks: Peaks,
+    /// The device's datasheet peaks where `physical_peaks` knows its adapter; null elsewhere
+    /// (the CPU, lavapipe, GPUs not in its table).
+    pub physical_peaks: Option<Physical>,
+    /// What the families' `of_flops_peak` and `of_memory_peak` are of: "physical: NVIDIA H100
+    /// SXM datasheet" where the device is known, else "measured on this device: matmul N³,
+    /// stream (a+b) V values". `of_matmul_peak` and `of_stream_peak` are always the measured.
+    pub peak_reference: String,
     pub families: Vec<FamilyRow>,
     /// Each kernel's launches and time, slowest first, where the device timed each launch
     /// (`family_timing` "timestamps"); empty otherwise.
@@ -72,6 +86,8 @@ pub struct Spread {
     pub max: f64,
 }
 
+/// The peaks this command measures on the device, with resmem's own default kernels: what
+/// resmem reaches, not what the hardware can.
 #[derive(Serialize)]
 pub struct Peaks {
     /// A square f32 matmul of this size.
@@ -93,9 +109,20 @@ pub struct FamilyRow {
     pub bytes: f64,
     pub gflops: f64,
     pub gbps: f64,
-    /// Achieved GFLOP/s over the matmul peak.
+    /// Achieved GFLOP/s over the device's physical peak named by `flops_reference` where it is
+    /// known, else over the measured matmul peak.
+    pub of_flops_peak: f64,
+    /// "physical f32", "physical f16 tensor" (the fast class's products, on tensor cores) or
+    /// "measured matmul".
+    pub flops_reference: &'static str,
+    /// Achieved GB/s over the device's physical memory bandwidth where it is known, else over
+    /// the measured stream peak.
+    pub of_memory_peak: f64,
+    /// "physical memory" or "measured stream".
+    pub memory_reference: &'static str,
+    /// Achieved GFLOP/s over the *measured* matmul peak (`peaks`), on every device.
     pub of_matmul_peak: f64,
-    /// Achieved GB/s over the stream peak.
+    /// Achieved GB/s over the *measured* stream peak (`peaks`), on every device.
     pub of_stream_peak: f64,
     pub in_model_count: bool,
 }
@@ -136,7 +163,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     })?;
     let report = match t.backend {
         BackendKind::Cpu => {
-            let be = Profiled::new(engine::cpu::CpuBackend::<f32>::new());
+            let be = Profiled::new(engine::cpu::CpuBackend::<f32>::with_precision(cfg.train.precision));
             measure(&be, cfg, &args, steps, "cpu".into())?
         }
         BackendKind::Gpu => {
@@ -146,9 +173,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 k_slices: args.k_slices,
                 loop_guards: args.loop_guards,
                 tune: crate::tuning::enabled(),
+                precision: cfg.train.precision,
                 ..GpuOptions::DEFAULT
             })?;
             let mut path = String::from(if gpu.subgroups() { "subgroup" } else { "plain" });
+            if gpu.precision() == engine::Precision::Fast {
+                path.push_str(if gpu.fast_emulated() { ", fast (emulated)" } else { ", fast (cooperative matrices)" });
+            }
             for (on, what) in [(args.k_slices, ", K slices"), (args.loop_guards, ", loop guards")] {
                 if on {
                     path.push_str(what);
@@ -262,6 +293,17 @@ fn measure<B: Replay + 'static>(
     // At the defaults: the peaks' sizes grow until a run is long enough, so they depend on the
     // machine's load, and tuning them would leave a cache that the next run misses.
     let peaks = be.inner.with_default_kernels(|| device_peaks(&be.inner, kind, &wait))?;
+    let backend = be.describe();
+    let physical = physical_peaks::for_backend(&backend).copied();
+    let peak_reference = match &physical {
+        Some(p) => format!("physical: {} datasheet", p.device),
+        None => format!(
+            "measured on this device: matmul {}³, stream (a+b) {} values",
+            peaks.matmul_n, peaks.stream_values
+        ),
+    };
+    // In the fast class the products are set against the tensor-core peak.
+    let fast_class = be.precision() == engine::Precision::Fast;
     times.sort_by(f64::total_cmp);
     let step_s = times[times.len() / 2];
     let total: f64 = seconds.iter().sum();
@@ -271,6 +313,14 @@ fn measure<B: Replay + 'static>(
         .filter(|(_, (c, _))| c.calls > 0)
         .map(|(family, (c, s))| {
             let (gflops, gbps) = rates(c, s);
+            let against = physical_peaks::against(
+                gflops,
+                gbps,
+                physical.as_ref(),
+                on_tensor_cores(*family, fast_class),
+                peaks.matmul_gflops,
+                peaks.stream_gbps,
+            );
             FamilyRow {
                 family: family.name(),
                 calls: c.calls,
@@ -280,8 +330,12 @@ fn measure<B: Replay + 'static>(
                 bytes: c.bytes,
                 gflops,
                 gbps,
-                of_matmul_peak: gflops / peaks.matmul_gflops,
-                of_stream_peak: gbps / peaks.stream_gbps,
+                of_flops_peak: against.of_flops_peak,
+                flops_reference: against.flops_reference,
+                of_memory_peak: against.of_memory_peak,
+                memory_reference: against.memory_reference,
+                of_matmul_peak: physical_peaks::share(gflops, peaks.matmul_gflops),
+                of_stream_peak: physical_peaks::share(gbps, peaks.stream_gbps),
                 in_model_count: family.in_model_count(),
             }
         })
@@ -298,9 +352,10 @@ fn measure<B: Replay + 'static>(
     let step_flops: f64 = costs.iter().map(|c| c.flops).sum();
     Ok(Report {
         arch: cfg.arch().to_string(),
-        backend: be.describe(),
+        backend,
         family_timing,
         matmul_path,
+        precision: be.precision().name().into(),
         batch: b,
         seq_len: t,
         params,
@@ -319,10 +374,19 @@ fn measure<B: Replay + 'static>(
         step_flops_per_token: step_flops / tokens,
         achieved_gflops: step_flops / step_s / 1e9,
         peaks,
+        physical_peaks: physical,
+        peak_reference,
         families,
         kernels,
         tuned: Vec::new(),
     })
+}
+
+/// Whether `family`'s products run on tensor cores, so that its FLOP/s are set against the
+/// device's f16 tensor peak rather than its f32 one: the fast class's matmul and attention
+/// (f16 multiplicands, f32 accumulators). Everything else stays f32 in either class.
+fn on_tensor_cores(family: Family, fast_class: bool) -> bool {
+    fast_class && matches!(family, Family::Matmul | Family::Attention)
 }
 
 /// The FLOPs of the families the model counter counts.
@@ -414,8 +478,8 @@ fn peak_rss() -> Option<u64> {
 
 fn print(r: &Report) {
     say(&format!(
-        "{} ({} parameters) on {}, batch {}×{} tokens, {} timed steps after {} warm-up",
-        r.arch, r.params, r.backend, r.batch, r.seq_len, r.timed_steps, r.warmup_steps
+        "{} ({} parameters) on {}, {} class, batch {}×{} tokens, {} timed steps after {} warm-up",
+        r.arch, r.params, r.backend, r.precision, r.batch, r.seq_len, r.timed_steps, r.warmup_steps
     ));
     say(&format!(
         "{:.0} tokens/s; {:.1} ms/step (median; {:.1}-{:.1}); peak memory {:.1} MiB on the device, {:.1} MiB \
@@ -433,9 +497,24 @@ fn print(r: &Report) {
         r.model_flops_per_token, r.forward_flops_per_token, r.step_flops_per_token, r.achieved_gflops
     ));
     say(&format!(
-        "peaks on this device: matmul {}³ {:.2} GFLOP/s, stream (a+b) {:.2} GB/s; families timed {}; matmul path {}",
+        "measured peaks on this device: matmul {}³ {:.2} GFLOP/s, stream (a+b) {:.2} GB/s; families timed {}; \
+         matmul path {}",
         r.peaks.matmul_n, r.peaks.matmul_gflops, r.peaks.stream_gbps, r.family_timing, r.matmul_path
     ));
+    match &r.physical_peaks {
+        Some(p) => say(&format!(
+            "physical peaks of the {} ({}): f32 {:.1} TFLOP/s, TF32 tensor {:.1}, f16/bf16 tensor {:.1} (dense); \
+             {} {:.2} TB/s",
+            p.device,
+            p.source,
+            p.f32_gflops / 1e3,
+            p.tf32_tensor_gflops / 1e3,
+            p.f16_tensor_gflops / 1e3,
+            p.memory,
+            p.memory_gbps / 1e3
+        )),
+        None => say("physical peaks: not known for this device; the families' percentages are of the measured peaks"),
+    }
     if !r.tuned.is_empty() {
         let tiles: Vec<String> = r
             .tuned
@@ -445,22 +524,8 @@ fn print(r: &Report) {
         say(&format!("tuned kernels: {}", tiles.join("; ")));
     }
     say("");
-    say("| family | calls | ms/step | share | GFLOP/step | MB/step | GFLOP/s | GB/s | % matmul peak | % stream peak |");
-    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for f in &r.families {
-        say(&format!(
-            "| {} | {} | {:.2} | {:.1}% | {:.3} | {:.1} | {:.2} | {:.2} | {:.1}% | {:.1}% |",
-            f.family,
-            f.calls,
-            f.ms_per_step,
-            100.0 * f.share,
-            f.flops / 1e9,
-            f.bytes / 1e6,
-            f.gflops,
-            f.gbps,
-            100.0 * f.of_matmul_peak,
-            100.0 * f.of_stream_peak
-        ));
+    for line in family_table(r) {
+        say(&line);
     }
     if !r.kernels.is_empty() {
         say("");
@@ -480,5 +545,159 @@ fn print(r: &Report) {
     }
 }
 
+/// The families' table: with the physical peaks' columns first where the device is known (each
+/// FLOP/s cell naming its peak, f32 or f16 tensor), and the measured peaks' columns always.
+fn family_table(r: &Report) -> Vec<String> {
+    let physical = r.physical_peaks.is_some();
+    let mut lines = vec![
+        format!(
+            "| family | calls | ms/step | share | GFLOP/step | MB/step | GFLOP/s | GB/s | {}% measured matmul peak \
+             | % measured stream peak |",
+            if physical {
+                "% physical FLOP/s peak | % physical memory peak | "
+            } else {
+                ""
+            }
+        ),
+        format!(
+            "|---|---:|---:|---:|---:|---:|---:|---:|{}---:|---:|",
+            if physical { "---:|---:|" } else { "" }
+        ),
+    ];
+    for f in &r.families {
+        let of_physical = if physical {
+            format!(
+                "{:.1}% ({}) | {:.1}% | ",
+                100.0 * f.of_flops_peak,
+                f.flops_reference.trim_start_matches("physical "),
+                100.0 * f.of_memory_peak
+            )
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "| {} | {} | {:.2} | {:.1}% | {:.3} | {:.1} | {:.2} | {:.2} | {of_physical}{:.1}% | {:.1}% |",
+            f.family,
+            f.calls,
+            f.ms_per_step,
+            100.0 * f.share,
+            f.flops / 1e9,
+            f.bytes / 1e6,
+            f.gflops,
+            f.gbps,
+            100.0 * f.of_matmul_peak,
+            100.0 * f.of_stream_peak
+        ));
+    }
+    lines
+}
+
 /// Kernels the table lists; `--json` has them all.
 const SLOWEST_KERNELS: usize = 12;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(backend: &str) -> Report {
+        let physical = physical_peaks::for_backend(backend).copied();
+        let peaks = Peaks {
+            matmul_n: 3072,
+            matmul_gflops: 15_075.0,
+            stream_values: 1 << 24,
+            stream_gbps: 1_488.0,
+        };
+        let row = |family: Family, gflops: f64, gbps: f64| {
+            let against = physical_peaks::against(
+                gflops,
+                gbps,
+                physical.as_ref(),
+                on_tensor_cores(family, false),
+                peaks.matmul_gflops,
+                peaks.stream_gbps,
+            );
+            FamilyRow {
+                family: family.name(),
+                calls: 1,
+                ms_per_step: 1.0,
+                share: 0.5,
+                flops: gflops * 1e6,
+                bytes: gbps * 1e6,
+                gflops,
+                gbps,
+                of_flops_peak: against.of_flops_peak,
+                flops_reference: against.flops_reference,
+                of_memory_peak: against.of_memory_peak,
+                memory_reference: against.memory_reference,
+                of_matmul_peak: physical_peaks::share(gflops, peaks.matmul_gflops),
+                of_stream_peak: physical_peaks::share(gbps, peaks.stream_gbps),
+                in_model_count: family.in_model_count(),
+            }
+        };
+        Report {
+            arch: "transformer".into(),
+            backend: backend.into(),
+            family_timing: "timestamps",
+            matmul_path: "subgroup".into(),
+            precision: "strict".into(),
+            batch: 8,
+            seq_len: 512,
+            params: 1,
+            warmup_steps: 1,
+            timed_steps: 1,
+            tokens_per_s: 1.0,
+            ms_per_step: Spread {
+                median: 1.0,
+                min: 1.0,
+                max: 1.0,
+            },
+            peak_device_bytes: 1,
+            peak_rss_bytes: 1,
+            model_flops_per_token: 1.0,
+            forward_flops_per_token: 1.0,
+            step_flops_per_token: 1.0,
+            achieved_gflops: 1.0,
+            families: vec![
+                row(Family::Matmul, 16_000.0, 100.0),
+                row(Family::Elementwise, 10.0, 1_000.0),
+            ],
+            peaks,
+            physical_peaks: physical,
+            peak_reference: String::new(),
+            kernels: Vec::new(),
+            tuned: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_family_table_says_which_peak_each_percentage_is_of() {
+        let h100 = family_table(&report("gpu (NVIDIA H100 80GB HBM3, Vulkan)"));
+        assert!(h100[0].contains("| % physical FLOP/s peak | % physical memory peak | % measured matmul peak |"));
+        assert_eq!(h100[0].matches('|').count(), h100[1].matches('|').count());
+        // 16,000 GFLOP/s: 23.9% of the H100 SXM's f32 peak, 106.1% of the measured 15,075.
+        assert!(
+            h100[2].ends_with("| 23.9% (f32) | 3.0% | 106.1% | 6.7% |"),
+            "{}",
+            h100[2]
+        );
+        assert_eq!(h100[2].matches('|').count(), h100[0].matches('|').count());
+
+        let lavapipe = family_table(&report("gpu (llvmpipe (LLVM 17.0.6, 256 bits), Vulkan)"));
+        assert!(!lavapipe[0].contains("physical"), "{}", lavapipe[0]);
+        assert!(lavapipe[0].ends_with("| % measured matmul peak | % measured stream peak |"));
+        assert!(lavapipe[2].ends_with("| 106.1% | 6.7% |"), "{}", lavapipe[2]);
+        assert_eq!(lavapipe[2].matches('|').count(), lavapipe[0].matches('|').count());
+    }
+
+    #[test]
+    fn only_the_fast_class_products_are_set_against_tensor_cores() {
+        for family in Family::ALL {
+            assert!(!on_tensor_cores(family, false), "{family:?}");
+            assert_eq!(
+                on_tensor_cores(family, true),
+                matches!(family, Family::Matmul | Family::Attention),
+                "{family:?}"
+            );
+        }
+    }
+}

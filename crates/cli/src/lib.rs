@@ -18,6 +18,7 @@ mod drive;
 mod eval;
 mod interop;
 mod load;
+mod physical_peaks;
 mod plot;
 mod prepare;
 mod residual;
@@ -86,10 +87,30 @@ pub fn clap_error(e: &anyhow::Error) -> Option<&clap::Error> {
 /// The wgpu backend, its kernels tuned unless `--no-tune` was given, or an error that says how
 /// to get one.
 pub fn gpu_backend() -> Result<engine::gpu::GpuBackend> {
+    gpu_backend_in(engine::Precision::Strict)
+}
+
+/// [`gpu_backend`] in the numeric class `precision`: the fast class where the adapter has
+/// cooperative matrices, and otherwise the strict kernels with a line saying why.
+pub fn gpu_backend_in(precision: engine::Precision) -> Result<engine::gpu::GpuBackend> {
     gpu_backend_with(engine::gpu::GpuOptions {
         tune: tuning::enabled(),
+        precision,
         ..Default::default()
     })
+}
+
+/// The one line that names a backend's numeric class, for the commands' reports:
+/// `strict (f32)`, `fast (f16 multiplicands, f32 sums, cooperative matrices)`.
+pub fn class_line(be: &impl engine::Backend) -> String {
+    let described = be.describe();
+    match be.precision() {
+        engine::Precision::Strict => "strict class (f32)".into(),
+        engine::Precision::Fast if described.starts_with("cpu") => {
+            "fast class, CPU twin (f16-rounded multiplicands, f32 sums: the fast numerics at no gain in speed)".into()
+        }
+        engine::Precision::Fast => "fast class (f16 multiplicands, f32 sums, on cooperative matrices)".into(),
+    }
 }
 
 /// [`gpu_backend`] with `options` (`resmem bench` compares kernels with and without subgroups;
@@ -99,6 +120,12 @@ pub fn gpu_backend_with(options: engine::gpu::GpuOptions) -> Result<engine::gpu:
     private_runtime_dir();
     let be = pollster::block_on(engine::gpu::GpuBackend::with_options(options)).context("cannot use --backend gpu")?;
     tuning::attach(&be);
+    if let Some(why) = be.fast_unavailable() {
+        console::warn(&format!(
+            "note: the fast class is not available on {}: {why}; running the strict kernels (f32)",
+            engine::Backend::describe(&be)
+        ));
+    }
     if be.emulated() {
         console::warn(&format!(
             "note: --backend gpu runs on {}, a CPU emulating a GPU; --backend cpu is faster here",
@@ -139,13 +166,16 @@ fn private_runtime_dir() {
 #[macro_export]
 macro_rules! with_backend {
     ($kind:expr, $be:ident => $body:expr) => {
+        $crate::with_backend!($kind, engine::Precision::Strict, $be => $body)
+    };
+    ($kind:expr, $precision:expr, $be:ident => $body:expr) => {
         match $kind {
             $crate::args::BackendKind::Cpu => {
-                let $be = &engine::cpu::CpuBackend::<f32>::new();
+                let $be = &engine::cpu::CpuBackend::<f32>::with_precision($precision);
                 $body
             }
             $crate::args::BackendKind::Gpu => {
-                let $be = &$crate::gpu_backend()?;
+                let $be = &$crate::gpu_backend_in($precision)?;
                 $body
             }
         }

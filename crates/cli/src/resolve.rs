@@ -17,6 +17,8 @@ pub fn refuse_overrides(args: &TrainArgs) -> Result<()> {
     let mut changed: Vec<String> = args
         .settings
         .given()
+        // The class is the backend's, which a resumed run may change (with a warning).
+        .filter(|(s, _)| s.key != PRECISION)
         .map(|(s, _)| format!("--{}", s.flag))
         .chain(args.arch.map(|_| "--arch".to_string()))
         .chain(args.task.map(|_| "--task".to_string()))
@@ -32,6 +34,15 @@ pub fn refuse_overrides(args: &TrainArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The setting of the numeric class, `--precision`.
+const PRECISION: &str = "precision";
+
+/// The class `--precision` asks for, when given.
+pub fn given_precision(args: &TrainArgs) -> Result<Option<engine::Precision>> {
+    let given = args.settings.given().find(|(s, _)| s.key == PRECISION);
+    given.map(|(_, text)| text.parse::<engine::Precision>().map_err(anyhow::Error::msg)).transpose()
 }
 
 /// The preset (or tiny-ARCH), then `--config`, then the settings, then the data flags.

@@ -14,12 +14,36 @@ pub fn run(a: SelftestArgs) -> Result<()> {
     let started = Instant::now();
     let options = engine::gpu::GpuOptions {
         no_subgroups: a.no_subgroups,
+        precision: a.precision,
         ..Default::default()
     };
     let (device, checks) = match a.backend {
-        BackendKind::Cpu => check(&engine::cpu::CpuBackend::<f32>::new())?,
+        BackendKind::Cpu => {
+            if a.precision == engine::Precision::Fast {
+                say("fast class: on the CPU it is the twin the GPU's fast class is checked against, so there is \
+                     nothing to check it with; checking the strict class");
+            }
+            check(&engine::cpu::CpuBackend::<f32>::new())?
+        }
         BackendKind::Gpu => {
             let gpu = crate::gpu_backend_with(options)?;
+            let configurations = gpu.cooperative_configurations();
+            say(&format!(
+                "cooperative matrices on this adapter: {}",
+                if configurations.is_empty() { "none".into() } else { configurations.join(", ") }
+            ));
+            match (a.precision, gpu.precision()) {
+                (engine::Precision::Fast, engine::Precision::Strict) => say(&format!(
+                    "fast class: not available here ({}); checking the strict class",
+                    gpu.fast_unavailable().unwrap_or("no reason given")
+                )),
+                (_, engine::Precision::Fast) => say(
+                    "fast class: the matrix products against their f16 CPU twin, bit for bit on integers and within \
+                     the f16 bound on real values (`matmul fast`'s error is a fraction of that bound); every other \
+                     family as in the strict class",
+                ),
+                _ => {}
+            }
             let (device, mut checks) = check(&gpu)?;
             // Tuning may run any kernel that fits this adapter: each is checked too.
             checks.extend(pollster::block_on(selftest::run_candidates(&gpu))?);
@@ -27,7 +51,8 @@ pub fn run(a: SelftestArgs) -> Result<()> {
         }
     };
     say(&format!(
-        "selftest on {device}: every kernel family against the CPU twin"
+        "selftest on {device}: every kernel family against the CPU twin, {}",
+        if checks.iter().any(|c| c.family == "matmul fast") { "fast class" } else { "strict class" }
     ));
     say(&format!(
         "{:<16} {:>7} {:>12} {:>10}  result",

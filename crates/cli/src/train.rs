@@ -55,6 +55,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         true => resumed_backend(&dir, &args),
         false => (args.backend, None),
     };
+    let precision = match resuming {
+        true => resumed_precision(&dir, &cfg, trained_on.as_ref(), &args)?,
+        false => cfg.train.precision,
+    };
     crate::check_memory(&cfg.model, b, t, Purpose::Train, backend, host)?;
     let stop = stop_flag()?;
     let prepared = PreparedRun {
@@ -66,14 +70,55 @@ pub fn run(args: TrainArgs) -> Result<()> {
         trained_on,
         stop,
     };
-    crate::with_backend!(backend, be => prepared.train(be))
+    crate::with_backend!(backend, precision, be => prepared.train(be))
 }
 
-/// The backend and device a run trains on (`backend.json` in its directory).
+/// The backend and device a run trains on (`backend.json` in its directory), and the numeric
+/// class it ran in (absent in runs from before the fast class: strict).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Device {
     backend: String,
     device: String,
+    #[serde(default)]
+    precision: Option<String>,
+}
+
+/// The class a resumed run continues in: the one it ran in (which is strict where fast was
+/// asked for and not available), unless `--precision` moves it, with a warning: its numerics
+/// change.
+fn resumed_precision(
+    dir: &RunDir,
+    cfg: &RunConfig,
+    trained_on: Option<&Device>,
+    args: &TrainArgs,
+) -> Result<engine::Precision> {
+    let recorded = trained_on.and_then(|d| d.precision.as_deref()).map(str::parse::<engine::Precision>);
+    let ran = match recorded {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => bail!("{} in {}: {e}", BACKEND_FILE, dir.path.display()),
+        None => cfg.train.precision,
+    };
+    let Some(given) = crate::resolve::given_precision(args)? else {
+        if ran != cfg.train.precision {
+            say(&format!(
+                "note: {} asked for the {} class and ran in the {} class (what its device offered); it \
+                 continues in the {ran} class; --precision {} moves it",
+                dir.path.display(),
+                cfg.train.precision,
+                ran,
+                cfg.train.precision
+            ));
+        }
+        return Ok(ran);
+    };
+    if given != ran {
+        warn(&format!(
+            "warning: {} ran in the {ran} class; it continues in the {given} class, so its numerics differ from the \
+             checkpoint it resumes from on: its losses will not match those of a run left in the {ran} class",
+            dir.path.display()
+        ));
+    }
+    Ok(given)
 }
 
 impl Device {
@@ -237,6 +282,7 @@ impl PreparedRun {
         let device = Device {
             backend: backend_name(self.backend).into(),
             device: be.describe(),
+            precision: Some(be.precision().name().into()),
         };
         if let Some(was) = self
             .trained_on
@@ -257,9 +303,10 @@ impl PreparedRun {
         let metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
         let steps = cfg.train.steps;
         say(&format!(
-            "{} with {params} parameters on {}, {}, {} steps of {b}×{t} tokens into {}",
+            "{} with {params} parameters on {}, {}, {}, {} steps of {b}×{t} tokens into {}",
             cfg.arch(),
             be.describe(),
+            crate::class_line(be),
             data.describe,
             steps,
             self.dir.path.display()
@@ -297,7 +344,11 @@ impl PreparedRun {
                 });
                 bail!("stopped after step {step}: {error}; {kept}. {}", resume());
             }
-            End::Diverged { step, .. } => return Err(diverged(step, cfg, last.as_deref(), &self.dir.path)),
+            End::Diverged { step, .. } => {
+                // In the fast class, the product that first met a NaN or an infinity.
+                let fault = pollster::block_on(be.fast_fault()).ok().flatten();
+                return Err(diverged(step, cfg, last.as_deref(), &self.dir.path, fault));
+            }
         }
         let values = pollster::block_on(be.read(&cli.trainer.model.store().params))?;
         let model_path = self.dir.file(MODEL_FILE);
@@ -316,12 +367,23 @@ impl PreparedRun {
     }
 }
 
-/// The error of a run whose loss became NaN or Inf.
-fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path) -> anyhow::Error {
+/// The error of a run whose loss became NaN or Inf; `fast_fault`, in the fast class, the first
+/// product that met a NaN or an infinity in an operand.
+fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path, fast_fault: Option<String>) -> anyhow::Error {
     let kept = match last {
         Some(p) => format!("the last good checkpoint, {}, is kept", p.display()),
         None => "no checkpoint was written before it".into(),
     };
+    if let Some(product) = fast_fault {
+        return anyhow!(
+            "the training loss became NaN or Inf by step {step} in the fast class: the first matrix product to meet a \
+             NaN or an infinity in an operand was `{product}`, so the run stopped; {kept} (in {}). The fast class \
+             scales every operand into f16's range, so the value came from elsewhere (the learning rate, --lr {:e}, \
+             is the usual cause); to see whether f16 is to blame, resume with --precision strict",
+            dir.display(),
+            cfg.train.lr
+        );
+    }
     anyhow!(
         "the training loss became NaN or Inf by step {step}, so the run stopped; {kept} (in {}). Likely causes: \
          a learning rate too high (--lr {:e}; try a third of it), an init scale too large (--init-std), a weight decay too large (--weight-decay), or bad \

@@ -1413,3 +1413,31 @@ fn fast_class_names_the_product_that_met_a_non_finite_value() {
     assert!(why.contains("cooperative"), "{why}");
     assert_eq!(gpu().fast_unavailable(), None, "nothing to say when strict was asked for");
 }
+
+/// The selftest in the fast class: the fast matmul's own family against the twin passes (with
+/// every other family as in the strict class), each fast candidate too; and a fast kernel built
+/// wrong (one that adds where it should write) fails that family alone.
+#[test]
+fn fast_selftest_passes_and_catches_a_broken_fast_kernel() {
+    let failed = |be: &GpuBackend| {
+        let checks = block(selftest::run(be));
+        let fast = checks.iter().filter(|c| c.family == "matmul fast").count();
+        assert!(fast >= 40, "{fast} fast checks");
+        assert!(!checks.iter().any(|c| c.family == "matmul"), "no strict matmul checks on a fast backend");
+        let mut families: Vec<&str> = checks.iter().filter(|c| !c.passed()).map(|c| c.family).collect();
+        families.dedup();
+        families
+    };
+    let fast = gpu_with(FAST);
+    assert_eq!(failed(&fast), Vec::<&str>::new());
+    let candidates = block(selftest::run_candidates(&fast));
+    let label = format!("{}: ", ops::matmul::FAST_TILES[1].name());
+    let checked = candidates.iter().filter(|c| c.case.starts_with(&label));
+    assert!(checked.clone().count() >= 40 && checked.clone().all(|c| c.passed()));
+    const BROKEN: &[shaders::Define] = &[shaders::Define::u32("MODE_WRITE", 1)];
+    let broken = gpu_with(GpuOptions {
+        overrides: BROKEN,
+        ..FAST
+    });
+    assert_eq!(failed(&broken), ["matmul fast"]);
+}

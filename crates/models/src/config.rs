@@ -772,6 +772,24 @@ pub struct TrainConfig {
     /// Clip the global gradient norm to this.
     pub max_grad_norm: f32,
     pub seed: u64,
+    /// The numeric class of the matrix products (`engine::precision`): strict f32, or fast
+    /// (f16 multiplicands into f32 sums on a GPU's cooperative matrices). Absent in configs from
+    /// before it: strict.
+    #[serde(default, with = "precision_name")]
+    pub precision: engine::Precision,
+}
+
+/// A precision class as its name in TOML (`"strict"`, `"fast"`).
+mod precision_name {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &engine::Precision, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(p.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<engine::Precision, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
 }
 
 impl Default for TrainConfig {
@@ -788,6 +806,7 @@ impl Default for TrainConfig {
             eps: 1e-8,
             max_grad_norm: 1.0,
             seed: 0,
+            precision: engine::Precision::Strict,
         }
     }
 }

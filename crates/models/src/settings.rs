@@ -300,6 +300,16 @@ pub const SETTINGS: &[Setting] = &[
         "clip the global gradient norm to this",
     )),
     off_page(run(
+        "train",
+        "precision",
+        "precision",
+        "precision",
+        Kind::Choice(&["strict", "fast"]),
+        "the matrix products' numeric class: strict (f32, bit for bit, the default) or fast (f16 \
+         multiplicands into f32 sums on a GPU's cooperative matrices; where the GPU has none, \
+         strict runs and says so; on --backend cpu, the fast class's CPU twin)",
+    )),
+    off_page(run(
         "cadence",
         "log_every",
         "log-every",

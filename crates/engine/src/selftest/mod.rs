@@ -182,6 +182,63 @@ async fn matmul_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, check
     Ok(())
 }
 
+/// The fast class's matmul (`crate::precision`) against its CPU twin, in every transpose, with
+/// accumulation, batched over one A, at ragged and whole-tile shapes (a whole tile is stored
+/// straight from the cooperative matrices, an edge through the checked copy), each twice:
+/// - integers in [−8, 8], exact in f16 at any scale with every partial sum exact in f32, so
+///   the backend must give the twin's bits whatever its order of summation: what sees a wrong
+///   layout, a transpose, an off-by-one in K (tolerance 0);
+/// - real values at three magnitudes, each element within `precision::fast_bound` of the twin:
+///   the check's error is the largest |backend − twin| as a fraction of that element's bound,
+///   and passes at most 1.
+async fn fast_matmul_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, checks: &mut Vec<Check>) -> Result<()> {
+    let twin = CpuBackend::fast_twin();
+    let mut shapes: Vec<MatmulDims> = (0..8)
+        .map(|i| {
+            let mut d = MatmulDims::new(67, 45, 93);
+            (d.trans_a, d.trans_b, d.accumulate) = (i & 1 != 0, i & 2 != 0, i & 4 != 0);
+            d
+        })
+        .collect();
+    shapes.push(MatmulDims::new(128, 64, 48).trans_b());
+    shapes.push(MatmulDims::new(100, 68, 36).batched(3, true, false));
+    for d in shapes {
+        let (na, nb) = d.spans();
+        let out = d.batch * d.m * d.n;
+        let name = format!("{label}{}", d.describe());
+        let ints = |rng: &mut SmallRng, n: usize| (0..n).map(|_| rng.random_range(-8i32..=8) as f32).collect::<Vec<_>>();
+        let (a, b, init) = (ints(rng, na), ints(rng, nb), ints(rng, out));
+        let got = cases::matmul(be, &a, &b, &init, d).await?;
+        let want = cases::matmul(&twin, &a, &b, &init, d).await?;
+        checks.extend(compare("matmul fast", &format!("{name}, integers (bit for bit)"), &got, &want, 0.0));
+        for scale in [1e-4f32, 1.0, 1e3] {
+            let (a, b, init) = (random(rng, na, scale), random(rng, nb, 1.0), random(rng, out, 1.0));
+            let got = cases::matmul(be, &a, &b, &init, d).await?.remove(0);
+            let want = cases::matmul(&twin, &a, &b, &init, d).await?.remove(0);
+            let abs = |x: &[f32]| x.iter().map(|v| v.abs()).collect::<Vec<_>>();
+            let plain = MatmulDims { accumulate: false, ..d };
+            let p = cases::matmul(&twin, &abs(&a), &abs(&b), &vec![0.0; out], plain).await?.remove(0);
+            let mut worst = 0f64;
+            for i in 0..out {
+                // An add to out rounds once more on either side.
+                let carry = if d.accumulate { f64::from(init[i].abs() + p[i]) * 2f64.powi(-23) } else { 0.0 };
+                let bound = crate::precision::fast_bound(d.k, f64::from(p[i])) + carry;
+                let err = (f64::from(got[i]) - f64::from(want[i])).abs();
+                worst = worst.max(if err == 0.0 { 0.0 } else { err / bound.max(f64::MIN_POSITIVE) });
+            }
+            checks.push(Check {
+                family: "matmul fast",
+                case: format!("{name}, values to {scale:e} (error / f16 bound)"),
+                worst: worst as f32,
+                scale: 1.0,
+                tolerance: 1.0,
+                finite: got.iter().all(|x| x.is_finite()),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Attention causal and over documents, with ALiBi, at a head width past one tile; each case's
 /// name starts with `label`.
 async fn attention_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, checks: &mut Vec<Check>) -> Result<()> {
@@ -243,12 +300,22 @@ pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> 
         let fitting: Vec<usize> = (0..fits.len()).filter(|&i| fits[i]).collect();
         fitting.into_iter().skip(1).collect()
     };
-    for i in others(TILES.iter().map(|t| t.fits(gpu)).collect()) {
-        gpu.force_candidate("matmul", i);
-        let label = format!("tile {}: ", TILES[i].name());
-        matmul_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+    use crate::ops::matmul::FAST_TILES;
+    if gpu.precision() == crate::Precision::Fast {
+        for i in others(FAST_TILES.iter().map(|t| t.fits(gpu)).collect()) {
+            gpu.force_candidate("matmul_fast", i);
+            let label = format!("{}: ", FAST_TILES[i].name());
+            fast_matmul_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+        }
+        gpu.unforce("matmul_fast");
+    } else {
+        for i in others(TILES.iter().map(|t| t.fits(gpu)).collect()) {
+            gpu.force_candidate("matmul", i);
+            let label = format!("tile {}: ", TILES[i].name());
+            matmul_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+        }
+        gpu.unforce("matmul");
     }
-    gpu.unforce("matmul");
     for i in others(KERNELS.iter().map(|k| k.fits(gpu)).collect()) {
         gpu.force_candidate("attention_forward", i);
         // A forward-only kernel runs with the default backward.
@@ -281,7 +348,12 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
     let mut rng = SmallRng::seed_from_u64(0x5e1f);
     let mut checks = Vec::new();
 
-    matmul_cases(be, &mut rng, "", &mut checks).await?;
+    // In the fast class the products of at least 16 each way have their own twin and bound;
+    // every other family is f32 in both classes.
+    match be.precision() {
+        crate::Precision::Strict => matmul_cases(be, &mut rng, "", &mut checks).await?,
+        crate::Precision::Fast => fast_matmul_cases(be, &mut rng, "", &mut checks).await?,
+    }
 
     let (a, b) = (random(&mut rng, 1000, 4.0), random(&mut rng, 1000, 1.0));
     check!(
