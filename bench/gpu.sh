@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU report in one command, for a machine with a GPU and no network: the kernels checked
-# against their CPU twins (`resmem selftest`), `resmem bench` at the toy pair and at the papers' sizes, each RMT's
-# step against its transformer's, and the PyTorch peer on the same shapes where torch is there.
+# against their CPU twins (`resmem selftest`, in both numeric classes), `resmem bench` at the toy
+# pair and at the papers' sizes in the strict class and the fast class (`--precision fast`: f16
+# multiplicands and f32 sums on cooperative matrices, where the adapter has them), each RMT's step
+# against its transformer's, and the PyTorch peer on the same shapes where torch is there (f32 with
+# TF32 off, and on CUDA also TF32 and bf16 autocast, the fast class's counterparts).
 # It prints a dated Markdown section for bench/RESULTS.md and keeps every JSON beside it.
 #
 #   cargo build --release -p resmem-cli                 # beforehand, where cargo is
@@ -50,15 +53,27 @@ for pair in "${pairs[@]}"; do
     small=()
     [[ -n ${DRY:-} && $name != toy-* ]] && small=(--batch 2 --seq-len 64)
     # shellcheck disable=SC2086
-    if ! timeout 300 "$R" bench $flags "${small[@]}" --backend "$BACKEND" "${timing[@]}" --json >"$KEEP/resmem-$name.json" 2>"$KEEP/resmem-$name.err"; then
-        echo "resmem bench $name failed: $(tail -3 "$KEEP/resmem-$name.err")" >&2; status=1
-    fi
-    if [[ $torch_ok == 1 ]]; then
+    for class in strict fast; do
+        suffix=""
+        [[ $class == fast ]] && suffix=-fast
         # shellcheck disable=SC2086
-        if ! timeout 300 "$PYTHON" bench/peers/torch_peer.py $peer "${small[@]}" --device $peer_device "${peer_timing[@]}" --json \
-            >"$KEEP/torch-$name.json" 2>"$KEEP/torch-$name.err"; then
-            echo "torch peer $name failed: $(tail -3 "$KEEP/torch-$name.err")" >&2; status=1
+        if ! timeout 300 "$R" bench $flags "${small[@]}" --backend "$BACKEND" --precision $class "${timing[@]}" --json \
+            >"$KEEP/resmem-$name$suffix.json" 2>"$KEEP/resmem-$name$suffix.err"; then
+            echo "resmem bench $name --precision $class failed: $(tail -3 "$KEEP/resmem-$name$suffix.err")" >&2; status=1
         fi
+    done
+    if [[ $torch_ok == 1 ]]; then
+        precisions=(strict)
+        [[ $cuda_ok == 1 ]] && precisions=(strict tf32 bf16)
+        for p in "${precisions[@]}"; do
+            suffix=""
+            [[ $p != strict ]] && suffix=-$p
+            # shellcheck disable=SC2086
+            if ! timeout 300 "$PYTHON" bench/peers/torch_peer.py $peer "${small[@]}" --device $peer_device --precision $p \
+                "${peer_timing[@]}" --json >"$KEEP/torch-$name$suffix.json" 2>"$KEEP/torch-$name$suffix.err"; then
+                echo "torch peer $name --precision $p failed: $(tail -3 "$KEEP/torch-$name$suffix.err")" >&2; status=1
+            fi
+        done
     fi
 done
 
@@ -102,11 +117,31 @@ if [[ $BACKEND == gpu ]]; then
     done
 fi
 
+# Training in the fast class follows the strict class: each tiny preset on the copy task and
+# small-rmt on Shakespeare, 300 steps in each class from the same seed (`bench/fast-follows.sh`;
+# FOLLOW=0 skips it).
+if [[ ${FOLLOW:-1} != 0 ]]; then
+    follow_steps=300
+    [[ -n ${DRY:-} ]] && follow_steps=4
+    echo "bench/fast-follows.sh" >&2
+    if ! BACKEND=$BACKEND STEPS=$follow_steps KEEP="$KEEP/follow" DATA=$DATA bench/fast-follows.sh "$R" \
+        >"$KEEP/fast-follows.md" 2>"$KEEP/fast-follows.err"; then
+        echo "bench/fast-follows.sh failed: $(tail -3 "$KEEP/fast-follows.err")" >&2; status=1
+    fi
+fi
+
 # 2. The kernels against their CPU twins on awkward shapes (after the timings, so that a hung
 # driver cannot cost them): `resmem selftest`, then any GPU test binaries given.
 : >"$KEEP/selftest.log"
 if ! timeout "${TEST_TIMEOUT:-300}" "$R" selftest --backend "$BACKEND" >"$KEEP/selftest.txt" 2>&1; then
     echo "resmem selftest failed: $(tail -3 "$KEEP/selftest.txt")" >&2; status=1
+fi
+# The fast class's kernels against their f16 twin, with the adapter's cooperative-matrix
+# configurations; wgpu's HAL log lists every raw configuration the driver reports and why each
+# was kept or skipped.
+if ! RUST_LOG=wgpu_hal::vulkan::adapter=debug timeout "${TEST_TIMEOUT:-300}" "$R" selftest --backend "$BACKEND" \
+    --precision fast >"$KEEP/selftest-fast.txt" 2>"$KEEP/selftest-fast-hal.log"; then
+    echo "resmem selftest --precision fast failed: $(tail -3 "$KEEP/selftest-fast.txt")" >&2; status=1
 fi
 if [[ -n ${TESTS:-} ]]; then
     for t in "$TESTS"/*; do
@@ -149,6 +184,24 @@ if os.path.exists(selftest):
     print("```")
     print(open(selftest).read().rstrip())
     print("```")
+selftest = os.path.join(keep, "selftest-fast.txt")
+if os.path.exists(selftest):
+    print()
+    print("`resmem selftest --precision fast`, the fast class against its f16 CPU twin:")
+    print()
+    print("```")
+    print(open(selftest).read().rstrip())
+    print("```")
+    hal = os.path.join(keep, "selftest-fast-hal.log")
+    coop = [l.strip() for l in open(hal, errors="replace")] if os.path.exists(hal) else []
+    coop = [l for l in coop if "ooperative" in l][:24]
+    if coop:
+        print()
+        print("The driver's cooperative-matrix configurations as wgpu's HAL logged them:")
+        print()
+        print("```")
+        print("\n".join(coop))
+        print("```")
 log = open(os.path.join(keep, "selftest.log")).read() if os.path.exists(os.path.join(keep, "selftest.log")) else ""
 if log.strip():
     passed = sum(l.startswith("test result: ok") for l in log.splitlines())
@@ -168,6 +221,51 @@ for n in names:
     ts = f"{t['tokens_per_s']:,.0f} ({t['device']})" if t else "–"
     ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:.2f}" if r and t else "–"
     print(f"| {n} | {rs} | {ms} | {path} | {ts} | {ratio} |")
+print()
+print("Both classes (resmem strict and fast; the peer in f32 with TF32 off, TF32, and bf16 autocast), tokens/s:")
+print()
+print("| model | resmem strict | resmem fast | fast / strict | peer f32 | peer TF32 | peer bf16 | fast / peer f32 | fast / peer bf16 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+def tps(x):
+    return f"{x['tokens_per_s']:,.0f}" if x else "–"
+def ratio(a, b):
+    return f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}" if a and b else "–"
+for n in names:
+    s, f = load(f"resmem-{n}.json"), load(f"resmem-{n}-fast.json")
+    p32, ptf, pbf = load(f"torch-{n}.json"), load(f"torch-{n}-tf32.json"), load(f"torch-{n}-bf16.json")
+    cls = f" ({f['precision']})" if f and f.get("precision") != "fast" else ""
+    print(f"| {n} | {tps(s)} | {tps(f)}{cls} | {ratio(f, s)} | {tps(p32)} | {tps(ptf)} | {tps(pbf)} | {ratio(f, p32)} | {ratio(f, pbf)} |")
+def family(r, name):
+    return next((x for x in (r or {}).get("families", []) if x["family"] == name), None)
+g, gs = load("resmem-gpt2-small-fast.json"), load("resmem-gpt2-small.json")
+gr, p32, pbf = load("resmem-gpt2-small-rmt-fast.json"), load("torch-gpt2-small.json"), load("torch-gpt2-small-bf16.json")
+mm = family(g, "matmul")
+print()
+print("The issue's goals (issue 41), each with its figure from this run:")
+print()
+print("- fast-class matmul at gpt2-small ≥ 150 TFLOP/s: " + (f"{mm['gflops'] / 1e3:,.1f} TFLOP/s" if mm else "–")
+      + (f" (strict: {family(gs, 'matmul')['gflops'] / 1e3:,.1f})" if family(gs, "matmul") else ""))
+print(f"- gpt2-small fast ≥ 1.5× PyTorch f32: {ratio(g, p32)}; ≥ 0.7× PyTorch bf16: {ratio(g, pbf)}")
+print("- gpt2-small-rmt step ≤ 0.8× gpt2-small's, fast class: "
+      + (f"{gr['ms_per_step']['median'] / g['ms_per_step']['median']:.2f}" if gr and g else "–"))
+for n in ["toy-rmt", "toy-transformer"]:
+    print(f"- {n} fast ≥ 1× PyTorch f32: {ratio(load(f'resmem-{n}-fast.json'), load(f'torch-{n}.json'))}")
+follows = os.path.join(keep, "fast-follows.md")
+if os.path.exists(follows) and os.path.getsize(follows):
+    print()
+    print("Training in the fast class against the strict class, same seed:")
+    print()
+    print(open(follows).read().rstrip())
+fast_timed = []
+for n in names:
+    err = os.path.join(keep, f"resmem-{n}-fast.err")
+    for line in open(err, errors="replace") if os.path.exists(err) else []:
+        if line.strip().startswith("fast matmul"):
+            fast_timed.append(f"- {n}: {line.strip()}")
+print()
+print("The fast matmul's candidates as tuning timed them (each candidate's best time, per shape):")
+print()
+print("\n".join(fast_timed[:40]) if fast_timed else "- none timed (no cooperative matrices, or the choices came from the tuning cache)")
 print()
 print("RMT step time over its transformer twin's (below 1: the RMT is faster):")
 print()
@@ -207,20 +305,22 @@ for option, what, models in [("k-slices", "K slices against one chain over K", [
             print(f"{what}, {n} (`bench/ab.sh`, B with `--{option}`):")
             print()
             print(open(ab).read().rstrip())
-for n in names:
+for n in [f"{n}{suffix}" for n in names for suffix in ["", "-fast"]]:
     r = load(f"resmem-{n}.json")
     if not r:
         continue
     print()
-    print(f"{n} on {r['backend']}: {r['tokens_per_s']:,.0f} tokens/s, B {r['batch']} T {r['seq_len']}, {r['params']:,} parameters; "
-          f"peaks: matmul {r['peaks']['matmul_gflops']:,.0f} GFLOP/s (n {r['peaks']['matmul_n']}), "
-          f"stream {r['peaks']['stream_gbps']:,.0f} GB/s")
+    print(f"{n} on {r['backend']}, {r.get('precision', 'strict')} class: {r['tokens_per_s']:,.0f} tokens/s, B {r['batch']} T {r['seq_len']}, "
+          f"{r['params']:,} parameters; measured peaks: matmul {r['peaks']['matmul_gflops']:,.0f} GFLOP/s (n {r['peaks']['matmul_n']}), "
+          f"stream {r['peaks']['stream_gbps']:,.0f} GB/s; percentages of the {r.get('peak_reference', 'measured peaks')}")
     print()
-    print("| family | calls | ms/step | share | GFLOP/s | GB/s | of matmul peak | of stream peak |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| family | calls | ms/step | share | GFLOP/s | GB/s | of FLOP/s peak | of memory peak | of measured matmul peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for f in r["families"]:
+        ref = f.get("flops_reference", "measured matmul")
         print(f"| {f['family']} | {f['calls']} | {f['ms_per_step']:.3f} | {100 * f['share']:.0f}% | {f['gflops']:,.0f} | "
-              f"{f['gbps']:,.0f} | {100 * f['of_matmul_peak']:.0f}% | {100 * f['of_stream_peak']:.0f}% |")
+              f"{f['gbps']:,.0f} | {100 * f.get('of_flops_peak', f['of_matmul_peak']):.1f}% ({ref}) | "
+              f"{100 * f.get('of_memory_peak', f['of_stream_peak']):.1f}% | {100 * f['of_matmul_peak']:.0f}% |")
     if r.get("kernels"):
         print()
         print("Slowest kernels: " + "; ".join(

@@ -10,12 +10,14 @@
 // f16×f16 products are exact in f32, and the tile's sum is scaled back by two exact
 // multiplications before it lands in out.
 //
-// Tiling: a workgroup of 128 invocations (four subgroups of 32) computes a 64×64 tile of out,
-// each subgroup a 32×32 quarter as 2×2 accumulators of 16×16, named, never indexed (an indexed
-// array of them would live in local memory, as the strict kernel's lesson in matmul.wgsl says).
-// The workgroup stages BK-deep slices of op(a) as [row][k] and of op(bm) as [col][k] in f16,
-// rows padded by 8 halves; a is read row-major (coopLoadT), b column-major (coopLoad), as
-// llama.cpp's mul_mm does. The staging reads each operand along its contiguous axis.
+// Tiling: a workgroup of 128 invocations (four subgroups of 32) computes a BM×BN tile of out
+// (64×64, or 128×128 with the switch WIDE), each subgroup a quarter of it as 2×2 (4×4 when WIDE)
+// accumulators of 16×16, named, never indexed (an indexed array of them would live in local
+// memory, as the strict kernel's lesson in matmul.wgsl says). The workgroup stages BK-deep
+// slices of op(a) as [row][k] and of op(bm) as [col][k] in f16, rows padded by 8 halves; a is
+// read row-major (coopLoadT), b column-major (coopLoad), as llama.cpp's mul_mm does. The staging
+// reads each operand along its contiguous axis. Every tile runs the same 16-deep multiply-adds
+// in the same K order, so the choice among them changes no bit.
 //
 // Storing: a whole, aligned tile goes straight to out (coopStoreT); a tile at an edge, one that
 // adds to out, or one whose rows do not start at multiples of 4 values (Vulkan wants 16-byte
@@ -52,8 +54,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read> bm: array<f32>;         // (batch, K, N) or (batch, N, K)
 @group(0) @binding(4) var<storage, read> scales: array<f32>;     // 2^sA, 2^sB, 2^-sA, 2^-sB
 
-const BM: u32 = 64u;
-const BN: u32 = 64u;
 const THREADS: u32 = 128u;
 // The staged rows' stride in halves: BK + 8, a multiple of 8 halves (16 bytes).
 const SA: u32 = BK + 8u;
@@ -112,6 +112,21 @@ fn copy_out(lane: u32, so: u32, base: u32, r0: u32, c0: u32) {
     }
 }
 
+// A result tile stored straight into out: whole, and 16-byte aligned.
+fn land_whole(r: Acc, o: u32, ld: u32) {
+    coopStoreT(r, &out[o], ld);
+}
+
+// A result tile through the subgroup's scratch and the checked copy. Call from uniform control
+// flow: it holds barriers.
+fn land_checked(r: Acc, lane: u32, so: u32, base: u32, r0: u32, c0: u32) {
+    let st = 16u;
+    coopStoreT(r, &cs[so], st);
+    workgroupBarrier();
+    copy_out(lane, so, base, r0, c0);
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(128)
 fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let batch = wid.z;
@@ -119,14 +134,28 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
     let col0 = wid.x * BN;
     // The subgroup's quarter: offsets from the invocation's index, never a branch on it.
     let sg = tid / 32u;
-    let sr = (sg / 2u) * 32u;
-    let sc = (sg % 2u) * 32u;
+    let sr = (sg / 2u) * (BM / 2u);
+    let sc = (sg % 2u) * (BN / 2u);
     let sa = scales[0];
     let sb = scales[1];
     var c00 = Acc();
     var c01 = Acc();
     var c10 = Acc();
     var c11 = Acc();
+#if WIDE
+    var c02 = Acc();
+    var c03 = Acc();
+    var c12 = Acc();
+    var c13 = Acc();
+    var c20 = Acc();
+    var c21 = Acc();
+    var c22 = Acc();
+    var c23 = Acc();
+    var c30 = Acc();
+    var c31 = Acc();
+    var c32 = Acc();
+    var c33 = Acc();
+#endif
     for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
         stage(tid, batch, row0, col0, k0, sa, sb);
         workgroupBarrier();
@@ -139,73 +168,106 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
+#if WIDE
+            let a2: MatA = coopLoadT<MatA>(&ta[(sr + 32u) * SA + kk], SA);
+            let a3: MatA = coopLoadT<MatA>(&ta[(sr + 48u) * SA + kk], SA);
+            let b2: MatB = coopLoad<MatB>(&tb[(sc + 32u) * SA + kk], SA);
+            let b3: MatB = coopLoad<MatB>(&tb[(sc + 48u) * SA + kk], SA);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c22 = coopMultiplyAdd(a2, b2, c22);
+            c23 = coopMultiplyAdd(a2, b3, c23);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+            c32 = coopMultiplyAdd(a3, b2, c32);
+            c33 = coopMultiplyAdd(a3, b3, c33);
+#endif
         }
         workgroupBarrier();
     }
     let ua = scales[2];
     let ub = scales[3];
-    let r00 = (c00 * ua) * ub;
-    let r01 = (c01 * ua) * ub;
-    let r10 = (c10 * ua) * ub;
-    let r11 = (c11 * ua) * ub;
     let base = batch * p.m * p.ldo + p.off_o;
+    let ld = p.ldo;
+    let r0 = row0 + sr;
+    let c0 = col0 + sc;
     // Workgroup-uniform: the tile, the mode and the alignment.
-    let whole = row0 + BM <= p.m && col0 + BN <= p.n && p.mode == MODE_WRITE && base % 4u == 0u && p.ldo % 4u == 0u;
+    let whole = row0 + BM <= p.m && col0 + BN <= p.n && p.mode == MODE_WRITE && base % 4u == 0u && ld % 4u == 0u;
     if (whole) {
-        let ld = p.ldo;
-        let o00 = base + (row0 + sr) * ld + col0 + sc;
-        let o01 = o00 + 16u;
-        let o10 = o00 + 16u * ld;
-        let o11 = o10 + 16u;
-        coopStoreT(r00, &out[o00], ld);
-        coopStoreT(r01, &out[o01], ld);
-        coopStoreT(r10, &out[o10], ld);
-        coopStoreT(r11, &out[o11], ld);
+        let o = base + r0 * ld + c0;
+        land_whole((c00 * ua) * ub, o, ld);
+        land_whole((c01 * ua) * ub, o + 16u, ld);
+        land_whole((c10 * ua) * ub, o + 16u * ld, ld);
+        land_whole((c11 * ua) * ub, o + 16u * ld + 16u, ld);
+#if WIDE
+        land_whole((c02 * ua) * ub, o + 32u, ld);
+        land_whole((c03 * ua) * ub, o + 48u, ld);
+        land_whole((c12 * ua) * ub, o + 16u * ld + 32u, ld);
+        land_whole((c13 * ua) * ub, o + 16u * ld + 48u, ld);
+        land_whole((c20 * ua) * ub, o + 32u * ld, ld);
+        land_whole((c21 * ua) * ub, o + 32u * ld + 16u, ld);
+        land_whole((c22 * ua) * ub, o + 32u * ld + 32u, ld);
+        land_whole((c23 * ua) * ub, o + 32u * ld + 48u, ld);
+        land_whole((c30 * ua) * ub, o + 48u * ld, ld);
+        land_whole((c31 * ua) * ub, o + 48u * ld + 16u, ld);
+        land_whole((c32 * ua) * ub, o + 48u * ld + 32u, ld);
+        land_whole((c33 * ua) * ub, o + 48u * ld + 48u, ld);
+#endif
     } else {
         let lane = tid % 32u;
         let so = sg * 256u;
-        let st = 16u;
-        let r0 = row0 + sr;
-        let c0 = col0 + sc;
-        coopStoreT(r00, &cs[so], st);
-        workgroupBarrier();
-        copy_out(lane, so, base, r0, c0);
-        workgroupBarrier();
-        coopStoreT(r01, &cs[so], st);
-        workgroupBarrier();
-        copy_out(lane, so, base, r0, c0 + 16u);
-        workgroupBarrier();
-        coopStoreT(r10, &cs[so], st);
-        workgroupBarrier();
-        copy_out(lane, so, base, r0 + 16u, c0);
-        workgroupBarrier();
-        coopStoreT(r11, &cs[so], st);
-        workgroupBarrier();
-        copy_out(lane, so, base, r0 + 16u, c0 + 16u);
+        land_checked((c00 * ua) * ub, lane, so, base, r0, c0);
+        land_checked((c01 * ua) * ub, lane, so, base, r0, c0 + 16u);
+        land_checked((c10 * ua) * ub, lane, so, base, r0 + 16u, c0);
+        land_checked((c11 * ua) * ub, lane, so, base, r0 + 16u, c0 + 16u);
+#if WIDE
+        land_checked((c02 * ua) * ub, lane, so, base, r0, c0 + 32u);
+        land_checked((c03 * ua) * ub, lane, so, base, r0, c0 + 48u);
+        land_checked((c12 * ua) * ub, lane, so, base, r0 + 16u, c0 + 32u);
+        land_checked((c13 * ua) * ub, lane, so, base, r0 + 16u, c0 + 48u);
+        land_checked((c20 * ua) * ub, lane, so, base, r0 + 32u, c0);
+        land_checked((c21 * ua) * ub, lane, so, base, r0 + 32u, c0 + 16u);
+        land_checked((c22 * ua) * ub, lane, so, base, r0 + 32u, c0 + 32u);
+        land_checked((c23 * ua) * ub, lane, so, base, r0 + 32u, c0 + 48u);
+        land_checked((c30 * ua) * ub, lane, so, base, r0 + 48u, c0);
+        land_checked((c31 * ua) * ub, lane, so, base, r0 + 48u, c0 + 16u);
+        land_checked((c32 * ua) * ub, lane, so, base, r0 + 48u, c0 + 32u);
+        land_checked((c33 * ua) * ub, lane, so, base, r0 + 48u, c0 + 48u);
+#endif
     }
 }
 #else
+// Rows of its subgroup's quarter each invocation holds, and the quarter's columns.
+const LANE_ROWS: u32 = BM / 64u;
+const COLS: u32 = BN / 2u;
+
 @compute @workgroup_size(128)
 fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let batch = wid.z;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
     let sg = tid / 32u;
-    let sr = (sg / 2u) * 32u;
-    let sc = (sg % 2u) * 32u;
-    // The invocation's row of its subgroup's quarter, all 32 columns: what the subgroup's four
-    // accumulators hold between them.
-    let row = sr + tid % 32u;
+    let sr = (sg / 2u) * (BM / 2u);
+    let sc = (sg % 2u) * (BN / 2u);
+    let lane = tid % 32u;
     let sa = scales[0];
     let sb = scales[1];
-    var acc: array<f32, 32>;
+    // The invocation's rows sr + lane + 32·r of its subgroup's quarter, every column of it: what
+    // the subgroup's accumulators hold between them.
+    var acc: array<f32, LANE_ROWS * COLS>;
     for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
         stage(tid, batch, row0, col0, k0, sa, sb);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
-            let av = f32(ta[row * SA + kk]);
-            for (var j = 0u; j < 32u; j = j + 1u) {
-                acc[j] = acc[j] + av * f32(tb[(sc + j) * SA + kk]);
+            for (var r = 0u; r < LANE_ROWS; r = r + 1u) {
+                let av = f32(ta[(sr + lane + 32u * r) * SA + kk]);
+                for (var j = 0u; j < COLS; j = j + 1u) {
+                    acc[r * COLS + j] = acc[r * COLS + j] + av * f32(tb[(sc + j) * SA + kk]);
+                }
             }
         }
         workgroupBarrier();
@@ -213,8 +275,10 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
     let ua = scales[2];
     let ub = scales[3];
     let base = batch * p.m * p.ldo + p.off_o;
-    for (var j = 0u; j < 32u; j = j + 1u) {
-        put(base, row0 + row, col0 + sc + j, (acc[j] * ua) * ub);
+    for (var r = 0u; r < LANE_ROWS; r = r + 1u) {
+        for (var j = 0u; j < COLS; j = j + 1u) {
+            put(base, row0 + sr + lane + 32u * r, col0 + sc + j, (acc[r * COLS + j] * ua) * ub);
+        }
     }
 }
 #endif

@@ -240,11 +240,15 @@ fn interrupt(args: &[String], out: &Path, rows: usize, signal: &str) -> Output {
 }
 
 /// For each architecture and backend: a run stopped by SIGTERM or SIGINT, then resumed, logs
-/// the same losses and ends with the same parameters as the run left alone.
+/// the same losses and ends with the same parameters as the run left alone; and so does a run
+/// in the fast class (its CPU twin, for two architectures), which resumes in its own class.
 #[test]
 fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
-    for (backend, steps) in [("cpu", 40), ("gpu", 16)] {
+    for (backend, steps, precision) in [("cpu", 40, "strict"), ("gpu", 16, "strict"), ("cpu", 40, "fast")] {
         for (i, arch) in models::Arch::ALL.iter().map(|a| a.name()).enumerate() {
+            if precision == "fast" && !["rmt", "hc"].contains(&arch) {
+                continue;
+            }
             let signal = ["-TERM", "-INT"][i % 2];
             let dir = tempfile::tempdir().unwrap();
             let args: Vec<String> = [
@@ -261,6 +265,8 @@ fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
                 "4",
                 "--checkpoint-every",
                 "5",
+                "--precision",
+                precision,
             ]
             .iter()
             .map(|s| s.to_string())
@@ -271,7 +277,7 @@ fn a_run_interrupted_by_a_signal_resumes_bit_identically_on_cpu_and_gpu() {
 
             let cut = dir.path().join("cut");
             let o = interrupt(&args, &cut, steps / 2, signal);
-            let what = format!("{arch} on {backend}, {signal}");
+            let what = format!("{arch} on {backend}, {precision}, {signal}");
             assert!(!o.status.success(), "{what}: an interrupted run exits non-zero");
             assert!(
                 stderr(&o).contains(&format!("resmem train --resume {}", cut.display())),
@@ -830,4 +836,25 @@ fn divergence_warns_and_a_non_finite_loss_stops_the_run_keeping_its_checkpoint()
         !run_dir.join("model.safetensors").exists(),
         "a diverged run writes no final model"
     );
+
+    // In the fast class (here its CPU twin) the message names the first product that met the
+    // NaN or infinity, and the checkpoint before it still loads.
+    let run_dir = dir.path().join("fast");
+    let o = run(
+        &[
+            "train", "--backend", "cpu", "--precision", "fast", "--steps", "60", "--lr", "1e30", "--log-every", "5",
+            "--checkpoint-every", "1",
+        ],
+        Some(&run_dir),
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("in the fast class") && err.contains("`matmul ") && err.contains("--precision strict"),
+        "{err}"
+    );
+    let kept = checkpoints(&run_dir);
+    assert!(!kept.is_empty() && err.contains("the last good checkpoint"), "{err}");
+    let ran: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("backend.json")).unwrap()).unwrap();
+    assert_eq!(ran["precision"], "fast");
 }

@@ -1341,12 +1341,18 @@ fn fast_matmul_every_layout_against_its_twin() {
         max_binding_bytes: Some(16 << 10),
         ..FAST
     });
-    let other = gpu_with(FAST);
-    other.force_candidate("matmul_fast", 1);
+    let others: Vec<(String, GpuBackend)> = (1..ops::matmul::FAST_TILES.len())
+        .map(|i| {
+            let be = gpu_with(FAST);
+            assert!(ops::matmul::FAST_TILES[i].fits(&be), "lavapipe fits every fast tile");
+            be.force_candidate("matmul_fast", i);
+            (ops::matmul::FAST_TILES[i].name(), be)
+        })
+        .collect();
     let twin = CpuBackend::fast_twin();
     let mut rng = SmallRng::seed_from_u64(41);
     let mut cases = Vec::new();
-    for (m, n, k) in [(16, 16, 16), (67, 45, 93), (130, 70, 40)] {
+    for (m, n, k) in [(16, 16, 16), (67, 45, 93), (130, 70, 40), (256, 128, 48)] {
         for (ta, tb, acc) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
             cases.push((MatmulDims::new(m, n, k), ta, tb, acc));
         }
@@ -1361,7 +1367,9 @@ fn fast_matmul_every_layout_against_its_twin() {
         let (a, b, init) = (integers(&mut rng, na), integers(&mut rng, nb), integers(&mut rng, d.batch * d.m * d.n));
         let want = matmul_case(&twin, &a, &b, &init, d);
         assert_same_bits(&format!("integers {name}"), &matmul_case(&fast, &a, &b, &init, d), &want);
-        assert_same_bits(&format!("integers, BK 16, {name}"), &matmul_case(&other, &a, &b, &init, d), &want);
+        for (tile, be) in &others {
+            assert_same_bits(&format!("integers, {tile}, {name}"), &matmul_case(be, &a, &b, &init, d), &want);
+        }
         assert_same_bits(&format!("integers, split, {name}"), &matmul_case(&split, &a, &b, &init, d), &want);
         for scale in [1e-5, 1.0, 1e4] {
             let (a, b) = (rand_vec(&mut rng, na, scale), rand_vec(&mut rng, nb, 1.0 / scale.sqrt()));

@@ -8,40 +8,60 @@ use crate::gpu::Candidate;
 use crate::precision::{amax, pow2, round_operand, scale_exponent, MAX_SCALE_EXPONENT};
 use crate::shaders::Define;
 
-/// The K depth a workgroup stages at a time: the fast kernel's one switch beside [`COOP`].
-/// Every candidate runs the same 16-deep multiply-adds in the same K order.
+/// A fast kernel's shape: 64×64 or, `wide`, 128×128 of out a workgroup (2×2 or 4×4
+/// accumulators of 16×16 a subgroup), staging `bk` of K at a time. Every candidate runs the same
+/// 16-deep multiply-adds in the same K order, so the choice changes no bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastTile {
+    pub wide: bool,
     pub bk: u32,
 }
 
 /// The switch that selects the cooperative built-ins (on) or their scalar emulation (off).
 pub const COOP: &str = "COOP";
 
-/// Rows and columns of out a workgroup computes (the shader's BM and BN), and its invocations.
-pub const FAST_BM: usize = 64;
-pub const FAST_BN: usize = 64;
+/// The invocations of a workgroup: four subgroups of 32.
 const FAST_THREADS: u32 = 128;
 
-/// Every fast candidate, the default first.
-pub const FAST_TILES: &[FastTile] = &[FastTile { bk: 32 }, FastTile { bk: 16 }];
+/// Every fast candidate, the default first: 64×64 fits WebGPU's default 16 KiB of workgroup
+/// memory; 128×128 reuses each staged value twice as often, for the large products.
+pub const FAST_TILES: &[FastTile] = &[
+    FastTile { wide: false, bk: 32 },
+    FastTile { wide: true, bk: 32 },
+    FastTile { wide: false, bk: 16 },
+    FastTile { wide: true, bk: 16 },
+];
 
 impl FastTile {
+    /// Rows and columns of out a workgroup computes.
+    pub const fn size(&self) -> usize {
+        if self.wide {
+            128
+        } else {
+            64
+        }
+    }
     /// The variant's switches: `coop` where the device has cooperative matrices, the emulation
     /// otherwise (tests on lavapipe).
-    pub const fn defines(&self, coop: bool) -> [Define; 2] {
-        [Define::u32("BK", self.bk), Define::bool(COOP, coop)]
+    pub const fn defines(&self, coop: bool) -> [Define; 5] {
+        let size = self.size() as u32;
+        [
+            Define::u32("BM", size),
+            Define::u32("BN", size),
+            Define::u32("BK", self.bk),
+            Define::bool("WIDE", self.wide),
+            Define::bool(COOP, coop),
+        ]
     }
     /// Workgroup memory: the two staged slices in f16, and the store scratch.
     fn shared_bytes(&self) -> u32 {
-        let (bm, bn) = (FAST_BM as u32, FAST_BN as u32);
-        (bm + bn) * (self.bk + 8) * 2 + 4 * 256 * 4
+        2 * self.size() as u32 * (self.bk + 8) * 2 + 4 * 256 * 4
     }
 }
 
 impl Candidate for FastTile {
     fn name(&self) -> String {
-        format!("fast {FAST_BM}x{FAST_BN} k{}", self.bk)
+        format!("fast {0}x{0} k{1}", self.size(), self.bk)
     }
     fn fits(&self, gpu: &crate::gpu::GpuBackend) -> bool {
         let limits = &gpu.limits;
@@ -51,7 +71,7 @@ impl Candidate for FastTile {
 }
 
 /// The shader's switches with their defaults.
-pub(crate) const FAST_SWITCHES: &[Define] = &[Define::u32("BK", FAST_TILES[0].bk), Define::bool(COOP, true)];
+pub(crate) const FAST_SWITCHES: &[Define] = &FAST_TILES[0].defines(true);
 
 /// What `shaders/matmul_fast.wgsl` reads from here beside its switches.
 pub(crate) const FAST_DEFINES: &[Define] = &[Define::u32("MODE_WRITE", super::WRITE)];

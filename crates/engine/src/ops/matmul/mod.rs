@@ -512,7 +512,7 @@ impl Kernel {
     fn tile(&self) -> (usize, usize) {
         match self {
             Kernel::Strict(t) => (t.bm as usize, t.bn as usize),
-            Kernel::Fast(_) => (fast::FAST_BM, fast::FAST_BN),
+            Kernel::Fast(t) => (t.size(), t.size()),
         }
     }
 }
