@@ -574,3 +574,47 @@ fn analyze_mixing_reads_every_site_on_both_backends() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("has none"), "{err}");
 }
+
+/// Every view of one forward on the GPU (lavapipe) with GPT-2's vocabulary, at the second
+/// sequence and token 13: a token's row of V = 50,257 logits, and each sequence's rows of every
+/// other tensor, start at offsets that are no multiple of the GPU's 64-value view alignment
+/// (the lens panicked there). Each view runs, and the lens gives the CPU's probabilities.
+#[test]
+fn every_view_reads_rows_at_any_offset_on_the_gpu_with_gpt2s_vocabulary() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/shakespeare-gpt2");
+    assert!(std::path::Path::new(data).is_dir(), "run `cargo xtask corpus` first");
+    let dir = tempfile::tempdir().unwrap();
+    for (preset, views) in [
+        ("tiny-rmt", &["residual", "lens", "attention", "keys"][..]),
+        ("tiny-hc", &["residual", "lens", "mixing"][..]),
+    ] {
+        let run = dir.path().join(preset);
+        let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+            .args(["train", "--preset", preset, "--data", data, "--seq-len", "15", "--batch", "3"])
+            .args(["--steps", "2", "--backend", "cpu", "--out"])
+            .arg(&run)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let run = run.to_str().unwrap();
+        for view in views {
+            let at = |backend: &str| {
+                let mut args = vec!["analyze", view, "--run", run, "--seq", "1", "--backend", backend, "--json"];
+                if *view != "keys" {
+                    args.extend(["--token", "13"]);
+                }
+                json(&args)
+            };
+            let gpu = at("gpu");
+            if *view == "lens" {
+                let cpu = at("cpu");
+                for (x, y) in cpu.as_array().unwrap().iter().zip(gpu.as_array().unwrap()) {
+                    for (p, q) in x["top"].as_array().unwrap().iter().zip(y["top"].as_array().unwrap()) {
+                        let (p, q) = (p[1].as_f64().unwrap(), q[1].as_f64().unwrap());
+                        assert!((p - q).abs() < 1e-4, "{preset} lens: {x} {y}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -276,6 +276,17 @@ pub trait Backend {
     fn write_index(&self, t: &Self::Index, data: &[u32]);
     /// Reads `t` back. On the GPU this waits for earlier work; in the browser it never blocks.
     fn read(&self, t: &Self::Tensor) -> impl Future<Output = Result<Vec<f32>>>;
+    /// Reads `len` values of `t` from `offset`, where `offset` need not be aligned: the view
+    /// starts at the multiple of [`crate::gpu::VIEW_ALIGN`] at or before it, and the values
+    /// before `offset` are dropped once read. For one row of a large tensor (a token's logits).
+    fn read_range(&self, t: &Self::Tensor, offset: usize, len: usize) -> impl Future<Output = Result<Vec<f32>>> {
+        let start = offset / crate::gpu::VIEW_ALIGN * crate::gpu::VIEW_ALIGN;
+        let view = self.view(t, start, offset - start + len);
+        async move {
+            let mut values = self.read(&view).await?;
+            Ok(values.split_off(offset - start))
+        }
+    }
     /// Reads an index back, like `read`.
     fn read_index(&self, t: &Self::Index) -> impl Future<Output = Result<Vec<u32>>>;
     /// Reads several indices back in one round trip to the device.

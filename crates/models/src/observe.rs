@@ -242,11 +242,10 @@ pub async fn read<B: Backend>(
     let mut out = vec![];
     for o in observables {
         let n = o.shape.size();
-        let view = be.view(o.tensor, seq * t * n, t * n);
         out.push(Snapshot {
             name: o.name.clone(),
             shape: o.shape,
-            values: be.read(&view).await?,
+            values: be.read_range(o.tensor, seq * t * n, t * n).await?,
         });
     }
     Ok(out)
@@ -316,8 +315,8 @@ pub async fn lens<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
     let mut log_probs = Vec::with_capacity(names.len());
     for depth in 0..names.len() {
         model.lens(be, depth);
-        let row = be.view(&model.head().logits, (seq * t + token) * v, v);
-        log_probs.push(log_softmax(&be.read(&row).await?));
+        let row = be.read_range(&model.head().logits, (seq * t + token) * v, v).await?;
+        log_probs.push(log_softmax(&row));
     }
     let last = log_probs.last().cloned().unwrap_or_default();
     Ok(names
@@ -392,7 +391,7 @@ pub async fn attention_patterns<B: Backend, M: crate::LanguageModel<B> + ?Sized>
     for site in model.inside().attention {
         let d = site.dims;
         let width = 3 * d.h * d.dh;
-        let rows = be.read(&be.view(site.qkv, seq * t * width, t * width)).await?;
+        let rows = be.read_range(site.qkv, seq * t * width, t * width).await?;
         let at = |part: usize, h: usize, i: usize| &rows[i * width + (part * d.h + h) * d.dh..][..d.dh];
         for h in 0..d.h {
             let mut weights = vec![0.0; t * t];
@@ -462,7 +461,7 @@ pub async fn key_slots<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
         let w_o = key_norms(be, store, &format!("blocks.{i}.w_o")).await?;
         let r_ff = key_norms(be, store, &format!("blocks.{i}.r_ff")).await?;
         let w_ff = key_norms(be, store, &format!("blocks.{i}.w_ff")).await?;
-        let y = be.read(&be.view(site.out, seq * t * r * dv, t * r * dv)).await?;
+        let y = be.read_range(site.out, seq * t * r * dv, t * r * dv).await?;
         let mass: Vec<f64> = (0..r)
             .map(|h| {
                 let data = |tok: usize| {
