@@ -16,8 +16,9 @@
 // memory, as the strict kernel's lesson in matmul.wgsl says). The workgroup stages BK-deep
 // slices of op(a) as [row][k] and of op(bm) as [col][k] in f16, rows padded by 8 halves; a is
 // read row-major (coopLoadT), b column-major (coopLoad), as llama.cpp's mul_mm does. The staging
-// reads each operand along its contiguous axis. Every tile runs the same 16-deep multiply-adds
-// in the same K order, so the choice among them changes no bit.
+// reads each operand four values at a time along its contiguous axis (one vec4 where aligned).
+// Every tile runs the same 16-deep multiply-adds in the same K order, so the choice among them
+// changes no bit.
 //
 // Storing: a whole, aligned tile goes straight to out (coopStoreT); a tile at an edge, one that
 // adds to out, or one whose rows do not start at multiples of 4 values (Vulkan wants 16-byte
@@ -50,8 +51,9 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // (batch, M, N)
-@group(0) @binding(2) var<storage, read> a: array<f32>;          // (batch, M, K) or (batch, K, M)
-@group(0) @binding(3) var<storage, read> bm: array<f32>;         // (batch, K, N) or (batch, N, K)
+// Read as vec4s; their bindings' sizes are multiples of 16 bytes (ops/matmul.rs).
+@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;    // (batch, M, K) or (batch, K, M)
+@group(0) @binding(3) var<storage, read> bm: array<vec4<f32>>;   // (batch, K, N) or (batch, N, K)
 @group(0) @binding(4) var<storage, read> scales: array<f32>;     // 2^sA, 2^sB, 2^-sA, 2^-sB
 
 const THREADS: u32 = 128u;
@@ -63,34 +65,81 @@ var<workgroup> tb: array<f16, BN * SA>;  // [col][k]: f16(op(bm) · 2^sB)
 var<workgroup> cs: array<f32, 1024>;     // a 16×16 scratch per subgroup, for the checked stores
 #endif
 
-// op(a)[r][kk] of batch `batch`, zero past the edges.
-fn a_at(batch: u32, r: u32, kk: u32) -> f32 {
-    if (r >= p.m || kk >= p.k) { return 0.0; }
-    let inner = select(r * p.lda + kk, kk * p.lda + r, p.trans_a != 0u);
-    return a[batch * p.stride_a + p.off_a + inner];
+// Four values of a that lie side by side in storage: row `outer` of the stored matrix, columns
+// inner..inner+3, zero past its edges; one vec4 read where its rows start at multiples of 4
+// values (`vec_a`), as the strict kernel reads them. `inner` is a multiple of 4.
+fn load_a4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
+    let rows = select(p.m, p.k, p.trans_a != 0u);
+    let cols = select(p.k, p.m, p.trans_a != 0u);
+    var v = vec4<f32>(0.0);
+    if (outer >= rows) { return v; }
+    let i = batch * p.stride_a + p.off_a + outer * p.lda + inner;
+    if (p.vec_a != 0u && inner + 3u < cols) { return a[i / 4u]; }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (inner + j < cols) { v[j] = a[(i + j) / 4u][(i + j) % 4u]; }
+    }
+    return v;
 }
 
-// op(bm)[kk][c] of batch `batch`, zero past the edges.
-fn b_at(batch: u32, kk: u32, c: u32) -> f32 {
-    if (kk >= p.k || c >= p.n) { return 0.0; }
-    let inner = select(kk * p.ldb + c, c * p.ldb + kk, p.trans_b != 0u);
-    return bm[batch * p.stride_b + p.off_b + inner];
+fn load_b4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
+    let rows = select(p.k, p.n, p.trans_b != 0u);
+    let cols = select(p.n, p.k, p.trans_b != 0u);
+    var v = vec4<f32>(0.0);
+    if (outer >= rows) { return v; }
+    let i = batch * p.stride_b + p.off_b + outer * p.ldb + inner;
+    if (p.vec_b != 0u && inner + 3u < cols) { return bm[i / 4u]; }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (inner + j < cols) { v[j] = bm[(i + j) / 4u][(i + j) % 4u]; }
+    }
+    return v;
+}
+
+// Four staged values at `at`, `at + step`, … of ta or tb: f16(v · scale).
+fn put_a(at: u32, step: u32, v: vec4<f32>) {
+    ta[at] = f16(v.x);
+    ta[at + step] = f16(v.y);
+    ta[at + 2u * step] = f16(v.z);
+    ta[at + 3u * step] = f16(v.w);
+}
+
+fn put_b(at: u32, step: u32, v: vec4<f32>) {
+    tb[at] = f16(v.x);
+    tb[at + step] = f16(v.y);
+    tb[at + 2u * step] = f16(v.z);
+    tb[at + 3u * step] = f16(v.w);
 }
 
 // Stages rows row0.. and columns col0.. of the BK-deep slice from k0, scaled and rounded to
-// f16. Consecutive invocations read consecutive values of the stored matrix.
+// f16: four values a read, along the stored matrix's contiguous axis, consecutive invocations
+// reading consecutive vec4s.
 fn stage(tid: u32, batch: u32, row0: u32, col0: u32, k0: u32, sa: f32, sb: f32) {
-    for (var l = 0u; l < BM * BK / THREADS; l = l + 1u) {
+    for (var l = 0u; l < BM * BK / 4u / THREADS; l = l + 1u) {
         let e = tid + l * THREADS;
-        let r = select(e / BK, e % BM, p.trans_a != 0u);
-        let kk = select(e % BK, e / BM, p.trans_a != 0u);
-        ta[r * SA + kk] = f16(a_at(batch, row0 + r, k0 + kk) * sa);
+        if (p.trans_a != 0u) {
+            // Stored (K, M): four rows of op(a) at one k.
+            let kk = e / (BM / 4u);
+            let r = e % (BM / 4u) * 4u;
+            put_a(r * SA + kk, SA, load_a4(batch, k0 + kk, row0 + r) * sa);
+        } else {
+            // Stored (M, K): four k of one row.
+            let r = e / (BK / 4u);
+            let kk = e % (BK / 4u) * 4u;
+            put_a(r * SA + kk, 1u, load_a4(batch, row0 + r, k0 + kk) * sa);
+        }
     }
-    for (var l = 0u; l < BN * BK / THREADS; l = l + 1u) {
+    for (var l = 0u; l < BN * BK / 4u / THREADS; l = l + 1u) {
         let e = tid + l * THREADS;
-        let c = select(e % BN, e / BK, p.trans_b != 0u);
-        let kk = select(e / BN, e % BK, p.trans_b != 0u);
-        tb[c * SA + kk] = f16(b_at(batch, k0 + kk, col0 + c) * sb);
+        if (p.trans_b != 0u) {
+            // Stored (N, K): four k of one column of op(bm).
+            let c = e / (BK / 4u);
+            let kk = e % (BK / 4u) * 4u;
+            put_b(c * SA + kk, 1u, load_b4(batch, col0 + c, k0 + kk) * sb);
+        } else {
+            // Stored (K, N): four columns at one k.
+            let kk = e / (BN / 4u);
+            let c = e % (BN / 4u) * 4u;
+            put_b(c * SA + kk, SA, load_b4(batch, k0 + kk, col0 + c) * sb);
+        }
     }
 }
 

@@ -572,7 +572,7 @@ fn launch(
             let Some(state) = gpu.fast.as_ref() else {
                 return gpu.refuse("matmul: a fast kernel on a backend without the fast class".into());
             };
-            let args = [out.arg(), a.arg(), b.arg(), state.scales.arg()];
+            let args = [out.arg(), a.vec4_arg(), b.vec4_arg(), state.scales.arg()];
             let defines = tile.defines(state.coop);
             return gpu.dispatch_with("matmul_fast", "matmul_fast", &defines, &params, &args, groups);
         }
