@@ -224,7 +224,7 @@ pub struct ForwardArgs {
     /// Which sequence of the batch.
     #[arg(long, default_value_t = 0)]
     pub seq: usize,
-    #[arg(long, value_enum, default_value = "gpu")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
 }
 
@@ -240,7 +240,7 @@ pub struct BucketsArgs {
     /// A checkpoint or model file (default: the run's newest checkpoint).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "gpu")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Print a list of objects with layer, table, entropy, dead_buckets and counts.
     #[arg(long)]
@@ -259,7 +259,7 @@ pub struct EvalArgs {
     /// Held-out batches (default: the run's eval_batches, the ones its training evaluated).
     #[arg(long)]
     pub batches: Option<usize>,
-    #[arg(long, value_enum, default_value = "gpu")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Print one JSON object: val_loss, perplexity, tokens, checkpoint.
     #[arg(long)]
@@ -288,7 +288,7 @@ pub struct SampleArgs {
     /// A checkpoint or model file (default: the run's newest checkpoint, else its model).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "gpu")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Print one JSON object: prompt, text, tokens.
     #[arg(long)]
@@ -304,10 +304,14 @@ fn arch_parser() -> impl clap::builder::TypedValueParser<Value = Arch> {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
+    /// The backend the run was trained on, where a command reads a run; else the GPU where it is
+    /// a real one, and the CPU where there is none or it is a CPU emulating a GPU (llvmpipe,
+    /// lavapipe, SwiftShader), which is far slower than the CPU backend.
+    #[default]
+    Auto,
     /// The CPU reference backend (rayon + GEMM).
     Cpu,
     /// WebGPU through wgpu: Vulkan, Metal or DX12.
-    #[default]
     Gpu,
 }
 
@@ -372,8 +376,9 @@ pub struct TrainArgs {
     /// starts each one, as in the official RMT code. On in --preset official.
     #[arg(long)]
     pub doc_mask: Option<bool>,
-    /// Default: gpu for a new run; for `--resume`, the backend the run trained on.
-    #[arg(long, value_enum, default_value = "gpu")]
+    /// Default (auto): for `--resume`, the backend the run trained on; for a new run, the GPU
+    /// where it is a real one, else the CPU.
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Whether --backend was given (set by main): `--resume` moves a run only when it is.
     #[arg(skip)]
@@ -399,7 +404,7 @@ impl TrainArgs {
             }
             "task" => self.task = Some(text.parse().map_err(|e: String| anyhow::anyhow!("--task: {e}"))?),
             "doc-mask" => self.doc_mask = Some(text.parse().map_err(|_| bad("true or false"))?),
-            "backend" => self.backend = BackendKind::from_str(text, true).map_err(|_| bad("cpu or gpu"))?,
+            "backend" => self.backend = BackendKind::from_str(text, true).map_err(|_| bad("auto, cpu or gpu"))?,
             _ => match Setting::of_flag(flag) {
                 Some(s) => self.settings.set(s, text.to_string()),
                 None => anyhow::bail!("`{flag}` is not a `resmem train` flag a run can set"),
@@ -569,7 +574,7 @@ pub struct VarianceArgs {
     /// Measured: training steps before the measurement (0 measures at init).
     #[arg(long, default_value_t = 0)]
     pub steps: usize,
-    #[arg(long, value_enum, default_value = "gpu")]
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     #[arg(long, default_value_t = 8)]
     pub batch: usize,

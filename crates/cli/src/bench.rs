@@ -161,8 +161,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             args.warmup
         )
     })?;
-    let report = match t.backend {
-        BackendKind::Cpu => {
+    let report = match crate::choose_backend(t.backend, None) {
+        BackendKind::Cpu | BackendKind::Auto => {
             let be = Profiled::new(engine::cpu::CpuBackend::<f32>::with_precision(cfg.train.precision));
             measure(&be, cfg, &args, steps, "cpu".into())?
         }
@@ -415,7 +415,7 @@ fn rates(cost: &Stat, seconds: f64) -> (f64, f64) {
 fn device_peaks<B: Backend>(be: &B, kind: BackendKind, wait: &dyn Fn() -> engine::Result<()>) -> Result<Peaks> {
     const LONG_ENOUGH_S: f64 = 0.02;
     let (mut n, max_n, mut values) = match kind {
-        BackendKind::Cpu => (1024, 1024, 1 << 24),
+        BackendKind::Cpu | BackendKind::Auto => (1024, 1024, 1 << 24),
         BackendKind::Gpu => (384, 4096, 1 << 22),
     };
     let best = |run: &dyn Fn()| -> Result<f64> {

@@ -53,22 +53,55 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                 == Some(clap::parser::ValueSource::CommandLine);
             train::run(*a)
         }
-        args::Command::Sweep(a) => sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default()),
-        args::Command::Eval(a) => eval::run(a),
-        args::Command::Sample(a) => sample::run(a),
+        args::Command::Sweep(mut a) => {
+            a.train.backend = choose_backend(a.train.backend, None);
+            sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default())
+        }
+        args::Command::Eval(mut a) => {
+            a.backend = choose_backend(a.backend, Some(&a.run));
+            eval::run(a)
+        }
+        args::Command::Sample(mut a) => {
+            a.backend = choose_backend(a.backend, Some(&a.run));
+            sample::run(a)
+        }
         args::Command::Count(a) => count::run(a),
-        args::Command::Analyze(args::Analyze::Variance(a)) => analyze::variance(*a),
-        args::Command::Analyze(args::Analyze::Buckets(a)) => buckets::run(a),
-        args::Command::Analyze(args::Analyze::Residual(a)) => residual::run(a),
-        args::Command::Analyze(args::Analyze::Lens(a)) => residual::lens(a),
-        args::Command::Analyze(args::Analyze::Attention(a)) => residual::attention(a),
-        args::Command::Analyze(args::Analyze::Keys(a)) => residual::keys(a),
-        args::Command::Analyze(args::Analyze::Mixing(a)) => residual::mixing(a),
+        args::Command::Analyze(args::Analyze::Variance(mut a)) => {
+            a.backend = choose_backend(a.backend, a.run.as_deref());
+            analyze::variance(*a)
+        }
+        args::Command::Analyze(args::Analyze::Buckets(mut a)) => {
+            a.backend = choose_backend(a.backend, Some(&a.run));
+            buckets::run(a)
+        }
+        args::Command::Analyze(args::Analyze::Residual(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            residual::run(a)
+        }
+        args::Command::Analyze(args::Analyze::Lens(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            residual::lens(a)
+        }
+        args::Command::Analyze(args::Analyze::Attention(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            residual::attention(a)
+        }
+        args::Command::Analyze(args::Analyze::Keys(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            residual::keys(a)
+        }
+        args::Command::Analyze(args::Analyze::Mixing(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            residual::mixing(a)
+        }
         args::Command::Data(c) => prepare::run(c),
         args::Command::Import(c) => interop::import(c),
         args::Command::Export(c) => interop::export(c),
         args::Command::Plot(a) => plot::run(a),
-        args::Command::Bench(a) => bench::run(*a),
+        args::Command::Bench(mut a) => {
+            a.train.backend = choose_backend(a.train.backend, None);
+            bench::run(*a)
+        }
         args::Command::Selftest(a) => selftest::run(a),
     }
 }
@@ -82,6 +115,33 @@ pub fn command() -> clap::Command {
 /// or `--version`, which clap reports as errors that print to stdout and exit 0).
 pub fn clap_error(e: &anyhow::Error) -> Option<&clap::Error> {
     e.downcast_ref::<clap::Error>()
+}
+
+/// The backend a command runs on (`--backend`, default auto): the one given; where none was and
+/// the command reads a run (`run`: its directory), the one it trained on (`backend.json`); else
+/// the GPU where it is a real one, and the CPU where there is no adapter or it is a CPU
+/// emulating a GPU, far slower than the CPU backend. Says which and why in one line when it
+/// chooses.
+pub fn choose_backend(given: args::BackendKind, run: Option<&std::path::Path>) -> args::BackendKind {
+    use args::BackendKind::{Auto, Cpu, Gpu};
+    if given != Auto {
+        return given;
+    }
+    if let Some(kind) = run.and_then(train::recorded_backend) {
+        return kind;
+    }
+    private_runtime_dir();
+    let (kind, why) = match pollster::block_on(engine::gpu::probe_adapter()) {
+        Some((name, false)) => (Gpu, format!("the GPU, {name}")),
+        Some((name, true)) => (
+            Cpu,
+            format!("the CPU: this machine's GPU adapter, {name}, is a CPU emulating a GPU, far slower than the CPU backend"),
+        ),
+        None => (Cpu, "the CPU: this machine has no GPU adapter".to_string()),
+    };
+    let other = if kind == Gpu { "cpu" } else { "gpu" };
+    console::warn(&format!("note: running on {why} (--backend {other} to choose otherwise)"));
+    kind
 }
 
 /// The wgpu backend, its kernels tuned unless `--no-tune` was given, or an error that says how
@@ -169,8 +229,8 @@ macro_rules! with_backend {
         $crate::with_backend!($kind, engine::Precision::Strict, $be => $body)
     };
     ($kind:expr, $precision:expr, $be:ident => $body:expr) => {
-        match $kind {
-            $crate::args::BackendKind::Cpu => {
+        match $crate::choose_backend($kind, None) {
+            $crate::args::BackendKind::Cpu | $crate::args::BackendKind::Auto => {
                 let $be = &engine::cpu::CpuBackend::<f32>::with_precision($precision);
                 $body
             }

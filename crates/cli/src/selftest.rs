@@ -25,7 +25,8 @@ pub fn run(a: SelftestArgs) -> Result<()> {
             }
             check(&engine::cpu::CpuBackend::<f32>::new())?
         }
-        BackendKind::Gpu => {
+        // The selftest checks a GPU unless told otherwise.
+        BackendKind::Gpu | BackendKind::Auto => {
             let gpu = crate::gpu_backend_with(options)?;
             let configurations = gpu.cooperative_configurations();
             say(&format!(

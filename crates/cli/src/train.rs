@@ -53,7 +53,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     );
     let (backend, trained_on) = match resuming {
         true => resumed_backend(&dir, &args),
-        false => (args.backend, None),
+        false => (crate::choose_backend(args.backend, None), None),
     };
     let precision = match resuming {
         true => resumed_precision(&dir, &cfg, trained_on.as_ref(), &args)?,
@@ -129,9 +129,16 @@ impl Device {
 
 fn backend_name(kind: BackendKind) -> &'static str {
     match kind {
+        BackendKind::Auto => "auto",
         BackendKind::Cpu => "cpu",
         BackendKind::Gpu => "gpu",
     }
+}
+
+/// The backend the run in `dir` trained on, where it recorded one (`backend.json`).
+pub fn recorded_backend(dir: &Path) -> Option<BackendKind> {
+    let text = data::read_text(&dir.join(BACKEND_FILE)).ok()?;
+    serde_json::from_str::<Device>(&text).ok()?.kind()
 }
 
 /// The backend a resumed run continues on: the one it trained on, unless --backend moves it
@@ -149,7 +156,7 @@ fn resumed_backend(dir: &RunDir, args: &TrainArgs) -> (BackendKind, Option<Devic
             dir.path.display(),
             backend_name(args.backend)
         ));
-        return (args.backend, None);
+        return (crate::choose_backend(args.backend, None), None);
     };
     if args.backend_given && args.backend != kind {
         warn(&format!(

@@ -858,3 +858,38 @@ fn divergence_warns_and_a_non_finite_loss_stops_the_run_keeping_its_checkpoint()
     let ran: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("backend.json")).unwrap()).unwrap();
     assert_eq!(ran["precision"], "fast");
 }
+
+/// Without --backend a command runs where it is fast: a new run takes the GPU only where it is
+/// a real one, and the CPU where the adapter is a CPU emulating a GPU (lavapipe on CI), saying
+/// which and why in one line; a command that reads a run uses the backend it trained on.
+#[test]
+fn without_backend_a_run_avoids_an_emulated_gpu_and_readers_follow_the_run() {
+    std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    let (name, emulated) = pollster::block_on(engine::gpu::probe_adapter()).expect("these tests need a GPU adapter");
+    let dir = tempfile::tempdir().unwrap();
+    let auto = dir.path().join("auto");
+    let o = run(&["train", "--task", "copy", "--steps", "2"], Some(&auto));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recorded: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(auto.join("backend.json")).unwrap()).unwrap();
+    let (want, says) = match emulated {
+        true => ("cpu", "a CPU emulating a GPU"),
+        false => ("gpu", "running on the GPU"),
+    };
+    assert_eq!(recorded["backend"], want, "{name}");
+    assert!(stderr(&o).contains(says) && stderr(&o).contains("to choose otherwise"), "{}", stderr(&o));
+
+    // Readers of a run take its backend: the GPU's own note shows that the GPU ran.
+    let on_gpu = dir.path().join("gpu");
+    let o = run(&["train", "--task", "copy", "--steps", "2", "--backend", "gpu"], Some(&on_gpu));
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (run_dir, on) in [(&on_gpu, "gpu"), (&auto, want)] {
+        let o = resmem().args(["eval", "--run"]).arg(run_dir).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("note: running on"), "a reader of a run chooses nothing: {}", stderr(&o));
+        if emulated {
+            let gpu_note = stderr(&o).contains("--backend gpu runs on");
+            assert_eq!(gpu_note, on == "gpu", "eval of a run trained on {on}: {}", stderr(&o));
+        }
+    }
+}

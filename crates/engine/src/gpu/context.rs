@@ -151,6 +151,20 @@ fn instance() -> wgpu::Instance {
     wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle())
 }
 
+/// The adapter [`GpuBackend::new`] would take, without making a device: its name, and whether
+/// it is a CPU emulating a GPU (llvmpipe, lavapipe, SwiftShader). None where there is none.
+pub async fn probe_adapter() -> Option<(String, bool)> {
+    let adapter = instance()
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await
+        .ok()?;
+    let info = adapter.get_info();
+    Some((info.name, info.device_type == wgpu::DeviceType::Cpu))
+}
+
 impl GpuBackend {
     /// Finds an adapter and creates a device with the adapter's own limits.
     pub async fn new() -> Result<Self> {

@@ -12,7 +12,7 @@ mod timing;
 mod tuning;
 
 use crate::{Backend, EngineError, Result};
-pub use context::{GpuBackend, GpuOptions};
+pub use context::{probe_adapter, GpuBackend, GpuOptions};
 use std::future::Future;
 pub use tuning::{Candidate, Choice};
 
