@@ -156,7 +156,7 @@ fn data_for(args: &ImportArgs, dims: &OfficialDims) -> Result<(DataConfig, usize
         })?,
     };
     let (tokens, width) = source::read_rows(&path)?;
-    // t + 1 overflows for t = usize::MAX: compare t with width − 1 (width ≥ 1 here).
+    // t + 1 overflows for t = usize::MAX: compare t with width − 1 (width ≥ 2 here: `read_rows` says so).
     if let Some(t) = args.seq_len.filter(|&t| Some(t) != width.checked_sub(1)) {
         bail!(
             "--seq-len {t} does not match the rows of {width} tokens in {}",

@@ -120,6 +120,12 @@ pub fn read_rows(path: &Path) -> Result<(Vec<u32>, usize)> {
         .map(|&id| u32::try_from(id).map_err(|_| anyhow::anyhow!("{} holds the token id {id}", path.display())))
         .collect::<Result<Vec<u32>>>()?;
     anyhow::ensure!(rows > 0, "{} holds no token rows", path.display());
+    anyhow::ensure!(
+        width >= 2,
+        "{} holds rows of {width} tokens; each row must be a window of T ≥ 1 tokens and the token after it \
+         (T + 1 ≥ 2)",
+        path.display()
+    );
     Ok((tokens, width))
 }
 

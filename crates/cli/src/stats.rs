@@ -89,16 +89,27 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// ln P(X ≤ j) for X ~ Binomial(n, 1/2), for j = 0, 1, …, n in turn. In log space: C(n, j)/2^n
+/// underflows f64 past n = 1,074 seeds, where the sum in f64 was 0 for every j and the interval
+/// below collapsed to the median.
+fn log_binomial_half_cdfs(n: usize) -> impl Iterator<Item = f64> {
+    let mut log_term = -(n as f64) * std::f64::consts::LN_2;
+    let mut log_cdf = f64::NEG_INFINITY;
+    (0..=n).map(move |j| {
+        if j > 0 {
+            log_term += ((n - j + 1) as f64 / j as f64).ln();
+        }
+        // ln(e^a + e^b), the larger first.
+        let (hi, lo) = if log_cdf > log_term { (log_cdf, log_term) } else { (log_term, log_cdf) };
+        log_cdf = hi + (lo - hi).exp().ln_1p();
+        log_cdf
+    })
+}
+
 /// P(X ≤ k) for X ~ Binomial(n, 1/2).
+#[cfg(test)]
 fn binomial_half_cdf(n: usize, k: usize) -> f64 {
-    // C(n, i) / 2^n, built up term by term in f64 (exact enough for n in the thousands).
-    let mut term = 0.5f64.powi(n as i32);
-    let mut sum = 0.0;
-    for i in 0..=k.min(n) {
-        sum += term;
-        term *= (n - i) as f64 / (i + 1) as f64;
-    }
-    sum
+    log_binomial_half_cdfs(n).nth(k).map_or(1.0, f64::exp)
 }
 
 /// The distribution-free `LEVEL` interval of the median: order statistics x₍ₖ₎ and x₍ₙ₊₁₋ₖ₎
@@ -108,12 +119,15 @@ pub fn median_interval(values: &[f64]) -> (f64, f64) {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    let k = (1..=n / 2)
-        .take_while(|&k| 2.0 * binomial_half_cdf(n, k - 1) <= 1.0 - LEVEL)
-        .last();
+    let limit = ((1.0 - LEVEL) / 2.0).ln();
+    // k qualifies when ln P(B ≤ k − 1) ≤ ln((1 − LEVEL)/2); the cdfs rise with k.
+    let k = log_binomial_half_cdfs(n)
+        .take(n / 2)
+        .take_while(|&log_cdf| log_cdf <= limit)
+        .count();
     match k {
-        Some(k) => (v[k - 1], v[n - k]),
-        None => (f64::NEG_INFINITY, f64::INFINITY),
+        0 => (f64::NEG_INFINITY, f64::INFINITY),
+        k => (v[k - 1], v[n - k]),
     }
 }
 
@@ -194,5 +208,23 @@ mod tests {
         // 30 values: k = 10 (2·P(B ≤ 9) = 0.0428 ≤ 0.05 < 2·P(B ≤ 10) = 0.0987).
         let thirty: Vec<f64> = (1..=30).map(f64::from).collect();
         assert_eq!(median_interval(&thirty), (10.0, 21.0));
+    }
+
+    /// Past 1,074 values 2^−n underflows f64, and the interval had collapsed to the median. At
+    /// n = 2,000 the sign test's k is 956: 2·P(B ≤ 955) = 0.04655 ≤ 0.05 < 2·P(B ≤ 956) =
+    /// 0.05170 (exact, from Python's integer `math.comb` sums over 2^2000), so the interval is
+    /// [x₉₅₆, x₁₀₄₅]; and one that holds +∞ past the median stays unbounded above.
+    #[test]
+    fn median_intervals_past_a_thousand_values() {
+        let many: Vec<f64> = (1..=2000).map(f64::from).collect();
+        assert_eq!(median_interval(&many), (956.0, 1045.0));
+        assert!(close(binomial_half_cdf(2000, 955), 0.04655282049178381 / 2.0, 1e-12));
+        assert!(close(binomial_half_cdf(2000, 956), 0.025851105410910725, 1e-12));
+        let mut never: Vec<f64> = (0..1100).map(|i| 0.9 + i as f64 * 1e-4).collect();
+        for v in &mut never[560..] {
+            *v = f64::INFINITY;
+        }
+        let (lo, hi) = median_interval(&never);
+        assert!(lo < 0.96 && hi == f64::INFINITY, "[{lo}, {hi}]");
     }
 }

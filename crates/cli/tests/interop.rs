@@ -102,6 +102,17 @@ fn bad_imports_and_exports_say_why() {
     let lone = out("weights.safetensors");
     std::fs::copy(fixture("rmt_official_small_params.safetensors"), &lone).unwrap();
     assert!(fails(&["import", "official", s(&lone), "--out", s(&out("c"))]).contains("--tokens"));
+    // Windows of no tokens (rows of width 0, a division by zero once) and of one (no next token).
+    for width in [0usize, 1] {
+        let rows = out(&format!("rows{width}.safetensors"));
+        let ids = vec![0u8; 3 * width * 4];
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::U32, vec![3, width], &ids).unwrap();
+        std::fs::write(&rows, safetensors::serialize([("tokens", view)], None).unwrap()).unwrap();
+        let err = fails(&[
+            "import", "official", s(&lone), "--tokens", s(&rows), "--out", s(&out(&format!("w{width}"))),
+        ]);
+        assert!(err.contains("rows of") && err.contains("T + 1") && !err.contains("panicked"), "{err}");
+    }
     // Only an RMT with the official conventions exports.
     let tiny = out("tiny");
     ok(&[
