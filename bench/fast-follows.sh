@@ -65,12 +65,12 @@ for name in runs:
         if s is None and f is None:
             continue
         strict_by_seed.append(s)
-        fmt = lambda v: f"{v:.4f}" if v is not None else "failed"
-        diff = f"{f - s:+.5f}" if s is not None and f is not None else "–"
+        fmt = lambda v: f"{v:.5g}" if v is not None else "failed"
+        diff = f"{f - s:+.2e}" if s is not None and f is not None else "–"
         where = f"{ran['device']}, {ran.get('precision', '?')} class" if ran else "–"
         print(f"| {name} | {seed} | {fmt(s)} | {fmt(f)} | {diff} | {where} |")
     done = [v for v in strict_by_seed if v is not None]
     if len(done) > 1:
-        print(f"| {name} | strict over seeds | {min(done):.4f}–{max(done):.4f} | | spread {max(done) - min(done):.5f} | |")
+        print(f"| {name} | strict over seeds | {min(done):.5g}–{max(done):.5g} | | spread {max(done) - min(done):.2e} | |")
 EOF
 exit $status
