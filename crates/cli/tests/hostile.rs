@@ -502,6 +502,10 @@ fn negative_and_overflowing_numbers_name_their_flag() {
     let inf = dir.path().join("inf.toml");
     std::fs::write(&inf, "[model]\ninit_std = -inf\n").unwrap();
     let inf = inf.to_str().unwrap();
+    // Finite in TOML's f64, infinite as the setting's f32 (issue 46: "invalid type: null").
+    let huge = dir.path().join("huge.toml");
+    std::fs::write(&huge, "[train]\nlr = 1e39\n").unwrap();
+    let huge = huge.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["train", "--backend", "cpu", "--lr", "-1", "--out", out], "lr = -1"),
         // Found by tests/fuzz_cli.rs: --seq-len + 1 overflowed (a panic).
@@ -556,6 +560,10 @@ fn negative_and_overflowing_numbers_name_their_flag() {
         (
             &["train", "--backend", "cpu", "--config", inf, "--out", out],
             "model.init_std = -inf: it must be a finite number",
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", huge, "--out", out],
+            "train.lr = 1e39: it must be a finite number of at most 3.4e38",
         ),
         // Blamed vocab, the largest setting, for the overflow 2^tau caused.
         (

@@ -94,6 +94,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         (true, true) => vec![],
     };
     let mut points = expand(&base, &variants, &grid, &seeds);
+    points::check_distinct(&points, &seeds)?;
     let swept_names: Vec<String> = grid.iter().map(|(k, _)| k.clone()).collect();
     let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names)?;
     if let Some(t) = &experiment.tune {

@@ -58,6 +58,9 @@ pub(super) fn grid(experiment: &Experiment, sets: &[String], given: &[String]) -
         let toml::Value::Array(values) = values else {
             bail!("[grid] {name} must be a list of values, e.g. {name} = [4, 8, 16]");
         };
+        if values.is_empty() {
+            bail!("[grid] {name} has no values, so the sweep would train nothing; give at least one");
+        }
         let values = values.iter().map(flag_value).collect::<Result<Vec<_>>>()?;
         grid.push((check_flag(name, "the experiment's [grid]")?, values));
     }
@@ -107,6 +110,26 @@ pub(super) fn variants(tables: &[toml::Table]) -> Result<Vec<(String, Flags)>> {
         out.push((label, flags));
     }
     Ok(out)
+}
+
+/// Refuses points that would share a run: the same seed listed twice, the same value twice in a
+/// grid, or labels that become one directory name once sanitized (`a/b` and `a_b`).
+pub(super) fn check_distinct(points: &[Point], seeds: &[u64]) -> Result<()> {
+    if let Some(s) = seeds.iter().enumerate().find(|(i, s)| seeds[..*i].contains(s)).map(|(_, s)| s) {
+        bail!("the seed {s} is listed twice; each seed is one run of each point, so list it once");
+    }
+    let mut seen: std::collections::HashMap<String, String> = Default::default();
+    for p in points {
+        if let Some(other) = seen.insert(p.dir_name(), p.label()) {
+            bail!(
+                "the points `{other}` and `{}` would share the run directory `{}`: give each value and label once, \
+                 and labels that differ in more than /, \\ or spaces",
+                p.label(),
+                p.dir_name()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Every combination: variants × grid × seeds, in that nesting.

@@ -70,6 +70,12 @@ pub(super) fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> R
             (Some(_), toml::Value::Float(f)) if !f.is_finite() => {
                 return Err(ModelError::Config(format!("{name} = {f}: it must be a finite number")));
             }
+            // Every float setting is an f32: past its largest it would be infinite.
+            (Some(_), toml::Value::Float(f)) if f.abs() > f64::from(f32::MAX) => {
+                return Err(ModelError::Config(format!(
+                    "{name} = {f:e}: it must be a finite number of at most 3.4e38 in magnitude (settings are f32)"
+                )));
+            }
             (Some(slot), v) => *slot = v.clone(),
             (None, _) => {
                 let known: Vec<&str> = base.keys().map(String::as_str).collect();
