@@ -162,6 +162,11 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
     // Measured: 5.545 → 0.003. The unigram plateau, reached without learning to copy, is
     // ln 16 = 2.77 = 50% of the first loss; 10% is far below it.
     assert!(last < 0.1 * first, "loss {first} → {last}");
+    // Every row has the gradient's norm before clipping: finite, positive, and (measured: 0.78 at
+    // step 1, 0.003 at the end) far smaller once the copy is learnt.
+    let norms: Vec<f64> = rows.iter().map(|r| r["grad_norm"].as_f64().expect("grad_norm in every row")).collect();
+    assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
+    assert!(norms.last().unwrap() * 20.0 < norms[0], "{norms:?}");
 }
 
 #[test]

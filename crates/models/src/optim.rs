@@ -98,6 +98,12 @@ impl<B: Backend> AdamW<B> {
         );
     }
 
+    /// The sum of squares of the last update's gradient (its global norm, squared, before
+    /// clipping), on the device.
+    pub fn grad_sumsq(&self) -> &B::Tensor {
+        &self.grad_sumsq
+    }
+
     /// The first and second moments, (total) each: what a checkpoint saves besides the
     /// parameters.
     pub fn moments(&self) -> (&B::Tensor, &B::Tensor) {

@@ -140,6 +140,11 @@ impl<B: Backend, M: LanguageModel<B>> Trainer<B, M> {
         self.plan.as_ref()
     }
 
+    /// The global norm of the last step's gradient, before clipping, read back from the device.
+    pub async fn grad_norm(&self, be: &B) -> Result<f32> {
+        Ok(be.read(self.opt.grad_sumsq()).await?[0].sqrt())
+    }
+
     /// The loss of the last step's batch, read back from the device.
     pub async fn loss(&self, be: &B) -> Result<f32> {
         Ok(be.read(&self.model.head().loss).await?[0])

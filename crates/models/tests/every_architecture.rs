@@ -507,3 +507,23 @@ fn the_logit_lens_at_the_last_depth_is_the_output() {
         assert_eq!(last.top[0].0 as usize, argmax, "{}", f.arch);
     }
 }
+
+/// `Trainer::grad_norm`, the norm metrics.jsonl logs, is the L2 norm of the gradient buffer the
+/// last step filled, before clipping (AdamW reads the same sum of squares to clip).
+#[test]
+fn the_logged_gradient_norm_is_the_gradients_norm() {
+    for f in families() {
+        let be = CpuBackend::<f32>::new();
+        let train = TrainConfig {
+            max_grad_norm: 1e-3,
+            ..TrainConfig::default()
+        };
+        let mut trainer = Trainer::new(&be, build(&be, &tiny(f.arch), (2, 16), 0), train).unwrap();
+        let mut sampler = TaskSampler::new(Task::Copy, 2, 16, 0).unwrap();
+        trainer.step(&be, &sampler.next_batch()).unwrap();
+        let grads = pollster::block_on(be.read(&trainer.model.store().grads)).unwrap();
+        let want = grads.iter().map(|&g| f64::from(g) * f64::from(g)).sum::<f64>().sqrt();
+        let got = f64::from(pollster::block_on(trainer.grad_norm(&be)).unwrap());
+        assert!((got - want).abs() <= 1e-5 * want && want > 1e-3, "{}: {got} against {want}", f.arch);
+    }
+}

@@ -16,6 +16,9 @@ pub struct MetricsRow {
     /// Wall seconds since this segment of the run started (a resumed run starts again at 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_s: Option<f64>,
+    /// The global L2 norm of the step's gradient, before clipping to `max_grad_norm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
     /// The training loss of the step's batch (cross-entropy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
@@ -126,6 +129,7 @@ mod tests {
             let (total, val, val_total) = (loss + 0.003, loss * 0.97, f64::from(loss) * 0.97 + 1e-3);
             let typed = MetricsRow {
                 elapsed_s: Some(0.032621397),
+                grad_norm: None,
                 loss: Some(f64::from(loss)),
                 lr: Some(f64::from(lr)),
                 step: 17,

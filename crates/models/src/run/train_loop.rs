@@ -259,11 +259,13 @@ where
         return Ok(Err(sum));
     }
     let loss = trainer.loss(be).await?;
+    let grad_norm = trainer.grad_norm(be).await?;
     let now = driver.now();
     let seconds = now - state.since.take().unwrap_or(now);
     let mut row = MetricsRow {
         elapsed_s: Some(now - state.start),
         loss: Some(f64::from(loss)),
+        grad_norm: Some(f64::from(grad_norm)),
         lr: Some(f64::from(lr)),
         step: step as u64,
         tokens_per_s: Some(state.tokens as f64 / seconds),
