@@ -7,8 +7,11 @@ use anyhow::{bail, Context, Result};
 use models::{DataConfig, RunConfig};
 use std::path::Path;
 
+/// The most bytes a config or experiment file may have: a whole config.toml is about 1 KiB.
+pub const TEXT_FILE_LIMIT: u64 = 1 << 20;
+
 pub fn read_config(path: &Path) -> Result<RunConfig> {
-    let text = data::read_text(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = data::read_small_text(path, TEXT_FILE_LIMIT).with_context(|| format!("cannot read {}", path.display()))?;
     RunConfig::from_toml(&text).with_context(|| format!("{} is not a valid run config", path.display()))
 }
 
@@ -55,7 +58,8 @@ pub fn resolve(args: &TrainArgs) -> Result<RunConfig> {
     }
     let file: Option<toml::Table> = match &args.config {
         Some(path) => {
-            let text = data::read_text(path).with_context(|| format!("cannot read the config {}", path.display()))?;
+            let text = data::read_small_text(path, TEXT_FILE_LIMIT)
+                .with_context(|| format!("cannot read the config {}", path.display()))?;
             Some(toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?)
         }
         None => None,

@@ -502,6 +502,10 @@ fn negative_and_overflowing_numbers_name_their_flag() {
     let inf = dir.path().join("inf.toml");
     std::fs::write(&inf, "[model]\ninit_std = -inf\n").unwrap();
     let inf = inf.to_str().unwrap();
+    // A config of 3 GB (sparse): refused by its size, where it was read whole (20 GB, exit 134).
+    let big = dir.path().join("big.toml");
+    std::fs::File::create(&big).unwrap().set_len(3 << 30).unwrap();
+    let big = big.to_str().unwrap();
     // Finite in TOML's f64, infinite as the setting's f32 (issue 46: "invalid type: null").
     let huge = dir.path().join("huge.toml");
     std::fs::write(&huge, "[train]\nlr = 1e39\n").unwrap();
@@ -561,6 +565,11 @@ fn negative_and_overflowing_numbers_name_their_flag() {
             &["train", "--backend", "cpu", "--config", inf, "--out", out],
             "model.init_std = -inf: it must be a finite number",
         ),
+        (
+            &["train", "--backend", "cpu", "--config", big, "--out", out],
+            "it is larger than 1024 KiB",
+        ),
+        (&["sweep", big, "--out", out], "it is larger than 1024 KiB"),
         (
             &["train", "--backend", "cpu", "--config", huge, "--out", out],
             "train.lr = 1e39: it must be a finite number of at most 3.4e38",

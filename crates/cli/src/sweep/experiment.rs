@@ -63,7 +63,8 @@ impl References {
 }
 
 pub(super) fn read_experiment(path: &Path) -> Result<Experiment> {
-    let text = data::read_text(path).with_context(|| format!("cannot read the experiment {}", path.display()))?;
+    let text = data::read_small_text(path, crate::resolve::TEXT_FILE_LIMIT)
+        .with_context(|| format!("cannot read the experiment {}", path.display()))?;
     toml::from_str(&text).with_context(|| {
         format!(
             "{} is not a valid experiment: it may have title, seeds, reference, variance, [flags], [grid], \
