@@ -246,46 +246,17 @@ mod tests {
         // Up to case and spaces.
         assert_eq!(device("  nvidia h100  80GB hbm3 "), Some("NVIDIA H100 SXM"));
 
-        let h100 = for_adapter("NVIDIA H100 80GB HBM3").unwrap();
-        assert_eq!(
-            (
-                h100.f32_gflops,
-                h100.tf32_tensor_gflops,
-                h100.f16_tensor_gflops,
-                h100.memory_gbps
-            ),
-            (66_900.0, 494_700.0, 989_400.0, 3_350.0)
-        );
-        let pcie = for_adapter("NVIDIA H100 PCIe").unwrap();
-        assert_eq!(
-            (
-                pcie.f32_gflops,
-                pcie.tf32_tensor_gflops,
-                pcie.f16_tensor_gflops,
-                pcie.memory_gbps
-            ),
-            (51_200.0, 378_000.0, 756_000.0, 2_000.0)
-        );
-        let h200 = for_adapter("NVIDIA H200").unwrap();
-        assert_eq!(
-            (
-                h200.f32_gflops,
-                h200.tf32_tensor_gflops,
-                h200.f16_tensor_gflops,
-                h200.memory_gbps
-            ),
-            (66_900.0, 494_700.0, 989_400.0, 4_800.0)
-        );
-        let a100 = for_adapter("NVIDIA A100-SXM4-80GB").unwrap();
-        assert_eq!(
-            (
-                a100.f32_gflops,
-                a100.tf32_tensor_gflops,
-                a100.f16_tensor_gflops,
-                a100.memory_gbps
-            ),
-            (19_500.0, 156_000.0, 312_000.0, 2_039.0)
-        );
+        // f32, TF32 tensor, f16 tensor (GFLOP/s, dense) and memory (GB/s), as the datasheets give.
+        for (name, want) in [
+            ("NVIDIA H100 80GB HBM3", (66_900.0, 494_700.0, 989_400.0, 3_350.0)),
+            ("NVIDIA H100 PCIe", (51_200.0, 378_000.0, 756_000.0, 2_000.0)),
+            ("NVIDIA H200", (66_900.0, 494_700.0, 989_400.0, 4_800.0)),
+            ("NVIDIA A100-SXM4-80GB", (19_500.0, 156_000.0, 312_000.0, 2_039.0)),
+        ] {
+            let p = for_adapter(name).unwrap();
+            let got = (p.f32_gflops, p.tf32_tensor_gflops, p.f16_tensor_gflops, p.memory_gbps);
+            assert_eq!(got, want, "{name}");
+        }
         // Every entry is sane: dense tensor peaks above f32, f16 twice TF32.
         for (names, p) in TABLE {
             assert!(!names.is_empty() && !p.source.is_empty(), "{}", p.device);
