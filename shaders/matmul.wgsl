@@ -25,19 +25,9 @@
 // The last section, `#if SUBGROUPS`, is compiled only on devices with subgroups (the switch
 // SUBGROUPS, crates/engine/src/shaders.rs): there a's slice reaches the registers through
 // subgroup shuffles instead of workgroup memory.
-
-struct Params {
-    batch: u32, m: u32, n: u32, k: u32,
-    trans_a: u32, trans_b: u32, mode: u32, stride_a: u32,
-    stride_b: u32, lda: u32, ldb: u32, ldo: u32,
-    off_a: u32, off_b: u32, off_o: u32, vec_a: u32,
-    vec_b: u32,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // (batch, M, N)
-// Read as vec4s; their bindings' sizes are multiples of 16 bytes (ops/matmul.rs).
-@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;    // (batch, M, K) or (batch, K, M)
-@group(0) @binding(3) var<storage, read> bm: array<vec4<f32>>;   // (batch, K, N) or (batch, N, K)
+//
+// Params, the bindings and the operands' reads (load_a4, load_b4) are in matmul_operands.wgsl,
+// which the fast kernel shares.
 
 // BM rows and BN columns of out a workgroup computes; the K tile TK, at whose multiples
 // ops/matmul.rs splits K.
@@ -45,34 +35,6 @@ const TX: u32 = BN / 8u;  // threads along columns, each 8 wide
 const TY: u32 = BM / 8u;  // threads along rows, each 8 high
 var<workgroup> a_tile: array<vec4<f32>, TK * BM / 4u>;  // [TK][BM]: a_tile[(kk * BM + row) / 4]
 var<workgroup> b_tile: array<vec4<f32>, TK * BN / 4u>;  // [TK][BN]: b_tile[(kk * BN + col) / 4]
-
-// Four values of a that lie side by side in storage: row `outer` of the stored matrix,
-// columns inner..inner+3, zero past its edges. `inner` is a multiple of 4.
-fn load_a4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
-    let rows = select(p.m, p.k, p.trans_a != 0u);
-    let cols = select(p.k, p.m, p.trans_a != 0u);
-    var v = vec4<f32>(0.0);
-    if (outer >= rows) { return v; }
-    let i = batch * p.stride_a + p.off_a + outer * p.lda + inner;
-    if (p.vec_a != 0u && inner + 3u < cols) { return a[i / 4u]; }
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        if (inner + j < cols) { v[j] = a[(i + j) / 4u][(i + j) % 4u]; }
-    }
-    return v;
-}
-
-fn load_b4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
-    let rows = select(p.k, p.n, p.trans_b != 0u);
-    let cols = select(p.n, p.k, p.trans_b != 0u);
-    var v = vec4<f32>(0.0);
-    if (outer >= rows) { return v; }
-    let i = batch * p.stride_b + p.off_b + outer * p.ldb + inner;
-    if (p.vec_b != 0u && inner + 3u < cols) { return bm[i / 4u]; }
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        if (inner + j < cols) { v[j] = bm[(i + j) / 4u][(i + j) % 4u]; }
-    }
-    return v;
-}
 
 // One element of a vec4 tile, by the index of the value.
 fn set_a(i: u32, v: f32) { a_tile[i / 4u][i % 4u] = v; }

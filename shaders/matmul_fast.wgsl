@@ -42,18 +42,8 @@ alias Acc = coop_mat16x16<f32, C>;
 enable f16;
 #endif
 
-struct Params {
-    batch: u32, m: u32, n: u32, k: u32,
-    trans_a: u32, trans_b: u32, mode: u32, stride_a: u32,
-    stride_b: u32, lda: u32, ldb: u32, ldo: u32,
-    off_a: u32, off_b: u32, off_o: u32, vec_a: u32,
-    vec_b: u32,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // (batch, M, N)
-// Read as vec4s; their bindings' sizes are multiples of 16 bytes (ops/matmul.rs).
-@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;    // (batch, M, K) or (batch, K, M)
-@group(0) @binding(3) var<storage, read> bm: array<vec4<f32>>;   // (batch, K, N) or (batch, N, K)
+// Params, bindings 0-3 (out, a, bm) and load_a4, load_b4 are in matmul_operands.wgsl, shared
+// with the strict kernel.
 @group(0) @binding(4) var<storage, read> scales: array<f32>;     // 2^sA, 2^sB, 2^-sA, 2^-sB
 
 const THREADS: u32 = 128u;
@@ -64,35 +54,6 @@ var<workgroup> tb: array<f16, BN * SA>;  // [col][k]: f16(op(bm) · 2^sB)
 #if COOP
 var<workgroup> cs: array<f32, 1024>;     // a 16×16 scratch per subgroup, for the checked stores
 #endif
-
-// Four values of a that lie side by side in storage: row `outer` of the stored matrix, columns
-// inner..inner+3, zero past its edges; one vec4 read where its rows start at multiples of 4
-// values (`vec_a`), as the strict kernel reads them. `inner` is a multiple of 4.
-fn load_a4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
-    let rows = select(p.m, p.k, p.trans_a != 0u);
-    let cols = select(p.k, p.m, p.trans_a != 0u);
-    var v = vec4<f32>(0.0);
-    if (outer >= rows) { return v; }
-    let i = batch * p.stride_a + p.off_a + outer * p.lda + inner;
-    if (p.vec_a != 0u && inner + 3u < cols) { return a[i / 4u]; }
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        if (inner + j < cols) { v[j] = a[(i + j) / 4u][(i + j) % 4u]; }
-    }
-    return v;
-}
-
-fn load_b4(batch: u32, outer: u32, inner: u32) -> vec4<f32> {
-    let rows = select(p.k, p.n, p.trans_b != 0u);
-    let cols = select(p.n, p.k, p.trans_b != 0u);
-    var v = vec4<f32>(0.0);
-    if (outer >= rows) { return v; }
-    let i = batch * p.stride_b + p.off_b + outer * p.ldb + inner;
-    if (p.vec_b != 0u && inner + 3u < cols) { return bm[i / 4u]; }
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        if (inner + j < cols) { v[j] = bm[(i + j) / 4u][(i + j) % 4u]; }
-    }
-    return v;
-}
 
 // Four staged values at `at`, `at + step`, … of ta or tb: f16(v · scale).
 fn put_a(at: u32, step: u32, v: vec4<f32>) {

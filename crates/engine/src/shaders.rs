@@ -113,6 +113,9 @@ pub struct Shader {
     /// What a launch may set, with the defaults it has otherwise. Bool switches select the
     /// file's `#if NAME` sections.
     pub switches: &'static [Define],
+    /// A file the family shares with another, put before its own: (name, text). The two matmul
+    /// families share their operands' bindings and reads (`matmul_operands.wgsl`).
+    pub prelude: Option<(&'static str, &'static str)>,
 }
 
 /// What every family reads from Rust.
@@ -133,6 +136,16 @@ macro_rules! family {
             body: include_str!(concat!("../../../shaders/", $name, ".wgsl")),
             constants: $constants,
             switches: $switches,
+            prelude: None,
+        }
+    };
+    ($name:literal, $constants:expr, $switches:expr, prelude $prelude:literal) => {
+        Shader {
+            prelude: Some((
+                $prelude,
+                include_str!(concat!("../../../shaders/", $prelude, ".wgsl")),
+            )),
+            ..family!($name, $constants, $switches)
         }
     };
 }
@@ -140,7 +153,7 @@ macro_rules! family {
 /// Every op family's shader.
 pub const SHADERS: &[Shader] = &[
     family!("elementwise", ops::elementwise::DEFINES, &[]),
-    family!("matmul", ops::matmul::DEFINES, ops::matmul::SWITCHES),
+    family!("matmul", ops::matmul::DEFINES, ops::matmul::SWITCHES, prelude "matmul_operands"),
     family!("embedding", &[], &[]),
     family!("gather", &[], &[]),
     family!("norm", ops::norm::DEFINES, &[]),
@@ -154,7 +167,7 @@ pub const SHADERS: &[Shader] = &[
     ),
     family!("memory", &[], &[]),
     family!("hyper", ops::hyper::DEFINES, &[]),
-    family!("matmul_fast", ops::matmul::FAST_DEFINES, ops::matmul::FAST_SWITCHES),
+    family!("matmul_fast", ops::matmul::FAST_DEFINES, ops::matmul::FAST_SWITCHES, prelude "matmul_operands"),
     family!("fast_scale", ops::matmul::SCALE_DEFINES, &[]),
 ];
 
@@ -165,6 +178,7 @@ pub fn digest() -> u32 {
     h.update(COMMON_WGSL.as_bytes());
     for s in SHADERS {
         h.update(s.name.as_bytes());
+        h.update(s.prelude.map_or("", |(_, text)| text).as_bytes());
         h.update(s.body.as_bytes());
         for d in s.constants.iter().chain(s.switches) {
             h.update(d.wgsl().as_bytes());
@@ -206,7 +220,8 @@ impl Shader {
 
     /// The WGSL of one variant: the family's `enable` directives (which WGSL wants before any
     /// declaration), the defines (common, the family's, the switches) as `const` lines,
-    /// `common.wgsl`, then the rest of the family's file, each with its `#if` sections resolved.
+    /// `common.wgsl`, the prelude, then the rest of the family's file, each with its `#if`
+    /// sections resolved.
     pub fn source(&self, defines: &[Define]) -> String {
         self.source_with(defines, &[])
     }
@@ -215,6 +230,10 @@ impl Shader {
     pub fn source_with(&self, defines: &[Define], overrides: &[Define]) -> String {
         let switches = self.variant(defines);
         let mut body = String::new();
+        if let Some((name, text)) = self.prelude {
+            preprocess(name, text, &switches, &mut body);
+            body.push('\n');
+        }
         preprocess(self.name, self.body, &switches, &mut body);
         let (enables, body): (Vec<&str>, Vec<&str>) = body.lines().partition(|l| l.starts_with("enable "));
         let mut out = String::new();

@@ -142,8 +142,9 @@ fn every_wgsl_file_is_registered() {
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         let stem = name.trim_end_matches(".wgsl");
+        let prelude = SHADERS.iter().any(|s| s.prelude.is_some_and(|(name, _)| name == stem));
         assert!(
-            stem == "common" || SHADERS.iter().any(|s| s.name == stem),
+            stem == "common" || prelude || SHADERS.iter().any(|s| s.name == stem),
             "shaders/{name} is not in engine::shaders::SHADERS, so nothing loads or validates it"
         );
     }
@@ -162,10 +163,10 @@ const STEPS_THAT_ADVANCE: &[(&str, &str)] = &[
 #[test]
 fn every_loop_ends_by_its_bounds() {
     use resmem_engine::shaders::COMMON_WGSL;
-    let files = SHADERS
-        .iter()
-        .map(|s| (s.name, s.body))
-        .chain([("common", COMMON_WGSL)]);
+    let mut files: Vec<(&str, &str)> = SHADERS.iter().map(|s| (s.name, s.body)).collect();
+    files.push(("common", COMMON_WGSL));
+    files.extend(SHADERS.iter().filter_map(|s| s.prelude));
+    files.dedup();
     let mut loops = 0;
     for (name, body) in files {
         let code: String = body
@@ -219,8 +220,12 @@ fn every_loop_ends_by_its_bounds() {
 }
 
 fn shader_or_common(name: &str) -> &'static Shader {
-    // common.wgsl is in every family's source: matmul's stands for it.
-    shader(if name == "common" { "matmul" } else { name })
+    // common.wgsl is in every family's source, and a prelude in its families': matmul's stands
+    // for both.
+    match SHADERS.iter().find(|s| s.name == name) {
+        Some(s) => s,
+        None => shader("matmul"),
+    }
 }
 
 /// Whether `expr` (factors of u32 literals and module constants, joined by `*`) is above 0.
