@@ -8,11 +8,14 @@
 //!    what every family reads, the family's `ops/<family>.rs` for the rest), and listed in
 //!    [`SHADERS`]; no WGSL file may write the value again.
 //! 2. `common.wgsl`, the helpers every family shares, once instead of in each file.
-//! 3. The family's file, with its `#if NAME` … `#else` … `#endif` sections resolved by the
-//!    variant's **switches**: bool defines a launch may set ([`Shader::switches`], off unless
-//!    set). A switch selects code that differs in bindings, built-ins or entry points, which a
-//!    plain `if` on a `const` cannot: the subgroup matmul ([`SUBGROUPS`]), the RMT's fused norm
-//!    (`NORMED`). Its value is emitted as a `const` too.
+//! 3. The family's file, after its prelude where it has one (a file two families share: the
+//!    strict and fast matmuls' operands, `matmul_operands.wgsl`), with its `#if NAME` … `#else`
+//!    … `#endif` sections resolved by the variant's **switches**: bool defines a launch may set
+//!    ([`Shader::switches`], off unless set). A switch selects code that differs in bindings,
+//!    built-ins or entry points, which a plain `if` on a `const` cannot: the subgroup matmul
+//!    ([`SUBGROUPS`]), the RMT's fused norm (`NORMED`), the fast matmul's cooperative built-ins
+//!    (`COOP`). Its value is emitted as a `const` too. `enable` directives, which WGSL wants
+//!    before any declaration, move to the top.
 //!
 //! The GPU context compiles one module per (shader, defines) and keys its pipelines by
 //! (shader, entry point, defines), the defines being the variant's switches in the canonical form
