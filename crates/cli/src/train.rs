@@ -256,6 +256,21 @@ impl PreparedRun {
                             path.display()
                         );
                     }
+                    // Finished, with its model written: there is nothing to resume (a run killed
+                    // between its last checkpoint and its model goes on, and writes the model).
+                    let model_file = self.dir.file(MODEL_FILE);
+                    if state.step as usize == cfg.train.steps && model_file.exists() {
+                        say(&format!(
+                            "{} finished its {} steps already (its model is {}); there is nothing to resume. To \
+                             train another model like it, start a new run from its {CONFIG_FILE}: resmem train \
+                             --config {} --steps N --out NEW_DIR",
+                            self.dir.path.display(),
+                            cfg.train.steps,
+                            model_file.display(),
+                            self.dir.file(CONFIG_FILE).display()
+                        ));
+                        return Ok(());
+                    }
                     trainer.restore(be, &state)?;
                     say(&format!(
                         "resuming {} from {} (step {})",

@@ -169,6 +169,20 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
     assert!(norms.last().unwrap() * 20.0 < norms[0], "{norms:?}");
 }
 
+/// Resuming a run that finished says so and changes nothing (issue 46: it printed "done: 300
+/// steps in 0.0 s").
+#[test]
+fn resuming_a_finished_run_says_so_and_changes_nothing() {
+    let (_dir, run_dir, rows) = train_copy("rmt", "20");
+    let model = std::fs::read(run_dir.join("model.safetensors")).unwrap();
+    let o = resmem().args(["train", "--resume"]).arg(&run_dir).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("finished its 20 steps already") && !out.contains("done:"), "{out}");
+    assert_eq!(std::fs::read(run_dir.join("model.safetensors")).unwrap(), model);
+    assert_eq!(self::rows(&run_dir).len(), rows.len(), "no row was added");
+}
+
 #[test]
 fn an_earlier_run_is_never_overwritten_and_unrelated_files_are_left_alone() {
     let dir = tempfile::tempdir().unwrap();
