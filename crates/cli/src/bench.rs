@@ -178,7 +178,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             })?;
             let mut path = String::from(if gpu.subgroups() { "subgroup" } else { "plain" });
             if gpu.precision() == engine::Precision::Fast {
-                path.push_str(if gpu.fast_emulated() { ", fast (emulated)" } else { ", fast (cooperative matrices)" });
+                path.push_str(if gpu.fast_emulated() {
+                    ", fast (emulated)"
+                } else {
+                    ", fast (cooperative matrices)"
+                });
             }
             for (on, what) in [(args.k_slices, ", K slices"), (args.loop_guards, ", loop guards")] {
                 if on {

@@ -140,7 +140,9 @@ pub fn choose_backend(given: args::BackendKind, run: Option<&std::path::Path>) -
         None => (Cpu, "the CPU: this machine has no GPU adapter".to_string()),
     };
     let other = if kind == Gpu { "cpu" } else { "gpu" };
-    console::warn(&format!("note: running on {why} (--backend {other} to choose otherwise)"));
+    console::warn(&format!(
+        "note: running on {why} (--backend {other} to choose otherwise)"
+    ));
     kind
 }
 

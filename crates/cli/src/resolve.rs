@@ -11,7 +11,8 @@ use std::path::Path;
 pub const TEXT_FILE_LIMIT: u64 = 1 << 20;
 
 pub fn read_config(path: &Path) -> Result<RunConfig> {
-    let text = data::read_small_text(path, TEXT_FILE_LIMIT).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        data::read_small_text(path, TEXT_FILE_LIMIT).with_context(|| format!("cannot read {}", path.display()))?;
     RunConfig::from_toml(&text).with_context(|| format!("{} is not a valid run config", path.display()))
 }
 
@@ -45,7 +46,9 @@ const PRECISION: &str = "precision";
 /// The class `--precision` asks for, when given.
 pub fn given_precision(args: &TrainArgs) -> Result<Option<engine::Precision>> {
     let given = args.settings.given().find(|(s, _)| s.key == PRECISION);
-    given.map(|(_, text)| text.parse::<engine::Precision>().map_err(anyhow::Error::msg)).transpose()
+    given
+        .map(|(_, text)| text.parse::<engine::Precision>().map_err(anyhow::Error::msg))
+        .transpose()
 }
 
 /// The preset (or tiny-ARCH), then `--config`, then the settings, then the data flags.

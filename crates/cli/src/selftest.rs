@@ -20,8 +20,10 @@ pub fn run(a: SelftestArgs) -> Result<()> {
     let (device, checks) = match a.backend {
         BackendKind::Cpu => {
             if a.precision == engine::Precision::Fast {
-                say("fast class: on the CPU it is the twin the GPU's fast class is checked against, so there is \
-                     nothing to check it with; checking the strict class");
+                say(
+                    "fast class: on the CPU it is the twin the GPU's fast class is checked against, so there is \
+                     nothing to check it with; checking the strict class",
+                );
             }
             check(&engine::cpu::CpuBackend::<f32>::new())?
         }
@@ -31,7 +33,11 @@ pub fn run(a: SelftestArgs) -> Result<()> {
             let configurations = gpu.cooperative_configurations();
             say(&format!(
                 "cooperative matrices on this adapter: {}",
-                if configurations.is_empty() { "none".into() } else { configurations.join(", ") }
+                if configurations.is_empty() {
+                    "none".into()
+                } else {
+                    configurations.join(", ")
+                }
             ));
             match (a.precision, gpu.precision()) {
                 (engine::Precision::Fast, engine::Precision::Strict) => say(&format!(
@@ -53,7 +59,11 @@ pub fn run(a: SelftestArgs) -> Result<()> {
     };
     say(&format!(
         "selftest on {device}: every kernel family against the CPU twin, {}",
-        if checks.iter().any(|c| c.family == "matmul fast") { "fast class" } else { "strict class" }
+        if checks.iter().any(|c| c.family == "matmul fast") {
+            "fast class"
+        } else {
+            "strict class"
+        }
     ));
     say(&format!(
         "{:<16} {:>7} {:>12} {:>10}  result",

@@ -100,7 +100,11 @@ fn log_binomial_half_cdfs(n: usize) -> impl Iterator<Item = f64> {
             log_term += ((n - j + 1) as f64 / j as f64).ln();
         }
         // ln(e^a + e^b), the larger first.
-        let (hi, lo) = if log_cdf > log_term { (log_cdf, log_term) } else { (log_term, log_cdf) };
+        let (hi, lo) = if log_cdf > log_term {
+            (log_cdf, log_term)
+        } else {
+            (log_term, log_cdf)
+        };
         log_cdf = hi + (lo - hi).exp().ln_1p();
         log_cdf
     })

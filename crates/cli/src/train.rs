@@ -92,7 +92,9 @@ fn resumed_precision(
     trained_on: Option<&Device>,
     args: &TrainArgs,
 ) -> Result<engine::Precision> {
-    let recorded = trained_on.and_then(|d| d.precision.as_deref()).map(str::parse::<engine::Precision>);
+    let recorded = trained_on
+        .and_then(|d| d.precision.as_deref())
+        .map(str::parse::<engine::Precision>);
     let ran = match recorded {
         Some(Ok(p)) => p,
         Some(Err(e)) => bail!("{} in {}: {e}", BACKEND_FILE, dir.path.display()),
@@ -391,7 +393,13 @@ impl PreparedRun {
 
 /// The error of a run whose loss became NaN or Inf; `fast_fault`, in the fast class, the first
 /// product that met a NaN or an infinity in an operand.
-fn diverged(step: usize, cfg: &RunConfig, last: Option<&Path>, dir: &Path, fast_fault: Option<String>) -> anyhow::Error {
+fn diverged(
+    step: usize,
+    cfg: &RunConfig,
+    last: Option<&Path>,
+    dir: &Path,
+    fast_fault: Option<String>,
+) -> anyhow::Error {
     let kept = match last {
         Some(p) => format!("the last good checkpoint, {}, is kept", p.display()),
         None => "no checkpoint was written before it".into(),

@@ -590,7 +590,17 @@ fn every_view_reads_rows_at_any_offset_on_the_gpu_with_gpt2s_vocabulary() {
     ] {
         let run = dir.path().join(preset);
         let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-            .args(["train", "--preset", preset, "--data", data, "--seq-len", "15", "--batch", "3"])
+            .args([
+                "train",
+                "--preset",
+                preset,
+                "--data",
+                data,
+                "--seq-len",
+                "15",
+                "--batch",
+                "3",
+            ])
             .args(["--steps", "2", "--backend", "cpu", "--out"])
             .arg(&run)
             .output()
@@ -599,7 +609,17 @@ fn every_view_reads_rows_at_any_offset_on_the_gpu_with_gpt2s_vocabulary() {
         let run = run.to_str().unwrap();
         for view in views {
             let at = |backend: &str| {
-                let mut args = vec!["analyze", view, "--run", run, "--seq", "1", "--backend", backend, "--json"];
+                let mut args = vec![
+                    "analyze",
+                    view,
+                    "--run",
+                    run,
+                    "--seq",
+                    "1",
+                    "--backend",
+                    backend,
+                    "--json",
+                ];
                 if *view != "keys" {
                     args.extend(["--token", "13"]);
                 }

@@ -109,9 +109,18 @@ fn bad_imports_and_exports_say_why() {
         let view = safetensors::tensor::TensorView::new(safetensors::Dtype::U32, vec![3, width], &ids).unwrap();
         std::fs::write(&rows, safetensors::serialize([("tokens", view)], None).unwrap()).unwrap();
         let err = fails(&[
-            "import", "official", s(&lone), "--tokens", s(&rows), "--out", s(&out(&format!("w{width}"))),
+            "import",
+            "official",
+            s(&lone),
+            "--tokens",
+            s(&rows),
+            "--out",
+            s(&out(&format!("w{width}"))),
         ]);
-        assert!(err.contains("rows of") && err.contains("T + 1") && !err.contains("panicked"), "{err}");
+        assert!(
+            err.contains("rows of") && err.contains("T + 1") && !err.contains("panicked"),
+            "{err}"
+        );
     }
     // Only an RMT with the official conventions exports.
     let tiny = out("tiny");

@@ -233,11 +233,26 @@ fn bad_sweeps_are_refused_before_anything_trains() {
     // Points that would share a run, or none at all (issue 46): each was trained twice, shared one
     // directory, or exited 0 having done nothing.
     let flags = "[flags]\narch = \"rmt\"\ntask = \"copy\"\nsteps = 1\nbackend = \"cpu\"\n";
-    refused(&file, &format!("seeds = [1, 2, 1]\n{flags}"), &out, "the seed 1 is listed twice");
+    refused(
+        &file,
+        &format!("seeds = [1, 2, 1]\n{flags}"),
+        &out,
+        "the seed 1 is listed twice",
+    );
     refused(&file, &format!("{flags}[grid]\nd_k = []\n"), &out, "has no values");
-    refused(&file, &format!("{flags}[grid]\nd_k = [4, 4]\n"), &out, "would share the run directory");
+    refused(
+        &file,
+        &format!("{flags}[grid]\nd_k = [4, 4]\n"),
+        &out,
+        "would share the run directory",
+    );
     let twins = "[[variants]]\nlabel = \"a/b\"\nd_k = 4\n[[variants]]\nlabel = \"a_b\"\nd_k = 8\n";
-    refused(&file, &format!("{flags}{twins}"), &out, "would share the run directory `variant=a_b`");
+    refused(
+        &file,
+        &format!("{flags}{twins}"),
+        &out,
+        "would share the run directory `variant=a_b`",
+    );
 }
 
 /// Every experiment's quick variant gives the numbers committed beside its write-up: training

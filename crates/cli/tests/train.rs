@@ -164,7 +164,10 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
     assert!(last < 0.1 * first, "loss {first} → {last}");
     // Every row has the gradient's norm before clipping: finite, positive, and (measured: 0.78 at
     // step 1, 0.003 at the end) far smaller once the copy is learnt.
-    let norms: Vec<f64> = rows.iter().map(|r| r["grad_norm"].as_f64().expect("grad_norm in every row")).collect();
+    let norms: Vec<f64> = rows
+        .iter()
+        .map(|r| r["grad_norm"].as_f64().expect("grad_norm in every row"))
+        .collect();
     assert!(norms.iter().all(|n| n.is_finite() && *n > 0.0), "{norms:?}");
     assert!(norms.last().unwrap() * 20.0 < norms[0], "{norms:?}");
 }
@@ -178,7 +181,10 @@ fn resuming_a_finished_run_says_so_and_changes_nothing() {
     let o = resmem().args(["train", "--resume"]).arg(&run_dir).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("finished its 20 steps already") && !out.contains("done:"), "{out}");
+    assert!(
+        out.contains("finished its 20 steps already") && !out.contains("done:"),
+        "{out}"
+    );
     assert_eq!(std::fs::read(run_dir.join("model.safetensors")).unwrap(), model);
     assert_eq!(self::rows(&run_dir).len(), rows.len(), "no row was added");
 }
@@ -861,8 +867,19 @@ fn divergence_warns_and_a_non_finite_loss_stops_the_run_keeping_its_checkpoint()
     let run_dir = dir.path().join("fast");
     let o = run(
         &[
-            "train", "--backend", "cpu", "--precision", "fast", "--steps", "60", "--lr", "1e30", "--log-every", "5",
-            "--checkpoint-every", "1",
+            "train",
+            "--backend",
+            "cpu",
+            "--precision",
+            "fast",
+            "--steps",
+            "60",
+            "--lr",
+            "1e30",
+            "--log-every",
+            "5",
+            "--checkpoint-every",
+            "1",
         ],
         Some(&run_dir),
     );
@@ -874,7 +891,8 @@ fn divergence_warns_and_a_non_finite_loss_stops_the_run_keeping_its_checkpoint()
     );
     let kept = checkpoints(&run_dir);
     assert!(!kept.is_empty() && err.contains("the last good checkpoint"), "{err}");
-    let ran: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("backend.json")).unwrap()).unwrap();
+    let ran: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("backend.json")).unwrap()).unwrap();
     assert_eq!(ran["precision"], "fast");
 }
 
@@ -896,16 +914,27 @@ fn without_backend_a_run_avoids_an_emulated_gpu_and_readers_follow_the_run() {
         false => ("gpu", "running on the GPU"),
     };
     assert_eq!(recorded["backend"], want, "{name}");
-    assert!(stderr(&o).contains(says) && stderr(&o).contains("to choose otherwise"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(says) && stderr(&o).contains("to choose otherwise"),
+        "{}",
+        stderr(&o)
+    );
 
     // Readers of a run take its backend: the GPU's own note shows that the GPU ran.
     let on_gpu = dir.path().join("gpu");
-    let o = run(&["train", "--task", "copy", "--steps", "2", "--backend", "gpu"], Some(&on_gpu));
+    let o = run(
+        &["train", "--task", "copy", "--steps", "2", "--backend", "gpu"],
+        Some(&on_gpu),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     for (run_dir, on) in [(&on_gpu, "gpu"), (&auto, want)] {
         let o = resmem().args(["eval", "--run"]).arg(run_dir).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
-        assert!(!stderr(&o).contains("note: running on"), "a reader of a run chooses nothing: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("note: running on"),
+            "a reader of a run chooses nothing: {}",
+            stderr(&o)
+        );
         if emulated {
             let gpu_note = stderr(&o).contains("--backend gpu runs on");
             assert_eq!(gpu_note, on == "gpu", "eval of a run trained on {on}: {}", stderr(&o));

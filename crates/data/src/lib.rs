@@ -57,7 +57,10 @@ pub fn read_small_text(path: &std::path::Path, limit: u64) -> std::io::Result<St
     if bytes.len() as u64 > limit {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("it is larger than {} KiB, far more than any config or experiment file", limit / 1024),
+            format!(
+                "it is larger than {} KiB, far more than any config or experiment file",
+                limit / 1024
+            ),
         ));
     }
     String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not UTF-8 text"))

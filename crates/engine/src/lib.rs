@@ -40,9 +40,9 @@ mod backend;
 
 pub use backend::Backend;
 pub use error::{EngineError, Result};
-pub use precision::Precision;
 pub use ops::{
     attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims, embedding::TokenBuckets,
     gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims, memory::MemoryDims, norm::NormDims,
     norm::NormKind, optim::AdamWDims, optim::Hyper, residual_matrix::ResidualDims,
 };
+pub use precision::Precision;

@@ -144,10 +144,7 @@ macro_rules! family {
     };
     ($name:literal, $constants:expr, $switches:expr, prelude $prelude:literal) => {
         Shader {
-            prelude: Some((
-                $prelude,
-                include_str!(concat!("../../../shaders/", $prelude, ".wgsl")),
-            )),
+            prelude: Some(($prelude, include_str!(concat!("../../../shaders/", $prelude, ".wgsl")))),
             ..family!($name, $constants, $switches)
         }
     };

@@ -1319,10 +1319,19 @@ fn assert_within_fast_bound(name: &str, got: &[f32], a: &[f32], b: &[f32], init:
     let mut worst = 0f64;
     for i in 0..got.len() {
         // The add to out rounds once more on each side.
-        let carry = if d.accumulate { (init[i].abs() + p[i]) as f64 * 2f64.powi(-23) } else { 0.0 };
+        let carry = if d.accumulate {
+            (init[i].abs() + p[i]) as f64 * 2f64.powi(-23)
+        } else {
+            0.0
+        };
         let bound = precision::fast_bound(d.k, p[i] as f64) + carry;
         let err = (got[i] as f64 - want[i] as f64).abs();
-        assert!(err <= bound, "{name}: value {i} is {} against the twin's {} (bound {bound:e})", got[i], want[i]);
+        assert!(
+            err <= bound,
+            "{name}: value {i} is {} against the twin's {} (bound {bound:e})",
+            got[i],
+            want[i]
+        );
         worst = worst.max(err / bound.max(f64::MIN_POSITIVE));
     }
     eprintln!("{name}: within the fast bound, at most {worst:.3} of it");
@@ -1336,7 +1345,10 @@ fn assert_within_fast_bound(name: &str, got: &[f32], a: &[f32], b: &[f32], init:
 fn fast_matmul_every_layout_against_its_twin() {
     let fast = gpu_with(FAST);
     assert_eq!(fast.precision(), Precision::Fast);
-    assert!(fast.fast_emulated(), "lavapipe has no cooperative matrices: the emulation runs");
+    assert!(
+        fast.fast_emulated(),
+        "lavapipe has no cooperative matrices: the emulation runs"
+    );
     let split = gpu_with(GpuOptions {
         max_binding_bytes: Some(16 << 10),
         ..FAST
@@ -1364,15 +1376,34 @@ fn fast_matmul_every_layout_against_its_twin() {
         (d.trans_a, d.trans_b, d.accumulate) = (ta, tb, acc);
         let (na, nb) = d.spans();
         let name = format!("fast {} ta={ta} tb={tb} acc={acc}", d.describe());
-        let (a, b, init) = (integers(&mut rng, na), integers(&mut rng, nb), integers(&mut rng, d.batch * d.m * d.n));
+        let (a, b, init) = (
+            integers(&mut rng, na),
+            integers(&mut rng, nb),
+            integers(&mut rng, d.batch * d.m * d.n),
+        );
         let want = matmul_case(&twin, &a, &b, &init, d);
-        assert_same_bits(&format!("integers {name}"), &matmul_case(&fast, &a, &b, &init, d), &want);
+        assert_same_bits(
+            &format!("integers {name}"),
+            &matmul_case(&fast, &a, &b, &init, d),
+            &want,
+        );
         for (tile, be) in &others {
-            assert_same_bits(&format!("integers, {tile}, {name}"), &matmul_case(be, &a, &b, &init, d), &want);
+            assert_same_bits(
+                &format!("integers, {tile}, {name}"),
+                &matmul_case(be, &a, &b, &init, d),
+                &want,
+            );
         }
-        assert_same_bits(&format!("integers, split, {name}"), &matmul_case(&split, &a, &b, &init, d), &want);
+        assert_same_bits(
+            &format!("integers, split, {name}"),
+            &matmul_case(&split, &a, &b, &init, d),
+            &want,
+        );
         for scale in [1e-5, 1.0, 1e4] {
-            let (a, b) = (rand_vec(&mut rng, na, scale), rand_vec(&mut rng, nb, 1.0 / scale.sqrt()));
+            let (a, b) = (
+                rand_vec(&mut rng, na, scale),
+                rand_vec(&mut rng, nb, 1.0 / scale.sqrt()),
+            );
             let init = rand_vec(&mut rng, d.batch * d.m * d.n, 1.0);
             let got = matmul_case(&fast, &a, &b, &init, d).remove(0);
             assert_within_fast_bound(&format!("{name} at {scale:e}"), &got, &a, &b, &init, d);
@@ -1380,11 +1411,19 @@ fn fast_matmul_every_layout_against_its_twin() {
     }
     // Below the class's minimum a product stays strict, bit for bit.
     let d = MatmulDims::new(4, 40, 40);
-    let (a, b, init) = (rand_vec(&mut rng, 160, 1.0), rand_vec(&mut rng, 1600, 1.0), vec![0.0; 160]);
+    let (a, b, init) = (
+        rand_vec(&mut rng, 160, 1.0),
+        rand_vec(&mut rng, 1600, 1.0),
+        vec![0.0; 160],
+    );
     let strict = matmul_case(&gpu(), &a, &b, &init, d);
     assert_same_bits("a 4-row product", &matmul_case(&fast, &a, &b, &init, d), &strict);
     let strict = matmul_case(&CpuBackend::<f32>::new(), &a, &b, &init, d);
-    assert_same_bits("a 4-row product on the twin", &matmul_case(&twin, &a, &b, &init, d), &strict);
+    assert_same_bits(
+        "a 4-row product on the twin",
+        &matmul_case(&twin, &a, &b, &init, d),
+        &strict,
+    );
 }
 
 /// One product on `be`, and the fault it reports after.
@@ -1417,9 +1456,15 @@ fn fast_class_names_the_product_that_met_a_non_finite_value() {
         ..GpuOptions::DEFAULT
     });
     assert_eq!(strict_here.precision(), Precision::Strict);
-    let why = strict_here.fast_unavailable().expect("lavapipe says why the fast class does not run");
+    let why = strict_here
+        .fast_unavailable()
+        .expect("lavapipe says why the fast class does not run");
     assert!(why.contains("cooperative"), "{why}");
-    assert_eq!(gpu().fast_unavailable(), None, "nothing to say when strict was asked for");
+    assert_eq!(
+        gpu().fast_unavailable(),
+        None,
+        "nothing to say when strict was asked for"
+    );
 }
 
 /// The selftest in the fast class: the fast matmul's own family against the twin passes (with
@@ -1431,7 +1476,10 @@ fn fast_selftest_passes_and_catches_a_broken_fast_kernel() {
         let checks = block(selftest::run(be));
         let fast = checks.iter().filter(|c| c.family == "matmul fast").count();
         assert!(fast >= 40, "{fast} fast checks");
-        assert!(!checks.iter().any(|c| c.family == "matmul"), "no strict matmul checks on a fast backend");
+        assert!(
+            !checks.iter().any(|c| c.family == "matmul"),
+            "no strict matmul checks on a fast backend"
+        );
         let mut families: Vec<&str> = checks.iter().filter(|c| !c.passed()).map(|c| c.family).collect();
         families.dedup();
         families

@@ -263,10 +263,19 @@ fn the_fast_kernels_compile_to_spirv_with_the_tiles_devices_list() {
             .unwrap_or_else(|e| panic!("matmul_fast {defines:?} does not write SPIR-V: {e}"));
         // OpCapability CooperativeMatrixKHR (6022) is declared.
         let declared = words.windows(2).any(|w| w[0] == (2 << 16 | 17) && w[1] == 6022);
-        assert!(declared, "{defines:?}: no CooperativeMatrixKHR capability in the SPIR-V");
+        assert!(
+            declared,
+            "{defines:?}: no CooperativeMatrixKHR capability in the SPIR-V"
+        );
         let mut seen = vec![];
         for (_, ty) in module.types.iter() {
-            if let TypeInner::CooperativeMatrix { columns, rows, scalar, role } = ty.inner {
+            if let TypeInner::CooperativeMatrix {
+                columns,
+                rows,
+                scalar,
+                role,
+            } = ty.inner
+            {
                 let ok = columns == CooperativeSize::Sixteen
                     && rows == CooperativeSize::Sixteen
                     && match role {
@@ -293,5 +302,7 @@ fn the_emulated_fast_kernel_has_no_cooperative_types() {
     let coop = (emulated.types.iter()).filter(|(_, t)| matches!(t.inner, naga::TypeInner::CooperativeMatrix { .. }));
     assert_eq!(coop.count(), 0);
     assert!(!s.source(&tile.defines(false)).contains("wgpu_cooperative_matrix"));
-    assert!(s.source(&tile.defines(true)).starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
+    assert!(s
+        .source(&tile.defines(true))
+        .starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
 }

@@ -524,6 +524,10 @@ fn the_logged_gradient_norm_is_the_gradients_norm() {
         let grads = pollster::block_on(be.read(&trainer.model.store().grads)).unwrap();
         let want = grads.iter().map(|&g| f64::from(g) * f64::from(g)).sum::<f64>().sqrt();
         let got = f64::from(pollster::block_on(trainer.grad_norm(&be)).unwrap());
-        assert!((got - want).abs() <= 1e-5 * want && want > 1e-3, "{}: {got} against {want}", f.arch);
+        assert!(
+            (got - want).abs() <= 1e-5 * want && want > 1e-3,
+            "{}: {got} against {want}",
+            f.arch
+        );
     }
 }

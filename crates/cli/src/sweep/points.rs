@@ -115,7 +115,12 @@ pub(super) fn variants(tables: &[toml::Table]) -> Result<Vec<(String, Flags)>> {
 /// Refuses points that would share a run: the same seed listed twice, the same value twice in a
 /// grid, or labels that become one directory name once sanitized (`a/b` and `a_b`).
 pub(super) fn check_distinct(points: &[Point], seeds: &[u64]) -> Result<()> {
-    if let Some(s) = seeds.iter().enumerate().find(|(i, s)| seeds[..*i].contains(s)).map(|(_, s)| s) {
+    if let Some(s) = seeds
+        .iter()
+        .enumerate()
+        .find(|(i, s)| seeds[..*i].contains(s))
+        .map(|(_, s)| s)
+    {
         bail!("the seed {s} is listed twice; each seed is one run of each point, so list it once");
     }
     let mut seen: std::collections::HashMap<String, String> = Default::default();

@@ -67,7 +67,6 @@ impl GpuOptions {
     };
 }
 
-
 pub struct GpuBackend {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,

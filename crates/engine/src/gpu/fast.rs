@@ -85,7 +85,11 @@ pub(crate) fn support(adapter: &wgpu::Adapter, precision: Precision, emulate: bo
     } else if !tile16 {
         format!(
             "it lists no 16×16×16 f16·f16→f32 cooperative-matrix configuration (it lists: {})",
-            if configurations.is_empty() { "none".into() } else { configurations.join(", ") }
+            if configurations.is_empty() {
+                "none".into()
+            } else {
+                configurations.join(", ")
+            }
         )
     } else if !features.contains(wgpu::Features::SHADER_F16) {
         "it has no f16 in shaders".to_string()

@@ -206,25 +206,42 @@ async fn fast_matmul_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, 
         let (na, nb) = d.spans();
         let out = d.batch * d.m * d.n;
         let name = format!("{label}{}", d.describe());
-        let ints = |rng: &mut SmallRng, n: usize| (0..n).map(|_| rng.random_range(-8i32..=8) as f32).collect::<Vec<_>>();
+        let ints =
+            |rng: &mut SmallRng, n: usize| (0..n).map(|_| rng.random_range(-8i32..=8) as f32).collect::<Vec<_>>();
         let (a, b, init) = (ints(rng, na), ints(rng, nb), ints(rng, out));
         let got = cases::matmul(be, &a, &b, &init, d).await?;
         let want = cases::matmul(&twin, &a, &b, &init, d).await?;
-        checks.extend(compare("matmul fast", &format!("{name}, integers (bit for bit)"), &got, &want, 0.0));
+        checks.extend(compare(
+            "matmul fast",
+            &format!("{name}, integers (bit for bit)"),
+            &got,
+            &want,
+            0.0,
+        ));
         for scale in [1e-4f32, 1.0, 1e3] {
             let (a, b, init) = (random(rng, na, scale), random(rng, nb, 1.0), random(rng, out, 1.0));
             let got = cases::matmul(be, &a, &b, &init, d).await?.remove(0);
             let want = cases::matmul(&twin, &a, &b, &init, d).await?.remove(0);
             let abs = |x: &[f32]| x.iter().map(|v| v.abs()).collect::<Vec<_>>();
             let plain = MatmulDims { accumulate: false, ..d };
-            let p = cases::matmul(&twin, &abs(&a), &abs(&b), &vec![0.0; out], plain).await?.remove(0);
+            let p = cases::matmul(&twin, &abs(&a), &abs(&b), &vec![0.0; out], plain)
+                .await?
+                .remove(0);
             let mut worst = 0f64;
             for i in 0..out {
                 // An add to out rounds once more on either side.
-                let carry = if d.accumulate { f64::from(init[i].abs() + p[i]) * 2f64.powi(-23) } else { 0.0 };
+                let carry = if d.accumulate {
+                    f64::from(init[i].abs() + p[i]) * 2f64.powi(-23)
+                } else {
+                    0.0
+                };
                 let bound = crate::precision::fast_bound(d.k, f64::from(p[i])) + carry;
                 let err = (f64::from(got[i]) - f64::from(want[i])).abs();
-                worst = worst.max(if err == 0.0 { 0.0 } else { err / bound.max(f64::MIN_POSITIVE) });
+                worst = worst.max(if err == 0.0 {
+                    0.0
+                } else {
+                    err / bound.max(f64::MIN_POSITIVE)
+                });
             }
             checks.push(Check {
                 family: "matmul fast",

@@ -123,7 +123,11 @@ pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims
     let (ua, ub) = (pow2(-sa), pow2(-sb));
     for (o, s) in out.iter_mut().zip(sum) {
         let v = (s * ua) * ub;
-        *o = T::of(if d.accumulate { (o.f64() as f32 + v) as f64 } else { v as f64 });
+        *o = T::of(if d.accumulate {
+            (o.f64() as f32 + v) as f64
+        } else {
+            v as f64
+        });
     }
     scaled.is_ok()
 }

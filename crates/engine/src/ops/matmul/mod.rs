@@ -654,7 +654,11 @@ pub mod gpu {
             }
         }
         let params = [0, 0, 0, 0, product, used[0] as u32, used[1] as u32];
-        let args = [(2, state.partials.arg()), (3, state.scales.arg()), (4, state.fault.arg())];
+        let args = [
+            (2, state.partials.arg()),
+            (3, state.scales.arg()),
+            (4, state.fault.arg()),
+        ];
         gpu.dispatch_with_at("fast_scale", "fast_scales", &[], &params, &args, [1, 1, 1]);
     }
 
@@ -787,7 +791,13 @@ pub mod cpu {
 
     /// The strict product, or on the fast class's twin ([`CpuBackend::fast_twin`]) the fast one
     /// ([`super::fast::cpu`]) for the products in that class.
-    pub fn matmul<T: Scalar>(be: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>, b: &CpuTensor<T>, d: MatmulDims) {
+    pub fn matmul<T: Scalar>(
+        be: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        a: &CpuTensor<T>,
+        b: &CpuTensor<T>,
+        d: MatmulDims,
+    ) {
         if be.precision().is_strict() || !d.in_fast_class() {
             return super::cpu(&mut out.get_mut(), &a.get(), &b.get(), d);
         }
