@@ -592,5 +592,5 @@ pub struct VarianceArgs {
 pub fn precision_parser() -> impl clap::builder::TypedValueParser<Value = engine::Precision> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(engine::Precision::ALL.map(|p| p.name()))
-        .map(|s| s.parse::<engine::Precision>().expect("one of the possible values"))
+        .try_map(|s| s.parse::<engine::Precision>())
 }

@@ -315,34 +315,7 @@ fn measure<B: Replay + 'static>(
         .iter()
         .zip(costs.iter().zip(seconds))
         .filter(|(_, (c, _))| c.calls > 0)
-        .map(|(family, (c, s))| {
-            let (gflops, gbps) = rates(c, s);
-            let against = physical_peaks::against(
-                gflops,
-                gbps,
-                physical.as_ref(),
-                on_tensor_cores(*family, fast_class),
-                peaks.matmul_gflops,
-                peaks.stream_gbps,
-            );
-            FamilyRow {
-                family: family.name(),
-                calls: c.calls,
-                ms_per_step: s * 1e3,
-                share: if total > 0.0 { s / total } else { 0.0 },
-                flops: c.flops,
-                bytes: c.bytes,
-                gflops,
-                gbps,
-                of_flops_peak: against.of_flops_peak,
-                flops_reference: against.flops_reference,
-                of_memory_peak: against.of_memory_peak,
-                memory_reference: against.memory_reference,
-                of_matmul_peak: physical_peaks::share(gflops, peaks.matmul_gflops),
-                of_stream_peak: physical_peaks::share(gbps, peaks.stream_gbps),
-                in_model_count: family.in_model_count(),
-            }
-        })
+        .map(|(family, (c, s))| family_row(*family, c, s, total, physical.as_ref(), fast_class, &peaks))
         .collect();
     let kernels = (kernel_times.into_iter())
         .map(|k| KernelRow {
@@ -404,6 +377,46 @@ fn counted(table: &Table) -> f64 {
 }
 
 /// (GFLOP/s, GB/s) of `cost` done in `seconds`; 0 for an untimed family.
+/// One family's row: its costs `c` over `seconds` a step, of the step's `total` timed seconds,
+/// against the device's physical peaks where known (the f16 tensor peak for the fast class's
+/// products) and against the measured `peaks`.
+fn family_row(
+    family: Family,
+    c: &Stat,
+    seconds: f64,
+    total: f64,
+    physical: Option<&Physical>,
+    fast_class: bool,
+    peaks: &Peaks,
+) -> FamilyRow {
+    let (gflops, gbps) = rates(c, seconds);
+    let against = physical_peaks::against(
+        gflops,
+        gbps,
+        physical,
+        on_tensor_cores(family, fast_class),
+        peaks.matmul_gflops,
+        peaks.stream_gbps,
+    );
+    FamilyRow {
+        family: family.name(),
+        calls: c.calls,
+        ms_per_step: seconds * 1e3,
+        share: if total > 0.0 { seconds / total } else { 0.0 },
+        flops: c.flops,
+        bytes: c.bytes,
+        gflops,
+        gbps,
+        of_flops_peak: against.of_flops_peak,
+        flops_reference: against.flops_reference,
+        of_memory_peak: against.of_memory_peak,
+        memory_reference: against.memory_reference,
+        of_matmul_peak: physical_peaks::share(gflops, peaks.matmul_gflops),
+        of_stream_peak: physical_peaks::share(gbps, peaks.stream_gbps),
+        in_model_count: family.in_model_count(),
+    }
+}
+
 fn rates(cost: &Stat, seconds: f64) -> (f64, f64) {
     if seconds <= 0.0 {
         return (0.0, 0.0);
@@ -611,32 +624,15 @@ mod tests {
             stream_values: 1 << 24,
             stream_gbps: 1_488.0,
         };
+        // One call a family, 1 ms of a 2 ms step, at `gflops` and `gbps`.
         let row = |family: Family, gflops: f64, gbps: f64| {
-            let against = physical_peaks::against(
-                gflops,
-                gbps,
-                physical.as_ref(),
-                on_tensor_cores(family, false),
-                peaks.matmul_gflops,
-                peaks.stream_gbps,
-            );
-            FamilyRow {
-                family: family.name(),
+            let cost = Stat {
                 calls: 1,
-                ms_per_step: 1.0,
-                share: 0.5,
                 flops: gflops * 1e6,
                 bytes: gbps * 1e6,
-                gflops,
-                gbps,
-                of_flops_peak: against.of_flops_peak,
-                flops_reference: against.flops_reference,
-                of_memory_peak: against.of_memory_peak,
-                memory_reference: against.memory_reference,
-                of_matmul_peak: physical_peaks::share(gflops, peaks.matmul_gflops),
-                of_stream_peak: physical_peaks::share(gbps, peaks.stream_gbps),
-                in_model_count: family.in_model_count(),
-            }
+                seconds: 0.0,
+            };
+            family_row(family, &cost, 1e-3, 2e-3, physical.as_ref(), false, &peaks)
         };
         Report {
             arch: "transformer".into(),

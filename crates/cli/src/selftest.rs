@@ -44,12 +44,12 @@ pub fn run(a: SelftestArgs) -> Result<()> {
                     "fast class: not available here ({}); checking the strict class",
                     gpu.fast_unavailable().unwrap_or("no reason given")
                 )),
+                (engine::Precision::Strict, engine::Precision::Strict) => {}
                 (_, engine::Precision::Fast) => say(
                     "fast class: the matrix products against their f16 CPU twin, bit for bit on integers and within \
                      the f16 bound on real values (`matmul fast`'s error is a fraction of that bound); every other \
                      family as in the strict class",
                 ),
-                _ => {}
             }
             let (device, mut checks) = check(&gpu)?;
             // Tuning may run any kernel that fits this adapter: each is checked too.
