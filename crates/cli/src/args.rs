@@ -257,13 +257,33 @@ pub struct EvalArgs {
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
     /// Held-out batches (default: the run's eval_batches, the ones its training evaluated).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "slice")]
     pub batches: Option<usize>,
+    /// Evaluate every window of one slice of the validation split once: `tuning` (its first
+    /// fifth) or `test` (the rest), the two a sweep chooses settings and decides comparisons on.
+    #[arg(long, value_enum)]
+    pub slice: Option<Slice>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
-    /// Print one JSON object: val_loss, perplexity, tokens, checkpoint.
+    /// Print one JSON object: val_loss, perplexity, tokens, checkpoint (and slice).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--slice`: data::EvalSlice, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Slice {
+    Tuning,
+    Test,
+}
+
+impl From<Slice> for data::EvalSlice {
+    fn from(s: Slice) -> Self {
+        match s {
+            Slice::Tuning => data::EvalSlice::Tuning,
+            Slice::Test => data::EvalSlice::Test,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

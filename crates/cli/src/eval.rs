@@ -1,12 +1,17 @@
 //! `resmem eval`: the validation loss and perplexity of a run's checkpoint, on the same fixed
-//! held-out batches its training evaluated.
+//! held-out batches its training evaluated, or on every window of the validation split's
+//! tuning or test slice (`--slice`), where a sweep chooses and decides.
 
-use crate::args::EvalArgs;
+use crate::args::{BackendKind, EvalArgs};
 use crate::console::say;
+use crate::run_dir::MODEL_FILE;
 use crate::{load, source};
 use anyhow::{Context, Result};
+use data::{Batch, EvalSlice};
 use engine::Backend;
-use models::{Evaluator, Purpose};
+use models::{Evaluator, Purpose, RunConfig};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 pub fn run(args: EvalArgs) -> Result<()> {
     crate::with_backend!(args.backend, be => eval(be, &args))
@@ -16,48 +21,151 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     let cfg = load::config(&args.run)?;
     let data = source::open(&cfg.data)?;
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
-    let m = args.batches.unwrap_or(cfg.cadence.eval_batches);
-    anyhow::ensure!(m >= 1, "--batches must be at least 1");
-    models::run::check_eval_batches(m).context("--batches is too large")?;
-    let host = crate::Host::batches(m, b, t, "--batches, or the run's batch or seq_len");
-    crate::check_memory(&cfg.model, b, t, Purpose::Infer, args.backend, host)?;
-    let held_out = data.held_out(b, t, cfg.train.seed, m)?;
-    let model = cfg.build(be, b, t, Purpose::Infer)?;
-    let (values, path) = load::params(&args.run, args.checkpoint.as_deref(), &model.store().layout)?;
-    be.write(&model.store().params, &values);
-    let mut evaluator = Evaluator::new(be, &model)?;
-    evaluator.mask_documents(cfg.data.separator());
-    let (mut ce, mut z) = (0.0f64, 0.0f64);
-    for batch in &held_out {
-        let (c, zt) = pollster::block_on(evaluator.losses(be, &model, batch))?;
-        (ce, z) = (ce + f64::from(c), z + f64::from(zt));
-    }
-    let loss = ce / m as f64;
-    // The official RMT code reports CE + z-loss as its loss: both are printed.
-    let total = (ce + z) / m as f64;
+    let (held_out, what) = match args.slice.map(EvalSlice::from) {
+        Some(slice) => {
+            let batches = data.slice_batches(b, t, cfg.train.seed, slice)?;
+            let host = crate::Host::batches(batches.len(), b, t, "the run's batch or seq_len");
+            crate::check_memory(&cfg.model, b, t, Purpose::Infer, args.backend, host)?;
+            let what = format!("every window of the validation split's {slice}");
+            (batches, what)
+        }
+        None => {
+            let m = args.batches.unwrap_or(cfg.cadence.eval_batches);
+            anyhow::ensure!(m >= 1, "--batches must be at least 1");
+            models::run::check_eval_batches(m).context("--batches is too large")?;
+            let host = crate::Host::batches(m, b, t, "--batches, or the run's batch or seq_len");
+            crate::check_memory(&cfg.model, b, t, Purpose::Infer, args.backend, host)?;
+            (data.held_out(b, t, cfg.train.seed, m)?, "held-out".to_string())
+        }
+    };
+    let m = held_out.len();
+    let loss = held_out_loss(be, &cfg, &args.run, args.checkpoint.as_deref(), &held_out)?;
     let with_z = cfg.model.z_loss() > 0.0;
-    let tokens = m * b * t;
+    // The targets the loss counts (a task masks some).
+    let tokens: usize = held_out.iter().map(Batch::counted).sum();
     if args.json {
         let mut row = serde_json::json!({
-            "val_loss": loss,
-            "perplexity": loss.exp(),
+            "val_loss": loss.ce,
+            "perplexity": loss.ce.exp(),
             "tokens": tokens,
-            "checkpoint": path,
+            "checkpoint": loss.path,
         });
+        if let Some(slice) = args.slice {
+            row["slice"] = serde_json::to_value(EvalSlice::from(slice))?;
+        }
         if with_z {
-            row["val_total"] = total.into();
+            row["val_total"] = loss.total.into();
         }
         say(&row.to_string());
     } else {
         let total = match with_z {
-            true => format!("  total {total:.6} (with the z-loss)"),
+            true => format!("  total {:.6} (with the z-loss)", loss.total),
             false => String::new(),
         };
         say(&format!(
-            "val_loss {loss:.6}  perplexity {:.2}{total}  ({m} batches of {b}×{t} held-out tokens, {})",
-            loss.exp(),
-            path.display()
+            "val_loss {:.6}  perplexity {:.2}{total}  ({m} batches of {b}×{t} {what} tokens, {})",
+            loss.ce,
+            loss.ce.exp(),
+            loss.path.display()
         ));
     }
     Ok(())
+}
+
+/// A checkpoint's mean losses over held-out batches.
+struct HeldOutLoss {
+    /// Cross-entropy, mean over the batches.
+    ce: f64,
+    /// With the z-loss: what the official RMT code reports as its loss.
+    total: f64,
+    path: PathBuf,
+}
+
+fn held_out_loss<B: Backend + 'static>(
+    be: &B,
+    cfg: &RunConfig,
+    run: &Path,
+    checkpoint: Option<&Path>,
+    batches: &[Batch],
+) -> Result<HeldOutLoss> {
+    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    let model = cfg.build(be, b, t, Purpose::Infer)?;
+    let (values, path) = load::params(run, checkpoint, &model.store().layout)?;
+    be.write(&model.store().params, &values);
+    let mut evaluator = Evaluator::new(be, &model)?;
+    evaluator.mask_documents(cfg.data.separator());
+    let (mut ce, mut z) = (0.0f64, 0.0f64);
+    for batch in batches {
+        let (c, zt) = pollster::block_on(evaluator.losses(be, &model, batch))?;
+        (ce, z) = (ce + f64::from(c), z + f64::from(zt));
+    }
+    let m = batches.len().max(1) as f64;
+    Ok(HeldOutLoss {
+        ce: ce / m,
+        total: (ce + z) / m,
+        path,
+    })
+}
+
+/// A finished run's final model on every window of a slice of the validation split, as a
+/// sweep measures it (`resmem eval --run DIR --checkpoint DIR/model.safetensors --slice S`
+/// prints the same number).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SliceLoss {
+    pub slice: EvalSlice,
+    pub loss: f64,
+    /// Target tokens evaluated.
+    pub tokens: u64,
+    /// The model file it was measured on, by size and modification time: a cache key.
+    model_bytes: u64,
+    model_modified_ns: u128,
+}
+
+/// The cache of `slice_loss`, in the run's directory.
+fn cache_file(run: &Path, slice: EvalSlice) -> PathBuf {
+    run.join(match slice {
+        EvalSlice::Tuning => "eval-tuning.json",
+        EvalSlice::Test => "eval-test.json",
+    })
+}
+
+/// [`SliceLoss`] of the run in `run`, measured once and then read from the run's directory
+/// while its model file is unchanged. Evaluated in the strict class whatever the run trained
+/// in, so that every arm is measured alike.
+pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice) -> Result<SliceLoss> {
+    let model_file = run.join(MODEL_FILE);
+    let meta = std::fs::metadata(&model_file)
+        .with_context(|| format!("cannot evaluate {}: it has no {MODEL_FILE}", run.display()))?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let cache = cache_file(run, slice);
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        if let Ok(cached) = serde_json::from_str::<SliceLoss>(&text) {
+            if cached.slice == slice && cached.model_bytes == meta.len() && cached.model_modified_ns == modified {
+                return Ok(cached);
+            }
+        }
+    }
+    let cfg = load::config(run)?;
+    let data = source::open(&cfg.data)?;
+    let (b, t) = (cfg.train.batch, cfg.data.seq_len());
+    let batches = data.slice_batches(b, t, cfg.train.seed, slice)?;
+    let loss = crate::with_backend!(crate::choose_backend(backend, Some(run)), be => {
+        held_out_loss(be, &cfg, run, Some(&model_file), &batches)
+    })?;
+    let measured = SliceLoss {
+        slice,
+        loss: loss.ce,
+        tokens: batches.iter().map(|x| x.counted() as u64).sum(),
+        model_bytes: meta.len(),
+        model_modified_ns: modified,
+    };
+    let json = serde_json::to_string_pretty(&measured)?;
+    crate::run_dir::write_atomic(&cache, |tmp| {
+        std::fs::write(tmp, &json).with_context(|| format!("cannot write {}", tmp.display()))
+    })?;
+    Ok(measured)
 }

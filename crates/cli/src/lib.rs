@@ -21,6 +21,7 @@ mod load;
 mod physical_peaks;
 mod plot;
 mod prepare;
+mod provenance;
 mod residual;
 mod resolve;
 mod run_dir;

@@ -144,4 +144,9 @@ impl Data {
     pub fn held_out(&self, b: usize, t: usize, seed: u64, m: usize) -> Result<Vec<Batch>> {
         Ok(self.source.held_out(b, t, seed, m)?)
     }
+
+    /// Every held-out window of one slice once: where a sweep tunes, or decides.
+    pub fn slice_batches(&self, b: usize, t: usize, seed: u64, slice: data::EvalSlice) -> Result<Vec<Batch>> {
+        Ok(self.source.slice_batches(b, t, seed, slice)?)
+    }
 }

@@ -138,6 +138,18 @@ fn backend_name(kind: BackendKind) -> &'static str {
 }
 
 /// The backend the run in `dir` trained on, where it recorded one (`backend.json`).
+/// What a run trained on, in words: "cpu: <device>, strict".
+pub fn recorded_device(dir: &Path) -> Option<String> {
+    let text = data::read_text(&dir.join(BACKEND_FILE)).ok()?;
+    let d = serde_json::from_str::<Device>(&text).ok()?;
+    Some(format!(
+        "{}: {}, {}",
+        d.backend,
+        d.device,
+        d.precision.as_deref().unwrap_or("strict")
+    ))
+}
+
 pub fn recorded_backend(dir: &Path) -> Option<BackendKind> {
     let text = data::read_text(&dir.join(BACKEND_FILE)).ok()?;
     serde_json::from_str::<Device>(&text).ok()?.kind()

@@ -293,7 +293,11 @@ fn the_experiments_quick_variants_reproduce_their_committed_summaries() {
             assert_eq!(a["params"], b["params"], "{name} {}", a["label"]);
             assert_eq!(a["flops_per_token"], b["flops_per_token"], "{name} {}", a["label"]);
             assert_eq!(a["tokens"], b["tokens"], "{name} {}", a["label"]);
-            for k in ["final_loss", "final_val_loss", "best_val_loss"] {
+            for k in ["final_loss", "final_val_loss", "best_val_loss", "test_loss"] {
+                // Summaries from before the test slice have no test_loss.
+                if a[k].is_null() && k == "test_loss" {
+                    continue;
+                }
                 let (x, y) = (a[k].as_f64().unwrap(), b[k].as_f64().unwrap());
                 assert!(
                     (x - y).abs() < 1e-4,
@@ -400,12 +404,26 @@ claim = "a wider residual learns faster"
             .unwrap()
             .clone()
     };
-    // final_val_loss: a − b per seed, mean, t interval.
-    let m = metric("final_val_loss");
+    // test_loss: a − b per seed, mean, t interval; each point's test loss is `resmem eval
+    // --slice test`'s.
+    let m = metric("test_loss");
+    let p = point(4, 1);
+    let dir = out.join(p["dir"].as_str().unwrap());
+    let json = ok(&[
+        "eval",
+        "--run",
+        s(&dir),
+        "--checkpoint",
+        s(&dir.join("model.safetensors")),
+        "--slice",
+        "test",
+        "--json",
+    ]);
+    let row: Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(row["val_loss"], p["test_loss"]);
+    assert_eq!(row["tokens"], p["test_tokens"]);
     let diffs: Vec<f64> = (0..3)
-        .map(|seed| {
-            point(4, seed)["final_val_loss"].as_f64().unwrap() - point(8, seed)["final_val_loss"].as_f64().unwrap()
-        })
+        .map(|seed| point(4, seed)["test_loss"].as_f64().unwrap() - point(8, seed)["test_loss"].as_f64().unwrap())
         .collect();
     let got: Vec<f64> = m["per_seed"]
         .as_array()
@@ -461,7 +479,7 @@ claim = "a wider residual learns faster"
         csv.lines()
             .nth(1)
             .unwrap()
-            .starts_with("\"d_k=4\",\"d_k=8\",final_val_loss,a - b,3,"),
+            .starts_with("\"d_k=4\",\"d_k=8\",test_loss,a - b,3,"),
         "{csv}"
     );
 
@@ -555,34 +573,51 @@ fn matched_costs_are_solved_before_training() {
 fn each_arm_is_tuned_on_its_own_seeds() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("t.toml");
-    let experiment = |seeds: &str, rmt_flags: &str| {
+    let experiment = |seeds: &str, rmt_flags: &str, tune: &str| {
         format!(
             "seeds = {seeds}\n[flags]\nbackend = \"cpu\"\ntask = \"copy\"\nsteps = 4\neval_every = 2\neval_batches = 1\n\
              [[variants]]\nlabel = \"rmt\"\npreset = \"tiny-rmt\"\n{rmt_flags}\n[[variants]]\nlabel = \"transformer\"\n\
-             preset = \"tiny-transformer\"\n[tune]\nseeds = [100, 101]\nlr = [0.001, 0.03]\n"
+             preset = \"tiny-transformer\"\n[tune]\n{tune}\n"
         )
     };
-    std::fs::write(&file, experiment("[0]", "")).unwrap();
+    // Two values: the lowest mean over 3 seeds; each seed's number is `resmem eval --slice tuning`'s.
+    std::fs::write(
+        &file,
+        experiment("[0]", "", "seeds = [100, 101, 102]\nlr = [0.001, 0.03]"),
+    )
+    .unwrap();
     let out = tmp.path().join("t");
     let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
-    assert!(printed.contains("tuning: final validation loss"), "{printed}");
+    assert!(
+        printed.contains("tuning: loss on the validation split's tuning slice"),
+        "{printed}"
+    );
     let sum = summary(&out);
     for t in sum["tuning"].as_array().unwrap() {
         let arm = t["arm"].as_str().unwrap();
         let mut means = vec![];
         for r in t["rows"].as_array().unwrap() {
             let lr = r["settings"][0][1].as_str().unwrap();
-            let losses: Vec<f64> = [100, 101]
+            let losses: Vec<f64> = [100, 101, 102]
                 .iter()
                 .map(|seed| {
                     let dir = out
                         .join("tune")
                         .join(format!("{},lr={lr},seed={seed}", arm.replace(' ', ",")));
-                    metrics(&dir)
-                        .iter()
-                        .filter_map(|m| m["val_loss"].as_f64())
-                        .next_back()
-                        .unwrap()
+                    let model = dir.join("model.safetensors");
+                    let json = ok(&[
+                        "eval",
+                        "--run",
+                        s(&dir),
+                        "--checkpoint",
+                        s(&model),
+                        "--slice",
+                        "tuning",
+                        "--json",
+                    ]);
+                    let row: Value = serde_json::from_str(json.trim()).unwrap();
+                    assert_eq!(row["slice"], "tuning");
+                    row["val_loss"].as_f64().unwrap()
                 })
                 .collect();
             let got: Vec<f64> = r["per_seed"]
@@ -592,20 +627,73 @@ fn each_arm_is_tuned_on_its_own_seeds() {
                 .map(|v| v.as_f64().unwrap())
                 .collect();
             assert_eq!(got, losses, "{arm} lr={lr}");
-            means.push((losses.iter().sum::<f64>() / 2.0, lr.to_string()));
+            means.push((losses.iter().sum::<f64>() / 3.0, lr.to_string()));
         }
         let best = means.iter().min_by(|a, b| a.0.total_cmp(&b.0)).unwrap().1.clone();
         assert_eq!(t["chosen"][0], serde_json::json!(["lr", best]), "{arm}");
+        assert!(t["fit"].is_null(), "two values are no curve");
         let run = out.join(format!("{},seed=0", arm.replace(' ', ",")));
         let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
         assert!(config.contains(&format!("lr = {best}\n")), "{config}");
     }
+    // Every tuning run's curve is in curves.csv.
+    let curves = std::fs::read_to_string(out.join("curves.csv")).unwrap();
+    assert!(
+        curves
+            .lines()
+            .any(|l| l.starts_with("tune/variant=rmt,lr=0.03,seed=102,4,")),
+        "{curves}"
+    );
+
+    // Three values or more: the fitted minimum, the grid widened while the best mean is at an edge.
+    let out = tmp.path().join("curve");
+    std::fs::write(
+        &file,
+        experiment(
+            "[0]",
+            "",
+            "seeds = [100, 101, 102]\nwiden = 1\nlr = [0.0001, 0.0003, 0.001]",
+        ),
+    )
+    .unwrap();
+    ok(&["sweep", s(&file), "--out", s(&out)]);
+    for t in summary(&out)["tuning"].as_array().unwrap() {
+        let rows = t["rows"].as_array().unwrap();
+        let lrs: Vec<f64> = rows
+            .iter()
+            .map(|r| r["settings"][0][1].as_str().unwrap().parse().unwrap())
+            .collect();
+        let widened = t["widened"].as_array().unwrap();
+        assert_eq!(lrs.len(), 3 + widened.len(), "{t}");
+        assert!(lrs.windows(2).all(|w| w[0] < w[1]), "{lrs:?}");
+        let means: Vec<f64> = rows.iter().map(|r| r["mean"].as_f64().unwrap()).collect();
+        let best = (0..means.len()).min_by(|&i, &j| means[i].total_cmp(&means[j])).unwrap();
+        let edge = best == 0 || best == means.len() - 1;
+        assert_eq!(t["at_edge"].as_bool().unwrap(), edge, "{t}");
+        // Widening happened exactly where the declared grid's best was at its edge.
+        assert_eq!(
+            widened.len(),
+            1,
+            "the copy task's best rate is past 0.001 in 4 steps: {t}"
+        );
+        let fit = &t["fit"];
+        let chosen: f64 = t["chosen"][0][1].as_str().unwrap().parse().unwrap();
+        if !edge && fit["convex"].as_bool().unwrap() {
+            assert_eq!(chosen, fit["minimum"].as_f64().unwrap(), "{t}");
+            assert!(chosen >= fit["low"].as_f64().unwrap() && chosen <= fit["high"].as_f64().unwrap());
+        } else {
+            assert_eq!(chosen, lrs[best], "{t}");
+        }
+    }
     let bad = tmp.path().join("bad");
-    for (seeds, rmt_flags, says) in [
-        ("[0, 100]", "", "seed 100 is also a seed of the sweep"),
-        ("[0]", "lr = 0.01", "the variant `rmt` sets itself"),
+    let three = "seeds = [100, 101, 102]\nlr = [0.001, 0.03]";
+    for (seeds, rmt_flags, tune, says) in [
+        ("[0, 100]", "", three, "seed 100 is also a seed of the sweep"),
+        ("[0]", "lr = 0.01", three, "the variant `rmt` sets itself"),
+        ("[0]", "", "seeds = [100]\nlr = [0.001, 0.03]", "at least 3 seeds"),
+        ("[0]", "", "seeds = [100, 101, 100]\nlr = [0.001, 0.03]", "listed twice"),
     ] {
-        refused(&file, &experiment(seeds, rmt_flags), &bad, says);
+        refused(&file, &experiment(seeds, rmt_flags, tune), &bad, says);
     }
 }
 
@@ -735,4 +823,127 @@ fn hashed_points_report_their_bucket_use() {
     let all: usize = tables.iter().map(|t| t["counts"].as_array().unwrap().len()).sum();
     assert!((b["dead_fraction"].as_f64().unwrap() - dead as f64 / all as f64).abs() < 1e-12);
     assert!(entropy.iter().all(|e| (0.0..=1.0).contains(e) && e.is_sign_positive()));
+}
+
+/// `[sequential]` trains look by look and stops when every test has crossed its boundary;
+/// `[[trend]]` is each seed's least-squares slope; Holm adjusts every test's p over the
+/// experiment's family.
+#[test]
+fn sequential_looks_trends_and_holm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("e.toml");
+    let flags = "[flags]\nbackend = \"cpu\"\npreset = \"tiny-rmt\"\ntask = \"copy\"\nsteps = 6\neval_every = 3\neval_batches = 1\n";
+    // A rate 3,000 times too small against a good one: a difference far past the first
+    // boundary at 3 seeds, so seeds 3-5 are never trained.
+    std::fs::write(
+        &file,
+        format!(
+            "seeds = [0, 1, 2, 3, 4, 5]\n{flags}[[variants]]\nlabel = \"slow\"\nlr = 0.00001\n\
+             [[variants]]\nlabel = \"fast\"\nlr = 0.03\n[[compare]]\na = \"fast\"\nb = \"slow\"\n\
+             metrics = [\"test_loss\"]\n[sequential]\nlooks = [3, 6]\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("seq");
+    let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(
+        printed.contains("every sequential test has crossed its boundary at look 1 of 2"),
+        "{printed}"
+    );
+    let sum = summary(&out);
+    let points = sum["points"].as_array().unwrap();
+    for p in points {
+        let seed = p["settings"]["seed"].as_u64().unwrap();
+        let trained = p["status"] == "done";
+        assert_eq!(trained, seed < 3, "{p}");
+        assert_eq!(out.join(p["dir"].as_str().unwrap()).exists(), seed < 3);
+    }
+    let m = &sum["comparisons"][0]["metrics"][0];
+    assert_eq!(sum["comparisons"][0]["seeds"], serde_json::json!(["0", "1", "2"]));
+    let q = &m["sequential"];
+    assert_eq!((q["stopped_at"].as_u64(), q["seeds"].as_u64()), (Some(1), Some(3)));
+    assert!(q["resolved"].as_bool().unwrap());
+    assert_eq!(q["verdict"], "a better");
+    // O'Brien–Fleming at information fractions 1/2 and 1: 2.797 and 1.977.
+    let z: Vec<f64> = q["z_boundaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!((z[0] - 2.797).abs() < 2e-3 && (z[1] - 1.977).abs() < 2e-3, "{z:?}");
+    // The repeated interval holds the unadjusted one of the same seeds.
+    let (low, high) = (m["low"].as_f64().unwrap(), m["high"].as_f64().unwrap());
+    assert!(
+        q["low"].as_f64().unwrap() < low && q["high"].as_f64().unwrap() > high,
+        "{m}"
+    );
+    // A family of one: Holm's p is the test's own (its repeated p).
+    assert_eq!(m["holm"]["family"], 1);
+    assert_eq!(m["holm"]["p"], q["repeated_p"]);
+    // Run again: the same decision, nothing trained.
+    let again = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(!again.contains("[7/12]"), "{again}");
+    assert_eq!(summary(&out)["comparisons"], sum["comparisons"]);
+
+    // A trend over d_k and a comparison, fixed-sample: slopes by hand, Holm over two tests.
+    std::fs::write(
+        &file,
+        format!(
+            "seeds = [0, 1, 2]\n{flags}[grid]\nd_k = [4, 8, 16]\n[[compare]]\na = \"d_k=4\"\nb = \"d_k=16\"\n\
+             metrics = [\"test_loss\"]\n[[trend]]\naxis = \"d_k\"\nclaim = \"a wider residual learns faster\"\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("trend");
+    let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(printed.contains("trend of test_loss along d_k (4, 8, 16)"), "{printed}");
+    let sum = summary(&out);
+    let loss = |d_k: u64, seed: u64| {
+        sum["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["settings"]["d_k"] == d_k && p["settings"]["seed"] == seed)
+            .unwrap()["test_loss"]
+            .as_f64()
+            .unwrap()
+    };
+    let t = &sum["trends"][0];
+    for seed in 0..3u64 {
+        // x = log2 d_k = 2, 3, 4: the slope is (y(16) − y(4)) / 2.
+        let want = (loss(16, seed) - loss(4, seed)) / 2.0;
+        let got = t["result"]["per_seed"][seed as usize].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-12, "seed {seed}: {got} against {want}");
+    }
+    assert!(["decreasing", "increasing", "not resolved"].contains(&t["result"]["verdict"].as_str().unwrap()));
+    assert_eq!(t["result"]["statistic"], "slope per doubling of d_k");
+    // Holm by hand over the two p's: the smaller times 2, the larger at least that.
+    let p = [
+        sum["comparisons"][0]["metrics"][0]["p"].as_f64().unwrap(),
+        t["result"]["p"].as_f64().unwrap(),
+    ];
+    let (lo, hi) = if p[0] <= p[1] { (0, 1) } else { (1, 0) };
+    let mut want = [0.0; 2];
+    want[lo] = (2.0 * p[lo]).min(1.0);
+    want[hi] = p[hi].max(want[lo]);
+    let got = [
+        sum["comparisons"][0]["metrics"][0]["holm"]["p"].as_f64().unwrap(),
+        t["result"]["holm"]["p"].as_f64().unwrap(),
+    ];
+    assert_eq!(got, want, "{p:?}");
+    // A fixed comparison's p and its interval agree: p < 0.05 exactly where the interval excludes 0.
+    let m = &sum["comparisons"][0]["metrics"][0];
+    assert_eq!(p[0] < 0.05, m["verdict"] != "not resolved", "{m}");
+
+    // Declarations that cannot be decided are refused before anything trains.
+    let bad = tmp.path().join("bad");
+    for (text, says) in [
+        (format!("seeds = [0, 1, 2]\n{flags}[grid]\nd_k = [4, 8]\n[[trend]]\naxis = \"d_k\"\n"), "at least 3 values"),
+        (format!("seeds = [0, 1, 2]\n{flags}[grid]\nd_k = [4, 8, 16]\n[[trend]]\naxis = \"d_v\"\n"), "no point has the setting d_v"),
+        (format!("seeds = [0, 1, 2, 3]\n{flags}[grid]\nd_k = [4, 8, 16]\n[[trend]]\naxis = \"d_k\"\n[sequential]\nlooks = [3, 6]\n"), "every seed"),
+        (format!("seeds = [0, 1, 2]\n{flags}[sequential]\nlooks = [3, 6]\n"), "declare one"),
+    ] {
+        refused(&file, &text, &bad, says);
+    }
 }

@@ -13,7 +13,7 @@ pub use corpus::{prepare, token_bytes_for, val_count, Corpus, Meta, Source, Toke
 pub use error::DataError;
 #[cfg(feature = "text")]
 pub use sampler::TextSampler;
-pub use sampler::{step_seed, BatchSource, DataSource, FixedRows, Split};
+pub use sampler::{step_seed, BatchSource, DataSource, EvalSlice, FixedRows, Split, TUNING_SHARE};
 pub use tasks::{Batch, Task, TaskSampler};
 pub use tokenizer::{ByteTokenizer, Tokenizer, TokenizerKind};
 

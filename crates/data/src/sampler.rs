@@ -130,6 +130,28 @@ impl TextSampler {
         starts.chunks(self.b).map(|s| self.windows(s)).collect()
     }
 
+    /// Every window of `slice` of this sampler's split once: windows of T + 1 tokens at stride
+    /// T, so that each target token of the slice is predicted exactly once, B to a batch. The
+    /// windows that do not fill a last batch are left out (fewer than B·T tokens).
+    pub fn slice_batches(&self, slice: EvalSlice) -> Result<Vec<Batch>, crate::DataError> {
+        let len = self.corpus.split(self.split).len();
+        let (lo, hi) = slice.range(len);
+        let windows = hi.saturating_sub(lo + 1) / self.t;
+        let starts: Vec<usize> = (0..windows - windows % self.b).map(|i| lo + i * self.t).collect();
+        if starts.is_empty() {
+            return Err(DataError::Invalid(format!(
+                "the {slice} of the {} split of `{}` ({} tokens) holds fewer than one batch of {} windows of T + 1 = {} \
+                 tokens; use a smaller batch or sequence length, or prepare more text",
+                self.split,
+                self.corpus.dir().display(),
+                hi - lo,
+                self.b,
+                self.t + 1
+            )));
+        }
+        starts.chunks(self.b).map(|s| self.windows(s)).collect()
+    }
+
     fn windows(&self, starts: &[usize]) -> Result<Batch, crate::DataError> {
         let tokens = self.corpus.split(self.split);
         let mut inputs = Vec::with_capacity(starts.len() * self.t);
@@ -144,6 +166,47 @@ impl TextSampler {
             t: self.t,
             inputs,
             targets,
+        })
+    }
+}
+
+/// The two disjoint parts of the held-out data a sweep evaluates its finished runs on: it
+/// chooses settings on the tuning slice and decides its comparisons on the test slice, so that
+/// nothing is chosen on the bytes it is judged on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalSlice {
+    /// The first `TUNING_SHARE` of the validation split.
+    Tuning,
+    /// The rest of it.
+    Test,
+}
+
+/// The tuning slice's share of the validation split: on Shakespeare's 252,859 validation bytes
+/// it leaves 202,288 for the test slice, above the 200k tokens that keep the evaluation set's
+/// own error under a few thousandths of a nat.
+pub const TUNING_SHARE: f64 = 0.2;
+
+/// Held-out batches a task (whose data is generated, with no split) evaluates on, per slice.
+const TASK_SLICE_BATCHES: usize = 32;
+const TUNING_SALT: u64 = 0x7E57_0F5E_ED5A_17ED;
+
+impl EvalSlice {
+    /// Its token range [lo, hi) within a split of `len` tokens.
+    pub fn range(self, len: usize) -> (usize, usize) {
+        let cut = (len as f64 * TUNING_SHARE).round() as usize;
+        match self {
+            EvalSlice::Tuning => (0, cut),
+            EvalSlice::Test => (cut, len),
+        }
+    }
+}
+
+impl fmt::Display for EvalSlice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EvalSlice::Tuning => "tuning slice",
+            EvalSlice::Test => "test slice",
         })
     }
 }
@@ -314,6 +377,50 @@ mod tests {
     }
 
     #[test]
+    fn the_two_slices_predict_every_held_out_token_once_and_share_none() {
+        let (_tmp, c) = corpus();
+        let (b, t) = (2, 5);
+        let sampler = TextSampler::new(c.clone(), Split::Val, b, t, 9).unwrap();
+        let len = c.val.len();
+        let mut predicted = vec![0u32; len];
+        for slice in [EvalSlice::Tuning, EvalSlice::Test] {
+            let (lo, hi) = slice.range(len);
+            let batches = sampler.slice_batches(slice).unwrap();
+            let windows = batches.len() * b;
+            // Windows at stride T from the slice's start; the targets of window i are tokens
+            // lo + i·T + 1 ..= lo + i·T + T.
+            for (i, row) in batches.iter().flat_map(|x| x.targets.chunks(t)).enumerate() {
+                let start = lo + i * t;
+                assert_eq!(row, &c.val.window(start + 1, t).unwrap()[..]);
+                for k in start + 1..=start + t {
+                    assert!(k < hi, "a {slice} target outside it");
+                    predicted[k] += 1;
+                }
+            }
+            // What is left out is less than a batch and a window.
+            assert!(
+                hi - lo - windows * t < b * t + t + 1,
+                "{slice}: {} of {} predicted",
+                windows * t,
+                hi - lo
+            );
+        }
+        assert!(predicted.iter().all(|&n| n <= 1), "a token predicted twice");
+        assert_eq!(EvalSlice::Tuning.range(len).1, EvalSlice::Test.range(len).0);
+        assert_eq!(EvalSlice::Test.range(len).1, len);
+        // The same whatever the seed.
+        let other = TextSampler::new(c.clone(), Split::Val, b, t, 10).unwrap();
+        assert_eq!(
+            other.slice_batches(EvalSlice::Test).unwrap(),
+            sampler.slice_batches(EvalSlice::Test).unwrap()
+        );
+        // A slice too small for one batch says so.
+        let wide = TextSampler::new(c.clone(), Split::Val, len / t, t, 9).unwrap();
+        let err = wide.slice_batches(EvalSlice::Tuning).unwrap_err().to_string();
+        assert!(err.contains("fewer than one batch"), "{err}");
+    }
+
+    #[test]
     fn impossible_shapes_are_errors() {
         let (_tmp, c) = corpus();
         let len = c.val.len();
@@ -373,6 +480,43 @@ impl DataSource {
                     )));
                 }
                 (0..m as u64).map(|k| rows.batch(k)).collect()
+            }
+        })
+    }
+
+    /// Every held-out window of `slice` once (`TextSampler::slice_batches`). A token file's rows
+    /// are cut as a split is; a task, whose data is generated, draws 32 batches per slice from
+    /// streams that neither training nor the other slice uses.
+    pub fn slice_batches(
+        &self,
+        b: usize,
+        t: usize,
+        seed: u64,
+        slice: EvalSlice,
+    ) -> Result<Vec<Batch>, crate::DataError> {
+        Ok(match self {
+            DataSource::Task(task) => {
+                let salt = match slice {
+                    EvalSlice::Tuning => TUNING_SALT,
+                    EvalSlice::Test => HELD_OUT_SALT,
+                };
+                let sampler = TaskSampler::new(*task, b, t, seed ^ salt)?;
+                (0..TASK_SLICE_BATCHES as u64).map(|k| sampler.batch(k)).collect()
+            }
+            #[cfg(feature = "text")]
+            DataSource::Text(corpus) => {
+                TextSampler::new(corpus.clone(), Split::Val, b, t, seed)?.slice_batches(slice)?
+            }
+            DataSource::Rows { tokens, width } => {
+                let rows = Self::rows(tokens, *width, b, t)?;
+                let (lo, hi) = slice.range(rows.len());
+                if lo == hi {
+                    return Err(crate::DataError::Invalid(format!(
+                        "the token file makes {} batches of {b}, too few for a {slice}; give it more rows",
+                        rows.len()
+                    )));
+                }
+                (lo as u64..hi as u64).map(|k| rows.batch(k)).collect()
             }
         })
     }

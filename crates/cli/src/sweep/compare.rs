@@ -2,7 +2,10 @@
 //! paired by seed. Each metric gets its per-seed values, an estimate, a 95% interval and a
 //! verdict read from the interval alone, so that nothing is chosen after seeing the data.
 //!
-//! - `final_val_loss`: a − b per seed; the mean, Student's t interval (lower is better).
+//! - `test_loss`: a − b per seed of the final models' losses on the validation split's test
+//!   slice (every window once); the mean, Student's t interval (lower is better).
+//! - `final_val_loss`: the same on the run's last evaluation during training (eval_batches
+//!   batches, whose own sampling error no interval over seeds can see).
 //! - `tokens_to_target`, `flops_to_target`: per seed, the tokens (training FLOPs) a needs to
 //!   first reach b's final validation loss, over b's; "never" is +∞ and stays in. The median,
 //!   with the sign test's distribution-free interval over seeds (below 1: a needs less).
@@ -10,6 +13,7 @@
 
 use super::equal_loss::curve;
 use super::points::Point;
+use super::sequential::Sequential;
 use super::summary::PointSummary;
 use crate::stats;
 use anyhow::{bail, Result};
@@ -25,7 +29,7 @@ pub struct Declared {
     pub b: String,
     /// The claim under test, in words; kept in the summary.
     pub claim: Option<String>,
-    /// Which metrics; all four when left out.
+    /// Which metrics; test_loss, tokens_to_target, flops_to_target and wall_s when left out.
     #[serde(default)]
     pub metrics: Vec<Metric>,
 }
@@ -33,6 +37,7 @@ pub struct Declared {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
+    TestLoss,
     FinalValLoss,
     TokensToTarget,
     FlopsToTarget,
@@ -40,15 +45,17 @@ pub enum Metric {
 }
 
 impl Metric {
-    const ALL: [Metric; 4] = [
-        Metric::FinalValLoss,
+    /// The metrics of a comparison that names none.
+    const DEFAULT: [Metric; 4] = [
+        Metric::TestLoss,
         Metric::TokensToTarget,
         Metric::FlopsToTarget,
         Metric::WallS,
     ];
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
+            Metric::TestLoss => "test_loss",
             Metric::FinalValLoss => "final_val_loss",
             Metric::TokensToTarget => "tokens_to_target",
             Metric::FlopsToTarget => "flops_to_target",
@@ -57,7 +64,7 @@ impl Metric {
     }
 
     /// Differences (a − b, the mean) or ratios (a / b, the median).
-    fn is_ratio(self) -> bool {
+    pub fn is_ratio(self) -> bool {
         matches!(self, Metric::TokensToTarget | Metric::FlopsToTarget)
     }
 }
@@ -103,6 +110,24 @@ pub struct MetricResult {
     pub seeds_for_power: Option<usize>,
     /// Timings on a shared machine.
     pub noisy: bool,
+    /// The two-sided p of the paired t-test (differences only).
+    #[serde(default)]
+    pub p: Option<f64>,
+    /// Under `[sequential]`, the first metric's decision at the look it stopped at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<Sequential>,
+    /// The first metric's p and verdict adjusted by Holm over the experiment's family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holm: Option<Holm>,
+}
+
+/// Holm's step-down adjustment over the experiment's family of tests.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Holm {
+    /// Tests in the family.
+    pub family: usize,
+    pub p: f64,
+    pub verdict: String,
 }
 
 fn seed_of(p: &Point) -> String {
@@ -159,46 +184,35 @@ pub fn pair(declared: &Declared, points: &[Point]) -> Result<Vec<(String, usize,
     Ok(pairs)
 }
 
-/// Computes a declared comparison from its finished points.
-pub fn compute(declared: &Declared, out: &Path, points: &[Point], summaries: &[PointSummary]) -> Result<Comparison> {
-    let pairs = pair(declared, points)?;
-    let metrics = match declared.metrics.is_empty() {
-        true => Metric::ALL.to_vec(),
-        false => declared.metrics.clone(),
-    };
+impl Declared {
+    /// Its metrics, the first of which a sequential design and Holm's adjustment decide on.
+    pub fn metrics(&self) -> Vec<Metric> {
+        match self.metrics.is_empty() {
+            true => Metric::DEFAULT.to_vec(),
+            false => self.metrics.clone(),
+        }
+    }
+}
+
+/// Computes a declared comparison from its finished points, on the seeds `seeds` where given
+/// (a sequential design's look), else on all.
+pub fn compute(
+    declared: &Declared,
+    out: &Path,
+    points: &[Point],
+    summaries: &[PointSummary],
+    seeds: Option<&[String]>,
+) -> Result<Comparison> {
+    let mut pairs = pair(declared, points)?;
+    if let Some(seeds) = seeds {
+        pairs.retain(|(seed, _, _)| seeds.contains(seed));
+    }
+    let metrics = declared.metrics();
     let (first_a, first_b) = (&summaries[pairs[0].1], &summaries[pairs[0].2]);
     let ratio = |x: Option<f64>, y: Option<f64>| Some(x? / y?);
     let mut results = vec![];
     for metric in metrics {
-        let mut values = vec![];
-        for (seed, i, j) in &pairs {
-            let (a, b) = (&summaries[*i], &summaries[*j]);
-            let need = |v: Option<f64>, what: &str| -> Result<f64> {
-                v.ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "{} against {} (seed {seed}): no {what}; comparisons need a validation loss (eval_every)",
-                        a.label,
-                        b.label
-                    )
-                })
-            };
-            values.push(match metric {
-                Metric::FinalValLoss => {
-                    need(a.final_val_loss, "final validation loss")? - need(b.final_val_loss, "final validation loss")?
-                }
-                Metric::WallS => need(a.wall_s, "wall time")? - need(b.wall_s, "wall time")?,
-                Metric::TokensToTarget | Metric::FlopsToTarget => {
-                    let target = need(b.final_val_loss, "final validation loss")?;
-                    let b_tokens = curve(out, b)?.last().map_or(0.0, |c| c.0);
-                    let reached = super::equal_loss::tokens_to_reach(&curve(out, a)?, target);
-                    let tokens = reached.map_or(f64::INFINITY, |t| t / b_tokens);
-                    match metric {
-                        Metric::TokensToTarget => tokens,
-                        _ => tokens * need(a.flops_per_token, "FLOPs count")? / need(b.flops_per_token, "FLOPs count")?,
-                    }
-                }
-            });
-        }
+        let values = values(metric, out, &pairs, summaries)?;
         results.push(summarize(metric, &values));
     }
     Ok(Comparison {
@@ -214,8 +228,61 @@ pub fn compute(declared: &Declared, out: &Path, points: &[Point], summaries: &[P
     })
 }
 
+/// The first metric's per-seed values on the seeds `seeds`: what a look decides on.
+pub fn first_values(
+    declared: &Declared,
+    out: &Path,
+    points: &[Point],
+    summaries: &[PointSummary],
+    seeds: &[String],
+) -> Result<Vec<f64>> {
+    let mut pairs = pair(declared, points)?;
+    pairs.retain(|(seed, _, _)| seeds.contains(seed));
+    values(declared.metrics()[0], out, &pairs, summaries)
+}
+
+/// One metric's per-seed values over seed-paired points (a, b).
+fn values(
+    metric: Metric,
+    out: &Path,
+    pairs: &[(String, usize, usize)],
+    summaries: &[PointSummary],
+) -> Result<Vec<f64>> {
+    let mut values = vec![];
+    for (seed, i, j) in pairs {
+        let (a, b) = (&summaries[*i], &summaries[*j]);
+        let need = |v: Option<f64>, what: &str| -> Result<f64> {
+            v.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} against {} (seed {seed}): no {what}; comparisons need a validation loss (eval_every)",
+                    a.label,
+                    b.label
+                )
+            })
+        };
+        values.push(match metric {
+            Metric::TestLoss => need(a.test_loss, "test-slice loss")? - need(b.test_loss, "test-slice loss")?,
+            Metric::FinalValLoss => {
+                need(a.final_val_loss, "final validation loss")? - need(b.final_val_loss, "final validation loss")?
+            }
+            Metric::WallS => need(a.wall_s, "wall time")? - need(b.wall_s, "wall time")?,
+            Metric::TokensToTarget | Metric::FlopsToTarget => {
+                let target = need(b.final_val_loss, "final validation loss")?;
+                let b_tokens = curve(out, b)?.last().map_or(0.0, |c| c.0);
+                let reached = super::equal_loss::tokens_to_reach(&curve(out, a)?, target);
+                let tokens = reached.map_or(f64::INFINITY, |t| t / b_tokens);
+                match metric {
+                    Metric::TokensToTarget => tokens,
+                    _ => tokens * need(a.flops_per_token, "FLOPs count")? / need(b.flops_per_token, "FLOPs count")?,
+                }
+            }
+        });
+    }
+    Ok(values)
+}
+
 /// The estimate, interval and verdict of one metric's per-seed values.
-fn summarize(metric: Metric, values: &[f64]) -> MetricResult {
+pub fn summarize(metric: Metric, values: &[f64]) -> MetricResult {
     let finite = |x: f64| x.is_finite().then_some(x);
     let (estimate, sd, low, high, seeds_for_power, statistic, method, better_below) = if metric.is_ratio() {
         let (low, high) = stats::median_interval(values);
@@ -249,6 +316,16 @@ fn summarize(metric: Metric, values: &[f64]) -> MetricResult {
             0.0,
         )
     };
+    let p = match metric.is_ratio() {
+        true => None,
+        false => stats::t_interval(values).map(|m| {
+            let n = m.n as f64;
+            match m.sd > 0.0 {
+                true => stats::sequential::two_sided_p_t(m.mean / (m.sd / n.sqrt()), n - 1.0),
+                false => f64::from(u8::from(m.mean == 0.0)),
+            }
+        }),
+    };
     let verdict = if high < better_below {
         "a better"
     } else if low > better_below {
@@ -268,7 +345,53 @@ fn summarize(metric: Metric, values: &[f64]) -> MetricResult {
         verdict: verdict.to_string(),
         seeds_for_power,
         noisy: metric == Metric::WallS,
+        p,
+        sequential: None,
+        holm: None,
     }
+}
+
+/// A p-value as printed: 4 decimals, or its order below 0.0001.
+pub fn p_text(p: f64) -> String {
+    match p < 1e-4 {
+        true => format!("{p:.1e}"),
+        false => format!("{p:.4}"),
+    }
+}
+
+pub fn metric_name(m: Metric) -> &'static str {
+    m.name()
+}
+
+/// The sequential decision and the Holm adjustment of a first metric, as printed after it.
+pub fn adjusted_text(m: &MetricResult) -> String {
+    let mut text = String::new();
+    if let Some(q) = &m.sequential {
+        text += &format!(
+            "\n    sequential ({}, looks at {} seeds): {} at look {} of {} ({} seeds, |z| {:.2} against {:.2}); \
+             repeated interval [{:+.4}, {:+.4}], repeated p {}",
+            q.boundary,
+            q.looks.iter().map(usize::to_string).collect::<Vec<_>>().join(", "),
+            if q.resolved { "stopped" } else { "ran to the end" },
+            q.stopped_at,
+            q.looks.len(),
+            q.seeds,
+            q.z_seen.last().copied().unwrap_or(f64::NAN),
+            q.z_boundaries[q.stopped_at - 1],
+            q.low,
+            q.high,
+            p_text(q.repeated_p)
+        );
+    }
+    if let Some(h) = &m.holm {
+        text += &format!(
+            "\n    Holm over the {} tests of the experiment: p {}, {}",
+            h.family,
+            p_text(h.p),
+            h.verdict
+        );
+    }
+    text
 }
 
 /// The printed table: one block per comparison.
@@ -295,18 +418,27 @@ pub fn print(comparisons: &[Comparison]) {
                 true => ("never", "∞"),
                 false => ("-", "-"),
             };
-            let verdict = match m.verdict.as_str() {
+            let power = match (m.seeds_for_power, m.per_seed.iter().any(Option::is_none)) {
+                (Some(n), _) => format!("{n} seeds"),
+                // A seed that never reached the target has no log: no power to compute.
+                (None, true) => "not computable (a seed never reached the target)".to_string(),
+                (None, false) => "more than 10,000 seeds or no effect".to_string(),
+            };
+            let name = |v: &str| match v {
                 "a better" => format!("{} better", c.a),
                 "b better" => format!("{} better", c.b),
                 v => v.to_string(),
             };
-            let power = m
-                .seeds_for_power
-                .map_or("more than 10,000 seeds or no effect".to_string(), |n| {
-                    format!("{n} seeds")
-                });
+            let verdict = name(&m.verdict);
+            let mut adjusted = m.clone();
+            if let Some(q) = adjusted.sequential.as_mut() {
+                q.verdict = name(&q.verdict);
+            }
+            if let Some(h) = adjusted.holm.as_mut() {
+                h.verdict = name(&h.verdict);
+            }
             out!(
-                "  {:<17} {} = {:>9} [{}, {}]  {}{}; per seed {}; 80% power needs {}",
+                "  {:<17} {} = {:>9} [{}, {}]  {}{}; {}per seed {}; 80% power needs {}{}",
                 m.metric.name(),
                 m.statistic,
                 num(m.estimate, unbounded),
@@ -314,8 +446,10 @@ pub fn print(comparisons: &[Comparison]) {
                 num(m.high, unbounded),
                 verdict,
                 if m.noisy { " (noisy)" } else { "" },
+                m.p.map_or(String::new(), |p| format!("p {}; ", p_text(p))),
                 m.per_seed.iter().map(|v| num(*v, never)).collect::<Vec<_>>().join(" "),
-                power
+                power,
+                adjusted_text(&adjusted)
             );
         }
     }

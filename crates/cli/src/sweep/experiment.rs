@@ -1,7 +1,7 @@
 //! An experiment file (experiments/*.toml): what a sweep trains and what it measures and
 //! compares, as declared before the runs.
 
-use super::{compare, matching, tune};
+use super::{compare, matching, sequential, trend, tune};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use std::path::Path;
@@ -33,6 +33,11 @@ pub(super) struct Experiment {
     /// Comparisons declared before the runs: arm a against arm b, paired by seed.
     #[serde(default)]
     pub(super) compare: Vec<compare::Declared>,
+    /// Trends declared before the runs: a metric's per-seed slope along a swept setting.
+    #[serde(default)]
+    pub(super) trend: Vec<trend::Declared>,
+    /// Looks at which the comparisons and trends are decided, and the boundary.
+    pub(super) sequential: Option<sequential::Declared>,
     /// Sizes solved before the runs so that points cost what a reference point costs.
     #[serde(default, rename = "match")]
     pub(super) matches: Vec<matching::Declared>,
@@ -68,7 +73,8 @@ pub(super) fn read_experiment(path: &Path) -> Result<Experiment> {
     toml::from_str(&text).with_context(|| {
         format!(
             "{} is not a valid experiment: it may have title, seeds, reference, variance, [flags], [grid], \
-             [[variants]], [[compare]] (a, b, claim, metrics) and [quick]",
+             [[variants]], [[match]], [tune], [[compare]] (a, b, claim, metrics), [[trend]] (axis, select, scale, \
+             metric, claim), [sequential] (looks, boundary) and [quick]",
             path.display()
         )
     })

@@ -20,7 +20,9 @@ mod experiment;
 mod flags;
 mod matching;
 mod points;
+mod sequential;
 mod summary;
+mod trend;
 mod tune;
 mod variance;
 
@@ -31,6 +33,7 @@ use crate::train;
 use anyhow::{anyhow, bail, Context, Result};
 use buckets::bucket_use;
 use clap::ArgMatches;
+use data::EvalSlice;
 use equal_loss::{equal_loss, print_equal_loss, EqualLoss};
 use experiment::{read_experiment, Experiment};
 use flags::{base_flags, resolved, resume_args};
@@ -43,6 +46,7 @@ use variance::{print_variance, variance_rows, PointVariance};
 pub const SUMMARY_JSON: &str = "summary.json";
 pub const SUMMARY_CSV: &str = "summary.csv";
 pub const COMPARISONS_CSV: &str = "comparisons.csv";
+pub const CURVES_CSV: &str = "curves.csv";
 const SWEEP_LOCK: &str = ".resmem-sweep.lock";
 
 pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
@@ -66,8 +70,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         if !quick.seeds.is_empty() {
             experiment.seeds = quick.seeds;
         }
-        // --quick tunes only with its own [quick.tune].
+        // --quick tunes and looks only with its own [quick.tune] and [quick.sequential].
         experiment.tune = quick.tune;
+        experiment.sequential = quick.sequential;
     }
     let out = args
         .train
@@ -93,8 +98,19 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         (true, false) => experiment.seeds.clone(),
         (true, true) => vec![],
     };
+    let schedule = match &experiment.sequential {
+        Some(_) if experiment.compare.is_empty() && experiment.trend.is_empty() => {
+            bail!("[sequential] decides the experiment's [[compare]] and [[trend]]; declare one")
+        }
+        Some(d) => Some(sequential::Schedule::new(d, seeds.len())?),
+        None => None,
+    };
     let mut points = expand(&base, &variants, &grid, &seeds);
     points::check_distinct(&points, &seeds)?;
+    // Under a sequential design, every arm's first look's seeds train first, then the next's.
+    if let Some(s) = &schedule {
+        points.sort_by_key(|p| s.look_of(seed_position(p, &seeds)));
+    }
     let swept_names: Vec<String> = grid.iter().map(|(k, _)| k.clone()).collect();
     let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names)?;
     if let Some(t) = &experiment.tune {
@@ -109,6 +125,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     if compare_now {
         for c in &experiment.compare {
             compare::pair(c, &points)?;
+        }
+        for t in &experiment.trend {
+            trend::group(t, &points)?;
         }
     }
     let mut swept: Vec<String> = variants.iter().take(1).map(|_| "variant".to_string()).collect();
@@ -128,11 +147,15 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     say(&format!("{} points into {}", points.len(), out.display()));
     let mut summary = Summary {
         experiment: experiment.title.clone(),
+        commit: crate::provenance::COMMIT.to_string(),
+        machine: Some(crate::provenance::machine()),
+        evaluation: EVALUATION.to_string(),
         swept,
         points: vec![],
         variance: vec![],
         equal_loss: vec![],
         comparisons: vec![],
+        trends: vec![],
         tuning: vec![],
     };
     let stop = train::stop_flag()?;
@@ -141,8 +164,19 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         write_summary(&out, &summary)?;
     }
     let mut failed = vec![];
+    // The look after which every sequential test had stopped, from 0.
+    let mut stopped_after: Option<usize> = None;
     for (i, p) in points.iter().enumerate() {
         let dir = out.join(p.dir_name());
+        if let (Some(k), Some(s)) = (stopped_after, &schedule) {
+            let why = format!(
+                "not trained: every sequential test stopped at look {} of {}",
+                k + 1,
+                s.looks.len()
+            );
+            summary.points.push(summarize(p, &dir, why)?);
+            continue;
+        }
         let status = match train_point(p, &dir, &out, &format!("[{}/{}]", i + 1, points.len()), &stop) {
             Ok(status) => status,
             Err(e) => {
@@ -155,15 +189,22 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         }
         let mut point = summarize(p, &dir, status)?;
         point.matched = matched[i].clone();
+        if point.status == "done" {
+            let test = crate::eval::slice_loss(&dir, backend_of(&p.flags, &dir), EvalSlice::Test)
+                .with_context(|| format!("cannot evaluate the point {} on the test slice", p.label()))?;
+            point.test_loss = Some(test.loss);
+            point.test_tokens = Some(test.tokens);
+            point.device = train::recorded_device(&dir);
+        }
         let hashed = point
             .arch
             .as_deref()
             .is_some_and(|a| a == "memoryformer" || a == "hybrid");
         if hashed && point.status == "done" {
-            point.buckets = Some(bucket_use(&dir, backend_of(&p.flags), point.tokens)?);
+            point.buckets = Some(bucket_use(&dir, backend_of(&p.flags, &dir), point.tokens)?);
         }
         if experiment.variance && point.status == "done" {
-            let measure = |at_init| crate::analyze::measure_run(&dir, backend_of(&p.flags), None, at_init);
+            let measure = |at_init| crate::analyze::measure_run(&dir, backend_of(&p.flags, &dir), None, at_init);
             point.variance = Some(PointVariance {
                 init: measure(true)?.2,
                 trained: measure(false)?.2,
@@ -171,6 +212,23 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         }
         summary.points.push(point);
         write_summary(&out, &summary)?;
+        // At the end of a look, stop where every test has crossed its boundary.
+        if let (Some(s), true, true) = (&schedule, failed.is_empty(), compare_now) {
+            let look = s.look_of(seed_position(p, &seeds));
+            let next = points.get(i + 1).map(|q| s.look_of(seed_position(q, &seeds)));
+            if next.is_some_and(|n| n != look) {
+                let decided = decisions(s, look, &experiment, &out, &points, &summary.points, &seeds);
+                if decided.is_ok_and(|d| d.iter().all(|x| x.as_ref().is_some_and(|x| x.resolved))) {
+                    say(&format!(
+                        "every sequential test has crossed its boundary at look {} of {} ({} seeds): the rest is not trained",
+                        look + 1,
+                        s.looks.len(),
+                        s.looks[look]
+                    ));
+                    stopped_after = Some(look);
+                }
+            }
+        }
     }
     // Everything is computed and written before anything is printed.
     let references = experiment.reference.labels();
@@ -185,11 +243,15 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
             summary.equal_loss.extend(rows);
         }
         if compare_now {
-            for c in &experiment.compare {
-                summary
-                    .comparisons
-                    .push(compare::compute(c, &out, &points, &summary.points)?);
-            }
+            decide(
+                &experiment,
+                schedule.as_ref(),
+                stopped_after,
+                &out,
+                &points,
+                &mut summary,
+                &seeds,
+            )?;
         }
         write_summary(&out, &summary)?;
     }
@@ -208,8 +270,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         print_equal_loss(&rows);
     }
     compare::print(&summary.comparisons);
-    if !compare_now && !experiment.compare.is_empty() {
-        say("the declared comparisons need at least 2 seeds; --quick runs one, so they are left out");
+    trend::print(&summary.trends);
+    if !compare_now && !(experiment.compare.is_empty() && experiment.trend.is_empty()) {
+        say("the declared comparisons and trends need at least 2 seeds; --quick runs one, so they are left out");
     }
     say(&format!(
         "wrote {} and {}",
@@ -224,6 +287,119 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
             failed.join(", "),
             out.join(SUMMARY_JSON).display()
         );
+    }
+    Ok(())
+}
+
+/// The position of a point's seed in the experiment's list (0 where it has none).
+fn seed_position(p: &Point, seeds: &[u64]) -> usize {
+    p.settings
+        .iter()
+        .find(|(k, _)| k == "seed")
+        .and_then(|(_, v)| seeds.iter().position(|s| s.to_string() == *v))
+        .unwrap_or(0)
+}
+
+/// The first `n` seeds of the experiment's list, as points name them.
+fn first_seeds(seeds: &[u64], n: usize) -> Vec<String> {
+    seeds.iter().take(n).map(u64::to_string).collect()
+}
+
+/// Each comparison's and then each trend's sequential decision from the looks up to `look`:
+/// None while one is undecided.
+fn decisions(
+    s: &sequential::Schedule,
+    look: usize,
+    experiment: &Experiment,
+    out: &Path,
+    points: &[Point],
+    summaries: &[summary::PointSummary],
+    seeds: &[u64],
+) -> Result<Vec<Option<sequential::Sequential>>> {
+    let looks = || (0..=look).map(|k| first_seeds(seeds, s.looks[k]));
+    let mut decided = vec![];
+    for c in &experiment.compare {
+        let by_look = looks()
+            .map(|at| compare::first_values(c, out, points, summaries, &at))
+            .collect::<Result<Vec<_>>>()?;
+        decided.push(s.decide(&by_look, "a better", "b better"));
+    }
+    for t in &experiment.trend {
+        let by_look = looks()
+            .map(|at| {
+                Ok(trend::slopes(t, points, summaries, Some(&at))?
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect())
+            })
+            .collect::<Result<Vec<Vec<f64>>>>()?;
+        decided.push(s.decide(&by_look, "decreasing", "increasing"));
+    }
+    Ok(decided)
+}
+
+/// The declared comparisons and trends: each on every seed, or under a sequential design on
+/// the seeds of the look it stopped at, with its decision; then Holm's adjustment over all of
+/// them, the experiment's family.
+fn decide(
+    experiment: &Experiment,
+    schedule: Option<&sequential::Schedule>,
+    stopped_after: Option<usize>,
+    out: &Path,
+    points: &[Point],
+    summary: &mut Summary,
+    seeds: &[u64],
+) -> Result<()> {
+    let decided = match schedule {
+        Some(s) => {
+            let look = stopped_after.unwrap_or(s.looks.len() - 1);
+            decisions(s, look, experiment, out, points, &summary.points, seeds)?
+        }
+        None => vec![None; experiment.compare.len() + experiment.trend.len()],
+    };
+    let (for_compare, for_trend) = decided.split_at(experiment.compare.len());
+    for (c, d) in experiment.compare.iter().zip(for_compare) {
+        let at = d.as_ref().map(|d| first_seeds(seeds, d.seeds));
+        let mut result = compare::compute(c, out, points, &summary.points, at.as_deref())?;
+        result.metrics[0].sequential = d.clone();
+        summary.comparisons.push(result);
+    }
+    for (t, d) in experiment.trend.iter().zip(for_trend) {
+        let at = d.as_ref().map(|d| first_seeds(seeds, d.seeds));
+        let mut result = trend::compute(t, points, &summary.points, at.as_deref())?;
+        result.result.sequential = d.clone();
+        summary.trends.push(result);
+    }
+    // Holm over every test with a p: the repeated p of a sequential one.
+    let mut family: Vec<(&mut compare::MetricResult, [&str; 2])> = summary
+        .comparisons
+        .iter_mut()
+        .map(|c| (&mut c.metrics[0], ["a better", "b better"]))
+        .chain(
+            summary
+                .trends
+                .iter_mut()
+                .map(|t| (&mut t.result, ["decreasing", "increasing"])),
+        )
+        .filter(|(m, _)| m.p.is_some())
+        .collect();
+    let p: Vec<f64> = family
+        .iter()
+        .map(|(m, _)| m.sequential.as_ref().map_or(m.p.unwrap_or(f64::NAN), |s| s.repeated_p))
+        .collect();
+    let adjusted = crate::stats::sequential::holm(&p);
+    let size = family.len();
+    for ((m, [below, above]), p) in family.iter_mut().zip(adjusted) {
+        let verdict = match (p < 1.0 - crate::stats::LEVEL, m.estimate.is_some_and(|e| e < 0.0)) {
+            (false, _) => "not resolved",
+            (true, true) => below,
+            (true, false) => above,
+        };
+        m.holm = Some(compare::Holm {
+            family: size,
+            p,
+            verdict: verdict.to_string(),
+        });
     }
     Ok(())
 }
@@ -292,10 +468,19 @@ fn state(dir: &Path, cfg: &RunConfig) -> Result<State> {
     })
 }
 
-/// The backend a point trains on (`resmem train`'s default when no flag says).
-fn backend_of(flags: &[(String, String)]) -> crate::args::BackendKind {
-    match flags.iter().find(|(f, _)| f == "backend").map(|(_, v)| v.as_str()) {
-        Some("cpu") => crate::args::BackendKind::Cpu,
-        _ => crate::args::BackendKind::Gpu,
-    }
+/// The backend a finished point is measured on: its flag's, else the one it trained on.
+pub(super) fn backend_of(flags: &[(String, String)], dir: &Path) -> crate::args::BackendKind {
+    use crate::args::BackendKind::{Auto, Cpu, Gpu};
+    let given = match flags.iter().find(|(f, _)| f == "backend").map(|(_, v)| v.as_str()) {
+        Some("cpu") => Cpu,
+        Some("gpu") => Gpu,
+        _ => Auto,
+    };
+    crate::choose_backend(given, Some(dir))
 }
+
+/// Where the summary's losses come from, in its own words.
+const EVALUATION: &str = "test_loss: each finished run's final model on every window of the validation split's \
+     test slice (its last 80%), once, in the strict class; tuning: on the tuning slice (its first 20%), which \
+     no comparison reads; val_loss and best_val_loss: the run's own evaluations during training, on eval_batches \
+     batches spread over the whole validation split (what tokens_to_target reads)";

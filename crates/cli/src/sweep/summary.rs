@@ -5,7 +5,7 @@ use super::buckets::BucketUse;
 use super::equal_loss::EqualLoss;
 use super::points::Point;
 use super::variance::{PointVariance, VarianceRow};
-use super::{compare, matching, tune, COMPARISONS_CSV, SUMMARY_CSV, SUMMARY_JSON};
+use super::{compare, matching, tune, COMPARISONS_CSV, CURVES_CSV, SUMMARY_CSV, SUMMARY_JSON};
 use crate::run_dir::{self, CONFIG_FILE};
 use anyhow::{Context, Result};
 use models::run::MetricsRow;
@@ -32,6 +32,15 @@ pub struct PointSummary {
     pub final_loss: Option<f64>,
     pub final_val_loss: Option<f64>,
     pub best_val_loss: Option<f64>,
+    /// The final model's loss on every window of the validation split's test slice, the
+    /// measurement comparisons decide on (`data::EvalSlice`), and the tokens it counted.
+    #[serde(default)]
+    pub test_loss: Option<f64>,
+    #[serde(default)]
+    pub test_tokens: Option<u64>,
+    /// The backend, device and numeric class it trained on (its backend.json).
+    #[serde(default)]
+    pub device: Option<String>,
     /// Wall seconds of training, summed over resumed segments.
     pub wall_s: Option<f64>,
     pub tokens_per_s: Option<f64>,
@@ -57,6 +66,13 @@ pub struct PointSummary {
 #[derive(Serialize, Deserialize, Debug)]
 pub struct Summary {
     pub experiment: Option<String>,
+    /// The commit the binary was built from, and the machine: what made these numbers.
+    #[serde(default)]
+    pub commit: String,
+    pub machine: Option<crate::provenance::Machine>,
+    /// What the comparisons' `test_loss` and the tuning's loss were measured on.
+    #[serde(default)]
+    pub evaluation: String,
     /// Settings that vary between points, the seed left out.
     pub swept: Vec<String>,
     pub points: Vec<PointSummary>,
@@ -69,6 +85,9 @@ pub struct Summary {
     /// The experiment's `[[compare]]`: paired intervals and verdicts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub comparisons: Vec<compare::Comparison>,
+    /// The experiment's `[[trend]]`: per-seed slopes, their interval and verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trends: Vec<super::trend::Trend>,
     /// The experiment's `[tune]`: every arm's grid on the tuning seeds, and its choice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tuning: Vec<tune::Tuned>,
@@ -96,6 +115,9 @@ pub(super) fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSu
         final_loss: None,
         final_val_loss: None,
         best_val_loss: None,
+        test_loss: None,
+        test_tokens: None,
+        device: None,
         wall_s: None,
         tokens_per_s: None,
         variance: None,
@@ -143,7 +165,51 @@ pub(super) fn write_summary(out: &Path, summary: &Summary) -> Result<()> {
     let csv = to_csv(summary);
     crate::run_dir::write_atomic(&out.join(SUMMARY_CSV), |tmp| {
         std::fs::write(tmp, &csv).with_context(|| format!("cannot write {}", tmp.display()))
+    })?;
+    let curves = curves_csv(out, summary)?;
+    crate::run_dir::write_atomic(&out.join(CURVES_CSV), |tmp| {
+        std::fs::write(tmp, &curves).with_context(|| format!("cannot write {}", tmp.display()))
     })
+}
+
+/// curves.csv: every run's evaluations during training, with the training loss logged at the
+/// same steps (the comparisons' points and the tuning runs), so that a tokens-to-target ratio
+/// re-derives from committed files without the runs. The other logged rows stay in each
+/// run's metrics.jsonl: at a row every 10 steps they would make the file ten times larger.
+fn curves_csv(out: &Path, summary: &Summary) -> Result<String> {
+    let mut lines = vec!["dir,step,tokens,loss,val_loss,grad_norm".to_string()];
+    let dirs = summary.points.iter().map(|p| p.dir.clone()).chain(
+        summary
+            .tuning
+            .iter()
+            .flat_map(|t| t.rows.iter())
+            .flat_map(|r| r.dirs.clone()),
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.6}"));
+    for dir in dirs {
+        let path = out.join(&dir);
+        let Ok(cfg) = crate::resolve::read_config(&path.join(CONFIG_FILE)) else {
+            continue;
+        };
+        let per_step = (cfg.train.batch * cfg.data.seq_len()) as u64;
+        let metrics = run_dir::read_metrics(&path)?.unwrap_or_default();
+        let last = metrics.rows.last().map(|(_, r)| r.step);
+        for (_, row) in metrics
+            .rows
+            .iter()
+            .filter(|(_, r)| r.val_loss.is_some() || Some(r.step) == last)
+        {
+            lines.push(format!(
+                "{dir},{},{},{},{},{}",
+                row.step,
+                row.step * per_step,
+                opt(row.loss),
+                opt(row.val_loss),
+                opt(row.grad_norm)
+            ));
+        }
+    }
+    Ok(lines.join("\n") + "\n")
 }
 
 fn to_csv(summary: &Summary) -> String {
@@ -165,6 +231,8 @@ fn to_csv(summary: &Summary) -> String {
         "final_loss",
         "final_val_loss",
         "best_val_loss",
+        "test_loss",
+        "test_tokens",
         "wall_s",
         "tokens_per_s",
         "cost_reference",
@@ -201,6 +269,8 @@ fn to_csv(summary: &Summary) -> String {
             opt(p.final_loss.map(|x| format!("{x:.6}"))),
             opt(p.final_val_loss.map(|x| format!("{x:.6}"))),
             opt(p.best_val_loss.map(|x| format!("{x:.6}"))),
+            opt(p.test_loss.map(|x| format!("{x:.6}"))),
+            opt(p.test_tokens.map(|x| x.to_string())),
             opt(p.wall_s.map(|x| format!("{x:.1}"))),
             opt(p.tokens_per_s.map(|x| format!("{x:.0}"))),
             opt(p.cost_reference.as_deref().map(quote)),
@@ -215,7 +285,7 @@ fn to_csv(summary: &Summary) -> String {
 pub(super) fn print_table(summary: &Summary) {
     let width = summary.points.iter().map(|p| p.label.len()).max().unwrap_or(5).max(5);
     out!(
-        "{:<width$} {:>12} {:>14} {:>8} {:>8} {:>10} {:>10} {:>9}",
+        "{:<width$} {:>12} {:>14} {:>8} {:>8} {:>10} {:>10} {:>10} {:>9}",
         "point",
         "params",
         "FLOPs/token",
@@ -223,12 +293,13 @@ pub(super) fn print_table(summary: &Summary) {
         "FLOPs×",
         "val_loss",
         "best_val",
+        "test_loss",
         "wall_s"
     );
     let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
     for p in &summary.points {
         out!(
-            "{:<width$} {:>12} {:>14} {:>8} {:>8} {:>10} {:>10} {:>9}{}",
+            "{:<width$} {:>12} {:>14} {:>8} {:>8} {:>10} {:>10} {:>10} {:>9}{}",
             p.label,
             p.params.map_or("-".into(), models::count::thousands),
             p.flops_per_token
@@ -237,6 +308,7 @@ pub(super) fn print_table(summary: &Summary) {
             f(p.flops_vs_reference, 3),
             f(p.final_val_loss, 4),
             f(p.best_val_loss, 4),
+            f(p.test_loss, 4),
             f(p.wall_s, 1),
             if p.status == "done" {
                 String::new()

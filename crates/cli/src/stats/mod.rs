@@ -6,6 +6,8 @@
 //! interval, whose true coverage is 1 − 2·0.5⁴ = 87.5%. The order-statistic interval below has
 //! at least its stated coverage for any distribution, and says "unbounded" below 6 seeds.
 
+pub mod sequential;
+
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 /// Two-sided confidence of every interval.
