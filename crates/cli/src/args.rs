@@ -235,8 +235,12 @@ pub struct BucketsArgs {
     #[arg(long)]
     pub run: PathBuf,
     /// Held-out batches to count over.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "slice")]
     pub batches: usize,
+    /// Count over every window of one slice of the validation split (`test`: what a sweep
+    /// reports), not over batches.
+    #[arg(long, value_enum)]
+    pub slice: Option<Slice>,
     /// A checkpoint or model file (default: the run's newest checkpoint).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,

@@ -11,18 +11,29 @@ use models::buckets::{self, BucketCounts, TableStats};
 use models::{Evaluator, Purpose};
 use std::path::Path;
 
-/// Each hash table's bucket use over `batches` held-out batches of the run in `run` (or one
-/// checkpoint file), and the rows (tokens) of one batch. `resmem sweep` reports the same for
-/// every MemoryFormer and hybrid it trains.
+/// Which held-out tokens a measurement counts.
+pub enum Held {
+    /// The run's first n held-out batches, as its training evaluated them.
+    Batches(usize),
+    /// Every window of a slice of the validation split: enough hits that an empty row is
+    /// evidence, not chance.
+    Slice(data::EvalSlice),
+}
+
+/// Each hash table's bucket use over held-out tokens of the run in `run` (or one checkpoint
+/// file), and the rows (tokens) of one batch. `resmem sweep` reports the same for every
+/// MemoryFormer and hybrid it trains, over the test slice.
 pub fn measure_run<B: Backend + 'static>(
     be: &B,
     run: &Path,
     checkpoint: Option<&Path>,
-    batches: usize,
+    held: Held,
     backend: crate::args::BackendKind,
 ) -> Result<(Vec<TableStats>, usize)> {
-    anyhow::ensure!(batches >= 1, "--batches must be at least 1");
-    models::run::check_eval_batches(batches).context("--batches is too large")?;
+    if let Held::Batches(batches) = held {
+        anyhow::ensure!(batches >= 1, "--batches must be at least 1");
+        models::run::check_eval_batches(batches).context("--batches is too large")?;
+    }
     let cfg = load::config(run)?;
     if !cfg.model.has_hash_tables() {
         bail!(
@@ -34,9 +45,20 @@ pub fn measure_run<B: Backend + 'static>(
     }
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
     // Batches the run did not train on: its held-out ones.
-    let host = crate::Host::batches(batches, b, t, "--batches, or the run's batch or seq_len");
-    crate::check_memory(&cfg.model, b, t, Purpose::Infer, backend, host)?;
-    let held_out = source::open(&cfg.data)?.held_out(b, t, cfg.train.seed, batches)?;
+    let data = source::open(&cfg.data)?;
+    let held_out = match held {
+        Held::Batches(batches) => {
+            let host = crate::Host::batches(batches, b, t, "--batches, or the run's batch or seq_len");
+            crate::check_memory(&cfg.model, b, t, Purpose::Infer, backend, host)?;
+            data.held_out(b, t, cfg.train.seed, batches)?
+        }
+        Held::Slice(slice) => {
+            let batches = data.slice_batches(b, t, cfg.train.seed, slice)?;
+            let host = crate::Host::batches(batches.len(), b, t, "the run's batch or seq_len");
+            crate::check_memory(&cfg.model, b, t, Purpose::Infer, backend, host)?;
+            batches
+        }
+    };
     let model = cfg.build(be, b, t, Purpose::Infer)?;
     let (values, _) = load::params(run, checkpoint, &model.store().layout)?;
     be.write(&model.store().params, &values);
@@ -62,15 +84,23 @@ pub fn run(args: BucketsArgs) -> Result<()> {
 }
 
 fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
-    let (stats, rows) = measure_run(be, &args.run, args.checkpoint.as_deref(), args.batches, args.backend)?;
+    let held = match args.slice {
+        Some(slice) => Held::Slice(slice.into()),
+        None => Held::Batches(args.batches),
+    };
+    let (stats, rows) = measure_run(be, &args.run, args.checkpoint.as_deref(), held, args.backend)?;
     if args.json {
         say(&serde_json::to_string_pretty(&stats)?);
         return Ok(());
     }
-    say(&format!(
-        "{} held-out batches of {} rows; entropy is 1 when every bucket is used equally",
-        args.batches, rows
-    ));
+    let counted = match args.slice {
+        Some(slice) => format!(
+            "every window of the validation split's {}",
+            data::EvalSlice::from(slice)
+        ),
+        None => format!("{} held-out batches of {rows} rows", args.batches),
+    };
+    say(&format!("{counted}; entropy is 1 when every bucket is used equally"));
     say(&format!(
         "{:<12} {:>5} {:>8} {:>6}",
         "layer", "table", "entropy", "dead"

@@ -802,8 +802,8 @@ fn hashed_points_report_their_bucket_use() {
             "buckets",
             "--run",
             s(&out.join("seed=0")),
-            "--batches",
-            "4",
+            "--slice",
+            "test",
             "--backend",
             "cpu",
             "--json",
@@ -823,6 +823,45 @@ fn hashed_points_report_their_bucket_use() {
     let all: usize = tables.iter().map(|t| t["counts"].as_array().unwrap().len()).sum();
     assert!((b["dead_fraction"].as_f64().unwrap() - dead as f64 / all as f64).abs() < 1e-12);
     assert!(entropy.iter().all(|e| (0.0..=1.0).contains(e) && e.is_sign_positive()));
+    // Per table, by hand from the counts: exp(H) effective rows, and the empty rows chance
+    // leaves, K·(1 − 1/K)^N.
+    let per_table = b["per_table"].as_array().unwrap();
+    assert_eq!(per_table.len(), tables.len());
+    let mut collapsed = 0;
+    let mut chance = 0.0;
+    for (t, mine) in tables.iter().zip(per_table) {
+        let counts: Vec<f64> = t["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_f64().unwrap())
+            .collect();
+        let (k, n) = (counts.len() as f64, counts.iter().sum::<f64>());
+        let h: f64 = counts
+            .iter()
+            .filter(|&&c| c > 0.0)
+            .map(|&c| -(c / n) * (c / n).ln())
+            .sum();
+        let effective = mine["effective_rows"].as_f64().unwrap();
+        assert!((effective - h.exp()).abs() < 1e-9 * k, "{mine}");
+        let uniform = k * (1.0 - 1.0 / k).powf(n);
+        assert!((mine["empty_if_uniform"].as_f64().unwrap() - uniform).abs() < 1e-9 * k);
+        collapsed += usize::from(h.exp() <= 2.0);
+        chance += uniform;
+    }
+    assert_eq!(b["collapsed"].as_u64().unwrap() as usize, collapsed);
+    let beyond = ((dead as f64 - chance).max(0.0)) / all as f64;
+    assert!((b["dead_beyond_chance"].as_f64().unwrap() - beyond).abs() < 1e-12);
+    // Every table counts each token of the test slice once.
+    assert_eq!(
+        b["tokens"].as_u64().unwrap(),
+        tables[0]["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .sum::<u64>()
+    );
 }
 
 /// `[sequential]` trains look by look and stops when every test has crossed its boundary;

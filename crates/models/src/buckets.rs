@@ -35,6 +35,27 @@ pub struct TableStats {
     pub counts: Vec<u64>,
 }
 
+impl TableStats {
+    /// Rows counted: the hits of all buckets.
+    pub fn hits(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// exp(H): the number of buckets that equally used would give this entropy. It says how
+    /// many rows do the work, where the dead count only says how many do none.
+    pub fn effective_rows(&self) -> f64 {
+        (self.entropy * (self.counts.len() as f64).ln()).exp()
+    }
+
+    /// Buckets that a table used uniformly would leave empty in as many hits, K·(1 − 1/K)^N:
+    /// an empty bucket is evidence of a dead row only beyond this. With 4,096 hits on 1,024
+    /// rows it is 18; with 200k, none.
+    pub fn empty_if_uniform(&self) -> f64 {
+        let k = self.counts.len() as f64;
+        k * (1.0 - 1.0 / k).powf(self.hits() as f64)
+    }
+}
+
 /// Reads the counts of the last forward from the bucket starts.
 pub async fn read<B: Backend>(be: &B, layers: &[HashedLayer<'_, B>]) -> Result<Vec<BucketCounts>> {
     // One readback for every layer: the page reads these after each step.
@@ -102,6 +123,27 @@ impl BucketCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn effective_rows_and_the_empty_buckets_chance_leaves() {
+        let table = |counts: Vec<u64>| TableStats {
+            layer: "l".into(),
+            table: 0,
+            entropy: normalised_entropy(&counts),
+            dead_buckets: counts.iter().filter(|&&c| c == 0).count(),
+            counts,
+        };
+        // Two of four buckets used alike: exp(ln 2) = 2 effective rows.
+        assert!((table(vec![7, 7, 0, 0]).effective_rows() - 2.0).abs() < 1e-12);
+        assert!((table(vec![3, 3, 3, 3]).effective_rows() - 4.0).abs() < 1e-12);
+        assert!((table(vec![9, 0, 0, 0]).effective_rows() - 1.0).abs() < 1e-12);
+        // Hand-computed: 4 buckets, 2 hits: 4·(3/4)² = 2.25 empty expected.
+        assert!((table(vec![1, 1, 0, 0]).empty_if_uniform() - 2.25).abs() < 1e-12);
+        // 1,024 rows, 4,096 hits: 1024·(1023/1024)^4096 ≈ 18.7.
+        let mut c = vec![4u64; 1024];
+        c[0] = 4;
+        assert!((table(c).empty_if_uniform() - 18.7).abs() < 0.1);
+    }
 
     #[test]
     fn entropy_is_one_when_uniform_and_zero_when_one_bucket() {

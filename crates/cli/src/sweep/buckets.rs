@@ -1,52 +1,106 @@
-//! How evenly a trained MemoryFormer's or hybrid's hash tables use their buckets, in brief:
-//! `resmem analyze buckets` on a few held-out batches.
+//! How evenly a trained MemoryFormer's or hybrid's hash tables use their buckets: `resmem
+//! analyze buckets` over every window of the validation split's test slice, per table and in
+//! brief.
+//!
+//! Per table, not pooled: the tables of one model have 256 to 1,024 rows, and a pooled share of
+//! empty rows mixes them. An empty row is counted against what chance leaves empty in as many
+//! hits (`TableStats::empty_if_uniform`); the entropy gives the rows that do the work
+//! (`effective_rows`), and a table with at most `COLLAPSED_ROWS` of them has collapsed.
 
 use anyhow::Result;
+use data::EvalSlice;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// `resmem analyze buckets` of a trained point, in brief.
+/// A table with at most this many effective rows has collapsed: nearly every token reads the
+/// same one or two rows.
+pub const COLLAPSED_ROWS: f64 = 2.0;
+
+/// Bucket use of a trained point, in brief and per table.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct BucketUse {
-    /// Held-out batches counted, of `rows` tokens each.
-    pub batches: usize,
-    pub rows: usize,
+    /// Tokens counted: every window of the test slice once.
+    #[serde(default)]
+    pub tokens: u64,
     pub tables: usize,
-    /// Normalised entropy of each table's bucket use (1: every bucket alike): mean and lowest.
+    /// Normalised entropy of each table's bucket use (1: every bucket alike): mean and lowest,
+    /// and which table is lowest.
     pub entropy_mean: f64,
     pub entropy_min: f64,
+    #[serde(default)]
+    pub lowest_table: String,
+    /// exp(H), the rows doing the work, per table: their mean as a share of the table's rows.
+    #[serde(default)]
+    pub effective_share_mean: f64,
+    /// Tables with at most `COLLAPSED_ROWS` effective rows.
+    #[serde(default)]
+    pub collapsed: usize,
     /// The share of all buckets that no counted token hit.
     pub dead_fraction: f64,
+    /// The same beyond what uniform use would leave empty in as many hits: dead rows, not
+    /// rows the sample missed.
+    #[serde(default)]
+    pub dead_beyond_chance: f64,
     /// Counted hits per bucket that was hit, mean over those buckets.
     pub hits_per_live_bucket: f64,
     /// The run's training tokens over a table's buckets, averaged over tables: the hits each
     /// row would have had in training, were the buckets used alike.
     pub train_hits_per_bucket_if_even: f64,
+    #[serde(default)]
+    pub per_table: Vec<TableUse>,
 }
 
-/// Held-out batches a sweep counts bucket use over.
-const BUCKET_BATCHES: usize = 4;
+/// One table's use.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct TableUse {
+    pub layer: String,
+    pub table: usize,
+    pub rows: usize,
+    pub entropy: f64,
+    pub effective_rows: f64,
+    pub empty: usize,
+    pub empty_if_uniform: f64,
+}
 
 pub(super) fn bucket_use(dir: &Path, backend: crate::args::BackendKind, tokens: Option<u64>) -> Result<BucketUse> {
-    let (stats, rows) =
-        crate::with_backend!(backend, be => crate::buckets::measure_run(be, dir, None, BUCKET_BATCHES, backend))?;
+    let held = crate::buckets::Held::Slice(EvalSlice::Test);
+    let (stats, _) = crate::with_backend!(backend, be => crate::buckets::measure_run(be, dir, None, held, backend))?;
     let n = stats.len().max(1) as f64;
     let buckets: usize = stats.iter().map(|s| s.counts.len()).sum();
     let dead: usize = stats.iter().map(|s| s.dead_buckets).sum();
     let hits: u64 = stats.iter().flat_map(|s| s.counts.iter()).sum();
+    let chance: f64 = stats.iter().map(|s| s.empty_if_uniform()).sum();
     let even = stats
         .iter()
         .map(|s| tokens.unwrap_or(0) as f64 / s.counts.len().max(1) as f64)
         .sum::<f64>()
         / n;
+    let lowest = stats.iter().min_by(|a, b| a.entropy.total_cmp(&b.entropy));
+    let per_table: Vec<TableUse> = stats
+        .iter()
+        .map(|s| TableUse {
+            layer: s.layer.clone(),
+            table: s.table,
+            rows: s.counts.len(),
+            entropy: s.entropy,
+            effective_rows: s.effective_rows(),
+            empty: s.dead_buckets,
+            empty_if_uniform: s.empty_if_uniform(),
+        })
+        .collect();
     Ok(BucketUse {
-        batches: BUCKET_BATCHES,
-        rows,
+        // Every table of a layer counts each token once.
+        tokens: stats.first().map_or(0, |s| s.hits()),
         tables: stats.len(),
         entropy_mean: stats.iter().map(|s| s.entropy).sum::<f64>() / n,
-        entropy_min: stats.iter().map(|s| s.entropy).fold(f64::INFINITY, f64::min),
+        entropy_min: lowest.map_or(f64::NAN, |s| s.entropy),
+        lowest_table: lowest.map_or(String::new(), |s| format!("{} table {}", s.layer, s.table)),
+        effective_share_mean: per_table.iter().map(|t| t.effective_rows / t.rows as f64).sum::<f64>() / n,
+        collapsed: per_table.iter().filter(|t| t.effective_rows <= COLLAPSED_ROWS).count(),
         dead_fraction: dead as f64 / buckets.max(1) as f64,
+        dead_beyond_chance: (dead as f64 - chance).max(0.0) / buckets.max(1) as f64,
         hits_per_live_bucket: hits as f64 / (buckets - dead).max(1) as f64,
         train_hits_per_bucket_if_even: even,
+        per_table,
     })
 }

@@ -318,31 +318,39 @@ pub(super) fn print_table(summary: &Summary) {
         );
     }
     if summary.points.iter().any(|p| p.buckets.is_some()) {
-        out!("bucket use of the hash tables, on held-out batches:");
+        out!("bucket use of the hash tables, per table, over every window of the test slice:");
         out!(
-            "{:<width$} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12}",
+            "{:<width$} {:>7} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10} {:>12}",
             "point",
             "tables",
             "entropy",
             "lowest",
-            "dead",
-            "hits/row",
-            "train/row*"
+            "effective",
+            "collapsed",
+            "empty",
+            "dead*",
+            "train/row**"
         );
         for p in &summary.points {
             let Some(b) = &p.buckets else { continue };
             out!(
-                "{:<width$} {:>7} {:>9.3} {:>9.3} {:>8.1}% {:>10.1} {:>12.0}",
+                "{:<width$} {:>7} {:>9.3} {:>9.3} {:>9.1}% {:>10} {:>8.1}% {:>9.1}% {:>12.0}",
                 p.label,
                 b.tables,
                 b.entropy_mean,
                 b.entropy_min,
+                100.0 * b.effective_share_mean,
+                b.collapsed,
                 100.0 * b.dead_fraction,
-                b.hits_per_live_bucket,
+                100.0 * b.dead_beyond_chance,
                 b.train_hits_per_bucket_if_even
             );
         }
-        out!("(* the training hits per row had every row of a table been used alike)");
+        out!(
+            "(effective: exp(entropy) rows as a share of a table's, mean over tables; collapsed: tables with at most \
+             2 effective rows; * empty rows beyond those uniform use leaves empty in as many hits; ** the training \
+             hits per row had every row of a table been used alike)"
+        );
     }
     if let Some(r) = summary.points.iter().find_map(|p| p.cost_reference.as_ref()) {
         out!("(params× and FLOPs× are over the reference point's, e.g. {r}, of the same seed)");
