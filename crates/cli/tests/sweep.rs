@@ -986,3 +986,99 @@ fn sequential_looks_trends_and_holm() {
         refused(&file, &text, &bad, says);
     }
 }
+
+/// `[scaling]` sets each point's steps from its parameters, fits each family's power law to
+/// its sizes' mean test losses, and reads the reference's parameters at the other family's loss.
+#[test]
+fn scaling_trains_at_fixed_tokens_per_parameter_and_fits_power_laws() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("s.toml");
+    let text =
+        "seeds = [0, 1]\n[flags]\nbackend = \"cpu\"\ntask = \"copy\"\neval_every = 4\neval_batches = 1\nlr = 0.01\n\
+        [[variants]]\nlabel = \"rmt-s\"\npreset = \"tiny-rmt\"\nd_v = 4\n\
+        [[variants]]\nlabel = \"rmt-m\"\npreset = \"tiny-rmt\"\nd_v = 8\n\
+        [[variants]]\nlabel = \"rmt-l\"\npreset = \"tiny-rmt\"\nd_v = 16\n\
+        [[variants]]\nlabel = \"tr-s\"\npreset = \"tiny-transformer\"\nd_model = 16\n\
+        [[variants]]\nlabel = \"tr-m\"\npreset = \"tiny-transformer\"\nd_model = 32\n\
+        [[variants]]\nlabel = \"tr-l\"\npreset = \"tiny-transformer\"\nd_model = 64\n\
+        [scaling]\ntokens_per_param = 0.02\nreference = \"transformer\"\n\
+        [scaling.families]\nrmt = [\"rmt-s\", \"rmt-m\", \"rmt-l\"]\ntransformer = [\"tr-s\", \"tr-m\", \"tr-l\"]\n";
+    std::fs::write(&file, text).unwrap();
+    let out = tmp.path().join("s");
+    let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
+    assert!(
+        printed.contains("scaling at 0.02 tokens per parameter, 2 seeds"),
+        "{printed}"
+    );
+    let sum = summary(&out);
+    for p in sum["points"].as_array().unwrap() {
+        let config: toml::Table =
+            toml::from_str(&std::fs::read_to_string(out.join(p["dir"].as_str().unwrap()).join("config.toml")).unwrap())
+                .unwrap();
+        let steps = config["train"]["steps"].as_integer().unwrap() as f64;
+        let per_step =
+            (config["train"]["batch"].as_integer().unwrap() * config["data"]["seq_len"].as_integer().unwrap()) as f64;
+        let want = (0.02 * p["params"].as_f64().unwrap() / per_step).round().max(1.0);
+        assert_eq!(steps, want, "{}", p["label"]);
+    }
+    let sc = &sum["scaling"];
+    let fits: Vec<(f64, f64)> = sc["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            // ln L on ln N by hand over the sizes' mean test losses.
+            let pts: Vec<(f64, f64)> = f["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|z| {
+                    (
+                        z["params"].as_f64().unwrap().ln(),
+                        z["mean_test_loss"].as_f64().unwrap().ln(),
+                    )
+                })
+                .collect();
+            let n = pts.len() as f64;
+            let (mx, my) = (
+                pts.iter().map(|p| p.0).sum::<f64>() / n,
+                pts.iter().map(|p| p.1).sum::<f64>() / n,
+            );
+            let slope = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>()
+                / pts.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+            let alpha = f["params_fit"]["alpha"].as_f64().unwrap();
+            assert!(
+                (alpha + slope).abs() < 1e-9,
+                "{} α {alpha} against {}",
+                f["name"],
+                -slope
+            );
+            let (low, high) = (
+                f["params_fit"]["alpha_low"].as_f64().unwrap(),
+                f["params_fit"]["alpha_high"].as_f64().unwrap(),
+            );
+            assert!(low <= high, "{f}");
+            (my - slope * mx, -slope)
+        })
+        .collect();
+    // families are in name order: rmt, then the reference transformer.
+    let m = &sc["multipliers"][0];
+    assert_eq!(
+        (m["family"].as_str(), m["reference"].as_str()),
+        (Some("rmt"), Some("transformer"))
+    );
+    let at = m["at_params"].as_f64().unwrap();
+    let loss = (fits[0].0 - fits[0].1 * at.ln()).exp();
+    let want = ((fits[1].0 - loss.ln()) / fits[1].1).exp() / at;
+    assert!(
+        (m["params"].as_f64().unwrap() / want - 1.0).abs() < 1e-9,
+        "{m} against {want}"
+    );
+    // Steps set by hand are refused: the scaling sets them.
+    refused(
+        &file,
+        &text.replace("lr = 0.01\n", "lr = 0.01\nsteps = 5\n"),
+        &tmp.path().join("bad"),
+        "leave --steps and steps out",
+    );
+}

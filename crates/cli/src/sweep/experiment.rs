@@ -1,7 +1,7 @@
 //! An experiment file (experiments/*.toml): what a sweep trains and what it measures and
 //! compares, as declared before the runs.
 
-use super::{compare, matching, sequential, trend, tune};
+use super::{compare, matching, scaling, sequential, trend, tune};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use std::path::Path;
@@ -38,6 +38,8 @@ pub(super) struct Experiment {
     pub(super) trend: Vec<trend::Declared>,
     /// Looks at which the comparisons and trends are decided, and the boundary.
     pub(super) sequential: Option<sequential::Declared>,
+    /// Families of sizes trained at a fixed tokens per parameter, and their power laws.
+    pub(super) scaling: Option<scaling::Declared>,
     /// Sizes solved before the runs so that points cost what a reference point costs.
     #[serde(default, rename = "match")]
     pub(super) matches: Vec<matching::Declared>,
@@ -74,7 +76,7 @@ pub(super) fn read_experiment(path: &Path) -> Result<Experiment> {
         format!(
             "{} is not a valid experiment: it may have title, seeds, reference, variance, [flags], [grid], \
              [[variants]], [[match]], [tune], [[compare]] (a, b, claim, metrics), [[trend]] (axis, select, scale, \
-             metric, claim), [sequential] (looks, boundary) and [quick]",
+             metric, claim), [sequential] (looks, boundary), [scaling] (tokens_per_param, families, reference) and [quick]",
             path.display()
         )
     })

@@ -20,6 +20,7 @@ mod experiment;
 mod flags;
 mod matching;
 mod points;
+mod scaling;
 mod sequential;
 mod summary;
 mod trend;
@@ -113,6 +114,10 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     }
     let swept_names: Vec<String> = grid.iter().map(|(k, _)| k.clone()).collect();
     let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names)?;
+    if let Some(d) = &experiment.scaling {
+        let steps_given = experiment.flags.contains_key("steps") || given.iter().any(|g| g == "steps");
+        scaling::apply(d, &mut points, &out, steps_given)?;
+    }
     if let Some(t) = &experiment.tune {
         tune::check(t, &swept_names, &seeds, &variants)?;
     }
@@ -156,6 +161,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         equal_loss: vec![],
         comparisons: vec![],
         trends: vec![],
+        scaling: None,
         tuning: vec![],
     };
     let stop = train::stop_flag()?;
@@ -252,6 +258,9 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
                 &mut summary,
                 &seeds,
             )?;
+            if let Some(d) = &experiment.scaling {
+                summary.scaling = Some(scaling::compute(d, &points, &summary.points)?);
+            }
         }
         write_summary(&out, &summary)?;
     }
@@ -271,6 +280,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     }
     compare::print(&summary.comparisons);
     trend::print(&summary.trends);
+    scaling::print(&summary.scaling);
     if !compare_now && !(experiment.compare.is_empty() && experiment.trend.is_empty()) {
         say("the declared comparisons and trends need at least 2 seeds; --quick runs one, so they are left out");
     }

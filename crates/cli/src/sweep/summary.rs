@@ -88,6 +88,9 @@ pub struct Summary {
     /// The experiment's `[[trend]]`: per-seed slopes, their interval and verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trends: Vec<super::trend::Trend>,
+    /// The experiment's `[scaling]`: each family's power law and the multipliers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<super::scaling::Scaling>,
     /// The experiment's `[tune]`: every arm's grid on the tuning seeds, and its choice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tuning: Vec<tune::Tuned>,
