@@ -1,8 +1,9 @@
 //! Runs' loss curves against step, tokens, training FLOPs or wall time: the points of every
-//! finished run the PATHs name, and their drawing.
+//! finished run the PATHs name, and their drawing, a colour per arm (the runs that differ only
+//! by their seed).
 
 use super::axis::{compact, decimals, padded, span};
-use super::figure::{chart_builder, colour, drawn, legend_corner};
+use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
 use super::inputs::Input;
 use super::labels::legend_labels;
 use super::runs::{train_flops_per_token, Run};
@@ -15,7 +16,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 pub(super) struct Series {
-    pub(super) label: String,
+    /// Its arm, an index into `Curves::arms`.
+    arm: usize,
     pub(super) points: Vec<(f64, f64)>,
 }
 
@@ -24,6 +26,8 @@ pub(super) struct Curves {
     pub(super) x_desc: String,
     pub(super) y_desc: String,
     pub(super) series: Vec<Series>,
+    /// The arms' legend labels, in order of appearance.
+    arms: Vec<String>,
     /// Draw a dot at each point: validation losses are few and far apart.
     markers: bool,
     pub(super) x_span: (f64, f64),
@@ -31,11 +35,21 @@ pub(super) struct Curves {
 }
 
 pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String>) -> Result<Curves> {
-    if y == YAxis::BestValLoss {
-        bail!(
+    match y {
+        YAxis::BestValLoss => bail!(
             "--y best_val_loss is a sweep's summary value: plot it against a setting (e.g. --x d_k), or plot \
              curves with --y loss or --y val_loss"
-        );
+        ),
+        YAxis::TestLoss => bail!(
+            "--y test_loss is one number per finished run (its final model on the validation split's test \
+             slice), not a curve: plot it against a setting of a sweep (e.g. --x d_k) or as the declared \
+             comparisons (--x comparison), or plot curves with --y loss or --y val_loss"
+        ),
+        YAxis::TuningLoss => bail!(
+            "--y tuning_loss is the loss of a sweep's tuning runs on the tuning slice: plot it with --x tuning, \
+             or plot curves with --y loss or --y val_loss"
+        ),
+        _ => {}
     }
     let mut dirs: Vec<PathBuf> = vec![];
     let mut seen = HashSet::new();
@@ -62,8 +76,9 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
     }
     let runs = dirs.iter().map(|d| Run::read(d)).collect::<Result<Vec<_>>>()?;
     let labels = legend_labels(&runs)?;
+    let (arms, arm_of) = arms(&labels);
     let mut series = vec![];
-    for (run, label) in runs.iter().zip(labels) {
+    for (run, arm) in runs.iter().zip(arm_of) {
         let fpt = match x {
             XAxis::Flops => train_flops_per_token(&run.cfg)
                 .with_context(|| format!("cannot count the FLOPs of {}", run.dir.display()))?,
@@ -114,7 +129,7 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
                 ),
             }
         }
-        series.push(Series { label, points });
+        series.push(Series { arm, points });
     }
     let all = || series.iter().flat_map(|s| s.points.iter());
     let x_span = span(all().map(|p| p.0));
@@ -129,18 +144,61 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
         },
         markers: matches!(y, YAxis::ValLoss | YAxis::MixingGain),
         series,
+        arms,
         x_span,
         y_span,
     })
 }
 
+/// Whether a legend label's word names the seed (`seed=3`, `train.seed=3`).
+fn is_seed(word: &str) -> bool {
+    word.split_once('=')
+        .is_some_and(|(k, _)| k == "seed" || k.ends_with(".seed"))
+}
+
+/// The arms of runs labelled `labels`: runs whose labels differ only by their seed are one arm,
+/// one colour and one legend entry ("variant=rmt (8 seeds)"), so that 40 runs of 5 arms read as
+/// 5. Returns the arms' labels, in order of appearance, and each run's arm.
+fn arms(labels: &[String]) -> (Vec<String>, Vec<usize>) {
+    let keys: Vec<String> = labels
+        .iter()
+        .map(|l| l.split(' ').filter(|w| !is_seed(w)).collect::<Vec<_>>().join(" "))
+        .collect();
+    let mut order: Vec<&String> = vec![];
+    let arm_of: Vec<usize> = keys
+        .iter()
+        .map(|k| match order.iter().position(|o| *o == k) {
+            Some(i) => i,
+            None => {
+                order.push(k);
+                order.len() - 1
+            }
+        })
+        .collect();
+    let names = order
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let members: Vec<usize> = (0..labels.len()).filter(|&r| arm_of[r] == i).collect();
+            match members.as_slice() {
+                // A lone run keeps its whole label, seed and all.
+                [one] => labels[*one].clone(),
+                many if key.is_empty() => format!("{} seeds", many.len()),
+                many => format!("{key} ({} seeds)", many.len()),
+            }
+        })
+        .collect();
+    (names, arm_of)
+}
+
 pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Curves) -> Result<()> {
+    let (area, panel) = with_panel(&titled(root, &c.title)?);
     // Steps, tokens, FLOPs and seconds all count from 0: the axis starts there.
     let (x0, x1) = (c.x_span.0.min(0.0), c.x_span.1);
     let (x0, x1) = padded((x0, x1), 0.0);
     let (y0, y1) = padded(c.y_span, 0.05);
     let digits = decimals((y0, y1));
-    let mut chart = drawn(chart_builder(root, &c.title).build_cartesian_2d(x0..x1, y0..y1))?;
+    let mut chart = drawn(chart_builder(&area).build_cartesian_2d(x0..x1, y0..y1))?;
     drawn(
         chart
             .configure_mesh()
@@ -152,27 +210,24 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
             .axis_desc_style(("sans-serif", 16))
             .draw(),
     )?;
-    for (i, s) in c.series.iter().enumerate() {
-        let colour = colour(i);
-        let style = colour.stroke_width(2);
-        drawn(chart.draw_series(LineSeries::new(s.points.iter().copied(), style)))?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    for s in &c.series {
+        let colour = colour(s.arm);
+        drawn(chart.draw_series(LineSeries::new(s.points.iter().copied(), colour.stroke_width(2))))?;
         if c.markers {
             drawn(chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, colour.filled()))))?;
         }
     }
-    drawn(
-        chart
-            .configure_series_labels()
-            .position(legend_corner(
-                c.series.iter().map(|s| s.points.as_slice()),
-                (x0, x1),
-                (y0, y1),
-            ))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw(),
-    )
+    let entries: Vec<Entry> = c
+        .arms
+        .iter()
+        .enumerate()
+        .map(|(i, label)| {
+            let mut marks = vec![Mark::Line(colour(i))];
+            if c.markers {
+                marks.push(Mark::Dot(colour(i)));
+            }
+            Entry::new(marks, label.as_str())
+        })
+        .collect();
+    draw_legend(&panel, &entries)
 }

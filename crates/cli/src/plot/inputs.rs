@@ -26,6 +26,9 @@ pub(super) struct PointSummary {
     pub(super) final_val_loss: Option<f64>,
     #[serde(default)]
     pub(super) best_val_loss: Option<f64>,
+    /// The final model's loss on the validation split's test slice.
+    #[serde(default)]
+    pub(super) test_loss: Option<f64>,
 }
 
 impl PointSummary {
@@ -43,6 +46,10 @@ pub(super) struct Summary {
     pub(super) points: Vec<PointSummary>,
     #[serde(default)]
     pub(super) comparisons: Vec<Comparison>,
+    #[serde(default)]
+    pub(super) trends: Vec<Trend>,
+    #[serde(default)]
+    pub(super) tuning: Vec<Tuned>,
 }
 
 /// What `--x comparison` reads of a declared comparison in summary.json.
@@ -61,6 +68,76 @@ pub(super) struct ComparedMetric {
     pub(super) high: Option<f64>,
     pub(super) per_seed: Vec<Option<f64>>,
     pub(super) verdict: String,
+    /// Under `[sequential]`, the first metric's decision at the look it stopped at.
+    #[serde(default)]
+    pub(super) sequential: Option<Sequential>,
+    /// The first metric's verdict adjusted by Holm over the experiment's family of tests.
+    #[serde(default)]
+    pub(super) holm: Option<Holm>,
+}
+
+/// A sequential design's decision: the look it stopped at and its repeated interval.
+#[derive(Deserialize)]
+pub(super) struct Sequential {
+    pub(super) looks: Vec<usize>,
+    /// From 1.
+    pub(super) stopped_at: usize,
+    pub(super) seeds: usize,
+    pub(super) low: f64,
+    pub(super) high: f64,
+    pub(super) verdict: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct Holm {
+    /// Tests in the family.
+    pub(super) family: usize,
+    pub(super) verdict: String,
+}
+
+/// A declared `[[trend]]`: each seed's slope of a metric along a swept setting.
+#[derive(Deserialize)]
+pub(super) struct Trend {
+    pub(super) axis: String,
+    #[serde(default)]
+    pub(super) select: Option<String>,
+    /// "log2" (per doubling) or "linear" (per unit).
+    #[serde(default)]
+    pub(super) scale: Option<String>,
+    /// The slopes: their mean, 95% interval, per seed, and "decreasing", "increasing" or "not
+    /// resolved".
+    pub(super) result: ComparedMetric,
+}
+
+/// One arm's `[tune]`: its grid's losses on the tuning slice, and the value chosen.
+#[derive(Deserialize)]
+pub(super) struct Tuned {
+    pub(super) arm: String,
+    pub(super) rows: Vec<TuneRow>,
+    pub(super) chosen: Vec<(String, String)>,
+    #[serde(default)]
+    pub(super) at_edge: bool,
+    #[serde(default)]
+    pub(super) fit: Option<Fit>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct TuneRow {
+    pub(super) settings: Vec<(String, String)>,
+    /// Each tuning seed's final model on the tuning slice; null where a run failed.
+    pub(super) per_seed: Vec<Option<f64>>,
+    #[serde(default)]
+    pub(super) mean: Option<f64>,
+}
+
+/// loss = a + b·x + c·x², x = ln(value), fitted over the values [low, high].
+#[derive(Deserialize)]
+pub(super) struct Fit {
+    pub(super) low: f64,
+    pub(super) high: f64,
+    pub(super) a: f64,
+    pub(super) b: f64,
+    pub(super) c: f64,
 }
 
 pub(super) struct Sweep {

@@ -1,14 +1,17 @@
-//! `resmem plot`: runs' loss curves overlaid against step, tokens, training FLOPs or wall time,
-//! each sweep's final losses against one of its settings (mean over seeds, min..max bars), or
-//! (`--x comparison`) a sweep's declared comparisons as intervals, as SVG or PNG. The font is
-//! embedded, so a PNG needs no system fonts.
+//! `resmem plot`: runs' loss curves overlaid against step, tokens, training FLOPs or wall time
+//! (a colour per arm, its seeds together), each sweep's final or test losses against one of its
+//! settings (mean over seeds, min..max bars), (`--x comparison`) a sweep's declared comparisons
+//! and trends as intervals, or (`--x tuning`) its `[tune]` curves, as SVG or PNG. The font is
+//! embedded, so a PNG needs no system fonts; every legend sits right of its chart, never on
+//! the data.
 //!
 //! This file holds the command: its flags, its axes and which figure they ask for. The PATHs it
 //! reads are `inputs.rs` (runs and sweeps' summaries) and `runs.rs` (a run's config and metrics);
 //! each figure is one file, its data and its drawing side by side: `curves.rs` (curves against
 //! step, tokens, FLOPs or time, labelled by `labels.rs`), `setting.rs` (final losses against a
-//! setting) and `intervals.rs` (the declared comparisons); `figure.rs` writes any of them as SVG
-//! or PNG, and `axis.rs` holds the axes' ranges and tick labels.
+//! setting), `intervals.rs` (the declared comparisons and trends) and `tuning.rs` (the tuning);
+//! `figure.rs` writes any of them as SVG or PNG, with their titles and legends, and `axis.rs`
+//! holds the axes' ranges and tick labels.
 
 mod axis;
 mod curves;
@@ -18,6 +21,7 @@ mod intervals;
 mod labels;
 mod runs;
 mod setting;
+mod tuning;
 
 use crate::console::say;
 use anyhow::Result;
@@ -29,6 +33,7 @@ use inputs::{inputs, Input, Sweep};
 use intervals::interval_plot;
 use setting::setting_plot;
 use std::path::{Path, PathBuf};
+use tuning::tuning_plot;
 
 #[derive(Args, Debug)]
 pub struct PlotArgs {
@@ -37,14 +42,21 @@ pub struct PlotArgs {
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// step; tokens (step × batch × T); flops (training FLOPs, 3× the forward); time (wall
-    /// seconds); a setting the sweeps varied (e.g. d_k) to plot their final losses against it;
-    /// or comparison: each declared comparison's 95% interval of a − b (val_loss: the final
-    /// validation loss) with its per-seed differences.
+    /// seconds): runs' curves, a colour per arm (runs that differ only by their seed). A setting
+    /// the sweeps varied (e.g. d_k): their final losses against it. comparison: each declared
+    /// comparison's 95% interval of a − b with its per-seed differences (--y test_loss, what
+    /// comparisons decide on, or val_loss), under a sequential design also its repeated
+    /// interval and look, and its Holm verdict where the family has 2 tests or more; the
+    /// declared trends' slopes in a second panel. tuning: each arm's [tune] on a log scale of
+    /// the one numeric setting tuned, every seed's loss, their mean, the fitted parabola and the
+    /// value chosen (--y tuning_loss).
     #[arg(long)]
     pub x: String,
-    /// loss (training) or val_loss; against a setting, val_loss is each run's final validation
-    /// loss and best_val_loss its best; mixing_gain, the log₁₀ of hyper-connections' composite
-    /// gain (forward) at each evaluation.
+    /// loss (training) or val_loss, for curves; against a setting, val_loss is each run's final
+    /// validation loss, best_val_loss its best and test_loss its final model's loss on the
+    /// validation split's test slice (one number per run, so never a curve); mixing_gain, the
+    /// log₁₀ of hyper-connections' composite gain (forward) at each evaluation; tuning_loss, the
+    /// tuning runs' loss on the tuning slice, for --x tuning only.
     #[arg(long, value_enum)]
     pub y: YAxis,
     /// The figure to write: FIG.svg, or FIG.png (1024×640 pixels).
@@ -65,6 +77,12 @@ pub enum YAxis {
     /// The forward composite gain of a hyper-connected model's mixing (`mixing_gain`).
     #[value(name = "mixing_gain")]
     MixingGain,
+    /// A finished run's final model on the validation split's test slice.
+    #[value(name = "test_loss")]
+    TestLoss,
+    /// A tuning run's final model on the validation split's tuning slice.
+    #[value(name = "tuning_loss")]
+    TuningLoss,
 }
 
 impl YAxis {
@@ -74,6 +92,8 @@ impl YAxis {
             YAxis::ValLoss => "val_loss",
             YAxis::BestValLoss => "best_val_loss",
             YAxis::MixingGain => "mixing_gain",
+            YAxis::TestLoss => "test_loss",
+            YAxis::TuningLoss => "tuning_loss",
         }
     }
 }
@@ -84,6 +104,10 @@ enum XAxis {
     Tokens,
     Flops,
     Time,
+    /// The declared comparisons and trends, as intervals.
+    Comparison,
+    /// The `[tune]` of each arm.
+    Tuning,
     Setting(String),
 }
 
@@ -94,6 +118,8 @@ impl XAxis {
             "tokens" => XAxis::Tokens,
             "flops" => XAxis::Flops,
             "time" => XAxis::Time,
+            "comparison" => XAxis::Comparison,
+            "tuning" => XAxis::Tuning,
             other => XAxis::Setting(other.to_string()),
         }
     }
@@ -104,6 +130,8 @@ impl XAxis {
             XAxis::Tokens => "tokens",
             XAxis::Flops => "flops",
             XAxis::Time => "time",
+            XAxis::Comparison => "comparison",
+            XAxis::Tuning => "tuning",
             XAxis::Setting(s) => s,
         }
     }
@@ -114,6 +142,7 @@ impl XAxis {
             XAxis::Tokens => "tokens (step × batch × T)".into(),
             XAxis::Flops => "training FLOPs (3× forward)".into(),
             XAxis::Time => "wall time (s)".into(),
+            XAxis::Comparison | XAxis::Tuning => self.name().into(),
             XAxis::Setting(s) => s.clone(),
         }
     }
@@ -135,20 +164,28 @@ pub fn run(args: PlotArgs) -> Result<()> {
         [one] if inputs.len() == 1 => one.summary.experiment.clone(),
         _ => None,
     });
+    let runs: Vec<&Path> = inputs
+        .iter()
+        .filter_map(|i| match i {
+            Input::Run(r) => Some(r.as_path()),
+            Input::Sweep(_) => None,
+        })
+        .collect();
     let (figure, summary) = match &x {
-        XAxis::Setting(setting) if setting == "comparison" => {
+        XAxis::Comparison => {
             let plot = interval_plot(&sweeps, args.y, title)?;
-            let summary = counted(plot.rows.len(), "comparison");
+            let summary = match plot.trends.len() {
+                0 => counted(plot.rows.len(), "comparison"),
+                n => format!("{}, {}", counted(plot.rows.len(), "comparison"), counted(n, "trend")),
+            };
             (Figure::Intervals(plot), summary)
         }
+        XAxis::Tuning => {
+            let plot = tuning_plot(&sweeps, &runs, args.y, title)?;
+            let summary = format!("{} tuned over {}", counted(plot.arms.len(), "arm"), plot.setting);
+            (Figure::Tuning(plot), summary)
+        }
         XAxis::Setting(setting) => {
-            let runs: Vec<&Path> = inputs
-                .iter()
-                .filter_map(|i| match i {
-                    Input::Run(r) => Some(r.as_path()),
-                    Input::Sweep(_) => None,
-                })
-                .collect();
             let plot = setting_plot(&sweeps, &runs, setting, args.y, title)?;
             say(&plot.table());
             let points: usize = plot.groups.iter().map(|g| g.stats.len()).sum();

@@ -1,9 +1,9 @@
-//! Sweeps' final (or best) validation losses against one of their settings: a line per group of
-//! the other settings, the mean over seeds with min..max bars, its table on stdout, and its
-//! drawing.
+//! Sweeps' final (or best) validation losses, or test losses, against one of their settings: a
+//! line per group of the other settings, the mean over seeds with min..max bars, its table on
+//! stdout, and its drawing.
 
 use super::axis::{decimals, padded, span, TickedAxis};
-use super::figure::{chart_builder, colour, drawn, legend_corner};
+use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
 use super::inputs::{Sweep, SUMMARY_FILE};
 use super::YAxis;
 use crate::console::warn;
@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// More distinct tick labels than this on a setting axis would overlap.
-const MAX_TICKS: usize = 12;
+pub(super) const MAX_TICKS: usize = 12;
 
 /// One group's metrics at one value: (its position, the value as text, the seeds' metrics).
 type Cell = (f64, String, Vec<f64>);
@@ -88,7 +88,7 @@ fn setting_text(v: &Value) -> String {
     }
 }
 
-/// Each sweep's final (or best) validation losses against `setting`, one line per group of
+/// Each sweep's final (or best) validation losses, or test losses, against `setting`, one line per group of
 /// the other settings but the seed. `runs` are the PATHs that are runs: an error here.
 pub(super) fn setting_plot(
     sweeps: &[&Sweep],
@@ -141,9 +141,15 @@ pub(super) fn setting_plot(
     let metric = match y {
         YAxis::ValLoss => "final_val_loss",
         YAxis::BestValLoss => "best_val_loss",
+        YAxis::TestLoss => "test_loss",
         YAxis::Loss | YAxis::MixingGain => bail!(
             "a sweep's summary has no final training loss or mixing gain; plot --y val_loss (its final \
-             validation loss) or --y best_val_loss against --x {setting}, or the curves with --x step"
+             validation loss), --y best_val_loss or --y test_loss against --x {setting}, or the curves with \
+             --x step"
+        ),
+        YAxis::TuningLoss => bail!(
+            "--y tuning_loss is the loss of a sweep's tuning runs, which are not its points: plot it with --x \
+             tuning, or plot --y val_loss, --y best_val_loss or --y test_loss against --x {setting}"
         ),
     };
     // (sweep, group label, the setting's value, the metric) for every finished point.
@@ -160,6 +166,7 @@ pub(super) fn setting_plot(
             };
             let value = match y {
                 YAxis::BestValLoss => p.best_val_loss,
+                YAxis::TestLoss => p.test_loss,
                 _ => p.final_val_loss,
             };
             let Some(value) = value.filter(|v| v.is_finite()) else {
@@ -264,6 +271,7 @@ pub(super) fn setting_plot(
         setting: setting.to_string(),
         y_desc: match y {
             YAxis::BestValLoss => "best validation loss".into(),
+            YAxis::TestLoss => "test loss (final model, test slice)".into(),
             _ => "final validation loss".into(),
         },
         log2,
@@ -274,6 +282,15 @@ pub(super) fn setting_plot(
 }
 
 pub(super) fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s: &SettingPlot) -> Result<()> {
+    let area = titled(root, &s.title)?;
+    // One line needs no legend (the title names it): the chart takes the whole width.
+    let (area, panel) = match s.groups.len() {
+        0 | 1 => (area, None),
+        _ => {
+            let (chart, panel) = with_panel(&area);
+            (chart, Some(panel))
+        }
+    };
     let stats = || s.groups.iter().flat_map(|g| g.stats.iter());
     let (lo, hi) = span(stats().map(|p| p.at));
     // Categories sit at 0, 1, …: half a slot of room on each side.
@@ -284,7 +301,7 @@ pub(super) fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s:
     let (y0, y1) = padded(span(stats().flat_map(|p| [p.min, p.max])), 0.08);
     let digits = decimals((y0, y1));
     let keys: Vec<f64> = s.ticks.iter().map(|t| t.0).collect();
-    let mut chart = drawn(chart_builder(root, &s.title).build_cartesian_2d(
+    let mut chart = drawn(chart_builder(&area).build_cartesian_2d(
         TickedAxis {
             range: (x0..x1).into(),
             ticks: keys,
@@ -313,23 +330,10 @@ pub(super) fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s:
             .axis_desc_style(("sans-serif", 16))
             .draw(),
     )?;
-    // The legend must not hide a bar: its ends count as points of the lines.
-    let lines: Vec<Vec<(f64, f64)>> = s
-        .groups
-        .iter()
-        .map(|g| {
-            g.stats
-                .iter()
-                .flat_map(|p| [(p.at, p.min), (p.at, p.mean), (p.at, p.max)])
-                .collect()
-        })
-        .collect();
     for (i, g) in s.groups.iter().enumerate() {
         let colour = colour(i);
         let style = colour.stroke_width(2);
-        drawn(chart.draw_series(LineSeries::new(g.stats.iter().map(|p| (p.at, p.mean)), style)))?
-            .label(g.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        drawn(chart.draw_series(LineSeries::new(g.stats.iter().map(|p| (p.at, p.mean)), style)))?;
         drawn(
             chart.draw_series(
                 g.stats
@@ -339,17 +343,12 @@ pub(super) fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s:
         )?;
         drawn(chart.draw_series(g.stats.iter().map(|p| Circle::new((p.at, p.mean), 4, colour.filled()))))?;
     }
-    // One line needs no legend: the title names it.
-    if s.groups.len() < 2 {
-        return Ok(());
-    }
-    drawn(
-        chart
-            .configure_series_labels()
-            .position(legend_corner(lines.iter().map(Vec::as_slice), (x0, x1), (y0, y1)))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw(),
-    )
+    let Some(panel) = panel else { return Ok(()) };
+    let entries: Vec<Entry> = s
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| Entry::new(vec![Mark::Line(colour(i)), Mark::Dot(colour(i))], g.label.as_str()))
+        .collect();
+    draw_legend(&panel, &entries)
 }

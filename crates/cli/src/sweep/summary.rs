@@ -175,12 +175,14 @@ pub(super) fn write_summary(out: &Path, summary: &Summary) -> Result<()> {
     })
 }
 
-/// curves.csv: every run's evaluations during training, with the training loss logged at the
-/// same steps (the comparisons' points and the tuning runs), so that a tokens-to-target ratio
-/// re-derives from committed files without the runs. The other logged rows stay in each
+/// curves.csv: every run's evaluations during training, with the training loss and
+/// hyper-connections' composite mixing gains logged at the same steps (the comparisons' points
+/// and the tuning runs), so that a tokens-to-target ratio or a gain re-derives from committed
+/// files without the runs. The other logged rows stay in each
 /// run's metrics.jsonl: at a row every 10 steps they would make the file ten times larger.
 fn curves_csv(out: &Path, summary: &Summary) -> Result<String> {
-    let mut lines = vec!["dir,step,tokens,loss,val_loss,grad_norm".to_string()];
+    let mut lines =
+        vec!["dir,step,tokens,loss,val_loss,grad_norm,mixing_gain_forward,mixing_gain_backward".to_string()];
     let dirs = summary.points.iter().map(|p| p.dir.clone()).chain(
         summary
             .tuning
@@ -202,13 +204,17 @@ fn curves_csv(out: &Path, summary: &Summary) -> Result<String> {
             .iter()
             .filter(|(_, r)| r.val_loss.is_some() || Some(r.step) == last)
         {
+            // Gains reach 1e20 (HC's blow-up): in full, not to 6 decimals.
+            let gain = |k: usize| row.mixing_gain.map_or(String::new(), |g| format!("{:e}", g[k]));
             lines.push(format!(
-                "{dir},{},{},{},{},{}",
+                "{dir},{},{},{},{},{},{},{}",
                 row.step,
                 row.step * per_step,
                 opt(row.loss),
                 opt(row.val_loss),
-                opt(row.grad_norm)
+                opt(row.grad_norm),
+                gain(0),
+                gain(1)
             ));
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! With one numeric setting on at least 3 values (the learning rate, say), the choice is made
 //! on the curve, not on a point: a quadratic in ln(value) is fitted by least squares to every
-//! tuning seed's loss at the best mean value and up to two values each side, and the arm trains
+//! tuning seed's loss at the best mean value and one value each side, and the arm trains
 //! at the fitted minimum. One seed's noise picks a grid point by a coin flip where the means
 //! differ by less than the seeds' spread; the fit pools every seed and neighbour. A best mean
 //! at the grid's edge first widens the grid, a step of the same ratio at a time (`widen`, 2 by
@@ -27,8 +27,9 @@ pub const TUNE_DIR: &str = "tune";
 /// Tuning seeds an arm needs at least: the median of 3 would have avoided both wrong choices
 /// that one seed made in the experiments of 2026-11 (docs/experiments.md).
 pub const MIN_SEEDS: usize = 3;
-/// How far from the best mean the fit reaches, in grid values each side.
-const FIT_REACH: usize = 2;
+/// How far from the best mean the fit reaches, in grid values each side: one, so that the
+/// parabola describes the minimum and not the cliff of a diverging rate two steps away.
+const FIT_REACH: usize = 1;
 
 /// `[tune]` in an experiment file: `seeds`, `widen`, and each tuned flag with its values.
 #[derive(Deserialize, Clone, Debug, Default)]
@@ -230,7 +231,8 @@ fn fit(setting: &str, values: &[f64], rows: &[TuneRow], best: usize) -> Option<F
         })
         .collect();
     let (a, b, c) = quadratic(&points)?;
-    let convex = c > 0.0;
+    // Curvature below this is flat data and rounding, not a minimum.
+    let convex = c > 1e-9;
     let (x_lo, x_hi) = (values[lo].ln(), values[hi].ln());
     let x = match convex {
         true => (-b / (2.0 * c)).clamp(x_lo, x_hi),
@@ -471,7 +473,7 @@ mod tests {
         assert!((f.c - 0.05).abs() < 1e-9 && f.convex, "{f:?}");
         assert!((f.a + f.b * x0 + f.c * x0 * x0 - 2.0).abs() < 1e-9, "{f:?}");
         assert_eq!(f.minimum, 0.02);
-        assert_eq!((f.low, f.high, f.points), (0.003, 0.3, 15));
+        assert_eq!((f.low, f.high, f.points), (0.01, 0.1, 9));
         // Hand-computed: three points (x, y) = (0, 1), (1, 0), (2, 1) → y = 1 − 2x + x².
         let (a, b, c) = quadratic(&[(0.0, 1.0), (1.0, 0.0), (2.0, 1.0)]).unwrap();
         assert!((a - 1.0).abs() < 1e-12 && (b + 2.0).abs() < 1e-12 && (c - 1.0).abs() < 1e-12);
@@ -480,9 +482,10 @@ mod tests {
     }
 
     #[test]
-    fn a_concave_curve_falls_back_to_the_best_mean_and_values_print_as_written() {
+    fn a_flat_curve_falls_back_to_the_best_mean_and_values_print_as_written() {
+        // Flat around the best mean: no curvature, so the best mean's value.
         let values = [0.01, 0.03, 0.1];
-        let rows: Vec<TuneRow> = [2.0, 1.9, 2.0 - 0.3]
+        let rows: Vec<TuneRow> = [2.0, 2.0, 2.0]
             .iter()
             .map(|&y| TuneRow {
                 settings: vec![],
@@ -491,9 +494,11 @@ mod tests {
                 mean: Some(y),
             })
             .collect();
-        let f = fit("lr", &values, &rows, 2).unwrap();
+        let f = fit("lr", &values, &rows, 1).unwrap();
         assert!(!f.convex);
-        assert_eq!(f.minimum, 0.1);
+        assert_eq!(f.minimum, 0.03);
+        // A best at the edge has one neighbour: two values fix no parabola.
+        assert!(fit("lr", &values, &rows, 2).is_none());
         assert_eq!(three_digits(0.021434), "0.0214");
         assert_eq!(three_digits(0.03), "0.03");
         assert_eq!(three_digits(3.3333), "3.33");

@@ -38,9 +38,10 @@ pub struct MetricsRow {
     /// `val_loss` plus the held-out z-loss term, at an evaluation with a z-loss.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_total: Option<f64>,
-    /// The composite gain of every hyper-connection site's P (the mHC paper's Amax: the
-    /// largest row sum, then column sum, of their product), the largest over the last held-out
-    /// batch's tokens, at an evaluation of a hyper-connected model.
+    /// The composite gains of every hyper-connection site's P (the mHC paper's Amax): the
+    /// forward gain (the largest absolute column sum of their product), then the backward (the
+    /// largest row sum), the largest over the last held-out batch's tokens, at an evaluation of
+    /// a hyper-connected model (`observe::composite_gain`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixing_gain: Option<[f64; 2]>,
 }
