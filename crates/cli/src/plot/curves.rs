@@ -49,7 +49,7 @@ pub(super) fn curves(inputs: &[Input], x: &XAxis, y: YAxis, title: Option<String
             "--y tuning_loss is the loss of a sweep's tuning runs on the tuning slice: plot it with --x tuning, \
              or plot curves with --y loss or --y val_loss"
         ),
-        _ => {}
+        YAxis::Loss | YAxis::ValLoss | YAxis::MixingGain => {}
     }
     let mut dirs: Vec<PathBuf> = vec![];
     let mut seen = HashSet::new();

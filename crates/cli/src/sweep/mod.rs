@@ -281,7 +281,8 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     compare::print(&summary.comparisons);
     trend::print(&summary.trends);
     scaling::print(&summary.scaling);
-    if !compare_now && !(experiment.compare.is_empty() && experiment.trend.is_empty()) {
+    let declared_tests = !(experiment.compare.is_empty() && experiment.trend.is_empty());
+    if !compare_now && declared_tests {
         say("the declared comparisons and trends need at least 2 seeds; --quick runs one, so they are left out");
     }
     say(&format!(

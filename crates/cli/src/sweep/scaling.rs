@@ -178,6 +178,13 @@ fn size_for(a: f64, alpha: f64, loss: f64) -> f64 {
     ((a - loss.ln()) / alpha).exp()
 }
 
+/// One size of a family as the fits read it.
+struct Measured {
+    params: f64,
+    train_flops: f64,
+    per_seed: Vec<f64>,
+}
+
 /// Fits, the multipliers, and nothing else: one bootstrap replicate's numbers.
 struct Fitted {
     params: Vec<(f64, f64)>,
@@ -185,22 +192,22 @@ struct Fitted {
     multipliers: Vec<(f64, f64)>,
 }
 
-fn fit_all(families: &[(String, Vec<(f64, f64, Vec<f64>)>)], reference: usize, seeds: &[usize]) -> Fitted {
+fn fit_all(families: &[(String, Vec<Measured>)], reference: usize, seeds: &[usize]) -> Fitted {
     let mean = |per_seed: &[f64]| seeds.iter().map(|&s| per_seed[s]).sum::<f64>() / seeds.len() as f64;
-    let laws = |pick: &dyn Fn(&(f64, f64, Vec<f64>)) -> f64| -> Vec<(f64, f64)> {
+    let laws = |pick: &dyn Fn(&Measured) -> f64| -> Vec<(f64, f64)> {
         families
             .iter()
-            .map(|(_, sizes)| power_law(&sizes.iter().map(|s| (pick(s), mean(&s.2))).collect::<Vec<_>>()))
+            .map(|(_, sizes)| power_law(&sizes.iter().map(|s| (pick(s), mean(&s.per_seed))).collect::<Vec<_>>()))
             .collect()
     };
-    let params = laws(&|s| s.0);
-    let flops = laws(&|s| s.1);
+    let params = laws(&|s| s.params);
+    let flops = laws(&|s| s.train_flops);
     let multipliers = families
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != reference)
         .map(|(i, (_, sizes))| {
-            let at = |k: &dyn Fn(&(f64, f64, Vec<f64>)) -> f64| {
+            let at = |k: &dyn Fn(&Measured) -> f64| {
                 (sizes.iter().map(|s| k(s).ln()).sum::<f64>() / sizes.len() as f64).exp()
             };
             let ratio = |laws: &[(f64, f64)], x: f64| {
@@ -208,7 +215,7 @@ fn fit_all(families: &[(String, Vec<(f64, f64, Vec<f64>)>)], reference: usize, s
                 let loss = (a - alpha * x.ln()).exp();
                 size_for(laws[reference].0, laws[reference].1, loss) / x
             };
-            (ratio(&params, at(&|s| s.0)), ratio(&flops, at(&|s| s.1)))
+            (ratio(&params, at(&|s| s.params)), ratio(&flops, at(&|s| s.train_flops)))
         })
         .collect();
     Fitted {
@@ -278,7 +285,11 @@ pub fn compute(d: &Declared, points: &[Point], summaries: &[PointSummary]) -> Re
                 mean_test_loss: mean,
                 per_seed: per_seed.clone(),
             });
-            sizes.push((params, train_flops, per_seed));
+            sizes.push(Measured {
+                params,
+                train_flops,
+                per_seed,
+            });
         }
         families.push((name.clone(), sizes));
         sizes_out.push(shown);
@@ -325,7 +336,7 @@ pub fn compute(d: &Declared, points: &[Point], summaries: &[PointSummary]) -> Re
         .iter()
         .enumerate()
         .map(|(k, &i)| {
-            let at = (families[i].1.iter().map(|s| s.0.ln()).sum::<f64>() / families[i].1.len() as f64).exp();
+            let at = (families[i].1.iter().map(|s| s.params.ln()).sum::<f64>() / families[i].1.len() as f64).exp();
             let (pl, ph) = interval(&|f| f.multipliers[k].0);
             let (fl, fh) = interval(&|f| f.multipliers[k].1);
             Multiplier {
@@ -405,10 +416,14 @@ mod tests {
         // L = 10·N^−0.1 for the reference; the other family reaches at N what the reference
         // reaches at 2N: L = 10·(2N)^−0.1. Its multiplier is 2 at any size, the exponent 0.1.
         let sizes = [1e5, 2e5, 4e5, 8e5];
-        let family = |scale: f64| -> Vec<(f64, f64, Vec<f64>)> {
+        let family = |scale: f64| -> Vec<Measured> {
             sizes
                 .iter()
-                .map(|&n| (n, 6.0 * n * n, vec![10.0 * (scale * n).powf(-0.1); 2]))
+                .map(|&n| Measured {
+                    params: n,
+                    train_flops: 6.0 * n * n,
+                    per_seed: vec![10.0 * (scale * n).powf(-0.1); 2],
+                })
                 .collect()
         };
         let families = vec![

@@ -149,7 +149,9 @@ pub fn slopes(
             let y = match d.metric() {
                 Metric::TestLoss => s.test_loss,
                 Metric::FinalValLoss => s.final_val_loss,
-                _ => s.wall_s,
+                Metric::WallS => s.wall_s,
+                // `group` refuses ratios before anything trains.
+                Metric::TokensToTarget | Metric::FlopsToTarget => None,
             };
             let Some(y) = y else {
                 bail!(
