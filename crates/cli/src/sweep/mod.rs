@@ -71,9 +71,11 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         if !quick.seeds.is_empty() {
             experiment.seeds = quick.seeds;
         }
-        // --quick tunes and looks only with its own [quick.tune] and [quick.sequential].
+        // --quick tunes, looks and scales only with its own [quick.tune], [quick.sequential]
+        // and [quick.scaling].
         experiment.tune = quick.tune;
         experiment.sequential = quick.sequential;
+        experiment.scaling = quick.scaling;
     }
     let out = args
         .train
