@@ -70,7 +70,7 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.residual()
             );
             show(args.json, &h, || {
-                print(&describe, "paper (SPEC §5)", &h.counts, c.seq_len);
+                print(&describe, "paper (docs/models.md)", &h.counts, c.seq_len);
                 out!(
                     "hash tables          {:>18} ({:.1}% of the parameters, {:.1} MB in f32)",
                     thousands(h.table_params),
