@@ -34,7 +34,7 @@ mod sweep;
 mod train;
 mod tuning;
 
-pub use train::{request_stop, stop_requested};
+pub use train::{request_stop, stop_requested, StoppedOnRequest};
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches};

@@ -13,8 +13,8 @@ use models::checkpoint::{self, TrainState};
 use models::run::{train_loop, End, LoopCadence};
 use models::{Purpose, RunConfig, Trainer};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub fn run(args: TrainArgs) -> Result<()> {
     if args.list_presets {
@@ -194,17 +194,62 @@ fn stop() -> &'static Arc<AtomicBool> {
     STOP.get_or_init(|| Arc::new(AtomicBool::new(false)))
 }
 
-/// Set by Ctrl-C and SIGTERM: the step finishes and a checkpoint is written; a second signal is
-/// not special. One handler per process, shared by every run a sweep trains in turn.
+/// Set by Ctrl-C and SIGTERM: the step finishes and a checkpoint is written. A second signal
+/// stops the process at once with status 130, keeping the last checkpoint written (checkpoints
+/// are written whole or not at all). One handler per process, shared by every run a sweep
+/// trains in turn.
 pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     static HANDLER: OnceLock<()> = OnceLock::new();
     if HANDLER.get().is_none() {
         let set = stop().clone();
-        ctrlc::set_handler(move || set.store(true, Ordering::SeqCst)).context("cannot install the signal handler")?;
+        let signals = AtomicUsize::new(0);
+        ctrlc::set_handler(move || {
+            if signals.fetch_add(1, Ordering::SeqCst) == 0 {
+                set.store(true, Ordering::SeqCst);
+                return;
+            }
+            let resume = resume_hint()
+                .lock()
+                .ok()
+                .and_then(|h| h.clone())
+                .map_or(String::new(), |h| format!("; {h}"));
+            crate::console::warn(&format!(
+                "a second stop request: stopped at once, without finishing the step; the last checkpoint is \
+                 kept{resume}"
+            ));
+            std::process::exit(130);
+        })
+        .context("cannot install the signal handler")?;
         let _ = HANDLER.set(());
     }
     Ok(stop().clone())
 }
+
+/// How to continue what this process runs, said when a second signal stops it at once: the
+/// first command to set it (a sweep before the runs it trains) wins.
+fn resume_hint() -> &'static Mutex<Option<String>> {
+    static HINT: OnceLock<Mutex<Option<String>>> = OnceLock::new();
+    HINT.get_or_init(|| Mutex::new(None))
+}
+
+pub fn set_resume_hint(hint: String) {
+    if let Ok(mut h) = resume_hint().lock() {
+        h.get_or_insert(hint);
+    }
+}
+
+/// A run that stopped on request after writing its checkpoint: not a failure. The binary says
+/// it without "error:" and exits with status 0.
+#[derive(Debug)]
+pub struct StoppedOnRequest(pub String);
+
+impl std::fmt::Display for StoppedOnRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoppedOnRequest {}
 
 /// Asks (`true`) every training loop of this process to stop as Ctrl-C does, or (`false`)
 /// withdraws the request. For a program that runs commands in-process, such as a test that
@@ -361,6 +406,10 @@ impl PreparedRun {
             metrics,
             console,
         );
+        set_resume_hint(format!(
+            "resume with: resmem train --resume {}",
+            self.dir.path.display()
+        ));
         let end = pollster::block_on(train_loop::train(&mut cli, &LoopCadence::of(cfg)));
         cli.console.finish();
         let resume = || format!("Resume with: resmem train --resume {}", self.dir.path.display());
@@ -371,7 +420,7 @@ impl PreparedRun {
                 let kept = last.map_or("no checkpoint was written".into(), |p| {
                     format!("the checkpoint is {}", p.display())
                 });
-                bail!("interrupted after step {step}; {kept}. {}", resume());
+                return Err(StoppedOnRequest(format!("interrupted after step {step}; {kept}. {}", resume())).into());
             }
             // The corpus changed under the run: what was trained is kept, then said.
             End::NoBatch { step, error } => {

@@ -166,6 +166,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         scaling: None,
         tuning: vec![],
     };
+    train::set_resume_hint("run the same `resmem sweep` command again to continue the sweep".into());
     let stop = train::stop_flag()?;
     if let Some(t) = &experiment.tune {
         summary.tuning = tune::run(t, &mut points, &out, &swept_names, &seeds, &stop)?;
