@@ -222,7 +222,8 @@ pub fn presets() -> Vec<Preset> {
         },
         Preset {
             name: "official",
-            about: "the official RMT code's conventions (docs/models.md: ALiBi, whole-matrix RMSNorm eps 1e-6, logits / \
+            about:
+                "the official RMT code's conventions (docs/models.md: ALiBi, whole-matrix RMSNorm eps 1e-6, logits / \
                     (layer + 1), tanh GELU, z-loss 1e-4, documents masked apart) at small-rmt's sizes",
             build: || RunConfig {
                 data: DataConfig::Text {
