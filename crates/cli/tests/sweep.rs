@@ -380,7 +380,8 @@ claim = "a wider residual learns faster"
     let out = tmp.path().join("cmp");
     let printed = ok(&["sweep", s(&file), "--out", s(&out)]);
     assert!(
-        printed.contains("declared comparisons: 95% intervals over 3 seeds"),
+        printed.contains("declared comparisons: 95% intervals over seeds, paired by seed")
+            && printed.contains("d_k=4 against d_k=8 (3 seeds)"),
         "{printed}"
     );
     let sum = summary(&out);

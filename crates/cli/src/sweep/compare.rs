@@ -396,19 +396,21 @@ pub fn adjusted_text(m: &MetricResult) -> String {
 
 /// The printed table: one block per comparison.
 pub fn print(comparisons: &[Comparison]) {
-    let Some(first) = comparisons.first() else { return };
+    if comparisons.is_empty() {
+        return;
+    }
     out!(
-        "declared comparisons: {:.0}% intervals over {} seeds, paired by seed",
-        100.0 * stats::LEVEL,
-        first.seeds.len()
+        "declared comparisons: {:.0}% intervals over seeds, paired by seed",
+        100.0 * stats::LEVEL
     );
     let num = |v: Option<f64>, none: &str| v.map_or(none.to_string(), |x| format!("{x:.4}"));
     for c in comparisons {
         let times = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.3}×"));
         out!(
-            "{} against {}: parameters {}, FLOPs per token {}{}",
+            "{} against {} ({} seeds): parameters {}, FLOPs per token {}{}",
             c.a,
             c.b,
+            c.seeds.len(),
             times(c.params_ratio),
             times(c.flops_per_token_ratio),
             c.claim.as_ref().map_or(String::new(), |t| format!("; claim: {t}"))
