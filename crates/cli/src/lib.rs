@@ -54,10 +54,8 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                 == Some(clap::parser::ValueSource::CommandLine);
             train::run(*a)
         }
-        args::Command::Sweep(mut a) => {
-            a.train.backend = choose_backend(a.train.backend, None);
-            sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default())
-        }
+        // Each point chooses its backend as `resmem train` does: an experiment's [flags] may name one.
+        args::Command::Sweep(a) => sweep::run(*a, &matches.subcommand_matches("sweep").cloned().unwrap_or_default()),
         args::Command::Eval(mut a) => {
             a.backend = choose_backend(a.backend, Some(&a.run));
             eval::run(a)
