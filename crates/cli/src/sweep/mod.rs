@@ -11,7 +11,12 @@
 //! each point or finds it done, and writes the summary (`summary.rs`) with what each finished
 //! point is measured for: its hash tables' bucket use (`buckets.rs`), its variance ratios
 //! (`variance.rs`), the variants at equal loss (`equal_loss.rs`), the declared comparisons
-//! (`compare.rs`), sizes matched in cost (`matching.rs`) and settings tuned (`tune.rs`).
+//! (`compare.rs`) and trends (`trend.rs`), decided at declared looks (`sequential.rs`) and
+//! adjusted by Holm over the experiment's family, sizes matched in cost (`matching.rs`),
+//! families of sizes fitted to power laws (`scaling.rs`) and settings tuned on curves
+//! (`tune.rs`). Every finished point is evaluated on the validation split's test slice
+//! (`crate::eval::slice_loss`), and every summary records the commit and machine
+//! (`crate::provenance`) beside curves.csv.
 
 mod buckets;
 mod compare;
