@@ -101,3 +101,12 @@ impl Ranged for TickedAxis {
         self.range.range()
     }
 }
+
+/// The label of the tick at `v`, among (position, label) ticks; empty between them.
+pub(super) fn tick_label(ticks: &[(f64, String)], v: f64) -> String {
+    ticks
+        .iter()
+        .find(|t| (t.0 - v).abs() < 1e-9)
+        .map(|t| t.1.clone())
+        .unwrap_or_default()
+}

@@ -157,7 +157,8 @@ pub(super) fn interval_plot(sweeps: &[&Sweep], y: YAxis, title: Option<String>) 
             };
             let per = match t.scale.as_deref() {
                 Some("linear") => format!("per unit of {}", t.axis),
-                _ => format!("per doubling of {}", t.axis),
+                Some("log2") | None => format!("per doubling of {}", t.axis),
+                Some(other) => format!("on the {other} scale of {}", t.axis),
             };
             match row(label, vec![per], &t.result, |v| v.to_string()) {
                 Some(r) => trends.push(r),
@@ -228,7 +229,8 @@ pub(super) fn draw_intervals<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, 
             draw_rows(&bottom, &p.trends, &slopes, label_w)?;
         }
         (false, true) => draw_rows(&area, &p.rows, &comparisons, label_w)?,
-        _ => draw_rows(&area, &p.trends, &slopes, label_w)?,
+        // `interval_plot` refuses a figure with neither.
+        (true, false) | (true, true) => draw_rows(&area, &p.trends, &slopes, label_w)?,
     }
     let mut key = vec![
         Entry::new(vec![Mark::Dot(INK)], "mean over seeds"),

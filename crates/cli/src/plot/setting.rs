@@ -2,7 +2,7 @@
 //! line per group of the other settings, the mean over seeds with min..max bars, its table on
 //! stdout, and its drawing.
 
-use super::axis::{decimals, padded, span, TickedAxis};
+use super::axis::{decimals, padded, span, tick_label, TickedAxis};
 use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
 use super::inputs::{Sweep, SUMMARY_FILE};
 use super::YAxis;
@@ -308,13 +308,7 @@ pub(super) fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s:
         },
         y0..y1,
     ))?;
-    let tick = |v: &f64| {
-        s.ticks
-            .iter()
-            .find(|t| (t.0 - v).abs() < 1e-9)
-            .map(|t| t.1.clone())
-            .unwrap_or_default()
-    };
+    let tick = |v: &f64| tick_label(&s.ticks, *v);
     let x_desc = match s.log2 {
         true => format!("{} (log scale)", s.setting),
         false => s.setting.clone(),

@@ -3,7 +3,7 @@
 //! ln(value) the choice was read from, and the value chosen; read from summary.json, and its
 //! drawing.
 
-use super::axis::{decimals, padded, span, TickedAxis};
+use super::axis::{decimals, padded, span, tick_label, TickedAxis};
 use super::figure::{chart_builder, colour, draw_legend, drawn, star, titled, with_panel, Entry, Mark};
 use super::inputs::{Sweep, Tuned, SUMMARY_FILE};
 use super::setting::MAX_TICKS;
@@ -242,13 +242,7 @@ pub(super) fn draw_tuning<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: 
         },
         y0..y1,
     ))?;
-    let tick = |v: &f64| {
-        t.ticks
-            .iter()
-            .find(|k| (k.0 - v).abs() < 1e-9)
-            .map(|k| k.1.clone())
-            .unwrap_or_default()
-    };
+    let tick = |v: &f64| tick_label(&t.ticks, *v);
     drawn(
         chart
             .configure_mesh()
