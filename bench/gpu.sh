@@ -16,7 +16,8 @@
 # data/shakespeare-gpt2), KEEP (where the JSONs and the section go; default bench/gpu-out),
 # TESTS (a folder of GPU test binaries from `cargo test --release --no-run`, run as the kernel
 # check where given), PYTHON (an interpreter with torch; default python3), BACKEND (default gpu),
-# TEST_TIMEOUT (seconds per test binary; default 300), DRY=1 (one warm-up and one timed step each, and the papers'
+# TEST_TIMEOUT (seconds per test binary; default 300), UNTUNED=0 and AB=0 (leave out the
+# untuned toy pair and the A/B of options, for a short device call), DRY=1 (one warm-up and one timed step each, and the papers'
 # sizes at batch 2 and T 64, for checking the script itself, even on an emulated GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -79,7 +80,7 @@ done
 
 # The toy pair again with every kernel's default (--no-tune), for what tuning gained. The runs
 # above tuned each shape once on their first step and kept the choices in the user's cache.
-for name in toy-rmt toy-transformer; do
+[[ ${UNTUNED:-1} == 0 ]] || for name in toy-rmt toy-transformer; do
     for pair in "${pairs[@]}"; do
         IFS='|' read -r n flags _ <<<"$pair"
         [[ $n == "$name" ]] || continue
@@ -95,7 +96,7 @@ done
 # RMT and table9-46m; wgpu's loop guards (`--loop-guards`, off since they keep drivers from
 # unrolling) on the toy RMT and gpt2-small, whose matmuls loop longest.
 ab_options=("k-slices|toy-rmt table9-46m" "loop-guards|toy-rmt gpt2-small")
-if [[ $BACKEND == gpu ]]; then
+if [[ $BACKEND == gpu && ${AB:-1} != 0 ]]; then
     for entry in "${ab_options[@]}"; do
         IFS='|' read -r option names <<<"$entry"
         for name in $names; do
