@@ -16,7 +16,10 @@
 // memory, as the strict kernel's lesson in matmul.wgsl says). The workgroup stages BK-deep
 // slices of op(a) as [row][k] and of op(bm) as [col][k] in f16, rows padded by 8 halves; a is
 // read row-major (coopLoadT), b column-major (coopLoad), as llama.cpp's mul_mm does. The staging
-// reads each operand four values at a time along its contiguous axis (one vec4 where aligned).
+// reads each operand four values at a time along its contiguous axis (one vec4 where aligned),
+// into registers first; with PREFETCH the next slice's reads are issued before this slice's
+// multiply-adds, so that their latency hides behind them (the H200 timed every tile without it
+// at 32-37 TFLOP/s, bench/RESULTS.md).
 // Every tile runs the same 16-deep multiply-adds in the same K order, so the choice among them
 // changes no bit.
 //
@@ -70,37 +73,108 @@ fn put_b(at: u32, step: u32, v: vec4<f32>) {
     tb[at + 3u * step] = f16(v.w);
 }
 
-// Stages rows row0.. and columns col0.. of the BK-deep slice from k0, scaled and rounded to
-// f16: four values a read, along the stored matrix's contiguous axis, consecutive invocations
-// reading consecutive vec4s.
-fn stage(tid: u32, batch: u32, row0: u32, col0: u32, k0: u32, sa: f32, sb: f32) {
-    for (var l = 0u; l < BM * BK / 4u / THREADS; l = l + 1u) {
-        let e = tid + l * THREADS;
-        if (p.trans_a != 0u) {
-            // Stored (K, M): four rows of op(a) at one k.
-            let kk = e / (BM / 4u);
-            let r = e % (BM / 4u) * 4u;
-            put_a(r * SA + kk, SA, load_a4(batch, k0 + kk, row0 + r) * sa);
-        } else {
-            // Stored (M, K): four k of one row.
-            let r = e / (BK / 4u);
-            let kk = e % (BK / 4u) * 4u;
-            put_a(r * SA + kk, 1u, load_a4(batch, row0 + r, k0 + kk) * sa);
-        }
+// The invocation's share of a BK-deep slice: NA vec4s of op(a)'s rows row0.. and NB of
+// op(bm)'s columns col0.., read four values at a time along the stored matrix's contiguous
+// axis, consecutive invocations reading consecutive vec4s. Named, never indexed, so that they
+// stay in registers (the lesson of matmul.wgsl's accumulators): at most 8 of each.
+const NA: u32 = BM * BK / 4u / THREADS;
+const NB: u32 = BN * BK / 4u / THREADS;
+struct Held {
+    a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
+    a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32>,
+    b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>,
+    b4: vec4<f32>, b5: vec4<f32>, b6: vec4<f32>, b7: vec4<f32>,
+}
+
+// The l-th vec4 of op(a) an invocation stages, and where it goes in ta: four rows of op(a) at
+// one k when a is stored (K, M), four k of one row when (M, K).
+fn fetch_a(tid: u32, l: u32, batch: u32, row0: u32, k0: u32) -> vec4<f32> {
+    let e = tid + l * THREADS;
+    if (p.trans_a != 0u) { return load_a4(batch, k0 + e / (BM / 4u), row0 + e % (BM / 4u) * 4u); }
+    return load_a4(batch, row0 + e / (BK / 4u), k0 + e % (BK / 4u) * 4u);
+}
+
+fn place_a(tid: u32, l: u32, v: vec4<f32>) {
+    let e = tid + l * THREADS;
+    if (p.trans_a != 0u) {
+        put_a(e % (BM / 4u) * 4u * SA + e / (BM / 4u), SA, v);
+    } else {
+        put_a(e / (BK / 4u) * SA + e % (BK / 4u) * 4u, 1u, v);
     }
-    for (var l = 0u; l < BN * BK / 4u / THREADS; l = l + 1u) {
-        let e = tid + l * THREADS;
-        if (p.trans_b != 0u) {
-            // Stored (N, K): four k of one column of op(bm).
-            let c = e / (BK / 4u);
-            let kk = e % (BK / 4u) * 4u;
-            put_b(c * SA + kk, 1u, load_b4(batch, col0 + c, k0 + kk) * sb);
-        } else {
-            // Stored (K, N): four columns at one k.
-            let kk = e / (BN / 4u);
-            let c = e % (BN / 4u) * 4u;
-            put_b(c * SA + kk, SA, load_b4(batch, k0 + kk, col0 + c) * sb);
-        }
+}
+
+// The same for op(bm): four k of one column when bm is stored (N, K), four columns at one k
+// when (K, N).
+fn fetch_b(tid: u32, l: u32, batch: u32, col0: u32, k0: u32) -> vec4<f32> {
+    let e = tid + l * THREADS;
+    if (p.trans_b != 0u) { return load_b4(batch, col0 + e / (BK / 4u), k0 + e % (BK / 4u) * 4u); }
+    return load_b4(batch, k0 + e / (BN / 4u), col0 + e % (BN / 4u) * 4u);
+}
+
+fn place_b(tid: u32, l: u32, v: vec4<f32>) {
+    let e = tid + l * THREADS;
+    if (p.trans_b != 0u) {
+        put_b(e / (BK / 4u) * SA + e % (BK / 4u) * 4u, 1u, v);
+    } else {
+        put_b(e % (BN / 4u) * 4u * SA + e / (BN / 4u), SA, v);
+    }
+}
+
+// Reads the invocation's share of the slice from k0 into registers.
+fn hold(tid: u32, batch: u32, row0: u32, col0: u32, k0: u32) -> Held {
+    var h: Held;
+    h.a0 = fetch_a(tid, 0u, batch, row0, k0);
+    if (NA > 1u) { h.a1 = fetch_a(tid, 1u, batch, row0, k0); }
+    if (NA > 2u) {
+        h.a2 = fetch_a(tid, 2u, batch, row0, k0);
+        h.a3 = fetch_a(tid, 3u, batch, row0, k0);
+    }
+    if (NA > 4u) {
+        h.a4 = fetch_a(tid, 4u, batch, row0, k0);
+        h.a5 = fetch_a(tid, 5u, batch, row0, k0);
+        h.a6 = fetch_a(tid, 6u, batch, row0, k0);
+        h.a7 = fetch_a(tid, 7u, batch, row0, k0);
+    }
+    h.b0 = fetch_b(tid, 0u, batch, col0, k0);
+    if (NB > 1u) { h.b1 = fetch_b(tid, 1u, batch, col0, k0); }
+    if (NB > 2u) {
+        h.b2 = fetch_b(tid, 2u, batch, col0, k0);
+        h.b3 = fetch_b(tid, 3u, batch, col0, k0);
+    }
+    if (NB > 4u) {
+        h.b4 = fetch_b(tid, 4u, batch, col0, k0);
+        h.b5 = fetch_b(tid, 5u, batch, col0, k0);
+        h.b6 = fetch_b(tid, 6u, batch, col0, k0);
+        h.b7 = fetch_b(tid, 7u, batch, col0, k0);
+    }
+    return h;
+}
+
+// Stages what `hold` read, scaled and rounded to f16.
+fn stage(tid: u32, h: Held, sa: f32, sb: f32) {
+    place_a(tid, 0u, h.a0 * sa);
+    if (NA > 1u) { place_a(tid, 1u, h.a1 * sa); }
+    if (NA > 2u) {
+        place_a(tid, 2u, h.a2 * sa);
+        place_a(tid, 3u, h.a3 * sa);
+    }
+    if (NA > 4u) {
+        place_a(tid, 4u, h.a4 * sa);
+        place_a(tid, 5u, h.a5 * sa);
+        place_a(tid, 6u, h.a6 * sa);
+        place_a(tid, 7u, h.a7 * sa);
+    }
+    place_b(tid, 0u, h.b0 * sb);
+    if (NB > 1u) { place_b(tid, 1u, h.b1 * sb); }
+    if (NB > 2u) {
+        place_b(tid, 2u, h.b2 * sb);
+        place_b(tid, 3u, h.b3 * sb);
+    }
+    if (NB > 4u) {
+        place_b(tid, 4u, h.b4 * sb);
+        place_b(tid, 5u, h.b5 * sb);
+        place_b(tid, 6u, h.b6 * sb);
+        place_b(tid, 7u, h.b7 * sb);
     }
 }
 
@@ -166,9 +240,13 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
     var c32 = Acc();
     var c33 = Acc();
 #endif
+    var h = hold(tid, batch, row0, col0, 0u);
     for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
-        stage(tid, batch, row0, col0, k0, sa, sb);
+        stage(tid, h, sa, sb);
         workgroupBarrier();
+        let more = k0 + BK < p.k;
+        // PREFETCH: the next slice's reads are in flight during this slice's multiply-adds.
+        if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
         for (var kk = 0u; kk < BK; kk = kk + 16u) {
             let a0: MatA = coopLoadT<MatA>(&ta[sr * SA + kk], SA);
             let a1: MatA = coopLoadT<MatA>(&ta[(sr + 16u) * SA + kk], SA);
@@ -198,6 +276,7 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
 #endif
         }
         workgroupBarrier();
+        if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
     }
     let ua = scales[2];
     let ub = scales[3];
@@ -269,9 +348,12 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
     // The invocation's rows sr + lane + 32·r of its subgroup's quarter, every column of it: what
     // the subgroup's accumulators hold between them.
     var acc: array<f32, LANE_ROWS * COLS>;
+    var h = hold(tid, batch, row0, col0, 0u);
     for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
-        stage(tid, batch, row0, col0, k0, sa, sb);
+        stage(tid, h, sa, sb);
         workgroupBarrier();
+        let more = k0 + BK < p.k;
+        if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
             for (var r = 0u; r < LANE_ROWS; r = r + 1u) {
                 let av = f32(ta[(sr + lane + 32u * r) * SA + kk]);
@@ -281,6 +363,7 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
             }
         }
         workgroupBarrier();
+        if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
     }
     let ua = scales[2];
     let ub = scales[3];

@@ -9,12 +9,14 @@ use crate::precision::{amax, pow2, round_operand, scale_exponent, MAX_SCALE_EXPO
 use crate::shaders::Define;
 
 /// A fast kernel's shape: 64×64 or, `wide`, 128×128 of out a workgroup (2×2 or 4×4
-/// accumulators of 16×16 a subgroup), staging `bk` of K at a time. Every candidate runs the same
-/// 16-deep multiply-adds in the same K order, so the choice changes no bit.
+/// accumulators of 16×16 a subgroup), staging `bk` of K at a time, with the next slice's reads
+/// issued before this one's multiply-adds when `prefetch`. Every candidate runs the same 16-deep
+/// multiply-adds in the same K order, so the choice changes no bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastTile {
     pub wide: bool,
     pub bk: u32,
+    pub prefetch: bool,
 }
 
 /// The switch that selects the cooperative built-ins (on) or their scalar emulation (off).
@@ -24,12 +26,50 @@ pub const COOP: &str = "COOP";
 const FAST_THREADS: u32 = 128;
 
 /// Every fast candidate, the default first: 64×64 fits WebGPU's default 16 KiB of workgroup
-/// memory; 128×128 reuses each staged value twice as often, for the large products.
+/// memory; 128×128 reuses each staged value twice as often, for the large products; the
+/// prefetching ones hide the reads' latency at the cost of registers (up to 8 vec4s of each
+/// operand an invocation, which bounds `bk` for each size).
 pub const FAST_TILES: &[FastTile] = &[
-    FastTile { wide: false, bk: 32 },
-    FastTile { wide: true, bk: 32 },
-    FastTile { wide: false, bk: 16 },
-    FastTile { wide: true, bk: 16 },
+    FastTile {
+        wide: false,
+        bk: 32,
+        prefetch: false,
+    },
+    FastTile {
+        wide: true,
+        bk: 32,
+        prefetch: false,
+    },
+    FastTile {
+        wide: false,
+        bk: 16,
+        prefetch: false,
+    },
+    FastTile {
+        wide: true,
+        bk: 16,
+        prefetch: false,
+    },
+    FastTile {
+        wide: false,
+        bk: 32,
+        prefetch: true,
+    },
+    FastTile {
+        wide: true,
+        bk: 32,
+        prefetch: true,
+    },
+    FastTile {
+        wide: true,
+        bk: 16,
+        prefetch: true,
+    },
+    FastTile {
+        wide: false,
+        bk: 64,
+        prefetch: true,
+    },
 ];
 
 impl FastTile {
@@ -41,15 +81,21 @@ impl FastTile {
             64
         }
     }
+    /// The vec4s of each operand an invocation reads a slice (the shader's NA and NB): 1, 2,
+    /// 4 or 8, the registers its `Held` names.
+    pub const fn held(&self) -> u32 {
+        self.size() as u32 * self.bk / 4 / FAST_THREADS
+    }
     /// The variant's switches: `coop` where the device has cooperative matrices, the emulation
     /// otherwise (tests on lavapipe).
-    pub const fn defines(&self, coop: bool) -> [Define; 5] {
+    pub const fn defines(&self, coop: bool) -> [Define; 6] {
         let size = self.size() as u32;
         [
             Define::u32("BM", size),
             Define::u32("BN", size),
             Define::u32("BK", self.bk),
             Define::bool("WIDE", self.wide),
+            Define::bool("PREFETCH", self.prefetch),
             Define::bool(COOP, coop),
         ]
     }
@@ -61,7 +107,8 @@ impl FastTile {
 
 impl Candidate for FastTile {
     fn name(&self) -> String {
-        format!("fast {0}x{0} k{1}", self.size(), self.bk)
+        let prefetch = if self.prefetch { " prefetch" } else { "" };
+        format!("fast {0}x{0} k{1}{prefetch}", self.size(), self.bk)
     }
     fn fits(&self, gpu: &crate::gpu::GpuBackend) -> bool {
         let limits = &gpu.limits;
@@ -130,4 +177,18 @@ pub fn cpu<T: crate::ops::Scalar>(out: &mut [T], a: &[T], b: &[T], d: MatmulDims
         });
     }
     scaled.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FAST_TILES;
+
+    /// The shader names 1, 2, 4 or 8 held vec4s of each operand; a tile that read more or
+    /// another count would stage part of its slice.
+    #[test]
+    fn every_fast_tile_holds_what_the_shader_names() {
+        for tile in FAST_TILES {
+            assert!([1, 2, 4, 8].contains(&tile.held()), "{tile:?} holds {}", tile.held());
+        }
+    }
 }
