@@ -378,7 +378,9 @@ pub struct TrainArgs {
     /// to start from another preset.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Continue the run in DIR from its newest valid checkpoint; its config.toml is used as is.
+    /// Continue the run in DIR from its newest valid checkpoint; its config.toml is used as is,
+    /// but for `--steps N`, which extends the run to N steps (a new cycle of the schedule from its
+    /// old end, recorded in config.toml).
     #[arg(long, conflicts_with_all = ["config", "preset", "out"])]
     pub resume: Option<PathBuf>,
     /// The run directory; it must not hold an earlier run. (Checked by `train`, not by clap, so

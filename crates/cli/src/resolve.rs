@@ -17,12 +17,13 @@ pub fn read_config(path: &Path) -> Result<RunConfig> {
 }
 
 /// `--resume` continues a fixed config: any other setting would break the bit-identical replay.
+/// Two may be given: the class (the backend's, which a resumed run may change, with a warning)
+/// and `--steps`, which extends the run ([`extension`]).
 pub fn refuse_overrides(args: &TrainArgs) -> Result<()> {
     let mut changed: Vec<String> = args
         .settings
         .given()
-        // The class is the backend's, which a resumed run may change (with a warning).
-        .filter(|(s, _)| s.key != PRECISION)
+        .filter(|(s, _)| s.key != PRECISION && !(s.table == "train" && s.key == "steps"))
         .map(|(s, _)| format!("--{}", s.flag))
         .chain(args.arch.map(|_| "--arch".to_string()))
         .chain(args.task.map(|_| "--task".to_string()))
@@ -38,6 +39,25 @@ pub fn refuse_overrides(args: &TrainArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The steps `--resume DIR --steps N` extends a run to: more than it has, or an error that
+/// says what `--steps` means there. None when not given.
+pub fn extension(args: &TrainArgs, cfg: &RunConfig) -> Result<Option<usize>> {
+    let Some(text) = args.settings.get("train", "steps") else {
+        return Ok(None);
+    };
+    let steps: usize = text
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--steps must be a whole number, not \"{text}\""))?;
+    if steps <= cfg.train.steps {
+        bail!(
+            "--resume with --steps {steps} extends a run, and this one has steps = {} already; give more \
+             steps than that, or leave --steps out to finish the run as it is",
+            cfg.train.steps
+        );
+    }
+    Ok(Some(steps))
 }
 
 /// The setting of the numeric class, `--precision`.

@@ -4,7 +4,7 @@
 use crate::args::{BackendKind, TrainArgs};
 use crate::console::{say, warn, Console};
 use crate::drive::Cli;
-use crate::resolve::{read_config, refuse_overrides, resolve};
+use crate::resolve::{extension, read_config, refuse_overrides, resolve};
 use crate::run_dir::{self, RunDir, BACKEND_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
 use crate::source;
 use anyhow::{anyhow, bail, Context, Result};
@@ -27,7 +27,24 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(path) => {
             refuse_overrides(&args)?;
             let dir = RunDir::resume(path)?;
-            (read_config(&dir.file(CONFIG_FILE))?, dir, true)
+            let mut cfg = read_config(&dir.file(CONFIG_FILE))?;
+            if let Some(steps) = extension(&args, &cfg)? {
+                // Recorded before a step is taken: a resume after a kill continues the extension.
+                let from = cfg.train.steps;
+                cfg.train = cfg.train.extended(steps);
+                cfg.validate()?;
+                let text = cfg.to_toml()?;
+                run_dir::write_atomic(&dir.file(CONFIG_FILE), |tmp| {
+                    std::fs::write(tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))
+                })?;
+                say(&format!(
+                    "extending {} from {from} to {steps} steps: a new cycle of the schedule (warmup over {} steps, \
+                     then cosine decay to the floor) from step {from}, recorded as train.restarts in its {CONFIG_FILE}",
+                    dir.path.display(),
+                    models::Schedule::new(&cfg.train).warmup(steps - from),
+                ));
+            }
+            (cfg, dir, true)
         }
         None => {
             let cfg = resolve(&args)?;
@@ -321,11 +338,14 @@ impl PreparedRun {
                     if state.step as usize == cfg.train.steps && model_file.exists() {
                         say(&format!(
                             "{} finished its {} steps already (its model is {}); there is nothing to resume. To \
+                             train it further, extend it: resmem train --resume {} --steps N (N above {}); to \
                              train another model like it, start a new run from its {CONFIG_FILE}: resmem train \
-                             --config {} --steps N --out NEW_DIR",
+                             --config {} --out NEW_DIR",
                             self.dir.path.display(),
                             cfg.train.steps,
                             model_file.display(),
+                            self.dir.path.display(),
+                            cfg.train.steps,
                             self.dir.file(CONFIG_FILE).display()
                         ));
                         return Ok(());
@@ -495,7 +515,13 @@ pub fn newest_checkpoint(
         let loaded = data::read_file(path).map_err(anyhow::Error::from).and_then(|bytes| {
             // Compared as configs, not as text: a setting added since it was written reads as
             // its default, which is what the run trained with.
-            if RunConfig::from_toml(&checkpoint::config_of(&bytes)?)? != *cfg {
+            // The same config, or the same before `--steps` extended the run.
+            let written = RunConfig::from_toml(&checkpoint::config_of(&bytes)?)?;
+            let same_but_train = RunConfig {
+                train: cfg.train.clone(),
+                ..written.clone()
+            } == *cfg;
+            if !(same_but_train && cfg.train.continues(&written.train)) {
                 bail!("it was written with another config than {CONFIG_FILE}");
             }
             Ok(checkpoint::state_from_bytes(layout, &bytes)?)

@@ -698,6 +698,85 @@ fn bad_inputs_give_clear_errors_and_never_panic() {
     }
 }
 
+/// `--resume DIR --steps N` extends a finished run: a new cycle of the schedule from its old
+/// end, recorded in config.toml; a checkpoint written before the extension resumes under it to
+/// the same losses; and --steps that would not extend the run is refused.
+#[test]
+fn a_finished_run_extends_with_steps_and_resumes_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let flags = [
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "8",
+        "--checkpoint-every",
+        "4",
+        "--log-every",
+        "1",
+    ];
+    for out in [&a, &b] {
+        let o = run(&flags, Some(out));
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let extend = |run: &Path, steps: &str| {
+        resmem()
+            .args(["train", "--resume"])
+            .arg(run)
+            .args(["--steps", steps])
+            .output()
+            .unwrap()
+    };
+    for steps in ["8", "5", "x"] {
+        let o = extend(&a, steps);
+        assert!(
+            !o.status.success() && stderr(&o).contains("--steps"),
+            "{steps}: {}",
+            stderr(&o)
+        );
+        assert!(!stderr(&o).contains("panicked"));
+    }
+    let o = extend(&a, "14");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("extending") && said.contains("from 8 to 14"), "{said}");
+    let config: toml::Table = toml::from_str(&std::fs::read_to_string(a.join("config.toml")).unwrap()).unwrap();
+    assert_eq!(config["train"]["steps"].as_integer(), Some(14));
+    assert_eq!(config["train"]["restarts"].as_array().map(|r| r.len()), Some(1));
+    let rows = rows(&a);
+    assert_eq!(rows.last().unwrap()["step"].as_u64(), Some(14));
+    let lr = |step: u64| {
+        rows.iter().find(|r| r["step"].as_u64() == Some(step)).unwrap()["lr"]
+            .as_f64()
+            .unwrap()
+    };
+    // 6 new steps warm up over 1 (5% of 6, at least 1): back to the peak at step 9, then down.
+    assert!(
+        lr(8) < lr(9) && lr(10) < lr(9),
+        "the new cycle starts again: {} {} {}",
+        lr(8),
+        lr(9),
+        lr(10)
+    );
+    // b, cut back to its step-4 checkpoint (written before any extension), extends to the same.
+    std::fs::remove_file(b.join("model.safetensors")).unwrap();
+    let newest = checkpoints(&b).into_iter().max().unwrap().1;
+    std::fs::remove_file(newest).unwrap();
+    let o = extend(&b, "14");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(step 4)"));
+    // Every training loss and the last evaluation (a also evaluated at its old end, step 8).
+    let training = |run: &Path| losses(run).into_iter().map(|(s, l, _)| (s, l)).collect::<Vec<_>>();
+    assert_eq!(training(&a), training(&b));
+    assert_eq!(losses(&a).last(), losses(&b).last());
+    // Extended again, it continues from 14, and the finished message points to --steps.
+    let o = extend(&a, "16");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = resmem().args(["train", "--resume"]).arg(&a).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("--steps N"));
+}
+
 /// A run whose config.toml was edited after its checkpoints cannot resume, and is left as it
 /// was: nothing is retrained over it.
 #[test]

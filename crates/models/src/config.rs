@@ -777,6 +777,11 @@ pub struct TrainConfig {
     /// before it: strict.
     #[serde(default, with = "precision_name")]
     pub precision: engine::Precision,
+    /// The steps at which `resmem train --resume DIR --steps N` extended the run: each starts
+    /// a new cycle of the schedule (warmup, then cosine) that ends at the next one or at
+    /// `steps`. Empty for a run never extended, and absent from its TOML.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restarts: Vec<usize>,
 }
 
 /// A precision class as its name in TOML (`"strict"`, `"fast"`).
@@ -807,13 +812,53 @@ impl Default for TrainConfig {
             max_grad_norm: 1.0,
             seed: 0,
             precision: engine::Precision::Strict,
+            restarts: Vec::new(),
         }
     }
 }
 
 impl TrainConfig {
+    /// The schedule's cycle boundaries: 0, each restart, then `steps`.
+    pub fn cycles(&self) -> Vec<usize> {
+        std::iter::once(0)
+            .chain(self.restarts.iter().copied())
+            .chain([self.steps])
+            .collect()
+    }
+
+    /// This config extended to `steps` (more than it has): a new cycle of the schedule from
+    /// its current end.
+    pub fn extended(&self, steps: usize) -> Self {
+        let mut restarts = self.restarts.clone();
+        restarts.push(self.steps);
+        Self {
+            steps,
+            restarts,
+            ..self.clone()
+        }
+    }
+
+    /// Whether this config is `earlier`, or `earlier` extended (once or more): what a
+    /// checkpoint written before an extension needs to resume under it.
+    pub fn continues(&self, earlier: &Self) -> bool {
+        let n = earlier.restarts.len();
+        let ended_at = self.restarts.get(n).copied().unwrap_or(self.steps);
+        let same_otherwise = Self {
+            steps: self.steps,
+            restarts: self.restarts.clone(),
+            ..earlier.clone()
+        } == *self;
+        self.restarts.starts_with(&earlier.restarts) && earlier.steps == ended_at && same_otherwise
+    }
+
     pub fn validate(&self) -> Result<()> {
         require_positive(&[("batch", self.batch), ("steps", self.steps)])?;
+        if self.cycles().windows(2).any(|w| w[0] >= w[1]) {
+            return Err(ModelError::Config(format!(
+                "train.restarts = {:?} must rise from above 0 to below steps = {}",
+                self.restarts, self.steps
+            )));
+        }
         require_in_range(&[
             ("lr", self.lr, Range::Positive),
             ("warmup_frac", self.warmup_frac, Range::Fraction),
