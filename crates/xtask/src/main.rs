@@ -135,7 +135,36 @@ fn setup_test_tools(root: &Path) -> Result<()> {
 
 fn setup_all(root: &Path) -> Result<()> {
     setup_web(root)?;
-    setup_test_tools(root)
+    setup_test_tools(root)?;
+    setup_jax(root)
+}
+
+/// The virtual environment of the JAX side's tests (python/, issue 43), in the checkout.
+const JAX_VENV: &str = ".venv-jax";
+
+/// What the JAX tests import; pip installs python/'s dependencies when one is missing. The
+/// tests import the package from python/ itself, so an edit there needs no reinstall.
+const JAX_IMPORTS: &str = "import jax, equinox, optax, safetensors, numpy, pytest";
+
+/// The venv with JAX's CPU wheels and the package's dependencies, only where missing.
+fn setup_jax(root: &Path) -> Result<()> {
+    let venv = root.join(JAX_VENV);
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        if output("python3", &["-c", "import venv, ensurepip"]).is_none() {
+            apt_install(&["python3-venv"])?;
+        }
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let python = python.to_string_lossy().to_string();
+    if output(&python, &["-c", JAX_IMPORTS]).is_none() {
+        // The package's own dependencies (python/pyproject.toml) and pytest, from PyPI.
+        run(Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .arg(format!("{}[test]", root.join("python").display())))
+        .context("pip could not install the JAX side's dependencies from PyPI; check the network")?;
+    }
+    Ok(())
 }
 
 /// The version of `package` in Cargo.lock.
@@ -251,6 +280,13 @@ fn test(root: &Path) -> Result<()> {
     std::fs::create_dir_all(&runtime)?;
     let t1 = Instant::now();
     run(Command::new("cargo").arg("test").env("XDG_RUNTIME_DIR", &runtime))?;
+    // The JAX side against the CLI cargo test just built (opt-level 1, enough for tiny runs).
+    let t_jax = Instant::now();
+    run(Command::new(root.join(JAX_VENV).join("bin/python"))
+        .args(["-m", "pytest", "-q", "python/tests"])
+        .env("RESMEM", root.join("target/debug/resmem"))
+        .env("XDG_RUNTIME_DIR", &runtime))?;
+    let jax_s = t_jax.elapsed().as_secs_f64();
     let t2 = Instant::now();
     run(Command::new("trunk").args(["build", "--release"]))?;
     let shots = root.join("target/browser");
@@ -260,9 +296,9 @@ fn test(root: &Path) -> Result<()> {
         .arg(&shots)
         .env("XDG_RUNTIME_DIR", &runtime))?;
     println!(
-        "all tests passed: set-up {:.0} s, cargo tests {:.0} s, page build and browser tests {:.0} s; screenshot in {}",
+        "all tests passed: set-up {:.0} s, cargo tests {:.0} s, JAX side {jax_s:.0} s, page build and browser tests {:.0} s; screenshot in {}",
         (t1 - t0).as_secs_f64(),
-        (t2 - t1).as_secs_f64(),
+        (t_jax - t1).as_secs_f64(),
         t2.elapsed().as_secs_f64(),
         shots.join("playground.png").display()
     );
