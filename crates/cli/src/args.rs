@@ -383,6 +383,11 @@ pub struct TrainArgs {
     /// old end, recorded in config.toml).
     #[arg(long, conflicts_with_all = ["config", "preset", "out"])]
     pub resume: Option<PathBuf>,
+    /// Start from another run's weights (its newest checkpoint, else its model.safetensors) or
+    /// from one parameter file, in place of the seed's initialisation: fine-tuning. The model
+    /// must have the same architecture and sizes; the optimiser and schedule start afresh.
+    #[arg(long, conflicts_with = "resume", value_name = "RUN")]
+    pub init_from: Option<PathBuf>,
     /// The run directory; it must not hold an earlier run. (Checked by `train`, not by clap, so
     /// that `bench` can share these flags.)
     #[arg(long)]

@@ -47,7 +47,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
             (cfg, dir, true)
         }
         None => {
-            let cfg = resolve(&args)?;
+            let mut cfg = resolve(&args)?;
+            if let Some(from) = &args.init_from {
+                // Absolute, so that a resume from another directory finds it.
+                let from = std::path::absolute(from)
+                    .with_context(|| format!("cannot resolve --init-from {}", from.display()))?;
+                if !from.exists() {
+                    bail!("--init-from {}: no such run or file", from.display());
+                }
+                cfg.train.init_from = Some(from.to_string_lossy().into_owned());
+            }
             let out = args
                 .out
                 .as_ref()
@@ -380,6 +389,18 @@ impl PreparedRun {
             })?;
             None
         };
+        // A run that starts at step 0 (new, or killed before its first checkpoint) starts from
+        // --init-from's weights; one that resumes has them in its checkpoint already.
+        if let (Some(from), None | Some(0)) = (&cfg.train.init_from, resumed_from) {
+            let (values, file) = crate::load::params(Path::new(from), None, &layout).with_context(|| {
+                format!(
+                    "--init-from {from} does not fit this model: it needs the same architecture and sizes \
+                     (start from its config with --config {from}/{CONFIG_FILE})"
+                )
+            })?;
+            be.write(&trainer.model.store().params, &values);
+            say(&format!("starting from the weights of {}", file.display()));
+        }
         let device = Device {
             backend: backend_name(self.backend).into(),
             device: be.describe(),

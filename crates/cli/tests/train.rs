@@ -777,6 +777,64 @@ fn a_finished_run_extends_with_steps_and_resumes_bit_for_bit() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("--steps N"));
 }
 
+/// `--init-from RUN` starts a new run from another's weights (fine-tuning): its first loss is the
+/// trained run's, not a fresh model's; config.toml records where from, so a run killed before its
+/// first checkpoint starts from them again; another architecture or a missing run is refused.
+#[test]
+fn init_from_starts_a_run_from_another_runs_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c, fresh) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+        dir.path().join("f"),
+    );
+    let flags = ["train", "--backend", "cpu", "--log-every", "1"];
+    let o = run(&[&flags[..], &["--steps", "30"]].concat(), Some(&a));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(
+        &[&flags[..], &["--steps", "4", "--init-from", a.to_str().unwrap()]].concat(),
+        Some(&b),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("starting from the weights of"));
+    let o = run(&[&flags[..], &["--steps", "4"]].concat(), Some(&fresh));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = |run: &Path| losses(run)[0].1;
+    let trained = losses(&a).last().unwrap().1;
+    assert!(
+        (first(&b) - trained).abs() < 0.5 && first(&fresh) > first(&b) + 1.0,
+        "fine-tuned {} against the source's last {trained} and a fresh model's {}",
+        first(&b),
+        first(&fresh)
+    );
+    let config: toml::Table = toml::from_str(&std::fs::read_to_string(b.join("config.toml")).unwrap()).unwrap();
+    let recorded = config["train"]["init_from"].as_str().unwrap();
+    assert!(
+        Path::new(recorded).is_absolute() && recorded.ends_with("/a"),
+        "{recorded}"
+    );
+    // Cut back to step 0 (no checkpoint), the run starts from a's weights again, to the same losses.
+    let before = losses(&b);
+    std::fs::remove_dir_all(b.join("checkpoints")).unwrap();
+    std::fs::remove_file(b.join("model.safetensors")).unwrap();
+    let o = resmem().args(["train", "--resume"]).arg(&b).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&b), before);
+    for (extra, says) in [
+        (
+            vec!["--arch", "rmt", "--init-from", a.to_str().unwrap()],
+            "does not fit this model",
+        ),
+        (vec!["--init-from", "/nonexistent/run"], "no such run"),
+    ] {
+        let o = run(&[&flags[..], &["--steps", "4"], &extra[..]].concat(), Some(&c));
+        assert!(!o.status.success() && stderr(&o).contains(says), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"));
+        let _ = std::fs::remove_dir_all(&c);
+    }
+}
+
 /// A run whose config.toml was edited after its checkpoints cannot resume, and is left as it
 /// was: nothing is retrained over it.
 #[test]

@@ -782,6 +782,10 @@ pub struct TrainConfig {
     /// `steps`. Empty for a run never extended, and absent from its TOML.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restarts: Vec<usize>,
+    /// The run or parameter file the weights start from (`resmem train --init-from`), in place
+    /// of the seed's initialisation: fine-tuning. The optimiser and schedule start afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<String>,
 }
 
 /// A precision class as its name in TOML (`"strict"`, `"fast"`).
@@ -813,6 +817,7 @@ impl Default for TrainConfig {
             seed: 0,
             precision: engine::Precision::Strict,
             restarts: Vec::new(),
+            init_from: None,
         }
     }
 }
