@@ -92,9 +92,15 @@ impl RunDir {
                 from.display()
             ));
         }
-        // Temporary files of a write that was killed before its rename.
+        // Temporary files of a write that was killed before its rename: checkpoints', and
+        // write_atomic's beside config.toml and metrics.jsonl. The lock keeps out live writers.
         for entry in fs::read_dir(dir.checkpoints()).into_iter().flatten().flatten() {
             if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        for entry in fs::read_dir(&dir.path).into_iter().flatten().flatten() {
+            if is_temporary(&entry.file_name().to_string_lossy()) {
                 let _ = fs::remove_file(entry.path());
             }
         }
@@ -280,6 +286,14 @@ pub fn checkpoints_in(run: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
+/// How write_atomic's temporary names start.
+const TEMPORARY: &str = ".resmem-";
+
+/// Whether `name` is one of write_atomic's temporary files.
+fn is_temporary(name: &str) -> bool {
+    name.starts_with(TEMPORARY) && name.contains(".tmp")
+}
+
 /// Writes `path` through `write` (which writes the temporary path it is given), then fsyncs,
 /// renames, and fsyncs the directory, so that `path` is always either the old file or the whole
 /// new one. A failed write removes the temporary file and leaves `path` as it was.
@@ -292,7 +306,14 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Res
     // Short, so that any legal name can be written; unique within and across processes.
     static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".resmem-{}-{n}.tmp", std::process::id()));
+    // The target's extension kept last, for writers that choose a format by it (plotters).
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy())
+        .filter(|e| e.len() <= 8)
+        .map(|e| format!(".{e}"))
+        .unwrap_or_default();
+    let tmp = dir.join(format!("{TEMPORARY}{}-{n}.tmp{ext}", std::process::id()));
     let result = (|| {
         write(&tmp)?;
         File::open(&tmp)
@@ -318,5 +339,26 @@ mod tests {
         let text = b"{\"step\":1}\n{\"step\":10}\n{\"step\":20}\n{\"ste";
         assert_eq!(kept_metrics(text, 10), b"{\"step\":1}\n{\"step\":10}\n");
         assert_eq!(kept_metrics(text, 99), b"{\"step\":1}\n{\"step\":10}\n{\"step\":20}\n");
+    }
+
+    /// A failed write leaves the old file whole and no temporary behind; the temporary keeps the
+    /// target's extension (plotters picks its format by it), and resume's cleaning knows it.
+    #[test]
+    fn a_failed_write_leaves_the_old_file_and_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let figure = dir.path().join("fig.png");
+        fs::write(&figure, b"old figure").unwrap();
+        let mut seen = PathBuf::new();
+        let failed = write_atomic(&figure, |tmp| {
+            seen = tmp.to_path_buf();
+            fs::write(tmp, b"half a")?;
+            anyhow::bail!("the drawing failed")
+        });
+        assert!(failed.is_err());
+        assert_eq!(fs::read(&figure).unwrap(), b"old figure");
+        let name = seen.file_name().unwrap().to_string_lossy().to_string();
+        assert!(name.ends_with(".tmp.png") && is_temporary(&name), "{name}");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "only the old figure");
+        assert!(!is_temporary(LOCK_FILE) && !is_temporary("config.toml"));
     }
 }

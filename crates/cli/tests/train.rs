@@ -178,8 +178,12 @@ fn train_copy_on_cpu_writes_metrics_whose_loss_falls() {
 fn resuming_a_finished_run_says_so_and_changes_nothing() {
     let (_dir, run_dir, rows) = train_copy("rmt", "20");
     let model = std::fs::read(run_dir.join("model.safetensors")).unwrap();
+    // What a kill -9 during a config.toml or metrics.jsonl write leaves: resume cleans it.
+    let leftover = run_dir.join(".resmem-1-0.tmp");
+    std::fs::write(&leftover, "half a config").unwrap();
     let o = resmem().args(["train", "--resume"]).arg(&run_dir).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!leftover.exists(), "resume removes write_atomic's temporaries");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("finished its 20 steps already") && !out.contains("done:"),

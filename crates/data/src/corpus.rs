@@ -195,6 +195,8 @@ pub fn prepare(
     }
 
     fs::create_dir_all(out).map_err(DataError::io("create the directory", out))?;
+    // Held to the end: a second `data prepare` into the same directory is refused, not mixed in.
+    let _lock = lock(out)?;
     // Without meta.json a half-replaced corpus cannot be mistaken for a complete one.
     let meta_path = out.join(META_FILE);
     match fs::remove_file(&meta_path) {
@@ -346,10 +348,34 @@ pub fn pieces(text: &str, target: usize) -> Vec<&str> {
     out
 }
 
+/// A name beside `path` that no other process writes (the lock keeps two prepares apart; this
+/// keeps a killed one's leftovers from being taken for a live one's).
 fn temp_name(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
+    name.push(format!(".{}.tmp", std::process::id()));
     path.with_file_name(name)
+}
+
+/// The lock file of a corpus directory, as run directories have theirs.
+const LOCK_FILE: &str = ".resmem.lock";
+
+/// An exclusive lock on `out`, held while the returned file stays open.
+fn lock(out: &Path) -> Result<File, DataError> {
+    let path = out.join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(DataError::io("open the lock file", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(DataError::Invalid(format!(
+            "another `resmem data prepare` is writing into {}; wait for it to finish, or give another --out",
+            out.display()
+        ))),
+        Err(fs::TryLockError::Error(e)) => Err(DataError::io("lock", &path)(e)),
+    }
 }
 
 /// Appends tokens to a temporary file that `finish` renames into place.
@@ -728,6 +754,27 @@ pub(crate) mod tests {
     }
 
     fn noop(_: u64, _: u64) {}
+
+    /// A prepare into a directory another prepare holds is refused, and touches nothing there.
+    #[test]
+    fn a_second_prepare_into_one_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let texts = write_texts(tmp.path());
+        let out = tmp.path().join("c");
+        prepare(std::slice::from_ref(&texts), TokenizerKind::Bytes, 0.1, &out, &mut noop).unwrap();
+        let before: Vec<Vec<u8>> = [TRAIN_FILE, VAL_FILE, META_FILE]
+            .map(|f| fs::read(out.join(f)).unwrap())
+            .into();
+        let held = lock(&out).unwrap();
+        let err = prepare(std::slice::from_ref(&texts), TokenizerKind::Gpt2, 0.1, &out, &mut noop).unwrap_err();
+        assert!(err.to_string().contains("another `resmem data prepare`"), "{err}");
+        let after: Vec<Vec<u8>> = [TRAIN_FILE, VAL_FILE, META_FILE]
+            .map(|f| fs::read(out.join(f)).unwrap())
+            .into();
+        assert_eq!(before, after);
+        drop(held);
+        prepare(std::slice::from_ref(&texts), TokenizerKind::Gpt2, 0.1, &out, &mut noop).unwrap();
+    }
 
     #[test]
     fn prepare_is_deterministic_and_splits_each_document() {

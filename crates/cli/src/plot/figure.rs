@@ -76,18 +76,19 @@ pub(super) fn write(figure: &Figure, out: &Path, format: Format) -> Result<()> {
         std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
     }
     let written = |e: String| anyhow!("cannot write {}: {e}", out.display());
-    match format {
+    // Drawn beside it and renamed: a failed plot leaves an earlier figure whole.
+    crate::run_dir::write_atomic(out, |tmp| match format {
         Format::Svg => {
-            let root = SVGBackend::new(out, SIZE).into_drawing_area();
+            let root = SVGBackend::new(tmp, SIZE).into_drawing_area();
             figure.draw(&root)?;
             root.present().map_err(|e| written(e.to_string()))
         }
         Format::Png => {
-            let root = BitMapBackend::new(out, SIZE).into_drawing_area();
+            let root = BitMapBackend::new(tmp, SIZE).into_drawing_area();
             figure.draw(&root)?;
             root.present().map_err(|e| written(e.to_string()))
         }
-    }
+    })
 }
 
 impl Figure {
