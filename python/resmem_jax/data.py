@@ -113,6 +113,8 @@ def held_out(config: dict, m: int | None = None, run_dir=None) -> list[tuple[np.
         if not path.is_absolute() and run_dir is not None and not path.exists():
             path = Path(run_dir) / path
         return rows_batches(load_file(str(path))["tokens"], b)[:m]
+    if data["source"] == "text":
+        return Corpus(_corpus_path(data, run_dir)).fixed_batches(b, t, m)
     raise NotImplementedError(f"the {data['source']} source's held-out windows are not ported yet")
 
 
@@ -122,3 +124,106 @@ def separator(config: dict) -> int | None:
     if data.get("doc_mask") and data.get("tokenizer") == "gpt2":
         return 50256
     return None
+
+
+# --- training batches, and prepared text corpora (crates/data/src/corpus.rs, sampler.rs) -------
+
+
+def _wmul32(a: int, b: int) -> tuple[int, int]:
+    x = a * b
+    return x >> 32, x & 0xFFFFFFFF
+
+
+def random_range_inclusive(rng: Xoshiro256PlusPlus, low: int, high: int) -> int:
+    """rand 0.9's `random_range(low..=high)` for a usize (default features: not "unbiased"):
+    below 2^32 it samples as a u32 (UniformUsize, so that 32- and 64-bit targets agree) with
+    one widening multiply of the upper 32 bits of a draw and, when the low half is biased,
+    a second draw whose carry is added."""
+    if high > 0xFFFFFFFF:
+        rng_range = (high - low + 1) & MASK
+        if rng_range == 0:
+            return rng.next_u64()
+        x = rng.next_u64() * rng_range
+        result, lo = x >> 64, x & MASK
+        if lo > ((-rng_range) & MASK):
+            hi2 = (rng.next_u64() * rng_range) >> 64
+            result += int(lo + hi2 > MASK)
+        return low + result
+    rng_range = (high - low + 1) & 0xFFFFFFFF
+    if rng_range == 0:
+        return rng.next_u64() >> 32
+    result, lo = _wmul32(rng.next_u64() >> 32, rng_range)
+    if lo > ((-rng_range) & 0xFFFFFFFF):
+        hi2, _ = _wmul32(rng.next_u64() >> 32, rng_range)
+        result += int(lo + hi2 > 0xFFFFFFFF)
+    return low + result
+
+
+class Corpus:
+    """A corpus `resmem data prepare` wrote: meta.json, train.bin and val.bin (little-endian
+    u16 or u32 tokens, `token_bytes` each), memory-mapped."""
+
+    def __init__(self, path):
+        import json
+        from pathlib import Path
+
+        self.dir = Path(path)
+        self.meta = json.loads((self.dir / "meta.json").read_text())
+        dtype = {2: "<u2", 4: "<u4"}[self.meta["token_bytes"]]
+        self.splits = {s: np.memmap(self.dir / f"{s}.bin", dtype=dtype, mode="r") for s in ("train", "val")}
+
+    def windows(self, split: str, starts, t: int) -> tuple[np.ndarray, np.ndarray]:
+        tokens = self.splits[split]
+        rows = np.stack([np.asarray(tokens[s : s + t + 1], dtype=np.uint32) for s in starts])
+        return rows[:, :-1], rows[:, 1:]
+
+    def batch(self, b: int, t: int, seed: int, step: int):
+        """TextSampler::batch: B windows at uniform offsets in 0..=len − T − 1, drawn in order
+        from Xoshiro256++ seeded with step_seed(seed, step)."""
+        rng = Xoshiro256PlusPlus(step_seed(seed, step))
+        last = max(len(self.splits["train"]) - (t + 1), 0)
+        return self.windows("train", [random_range_inclusive(rng, 0, last) for _ in range(b)], t)
+
+    def fixed_batches(self, b: int, t: int, m: int):
+        """TextSampler::fixed_batches on the val split: M·B windows spread evenly over it."""
+        span = max(len(self.splits["val"]) - (t + 1), 0)
+        count = m * b
+        starts = [0 if count == 1 else i * span // (count - 1) for i in range(count)]
+        return [self.windows("val", starts[k * b : (k + 1) * b], t) for k in range(m)]
+
+
+def _corpus_path(data: dict, run_dir):
+    from pathlib import Path
+
+    path = Path(data["path"])
+    if not path.is_absolute() and run_dir is not None and not path.exists():
+        path = Path(run_dir) / path
+    return path
+
+
+class TrainBatches:
+    """The batch resmem trains step `done + 1` on, as a pure function of (seed, done): the
+    copy/reverse tasks (sampler.rs TaskSampler), fixed token rows (FixedRows: batch k mod n),
+    or a prepared text corpus (TextSampler)."""
+
+    def __init__(self, config: dict, run_dir=None):
+        d, tr = config["data"], config["train"]
+        self.source, self.b, self.t, self.seed = d["source"], tr["batch"], d["seq_len"], tr["seed"]
+        if self.source == "task":
+            self.task = d["task"]
+            task_batch(self.task, 1, self.t, self.seed, 0)  # refuses a task not ported
+        elif self.source == "tokens":
+            from safetensors.numpy import load_file
+
+            self.rows = rows_batches(load_file(str(_corpus_path(d, run_dir)))["tokens"], self.b)
+        elif self.source == "text":
+            self.corpus = Corpus(_corpus_path(d, run_dir))
+        else:
+            raise NotImplementedError(f"the {self.source} source is not ported yet")
+
+    def __call__(self, done: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.source == "task":
+            return task_batch(self.task, self.b, self.t, self.seed, done)
+        if self.source == "tokens":
+            return self.rows[done % len(self.rows)]
+        return self.corpus.batch(self.b, self.t, self.seed, done)
