@@ -23,6 +23,8 @@ pub enum ImportCommand {
 pub enum ExportCommand {
     /// A run's RMT parameters under the official RMT code's names and axes, for JAX.
     Official(ExportArgs),
+    /// A run's metrics.jsonl as a TensorBoard event file.
+    Tensorboard(crate::tensorboard::TensorboardArgs),
 }
 
 #[derive(Args, Debug)]
@@ -198,7 +200,10 @@ fn beside(params: &Path) -> Option<PathBuf> {
 }
 
 pub fn export(cmd: ExportCommand) -> Result<()> {
-    let ExportCommand::Official(args) = cmd;
+    let args = match cmd {
+        ExportCommand::Official(args) => args,
+        ExportCommand::Tensorboard(args) => return crate::tensorboard::export(args),
+    };
     if args.out.exists() {
         bail!(
             "{} exists; choose another --out, or remove it first",

@@ -31,6 +31,7 @@ mod setting_flags;
 mod source;
 mod stats;
 mod sweep;
+mod tensorboard;
 mod train;
 mod tuning;
 

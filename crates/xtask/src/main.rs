@@ -144,7 +144,7 @@ const JAX_VENV: &str = ".venv-jax";
 
 /// What the JAX tests import; pip installs python/'s dependencies when one is missing. The
 /// tests import the package from python/ itself, so an edit there needs no reinstall.
-const JAX_IMPORTS: &str = "import jax, equinox, optax, safetensors, numpy, pytest";
+const JAX_IMPORTS: &str = "import jax, equinox, optax, safetensors, numpy, pytest, tensorboard";
 
 /// The venv with JAX's CPU wheels and the package's dependencies, only where missing.
 fn setup_jax(root: &Path) -> Result<()> {
