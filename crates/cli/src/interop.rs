@@ -25,6 +25,8 @@ pub enum ExportCommand {
     Official(ExportArgs),
     /// A run's metrics.jsonl as a TensorBoard event file.
     Tensorboard(crate::tensorboard::TensorboardArgs),
+    /// A run ready to continue in JAX (python/resmem_jax), on one machine or many.
+    Jax(crate::jax::JaxArgs),
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +205,7 @@ pub fn export(cmd: ExportCommand) -> Result<()> {
     let args = match cmd {
         ExportCommand::Official(args) => args,
         ExportCommand::Tensorboard(args) => return crate::tensorboard::export(args),
+        ExportCommand::Jax(args) => return crate::jax::export(args),
     };
     if args.out.exists() {
         bail!(

@@ -17,6 +17,7 @@ mod count;
 mod drive;
 mod eval;
 mod interop;
+mod jax;
 mod load;
 mod physical_peaks;
 mod plot;
