@@ -116,6 +116,10 @@ pub struct SliceLoss {
     pub loss: f64,
     /// Target tokens evaluated.
     pub tokens: u64,
+    /// Only the slice's first `eval_batches` batches, as `sweep --quick` measures (a check of
+    /// the pipeline, not a measurement).
+    #[serde(default)]
+    pub quick: bool,
     /// The model file it was measured on, by size and modification time: a cache key.
     model_bytes: u64,
     model_modified_ns: u128,
@@ -132,7 +136,7 @@ fn cache_file(run: &Path, slice: EvalSlice) -> PathBuf {
 /// [`SliceLoss`] of the run in `run`, measured once and then read from the run's directory
 /// while its model file is unchanged. Evaluated in the strict class whatever the run trained
 /// in, so that every arm is measured alike.
-pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice) -> Result<SliceLoss> {
+pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice, quick: bool) -> Result<SliceLoss> {
     let model_file = run.join(MODEL_FILE);
     let meta = std::fs::metadata(&model_file)
         .with_context(|| format!("cannot evaluate {}: it has no {MODEL_FILE}", run.display()))?;
@@ -144,7 +148,8 @@ pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice) -> Result<
     let cache = cache_file(run, slice);
     if let Ok(text) = std::fs::read_to_string(&cache) {
         if let Ok(cached) = serde_json::from_str::<SliceLoss>(&text) {
-            if cached.slice == slice && cached.model_bytes == meta.len() && cached.model_modified_ns == modified {
+            let same_model = cached.model_bytes == meta.len() && cached.model_modified_ns == modified;
+            if cached.slice == slice && cached.quick == quick && same_model {
                 return Ok(cached);
             }
         }
@@ -152,7 +157,10 @@ pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice) -> Result<
     let cfg = load::config(run)?;
     let data = source::open(&cfg.data)?;
     let (b, t) = (cfg.train.batch, cfg.data.seq_len());
-    let batches = data.slice_batches(b, t, cfg.train.seed, slice)?;
+    let mut batches = data.slice_batches(b, t, cfg.train.seed, slice)?;
+    if quick {
+        batches.truncate(cfg.cadence.eval_batches.max(1));
+    }
     let loss = crate::with_backend!(crate::choose_backend(backend, Some(run)), be => {
         held_out_loss(be, &cfg, run, Some(&model_file), &batches)
     })?;
@@ -160,6 +168,7 @@ pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice) -> Result<
         slice,
         loss: loss.ce,
         tokens: batches.iter().map(|x| x.counted() as u64).sum(),
+        quick,
         model_bytes: meta.len(),
         model_modified_ns: modified,
     };

@@ -62,8 +62,17 @@ pub struct TableUse {
     pub empty_if_uniform: f64,
 }
 
-pub(super) fn bucket_use(dir: &Path, backend: crate::args::BackendKind, tokens: Option<u64>) -> Result<BucketUse> {
-    let held = crate::buckets::Held::Slice(EvalSlice::Test);
+pub(super) fn bucket_use(
+    dir: &Path,
+    backend: crate::args::BackendKind,
+    tokens: Option<u64>,
+    quick: bool,
+) -> Result<BucketUse> {
+    // --quick checks the pipeline on the run's own held-out batches, not the whole slice.
+    let held = match quick {
+        false => crate::buckets::Held::Slice(EvalSlice::Test),
+        true => crate::buckets::Held::Batches(1),
+    };
     let (stats, _) = crate::with_backend!(backend, be => crate::buckets::measure_run(be, dir, None, held, backend))?;
     let n = stats.len().max(1) as f64;
     let buckets: usize = stats.iter().map(|s| s.counts.len()).sum();

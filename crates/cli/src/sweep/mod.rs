@@ -161,7 +161,10 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         experiment: experiment.title.clone(),
         commit: crate::provenance::COMMIT.to_string(),
         machine: Some(crate::provenance::machine()),
-        evaluation: EVALUATION.to_string(),
+        evaluation: match args.quick {
+            false => EVALUATION.to_string(),
+            true => format!("{EVALUATION}. --quick: test_loss on the test slice's first eval_batches batches only"),
+        },
         swept,
         points: vec![],
         variance: vec![],
@@ -174,7 +177,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     train::set_resume_hint("run the same `resmem sweep` command again to continue the sweep".into());
     let stop = train::stop_flag()?;
     if let Some(t) = &experiment.tune {
-        summary.tuning = tune::run(t, &mut points, &out, &swept_names, &seeds, &stop)?;
+        summary.tuning = tune::run(t, &mut points, &out, (&swept_names, &seeds), args.quick, &stop)?;
         write_summary(&out, &summary)?;
     }
     let mut failed = vec![];
@@ -204,7 +207,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         let mut point = summarize(p, &dir, status)?;
         point.matched = matched[i].clone();
         if point.status == "done" {
-            let test = crate::eval::slice_loss(&dir, backend_of(&p.flags, &dir), EvalSlice::Test)
+            let test = crate::eval::slice_loss(&dir, backend_of(&p.flags, &dir), EvalSlice::Test, args.quick)
                 .with_context(|| format!("cannot evaluate the point {} on the test slice", p.label()))?;
             point.test_loss = Some(test.loss);
             point.test_tokens = Some(test.tokens);
@@ -215,7 +218,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
             .as_deref()
             .is_some_and(|a| a == "memoryformer" || a == "hybrid");
         if hashed && point.status == "done" {
-            point.buckets = Some(bucket_use(&dir, backend_of(&p.flags, &dir), point.tokens)?);
+            point.buckets = Some(bucket_use(&dir, backend_of(&p.flags, &dir), point.tokens, args.quick)?);
         }
         if experiment.variance && point.status == "done" {
             let measure = |at_init| crate::analyze::measure_run(&dir, backend_of(&p.flags, &dir), None, at_init);

@@ -265,13 +265,14 @@ fn best_mean(rows: &[TuneRow]) -> Option<usize> {
 }
 
 /// Trains every arm's tuning grid, then sets each arm's chosen flags on its points. Err when a
-/// signal stops it, or where an arm has no usable result.
+/// signal stops it, or where an arm has no usable result. `quick` (`sweep --quick`) reads only
+/// the tuning slice's first eval_batches batches: a check of the pipeline.
 pub fn run(
     d: &Declared,
     points: &mut [Point],
     out: &Path,
-    swept: &[String],
-    main_seeds: &[u64],
+    (swept, main_seeds): (&[String], &[u64]),
+    quick: bool,
     stop: &AtomicBool,
 ) -> Result<Vec<Tuned>> {
     let declared = combinations(d, swept, main_seeds)?;
@@ -309,7 +310,8 @@ pub fn run(
                 let status = train_point(&p, &dir, &tune_out, &progress, stop)?;
                 let loss = match summarize(&p, &dir, status)?.status.as_str() {
                     "done" => {
-                        let measured = crate::eval::slice_loss(&dir, backend_of(&p.flags, &dir), EvalSlice::Tuning)?;
+                        let measured =
+                            crate::eval::slice_loss(&dir, backend_of(&p.flags, &dir), EvalSlice::Tuning, quick)?;
                         Some(measured.loss).filter(|l| l.is_finite())
                     }
                     _ => None,
