@@ -37,6 +37,8 @@ pub struct Cli<'a, B: Backend> {
     pub clock: Instant,
     /// The newest checkpoint this run wrote.
     pub last_checkpoint: Option<PathBuf>,
+    /// `--sample-every`'s sampler, when asked for.
+    pub sampler: Option<crate::samples::Sampler<B>>,
     first_loss: Option<f32>,
     warned: bool,
     last_val: Option<f64>,
@@ -71,6 +73,7 @@ impl<'a, B: Backend> Cli<'a, B> {
             console,
             clock: Instant::now(),
             last_checkpoint: None,
+            sampler: None,
             first_loss: None,
             warned: false,
             last_val: None,
@@ -78,7 +81,7 @@ impl<'a, B: Backend> Cli<'a, B> {
     }
 }
 
-impl<B: Backend> Driver<B, Model<B>> for Cli<'_, B> {
+impl<B: Backend + 'static> Driver<B, Model<B>> for Cli<'_, B> {
     type Error = anyhow::Error;
 
     fn parts(&mut self) -> Parts<'_, B, Model<B>> {
@@ -124,6 +127,11 @@ impl<B: Backend> Driver<B, Model<B>> for Cli<'_, B> {
             let val = row.val_loss.map(|v| format!("  val {v:.4}")).unwrap_or_default();
             self.console
                 .line(&format!("step {step:>6}  loss {loss:.4}{val}  lr {lr:.2e}{speed}"));
+        }
+        if let Some(sampler) = self.sampler.as_mut().filter(|s| s.due(step, why.last)) {
+            let (prompt, text) = sampler.sample(self.be, &self.trainer, step).await?;
+            self.console
+                .line(&format!("sample at step {step}: {prompt:?} → {text:?}"));
         }
         self.last_val = row.val_loss.or(self.last_val);
         let val = self.last_val.map(|v| format!("  val {v:.4}")).unwrap_or_default();

@@ -27,6 +27,7 @@ mod residual;
 mod resolve;
 mod run_dir;
 mod sample;
+mod samples;
 mod selftest;
 mod setting_flags;
 mod source;

@@ -434,6 +434,10 @@ impl PreparedRun {
             self.dir.path.display()
         ));
         let console = Console::new(trainer.step as u64, steps as u64);
+        let sampler = match held_out.first() {
+            Some(first) => crate::samples::Sampler::new(be, cfg, first, self.dir.file(crate::samples::SAMPLES_FILE))?,
+            None => None,
+        };
         let mut cli = Cli::new(
             be,
             trainer,
@@ -447,6 +451,7 @@ impl PreparedRun {
             metrics,
             console,
         );
+        cli.sampler = sampler;
         set_resume_hint(format!(
             "resume with: resmem train --resume {}",
             self.dir.path.display()

@@ -781,6 +781,41 @@ fn a_finished_run_extends_with_steps_and_resumes_bit_for_bit() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("--steps N"));
 }
 
+/// `--sample-every N` prints what the model writes at every Nth step and keeps it in
+/// samples.jsonl, without changing a single loss; a cadence off the logged steps is refused.
+#[test]
+fn sample_every_writes_samples_and_changes_no_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, n) = (dir.path().join("s"), dir.path().join("n"));
+    let flags = ["train", "--backend", "cpu", "--task", "copy", "--steps", "20"];
+    let o = run(&[&flags[..], &["--sample-every", "10"]].concat(), Some(&s));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sample at step 10:"));
+    let o = run(&flags, Some(&n));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(losses(&s), losses(&n));
+    let samples: Vec<serde_json::Value> = std::fs::read_to_string(s.join("samples.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<u64> = samples.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [10, 20]);
+    assert!(samples
+        .iter()
+        .all(|r| r["tokens"].as_array().unwrap().len() == 16 && r["prompt"].is_string()));
+    assert!(!n.join("samples.jsonl").exists());
+    let o = run(
+        &[&flags[..], &["--sample-every", "15"]].concat(),
+        Some(&dir.path().join("x")),
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("multiple of log_every"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `--init-from RUN` starts a new run from another's weights (fine-tuning): its first loss is the
 /// trained run's, not a fresh model's; config.toml records where from, so a run killed before its
 /// first checkpoint starts from them again; another architecture or a missing run is refused.

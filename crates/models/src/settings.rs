@@ -343,6 +343,14 @@ pub const SETTINGS: &[Setting] = &[
     )),
     off_page(run(
         "cadence",
+        "sample_every",
+        "sample-every",
+        "sample every",
+        Kind::Whole,
+        "print a sample of the model's text every this many steps (a multiple of --log-every; 0: never)",
+    )),
+    off_page(run(
+        "cadence",
         "keep",
         "keep",
         "checkpoints kept",

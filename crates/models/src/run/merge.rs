@@ -50,7 +50,13 @@ fn retagged_base(base: &toml::Table, over: &toml::Table) -> Result<toml::Table> 
     Ok(table)
 }
 
-/// Merges `over` into `base`; every key of `over` must already be in `base`.
+/// Settings that a whole config leaves out while unset (serde's `skip_serializing_if`, so that
+/// the configs of runs that never set them read as they always did): a partial config may set
+/// them all the same.
+const UNSET_WHEN_DEFAULT: &[&str] = &["train.restarts", "train.init_from", "cadence.sample_every"];
+
+/// Merges `over` into `base`; every key of `over` must already be in `base`, or be one of
+/// [`UNSET_WHEN_DEFAULT`].
 pub(super) fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> Result<()> {
     for (key, value) in over {
         let name = if path.is_empty() {
@@ -77,6 +83,9 @@ pub(super) fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> R
                 )));
             }
             (Some(slot), v) => *slot = v.clone(),
+            (None, v) if UNSET_WHEN_DEFAULT.contains(&name.as_str()) => {
+                base.insert(key.clone(), v.clone());
+            }
             (None, _) => {
                 let known: Vec<&str> = base.keys().map(String::as_str).collect();
                 return Err(ModelError::Config(format!(
@@ -107,5 +116,19 @@ mod tests {
         let over: toml::Table = toml::from_str("[model]\ntau = 4").unwrap();
         let err = base.merged(&over).unwrap_err().to_string();
         assert!(err.contains("`model.tau`") && err.contains("d_k"), "{err}");
+        // A config.toml that records an extension, a fine-tuning source or a sampling cadence
+        // merges as any other: those keys are absent only while unset.
+        let over: toml::Table =
+            toml::from_str("[train]\nrestarts = [100]\nsteps = 400\ninit_from = \"/r\"\n[cadence]\nsample_every = 10")
+                .unwrap();
+        let cfg = base.merged(&over).unwrap();
+        assert_eq!(
+            (
+                cfg.train.restarts,
+                cfg.train.init_from.as_deref(),
+                cfg.cadence.sample_every
+            ),
+            (vec![100], Some("/r"), 10)
+        );
     }
 }

@@ -42,6 +42,14 @@ pub struct Cadence {
     pub checkpoint_every: usize,
     /// Keep the newest this many checkpoints.
     pub keep: usize,
+    /// Print a sample of the model's text every this many steps (0: never), at logged steps:
+    /// a multiple of log_every. Absent from configs that never set it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample_every: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Default for Cadence {
@@ -52,6 +60,7 @@ impl Default for Cadence {
             eval_batches: 4,
             checkpoint_every: 0,
             keep: 2,
+            sample_every: 0,
         }
     }
 }
@@ -123,6 +132,12 @@ impl RunConfig {
             ));
         }
         check_eval_batches(self.cadence.eval_batches)?;
+        let (sample, log) = (self.cadence.sample_every, self.cadence.log_every);
+        if !sample.is_multiple_of(log) {
+            return Err(ModelError::Config(format!(
+                "sample_every = {sample} must be a multiple of log_every = {log}: samples are taken at logged steps"
+            )));
+        }
         // TOML integers are i64: a seed past that could not be written to config.toml.
         if self.train.seed > i64::MAX as u64 {
             return Err(ModelError::Config(format!(

@@ -58,6 +58,7 @@ fn small_text(model: ModelConfig) -> RunConfig {
             eval_batches: 8,
             checkpoint_every: 100,
             keep: 2,
+            sample_every: 0,
         },
     }
 }
@@ -84,6 +85,7 @@ fn paper(model: ModelConfig) -> RunConfig {
             eval_batches: 20,
             checkpoint_every: 1000,
             keep: 3,
+            sample_every: 0,
         },
     }
 }
