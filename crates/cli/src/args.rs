@@ -224,6 +224,10 @@ pub struct ForwardArgs {
     /// Which sequence of the batch.
     #[arg(long, default_value_t = 0)]
     pub seq: usize,
+    /// With --run: your own text in place of that sequence (tokenized with the run's
+    /// tokenizer; at most T tokens): probe a prompt of your choosing.
+    #[arg(long, requires = "run")]
+    pub text: Option<String>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
 }

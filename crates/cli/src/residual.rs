@@ -109,22 +109,24 @@ fn depth_summary(s: &Snapshot, t: usize) -> serde_json::Value {
 
 /// `resmem analyze lens`: at each depth the head's top tokens and the KL from the output.
 pub fn lens(args: LensArgs) -> Result<()> {
-    let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
-        let (cfg, what, trainer, _) = forward(be, &args.at)?;
+    let (cfg, what, rows, seq) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, seq) = forward(be, &args.at)?;
         let t = cfg.data.seq_len();
-        check_token(args.token, t)?;
+        check_token(args.token, seq.valid)?;
         let rows = pollster::block_on(observe::lens(be, &trainer.model, (args.at.seq, t, args.token), args.top))?;
-        anyhow::Ok((cfg, what, rows))
+        anyhow::Ok((cfg, what, rows, seq))
     })?;
     if args.json {
         out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
+    let words = Words::of(&cfg)?;
     out!(
-        "{} ({what}), sequence {}, token {}: the head read from the residual at each depth",
+        "{} ({what}), sequence {}, token {} {}: the head read from the residual at each depth",
         cfg.arch(),
         args.at.seq,
-        args.token
+        args.token,
+        words.context(&seq, args.token, 12)
     );
     out!(
         "{:<12} {:>12}  top predictions (token: probability)",
@@ -132,7 +134,11 @@ pub fn lens(args: LensArgs) -> Result<()> {
         "KL to final"
     );
     for r in &rows {
-        let top: Vec<String> = r.top.iter().map(|(t, p)| format!("{t}: {p:.3}")).collect();
+        let top: Vec<String> = r
+            .top
+            .iter()
+            .map(|(t, p)| format!("{}: {p:.3}", words.word(*t)))
+            .collect();
         out!("{:<12} {:>12.4}  {}", r.depth, r.kl_to_final, top.join("  "));
     }
     Ok(())
@@ -142,24 +148,26 @@ pub fn lens(args: LensArgs) -> Result<()> {
 /// the query `--token` sees the keys (its strongest keys, and the head's mean look-back), or
 /// all of them with `--json`.
 pub fn attention(args: AttentionArgs) -> Result<()> {
-    let (cfg, what, patterns) = crate::with_backend!(args.at.backend, be => {
-        let (cfg, what, trainer, starts) = forward(be, &args.at)?;
+    let (cfg, what, patterns, seq) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, seq) = forward(be, &args.at)?;
         let t = cfg.data.seq_len();
-        let patterns = pollster::block_on(observe::attention_patterns(be, &trainer.model, (args.at.seq, t), &starts))?;
-        anyhow::Ok((cfg, what, patterns))
+        let patterns = pollster::block_on(observe::attention_patterns(be, &trainer.model, (args.at.seq, t), &seq.starts))?;
+        anyhow::Ok((cfg, what, patterns, seq))
     })?;
     if args.json {
         out!("{}", serde_json::to_string_pretty(&patterns)?);
         return Ok(());
     }
     let t = cfg.data.seq_len();
-    let token = args.token.unwrap_or(t - 1);
-    check_token(token, t)?;
+    let token = args.token.unwrap_or(seq.valid - 1);
+    check_token(token, seq.valid)?;
+    let words = Words::of(&cfg)?;
     out!(
-        "{} ({what}), sequence {}: each head's attention from token {token} (the keys it weighs most), \
+        "{} ({what}), sequence {}: each head's attention from token {token} {} (the keys it weighs most), \
          and its mean look-back over all queries",
         cfg.arch(),
-        args.at.seq
+        args.at.seq,
+        words.context(&seq, token, 12)
     );
     out!(
         "{:<8} {:>4} {:>10}  strongest keys (key: weight)",
@@ -174,7 +182,7 @@ pub fn attention(args: AttentionArgs) -> Result<()> {
         let top: Vec<String> = keys
             .iter()
             .take(args.top)
-            .map(|&j| format!("{j}: {:.3}", row[j]))
+            .map(|&j| format!("{j} {}: {:.3}", words.word(seq.tokens[j]), row[j]))
             .collect();
         out!(
             "{:<8} {:>4} {:>10.2}  {}",
@@ -239,16 +247,46 @@ pub fn keys(args: KeysArgs) -> Result<()> {
 fn check_token(token: usize, t: usize) -> Result<()> {
     if token >= t {
         bail!(
-            "--token {token} is past the window of T = {t} tokens; use 0 to {}",
+            "--token {token} is past the {t} tokens of the sequence (the run's window T, or --text's tokens); \
+             use 0 to {}",
             t - 1
         );
     }
     Ok(())
 }
 
-/// The config, what was run, the trainer whose model holds the forward, and the document
-/// starts of sequence `--seq` (what its attention was masked by).
-type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>, Vec<u32>);
+/// The config, what was run, the trainer whose model holds the forward, and sequence `--seq`.
+type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>, Sequence);
+
+/// The sequence the views read: its input tokens, how many of them are the user's (all T, or
+/// the tokens of `--text`), and its document starts (what its attention was masked by).
+pub struct Sequence {
+    pub tokens: Vec<u32>,
+    pub valid: usize,
+    pub starts: Vec<u32>,
+}
+
+/// Token ids as text, for the views: each decoded on its own and quoted (so that spaces and
+/// newlines show).
+struct Words(data::Tokenizer);
+
+impl Words {
+    fn of(cfg: &RunConfig) -> Result<Self> {
+        Ok(Self(source::tokenizer(&cfg.data)?))
+    }
+    fn word(&self, id: u32) -> String {
+        format!("{:?}", self.0.decode(&[id]))
+    }
+    /// The `before` tokens up to `at` and the token at `at`, for a header line.
+    fn context(&self, seq: &Sequence, at: usize, before: usize) -> String {
+        let from = at.saturating_sub(before);
+        format!(
+            "{} (after {:?})",
+            self.word(seq.tokens[at]),
+            self.0.decode(&seq.tokens[from..at])
+        )
+    }
+}
 
 /// The trainer after the forward of a run's held-out batch (`--run`), or of training step
 /// `--step` of a fresh preset on its task, as the playground trains it.
@@ -260,7 +298,10 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
             let (b, t) = (cfg.train.batch, cfg.data.seq_len());
             let host = crate::Host::batches(1, b, t, "the run's batch or seq_len");
             crate::check_memory(&cfg.model, b, t, Purpose::Train, args.backend, host)?;
-            let batch = data.held_out(b, t, cfg.train.seed, 1)?.remove(0);
+            let mut batch = data.held_out(b, t, cfg.train.seed, 1)?.remove(0);
+            if let Some(text) = &args.text {
+                put_text(&mut batch, args.seq.min(b - 1), text, &source::tokenizer(&cfg.data)?)?;
+            }
             let model = cfg.build(be, b, t, Purpose::Train)?;
             let (values, path) = load::params(run, args.checkpoint.as_deref(), &model.store().layout)?;
             be.write(&model.store().params, &values);
@@ -317,17 +358,49 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
     let mut trainer = trainer;
     pollster::block_on(trainer.eval(be, &batch)).context("the forward failed")?;
     let t = batch.t;
-    let starts = models::batch::document_starts(&batch.inputs[args.seq * t..(args.seq + 1) * t], t, separator);
-    Ok((cfg, what, trainer, starts))
+    let tokens = batch.inputs[args.seq * t..(args.seq + 1) * t].to_vec();
+    let starts = models::batch::document_starts(&tokens, t, separator);
+    let valid = match &args.text {
+        Some(_) => batch.targets[args.seq * t..(args.seq + 1) * t]
+            .iter()
+            .position(|&x| x == data::IGNORE)
+            .map_or(t, |i| i + 1),
+        None => t,
+    };
+    Ok((cfg, what, trainer, Sequence { tokens, valid, starts }))
+}
+
+/// Puts `text`'s tokens at the start of sequence `seq` of `batch` (at most T of them; the rest
+/// of the row, after them, cannot reach them through causal attention), with targets only
+/// within the text.
+fn put_text(batch: &mut data::Batch, seq: usize, text: &str, tokenizer: &data::Tokenizer) -> Result<()> {
+    let t = batch.t;
+    let mut tokens = tokenizer.encode(text);
+    if tokens.is_empty() {
+        bail!("--text is empty; give some text to probe");
+    }
+    if tokens.len() > t {
+        crate::console::warn(&format!(
+            "note: --text is {} tokens and the run's window is T = {t}; the views read its first {t}",
+            tokens.len()
+        ));
+        tokens.truncate(t);
+    }
+    let row = seq * t..(seq + 1) * t;
+    batch.inputs[row.start..row.start + tokens.len()].copy_from_slice(&tokens);
+    for (i, target) in batch.targets[row].iter_mut().enumerate() {
+        *target = tokens.get(i + 1).copied().unwrap_or(data::IGNORE);
+    }
+    Ok(())
 }
 
 /// `resmem analyze mixing`: every hyper-connection site's pre, post and P for one token, and the
 /// composite gain of the mixing so far.
 pub fn mixing(args: MixingArgs) -> Result<()> {
     let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
-        let (cfg, what, trainer, _) = forward(be, &args.at)?;
+        let (cfg, what, trainer, seq) = forward(be, &args.at)?;
         let t = cfg.data.seq_len();
-        check_token(args.token, t)?;
+        check_token(args.token, seq.valid)?;
         let rows = pollster::block_on(observe::mixing(be, &trainer.model, (args.at.seq, t, args.token)))?;
         anyhow::Ok((cfg, what, rows))
     })?;

@@ -638,3 +638,80 @@ fn every_view_reads_rows_at_any_offset_on_the_gpu_with_gpt2s_vocabulary() {
         }
     }
 }
+
+/// The views decode token ids with the run's tokenizer, and `--text` puts your own prompt in
+/// the sequence they read: the lens names the token and what came before it, attention names
+/// each key's token, JSON keeps the ids, and a token past the text is refused.
+#[test]
+fn views_show_text_and_probe_your_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    let resmem = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap();
+    let r = run.to_str().unwrap();
+    let o = resmem(&[
+        "train",
+        "--arch",
+        "rmt",
+        "--task",
+        "copy",
+        "--steps",
+        "4",
+        "--backend",
+        "cpu",
+        "--out",
+        r,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = |args: &[&str]| {
+        let o = resmem(args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let lens = text(&[
+        "analyze",
+        "lens",
+        "--run",
+        r,
+        "--backend",
+        "cpu",
+        "--token",
+        "2",
+        "--text",
+        "abcd",
+    ]);
+    assert!(lens.contains(r#"token 2 "c" (after "ab")"#), "{lens}");
+    let attention = text(&["analyze", "attention", "--run", r, "--backend", "cpu", "--text", "abc"]);
+    assert!(
+        attention.contains(r#"token 2 "c""#) && attention.contains(r#"0 "a": "#),
+        "{attention}"
+    );
+    let rows: Value = serde_json::from_str(&text(&[
+        "analyze",
+        "lens",
+        "--run",
+        r,
+        "--backend",
+        "cpu",
+        "--token",
+        "2",
+        "--text",
+        "abcd",
+        "--json",
+    ]))
+    .unwrap();
+    assert!(rows[0]["top"][0][0].is_u64(), "JSON keeps token ids: {rows}");
+    let o = resmem(&[
+        "analyze",
+        "lens",
+        "--run",
+        r,
+        "--backend",
+        "cpu",
+        "--token",
+        "5",
+        "--text",
+        "abc",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("past the 3 tokens"), "{err}");
+}
