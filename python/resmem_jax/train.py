@@ -21,6 +21,14 @@ Launch on several processes (one per host, or several on one machine) with `--co
 HOST:PORT --num-processes P --process-id I`, or the environment variables
 JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID. Every process computes the same
 global batch and places its own devices' rows; process 0 writes the files.
+
+Sharding (FSDP / ZeRO-3 style, with jax.sharding only): every device of every process is on one
+Mesh axis, "data". Each batch's rows are split over it; so is every parameter holding at least
+`--shard-min` values (SHARD_MIN by default; 0 shards every parameter that can be, -1 or `none`
+replicates them all), along its largest axis whose length the device count divides, together
+with its AdamW moments. The rest (and parameters with no such axis) are replicated. XLA's SPMD
+partitioner inserts the gathers and reduce-scatters; checkpoints and model.safetensors are
+gathered whole (`multihost_utils.process_allgather`) and written by process 0.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import jax
 jax.config.update("jax_default_matmul_precision", "highest")
 
 import jax.numpy as jnp  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from . import data, run  # noqa: E402
@@ -51,6 +60,7 @@ from .models import ARCHS, Config  # noqa: E402
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = ".resmem.lock"  # cli/src/run_dir.rs: a run trains in one process at a time
+SHARD_MIN = 1 << 16  # a parameter with at least this many values is sharded over the devices
 
 # Parameters AdamW decays (params.rs: declared with decay = true), by the last part of their
 # names: every matrix and key vector. The Memory Layer's tables are also boosted (lr × table_lr_mult).
@@ -276,11 +286,39 @@ def replicated_value(x) -> np.ndarray:
     return np.asarray(x.addressable_shards[0].data)
 
 
+def gathered(tree):
+    """Host values of a tree of global arrays, sharded or not, whole on every process (a
+    collective: every process calls it)."""
+    return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def shard_spec(shape, n: int, shard_min: int | None) -> P:
+    """Where a parameter of `shape` goes on a "data" axis of n devices: split along its largest
+    axis that n divides (the first of equal ones) when it holds at least `shard_min` values,
+    else (or with shard_min None, one device, or no such axis) replicated."""
+    if shard_min is None or n <= 1 or math.prod(shape) < max(shard_min, 1):
+        return P()
+    fits = [i for i, d in enumerate(shape) if d % n == 0 and d >= n]
+    if not fits:
+        return P()
+    axis = max(fits, key=lambda i: (shape[i], -i))
+    return P(*(["data" if i == axis else None for i in range(len(shape))]))
+
+
+def shard_min_arg(text: str) -> int | None:
+    """--shard-min: a count of values; negative or `none` replicates every parameter."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    n = int(text)
+    return None if n < 0 else n
+
+
 class Trainer:
     """A run's model, optimiser state and step, placed on a Mesh of every device ("data" axis):
-    parameters and moments replicated, each batch's rows split over the devices."""
+    each batch's rows split over the devices, and so are the parameters holding at least
+    `shard_min` values (with their AdamW moments, see `shard_spec`); the rest replicated."""
 
-    def __init__(self, config: dict, params, m, v, step: int, devices=None):
+    def __init__(self, config: dict, params, m, v, step: int, devices=None, shard_min: int | None = SHARD_MIN):
         self.config, self.step = config, step
         self.cfg = Config(config["model"])
         self.cls = ARCHS[self.cfg.arch]
@@ -295,9 +333,11 @@ class Trainer:
         b = config["train"]["batch"]
         if b % len(devices):
             raise SystemExit(f"train.batch = {b} does not split over {len(devices)} devices; use a multiple of it")
-        self.params, self.m, self.v = (self.place(t, self.repl) for t in (params, m, v))
+        self.specs = {k: shard_spec(np.shape(x), len(devices), shard_min) for k, x in params.items()}
+        self.shardings = {k: NamedSharding(self.mesh, s) for k, s in self.specs.items()}
+        self.params, self.m, self.v = (self.place_params(t) for t in (params, m, v))
         self._step = jax.jit(self._train_step, donate_argnums=(0, 1, 2),
-                             out_shardings=(self.repl, self.repl, self.repl, self.repl))
+                             out_shardings=(self.shardings, self.shardings, self.shardings, self.repl))
         self._eval = jax.jit(self._eval_losses, out_shardings=self.repl)
 
     def place(self, tree, sharding):
@@ -307,6 +347,25 @@ class Trainer:
             return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
 
         return jax.tree_util.tree_map(put, tree)
+
+    def place_params(self, tree):
+        """Parameters (or moments) by name, each with its own sharding."""
+        return {k: self.place(x, self.shardings[k]) for k, x in tree.items()}
+
+    def sharding_summary(self) -> str:
+        """Which parameters are sharded: counts and bytes (moments are sharded alike)."""
+        nbytes = {k: x.size * x.dtype.itemsize for k, x in self.params.items()}
+        sharded = sorted((k for k, s in self.specs.items() if s != P()), key=lambda k: (-nbytes[k], k))
+        sb, tb = sum(nbytes[k] for k in sharded), sum(nbytes.values())
+        n = len(self.mesh.devices.flat)
+        head = (f"parameters sharded over {n} device(s): {len(sharded)} of {len(self.specs)} "
+                f"({sb / 2**20:.2f} of {tb / 2**20:.2f} MiB, AdamW moments alike); the rest replicated")
+        if not sharded:
+            return head
+        names = ", ".join(f"{k} {tuple(self.params[k].shape)} axis {list(self.specs[k]).index('data')}"
+                          for k in sharded[:8])
+        more = f", and {len(sharded) - 8} more" if len(sharded) > 8 else ""
+        return f"{head}\n  sharded: {names}{more}"
 
     def _losses(self, params, inputs, targets):
         """The batch's CE + z-loss (what the gradient is of), and its two terms."""
@@ -350,7 +409,8 @@ class Trainer:
         return float(f32(ce / n)), (ce + zt) / n
 
     def host_state(self):
-        return tuple({k: replicated_value(x) for k, x in t.items()} for t in (self.params, self.m, self.v))
+        """(params, m, v) as host arrays, gathered whole on every process (a collective)."""
+        return tuple(gathered(t) for t in (self.params, self.m, self.v))
 
 
 # --- the loop -----------------------------------------------------------------------------------
@@ -364,9 +424,11 @@ def extend(config: dict, steps: int) -> dict:
     return dict(config, train=train)
 
 
-def train(run_dir, steps: int | None = None, quiet: bool = False, devices=None, until: int | None = None) -> dict:
+def train(run_dir, steps: int | None = None, quiet: bool = False, devices=None, until: int | None = None,
+          shard_min: int | None = SHARD_MIN) -> dict:
     """Trains the run in `run_dir` to its last step (or `steps`, extending it), or stops after
-    step `until` with a checkpoint. Returns {"rows": [...], "step": ..., "val_loss": ...}."""
+    step `until` with a checkpoint; parameters of at least `shard_min` values are sharded over
+    the devices (None: none). Returns {"rows": [...], "step": ..., "val_loss": ...}."""
     run_dir = Path(run_dir)
     lead = jax.process_index() == 0
     say = (lambda s: None) if quiet or not lead else (lambda s: print(s, flush=True))
@@ -407,7 +469,7 @@ def train(run_dir, steps: int | None = None, quiet: bool = False, devices=None, 
     total_steps = config["train"]["steps"]
     last = total_steps if until is None else min(until, total_steps)
     cad = config["cadence"]
-    trainer = Trainer(config, params, m, v, step, devices)
+    trainer = Trainer(config, params, m, v, step, devices, shard_min)
     batches = data.TrainBatches(config, run_dir)
     held = data.held_out(config, None, run_dir)
     totals = trainer.z > 0
@@ -418,9 +480,10 @@ def train(run_dir, steps: int | None = None, quiet: bool = False, devices=None, 
     say(f"{config['model']['arch']} on {len(trainer.mesh.devices.flat)} device(s) "
         f"({jax.process_count()} process(es), {jax.devices()[0].platform}), steps {step + 1}..{last} of {total_steps}, "
         f"{config['train']['batch']}×{config['data']['seq_len']} tokens a step into {run_dir}")
+    say(trainer.sharding_summary())
     rows, start = [], time.perf_counter()
     since, tokens = start, 0
-    val = None
+    val = final = None
     while trainer.step < last:
         inputs, targets = batches(trainer.step)
         got = trainer.train_step(inputs, targets)
@@ -451,14 +514,17 @@ def train(run_dir, steps: int | None = None, quiet: bool = False, devices=None, 
                 say(f"step {s:>6}  loss {got['loss']:.4f}{vs}  lr {got['lr']:.2e}  {row['tokens_per_s']:>8.0f} tok/s")
             if save:
                 p, mm, vv = trainer.host_state()
+                final = p
                 if lead:
                     path = write_checkpoint(run_dir, s, p, mm, vv, config_text, cad["keep"])
                     if not is_last:
                         say(f"checkpoint {path}")
     if lead:
         out.close()
+    if trainer.step == total_steps and final is None:
+        final = gathered(trainer.params)  # a collective: every process takes part
     if trainer.step == total_steps and lead:
-        p, _, _ = trainer.host_state()
+        p = final  # gathered whole (for the last checkpoint), on every process
         tmp = run_dir / (run.MODEL_FILE + ".tmp")
         run.write_tensors(tmp, p)
         os.replace(tmp, run_dir / run.MODEL_FILE)
@@ -477,11 +543,14 @@ def main(argv=None):
     ap.add_argument("--coordinator", help="HOST:PORT of process 0, for a job of several processes")
     ap.add_argument("--num-processes", type=int)
     ap.add_argument("--process-id", type=int)
+    ap.add_argument("--shard-min", type=shard_min_arg, default=SHARD_MIN, metavar="VALUES",
+                    help=f"shard parameters (and their AdamW moments) of at least VALUES values over the devices "
+                         f"(default {SHARD_MIN}; 0: every one that splits; -1 or none: replicate all)")
     ap.add_argument("--json", action="store_true", help="print the rows written, as JSON, at the end")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     init_distributed(args.coordinator, args.num_processes, args.process_id)
-    result = train(args.run, args.steps, quiet=args.quiet, until=args.until)
+    result = train(args.run, args.steps, quiet=args.quiet, until=args.until, shard_min=args.shard_min)
     if args.json and jax.process_index() == 0:
         print(json.dumps(result))
 

@@ -8,7 +8,10 @@
   parameters whose gradients are near 0; a parameter decayed or boosted wrongly is off by 1e-3
   or more).
 - 1 device, 2 devices (XLA_FLAGS=--xla_force_host_platform_device_count=2) and 2 processes
-  (jax.distributed over localhost, gloo CPU collectives) give the same losses within 1e-6.
+  (jax.distributed over localhost, gloo CPU collectives) give the same losses within 1e-6, with
+  the parameters replicated (the toy model is below train.SHARD_MIN) and again with every
+  parameter and its AdamW moments sharded (`--shard-min 0`): the same losses, final parameters
+  within PARAM_ATOL, and a model.safetensors, gathered whole, that `resmem eval` reads.
 - A round trip: resmem trains 10 steps; JAX extends the run to 20 (a restart of the schedule,
   as `resmem train --resume --steps 20` would); `resmem eval` of the result gives JAX's own
   validation loss; resmem resumes from JAX's checkpoint and extends it again; `resmem plot`
@@ -127,8 +130,8 @@ for _name, _flags in CASES.items():
 # --- devices and processes ----------------------------------------------------------------------
 
 
-def jax_cli(run_dir: Path, *extra: str, env: dict | None = None, wait: bool = True):
-    cmd = [sys.executable, "-m", "resmem_jax.train", "--run", str(run_dir), "--quiet", *extra]
+def jax_cli(run_dir: Path, *extra: str, env: dict | None = None, wait: bool = True, quiet: bool = True):
+    cmd = [sys.executable, "-m", "resmem_jax.train", "--run", str(run_dir), *(["--quiet"] if quiet else []), *extra]
     full_env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), JAX_PLATFORMS="cpu", **(env or {}))
     if not wait:
         return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -149,6 +152,36 @@ def max_loss_diff(a: Path, b: Path) -> float:
     return max(abs(ra[s]["loss"] - rb[s]["loss"]) for s in ra)
 
 
+def two_processes(run_dir: Path, *extra: str) -> str:
+    """The JAX CLI on `run_dir` as 2 processes of 1 device each over localhost; process 0's output."""
+    port = free_port()
+    flags = ["--coordinator", f"localhost:{port}", "--num-processes", "2", *extra]
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    p1 = jax_cli(run_dir, *flags, "--process-id", "1", env=env, wait=False)
+    try:
+        done = jax_cli(run_dir, *flags, "--process-id", "0", env=env, quiet=False)
+        out, _ = p1.communicate(timeout=120)
+        assert p1.returncode == 0, out
+    finally:
+        if p1.poll() is None:
+            p1.kill()
+    return done.stdout
+
+
+def max_param_diff(a: Path, b: Path) -> float:
+    pa, _ = run.read_tensors(a / run.MODEL_FILE)
+    pb, _ = run.read_tensors(b / run.MODEL_FILE)
+    assert sorted(pa) == sorted(pb) and all(pa[k].shape == pb[k].shape for k in pa)
+    return max(float(np.max(np.abs(pa[k] - pb[k]))) for k in pa)
+
+
+def sharded_count(output: str) -> tuple[int, int]:
+    """(sharded, all) from the line `parameters sharded over N device(s): S of A (...)`."""
+    line = next(l for l in output.splitlines() if l.startswith("parameters sharded over"))
+    s, _, a = line.split(": ", 1)[1].split()[:3]
+    return int(s), int(a)
+
+
 def test_devices_and_processes(tmp_path):
     src = resmem_train(tmp_path / "resmem", CASES["rmt"])
     one = cut_back(src, tmp_path / "one", 10)
@@ -158,21 +191,32 @@ def test_devices_and_processes(tmp_path):
     jax_cli(two, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
     d_dev = max_loss_diff(one, two)
     print(f"1 device vs 2 devices: max |Δloss| {d_dev:.2e} over 20 steps")
-    port = free_port()
-    flags = ["--coordinator", f"localhost:{port}", "--num-processes", "2"]
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
-    p1 = jax_cli(procs, *flags, "--process-id", "1", env=env, wait=False)
-    try:
-        jax_cli(procs, *flags, "--process-id", "0", env=env)
-        out, _ = p1.communicate(timeout=120)
-        assert p1.returncode == 0, out
-    finally:
-        if p1.poll() is None:
-            p1.kill()
+    two_processes(procs)
     d_proc = max_loss_diff(one, procs)
     print(f"1 process vs 2 processes: max |Δloss| {d_proc:.2e} over 20 steps")
     assert d_dev <= DEVICE_ATOL and d_proc <= DEVICE_ATOL, (d_dev, d_proc)
     compare("rmt (2 procs)", src, procs)
+
+    # Every parameter and its moments sharded over the 2 devices, then over the 2 processes.
+    sharded = cut_back(src, tmp_path / "sharded", 10)
+    done = jax_cli(sharded, "--shard-min", "0", env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+                   quiet=False)
+    s, a = sharded_count(done.stdout)
+    assert s == a > 0, done.stdout  # every parameter of the RMT has an even axis
+    d_sh, p_sh = max_loss_diff(one, sharded), max_param_diff(one, sharded)
+    print(f"1 device vs 2 devices, {s} of {a} parameters sharded: max |Δloss| {d_sh:.2e}, max |Δparam| {p_sh:.2e}")
+    assert d_sh <= DEVICE_ATOL and p_sh < PARAM_ATOL, (d_sh, p_sh)
+    # The model file, gathered whole, is what resmem evaluates: JAX's own validation loss.
+    ev = json.loads(resmem("eval", "--run", str(sharded), "--checkpoint", str(sharded / run.MODEL_FILE),
+                           "--json", "--backend", "cpu").strip().splitlines()[-1])
+    assert abs(ev["val_loss"] - rows(sharded)[30]["val_loss"]) / ev["val_loss"] < VAL_RTOL, ev
+    sharded_procs = cut_back(src, tmp_path / "sharded-procs", 10)
+    out = two_processes(sharded_procs, "--shard-min", "0")
+    assert sharded_count(out)[0] == a, out
+    d_shp, p_shp = max_loss_diff(one, sharded_procs), max_param_diff(one, sharded_procs)
+    print(f"1 process vs 2 processes, all sharded: max |Δloss| {d_shp:.2e}, max |Δparam| {p_shp:.2e}")
+    assert d_shp <= DEVICE_ATOL and p_shp < PARAM_ATOL, (d_shp, p_shp)
+    compare("rmt (2 procs, sharded)", src, sharded_procs)
 
 
 # --- the round trip -----------------------------------------------------------------------------
