@@ -1271,11 +1271,17 @@ fn curves_are_coloured_by_arm_with_the_legend_beside_the_plot() {
     };
     let (slow, fast) = (colour_of("lr=0.001 (3 seeds)"), colour_of("lr=0.003 (3 seeds)"));
     assert_ne!(slow, fast);
-    // The higher losses (lr=0.001) are the upper three curves: all in its colour.
+    // Each arm's three seeds share their steps: one mean line in a band from the lowest to the
+    // highest seed. The higher losses (lr=0.001) are the upper line, in its colour.
     let mut by_height: Vec<&(String, Vec<(f64, f64)>)> = curves.clone();
     by_height.sort_by(|a, b| a.1[0].1.total_cmp(&b.1[0].1));
     let colours: Vec<&str> = by_height.iter().map(|c| c.0.as_str()).collect();
-    assert_eq!(colours, [&slow, &slow, &slow, &fast, &fast, &fast], "{by_height:?}");
+    assert_eq!(colours, [&slow, &fast], "{by_height:?}");
+    assert_eq!(svg.matches("<polygon").count(), 2, "a band for each arm");
+    assert!(
+        placed.iter().any(|t| t.0.starts_with("band:")),
+        "the legend says what the band is"
+    );
     // The legend is right of every curve.
     let right = curves
         .iter()

@@ -210,14 +210,28 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
             .axis_desc_style(("sans-serif", 16))
             .draw(),
     )?;
-    for s in &c.series {
-        let colour = colour(s.arm);
-        drawn(chart.draw_series(LineSeries::new(s.points.iter().copied(), colour.stroke_width(2))))?;
-        if c.markers {
-            drawn(chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, colour.filled()))))?;
+    let mut banded = false;
+    for arm in 0..c.arms.len() {
+        let colour = colour(arm);
+        let members: Vec<&Series> = c.series.iter().filter(|s| s.arm == arm).collect();
+        // Several seeds on shared x values: their mean, and a band from the lowest to the highest.
+        let lines: Vec<Vec<(f64, f64)>> = match spread(&members) {
+            Some(Spread { mean, low, high }) => {
+                let outline = low.iter().chain(high.iter().rev()).copied().collect::<Vec<_>>();
+                drawn(chart.draw_series(std::iter::once(Polygon::new(outline, colour.mix(0.2).filled()))))?;
+                banded = true;
+                vec![mean]
+            }
+            None => members.iter().map(|s| s.points.clone()).collect(),
+        };
+        for points in lines {
+            drawn(chart.draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2))))?;
+            if c.markers {
+                drawn(chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled()))))?;
+            }
         }
     }
-    let entries: Vec<Entry> = c
+    let mut entries: Vec<Entry> = c
         .arms
         .iter()
         .enumerate()
@@ -229,5 +243,69 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
             Entry::new(marks, label.as_str())
         })
         .collect();
+    if banded {
+        entries.push(Entry::new(
+            vec![Mark::Swatch(RGBColor(200, 200, 200))],
+            "band: the seeds' lowest to highest; line: their mean",
+        ));
+    }
     draw_legend(&panel, &entries)
+}
+
+/// An arm's seeds summarised at each x.
+struct Spread {
+    mean: Vec<(f64, f64)>,
+    low: Vec<(f64, f64)>,
+    high: Vec<(f64, f64)>,
+}
+
+/// The mean and range over an arm's runs where there are at least two and they share their x
+/// values (steps, tokens, FLOPs); None where they do not (seconds differ run by run), so that
+/// each run is drawn on its own.
+fn spread(runs: &[&Series]) -> Option<Spread> {
+    let first = &runs.first()?.points;
+    let shared = runs.len() >= 2
+        && runs.iter().all(|r| {
+            r.points.len() == first.len() && r.points.iter().zip(first).all(|(a, b)| a.0.to_bits() == b.0.to_bits())
+        });
+    if !shared {
+        return None;
+    }
+    let at = |i: usize| runs.iter().map(move |r| r.points[i].1);
+    let xs = first.iter().map(|p| p.0).enumerate();
+    Some(Spread {
+        mean: xs
+            .clone()
+            .map(|(i, x)| (x, at(i).sum::<f64>() / runs.len() as f64))
+            .collect(),
+        low: xs
+            .clone()
+            .map(|(i, x)| (x, at(i).fold(f64::INFINITY, f64::min)))
+            .collect(),
+        high: xs.map(|(i, x)| (x, at(i).fold(f64::NEG_INFINITY, f64::max))).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seeds on the same steps are one mean line within a band from the lowest to the highest;
+    /// runs on their own x values (seconds) are not summarised.
+    #[test]
+    fn seeds_on_shared_steps_are_a_mean_in_a_band() {
+        let run = |ys: [f64; 3]| Series {
+            arm: 0,
+            points: vec![(10.0, ys[0]), (20.0, ys[1]), (30.0, ys[2])],
+        };
+        let (a, b) = (run([3.0, 2.0, 1.0]), run([5.0, 2.0, 2.0]));
+        let s = spread(&[&a, &b]).unwrap();
+        assert_eq!(s.mean, [(10.0, 4.0), (20.0, 2.0), (30.0, 1.5)]);
+        assert_eq!(s.low, [(10.0, 3.0), (20.0, 2.0), (30.0, 1.0)]);
+        assert_eq!(s.high, [(10.0, 5.0), (20.0, 2.0), (30.0, 2.0)]);
+        assert!(spread(&[&a]).is_none(), "one run is drawn as it is");
+        let mut timed = run([1.0, 1.0, 1.0]);
+        timed.points[1].0 = 21.5;
+        assert!(spread(&[&a, &timed]).is_none(), "other x values: each run on its own");
+    }
 }
