@@ -14,17 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-RESMEM = Path(os.environ.get("RESMEM", ROOT / "target" / "release" / "resmem"))
+from binary import ROOT
+from binary import run as resmem
 
 import jax  # noqa: E402,F401  (a missing jax fails here, as it must)
-
-
-def resmem(*args: str) -> subprocess.CompletedProcess:
-    assert RESMEM.is_file(), f"no resmem binary at {RESMEM}: build it, or set RESMEM"
-    done = subprocess.run([str(RESMEM), *args], capture_output=True, text=True)
-    assert done.returncode == 0, f"resmem {' '.join(args)} failed:\n{done.stderr}"
-    return done
 
 
 def test_bench_prints_resmem_bench_keys():

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from binary import ROOT, resmem  # noqa: E402
 sys.path.insert(0, str(ROOT / "python"))  # the package, installed or not
 
 import jax  # noqa: E402  (a missing jax fails here, as it must)
@@ -42,7 +40,6 @@ from resmem_jax import data, run  # noqa: E402
 from resmem_jax.evaluate import held_out_loss  # noqa: E402
 from resmem_jax.models import from_run, to_tensors  # noqa: E402
 
-RESMEM = Path(os.environ.get("RESMEM", ROOT / "target" / "release" / "resmem"))
 LOSS_RTOL = 1e-5
 LOGPROB_ATOL = 1e-5
 
@@ -62,13 +59,6 @@ CASES = {
     "hc-norm-then-sum": ["--arch", "hc", "--mixing", "hc", "--collapse", "norm-then-sum"],
 }
 LENS_TOKENS = (0, 8, 15)
-
-
-def resmem(*args: str) -> str:
-    assert RESMEM.is_file(), f"no resmem binary at {RESMEM}: build it, or set RESMEM"
-    done = subprocess.run([str(RESMEM), *args], capture_output=True, text=True)
-    assert done.returncode == 0, f"resmem {' '.join(args)} failed:\n{done.stderr}"
-    return done.stdout
 
 
 def train(out: Path, flags: list[str], steps: int = 5) -> Path:

@@ -10,25 +10,16 @@ The binary is $RESMEM, by default target/release/resmem of this checkout.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from binary import ROOT
+from binary import run as resmem
 sys.path.insert(0, str(ROOT / "python"))
 
 from resmem_jax.train import train  # noqa: E402  (a missing jax fails here, as it must)
 
-RESMEM = Path(os.environ.get("RESMEM", ROOT / "target" / "release" / "resmem"))
-
-
-def resmem(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    assert RESMEM.is_file(), f"no resmem binary at {RESMEM}: build it, or set RESMEM"
-    done = subprocess.run([str(RESMEM), *args], capture_output=True, text=True)
-    assert (done.returncode == 0) == ok, f"resmem {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
-    return done
 
 
 def test_an_exported_run_continues_in_jax_and_comes_back():

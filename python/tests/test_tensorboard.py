@@ -9,23 +9,13 @@ never a skip. The binary is $RESMEM, by default target/release/resmem of this ch
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-ROOT = Path(__file__).resolve().parents[2]
-RESMEM = Path(os.environ.get("RESMEM", ROOT / "target" / "release" / "resmem"))
-
-
-def resmem(*args: str) -> subprocess.CompletedProcess:
-    assert RESMEM.is_file(), f"no resmem binary at {RESMEM}: build it, or set RESMEM"
-    done = subprocess.run([str(RESMEM), *args], capture_output=True, text=True)
-    assert done.returncode == 0, f"resmem {' '.join(args)} failed:\n{done.stderr}"
-    return done
+from binary import run as resmem
 
 
 def test_tensorboard_reads_every_metric_at_its_step():
@@ -49,9 +39,8 @@ def test_tensorboard_reads_every_metric_at_its_step():
         assert {"loss", "val_loss", "lr", "grad_norm"} <= tags, sorted(tags)
         assert [e.step for e in reader.Scalars("loss")] == [r["step"] for r in rows if "loss" in r]
         # A second export into the same directory is refused: TensorBoard would show both.
-        again = subprocess.run([str(RESMEM), "export", "tensorboard", "--run", str(run), "--out", str(out)],
-                               capture_output=True, text=True)
-        assert again.returncode != 0 and "holds an event file" in again.stderr, again.stderr
+        again = resmem("export", "tensorboard", "--run", str(run), "--out", str(out), ok=False)
+        assert "holds an event file" in again.stderr, again.stderr
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from binary import ROOT, resmem  # noqa: E402
 sys.path.insert(0, str(ROOT / "python"))
 
 import jax  # noqa: E402,F401  (a missing jax fails here, as it must)
@@ -41,7 +41,6 @@ import jax  # noqa: E402,F401  (a missing jax fails here, as it must)
 from resmem_jax import run  # noqa: E402
 from resmem_jax.train import train  # noqa: E402
 
-RESMEM = Path(os.environ.get("RESMEM", ROOT / "target" / "release" / "resmem"))
 LOSS_ATOL = 5e-6  # per-step training loss, 20 steps (observed ≤ 1.2e-6: 5 ulps at 2.8)
 VAL_RTOL = 1e-5
 PARAM_ATOL = 1e-3
@@ -56,13 +55,6 @@ CASES = {
     "mhc": ["--arch", "hc", "--mixing", "mhc"],
     "mhc-lite": ["--arch", "hc", "--mixing", "mhc-lite"],
 }
-
-
-def resmem(*args: str) -> str:
-    assert RESMEM.is_file(), f"no resmem binary at {RESMEM}: build it, or set RESMEM"
-    done = subprocess.run([str(RESMEM), *args], capture_output=True, text=True)
-    assert done.returncode == 0, f"resmem {' '.join(args)} failed:\n{done.stderr}"
-    return done.stdout
 
 
 def resmem_train(out: Path, flags: list[str], steps: int = 30) -> Path:
@@ -236,7 +228,7 @@ def test_round_trip(tmp_path):
     # JAX stops at step 15 with a checkpoint; resmem resumes from it (config, moments, step).
     c = cut_back(a, tmp_path / "back", 10)
     train(c, quiet=True, until=15)
-    out = resmem("train", "--resume", str(c), "--backend", "cpu")
+    resmem("train", "--resume", str(c), "--backend", "cpu")
     assert sorted(rows(c)) == list(range(1, 21)), sorted(rows(c))
     compare("rmt (JAX→resmem)", a, c)
     # An extension (train.restarts, a new cycle of the schedule) on the JAX side.
