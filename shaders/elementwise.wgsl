@@ -1,12 +1,13 @@
-// Elementwise ops: fill, add, add_assign, and tanh-GELU forward and backward.
-// Every tensor here is a flat array of n values.
+// Elementwise ops: fill, add, add_assign, tanh-GELU forward and backward, and replace.
+// Every tensor here is a flat array of n values (replace's masks: rows and columns of out).
 
-struct Params { n: u32, value: f32 }
+struct Params { n: u32, value: f32, width: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;   // (n)
 @group(0) @binding(2) var<storage, read> a: array<f32>;           // (n)
 @group(0) @binding(3) var<storage, read> b: array<f32>;           // (n)
+@group(0) @binding(4) var<storage, read> c: array<f32>;           // (n)
 
 @compute @workgroup_size(WG)
 fn fill(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -27,6 +28,16 @@ fn add_assign(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     let i = flat_index(gid, nwg);
     if (i >= p.n) { return; }
     out[i] = out[i] + a[i];
+}
+
+// replace(out, rows=a, cols=b, value=c): an intervention's edit; out is (n / width, width).
+@compute @workgroup_size(WG)
+fn replace(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= p.n) { return; }
+    if (a[i / p.width] != 0.0 && b[i % p.width] != 0.0) {
+        out[i] = c[i];
+    }
 }
 
 // GELU_K = sqrt(2/pi), GELU_C = 0.044715 and GELU_C3 = 3·GELU_C are defines, from

@@ -133,6 +133,88 @@ pub enum Analyze {
     /// Hyper-connections' gates at every site for one token: pre, post and the mixing matrix
     /// P, with the composite gain of every P so far (the mHC paper's Amax).
     Mixing(MixingArgs),
+    /// Direct logit attribution: the logit (or difference of two) that each part of one
+    /// token's last residual makes (the embedding and every write, each head, each key slot or
+    /// stream), with the final norm's scale frozen at its value on the whole residual.
+    Attribute(AttributeArgs),
+    /// Ablation: the change in loss and in a logit (or difference) when sites are zeroed,
+    /// replaced by their mean over the batch, or resampled from another sequence: each site
+    /// alone, then all together.
+    Ablate(AblateArgs),
+    /// Activation patching: each site, at each position of a corrupted prompt, patched from
+    /// the clean prompt's forward; the fraction of the logit difference it recovers.
+    Patch(PatchArgs),
+}
+
+/// The logit an intervention reads: of one token, or the difference of two.
+#[derive(Args, Clone, Debug)]
+pub struct LogitArgs {
+    /// The token of the sequence whose next-token logits are read; default the prompt's last.
+    #[arg(long)]
+    pub token: Option<usize>,
+    /// The logit read: a token's text (one token of the run's tokenizer) or `#id`; default
+    /// the model's top prediction.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Read logit(target) − logit(versus): a token's text or `#id`.
+    #[arg(long)]
+    pub versus: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct AttributeArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    #[command(flatten)]
+    pub logit: LogitArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AblateArgs {
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    #[command(flatten)]
+    pub logit: LogitArgs,
+    /// The sites, by name: embedding, block1.attn, block0.ff, block1.attn.head3, slot5,
+    /// stream2, block0.attn.slot5, block0.ff.resid; comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub sites: Vec<String>,
+    /// What replaces them: zeros, their mean over every token of the batch, or the same token's
+    /// values in the next sequence of the batch.
+    #[arg(long, value_enum, default_value = "zero")]
+    pub how: HowArg,
+    /// The positions ablated, comma-separated; default every position.
+    #[arg(long, value_delimiter = ',')]
+    pub positions: Vec<usize>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum HowArg {
+    Zero,
+    Mean,
+    Resample,
+}
+
+#[derive(Args, Debug)]
+pub struct PatchArgs {
+    /// The clean prompt is `--prompt` (or `--text`).
+    #[command(flatten)]
+    pub at: ForwardArgs,
+    #[command(flatten)]
+    pub logit: LogitArgs,
+    /// The corrupted prompt: as many tokens as the clean one. `--target` defaults to the clean
+    /// run's top prediction and `--versus` to the corrupted run's.
+    #[arg(long)]
+    pub corrupt: String,
+    /// The sites patched, comma-separated; default every site of the model.
+    #[arg(long, value_delimiter = ',')]
+    pub sites: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -226,7 +308,7 @@ pub struct ForwardArgs {
     pub seq: usize,
     /// With --run: your own text in place of that sequence (tokenized with the run's
     /// tokenizer; at most T tokens): probe a prompt of your choosing.
-    #[arg(long, requires = "run")]
+    #[arg(long, requires = "run", alias = "prompt")]
     pub text: Option<String>,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,

@@ -17,6 +17,7 @@ mod count;
 mod drive;
 mod eval;
 mod interop;
+mod intervene;
 mod jax;
 mod load;
 mod physical_peaks;
@@ -95,6 +96,18 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         args::Command::Analyze(args::Analyze::Mixing(mut a)) => {
             a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
             residual::mixing(a)
+        }
+        args::Command::Analyze(args::Analyze::Attribute(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            intervene::attribute(a)
+        }
+        args::Command::Analyze(args::Analyze::Ablate(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            intervene::ablate(a)
+        }
+        args::Command::Analyze(args::Analyze::Patch(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            intervene::patch(a)
         }
         args::Command::Data(c) => prepare::run(c),
         args::Command::Import(c) => interop::import(c),

@@ -244,7 +244,7 @@ pub fn keys(args: KeysArgs) -> Result<()> {
     Ok(())
 }
 
-fn check_token(token: usize, t: usize) -> Result<()> {
+pub(crate) fn check_token(token: usize, t: usize) -> Result<()> {
     if token >= t {
         bail!(
             "--token {token} is past the {t} tokens of the sequence (the run's window T, or --text's tokens); \
@@ -256,7 +256,7 @@ fn check_token(token: usize, t: usize) -> Result<()> {
 }
 
 /// The config, what was run, the trainer whose model holds the forward, and sequence `--seq`.
-type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>, Sequence);
+pub(crate) type Looked<B> = (RunConfig, String, Trainer<B, Box<dyn LanguageModel<B>>>, Sequence);
 
 /// The sequence the views read: its input tokens, how many of them are the user's (all T, or
 /// the tokens of `--text`), and its document starts (what its attention was masked by).
@@ -264,21 +264,24 @@ pub struct Sequence {
     pub tokens: Vec<u32>,
     pub valid: usize,
     pub starts: Vec<u32>,
+    /// The whole batch the forward ran, and the token that starts its documents.
+    pub batch: data::Batch,
+    pub separator: Option<u32>,
 }
 
 /// Token ids as text, for the views: each decoded on its own and quoted (so that spaces and
 /// newlines show).
-struct Words(data::Tokenizer);
+pub(crate) struct Words(pub(crate) data::Tokenizer);
 
 impl Words {
-    fn of(cfg: &RunConfig) -> Result<Self> {
+    pub(crate) fn of(cfg: &RunConfig) -> Result<Self> {
         Ok(Self(source::tokenizer(&cfg.data)?))
     }
-    fn word(&self, id: u32) -> String {
+    pub(crate) fn word(&self, id: u32) -> String {
         format!("{:?}", self.0.decode(&[id]))
     }
     /// The `before` tokens up to `at` and the token at `at`, for a header line.
-    fn context(&self, seq: &Sequence, at: usize, before: usize) -> String {
+    pub(crate) fn context(&self, seq: &Sequence, at: usize, before: usize) -> String {
         let from = at.saturating_sub(before);
         format!(
             "{} (after {:?})",
@@ -290,7 +293,7 @@ impl Words {
 
 /// The trainer after the forward of a run's held-out batch (`--run`), or of training step
 /// `--step` of a fresh preset on its task, as the playground trains it.
-fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>> {
+pub(crate) fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>> {
     let (cfg, what, batch, trainer, separator) = match &args.run {
         Some(run) => {
             let cfg = load::config(run)?;
@@ -367,13 +370,24 @@ fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Result<Looked<B>
             .map_or(t, |i| i + 1),
         None => t,
     };
-    Ok((cfg, what, trainer, Sequence { tokens, valid, starts }))
+    Ok((
+        cfg,
+        what,
+        trainer,
+        Sequence {
+            tokens,
+            valid,
+            starts,
+            batch,
+            separator,
+        },
+    ))
 }
 
 /// Puts `text`'s tokens at the start of sequence `seq` of `batch` (at most T of them; the rest
 /// of the row, after them, cannot reach them through causal attention), with targets only
 /// within the text.
-fn put_text(batch: &mut data::Batch, seq: usize, text: &str, tokenizer: &data::Tokenizer) -> Result<()> {
+pub(crate) fn put_text(batch: &mut data::Batch, seq: usize, text: &str, tokenizer: &data::Tokenizer) -> Result<()> {
     let t = batch.t;
     let mut tokens = tokenizer.encode(text);
     if tokens.is_empty() {

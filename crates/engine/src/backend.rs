@@ -42,6 +42,9 @@ macro_rules! declare_ops {
         elementwise::add(out: Tensor, a: Tensor, b: Tensor) cost(len(out));
         /// out += a
         elementwise::add_assign(out: Tensor, a: Tensor) cost(len(out));
+        /// out[r, c] = value[r, c] where rows[r] and cols[c] are both nonzero, else out[r, c] as
+        /// it was, bit for bit: an intervention's edit (out is (len(rows), len(cols))).
+        elementwise::replace(out: Tensor, rows: Tensor, cols: Tensor, value: Tensor) cost(len(out));
         /// out = GELU_tanh(x)
         elementwise::gelu_forward(out: Tensor, x: Tensor) cost(len(out));
         /// dx = dout · GELU'(x)

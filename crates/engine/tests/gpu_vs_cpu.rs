@@ -357,7 +357,7 @@ fn elementwise_ops() {
     let mut rng = SmallRng::seed_from_u64(11);
     let (a, b) = (rand_vec(&mut rng, 1000, 4.0), rand_vec(&mut rng, 1000, 1.0));
     both!(
-        "add, add_assign, gelu, gelu_backward, fill",
+        "add, add_assign, gelu, gelu_backward, fill, replace",
         1e-5,
         elementwise_case(&a, &b)
     );

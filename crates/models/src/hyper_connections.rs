@@ -27,9 +27,11 @@ use crate::attention::{
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::{Dense, DenseActs, DenseParams, DenseScratch, FfCore};
+use crate::interventions::{edits, EditPoint, Edits, Group, Point, ReadOut};
 use crate::loss::{LossHead, Unembedding};
 use crate::observe::{self, Inside, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
+use crate::probes::Layer;
 use crate::residual_vector::ResidualVectorConfig;
 use crate::train::LanguageModel;
 use crate::{ModelError, Norm, Observe, Result, TransformerConfig, WeightInit};
@@ -695,6 +697,8 @@ pub struct HyperConnections<B: Backend> {
     lnf_stats: B::Tensor, // (BT, 2); (BT·n, 2)
     unembedding: Unembedding<B>,
     s: Option<Scratch<B>>,
+    /// An intervention's edits; None in training.
+    edits: Option<Edits<B>>,
 }
 
 impl<B: Backend> HyperConnections<B> {
@@ -808,6 +812,7 @@ impl<B: Backend> HyperConnections<B> {
             lnf_stats: z("the final norm statistics", cfg.final_norm(bt).rows * 2)?,
             unembedding: Unembedding::new(be, bt, cfg.vocab, d, cfg.z_loss, trainable)?,
             s,
+            edits: None,
             cfg,
         })
     }
@@ -929,12 +934,15 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
         let (n, d) = (cfg.streams, cfg.d_model);
         // X⁰ = (e, …, e)
         self.embedding.forward(be, &self.encoded, &w.embedding, batch);
+        let edit = |point, tensor| edits::apply(be, &self.edits, point, tensor);
+        edit(Point::Embedding, &self.encoded);
         be.matmul(
             &self.streams0,
             &self.ones_n,
             &self.encoded,
             MatmulDims::new(n, d, 1).batched(bt, true, false),
         );
+        edit(Point::Residual(0), &self.streams0);
         for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             // Attention's site: f = MHA(Norm(u))
             let x = self.streams_in(2 * l);
@@ -956,6 +964,7 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &p.maps,
             );
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
+            edit(Point::Heads(l), &a.attention.atty);
             <Projections as AttentionMaps<Dense>>::output_forward(
                 &self.maps,
                 be,
@@ -963,13 +972,17 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &a.attention.atty,
                 &p.maps,
             );
+            edit(Point::Write(l, Layer::Attn), &a.attn.f);
             self.site_out(be, &a.attn, x);
+            edit(Point::Residual(2 * l + 1), &a.attn.out);
             // The FF's site: f = W2 · GELU(W1 · Norm(u))
             let x = &a.attn.out;
             self.gates_in(be, &a.ff.gates, x, &p.ff_hc, cfg.site_dims(bt));
             be.norm_forward(&a.ff.ln, &a.ff.ln_stats, &a.ff.gates.u, &p.ln2, cfg.branch_norm(bt));
             self.core.forward(be, &a.ff.f, &a.ff.ln, &a.core, &(), &p.core);
+            edit(Point::Write(l, Layer::Ff), &a.ff.f);
             self.site_out(be, &a.ff, x);
+            edit(Point::Residual(2 * l + 2), &a.ff.out);
         }
         self.read_out(be, self.streams_in(2 * cfg.n_layers));
         self.unembedding.loss.forward(be, batch);
@@ -1114,6 +1127,63 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             }
         }
         self.unembedding.logits(be, self.head_input(), &w.w_u);
+    }
+
+    fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
+        let (n, d, heads) = (self.cfg.streams, self.cfg.d_model, self.cfg.n_heads);
+        let point = |point, tensor, width, groups| EditPoint {
+            point,
+            tensor,
+            width,
+            groups,
+        };
+        let mut points = vec![
+            point(Point::Embedding, &self.encoded, d, 1),
+            point(Point::Residual(0), &self.streams0, n * d, n),
+        ];
+        for (l, a) in self.blocks.iter().enumerate() {
+            points.extend([
+                point(Point::Heads(l), &a.attention.atty, heads * self.cfg.head_dim, heads),
+                point(Point::Write(l, Layer::Attn), &a.attn.f, d, 1),
+                point(Point::Residual(2 * l + 1), &a.attn.out, n * d, n),
+                point(Point::Write(l, Layer::Ff), &a.ff.f, d, 1),
+                point(Point::Residual(2 * l + 2), &a.ff.out, n * d, n),
+            ]);
+        }
+        points
+    }
+
+    fn residual_groups(&self) -> Option<Group> {
+        Some(Group::Stream)
+    }
+
+    fn edits(&mut self) -> &mut Option<Edits<B>> {
+        &mut self.edits
+    }
+
+    /// Linear but for the `head` collapse, whose gates are read from the streams themselves.
+    fn linear_read_out(&self) -> Option<ReadOut> {
+        let (width, streams, norm, eps) = (
+            self.cfg.d_model,
+            self.cfg.streams,
+            self.cfg.norm.into(),
+            self.cfg.norm_eps,
+        );
+        match self.cfg.collapse() {
+            HcCollapse::NormThenSum => Some(ReadOut::EachNormed {
+                width,
+                streams,
+                norm,
+                eps,
+            }),
+            HcCollapse::Head => None,
+            _ => Some(ReadOut::Norm {
+                width,
+                streams,
+                norm,
+                eps,
+            }),
+        }
     }
 
     fn inside(&self) -> Inside<'_, B> {

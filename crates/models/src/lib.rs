@@ -14,6 +14,7 @@ pub mod ff;
 pub mod generate;
 pub mod hybrid;
 pub mod hyper_connections;
+pub mod interventions;
 pub mod loss;
 pub mod matching;
 pub mod memory;

@@ -11,7 +11,7 @@ use engine::Backend;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layer {
     Attn,

@@ -24,6 +24,7 @@ use crate::batch::BatchTensors;
 use crate::config::{Position, Trunk};
 use crate::embedding::{MatrixEmbedding, MatrixEmbeddingActs, MatrixEmbeddingParams};
 use crate::ff::FfCore;
+use crate::interventions::{edits, EditPoint, Edits, Group, Point, ReadOut};
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
 use crate::observe::{self, Inside, Observe, Shape};
@@ -222,6 +223,8 @@ pub struct ResidualMatrix<B: Backend, C: ResidualMatrixConfig> {
     /// Backward and probe scratch, and the probes; None for inference.
     s: Option<Scratch<B, C::Core>>,
     probes: Option<Probes<B>>,
+    /// An intervention's edits; None in training.
+    edits: Option<Edits<B>>,
 }
 
 /// A residual, its norm's statistics and gain: the input of a retrieval, normalised as read.
@@ -340,6 +343,7 @@ impl<B: Backend, C: ResidualMatrixConfig> ResidualMatrix<B, C> {
             unembedding,
             s,
             probes,
+            edits: None,
             cfg,
             trunk,
             embedding,
@@ -509,6 +513,9 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         // X⁰ = Σ_h w_E ⊗ W_E[token] (+ Σ_h w_PE ⊗ W_PE[position])
         let (x0, e) = (&self.encoded, &self.embedded);
         self.embedding.forward(be, x0, e, &w.embedding, batch);
+        let edit = |point, tensor| edits::apply(be, &self.edits, point, tensor);
+        edit(Point::Embedding, x0);
+        edit(Point::Residual(0), x0);
         for (l, (a, q)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             let x = self.residual_in(l);
             let site = |layer, op| Some(probes::site_index(l, layer, op));
@@ -521,8 +528,12 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             let at = site(Layer::Attn, Op::Retrieval);
             self.retrieve_from_norm(be, probing, at, &a.attention.qkv, &q.r_qkv, n1);
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
+            // Heads and the whole write are both the values stored along w_O's keys.
+            edit(Point::Heads(l), &a.attention.atty);
+            edit(Point::Write(l, Layer::Attn), &a.attention.atty);
             let at = probes::site_index(l, Layer::Attn, Op::Storage);
             self.store_probed(be, probing, at, &a.res_att, x, &q.w_o, &a.attention.atty);
+            edit(Point::Residual(2 * l + 1), &a.res_att);
             // x_FF = r_FF ·₁ Norm(X); f = core(x_FF); X ← X + Σ_h w_FF ⊗ f_h
             let n2 = Normed {
                 x: &a.res_att,
@@ -538,8 +549,10 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                     probes.record(be, at, Quantity::Out, output);
                 }
             }
+            edit(Point::Write(l, Layer::Ff), &a.f);
             let at = probes::site_index(l, Layer::Ff, Op::Storage);
             self.store_probed(be, probing, at, &a.res_ff, &a.res_att, &q.w_ff, &a.f);
+            edit(Point::Residual(2 * l + 2), &a.res_ff);
         }
         // logits = Σ_h W_U^(h) (r_U^(h) ·₁ Norm(X))
         self.read_out(be, self.residual_in(self.trunk.n_layers));
@@ -621,6 +634,49 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
         };
         self.retrieve_from_norm(be, None, None, &self.yu, &w.r_u, nf);
         self.unembedding.logits(be, &self.yu, &w.w_u);
+    }
+
+    fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
+        let (dk, dv, r) = (self.trunk.d_k, self.trunk.d_v, self.trunk.rank);
+        let point = |point, tensor, width, groups| EditPoint {
+            point,
+            tensor,
+            width,
+            groups,
+        };
+        let mut points = vec![
+            point(Point::Embedding, &self.encoded, dk * dv, dk),
+            point(Point::Residual(0), &self.encoded, dk * dv, dk),
+        ];
+        for (l, a) in self.blocks.iter().enumerate() {
+            let atty = &a.attention.atty;
+            points.extend([
+                point(Point::Heads(l), atty, r * dv, r),
+                point(Point::Write(l, Layer::Attn), atty, r * dv, r),
+                point(Point::Residual(2 * l + 1), &a.res_att, dk * dv, dk),
+                point(Point::Write(l, Layer::Ff), &a.f, r * dv, r),
+                point(Point::Residual(2 * l + 2), &a.res_ff, dk * dv, dk),
+            ]);
+        }
+        points
+    }
+
+    fn residual_groups(&self) -> Option<Group> {
+        Some(Group::Slot)
+    }
+
+    fn edits(&mut self) -> &mut Option<Edits<B>> {
+        &mut self.edits
+    }
+
+    fn linear_read_out(&self) -> Option<ReadOut> {
+        Some(ReadOut::Keys {
+            dk: self.trunk.d_k,
+            dv: self.trunk.d_v,
+            keys: self.trunk.rank,
+            norm: self.trunk.norm.into(),
+            eps: self.trunk.norm_eps,
+        })
     }
 
     fn inside(&self) -> Inside<'_, B> {

@@ -14,6 +14,7 @@ use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionNames, 
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::FfCore;
+use crate::interventions::{edits, EditPoint, Edits, Group, Point, ReadOut};
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
 use crate::observe::{self, Inside, Observe, Shape};
@@ -202,6 +203,8 @@ pub struct ResidualVector<B: Backend, C: ResidualVectorConfig> {
     /// Variance probes of the dense maps W_QKV, W_O, W1 and W2; None for inference and for
     /// hashed ones.
     probes: Option<Probes<B>>,
+    /// An intervention's edits; None in training.
+    edits: Option<Edits<B>>,
 }
 
 impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
@@ -291,6 +294,7 @@ impl<B: Backend, C: ResidualVectorConfig> ResidualVector<B, C> {
             unembedding: Unembedding::new(be, bt, trunk.vocab, d, trunk.z_loss, trainable)?,
             s,
             probes,
+            edits: None,
             cfg,
             embedding: embedding(&trunk, b, t),
             trunk,
@@ -365,6 +369,9 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         let (w, probes) = (&self.w, self.probes(observe));
         // X⁰ = W_E[token] + W_PE[position]
         self.embedding.forward(be, &self.encoded, &w.embedding, batch);
+        let edit = |point, tensor| edits::apply(be, &self.edits, point, tensor);
+        edit(Point::Embedding, &self.encoded);
+        edit(Point::Residual(0), &self.encoded);
         for (l, (a, p)) in self.blocks.iter().zip(&w.blocks).enumerate() {
             let (x, out) = (self.residual_in(l), self.output(l));
             // X ← X + out(attention(in(Norm(X))))
@@ -378,7 +385,9 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                 [(Quantity::In, &a.ln1), (Quantity::Out, qkv)],
             );
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
+            edit(Point::Heads(l), &a.attention.atty);
             let y = self.maps.output_forward(be, out, &a.attention.atty, &p.maps);
+            edit(Point::Write(l, Layer::Attn), y);
             probe(
                 be,
                 probes,
@@ -386,6 +395,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                 [(Quantity::In, &a.attention.atty), (Quantity::Out, y)],
             );
             be.add(&a.res_att, x, y);
+            edit(Point::Residual(2 * l + 1), &a.res_att);
             // X ← X + core(Norm(X)); W1 and W2 of a dense core are its retrieval and storage.
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm());
             self.core.forward(be, out, &a.ln2, &a.core, &self.shared, &p.core);
@@ -403,7 +413,9 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                     [(Quantity::In, w2_in), (Quantity::Out, w2_out)],
                 );
             }
+            edit(Point::Write(l, Layer::Ff), out);
             be.add(&a.res_ff, &a.res_att, out);
+            edit(Point::Residual(2 * l + 2), &a.res_ff);
         }
         // logits = W_U · Norm(X); loss = mean CE (the z-loss enters the gradient only)
         self.read_out(be, self.residual_in(self.trunk.n_layers));
@@ -493,6 +505,48 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         let w = &self.w;
         be.norm_forward(&self.lnf, &self.lnf_stats, x, &w.lnf, self.norm());
         self.unembedding.logits(be, &self.lnf, &w.w_u);
+    }
+
+    fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
+        let (d, heads) = (self.trunk.d_model, self.trunk.n_heads);
+        let point = |point, tensor, width, groups| EditPoint {
+            point,
+            tensor,
+            width,
+            groups,
+        };
+        let mut points = vec![
+            point(Point::Embedding, &self.encoded, d, 1),
+            point(Point::Residual(0), &self.encoded, d, 1),
+        ];
+        for (l, a) in self.blocks.iter().enumerate() {
+            let atty = &a.attention.atty;
+            points.extend([
+                point(Point::Heads(l), atty, heads * self.trunk.head_dim, heads),
+                point(Point::Write(l, Layer::Attn), self.output(l), d, 1),
+                point(Point::Residual(2 * l + 1), &a.res_att, d, 1),
+                point(Point::Write(l, Layer::Ff), self.output(l), d, 1),
+                point(Point::Residual(2 * l + 2), &a.res_ff, d, 1),
+            ]);
+        }
+        points
+    }
+
+    fn residual_groups(&self) -> Option<Group> {
+        None
+    }
+
+    fn edits(&mut self) -> &mut Option<Edits<B>> {
+        &mut self.edits
+    }
+
+    fn linear_read_out(&self) -> Option<ReadOut> {
+        Some(ReadOut::Norm {
+            width: self.trunk.d_model,
+            streams: 1,
+            norm: self.trunk.norm.into(),
+            eps: self.trunk.norm_eps,
+        })
     }
 
     fn inside(&self) -> Inside<'_, B> {

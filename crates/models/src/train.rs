@@ -3,6 +3,7 @@
 
 use crate::batch::BatchTensors;
 use crate::checkpoint::TrainState;
+use crate::interventions::{EditPoint, Edits, Group, ReadOut};
 use crate::loss::LossHead;
 use crate::observe::{Inside, Observe};
 use crate::optim::AdamW;
@@ -34,6 +35,18 @@ pub trait LanguageModel<B: Backend> {
     /// Writes into `head().logits` what the model's head (the final norm, the RMT's
     /// unembedding retrieval, W_U) reads from the residual `x`; the forward ends with it.
     fn read_out(&self, be: &B, x: &B::Tensor);
+    /// Where an intervention may edit the forward, in forward order, with each point's tensor
+    /// (`interventions`).
+    fn edit_points(&self) -> Vec<EditPoint<'_, B>>;
+    /// What the residual's groups of columns are: an RMT's key slots, hyper-connections'
+    /// streams, or none.
+    fn residual_groups(&self) -> Option<Group>;
+    /// The edits the next forwards apply at the points; None (what training runs): none, and
+    /// no launch for them.
+    fn edits(&mut self) -> &mut Option<Edits<B>>;
+    /// The read-out as a linear map of the last residual once the final norm's scale is frozen
+    /// (direct logit attribution); None where it is not linear.
+    fn linear_read_out(&self) -> Option<ReadOut>;
     /// The logit lens: after a forward, the head read from the residual at `depth`, an index
     /// into `inside().residuals` (past the last, the last). The last depth gives the forward's
     /// own logits. It overwrites the head's buffers: run a forward again before a backward.
@@ -76,6 +89,18 @@ impl<B: Backend, M: LanguageModel<B> + ?Sized> LanguageModel<B> for Box<M> {
     }
     fn lens(&self, be: &B, depth: usize) {
         (**self).lens(be, depth)
+    }
+    fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
+        (**self).edit_points()
+    }
+    fn residual_groups(&self) -> Option<Group> {
+        (**self).residual_groups()
+    }
+    fn edits(&mut self) -> &mut Option<Edits<B>> {
+        (**self).edits()
+    }
+    fn linear_read_out(&self) -> Option<ReadOut> {
+        (**self).linear_read_out()
     }
 }
 

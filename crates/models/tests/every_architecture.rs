@@ -531,3 +531,128 @@ fn the_logged_gradient_norm_is_the_gradients_norm() {
         );
     }
 }
+
+/// Interventions keep their identities on every architecture: an edit that selects nothing
+/// changes nothing, bit for bit; patching the embedding and every layer's write from a clean
+/// sequence into another makes that sequence's logits the clean one's; direct logit attribution
+/// adds up to the logit over the writes, over the key slots or streams, and over a block's
+/// heads to that block's attention; and zeroing a write moves the loss.
+#[test]
+fn interventions_keep_their_identities() {
+    use resmem_models::interventions::{self, drive, Edit, Point, Points, Site};
+    use std::collections::BTreeMap;
+    let t = 16;
+    let mut cases: Vec<(String, ModelConfig)> = families().iter().map(|f| (f.arch.to_string(), tiny(f.arch))).collect();
+    // Hyper-connections' other read-outs: HC's sum and mHC-lite's norm of each stream.
+    for mixing in [HcMixing::Hc, HcMixing::MhcLite] {
+        let hc = HcConfig {
+            mixing,
+            ..HcConfig::tiny(256, 16)
+        };
+        cases.push((format!("hc {mixing:?}"), ModelConfig::Hc(hc)));
+    }
+    for (arch, cfg) in cases {
+        let be = CpuBackend::<f32>::new();
+        let mut trainer = Trainer::new(&be, build(&be, &cfg, (2, t), 0), TrainConfig::default()).unwrap();
+        let mut sampler = TaskSampler::new(Task::Copy, 2, t, 0).unwrap();
+        for _ in 0..20 {
+            trainer.step(&be, &sampler.next_batch()).unwrap();
+        }
+        let batch = sampler.next_batch();
+        let model = &mut trainer.model;
+        let rows = [7, t + 7];
+        let run = |model: &mut Box<dyn LanguageModel<CpuBackend<f32>>>, edits: &BTreeMap<Point, Edit>| {
+            pollster::block_on(drive::forward(&be, model, (&batch, None), edits, &rows)).unwrap()
+        };
+        let clean = run(model, &BTreeMap::new());
+        let values = pollster::block_on(drive::read_points(&be, model, (&batch, None))).unwrap();
+        let bits = |o: &drive::Outcome| -> Vec<u32> { o.logits.concat().iter().map(|x| x.to_bits()).collect() };
+
+        // Every point edited with masks that select nothing.
+        let nothing: BTreeMap<Point, Edit> = values
+            .iter()
+            .map(|(&p, (v, w))| {
+                let mut e = Edit::none(v.len() / w, *w);
+                e.value.iter_mut().for_each(|x| *x = 7.0);
+                (p, e)
+            })
+            .collect();
+        let same = run(model, &nothing);
+        assert_eq!((same.loss, bits(&same)), (clean.loss, bits(&clean)), "{}", arch);
+
+        // Every write patched from sequence 0 into sequence 1.
+        let points = Points::of(&model.edit_points(), model.residual_groups());
+        let writes: Vec<_> = (points.sites().into_iter())
+            .filter(|s| matches!(s, Site::Embedding | Site::Write(..)))
+            .flat_map(|s| points.targets(s).unwrap())
+            .collect();
+        let edits = drive::patch(&values, &writes, (0, 1), &(0..t).collect::<Vec<_>>(), t).unwrap();
+        let patched = run(model, &edits);
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * (1.0 + a.abs());
+        assert!(
+            (patched.logits[1].iter().zip(&clean.logits[0])).all(|(&a, &b)| close(a, b)),
+            "{}: patching every write does not give the clean sequence's logits",
+            arch
+        );
+
+        // Zeroing block 0's attention moves the loss.
+        let zeroed = drive::ablation(
+            &values,
+            &points
+                .targets(Site::Write(0, resmem_models::probes::Layer::Attn))
+                .unwrap(),
+            drive::Ablation::Zero,
+            &(0..2 * t).collect::<Vec<_>>(),
+            (2, t),
+        )
+        .unwrap();
+        assert_ne!(run(model, &zeroed).loss, clean.loss, "{}", arch);
+
+        // Direct logit attribution, on the clean forward.
+        run(model, &BTreeMap::new());
+        let row = &clean.logits[0];
+        let target = (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap() as u32;
+        let dla = pollster::block_on(interventions::attribute(&be, &**model, (0, t, 7), target, None)).unwrap();
+        // mHC's gated head reads the streams with gates made from them: not linear.
+        let Some(dla) = dla else {
+            assert_eq!(arch, "hc", "{arch}: no attribution");
+            continue;
+        };
+        let sum = |shares: &[interventions::Share]| shares.iter().map(|s| s.logit).sum::<f64>();
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-4 * (1.0 + b.abs());
+        assert!(dla.logit.abs() > 1e-3, "{}: a logit of {}", arch, dla.logit);
+        if !dla.writes.is_empty() {
+            assert!(
+                near(sum(&dla.writes), dla.logit),
+                "{}: writes {} of {}",
+                arch,
+                sum(&dla.writes),
+                dla.logit
+            );
+        }
+        if model.residual_groups().is_some() {
+            assert!(
+                near(sum(&dla.groups), dla.logit),
+                "{}: groups {} of {}",
+                arch,
+                sum(&dla.groups),
+                dla.logit
+            );
+        }
+        for (l, attn) in dla.writes.iter().filter(|w| w.site.ends_with(".attn")).enumerate() {
+            let heads: Vec<_> = (dla.heads.iter())
+                .filter(|h| h.site.starts_with(&format!("block{l}.attn.head")))
+                .cloned()
+                .collect();
+            if !heads.is_empty() {
+                assert!(
+                    near(sum(&heads), attn.logit),
+                    "{}: block {l}'s heads {} of {}",
+                    arch,
+                    sum(&heads),
+                    attn.logit
+                );
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! Elementwise ops over flat tensors of n values: fill, add, add_assign, tanh-GELU.
+//! Elementwise ops over flat tensors of n values: fill, add, add_assign, tanh-GELU, and
+//! replace, which overwrites a product of rows and columns (an intervention's edit).
 
 use crate::gpu::{AsArg, GpuBackend, GpuTensor, VIEW_ALIGN};
 use crate::shaders::{Define, WG};
@@ -40,6 +41,23 @@ mod cpu_twin {
         assert_eq!(out.len(), a.len(), "add_assign: lengths differ");
         (out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK)))
             .for_each(|(o, a)| o.iter_mut().zip(a).for_each(|(o, &a)| *o = *o + a));
+    }
+
+    pub fn cpu_replace<T: Scalar>(out: &mut [T], rows: &[T], cols: &[T], value: &[T]) {
+        let w = cols.len();
+        assert!(
+            out.len() == rows.len() * w && value.len() == out.len(),
+            "replace: out is not rows × cols, or value differs from it"
+        );
+        (out.par_chunks_mut(w).zip(value.par_chunks(w)).zip(rows))
+            .filter(|(_, &r)| r != T::zero())
+            .for_each(|((o, v), _)| {
+                for ((o, &v), &c) in o.iter_mut().zip(v).zip(cols) {
+                    if c != T::zero() {
+                        *o = v;
+                    }
+                }
+            });
     }
 
     pub fn cpu_gelu_forward<T: Scalar>(out: &mut [T], x: &[T]) {
@@ -126,6 +144,25 @@ pub mod gpu {
         launch(gpu, "add_assign", 0.0, &[out, a]);
     }
 
+    /// One launch over all of `out`: a row's mask is found from its index, so the tensor is
+    /// not split into binding-sized ranges (an intervention's tensors are one layer's).
+    pub fn replace(gpu: &GpuBackend, out: &GpuTensor, rows: &GpuTensor, cols: &GpuTensor, value: &GpuTensor) {
+        assert!(
+            out.len == rows.len * cols.len && value.len == out.len,
+            "replace: out is not rows × cols, or value differs from it"
+        );
+        if out.len == 0 {
+            return;
+        }
+        gpu.dispatch(
+            "elementwise",
+            "replace",
+            &[out.len as u32, 0, cols.len as u32],
+            &[out.arg(), rows.arg(), cols.arg(), value.arg()],
+            gpu.grid_1d(out.len, WG),
+        );
+    }
+
     pub fn gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {
         assert_eq!(out.len, x.len, "gelu: lengths differ");
         launch(gpu, "gelu_forward", 0.0, &[out, x]);
@@ -153,6 +190,15 @@ pub mod cpu {
     pub fn add_assign<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, a: &CpuTensor<T>) {
         cpu_add_assign(&mut out.get_mut(), &a.get())
     }
+    pub fn replace<T: Scalar>(
+        _: &CpuBackend<T>,
+        out: &CpuTensor<T>,
+        rows: &CpuTensor<T>,
+        cols: &CpuTensor<T>,
+        value: &CpuTensor<T>,
+    ) {
+        cpu_replace(&mut out.get_mut(), &rows.get(), &cols.get(), &value.get())
+    }
     pub fn gelu_forward<T: Scalar>(_: &CpuBackend<T>, out: &CpuTensor<T>, x: &CpuTensor<T>) {
         cpu_gelu_forward(&mut out.get_mut(), &x.get())
     }
@@ -177,6 +223,10 @@ pub mod cost {
         let n = f(n);
         Family::Elementwise.cost(n, 3.0 * W * n)
     }
+    pub fn replace(n: usize) -> Cost {
+        let n = f(n);
+        Family::Elementwise.cost(0.0, 3.0 * W * n)
+    }
     pub fn gelu_forward(n: usize) -> Cost {
         let n = f(n);
         Family::Elementwise.cost(8.0 * n, 2.0 * W * n)
@@ -184,5 +234,18 @@ pub mod cost {
     pub fn gelu_backward(n: usize) -> Cost {
         let n = f(n);
         Family::Elementwise.cost(14.0 * n, 3.0 * W * n)
+    }
+}
+
+#[cfg(all(test, feature = "cpu"))]
+mod tests {
+    use super::cpu_replace;
+
+    #[test]
+    fn replace_writes_the_chosen_rows_and_columns_only() {
+        let mut out = vec![1.0f32, -0.0, 3.0, 4.0, 5.0, 6.0];
+        cpu_replace(&mut out, &[0.0, 1.0], &[1.0, 0.0, 1.0], &[9.0; 6]);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out), bits(&[1.0, -0.0, 3.0, 9.0, 5.0, 9.0]));
     }
 }

@@ -377,7 +377,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         checks,
         be,
         "elementwise",
-        "add, add_assign, GELU, fill over 1,000",
+        "add, add_assign, GELU, fill, replace over 1,000",
         1e-5,
         elementwise(&a, &b)
     );

@@ -1,0 +1,110 @@
+//! Edits: values that replace part of a point's tensor during a forward, which is how an
+//! ablation or a patch reaches inside a model.
+
+use super::sites::Point;
+use crate::Result;
+use engine::Backend;
+use std::collections::BTreeMap;
+
+/// What replaces part of one point's tensor: the rows (tokens) and columns where `rows[r]`
+/// and `cols[c]` are both 1 take `value`'s; every other value is left as the forward computed
+/// it, bit for bit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edit {
+    pub rows: Vec<f32>,
+    pub cols: Vec<f32>,
+    /// (rows, cols), row-major.
+    pub value: Vec<f32>,
+}
+
+impl Edit {
+    /// No value replaced, for a tensor of `rows` × `cols`.
+    pub fn none(rows: usize, cols: usize) -> Self {
+        Self {
+            rows: vec![0.0; rows],
+            cols: vec![0.0; cols],
+            value: vec![0.0; rows * cols],
+        }
+    }
+
+    /// Marks rows `rows` and columns `cols` as replaced; the two masks are one product, so
+    /// every edit at a point shares its rows.
+    pub fn select(&mut self, rows: impl IntoIterator<Item = usize>, cols: std::ops::Range<usize>) {
+        rows.into_iter().for_each(|r| self.rows[r] = 1.0);
+        self.cols[cols].iter_mut().for_each(|c| *c = 1.0);
+    }
+}
+
+/// The edits one forward applies, on the device, a point at a time as the forward reaches it
+/// (`apply`); and, where asked, a copy of every point's values as the forward left them
+/// (`captured`), for points whose buffers a later layer reuses.
+pub struct Edits<B: Backend> {
+    at: BTreeMap<Point, [B::Tensor; 3]>,
+    /// Each point's copy, and the all-ones masks that copy it whole.
+    captures: BTreeMap<Point, [B::Tensor; 3]>,
+}
+
+impl<B: Backend> Edits<B> {
+    /// Copies `edits` onto the device.
+    pub fn new(be: &B, edits: &BTreeMap<Point, Edit>) -> Result<Self> {
+        let mut at = BTreeMap::new();
+        for (&point, e) in edits {
+            at.insert(
+                point,
+                [
+                    filled(be, "rows", &e.rows)?,
+                    filled(be, "columns", &e.cols)?,
+                    filled(be, "values", &e.value)?,
+                ],
+            );
+        }
+        Ok(Self {
+            at,
+            captures: BTreeMap::new(),
+        })
+    }
+
+    /// No edit, and a copy of each of `points` (point, rows, width) after the forward.
+    pub fn capture(be: &B, points: &[(Point, usize, usize)]) -> Result<Self> {
+        let mut captures = BTreeMap::new();
+        for &(point, rows, width) in points {
+            let copy = be.zeros("an intervention's copy of a layer", rows * width)?;
+            let ones = |n: usize| filled(be, "mask", &vec![1.0; n]);
+            captures.insert(point, [copy, ones(rows)?, ones(width)?]);
+        }
+        Ok(Self {
+            at: BTreeMap::new(),
+            captures,
+        })
+    }
+
+    /// Replaces what the edit at `point` selects of `tensor`, if there is one, then copies it
+    /// where asked.
+    pub fn apply(&self, be: &B, point: Point, tensor: &B::Tensor) {
+        if let Some([rows, cols, value]) = self.at.get(&point) {
+            be.replace(tensor, rows, cols, value);
+        }
+        if let Some([copy, rows, cols]) = self.captures.get(&point) {
+            be.replace(copy, rows, cols, tensor);
+        }
+    }
+
+    /// The copy of `point`'s values, if one was asked for.
+    pub fn captured(&self, point: Point) -> Option<&B::Tensor> {
+        self.captures.get(&point).map(|[copy, ..]| copy)
+    }
+}
+
+fn filled<B: Backend>(be: &B, what: &str, values: &[f32]) -> Result<B::Tensor> {
+    let t = be.zeros(&format!("an intervention's {what}"), values.len())?;
+    be.write(&t, values);
+    Ok(t)
+}
+
+/// `edits.apply(point, tensor)` where a model holds edits: what each forward calls at each of
+/// its points.
+pub fn apply<B: Backend>(be: &B, edits: &Option<Edits<B>>, point: Point, tensor: &B::Tensor) {
+    if let Some(e) = edits {
+        e.apply(be, point, tensor);
+    }
+}

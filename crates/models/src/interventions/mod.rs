@@ -1,0 +1,177 @@
+//! Reaching inside a model: sites with one vocabulary for every architecture (`sites`), the
+//! edits that ablate or patch them during a forward (`edits`, `drive`), and direct logit
+//! attribution (`dla`).
+
+pub mod dla;
+pub mod drive;
+pub mod edits;
+pub mod sites;
+
+pub use dla::ReadOut;
+pub use drive::{Ablation, Outcome};
+pub use edits::{Edit, Edits};
+pub use sites::{EditPoint, Group, Point, Points, Site};
+
+use crate::{LanguageModel, Result};
+use dla::{Frozen, Weights};
+use engine::Backend;
+use serde::{Deserialize, Serialize};
+
+/// One part of the last residual and the logit (or difference) it makes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Share {
+    pub site: String,
+    pub logit: f64,
+}
+
+/// Direct logit attribution of one token's logit (or difference of two) to the parts of its
+/// last residual; each family of parts adds up to the logit, with the final norm's scale frozen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// The model's own logit (or difference), from its forward.
+    pub logit: f64,
+    /// The embedding and every layer's write (vector and matrix residuals): they add up to
+    /// the logit. Empty for hyper-connections, whose mixing moves writes between streams.
+    pub writes: Vec<Share>,
+    /// Each head's part of its attention's write, where the output map is linear (dense maps,
+    /// an RMT's w_O keys): a block's heads add up to its attention's share.
+    pub heads: Vec<Share>,
+    /// Each key slot (an RMT's row) or stream of the last residual: they add up to the logit.
+    pub groups: Vec<Share>,
+}
+
+/// Attributes logit `target` (minus `versus`'s) of token `token` of sequence `seq` (windows of
+/// `t`) after the model's last forward. None where the read-out is not linear once its norm is
+/// frozen (hyper-connections' gated head).
+pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t, token): (usize, usize, usize),
+    target: u32,
+    versus: Option<u32>,
+) -> Result<Option<Attribution>> {
+    let Some(read) = model.linear_read_out() else {
+        return Ok(None);
+    };
+    let row = seq * t + token;
+    let inside = model.inside();
+    let mut residuals = Vec::new();
+    for r in &inside.residuals {
+        let w = r.shape.size();
+        residuals.push(be.read_range(r.tensor, row * w, w).await?);
+    }
+    let v = model.vocab();
+    if let Some(past) = [Some(target), versus].into_iter().flatten().find(|&x| x as usize >= v) {
+        return Err(crate::ModelError::Config(format!(
+            "token {past} is past the vocabulary of {v}"
+        )));
+    }
+    let logits = be.read_range(&model.head().logits, row * v, v).await?;
+    let logit = f64::from(logits[target as usize]) - versus.map_or(0.0, |b| f64::from(logits[b as usize]));
+    let store = model.store();
+    let points: Vec<(Point, usize, usize)> = model
+        .edit_points()
+        .iter()
+        .map(|p| (p.point, p.width, p.groups))
+        .collect();
+    let head_maps: Vec<(usize, String)> = (points.iter())
+        .filter_map(|&(p, ..)| match p {
+            Point::Heads(l) => head_map(&store.layout, l).map(|name| (l, name)),
+            _ => None,
+        })
+        .collect();
+    let mut names: Vec<String> = ["lnf", "w_u", "r_u"].map(String::from).to_vec();
+    names.extend(head_maps.iter().map(|(_, n)| n.clone()));
+    let weights = Weights::read(be, &store.layout, &store.params, &names).await?;
+    let whole = residuals.last().cloned().unwrap_or_default();
+    let frozen = Frozen::new(read, &weights, &whole, target, versus)?;
+    let f64s = |x: &[f32]| x.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+    let share = |site: String, part: &[f64]| Share {
+        site,
+        logit: frozen.share(part),
+    };
+
+    let streams = matches!(read, ReadOut::Norm { streams: 2.., .. } | ReadOut::EachNormed { .. });
+    let mut writes = Vec::new();
+    if !streams {
+        for (d, r) in residuals.iter().enumerate() {
+            let part: Vec<f64> = match d {
+                0 => f64s(r),
+                _ => r
+                    .iter()
+                    .zip(&residuals[d - 1])
+                    .map(|(a, b)| f64::from(*a) - f64::from(*b))
+                    .collect(),
+            };
+            writes.push(share(sites::depth_name(d), &part));
+        }
+    }
+    let mut heads = Vec::new();
+    for (l, name) in head_maps.iter().filter(|_| !streams) {
+        let Some(&(_, width, groups)) = points.iter().find(|(p, ..)| *p == Point::Heads(*l)) else {
+            continue;
+        };
+        let tensor = model.edit_points().into_iter().find(|p| p.point == Point::Heads(*l));
+        let Some(tensor) = tensor else { continue };
+        let z = f64s(&be.read_range(tensor.tensor, row * width, width).await?);
+        let w_o = weights.get(name)?;
+        let dh = width / groups;
+        for h in 0..groups {
+            let z_h = &z[h * dh..(h + 1) * dh];
+            let part: Vec<f64> = match read {
+                // An RMT head writes its values along its key: w_O[h] ⊗ z_h (D_k × D_v).
+                ReadOut::Keys { dk, .. } => (0..dk)
+                    .flat_map(|i| z_h.iter().map(move |z| w_o[h * dk + i] * z))
+                    .collect(),
+                // A dense head writes W_O[:, its columns] · z_h (W_O is (D, H·D_h)).
+                _ => (0..w_o.len() / width)
+                    .map(|c| (0..dh).map(|j| w_o[c * width + h * dh + j] * z_h[j]).sum())
+                    .collect(),
+            };
+            heads.push(share(Site::Head(*l, h).to_string(), &part));
+        }
+    }
+    let mut groups = Vec::new();
+    if let (Some(group), Some(&(_, width, n))) = (
+        model.residual_groups(),
+        points
+            .iter()
+            .find(|(p, ..)| *p == Point::Residual(points_last(&points))),
+    ) {
+        let size = width / n;
+        for k in 0..n {
+            let mut part = vec![0.0; width];
+            part[k * size..(k + 1) * size].copy_from_slice(&f64s(&whole[k * size..(k + 1) * size]));
+            let site = Site::Group {
+                group,
+                index: k,
+                depth: None,
+            };
+            groups.push(share(site.to_string(), &part));
+        }
+    }
+    Ok(Some(Attribution {
+        logit,
+        writes,
+        heads,
+        groups,
+    }))
+}
+
+/// The last depth of the residual.
+fn points_last(points: &[(Point, usize, usize)]) -> usize {
+    points
+        .iter()
+        .filter(|(p, ..)| matches!(p, Point::Residual(_)))
+        .count()
+        .saturating_sub(1)
+}
+
+/// The name of block `l`'s attention output map where it is a plain weight (`blocks.{l}.w_o`
+/// for an RMT, `blocks.{l}.….w_o` for dense maps); None for a hashed one.
+fn head_map(layout: &crate::ParamLayout, l: usize) -> Option<String> {
+    let prefix = format!("blocks.{l}.");
+    (layout.specs.iter())
+        .find(|s| s.name.starts_with(&prefix) && s.name.ends_with("w_o"))
+        .map(|s| s.name.clone())
+}
