@@ -566,6 +566,10 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
 
     // The CLI's checkpoint in the page: its residuals are what `resmem analyze residual` computes.
     await page.check('#residual-open');
+    // Ablations are asked for before the import reads its views.
+    await page.fill('#residual-ablate', 'block0.attn, slot1');
+    await page.locator('#residual-ablate').blur();
+    await page.selectOption('#residual-how', 'mean');
     const cliCkpt = fs.readdirSync(path.join(cliRun, 'checkpoints')).sort().at(-1);
     await page.setInputFiles('#import', path.join(cliRun, 'checkpoints', cliCkpt));
     await page.waitForFunction((name) => /^Imported/.test(document.querySelector('#status')?.textContent)
@@ -630,6 +634,34 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     });
     console.log(`     imported logit lens of token ${lensToken}: ${pageLens.map((r) => `${r.depth} KL ${r.kl_to_final.toFixed(3)}`).join(' · ')}; worst difference from the CLI ${lensWorst.toExponential(2)}`);
     if (!(lensWorst < 2e-3) || pageLens[pageLens.length - 1].kl_to_final !== 0) throw new Error('the imported run\'s logit lens is not the CLI\'s');
+    // Direct logit attribution of the lens token's top prediction: `resmem analyze attribute`'s
+    // shares, adding up to the logit; the ablation asked for: `resmem analyze ablate`'s changes.
+    const dlaToken = await page.$eval('#residual-dla', (e) => e.dataset.token);
+    const target = await page.$eval('#residual-dla', (e) => e.dataset.target);
+    const pageDla = JSON.parse(await page.$eval('#residual-dla', (e) => e.dataset.attribution || 'null'));
+    const cliDla = JSON.parse(cli(['analyze', 'attribute', '--run', cliRun, '--token', dlaToken, '--target', `#${target}`, '--backend', 'cpu', '--json']));
+    if (!pageDla) throw new Error('the imported run shows no attribution');
+    const shares = (a) => [a.logit, ...a.writes.map((s) => s.logit), ...a.heads.map((s) => s.logit), ...a.groups.map((s) => s.logit)];
+    const names = (a) => [...a.writes, ...a.heads, ...a.groups].map((s) => s.site).join(',');
+    if (names(pageDla) !== names(cliDla)) throw new Error(`attribution sites: page ${names(pageDla)}, CLI ${names(cliDla)}`);
+    const dlaWorst = Math.max(...shares(pageDla).map((x, i) => Math.abs(x - shares(cliDla)[i]) / Math.max(1, Math.abs(x))));
+    const writeSum = pageDla.writes.reduce((a, s) => a + s.logit, 0);
+    console.log(`     imported attribution of token ${dlaToken}'s logit of #${target}: ${pageDla.logit.toFixed(4)}, writes sum ${writeSum.toFixed(4)}, `
+      + `${pageDla.heads.length} heads, ${pageDla.groups.length} slots; worst difference from the CLI ${dlaWorst.toExponential(2)}`);
+    if (!(dlaWorst < 2e-3) || !(Math.abs(writeSum - pageDla.logit) < 1e-3 * Math.max(1, Math.abs(pageDla.logit))))
+      throw new Error('the imported run\'s attribution is not the CLI\'s');
+    const pageAbl = JSON.parse(await page.$eval('#residual-ablation', (e) => e.dataset.ablation || 'null'));
+    if (!pageAbl?.Ok) throw new Error(`the imported run's ablation: ${JSON.stringify(pageAbl)} (${await page.textContent('#residual-ablation')})`);
+    const cliAbl = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn,slot1', '--how', 'mean', '--token', dlaToken,
+      '--target', `#${target}`, '--backend', 'cpu', '--json']));
+    const both = cliAbl.ablations.at(-1);
+    const ablWorst = Math.max(Math.abs(pageAbl.Ok.loss_change - both.loss_change), Math.abs(pageAbl.Ok.logit_change - both.logit_change));
+    console.log(`     imported mean-ablation of block0.attn and slot1: loss ${pageAbl.Ok.loss_change.toFixed(4)}, logit ${pageAbl.Ok.logit_change.toFixed(4)}; `
+      + `worst difference from the CLI ${ablWorst.toExponential(2)}`);
+    if (!(ablWorst < 2e-3) || pageAbl.Ok.loss_change === 0) throw new Error('the imported run\'s ablation is not the CLI\'s');
+    // A click on a bar takes its site out of the ablation (or puts it in).
+    await page.click('#residual-dla tr.dla-row[data-site="slot1"]');
+    if ((await page.inputValue('#residual-ablate')) !== 'block0.attn') throw new Error(`a click on slot1 left ${await page.inputValue('#residual-ablate')}`);
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sampled) throw new Error('the imported run shows no sample');
 

@@ -281,7 +281,7 @@ pub fn patch(args: PatchArgs) -> Result<()> {
         }
         let read = Read::of(&logit, &seq, &words, &base.logits[0])?;
         let (clean_ld, corrupt_ld) = (base.difference(0, read.target, read.versus), base.difference(1, read.target, read.versus));
-        if (clean_ld - corrupt_ld).abs() < 1e-6 {
+        if clean_ld == corrupt_ld {
             bail!("the clean and corrupted prompts give the same {} ({clean_ld:.4}): nothing for a patch to recover; choose --target and --versus", read.describe(&words));
         }
         let values = pollster::block_on(drive::read_points(be, model, on))?;

@@ -18,7 +18,7 @@ use crate::costs::costs;
 use crate::jobs::{self, Job, Report, Steering};
 use crate::link::Link;
 use crate::mixing::{Mixed, MixingView};
-use crate::residual::{ResidualView, Residuals};
+use crate::residual::{Look, ResidualView, Residuals};
 use crate::runs::{Kept, LossChart, Run, RunList, RunState, Saved};
 use crate::sample::{self, SampleView};
 use crate::setup::Setup;
@@ -114,6 +114,9 @@ pub fn App() -> impl IntoView {
     let (residual_open, set_residual_open) = signal(first_visit);
     let (residual_seq, set_residual_seq) = signal(0usize);
     let (residual_token, set_residual_token) = signal(0usize);
+    // The sites the residual viewer ablates, and how.
+    let residual_ablate = RwSignal::new(Vec::<String>::new());
+    let residual_how = RwSignal::new(models::interventions::Ablation::Zero);
     let page = Page {
         status: set_status,
         busy: RwSignal::new(false),
@@ -135,7 +138,12 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| {
         let steering = Steering {
             stop: !page.training.get(),
-            residuals: residual_open.get().then(|| (residual_seq.get(), residual_token.get())),
+            residuals: residual_open.get().then(|| Look {
+                seq: residual_seq.get(),
+                token: residual_token.get(),
+                ablate: residual_ablate.get(),
+                how: residual_how.get(),
+            }),
             prompt: page.prompt.get(),
         };
         // Tracked so that a worker, once ready, is told too.
@@ -418,7 +426,7 @@ pub fn App() -> impl IntoView {
                     </section>
                     <section class="pane pane-residual">
                         <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq
-                            token=residual_token set_token=set_residual_token />
+                            token=residual_token set_token=set_residual_token ablate=residual_ablate how=residual_how />
                     </section>
                     <section class="pane pane-inside">
                         <Show when=move || focused_arch().is_some_and(Arch::has_variance)>

@@ -5,7 +5,7 @@
 //! page applies to what it shows.
 
 use crate::dataset::Dataset;
-use crate::residual::Residuals;
+use crate::residual::{Look, Residuals};
 use crate::runs::RunState;
 use crate::sample;
 use crate::session::{check_limits, Session};
@@ -56,9 +56,8 @@ pub enum Job {
 pub struct Steering {
     /// Stop after the current step.
     pub stop: bool,
-    /// The sequence whose residuals a viewer wants, and the token whose logit lens, while one
-    /// is open.
-    pub residuals: Option<(usize, usize)>,
+    /// What a residual viewer wants read, while one is open.
+    pub residuals: Option<Look>,
     /// The prompt a sample continues.
     pub prompt: String,
 }
@@ -365,12 +364,12 @@ async fn import<B: Backend + 'static>(
     });
     let event = |event: Event| tell(Report::Event { id, event });
     event(Event::Checkpoint { step, bytes });
-    let (seq, token) = steering().residuals.unwrap_or((0, 0));
+    let look = steering().residuals.unwrap_or_default();
+    let (seq, token) = (look.seq, look.token);
     let views = async {
         let loss = session.inspect().await?;
         event(Event::Loss { step, loss });
         let read = session.residuals(seq, token).await?;
-        event(Event::Residuals(Residuals { step, ..read }));
         let hits = session.bucket_counts().await?;
         if let Some(rows) = session.mixing(seq, token).await? {
             event(Event::Mixing { step, rows });
@@ -378,6 +377,13 @@ async fn import<B: Backend + 'static>(
         if let Some(measured) = session.measure().await? {
             event(Event::Measured { step, measured });
         }
+        // Last: attribution and ablation run forwards of their own.
+        let interventions = session.intervene(&look).await?;
+        event(Event::Residuals(Residuals {
+            step,
+            interventions,
+            ..read
+        }));
         event(Event::Buckets(hits));
         event(Event::Sample(
             sample::draw(&mut session, step, &steering().prompt).await?,

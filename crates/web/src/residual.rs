@@ -7,6 +7,7 @@
 use crate::help::ViewTitle;
 use crate::save::ChartExport;
 use leptos::prelude::*;
+use models::interventions::{Ablation, Attribution, Share};
 use models::observe::{self, HeadPattern, KeySlot, LensRow, Shape, Snapshot};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,46 @@ pub struct Residuals {
     /// The logit lens of token `lens_token`, as `resmem analyze lens` computes it.
     pub lens: Vec<LensRow>,
     pub lens_token: usize,
+    /// Attribution and ablation, from forwards of their own after every other read.
+    #[serde(default)]
+    pub interventions: Interventions,
+}
+
+/// What the viewer asks of each read: the sequence, the token of its lens and attribution, and
+/// the sites to ablate (none: no ablation).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Look {
+    pub seq: usize,
+    pub token: usize,
+    pub ablate: Vec<String>,
+    pub how: Ablation,
+}
+
+/// Direct logit attribution of a token's top prediction, and the ablation asked for, as
+/// `resmem analyze attribute` and `ablate` compute them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interventions {
+    pub token: usize,
+    /// The token whose logit is attributed: the model's top prediction.
+    pub target: u32,
+    /// The batch's mean loss, unablated.
+    pub loss: f64,
+    /// None where the read-out is not linear once its norm is frozen (mHC's gated head).
+    pub attribution: Option<Attribution>,
+    /// The ablation asked for, or why it could not run.
+    pub ablation: Option<Result<Ablated, String>>,
+}
+
+/// An ablation's effect on the batch's loss and on the token's logit of the target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ablated {
+    pub sites: Vec<String>,
+    pub how: Ablation,
+    pub loss: f64,
+    pub loss_change: f64,
+    pub logit: f64,
+    pub logit_change: f64,
+    pub top: u32,
 }
 
 /// What the viewer shows: the read's step and sequence, the depth's name and shape, the token
@@ -228,6 +269,8 @@ pub fn ResidualView(
     set_seq: WriteSignal<usize>,
     token: ReadSignal<usize>,
     set_token: WriteSignal<usize>,
+    ablate: RwSignal<Vec<String>>,
+    how: RwSignal<Ablation>,
 ) -> impl IntoView {
     let (depth, set_depth) = signal(0usize);
     let depths = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.depths.len()));
@@ -418,6 +461,7 @@ pub fn ResidualView(
                     data-token=move || token.get().to_string()
                     data-patterns=move || residuals.with(|r| r.as_ref().map(|r| serde_json::to_string(&r.attention).unwrap_or_default()))
                     inner_html=attention_picture></div>
+                <InterventionsView residuals ablate how />
                 <Show when=move || residuals.with(|r| r.as_ref().is_some_and(|r| r.keys.is_some()))>
                     <h3>"Key slots"</h3>
                     <p class="note">"The RMT's R key slots in each block: the share of what attention stores into the \
@@ -430,5 +474,152 @@ pub fn ResidualView(
                 </Show>
             </Show>
         </section>
+    }
+}
+
+/// One row of attribution bars: a site, its share of the logit as a bar (red up, blue down),
+/// and a click that adds it to the ablation or takes it out.
+fn share_rows(shares: Vec<Share>, most: f64, ablate: RwSignal<Vec<String>>) -> impl IntoView {
+    shares
+        .into_iter()
+        .map(|s| {
+            let width = (120.0 * s.logit.abs() / most).round();
+            let colour = if s.logit < 0.0 { "#1f77b4" } else { "#d62728" };
+            let site = s.site.clone();
+            let chosen = {
+                let site = site.clone();
+                move || ablate.with(|a| a.contains(&site))
+            };
+            let toggle = move |_| {
+                ablate.update(|a| match a.iter().position(|x| *x == site) {
+                    Some(i) => {
+                        a.remove(i);
+                    }
+                    None => a.push(site.clone()),
+                })
+            };
+            view! {
+                <tr class="dla-row" class:chosen=chosen data-site=s.site.clone() on:click=toggle
+                    title="Click to ablate this site (or to stop ablating it)">
+                    <td>{s.site.clone()}</td>
+                    <td class="num">{format!("{:+.4}", s.logit)}</td>
+                    <td><span class="bar" style=format!("display:inline-block;height:10px;width:{width}px;background:{colour}")></span></td>
+                </tr>
+            }
+        })
+        .collect_view()
+}
+
+/// Direct logit attribution of the chosen token's top prediction, and the ablation of the
+/// sites clicked or typed: what `resmem analyze attribute` and `ablate` print for the same
+/// checkpoint.
+#[component]
+fn InterventionsView(
+    residuals: ReadSignal<Option<Residuals>>,
+    ablate: RwSignal<Vec<String>>,
+    how: RwSignal<Ablation>,
+) -> impl IntoView {
+    let interventions = move || residuals.with(|r| r.as_ref().map(|r| r.interventions.clone()).unwrap_or_default());
+    let families = move || {
+        let i = interventions();
+        let Some(a) = i.attribution else {
+            return vec![];
+        };
+        let most = [&a.writes, &a.heads, &a.groups]
+            .iter()
+            .flat_map(|f| f.iter().map(|s| s.logit.abs()))
+            .fold(1e-12, f64::max);
+        [
+            ("what each layer writes", a.writes),
+            ("each head", a.heads),
+            ("each key slot or stream", a.groups),
+        ]
+        .into_iter()
+        .filter(|(_, shares)| !shares.is_empty())
+        .map(|(name, shares)| {
+            let sum: f64 = shares.iter().map(|s| s.logit).sum();
+            view! {
+                <tr><th colspan="3">{format!("{name} (sum {sum:+.4})")}</th></tr>
+                {share_rows(shares, most, ablate)}
+            }
+        })
+        .collect::<Vec<_>>()
+    };
+    let headline = move || {
+        let i = interventions();
+        match &i.attribution {
+            Some(a) => format!(
+                "token {}: the logit of its top prediction {} is {:.4}",
+                i.token,
+                glyph(i.target),
+                a.logit
+            ),
+            None if residuals.with(|r| r.is_some()) => {
+                "This model's read-out is not linear once its norm is frozen (mHC's gated head): ablate instead.".into()
+            }
+            None => String::new(),
+        }
+    };
+    let ablation_text = move || match interventions().ablation {
+        None => "Click a bar above, or type sites, to ablate them.".to_string(),
+        Some(Err(e)) => e,
+        Some(Ok(a)) => format!(
+            "{}-ablating {}: loss {:.4} ({:+.4}), logit of {} {:.4} ({:+.4}), top prediction {}",
+            format!("{:?}", a.how).to_lowercase(),
+            a.sites.join(", "),
+            a.loss,
+            a.loss_change,
+            glyph(interventions().target),
+            a.logit,
+            a.logit_change,
+            glyph(a.top)
+        ),
+    };
+    view! {
+        <ViewTitle title="Direct logit attribution"
+            what="How much of the chosen token's top logit each part of its last residual makes."
+            help="The final norm's scale is frozen at its value on the whole residual, as TransformerLens's \
+                apply_ln_to_stack does, so the read-out is linear and the parts add up to the logit: what each \
+                layer writes (the embedding and every block), each head's part of its attention's write, and each \
+                RMT key slot (a row of the D_k×D_v matrix) or hyper-connection stream. A large bar is a large \
+                direct effect, not a cause: a part can matter through later layers, which attribution does not \
+                see. Ablate it to find out. The same numbers as resmem analyze attribute." />
+        <p class="readout">{headline}</p>
+        <table id="residual-dla"
+            data-token=move || interventions().token.to_string()
+            data-target=move || interventions().target.to_string()
+            data-attribution=move || serde_json::to_string(&interventions().attribution).unwrap_or_default()>
+            {families}
+        </table>
+        <ViewTitle title="Ablation"
+            what="The change in loss and in that logit when sites are removed from the forward."
+            help="Zero replaces a site's values with zeros, mean with their mean over the batch's tokens, resample \
+                with the same token's values in the next sequence of the batch (mean and resample keep the site's \
+                typical size, so the effect is of its information, not of its scale). Sites: embedding, block0.attn, \
+                block1.ff, block0.attn.head2, slot3 or stream1 (at every depth), block0.ff.slot3 (after one depth), \
+                block1.attn.resid (the whole residual after a depth). An ablation's effect is causal; an attribution \
+                or an attention weight is not. Ablations apply at the next read; for an imported checkpoint, set \
+                them before importing. The same numbers as resmem analyze ablate." />
+        <div class="controls">
+            <label>"Ablate "
+                <input id="residual-ablate" type="text" placeholder="block0.attn, slot3"
+                    prop:value=move || ablate.get().join(", ")
+                    on:change=move |ev| ablate.set(event_target_value(&ev).split(',').map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty()).collect()) />
+            </label>
+            <label>" with "
+                <select id="residual-how" on:change=move |ev| how.set(match event_target_value(&ev).as_str() {
+                    "mean" => Ablation::Mean,
+                    "resample" => Ablation::Resample,
+                    _ => Ablation::Zero,
+                })>
+                    <option value="zero" selected=move || how.get() == Ablation::Zero>"zeros"</option>
+                    <option value="mean" selected=move || how.get() == Ablation::Mean>"the batch mean"</option>
+                    <option value="resample" selected=move || how.get() == Ablation::Resample>"another sequence's"</option>
+                </select>
+            </label>
+        </div>
+        <p id="residual-ablation" class="readout"
+            data-ablation=move || serde_json::to_string(&interventions().ablation).unwrap_or_default()>{ablation_text}</p>
     }
 }

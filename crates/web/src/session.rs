@@ -3,7 +3,7 @@
 //! page sees plain numbers; and the limit check every config passes before it is built.
 
 use crate::dataset::Dataset;
-use crate::residual::Residuals;
+use crate::residual::{Ablated, Interventions, Look, Residuals};
 use data::{Batch, BatchSource, DataError, DataSource};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
@@ -208,6 +208,62 @@ impl<B: Backend + 'static> Session<B> {
             keys,
             lens,
             lens_token,
+            interventions: Default::default(),
+        })
+    }
+
+    /// What `look` asks of the model as it is now, on the last step's batch: direct logit
+    /// attribution of its token's top prediction and, where sites are named, their ablation, as
+    /// `resmem analyze attribute` and `ablate` compute them. Forwards of their own: run it after
+    /// every other read of the step's forward.
+    pub async fn intervene(&mut self, look: &Look) -> Result<Interventions, String> {
+        use models::interventions::{self, drive, Points};
+        let Some(batch) = self.last_batch.clone() else {
+            return Ok(Interventions::default());
+        };
+        let (b, t) = (batch.b, batch.t);
+        let (seq, token) = (look.seq.min(b.saturating_sub(1)), look.token.min(t.saturating_sub(1)));
+        let err = |e: models::ModelError| e.to_string();
+        let on = (&batch, self.cfg.data.separator());
+        let (be, model) = (&self.be, &mut self.trainer.model);
+        let row = [seq * t + token];
+        let none = std::collections::BTreeMap::new();
+        let clean = drive::forward(be, model, on, &none, &row).await.map_err(err)?;
+        let target = top(&clean.logits[0]);
+        let attribution = interventions::attribute(be, &**model, (seq, t, token), target, None)
+            .await
+            .map_err(err)?;
+        let ablation = match look.ablate.is_empty() {
+            true => None,
+            false => Some(
+                async {
+                    let points = Points::of(&model.edit_points(), model.residual_groups());
+                    let sites = drive::resolve(&points, &look.ablate).map_err(err)?;
+                    let values = drive::read_points(be, model, on).await.map_err(err)?;
+                    let targets: Vec<_> = sites.into_iter().flat_map(|(_, t)| t).collect();
+                    let rows: Vec<usize> = (0..b * t).collect();
+                    let edits = drive::ablation(&values, &targets, look.how, &rows, (b, t)).map_err(err)?;
+                    let ablated = drive::forward(be, model, on, &edits, &row).await.map_err(err)?;
+                    let logit = ablated.difference(0, target, None);
+                    Ok(Ablated {
+                        sites: look.ablate.clone(),
+                        how: look.how,
+                        loss: ablated.loss,
+                        loss_change: ablated.loss - clean.loss,
+                        logit,
+                        logit_change: logit - clean.difference(0, target, None),
+                        top: top(&ablated.logits[0]),
+                    })
+                }
+                .await,
+            ),
+        };
+        Ok(Interventions {
+            token,
+            target,
+            loss: clean.loss,
+            attribution,
+            ablation,
         })
     }
 
@@ -244,4 +300,11 @@ impl<B: Backend + 'static> Session<B> {
         self.last_batch = Some(batch);
         measured
     }
+}
+
+/// The largest logit's token.
+fn top(logits: &[f32]) -> u32 {
+    (0..logits.len())
+        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)))
+        .unwrap_or(0) as u32
 }

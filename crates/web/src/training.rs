@@ -5,7 +5,7 @@
 //! every few steps, a sample every few hundred steps and at the end, and keeps a checkpoint in
 //! memory every few steps, so that a lost device loses little.
 
-use crate::residual::{self, Residuals};
+use crate::residual::{self, Look, Residuals};
 use crate::sample::{self, Sample};
 use crate::session::{Model, Session};
 use data::{Batch, DataError};
@@ -63,9 +63,8 @@ pub enum Event {
 pub struct Wants<'a> {
     /// Stop after the current step.
     pub stop: &'a dyn Fn() -> bool,
-    /// The sequence whose residuals a viewer wants, and the token whose logit lens, while one
-    /// is open.
-    pub residuals: &'a dyn Fn() -> Option<(usize, usize)>,
+    /// What a residual viewer wants read, while one is open.
+    pub residuals: &'a dyn Fn() -> Option<Look>,
     /// The prompt to continue when a sample is due.
     pub prompt: &'a dyn Fn() -> String,
 }
@@ -203,21 +202,29 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
             tokens: self.session.tokens_per_step(),
         });
         // Before the probes run a forward of their own: these are the step's residuals.
-        if let Some((seq, token)) =
-            (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY))
-        {
-            let read = self.session.residuals(seq, token).await?;
-            (self.emit)(Event::Residuals(Residuals { step: n, ..read }));
-        }
+        let look = (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY));
+        let read = match &look {
+            Some(look) => Some(self.session.residuals(look.seq, look.token).await?),
+            None => None,
+        };
         if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
             // The viewer's token, or the first sequence's first; before the probes' forward.
-            let (seq, token) = (self.wants.residuals)().unwrap_or((0, 0));
+            let Look { seq, token, .. } = (self.wants.residuals)().unwrap_or_default();
             if let Some(rows) = self.session.mixing(seq, token).await? {
                 (self.emit)(Event::Mixing { step: n, rows });
             }
             if let Some(measured) = self.session.measure().await? {
                 (self.emit)(Event::Measured { step: n, measured });
             }
+        }
+        // Last: attribution and ablation run forwards of their own.
+        if let (Some(look), Some(read)) = (look, read) {
+            let interventions = self.session.intervene(&look).await?;
+            (self.emit)(Event::Residuals(Residuals {
+                step: n,
+                interventions,
+                ..read
+            }));
         }
         if n.is_multiple_of(sample::EVERY) {
             (self.emit)(Event::Sample(

@@ -79,10 +79,11 @@ pub async fn read_points<B: Backend, M: LanguageModel<B>>(
 }
 
 /// What an ablation puts in place of a site.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Ablation {
     /// Zeros.
+    #[default]
     Zero,
     /// The site's mean over every token of the batch.
     Mean,
