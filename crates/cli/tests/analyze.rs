@@ -796,5 +796,19 @@ fn attribute_ablate_and_patch_agree_on_both_backends() {
         for whole in &a[..2] {
             close(num(whole, "all"), 1.0, "patching a whole residual at every position");
         }
+        // Attribution patching beside it: an estimate for every cell, and their agreement.
+        for (a, b) in a.iter().zip(b) {
+            close(num(b, "estimated_all"), num(a, "estimated_all"), "an estimate");
+            assert_eq!(
+                a["estimated_positions"].as_array().unwrap().len(),
+                8,
+                "{preset}: an estimate a position"
+            );
+        }
+        assert!(
+            cpu["agreement"]["correlation"].as_f64().is_some_and(f64::is_finite),
+            "{preset}: {}",
+            cpu["agreement"]
+        );
     }
 }

@@ -998,8 +998,11 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
         let [mut g, mut h] = [&s.dstreams[0], &s.dstreams[1]];
         // The head, back to the last streams' gradient g.
         let x = self.streams_in(2 * cfg.n_layers);
+        let seed = edits::seed(&self.edits);
         self.unembedding
-            .backward(be, &s.dln, &dw.w_u, self.head_input(), &w.w_u, batch);
+            .backward(be, &s.dln, &dw.w_u, self.head_input(), &w.w_u, batch, seed);
+        // Each point's gradient, where an intervention asks for it.
+        let grad = |point, dtensor| edits::grad(be, &self.edits, point, dtensor);
         match (cfg.collapse(), &self.head, &w.head, &dw.head) {
             // W_U · Σ_j Norm(x_j): every stream's norm gets dln.
             (HcCollapse::NormThenSum, ..) => {
@@ -1041,7 +1044,9 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             let (a, p, dp) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             // The FF's site.
             let x = &a.attn.out;
+            grad(Point::Residual(2 * l + 2), g);
             self.site_out_backward(be, s, g, h, &a.ff, x);
+            grad(Point::Write(l, Layer::Ff), &s.df);
             self.core
                 .backward(be, &s.core, &s.dln, &dp.core, &s.df, &a.ff.ln, &a.core, &p.core);
             be.fill(&s.du, 0.0);
@@ -1058,7 +1063,9 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             std::mem::swap(&mut g, &mut h);
             // Attention's site.
             let x = self.streams_in(2 * l);
+            grad(Point::Residual(2 * l + 1), g);
             self.site_out_backward(be, s, g, h, &a.attn, x);
+            grad(Point::Write(l, Layer::Attn), &s.df);
             let datty = <Projections as AttentionMaps<Dense>>::output_backward(
                 &self.maps,
                 be,
@@ -1068,6 +1075,7 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &a.attention.atty,
                 &p.maps,
             );
+            grad(Point::Heads(l), datty);
             self.attention
                 .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
             <Projections as AttentionMaps<Dense>>::qkv_backward(
@@ -1094,12 +1102,14 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             std::mem::swap(&mut g, &mut h);
         }
         // X⁰ = (e, …, e): de = Σ_j dX⁰_j.
+        grad(Point::Residual(0), g);
         be.matmul(
             &s.de,
             &self.ones_n,
             g,
             MatmulDims::new(1, d, n).batched(bt, true, false),
         );
+        grad(Point::Embedding, &s.de);
         self.embedding.backward(be, &dw.embedding, &s.de, batch);
     }
 

@@ -117,6 +117,8 @@ impl<B: Backend> Unembedding<B> {
     }
 
     /// W_U's gradient and dy (written) from the loss; nothing on a model built for inference.
+    /// From the loss, or from `seed`, a logit gradient an intervention gives in its place.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         be: &B,
@@ -125,12 +127,19 @@ impl<B: Backend> Unembedding<B> {
         y: &B::Tensor,
         w_u: &B::Tensor,
         batch: &BatchTensors<B>,
+        seed: Option<&B::Tensor>,
     ) {
         let Some(dlogits) = &self.dlogits else {
             return;
         };
         let (bt, v, width) = (self.rows, self.vocab, self.width);
-        self.loss.backward(be, dlogits, batch);
+        let dlogits = match seed {
+            Some(seed) => seed,
+            None => {
+                self.loss.backward(be, dlogits, batch);
+                dlogits
+            }
+        };
         be.matmul(dw_u, dlogits, y, MatmulDims::new(v, width, bt).trans_a());
         be.matmul(dy, dlogits, w_u, MatmulDims::new(bt, width, v));
     }

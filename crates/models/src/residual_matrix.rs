@@ -565,7 +565,11 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             return;
         };
         let probes = self.probing(observe).map(|(p, _)| p);
-        self.unembedding.backward(be, &s.dvec, &dw.w_u, &self.yu, &w.w_u, batch);
+        let seed = edits::seed(&self.edits);
+        self.unembedding
+            .backward(be, &s.dvec, &dw.w_u, &self.yu, &w.w_u, batch, seed);
+        // Each point's gradient, where an intervention asks for it.
+        let grad = |point, dtensor| edits::grad(be, &self.edits, point, dtensor);
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.trunk.n_layers);
         let nf = Normed {
@@ -578,8 +582,10 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             let (a, q, dq) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
             let site = |layer, op| Some(probes::site_index(l, layer, op));
             // FF: dresidual flows through the add unchanged into the storage.
+            grad(Point::Residual(2 * l + 2), &s.dresidual);
             let at = probes::site_index(l, Layer::Ff, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_ff, &q.w_ff, &a.f);
+            grad(Point::Write(l, Layer::Ff), &s.dvec);
             // The core's input gradient overwrites its output gradient in dvec.
             let core_site = |op| probes::core_site_index(self.trunk.n_layers, l, op);
             let dense = self.core.has_dense_maps().then_some(probes).flatten();
@@ -601,8 +607,11 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             let at = site(Layer::Ff, Op::Retrieval);
             self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_ff, &dq.ln2, &s.dvec, &q.r_ff, n2);
             // Attention
+            grad(Point::Residual(2 * l + 1), &s.dresidual);
             let at = probes::site_index(l, Layer::Attn, Op::Storage);
             self.store_backward(be, s, probes, at, &s.dvec, &dq.w_o, &q.w_o, &a.attention.atty);
+            grad(Point::Write(l, Layer::Attn), &s.dvec);
+            grad(Point::Heads(l), &s.dvec);
             self.attention
                 .backward(be, &s.attention, &s.dvec, &a.attention, &batch.doc_start, l);
             let n1 = Normed {
@@ -614,6 +623,8 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             let dqkv = &s.attention.dqkv;
             self.retrieve_from_norm_backward(be, s, probes, at, &dq.r_qkv, &dq.ln1, dqkv, &q.r_qkv, n1);
         }
+        grad(Point::Residual(0), &s.dresidual);
+        grad(Point::Embedding, &s.dresidual);
         let (dx0, e) = (&s.dresidual, &self.embedded);
         let (de, emb) = (&dw.embedding, &w.embedding);
         self.embedding

@@ -428,7 +428,11 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             return;
         };
         let probes = self.probes(observe);
-        self.unembedding.backward(be, &s.dln, &dw.w_u, &self.lnf, &w.w_u, batch);
+        let seed = edits::seed(&self.edits);
+        self.unembedding
+            .backward(be, &s.dln, &dw.w_u, &self.lnf, &w.w_u, batch, seed);
+        // Each point's gradient, where an intervention asks for it.
+        let grad = |point, dtensor| edits::grad(be, &self.edits, point, dtensor);
         be.fill(&s.dresidual, 0.0);
         let last = self.residual_in(self.trunk.n_layers);
         be.norm_backward(
@@ -442,6 +446,8 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
         );
         for l in (0..self.trunk.n_layers).rev() {
             let (a, p, dp) = (&self.blocks[l], &w.blocks[l], &dw.blocks[l]);
+            grad(Point::Residual(2 * l + 2), &s.dresidual);
+            grad(Point::Write(l, Layer::Ff), &s.dresidual);
             // Core: dresidual flows through the add unchanged into its output.
             self.core
                 .backward(be, &s.core, &s.dln, &dp.core, &s.dresidual, &a.ln2, &a.core, &p.core);
@@ -468,11 +474,14 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                 &a.ln2_stats,
                 self.norm(),
             );
+            grad(Point::Residual(2 * l + 1), &s.dresidual);
+            grad(Point::Write(l, Layer::Attn), &s.dresidual);
             // Attention: dresidual flows into its output map, or straight into it.
             let atty = &a.attention.atty;
             let datty = self
                 .maps
                 .output_backward(be, &s.maps, &dp.maps, &s.dresidual, atty, &p.maps);
+            grad(Point::Heads(l), datty);
             probe(
                 be,
                 probes,
@@ -493,6 +502,8 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             let x = self.residual_in(l);
             be.norm_backward(&s.dresidual, &dp.ln1, &s.dln, x, &p.ln1, &a.ln1_stats, self.norm());
         }
+        grad(Point::Residual(0), &s.dresidual);
+        grad(Point::Embedding, &s.dresidual);
         self.embedding.backward(be, &dw.embedding, &s.dresidual, batch);
     }
 

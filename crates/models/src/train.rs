@@ -285,6 +285,14 @@ impl<B: Backend> Evaluator<B> {
         Ok(())
     }
 
+    /// The backward of the last `forward`, on its batch: the gradients, and what the model's
+    /// held edits capture of them.
+    pub fn backward<M: LanguageModel<B>>(&mut self, be: &B, model: &M) -> Result<()> {
+        model.backward(be, &self.batch, Observe::Loss);
+        be.flush()?;
+        Ok(())
+    }
+
     /// The mean loss of `batch` under the model's current parameters.
     pub async fn loss<M: LanguageModel<B>>(&mut self, be: &B, model: &M, batch: &Batch) -> Result<f32> {
         self.forward(be, model, batch)?;

@@ -144,23 +144,35 @@ pub mod gpu {
         launch(gpu, "add_assign", 0.0, &[out, a]);
     }
 
-    /// One launch over all of `out`: a row's mask is found from its index, so the tensor is
-    /// not split into binding-sized ranges (an intervention's tensors are one layer's).
+    /// One launch per binding-sized range of whole rows, each starting at a multiple of 64
+    /// rows so that every view is aligned; a value's row is found from its index.
     pub fn replace(gpu: &GpuBackend, out: &GpuTensor, rows: &GpuTensor, cols: &GpuTensor, value: &GpuTensor) {
+        let w = cols.len;
         assert!(
-            out.len == rows.len * cols.len && value.len == out.len,
+            out.len == rows.len * w && value.len == out.len,
             "replace: out is not rows × cols, or value differs from it"
         );
-        if out.len == 0 {
-            return;
+        let per = gpu.max_binding_values() / w.max(1) / VIEW_ALIGN * VIEW_ALIGN;
+        if per == 0 {
+            return gpu.refuse(format!(
+                "`replace`: 64 rows of {w} values are more than this device binds at once; edit a smaller layer"
+            ));
         }
-        gpu.dispatch(
-            "elementwise",
-            "replace",
-            &[out.len as u32, 0, cols.len as u32],
-            &[out.arg(), rows.arg(), cols.arg(), value.arg()],
-            gpu.grid_1d(out.len, WG),
-        );
+        for start in (0..rows.len).step_by(per) {
+            let n = (start + per).min(rows.len) - start;
+            let (o, r, v) = (
+                gpu.view(out, start * w, n * w),
+                gpu.view(rows, start, n),
+                gpu.view(value, start * w, n * w),
+            );
+            gpu.dispatch(
+                "elementwise",
+                "replace",
+                &[(n * w) as u32, 0, w as u32],
+                &[o.arg(), r.arg(), cols.arg(), v.arg()],
+                gpu.grid_1d(n * w, WG),
+            );
+        }
     }
 
     pub fn gelu_forward(gpu: &GpuBackend, out: &GpuTensor, x: &GpuTensor) {

@@ -36,22 +36,22 @@ pub async fn matmul<B: Backend>(be: &B, a: &[f32], b: &[f32], init: &[f32], d: M
     read(be, &[&out]).await
 }
 
-/// add, add_assign, GELU forward and backward, fill, and replace (a as 40 rows of 25, b's
-/// values where every third row and every other column are chosen).
+/// add, add_assign, GELU forward and backward, fill, and replace (a's first values as rows of
+/// 25, b's values where every third row and every other column are chosen).
 pub async fn elementwise<B: Backend>(be: &B, a: &[f32], b: &[f32]) -> Result<Vec<Vec<f32>>> {
     let (ta, tb) = (upload(be, a)?, upload(be, b)?);
+    let (cols, rows) = (25.min(a.len()).max(1), a.len() / 25.min(a.len()).max(1));
     let (sum, acc, gelu, dgelu, filled, replaced) = (
         upload(be, a)?,
         upload(be, b)?,
         upload(be, a)?,
         upload(be, a)?,
         upload(be, a)?,
-        upload(be, a)?,
+        upload(be, &a[..rows * cols])?,
     );
     let mask = |n: usize, every: usize| (0..n).map(|i| f32::from(u8::from(i % every == 0))).collect::<Vec<_>>();
-    let (cols, rows) = (25, a.len() / 25);
     let (row_mask, col_mask) = (upload(be, &mask(rows, 3))?, upload(be, &mask(cols, 2))?);
-    be.replace(&replaced, &row_mask, &col_mask, &tb);
+    be.replace(&replaced, &row_mask, &col_mask, &upload(be, &b[..rows * cols])?);
     be.add(&sum, &ta, &tb);
     be.add_assign(&acc, &ta);
     be.gelu_forward(&gelu, &ta);

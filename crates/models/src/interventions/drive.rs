@@ -78,6 +78,77 @@ pub async fn read_points<B: Backend, M: LanguageModel<B>>(
     Ok(all)
 }
 
+/// Every point's gradient of logit[target] − logit[versus] (or logit[target]) at row `row`, in
+/// the forward of `batch` unedited: (gradient, width). A model built for inference has none.
+pub async fn gradients<B: Backend, M: LanguageModel<B>>(
+    be: &B,
+    model: &mut M,
+    (batch, separator): (&Batch, Option<u32>),
+    row: usize,
+    (target, versus): (u32, Option<u32>),
+) -> Result<BTreeMap<Point, (Vec<f32>, usize)>> {
+    if !model.trainable() {
+        return Err(ModelError::Config(
+            "attribution patching needs a model built with its gradients".into(),
+        ));
+    }
+    let (b, t) = model.batch_shape();
+    let v = model.vocab();
+    let mut seed = vec![0.0; b * t * v];
+    seed[row * v + target as usize] += 1.0;
+    if let Some(versus) = versus {
+        seed[row * v + versus as usize] -= 1.0;
+    }
+    let points: Vec<(Point, usize, usize)> = model.edit_points().iter().map(|p| (p.point, b * t, p.width)).collect();
+    *model.edits() = Some(Edits::gradients(be, &points, &seed)?);
+    let mut evaluator = Evaluator::new(be, &*model)?;
+    evaluator.mask_documents(separator);
+    let run = match evaluator.forward(be, &*model, batch) {
+        Ok(()) => evaluator.backward(be, &*model),
+        Err(e) => Err(e),
+    };
+    let edits = model.edits().take();
+    run?;
+    let mut all = BTreeMap::new();
+    if let Some(edits) = edits {
+        for (point, _, width) in points {
+            if let Some(copy) = edits.captured_grad(point) {
+                all.insert(point, (be.read(copy).await?, width));
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Attribution patching: the first-order estimate of what patching `targets` at `positions` of
+/// sequence `to` from sequence `from` changes the logit difference by, Σ (clean − corrupted) ·
+/// gradient over the patched values, from one forward (`values`) and one backward (`grads`,
+/// taken at the corrupted sequence's row).
+pub fn estimate(
+    values: &BTreeMap<Point, (Vec<f32>, usize)>,
+    grads: &BTreeMap<Point, (Vec<f32>, usize)>,
+    targets: &[Target],
+    (from, to): (usize, usize),
+    positions: &[usize],
+    t: usize,
+) -> Result<f64> {
+    let mut sum = 0.0;
+    for (point, cols) in targets {
+        let missing = || ModelError::Config(format!("the forward has no point {point:?}"));
+        let ((x, width), (g, _)) = (
+            values.get(point).ok_or_else(missing)?,
+            grads.get(point).ok_or_else(missing)?,
+        );
+        for &p in positions {
+            for c in cols.clone() {
+                let (clean, corrupted) = ((from * t + p) * width + c, (to * t + p) * width + c);
+                sum += f64::from(x[clean] - x[corrupted]) * f64::from(g[corrupted]);
+            }
+        }
+    }
+    Ok(sum)
+}
+
 /// What an ablation puts in place of a site.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -42,6 +42,10 @@ pub struct Edits<B: Backend> {
     at: BTreeMap<Point, [B::Tensor; 3]>,
     /// Each point's copy, and the all-ones masks that copy it whole.
     captures: BTreeMap<Point, [B::Tensor; 3]>,
+    /// Each point's gradient in the backward, copied the same way.
+    grads: BTreeMap<Point, [B::Tensor; 3]>,
+    /// What the backward starts from in place of the loss's logit gradient.
+    seed: Option<B::Tensor>,
 }
 
 impl<B: Backend> Edits<B> {
@@ -61,21 +65,47 @@ impl<B: Backend> Edits<B> {
         Ok(Self {
             at,
             captures: BTreeMap::new(),
+            grads: BTreeMap::new(),
+            seed: None,
         })
     }
 
     /// No edit, and a copy of each of `points` (point, rows, width) after the forward.
     pub fn capture(be: &B, points: &[(Point, usize, usize)]) -> Result<Self> {
-        let mut captures = BTreeMap::new();
-        for &(point, rows, width) in points {
-            let copy = be.zeros("an intervention's copy of a layer", rows * width)?;
-            let ones = |n: usize| filled(be, "mask", &vec![1.0; n]);
-            captures.insert(point, [copy, ones(rows)?, ones(width)?]);
-        }
         Ok(Self {
             at: BTreeMap::new(),
-            captures,
+            captures: copies(be, points)?,
+            grads: BTreeMap::new(),
+            seed: None,
         })
+    }
+
+    /// No edit; a backward that starts from the logit gradient `seed` (rows × vocab) in place
+    /// of the loss's, and a copy of each of `points`' gradients.
+    pub fn gradients(be: &B, points: &[(Point, usize, usize)], seed: &[f32]) -> Result<Self> {
+        Ok(Self {
+            at: BTreeMap::new(),
+            captures: BTreeMap::new(),
+            grads: copies(be, points)?,
+            seed: Some(filled(be, "logit gradient", seed)?),
+        })
+    }
+
+    /// Copies `dtensor`, the gradient of `point`'s tensor, where asked.
+    pub fn apply_grad(&self, be: &B, point: Point, dtensor: &B::Tensor) {
+        if let Some([copy, rows, cols]) = self.grads.get(&point) {
+            be.replace(copy, rows, cols, dtensor);
+        }
+    }
+
+    /// The copy of `point`'s gradient, if one was asked for.
+    pub fn captured_grad(&self, point: Point) -> Option<&B::Tensor> {
+        self.grads.get(&point).map(|[copy, ..]| copy)
+    }
+
+    /// The logit gradient a backward starts from, if not the loss's.
+    pub fn seed(&self) -> Option<&B::Tensor> {
+        self.seed.as_ref()
     }
 
     /// Replaces what the edit at `point` selects of `tensor`, if there is one, then copies it
@@ -95,6 +125,17 @@ impl<B: Backend> Edits<B> {
     }
 }
 
+/// A copy buffer of each point (point, rows, width), with the all-ones masks that copy it whole.
+fn copies<B: Backend>(be: &B, points: &[(Point, usize, usize)]) -> Result<BTreeMap<Point, [B::Tensor; 3]>> {
+    let mut all = BTreeMap::new();
+    for &(point, rows, width) in points {
+        let copy = be.zeros("an intervention's copy of a layer", rows * width)?;
+        let ones = |n: usize| filled(be, "mask", &vec![1.0; n]);
+        all.insert(point, [copy, ones(rows)?, ones(width)?]);
+    }
+    Ok(all)
+}
+
 fn filled<B: Backend>(be: &B, what: &str, values: &[f32]) -> Result<B::Tensor> {
     let t = be.zeros(&format!("an intervention's {what}"), values.len())?;
     be.write(&t, values);
@@ -107,4 +148,17 @@ pub fn apply<B: Backend>(be: &B, edits: &Option<Edits<B>>, point: Point, tensor:
     if let Some(e) = edits {
         e.apply(be, point, tensor);
     }
+}
+
+/// `edits.apply_grad(point, dtensor)` where a model holds edits: what each backward calls at
+/// each of its points.
+pub fn grad<B: Backend>(be: &B, edits: &Option<Edits<B>>, point: Point, dtensor: &B::Tensor) {
+    if let Some(e) = edits {
+        e.apply_grad(be, point, dtensor);
+    }
+}
+
+/// The logit gradient the held edits start a backward from, if any.
+pub fn seed<B: Backend>(edits: &Option<Edits<B>>) -> Option<&B::Tensor> {
+    edits.as_ref().and_then(Edits::seed)
 }
