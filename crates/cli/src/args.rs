@@ -474,6 +474,10 @@ pub struct TrainArgs {
     /// must have the same architecture and sizes; the optimiser and schedule start afresh.
     #[arg(long, conflicts_with = "resume", value_name = "RUN")]
     pub init_from: Option<PathBuf>,
+    /// With --resume: train on although the corpus changed since the run started (its files'
+    /// sizes or contents, recorded in the run's corpus.json); the new one is recorded.
+    #[arg(long, requires = "resume")]
+    pub corpus_changed: bool,
     /// The run directory; it must not hold an earlier run. (Checked by `train`, not by clap, so
     /// that `bench` can share these flags.)
     #[arg(long)]

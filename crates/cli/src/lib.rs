@@ -13,6 +13,7 @@ mod analyze;
 mod args;
 mod bench;
 mod buckets;
+mod corpus_identity;
 mod count;
 mod drive;
 mod eval;

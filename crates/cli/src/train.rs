@@ -3,6 +3,7 @@
 
 use crate::args::{BackendKind, TrainArgs};
 use crate::console::{say, warn, Console};
+use crate::corpus_identity::{self, CorpusIdentity};
 use crate::drive::Cli;
 use crate::resolve::{extension, read_config, refuse_overrides, resolve};
 use crate::run_dir::{self, RunDir, BACKEND_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE};
@@ -23,11 +24,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let (cfg, dir, resuming) = match &args.resume {
+    let (cfg, dir, resuming, corpus) = match &args.resume {
         Some(path) => {
             refuse_overrides(&args)?;
             let dir = RunDir::resume(path)?;
             let mut cfg = read_config(&dir.file(CONFIG_FILE))?;
+            // Before an extension is recorded: a refused resume changes nothing.
+            let corpus = corpus_of(&cfg, &dir, true, args.corpus_changed)?;
             if let Some(steps) = extension(&args, &cfg)? {
                 // Recorded before a step is taken: a resume after a kill continues the extension.
                 let from = cfg.train.steps;
@@ -44,7 +47,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                     models::Schedule::new(&cfg.train).warmup(steps - from),
                 ));
             }
-            (cfg, dir, true)
+            (cfg, dir, true, corpus)
         }
         None => {
             let mut cfg = resolve(&args)?;
@@ -61,7 +64,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 .out
                 .as_ref()
                 .ok_or_else(|| anyhow!("--out DIR is required for a new run"))?;
-            (cfg, RunDir::create(out)?, false)
+            let dir = RunDir::create(out)?;
+            let corpus = corpus_of(&cfg, &dir, false, false)?;
+            (cfg, dir, false, corpus)
         }
     };
     // Sized before a backend starts or a batch is drawn, so that a refusal costs nothing.
@@ -90,6 +95,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let prepared = PreparedRun {
         backend,
         cfg,
+        corpus,
         data,
         dir,
         resuming,
@@ -97,6 +103,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
         stop,
     };
     crate::with_backend!(backend, precision, be => prepared.train(be))
+}
+
+/// The corpus `cfg` trains on, checked against what a resumed run recorded; None on a task.
+fn corpus_of(cfg: &RunConfig, dir: &RunDir, resuming: bool, changed_is_meant: bool) -> Result<Option<CorpusIdentity>> {
+    match &cfg.data {
+        models::DataConfig::Text { path, .. } | models::DataConfig::Tokens { path, .. } => {
+            corpus_identity::check(dir, path, resuming, changed_is_meant)
+        }
+        models::DataConfig::Task { .. } => Ok(None),
+    }
 }
 
 /// The backend and device a run trains on (`backend.json` in its directory), and the numeric
@@ -302,6 +318,8 @@ pub fn check_stop(what: &str) -> Result<()> {
 struct PreparedRun {
     backend: BackendKind,
     cfg: RunConfig,
+    /// The corpus as checked, recorded once the run starts; None on a task.
+    corpus: Option<CorpusIdentity>,
     data: source::Data,
     dir: RunDir,
     resuming: bool,
@@ -422,6 +440,9 @@ impl PreparedRun {
             std::fs::write(tmp, serde_json::to_string(&device)?)
                 .with_context(|| format!("cannot write {}", tmp.display()))
         })?;
+        if let Some(corpus) = &self.corpus {
+            corpus_identity::record(&self.dir, corpus)?;
+        }
         let metrics = self.dir.metrics(Some(resumed_from.unwrap_or(0)))?;
         let steps = cfg.train.steps;
         say(&format!(

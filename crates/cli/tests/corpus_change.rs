@@ -103,3 +103,55 @@ fn a_bytes_corpus_labelled_gpt2_is_refused() {
         "{err}"
     );
 }
+
+/// A corpus prepared again between a stop and a resume: the resume is refused, naming the file
+/// that changed and the flag that trains on anyway; with the flag it trains on, and the run's
+/// corpus.json then records the new corpus.
+#[test]
+fn a_corpus_changed_between_a_stop_and_a_resume_is_refused_by_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let source = root.join("data/shakespeare-bytes");
+    assert!(source.join("meta.json").exists(), "run `cargo xtask corpus` first");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("corpus");
+    std::fs::create_dir(&data).unwrap();
+    for f in ["meta.json", "train.bin", "val.bin"] {
+        std::fs::copy(source.join(f), data.join(f)).unwrap();
+    }
+    let run = tmp.path().join("run");
+    let train = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_resmem"))
+            .args(["train", "--backend", "cpu"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (run_s, data_s) = (run.to_str().unwrap(), data.to_str().unwrap());
+    let first = train(&["--preset", "tiny-rmt", "--steps", "4", "--data", data_s, "--out", run_s]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let recorded = std::fs::read_to_string(run.join("corpus.json")).unwrap();
+    assert!(
+        recorded.contains("train.bin") && recorded.contains("crc32c"),
+        "{recorded}"
+    );
+    // Unchanged: the resume extends the run.
+    let same = train(&["--resume", run_s, "--steps", "6"]);
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+    // Other training text of the same length (meta.json still agrees): refused, by name.
+    let mut text = std::fs::read(data.join("train.bin")).unwrap();
+    text.rotate_left(4096);
+    std::fs::write(data.join("train.bin"), text).unwrap();
+    let refused = train(&["--resume", run_s, "--steps", "8"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("changed since this run started") && err.contains("train.bin") && err.contains("--corpus-changed"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let meant = train(&["--resume", run_s, "--steps", "8", "--corpus-changed"]);
+    assert!(meant.status.success(), "{}", String::from_utf8_lossy(&meant.stderr));
+    assert_ne!(std::fs::read_to_string(run.join("corpus.json")).unwrap(), recorded);
+    let again = train(&["--resume", run_s, "--steps", "10"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+}
