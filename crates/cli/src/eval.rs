@@ -6,7 +6,7 @@ use crate::args::{BackendKind, EvalArgs};
 use crate::console::say;
 use crate::run_dir::MODEL_FILE;
 use crate::{load, source};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use data::{Batch, EvalSlice};
 use engine::Backend;
 use models::{Evaluator, Purpose, RunConfig};
@@ -40,6 +40,16 @@ fn eval<B: Backend + 'static>(be: &B, args: &EvalArgs) -> Result<()> {
     };
     let m = held_out.len();
     let loss = held_out_loss(be, &cfg, &args.run, args.checkpoint.as_deref(), &held_out)?;
+    // Finite weights can still overflow a forward: that is no loss to report, or to exit 0 on.
+    if !(loss.ce.is_finite() && loss.total.is_finite()) {
+        bail!(
+            "the held-out loss of {} is {} ({} with the z-loss): its forward overflows (weights too large for \
+             f32 somewhere); evaluate an earlier checkpoint with --checkpoint",
+            loss.path.display(),
+            loss.ce,
+            loss.total
+        );
+    }
     let with_z = cfg.model.z_loss() > 0.0;
     // The targets the loss counts (a task masks some).
     let tokens: usize = held_out.iter().map(Batch::counted).sum();

@@ -876,3 +876,52 @@ fn the_gpu_backend_is_quiet_without_a_runtime_dir_and_names_an_emulated_gpu() {
         );
     }
 }
+
+/// Weights that are finite but overflow a forward: `eval` says so and fails, where it printed
+/// `val_loss NaN` and exited 0.
+#[test]
+fn eval_refuses_a_loss_that_is_not_finite() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok_in(
+        dir.path(),
+        &[
+            "train",
+            "--preset",
+            "tiny-transformer",
+            "--backend",
+            "cpu",
+            "--steps",
+            "2",
+            "--out",
+            run.to_str().unwrap(),
+        ],
+    );
+    // W_U times 1e37: finite, as a checkpoint must be, and far past f32 in the logits.
+    let cfg = models::RunConfig::from_toml(&std::fs::read_to_string(run.join("config.toml")).unwrap()).unwrap();
+    let models::ModelConfig::Transformer(t) = &cfg.model else {
+        unreachable!()
+    };
+    let layout = models::transformer::layout(t);
+    let bytes = std::fs::read(run.join("model.safetensors")).unwrap();
+    let mut values = models::checkpoint::from_bytes(&layout, &bytes).unwrap();
+    let w_u = layout.specs.iter().find(|s| s.name == "w_u").unwrap();
+    values[w_u.offset..w_u.offset + w_u.len()]
+        .iter_mut()
+        .for_each(|x| *x = (*x + 1.0) * 1e37);
+    let out = dir.path().join("huge.safetensors");
+    std::fs::write(&out, models::checkpoint::to_bytes(&layout, &values).unwrap()).unwrap();
+    let o = resmem()
+        .args(["eval", "--backend", "cpu", "--batches", "1", "--run"])
+        .arg(&run)
+        .arg("--checkpoint")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{} {}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    assert!(
+        stderr(&o).contains("overflows") && !stderr(&o).contains("panicked"),
+        "{}",
+        stderr(&o)
+    );
+}
