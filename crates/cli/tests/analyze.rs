@@ -14,6 +14,27 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A run of `preset` in `dir`, trained 60 steps of its task on the CPU.
+fn trained(dir: &std::path::Path, preset: &str) -> std::path::PathBuf {
+    let run = dir.join(preset);
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args([
+            "train",
+            "--preset",
+            preset,
+            "--steps",
+            "60",
+            "--backend",
+            "cpu",
+            "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    run
+}
+
 fn num(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("no number {key} in {v}"))
 }
@@ -304,22 +325,7 @@ fn analyze_residual_reads_every_depth_on_both_backends() {
 fn analyze_lens_and_attention_agree_on_both_backends_for_every_architecture() {
     let dir = tempfile::tempdir().unwrap();
     for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "tiny-hybrid"] {
-        let run = dir.path().join(preset);
-        let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-            .args([
-                "train",
-                "--preset",
-                preset,
-                "--steps",
-                "60",
-                "--backend",
-                "cpu",
-                "--out",
-            ])
-            .arg(&run)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let run = trained(dir.path(), preset);
         let run = run.to_str().unwrap();
         let lens = |backend: &str| {
             json(&[
@@ -724,22 +730,7 @@ fn views_show_text_and_probe_your_own() {
 fn attribute_ablate_and_patch_agree_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
     for preset in ["tiny-rmt", "tiny-transformer"] {
-        let run = dir.path().join(preset);
-        let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-            .args([
-                "train",
-                "--preset",
-                preset,
-                "--steps",
-                "60",
-                "--backend",
-                "cpu",
-                "--out",
-            ])
-            .arg(&run)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let run = trained(dir.path(), preset);
         let run = run.to_str().unwrap();
         let on = |backend: &str, args: &[&str]| {
             let mut all = vec!["analyze"];

@@ -5,17 +5,22 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[test]
-fn a_corpus_that_shrinks_under_a_run_stops_it_cleanly() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let source = root.join("data/shakespeare-bytes");
+/// A copy of Shakespeare's bytes corpus in `dir`, to change under a run.
+fn copied_corpus(dir: &Path) -> std::path::PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/shakespeare-bytes");
     assert!(source.join("meta.json").exists(), "run `cargo xtask corpus` first");
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("corpus");
+    let data = dir.join("corpus");
     std::fs::create_dir(&data).unwrap();
     for f in ["meta.json", "train.bin", "val.bin"] {
         std::fs::copy(source.join(f), data.join(f)).unwrap();
     }
+    data
+}
+
+#[test]
+fn a_corpus_that_shrinks_under_a_run_stops_it_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = copied_corpus(tmp.path());
     let run = tmp.path().join("run");
     let child = Command::new(env!("CARGO_BIN_EXE_resmem"))
         .args([
@@ -109,15 +114,8 @@ fn a_bytes_corpus_labelled_gpt2_is_refused() {
 /// corpus.json then records the new corpus.
 #[test]
 fn a_corpus_changed_between_a_stop_and_a_resume_is_refused_by_name() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let source = root.join("data/shakespeare-bytes");
-    assert!(source.join("meta.json").exists(), "run `cargo xtask corpus` first");
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("corpus");
-    std::fs::create_dir(&data).unwrap();
-    for f in ["meta.json", "train.bin", "val.bin"] {
-        std::fs::copy(source.join(f), data.join(f)).unwrap();
-    }
+    let data = copied_corpus(tmp.path());
     let run = tmp.path().join("run");
     let train = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_resmem"))

@@ -918,7 +918,13 @@ fn eval_refuses_a_loss_that_is_not_finite() {
         .arg(&out)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{} {}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{} {}",
+        stderr(&o),
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert!(
         stderr(&o).contains("overflows") && !stderr(&o).contains("panicked"),
         "{}",
