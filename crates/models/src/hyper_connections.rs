@@ -27,7 +27,7 @@ use crate::attention::{
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::{Dense, DenseActs, DenseParams, DenseScratch, FfCore};
-use crate::interventions::{edits, EditPoint, Edits, Group, Point, ReadOut};
+use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut};
 use crate::loss::{LossHead, Unembedding};
 use crate::observe::{self, Inside, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
@@ -1141,24 +1141,15 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
 
     fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
         let (n, d, heads) = (self.cfg.streams, self.cfg.d_model, self.cfg.n_heads);
-        let point = |point, tensor, width, groups| EditPoint {
-            point,
-            tensor,
-            width,
-            groups,
-        };
-        let mut points = vec![
-            point(Point::Embedding, &self.encoded, d, 1),
-            point(Point::Residual(0), &self.streams0, n * d, n),
-        ];
+        let mut points = Vec::from(sites::embedding_points((&self.encoded, d), (&self.streams0, n * d, n)));
         for (l, a) in self.blocks.iter().enumerate() {
-            points.extend([
-                point(Point::Heads(l), &a.attention.atty, heads * self.cfg.head_dim, heads),
-                point(Point::Write(l, Layer::Attn), &a.attn.f, d, 1),
-                point(Point::Residual(2 * l + 1), &a.attn.out, n * d, n),
-                point(Point::Write(l, Layer::Ff), &a.ff.f, d, 1),
-                point(Point::Residual(2 * l + 2), &a.ff.out, n * d, n),
-            ]);
+            points.extend(sites::block_points(
+                l,
+                (&a.attention.atty, heads * self.cfg.head_dim, heads),
+                [(&a.attn.f, d), (&a.ff.f, d)],
+                [&a.attn.out, &a.ff.out],
+                (n * d, n),
+            ));
         }
         points
     }

@@ -24,7 +24,7 @@ use crate::batch::BatchTensors;
 use crate::config::{Position, Trunk};
 use crate::embedding::{MatrixEmbedding, MatrixEmbeddingActs, MatrixEmbeddingParams};
 use crate::ff::FfCore;
-use crate::interventions::{edits, EditPoint, Edits, Group, Point, ReadOut};
+use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut};
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
 use crate::observe::{self, Inside, Observe, Shape};
@@ -649,25 +649,17 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
 
     fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
         let (dk, dv, r) = (self.trunk.d_k, self.trunk.d_v, self.trunk.rank);
-        let point = |point, tensor, width, groups| EditPoint {
-            point,
-            tensor,
-            width,
-            groups,
-        };
-        let mut points = vec![
-            point(Point::Embedding, &self.encoded, dk * dv, dk),
-            point(Point::Residual(0), &self.encoded, dk * dv, dk),
-        ];
+        let x0 = &self.encoded;
+        let mut points = Vec::from(sites::embedding_points((x0, dk * dv), (x0, dk * dv, dk)));
         for (l, a) in self.blocks.iter().enumerate() {
             let atty = &a.attention.atty;
-            points.extend([
-                point(Point::Heads(l), atty, r * dv, r),
-                point(Point::Write(l, Layer::Attn), atty, r * dv, r),
-                point(Point::Residual(2 * l + 1), &a.res_att, dk * dv, dk),
-                point(Point::Write(l, Layer::Ff), &a.f, r * dv, r),
-                point(Point::Residual(2 * l + 2), &a.res_ff, dk * dv, dk),
-            ]);
+            points.extend(sites::block_points(
+                l,
+                (atty, r * dv, r),
+                [(atty, r * dv), (&a.f, r * dv)],
+                [&a.res_att, &a.res_ff],
+                (dk * dv, dk),
+            ));
         }
         points
     }

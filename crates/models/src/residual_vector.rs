@@ -14,7 +14,7 @@ use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionNames, 
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::FfCore;
-use crate::interventions::{edits, EditPoint, Edits, Group, Point, ReadOut};
+use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut};
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
 use crate::observe::{self, Inside, Observe, Shape};
@@ -520,25 +520,15 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
 
     fn edit_points(&self) -> Vec<EditPoint<'_, B>> {
         let (d, heads) = (self.trunk.d_model, self.trunk.n_heads);
-        let point = |point, tensor, width, groups| EditPoint {
-            point,
-            tensor,
-            width,
-            groups,
-        };
-        let mut points = vec![
-            point(Point::Embedding, &self.encoded, d, 1),
-            point(Point::Residual(0), &self.encoded, d, 1),
-        ];
+        let mut points = Vec::from(sites::embedding_points((&self.encoded, d), (&self.encoded, d, 1)));
         for (l, a) in self.blocks.iter().enumerate() {
-            let atty = &a.attention.atty;
-            points.extend([
-                point(Point::Heads(l), atty, heads * self.trunk.head_dim, heads),
-                point(Point::Write(l, Layer::Attn), self.output(l), d, 1),
-                point(Point::Residual(2 * l + 1), &a.res_att, d, 1),
-                point(Point::Write(l, Layer::Ff), self.output(l), d, 1),
-                point(Point::Residual(2 * l + 2), &a.res_ff, d, 1),
-            ]);
+            points.extend(sites::block_points(
+                l,
+                (&a.attention.atty, heads * self.trunk.head_dim, heads),
+                [(self.output(l), d), (self.output(l), d)],
+                [&a.res_att, &a.res_ff],
+                (d, 1),
+            ));
         }
         points
     }

@@ -57,20 +57,45 @@ pub async fn forward<B: Backend, M: LanguageModel<B>>(
 pub async fn read_points<B: Backend, M: LanguageModel<B>>(
     be: &B,
     model: &mut M,
-    (batch, separator): (&Batch, Option<u32>),
+    on: (&Batch, Option<u32>),
 ) -> Result<BTreeMap<Point, (Vec<f32>, usize)>> {
+    let points = shapes(model);
+    copied(be, model, on, Edits::capture(be, &points)?, &points, false).await
+}
+
+/// Each point of `model`: (point, rows, width).
+fn shapes<B: Backend, M: LanguageModel<B>>(model: &M) -> Vec<(Point, usize, usize)> {
     let (b, t) = model.batch_shape();
-    let points: Vec<(Point, usize, usize)> = model.edit_points().iter().map(|p| (p.point, b * t, p.width)).collect();
-    *model.edits() = Some(Edits::capture(be, &points)?);
+    model.edit_points().iter().map(|p| (p.point, b * t, p.width)).collect()
+}
+
+/// The forward of `batch` with `edits` held (and its backward, with `backward`), then what they
+/// copied of `points`: each one's values, or its gradients.
+async fn copied<B: Backend, M: LanguageModel<B>>(
+    be: &B,
+    model: &mut M,
+    (batch, separator): (&Batch, Option<u32>),
+    edits: Edits<B>,
+    points: &[(Point, usize, usize)],
+    backward: bool,
+) -> Result<BTreeMap<Point, (Vec<f32>, usize)>> {
+    *model.edits() = Some(edits);
     let mut evaluator = Evaluator::new(be, &*model)?;
     evaluator.mask_documents(separator);
-    let run = evaluator.forward(be, &*model, batch);
+    let run = match evaluator.forward(be, &*model, batch) {
+        Ok(()) if backward => evaluator.backward(be, &*model),
+        done => done,
+    };
     let edits = model.edits().take();
     run?;
     let mut all = BTreeMap::new();
     if let Some(edits) = edits {
-        for (point, _, width) in points {
-            if let Some(copy) = edits.captured(point) {
+        for &(point, _, width) in points {
+            let copy = match backward {
+                true => edits.captured_grad(point),
+                false => edits.captured(point),
+            };
+            if let Some(copy) = copy {
                 all.insert(point, (be.read(copy).await?, width));
             }
         }
@@ -83,7 +108,7 @@ pub async fn read_points<B: Backend, M: LanguageModel<B>>(
 pub async fn gradients<B: Backend, M: LanguageModel<B>>(
     be: &B,
     model: &mut M,
-    (batch, separator): (&Batch, Option<u32>),
+    on: (&Batch, Option<u32>),
     row: usize,
     (target, versus): (u32, Option<u32>),
 ) -> Result<BTreeMap<Point, (Vec<f32>, usize)>> {
@@ -99,25 +124,9 @@ pub async fn gradients<B: Backend, M: LanguageModel<B>>(
     if let Some(versus) = versus {
         seed[row * v + versus as usize] -= 1.0;
     }
-    let points: Vec<(Point, usize, usize)> = model.edit_points().iter().map(|p| (p.point, b * t, p.width)).collect();
-    *model.edits() = Some(Edits::gradients(be, &points, &seed)?);
-    let mut evaluator = Evaluator::new(be, &*model)?;
-    evaluator.mask_documents(separator);
-    let run = match evaluator.forward(be, &*model, batch) {
-        Ok(()) => evaluator.backward(be, &*model),
-        Err(e) => Err(e),
-    };
-    let edits = model.edits().take();
-    run?;
-    let mut all = BTreeMap::new();
-    if let Some(edits) = edits {
-        for (point, _, width) in points {
-            if let Some(copy) = edits.captured_grad(point) {
-                all.insert(point, (be.read(copy).await?, width));
-            }
-        }
-    }
-    Ok(all)
+    let points = shapes(model);
+    let edits = Edits::gradients(be, &points, &seed)?;
+    copied(be, model, on, edits, &points, true).await
 }
 
 /// Attribution patching: the first-order estimate of what patching `targets` at `positions` of

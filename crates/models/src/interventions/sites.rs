@@ -38,6 +38,48 @@ pub struct EditPoint<'a, B: Backend> {
     pub groups: usize,
 }
 
+impl<'a, B: Backend> EditPoint<'a, B> {
+    pub fn new(point: Point, tensor: &'a B::Tensor, width: usize, groups: usize) -> Self {
+        Self {
+            point,
+            tensor,
+            width,
+            groups,
+        }
+    }
+}
+
+/// The points before block 0: what the embedding writes, and the residual it makes (which may
+/// be the same tensor).
+pub fn embedding_points<'a, B: Backend>(
+    (written, width): (&'a B::Tensor, usize),
+    (residual, residual_width, groups): (&'a B::Tensor, usize, usize),
+) -> [EditPoint<'a, B>; 2] {
+    [
+        EditPoint::new(Point::Embedding, written, width, 1),
+        EditPoint::new(Point::Residual(0), residual, residual_width, groups),
+    ]
+}
+
+/// Block `l`'s points in forward order: its heads (tensor, width, heads), its attention's write,
+/// the residual after it, its FF's write and the residual after it; the writes (tensor, width),
+/// the residuals `residual` (width, groups) wide.
+pub fn block_points<'a, B: Backend>(
+    l: usize,
+    (heads, heads_width, n_heads): (&'a B::Tensor, usize, usize),
+    [(attn, attn_width), (ff, ff_width)]: [(&'a B::Tensor, usize); 2],
+    [after_attn, after_ff]: [&'a B::Tensor; 2],
+    (width, groups): (usize, usize),
+) -> [EditPoint<'a, B>; 5] {
+    [
+        EditPoint::new(Point::Heads(l), heads, heads_width, n_heads),
+        EditPoint::new(Point::Write(l, Layer::Attn), attn, attn_width, 1),
+        EditPoint::new(Point::Residual(2 * l + 1), after_attn, width, groups),
+        EditPoint::new(Point::Write(l, Layer::Ff), ff, ff_width, 1),
+        EditPoint::new(Point::Residual(2 * l + 2), after_ff, width, groups),
+    ]
+}
+
 /// What a residual's groups are called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
