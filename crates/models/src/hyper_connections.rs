@@ -1178,7 +1178,8 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 eps,
             }),
             HcCollapse::Head => None,
-            _ => Some(ReadOut::Norm {
+            // `auto` is resolved by `collapse()`; HC's sum.
+            HcCollapse::Sum | HcCollapse::Auto => Some(ReadOut::Norm {
                 width,
                 streams,
                 norm,

@@ -532,6 +532,20 @@ fn the_logged_gradient_norm_is_the_gradients_norm() {
     }
 }
 
+/// Every architecture's tiny preset, and hyper-connections' other read-outs (HC's sum,
+/// mHC-lite's norm of each stream), named.
+fn every_read_out() -> Vec<(String, ModelConfig)> {
+    let mut cases: Vec<(String, ModelConfig)> = families().iter().map(|f| (f.arch.to_string(), tiny(f.arch))).collect();
+    for mixing in [HcMixing::Hc, HcMixing::MhcLite] {
+        let hc = HcConfig {
+            mixing,
+            ..HcConfig::tiny(256, 16)
+        };
+        cases.push((format!("hc {mixing:?}"), ModelConfig::Hc(hc)));
+    }
+    cases
+}
+
 /// Interventions keep their identities on every architecture: an edit that selects nothing
 /// changes nothing, bit for bit; patching the embedding and every layer's write from a clean
 /// sequence into another makes that sequence's logits the clean one's; direct logit attribution
@@ -542,16 +556,7 @@ fn interventions_keep_their_identities() {
     use resmem_models::interventions::{self, drive, Edit, Point, Points, Site};
     use std::collections::BTreeMap;
     let t = 16;
-    let mut cases: Vec<(String, ModelConfig)> = families().iter().map(|f| (f.arch.to_string(), tiny(f.arch))).collect();
-    // Hyper-connections' other read-outs: HC's sum and mHC-lite's norm of each stream.
-    for mixing in [HcMixing::Hc, HcMixing::MhcLite] {
-        let hc = HcConfig {
-            mixing,
-            ..HcConfig::tiny(256, 16)
-        };
-        cases.push((format!("hc {mixing:?}"), ModelConfig::Hc(hc)));
-    }
-    for (arch, cfg) in cases {
+    for (arch, cfg) in every_read_out() {
         let be = CpuBackend::<f32>::new();
         let mut trainer = Trainer::new(&be, build(&be, &cfg, (2, t), 0), TrainConfig::default()).unwrap();
         let mut sampler = TaskSampler::new(Task::Copy, 2, t, 0).unwrap();
@@ -665,15 +670,7 @@ fn attribution_patching_reads_each_points_true_gradient() {
     use resmem_models::interventions::{drive, Edit, Point};
     use std::collections::BTreeMap;
     let t = 8;
-    let mut cases: Vec<(String, ModelConfig)> = families().iter().map(|f| (f.arch.to_string(), tiny(f.arch))).collect();
-    cases.push((
-        "hc Hc".into(),
-        ModelConfig::Hc(HcConfig {
-            mixing: HcMixing::Hc,
-            ..HcConfig::tiny(256, 16)
-        }),
-    ));
-    for (arch, cfg) in cases {
+    for (arch, cfg) in every_read_out() {
         let be = CpuBackend::<f64>::new();
         let mut trainer = Trainer::new(&be, build(&be, &cfg, (2, t), 3), TrainConfig::default()).unwrap();
         let mut sampler = TaskSampler::new(Task::Copy, 2, t, 3).unwrap();

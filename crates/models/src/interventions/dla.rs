@@ -125,7 +125,7 @@ impl Frozen {
         };
         let r_u = match read {
             ReadOut::Keys { .. } => weights.get("r_u")?.to_vec(),
-            _ => Vec::new(),
+            ReadOut::Norm { .. } | ReadOut::EachNormed { .. } => Vec::new(),
         };
         Ok(Self {
             read,

@@ -69,15 +69,12 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
     let logits = be.read_range(&model.head().logits, row * v, v).await?;
     let logit = f64::from(logits[target as usize]) - versus.map_or(0.0, |b| f64::from(logits[b as usize]));
     let store = model.store();
-    let points: Vec<(Point, usize, usize)> = model
-        .edit_points()
-        .iter()
-        .map(|p| (p.point, p.width, p.groups))
-        .collect();
-    let head_maps: Vec<(usize, String)> = (points.iter())
-        .filter_map(|&(p, ..)| match p {
-            Point::Heads(l) => head_map(&store.layout, l).map(|name| (l, name)),
-            _ => None,
+    let points = model.edit_points();
+    // Each block's heads, where its output map is a plain weight.
+    let head_maps: Vec<(&EditPoint<'_, B>, String)> = (points.iter())
+        .filter_map(|p| match p.point {
+            Point::Heads(l) => head_map(&store.layout, l).map(|name| (p, name)),
+            Point::Embedding | Point::Write(..) | Point::Residual(_) => None,
         })
         .collect();
     let mut names: Vec<String> = ["lnf", "w_u", "r_u"].map(String::from).to_vec();
@@ -107,13 +104,11 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
         }
     }
     let mut heads = Vec::new();
-    for (l, name) in head_maps.iter().filter(|_| !streams) {
-        let Some(&(_, width, groups)) = points.iter().find(|(p, ..)| *p == Point::Heads(*l)) else {
+    for (p, name) in head_maps.iter().filter(|_| !streams) {
+        let (Point::Heads(l), width, groups) = (p.point, p.width, p.groups) else {
             continue;
         };
-        let tensor = model.edit_points().into_iter().find(|p| p.point == Point::Heads(*l));
-        let Some(tensor) = tensor else { continue };
-        let z = f64s(&be.read_range(tensor.tensor, row * width, width).await?);
+        let z = f64s(&be.read_range(p.tensor, row * width, width).await?);
         let w_o = weights.get(name)?;
         let dh = width / groups;
         for h in 0..groups {
@@ -124,20 +119,16 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
                     .flat_map(|i| z_h.iter().map(move |z| w_o[h * dk + i] * z))
                     .collect(),
                 // A dense head writes W_O[:, its columns] · z_h (W_O is (D, H·D_h)).
-                _ => (0..w_o.len() / width)
+                ReadOut::Norm { .. } | ReadOut::EachNormed { .. } => (0..w_o.len() / width)
                     .map(|c| (0..dh).map(|j| w_o[c * width + h * dh + j] * z_h[j]).sum())
                     .collect(),
             };
-            heads.push(share(Site::Head(*l, h).to_string(), &part));
+            heads.push(share(Site::Head(l, h).to_string(), &part));
         }
     }
     let mut groups = Vec::new();
-    if let (Some(group), Some(&(_, width, n))) = (
-        model.residual_groups(),
-        points
-            .iter()
-            .find(|(p, ..)| *p == Point::Residual(points_last(&points))),
-    ) {
+    let last = points.iter().rfind(|p| matches!(p.point, Point::Residual(_)));
+    if let (Some(group), Some(&EditPoint { width, groups: n, .. })) = (model.residual_groups(), last) {
         let size = width / n;
         for k in 0..n {
             let mut part = vec![0.0; width];
@@ -156,15 +147,6 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
         heads,
         groups,
     }))
-}
-
-/// The last depth of the residual.
-fn points_last(points: &[(Point, usize, usize)]) -> usize {
-    points
-        .iter()
-        .filter(|(p, ..)| matches!(p, Point::Residual(_)))
-        .count()
-        .saturating_sub(1)
 }
 
 /// The name of block `l`'s attention output map where it is a plain weight (`blocks.{l}.w_o`
