@@ -62,7 +62,10 @@ async function test(name, body) {
 }
 
 // The resmem binary `cargo test` built: the page's residuals are checked against its CPU backend.
-const RESMEM = path.join(path.dirname(path.resolve(dist)), 'target', 'debug', 'resmem');
+const ROOT = path.dirname(path.resolve(dist));
+const RESMEM = path.join(ROOT, 'target', 'debug', 'resmem');
+// The JAX side's interpreter, which `cargo xtask test` sets up: a JAX run is imported too.
+const PYTHON = path.join(ROOT, '.venv-jax', 'bin', 'python');
 
 /** What `resmem analyze residual` prints for the page's training (seed 0, batch 32, T 16). */
 function cpuResidual(preset, step, depth, token) {
@@ -502,7 +505,7 @@ function cli(args) {
   return execFileSync(RESMEM, args, { env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || os.tmpdir() } }).toString();
 }
 
-await test('a link restores its settings and trains the CLI\'s losses; checkpoints go from page to CLI and back; runs survive a reload', async () => {
+await test('a link restores its settings and trains the CLI\'s losses; checkpoints go from page to CLI and back, and from JAX to the page; runs survive a reload', async () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'resmem-link-'));
   const query = 'v=1&d_k=4&seed=7&lr=0.003&steps=10';
   const { browser, page, errors } = await open(`${url}?${query}`, true);
@@ -665,12 +668,36 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sampled) throw new Error('the imported run shows no sample');
 
-    // A reload keeps both runs, their curves and checkpoints; "clear" forgets them.
-    const before = [await pageLosses(page, 1), await pageLosses(page, 2)];
+    // The same run continued in JAX (`resmem export jax`, then `python -m resmem_jax.train`, as
+    // the README says) imports as a run resmem trained: its held-out loss and residuals are what
+    // `resmem eval` and `resmem analyze residual` compute for the JAX run's files.
+    const jaxRun = path.join(tmp, 'jax');
+    cli(['export', 'jax', '--run', cliRun, '--out', jaxRun]);
+    execFileSync(PYTHON, ['-m', 'resmem_jax.train', '--run', jaxRun, '--steps', '14', '--quiet'],
+      { cwd: ROOT, env: { ...process.env, PYTHONPATH: path.join(ROOT, 'python') } });
+    await page.setInputFiles('#import', path.join(jaxRun, 'checkpoints', 'step-000000014.safetensors'));
+    await page.waitForFunction(() => /^Imported step-000000014/.test(document.querySelector('#status')?.textContent)
+      || /Cannot import/.test(document.querySelector('#status')?.textContent), null, { timeout: 120_000 });
+    const jaxStatus = await page.textContent('#status');
+    console.log(`     ${jaxStatus}`);
+    const jaxLoss = /held-out loss ([0-9.]+)/.exec(jaxStatus);
+    if (!/^Imported step-000000014\.safetensors: step 14,/.test(jaxStatus) || !jaxLoss) throw new Error(jaxStatus);
+    const jaxEval = JSON.parse(cli(['eval', '--run', jaxRun, '--batches', '1', '--backend', 'cpu', '--json']));
+    if (!(Math.abs(parseFloat(jaxLoss[1]) - jaxEval.val_loss) < 1e-3)) throw new Error(`the JAX run's loss: page ${jaxLoss[1]}, resmem eval ${jaxEval.val_loss}`);
+    await page.waitForFunction(() => document.querySelector('#residual-heatmap')?.dataset.step === '14');
+    const jaxShown = await residualShown(page);
+    const jaxWant = JSON.parse(cli(['analyze', 'residual', '--run', jaxRun, '--depth', jaxShown.depth, '--token', String(jaxShown.token), '--backend', 'cpu', '--json']));
+    const jaxWorst = Math.max(...jaxShown.values.map((v, i) => Math.abs(v - jaxWant.values[i])));
+    console.log(`     the JAX run's residual at ${jaxShown.depth}, token ${jaxShown.token}: worst difference from the CLI ${jaxWorst.toExponential(2)}`);
+    if (jaxShown.values.length !== jaxWant.values.length || !(jaxWorst < 2e-3 * Math.max(1, ...jaxWant.values.map(Math.abs))))
+      throw new Error('the imported JAX run\'s residuals are not the CLI\'s');
+
+    // A reload keeps the three runs, their curves and checkpoints; "clear" forgets them.
+    const before = [await pageLosses(page, 1), await pageLosses(page, 2), await pageLosses(page, 3)];
     await page.reload();
     await ready(page, errors);
-    await page.waitForFunction(() => document.querySelectorAll('#run-list tr[data-run]').length === 2, null, { timeout: 20_000 });
-    const after = [await pageLosses(page, 1), await pageLosses(page, 2)];
+    await page.waitForFunction(() => document.querySelectorAll('#run-list tr[data-run]').length === 3, null, { timeout: 20_000 });
+    const after = [await pageLosses(page, 1), await pageLosses(page, 2), await pageLosses(page, 3)];
     if (JSON.stringify(after) !== JSON.stringify(before)) throw new Error(`after a reload: ${JSON.stringify(after)}, before ${JSON.stringify(before)}`);
     if (await page.isDisabled('#run-list tr[data-run="1"] .run-checkpoint')) throw new Error('the reloaded run lost its checkpoint');
     await page.click('#clear-runs');
