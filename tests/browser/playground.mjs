@@ -573,11 +573,20 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     await page.fill('#residual-ablate', 'block0.attn, slot1');
     await page.locator('#residual-ablate').blur();
     await page.selectOption('#residual-how', 'mean');
+    // And the two prompts to patch between.
+    await page.fill('#patch-clean', 'abcab');
+    await page.locator('#patch-clean').blur();
+    await page.fill('#patch-corrupt', 'abdab');
+    await page.locator('#patch-corrupt').blur();
+    // Two sites: each costs (positions + 1) forwards of the batch, about 2 s each on SwiftShader.
+    await page.fill('#patch-sites', 'block0.attn, block1.ff.resid');
+    await page.locator('#patch-sites').blur();
     const cliCkpt = fs.readdirSync(path.join(cliRun, 'checkpoints')).sort().at(-1);
+    const t0 = Date.now();
     await page.setInputFiles('#import', path.join(cliRun, 'checkpoints', cliCkpt));
     await page.waitForFunction((name) => /^Imported/.test(document.querySelector('#status')?.textContent)
       || document.querySelector('#status')?.textContent.includes(`Cannot import ${name}`), cliCkpt, { timeout: 120_000 });
-    console.log(`     ${await page.textContent('#status')}`);
+    console.log(`     ${await page.textContent("#status")} (${(Date.now() - t0) / 1000} s)`);
     if (!/^Imported/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
     await page.fill('#residual-depth', '4');
     await page.fill('#residual-token', '3');
@@ -662,6 +671,25 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     console.log(`     imported mean-ablation of block0.attn and slot1: loss ${pageAbl.Ok.loss_change.toFixed(4)}, logit ${pageAbl.Ok.logit_change.toFixed(4)}; `
       + `worst difference from the CLI ${ablWorst.toExponential(2)}`);
     if (!(ablWorst < 2e-3) || pageAbl.Ok.loss_change === 0) throw new Error('the imported run\'s ablation is not the CLI\'s');
+    // The patching table: every site's fraction recovered at each position and at all of them,
+    // and attribution patching's estimates, are `resmem analyze patch`'s on the same prompts.
+    const pagePatch = JSON.parse(await page.$eval('#residual-patching', (e) => e.dataset.patching || 'null'));
+    if (!pagePatch?.Ok) throw new Error(`the imported run's patching: ${JSON.stringify(pagePatch)} (${await page.textContent('#residual-patching-readout')})`);
+    const patchSites = pagePatch.Ok.rows.map((r) => r.site);
+    const cliPatch = JSON.parse(cli(['analyze', 'patch', '--run', cliRun, '--prompt', 'abcab', '--corrupt', 'abdab', '--sites', patchSites.join(','),
+      '--backend', 'cpu', '--json']));
+    const cells = (rows) => rows.flatMap((r) => [r.all, ...r.positions, r.estimated_all, ...r.estimated_positions]);
+    const patchWorst = Math.max(...cells(pagePatch.Ok.rows).map((x, i) => Math.abs(x - cells(cliPatch.patches)[i])),
+      Math.abs(pagePatch.Ok.clean - cliPatch.clean), Math.abs(pagePatch.Ok.corrupt - cliPatch.corrupt));
+    const last = pagePatch.Ok.rows.at(-1);
+    console.log(`     imported patching of "abcab" into "abdab": ${patchSites.length} sites × ${pagePatch.Ok.words.length} positions, `
+      + `${last.site} recovers ${last.all.toFixed(3)}; worst difference from the CLI ${patchWorst.toExponential(2)}`);
+    if (JSON.stringify(patchSites) !== '["block0.attn","block1.ff.resid"]' || JSON.stringify(cliPatch.patches.map((r) => r.site)) !== JSON.stringify(patchSites)
+      || pagePatch.Ok.words.length !== 5 || !(patchWorst < 2e-3))
+      throw new Error('the imported run\'s patching is not the CLI\'s');
+    // Patching the whole last residual at every position is the clean forward: all of it recovered.
+    if (!(Math.abs(last.all - 1) < 1e-3)) throw new Error(`patching ${last.site} everywhere recovers ${last.all}`);
+    if ((await page.$$('#residual-patching tbody tr')).length !== patchSites.length) throw new Error('the patching table does not show every site');
     // A click on a bar takes its site out of the ablation (or puts it in).
     await page.click('#residual-dla tr.dla-row[data-site="slot1"]');
     if ((await page.inputValue('#residual-ablate')) !== 'block0.attn') throw new Error(`a click on slot1 left ${await page.inputValue('#residual-ablate')}`);
@@ -672,6 +700,8 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     // the README says) imports as a run resmem trained: its held-out loss and residuals are what
     // `resmem eval` and `resmem analyze residual` compute for the JAX run's files.
     const jaxRun = path.join(tmp, 'jax');
+    await page.fill('#patch-clean', '');
+    await page.locator('#patch-clean').blur();
     cli(['export', 'jax', '--run', cliRun, '--out', jaxRun]);
     execFileSync(PYTHON, ['-m', 'resmem_jax.train', '--run', jaxRun, '--steps', '14', '--quiet'],
       { cwd: ROOT, env: { ...process.env, PYTHONPATH: path.join(ROOT, 'python') } });

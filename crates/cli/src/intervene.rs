@@ -6,7 +6,7 @@ use crate::args::{AblateArgs, AttributeArgs, HowArg, LogitArgs, PatchArgs};
 use crate::residual::{check_token, forward, put_text, Sequence, Words};
 use anyhow::{bail, Context, Result};
 use engine::Backend;
-use models::interventions::{self, drive, Ablation, Edit, Point, Points, Site};
+use models::interventions::{self, drive, Ablation, Agreement, Edit, Pair, Patched, Patcher, Point, Points, Site};
 use models::LanguageModel;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -232,42 +232,6 @@ pub fn ablate(args: AblateArgs) -> Result<()> {
     Ok(())
 }
 
-/// One site's patches: the fraction of the logit difference recovered at each position, then
-/// at all of them; and attribution patching's first-order estimates of the same.
-#[derive(Serialize)]
-struct Patched {
-    site: String,
-    positions: Vec<f64>,
-    all: f64,
-    estimated_positions: Vec<f64>,
-    estimated_all: f64,
-}
-
-/// Pearson's correlation of the patches with their estimates, and the largest difference.
-fn agreement(rows: &[Patched]) -> (f64, f64) {
-    let pairs: Vec<(f64, f64)> = (rows.iter())
-        .flat_map(|r| {
-            r.positions
-                .iter()
-                .zip(&r.estimated_positions)
-                .chain([(&r.all, &r.estimated_all)])
-        })
-        .map(|(&a, &b)| (a, b))
-        .collect();
-    let n = pairs.len() as f64;
-    let (ma, mb) = (
-        pairs.iter().map(|p| p.0).sum::<f64>() / n,
-        pairs.iter().map(|p| p.1).sum::<f64>() / n,
-    );
-    let cov: f64 = pairs.iter().map(|(a, b)| (a - ma) * (b - mb)).sum();
-    let (va, vb): (f64, f64) = (
-        pairs.iter().map(|(a, _)| (a - ma).powi(2)).sum(),
-        pairs.iter().map(|(_, b)| (b - mb).powi(2)).sum(),
-    );
-    let worst = pairs.iter().map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    (cov / (va * vb).sqrt(), worst)
-}
-
 pub fn patch(args: PatchArgs) -> Result<()> {
     if args.at.text.is_none() {
         bail!("patching needs the clean prompt as --prompt TEXT and the corrupted one as --corrupt TEXT, with --run");
@@ -311,40 +275,23 @@ pub fn patch(args: PatchArgs) -> Result<()> {
         if clean_ld == corrupt_ld {
             bail!("the clean and corrupted prompts give the same {} ({clean_ld:.4}): nothing for a patch to recover; choose --target and --versus", read.describe(&words));
         }
-        let values = pollster::block_on(drive::read_points(be, model, on))?;
-        let grads = pollster::block_on(drive::gradients(be, model, on, to * t + read.token, (read.target, read.versus)))?;
-        let estimated = |targets: &[_], positions: &[usize]| -> Result<f64> {
-            Ok(drive::estimate(&values, &grads, targets, (from, to), positions, t)? / (clean_ld - corrupt_ld))
-        };
-        let recovered = |edits: &BTreeMap<Point, Edit>, model: &mut Box<dyn LanguageModel<_>>| -> Result<f64> {
-            let o = pollster::block_on(drive::forward(be, model, on, edits, &at))?;
-            Ok((o.difference(1, read.target, read.versus) - corrupt_ld) / (clean_ld - corrupt_ld))
-        };
+        let pair = Pair { from, to, valid: seq.valid, token: read.token, target: read.target, versus: read.versus };
+        let patcher = pollster::block_on(Patcher::new(be, model, on, pair))?;
         let mut rows = Vec::new();
         for (site, targets) in &sites {
             crate::train::check_stop("the patches")?;
-            let (mut positions, mut estimated_positions) = (Vec::new(), Vec::new());
-            for p in 0..seq.valid {
-                positions.push(recovered(&drive::patch(&values, targets, (from, to), &[p], t)?, model)?);
-                estimated_positions.push(estimated(targets, &[p])?);
-            }
-            let every: Vec<usize> = (0..seq.valid).collect();
-            let all = recovered(&drive::patch(&values, targets, (from, to), &every, t)?, model)?;
-            rows.push(Patched {
-                site: site.to_string(),
-                positions,
-                all,
-                estimated_positions,
-                estimated_all: estimated(targets, &every)?,
-            });
+            rows.push(pollster::block_on(patcher.site(be, model, on, *site, targets))?);
         }
         anyhow::Ok((cfg, what, rows, (clean_ld, corrupt_ld), read, seq))
     })?;
-    let (correlation, worst) = agreement(&rows);
+    let Agreement {
+        correlation,
+        largest_difference: worst,
+    } = Agreement::of(&rows);
     if args.json {
         let json = serde_json::json!({ "token": read.token, "target": read.target, "versus": read.versus,
             "clean": clean_ld, "corrupt": corrupt_ld, "patches": rows,
-            "agreement": { "correlation": correlation, "largest_difference": worst } });
+            "agreement": Agreement::of(&rows) });
         out!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }

@@ -389,7 +389,7 @@ pub(crate) fn forward<B: Backend + 'static>(be: &B, args: &ForwardArgs) -> Resul
 /// within the text.
 pub(crate) fn put_text(batch: &mut data::Batch, seq: usize, text: &str, tokenizer: &data::Tokenizer) -> Result<()> {
     let t = batch.t;
-    let mut tokens = tokenizer.encode(text);
+    let tokens = tokenizer.encode(text);
     if tokens.is_empty() {
         bail!("--text is empty; give some text to probe");
     }
@@ -398,13 +398,8 @@ pub(crate) fn put_text(batch: &mut data::Batch, seq: usize, text: &str, tokenize
             "note: --text is {} tokens and the run's window is T = {t}; the views read its first {t}",
             tokens.len()
         ));
-        tokens.truncate(t);
     }
-    let row = seq * t..(seq + 1) * t;
-    batch.inputs[row.start..row.start + tokens.len()].copy_from_slice(&tokens);
-    for (i, target) in batch.targets[row].iter_mut().enumerate() {
-        *target = tokens.get(i + 1).copied().unwrap_or(data::IGNORE);
-    }
+    batch.put(seq, &tokens);
     Ok(())
 }
 

@@ -72,6 +72,18 @@ impl Batch {
     pub fn counted(&self) -> usize {
         self.targets.iter().filter(|&&t| t != IGNORE).count()
     }
+
+    /// Sequence `seq` reads `tokens` from its start (its first T where they are longer), each
+    /// predicting the next; the rest of its inputs stay and are not counted. The tokens written.
+    pub fn put(&mut self, seq: usize, tokens: &[u32]) -> usize {
+        let (t, n) = (self.t, tokens.len().min(self.t));
+        let row = seq * t..(seq + 1) * t;
+        self.inputs[row.start..row.start + n].copy_from_slice(&tokens[..n]);
+        for (i, target) in self.targets[row].iter_mut().enumerate() {
+            *target = if i + 1 < n { tokens[i + 1] } else { IGNORE };
+        }
+        n
+    }
 }
 
 /// Draws batches of one task. Step k's batch depends on (seed, k) alone, so a resumed run sees
@@ -203,6 +215,23 @@ impl TaskSampler {
 mod tests {
     use super::*;
     use crate::ByteTokenizer;
+
+    #[test]
+    fn a_put_sequence_predicts_only_within_its_tokens() {
+        let mut batch = Batch {
+            b: 2,
+            t: 4,
+            inputs: vec![9; 8],
+            targets: vec![9; 8],
+        };
+        assert_eq!(batch.put(1, &[1, 2, 3]), 3);
+        assert_eq!(batch.inputs, [9, 9, 9, 9, 1, 2, 3, 9]);
+        assert_eq!(batch.targets, [9, 9, 9, 9, 2, 3, IGNORE, IGNORE]);
+        // Longer than T: its first T, the last of them predicting nothing.
+        assert_eq!(batch.put(0, &[5, 6, 7, 8, 4]), 4);
+        assert_eq!(batch.inputs[..4], [5, 6, 7, 8]);
+        assert_eq!(batch.targets[..4], [6, 7, 8, IGNORE]);
+    }
 
     fn text(task: Task, t: usize) -> (String, String) {
         let batch = TaskSampler::new(task, 1, t, 7).unwrap().next_batch();

@@ -117,6 +117,7 @@ pub fn App() -> impl IntoView {
     // The sites the residual viewer ablates, and how.
     let residual_ablate = RwSignal::new(Vec::<String>::new());
     let residual_how = RwSignal::new(models::interventions::Ablation::Zero);
+    let residual_patch = RwSignal::new(crate::residual::PatchAsk::default());
     let page = Page {
         status: set_status,
         busy: RwSignal::new(false),
@@ -143,6 +144,7 @@ pub fn App() -> impl IntoView {
                 token: residual_token.get(),
                 ablate: residual_ablate.get(),
                 how: residual_how.get(),
+                patch: residual_patch.get(),
             }),
             prompt: page.prompt.get(),
         };
@@ -426,7 +428,7 @@ pub fn App() -> impl IntoView {
                     </section>
                     <section class="pane pane-residual">
                         <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq
-                            token=residual_token set_token=set_residual_token ablate=residual_ablate how=residual_how />
+                            token=residual_token set_token=set_residual_token ablate=residual_ablate how=residual_how patch=residual_patch />
                     </section>
                     <section class="pane pane-inside">
                         <Show when=move || focused_arch().is_some_and(Arch::has_variance)>

@@ -7,7 +7,7 @@
 use crate::help::ViewTitle;
 use crate::save::ChartExport;
 use leptos::prelude::*;
-use models::interventions::{Ablation, Attribution, Share};
+use models::interventions::{Ablation, Agreement, Attribution, Patched, Share};
 use models::observe::{self, HeadPattern, KeySlot, LensRow, Shape, Snapshot};
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,40 @@ pub struct Look {
     pub token: usize,
     pub ablate: Vec<String>,
     pub how: Ablation,
+    pub patch: PatchAsk,
+}
+
+/// Two prompts typed in the page to patch between, and the sites to patch (none: the
+/// embedding, every layer's write and the whole residual after every depth).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PatchAsk {
+    pub clean: String,
+    pub corrupt: String,
+    pub sites: Vec<String>,
+}
+
+impl PatchAsk {
+    pub fn is_set(&self) -> bool {
+        !self.clean.is_empty() && !self.corrupt.is_empty()
+    }
+}
+
+/// Activation patching of the two prompts, as `resmem analyze patch` computes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Patching {
+    /// The step of the weights it was computed with.
+    pub step: usize,
+    /// The clean prompt's tokens: the table's columns.
+    pub words: Vec<String>,
+    /// The last token, whose logit of `target` (minus `versus`'s) is read.
+    pub token: usize,
+    pub target: String,
+    pub versus: Option<String>,
+    /// That logit difference in the clean and in the corrupted prompt.
+    pub clean: f64,
+    pub corrupt: f64,
+    pub rows: Vec<Patched>,
+    pub agreement: Agreement,
 }
 
 /// Direct logit attribution of a token's top prediction, and the ablation asked for, as
@@ -56,6 +90,9 @@ pub struct Interventions {
     pub attribution: Option<Attribution>,
     /// The ablation asked for, or why it could not run.
     pub ablation: Option<Result<Ablated, String>>,
+    /// The patching asked for, or why it could not run.
+    #[serde(default)]
+    pub patching: Option<Result<Box<Patching>, String>>,
 }
 
 /// An ablation's effect on the batch's loss and on the token's logit of the target.
@@ -271,6 +308,7 @@ pub fn ResidualView(
     set_token: WriteSignal<usize>,
     ablate: RwSignal<Vec<String>>,
     how: RwSignal<Ablation>,
+    patch: RwSignal<PatchAsk>,
 ) -> impl IntoView {
     let (depth, set_depth) = signal(0usize);
     let depths = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.depths.len()));
@@ -461,7 +499,7 @@ pub fn ResidualView(
                     data-token=move || token.get().to_string()
                     data-patterns=move || residuals.with(|r| r.as_ref().map(|r| serde_json::to_string(&r.attention).unwrap_or_default()))
                     inner_html=attention_picture></div>
-                <InterventionsView residuals ablate how />
+                <InterventionsView residuals ablate how patch />
                 <Show when=move || residuals.with(|r| r.as_ref().is_some_and(|r| r.keys.is_some()))>
                     <h3>"Key slots"</h3>
                     <p class="note">"The RMT's R key slots in each block: the share of what attention stores into the \
@@ -518,6 +556,7 @@ fn InterventionsView(
     residuals: ReadSignal<Option<Residuals>>,
     ablate: RwSignal<Vec<String>>,
     how: RwSignal<Ablation>,
+    patch: RwSignal<PatchAsk>,
 ) -> impl IntoView {
     let interventions = move || residuals.with(|r| r.as_ref().map(|r| r.interventions.clone()).unwrap_or_default());
     let families = move || {
@@ -621,5 +660,90 @@ fn InterventionsView(
         </div>
         <p id="residual-ablation" class="readout"
             data-ablation=move || serde_json::to_string(&interventions().ablation).unwrap_or_default()>{ablation_text}</p>
+        <PatchingView interventions=Signal::derive(interventions) patch />
+    }
+}
+
+/// Two prompts typed in the page, and the fraction of their logit difference each site
+/// recovers when patched from the clean prompt into the corrupted one: sites × positions.
+#[component]
+fn PatchingView(interventions: Signal<Interventions>, patch: RwSignal<PatchAsk>) -> impl IntoView {
+    let patching = move || interventions.with(|i| i.patching.clone());
+    let text = move |set: fn(&mut PatchAsk, String)| {
+        move |ev| {
+            let value = event_target_value(&ev);
+            patch.update(|p| set(p, value));
+        }
+    };
+    let readout = move || {
+        match patching() {
+        None => "Type a clean prompt and a corrupted one of the same length in tokens.".to_string(),
+        Some(Err(e)) => e,
+        Some(Ok(p)) => format!(
+            "step {}: token {} ({:?}), logit {:?}{}: clean {:.4}, corrupted {:.4}; attribution patching agrees with              correlation {:.3}, largest difference {:.3}",
+            p.step,
+            p.token,
+            p.words.get(p.token).cloned().unwrap_or_default(),
+            p.target,
+            p.versus.as_ref().map(|v| format!(" − logit {v:?}")).unwrap_or_default(),
+            p.clean,
+            p.corrupt,
+            p.agreement.correlation,
+            p.agreement.largest_difference
+        ),
+    }
+    };
+    let table = move || {
+        let Some(Ok(p)) = patching() else {
+            return None;
+        };
+        let cell = |value: f64, estimate: f64| {
+            view! {
+                <td class="num" style=format!("background:{}", diverging(value as f32, 1.0))
+                    title=format!("patched {value:.4}; attribution patching's estimate {estimate:.4}")>{format!("{value:.2}")}</td>
+            }
+        };
+        let rows = (p.rows.iter())
+            .map(|r| {
+                let cells = (r.positions.iter().zip(&r.estimated_positions)).map(|(&v, &e)| cell(v, e)).collect_view();
+                view! { <tr data-site=r.site.clone()><th>{r.site.clone()}</th>{cell(r.all, r.estimated_all)}{cells}</tr> }
+            })
+            .collect_view();
+        let heads = p
+            .words
+            .iter()
+            .map(|w| view! { <th>{format!("{w:?}")}</th> })
+            .collect_view();
+        Some(view! {
+            <thead><tr><th>"site"</th><th>"all"</th>{heads}</tr></thead>
+            <tbody>{rows}</tbody>
+        })
+    };
+    view! {
+        <ViewTitle title="Activation patching"
+            what="How much of the clean prompt's answer each site carries, position by position."
+            help="The two prompts sit in two sequences of the batch. Each site's values are copied from the clean \
+                prompt's forward into the corrupted prompt's, at one position (a column) or at all of them, and the cell \
+                is the fraction of the logit difference recovered at the last token: 1 is the clean prompt's difference, \
+                0 the corrupted one's. The difference is the clean prompt's top prediction against the corrupted one's \
+                (or its logit alone where both predict the same). Patching is causal: a site that recovers much carries \
+                what the prompts differ in, at that position. Hover a cell for attribution patching's first-order \
+                estimate, from one backward. Sites: empty for the embedding, every layer's write and the whole residual \
+                after each depth, or names as for ablation (slot3, block0.attn.head1). It takes sites × (positions + 1) \
+                forwards, again every 50 steps while training. The same numbers as resmem analyze patch." />
+        <div class="controls">
+            <label>"Clean "<input id="patch-clean" type="text" placeholder="When Mary and John"
+                prop:value=move || patch.with(|p| p.clean.clone()) on:change=text(|p, v| p.clean = v) /></label>
+            <label>" corrupted "<input id="patch-corrupt" type="text" placeholder="When Mary and Anne"
+                prop:value=move || patch.with(|p| p.corrupt.clone()) on:change=text(|p, v| p.corrupt = v) /></label>
+            <label>" sites "<input id="patch-sites" type="text" placeholder="every write and residual"
+                prop:value=move || patch.with(|p| p.sites.join(", "))
+                on:change=text(|p, v| p.sites = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()) /></label>
+        </div>
+        <p id="residual-patching-readout" class="readout">{readout}</p>
+        <table id="residual-patching" class="patching"
+            data-patching=move || serde_json::to_string(&patching()).unwrap_or_default()>
+            {table}
+        </table>
     }
 }

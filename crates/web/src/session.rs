@@ -3,7 +3,7 @@
 //! page sees plain numbers; and the limit check every config passes before it is built.
 
 use crate::dataset::Dataset;
-use crate::residual::{Ablated, Interventions, Look, Residuals};
+use crate::residual::{Ablated, Interventions, Look, PatchAsk, Patching, Residuals};
 use data::{Batch, BatchSource, DataError, DataSource};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
@@ -47,6 +47,8 @@ pub struct Session<B: Backend + 'static> {
     pub params: usize,
     last_batch: Option<Batch>,
     sampler: Option<Sampler<B>>,
+    /// The last patching: what was asked, at which step, and what it gave.
+    patched: Option<(PatchAsk, usize, Result<Box<Patching>, String>)>,
 }
 
 impl<B: Backend + 'static> Session<B> {
@@ -64,6 +66,7 @@ impl<B: Backend + 'static> Session<B> {
                 params,
                 last_batch: None,
                 sampler: None,
+                patched: None,
             }),
             Err(e) => Err((be, e)),
         }
@@ -258,13 +261,109 @@ impl<B: Backend + 'static> Session<B> {
                 .await,
             ),
         };
+        let patching = match look.patch.is_set() {
+            false => None,
+            true => Some(self.patching(&look.patch, seq).await),
+        };
         Ok(Interventions {
             token,
             target,
             loss: clean.loss,
             attribution,
             ablation,
+            patching,
         })
+    }
+
+    /// `ask`'s patching table, as `resmem analyze patch` computes it: the clean prompt in
+    /// sequence `seq` of the last batch, the corrupted one in the next, their last token's
+    /// logit of the clean prompt's top prediction against the corrupted one's. It takes sites ×
+    /// (positions + 1) forwards, so it is computed again only when the ask changes or every
+    /// `PATCH_EVERY` steps of training.
+    async fn patching(&mut self, ask: &PatchAsk, seq: usize) -> Result<Box<Patching>, String> {
+        let step = self.trainer.step;
+        if let Some((asked, at, patching)) = &self.patched {
+            if asked == ask && step < at + PATCH_EVERY {
+                return patching.clone();
+            }
+        }
+        let patching = self.patch(ask, seq, step).await;
+        self.patched = Some((ask.clone(), step, patching.clone()));
+        patching
+    }
+
+    async fn patch(&mut self, ask: &PatchAsk, seq: usize, step: usize) -> Result<Box<Patching>, String> {
+        use models::interventions::{drive, Agreement, Pair, Patcher, Points, Site};
+        let err = |e: models::ModelError| e.to_string();
+        let Some(mut batch) = self.last_batch.clone() else {
+            return Err("no batch has been read yet".into());
+        };
+        let (b, t) = (batch.b, batch.t);
+        if b < 2 {
+            return Err(
+                "patching puts the two prompts in two sequences of the batch, and this run's batch is 1".into(),
+            );
+        }
+        let tokenizer = data::Tokenizer::new(self.cfg.data.tokenizer()).map_err(|e| e.to_string())?;
+        let (clean, corrupt) = (tokenizer.encode(&ask.clean), tokenizer.encode(&ask.corrupt));
+        if clean.is_empty() {
+            return Err("type a clean prompt and a corrupted one".into());
+        }
+        if clean.len() != corrupt.len() {
+            return Err(format!(
+                "the corrupted prompt is {} tokens and the clean one {}: patching needs prompts of the same length",
+                corrupt.len(),
+                clean.len()
+            ));
+        }
+        let (from, to) = (seq.min(b - 1), (seq.min(b - 1) + 1) % b);
+        let valid = batch.put(from, &clean);
+        batch.put(to, &corrupt);
+        let on = (&batch, self.cfg.data.separator());
+        let (be, model) = (&self.be, &mut self.trainer.model);
+        let token = valid - 1;
+        let none = std::collections::BTreeMap::new();
+        let base = drive::forward(be, model, on, &none, &[from * t + token, to * t + token])
+            .await
+            .map_err(err)?;
+        let (target, corrupted) = (top(&base.logits[0]), top(&base.logits[1]));
+        let versus = (corrupted != target).then_some(corrupted);
+        let pair = Pair {
+            from,
+            to,
+            valid,
+            token,
+            target,
+            versus,
+        };
+        let patcher = Patcher::new(be, model, on, pair).await.map_err(err)?;
+        let points = Points::of(&model.edit_points(), model.residual_groups());
+        let sites: Vec<Site> = match ask.sites.is_empty() {
+            true => (points.sites().into_iter())
+                .filter(|s| matches!(s, Site::Embedding | Site::Write(..) | Site::Residual(_)))
+                .collect(),
+            false => drive::resolve(&points, &ask.sites)
+                .map_err(err)?
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect(),
+        };
+        let mut rows = Vec::new();
+        for site in sites {
+            let targets = points.targets(site).map_err(err)?;
+            rows.push(patcher.site(be, model, on, site, &targets).await.map_err(err)?);
+        }
+        Ok(Box::new(Patching {
+            step,
+            words: clean[..valid].iter().map(|&t| tokenizer.decode(&[t])).collect(),
+            token,
+            target: tokenizer.decode(&[target]),
+            versus: versus.map(|v| tokenizer.decode(&[v])),
+            clean: patcher.clean,
+            corrupt: patcher.corrupt,
+            agreement: Agreement::of(&rows),
+            rows,
+        }))
     }
 
     /// Every hyper-connection site's gates for token `token` of sequence `seq` in the last
@@ -303,6 +402,9 @@ impl<B: Backend + 'static> Session<B> {
 }
 
 /// The largest logit's token.
+/// How many steps of training a patching table stands for before it is computed again.
+const PATCH_EVERY: usize = 50;
+
 fn top(logits: &[f32]) -> u32 {
     (0..logits.len())
         .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)))

@@ -5,11 +5,13 @@
 pub mod dla;
 pub mod drive;
 pub mod edits;
+pub mod patching;
 pub mod sites;
 
 pub use dla::ReadOut;
 pub use drive::{Ablation, Outcome};
 pub use edits::{Edit, Edits};
+pub use patching::{Agreement, Pair, Patched, Patcher};
 pub use sites::{EditPoint, Group, Point, Points, Site};
 
 use crate::{LanguageModel, Result};
