@@ -569,29 +569,20 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
 
     // The CLI's checkpoint in the page: its residuals are what `resmem analyze residual` computes.
     await page.check('#residual-open');
-    // Ablations are asked for before the import reads its views.
-    await page.fill('#residual-ablate', 'block0.attn, slot1');
-    await page.locator('#residual-ablate').blur();
-    await page.selectOption('#residual-how', 'mean');
-    // And the two prompts to patch between.
-    await page.fill('#patch-clean', 'abcab');
-    await page.locator('#patch-clean').blur();
-    await page.fill('#patch-corrupt', 'abdab');
-    await page.locator('#patch-corrupt').blur();
-    // Two sites: each costs (positions + 1) forwards of the batch, about 2 s each on SwiftShader.
-    await page.fill('#patch-sites', 'block0.attn, block1.ff.resid');
-    await page.locator('#patch-sites').blur();
+    await ready(page, errors);  // opening the view reads run 1's checkpoint
     const cliCkpt = fs.readdirSync(path.join(cliRun, 'checkpoints')).sort().at(-1);
     const t0 = Date.now();
     await page.setInputFiles('#import', path.join(cliRun, 'checkpoints', cliCkpt));
     await page.waitForFunction((name) => /^Imported/.test(document.querySelector('#status')?.textContent)
       || document.querySelector('#status')?.textContent.includes(`Cannot import ${name}`), cliCkpt, { timeout: 120_000 });
-    console.log(`     ${await page.textContent("#status")} (${(Date.now() - t0) / 1000} s)`);
+    console.log(`     ${await page.textContent('#status')} (${(Date.now() - t0) / 1000} s)`);
     if (!/^Imported/.test(await page.textContent('#status'))) throw new Error(await page.textContent('#status'));
+    // Another token is a new question: the imported checkpoint is read again for it.
     await page.fill('#residual-depth', '4');
     await page.fill('#residual-token', '3');
     await page.waitForFunction(() => document.querySelector('#residual-heatmap')?.dataset.depth === 'block1.ff'
-      && document.querySelector('#residual-heatmap')?.dataset.token === '3');
+      && document.querySelector('#residual-heatmap')?.dataset.token === '3' && document.querySelector('#residual-lens')?.dataset.token === '3');
+    await ready(page, errors);
     const shown = await residualShown(page);
     const want = JSON.parse(cli(['analyze', 'residual', '--run', cliRun, '--depth', 'block1.ff', '--token', '3', '--backend', 'cpu', '--json']));
     const worst = Math.max(...shown.values.map((v, i) => Math.abs(v - want.values[i])));
@@ -662,6 +653,15 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
       + `${pageDla.heads.length} heads, ${pageDla.groups.length} slots; worst difference from the CLI ${dlaWorst.toExponential(2)}`);
     if (!(dlaWorst < 2e-3) || !(Math.abs(writeSum - pageDla.logit) < 1e-3 * Math.max(1, Math.abs(pageDla.logit))))
       throw new Error('the imported run\'s attribution is not the CLI\'s');
+    // Ablations asked for now read the checkpoint again.
+    await page.fill('#residual-ablate', 'block0.attn, slot1');
+    await page.locator('#residual-ablate').blur();
+    await page.selectOption('#residual-how', 'mean');
+    await page.waitForFunction(() => {
+      const a = JSON.parse(document.querySelector('#residual-ablation')?.dataset.ablation || 'null');
+      return a?.Err || (a?.Ok?.sites?.join() === 'block0.attn,slot1' && a.Ok.how === 'mean');
+    }, null, { timeout: 120_000 });
+    await ready(page, errors);
     const pageAbl = JSON.parse(await page.$eval('#residual-ablation', (e) => e.dataset.ablation || 'null'));
     if (!pageAbl?.Ok) throw new Error(`the imported run's ablation: ${JSON.stringify(pageAbl)} (${await page.textContent('#residual-ablation')})`);
     const cliAbl = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn,slot1', '--how', 'mean', '--token', dlaToken,
@@ -671,6 +671,19 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     console.log(`     imported mean-ablation of block0.attn and slot1: loss ${pageAbl.Ok.loss_change.toFixed(4)}, logit ${pageAbl.Ok.logit_change.toFixed(4)}; `
       + `worst difference from the CLI ${ablWorst.toExponential(2)}`);
     if (!(ablWorst < 2e-3) || pageAbl.Ok.loss_change === 0) throw new Error('the imported run\'s ablation is not the CLI\'s');
+    // Two prompts to patch between, and two sites: each costs (positions + 1) forwards of the
+    // batch, about 2 s each on SwiftShader.
+    await page.fill('#patch-sites', 'block0.attn, block1.ff.resid');
+    await page.locator('#patch-sites').blur();
+    await page.fill('#patch-clean', 'abcab');
+    await page.locator('#patch-clean').blur();
+    await page.fill('#patch-corrupt', 'abdab');
+    await page.locator('#patch-corrupt').blur();
+    await page.waitForFunction(() => {
+      const p = JSON.parse(document.querySelector('#residual-patching')?.dataset.patching || 'null');
+      return p?.Err || p?.Ok?.ask?.sites?.length === 2;
+    }, null, { timeout: 240_000 });
+    await ready(page, errors);
     // The patching table: every site's fraction recovered at each position and at all of them,
     // and attribution patching's estimates, are `resmem analyze patch`'s on the same prompts.
     const pagePatch = JSON.parse(await page.$eval('#residual-patching', (e) => e.dataset.patching || 'null'));
@@ -693,6 +706,14 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     // A click on a bar takes its site out of the ablation (or puts it in).
     await page.click('#residual-dla tr.dla-row[data-site="slot1"]');
     if ((await page.inputValue('#residual-ablate')) !== 'block0.attn') throw new Error(`a click on slot1 left ${await page.inputValue('#residual-ablate')}`);
+    // and the imported checkpoint is read again: the ablation shown is now block0.attn's alone.
+    await page.waitForFunction(() => JSON.parse(document.querySelector('#residual-ablation')?.dataset.ablation || 'null')?.Ok?.sites?.join() === 'block0.attn',
+      null, { timeout: 120_000 });
+    const reread = JSON.parse(await page.$eval('#residual-ablation', (e) => e.dataset.ablation)).Ok;
+    const cliAgain = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn', '--how', 'mean', '--token', dlaToken,
+      '--target', `#${target}`, '--backend', 'cpu', '--json'])).ablations.at(-1);
+    console.log(`     read again with block0.attn alone: loss ${reread.loss_change.toFixed(4)} (CLI ${cliAgain.loss_change.toFixed(4)}); ${await page.textContent('#status')}`);
+    if (!(Math.abs(reread.loss_change - cliAgain.loss_change) < 2e-3)) throw new Error('the imported run read again is not the CLI\'s');
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
     if (!sampled) throw new Error('the imported run shows no sample');
 
@@ -702,6 +723,7 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     const jaxRun = path.join(tmp, 'jax');
     await page.fill('#patch-clean', '');
     await page.locator('#patch-clean').blur();
+    await ready(page, errors);
     cli(['export', 'jax', '--run', cliRun, '--out', jaxRun]);
     execFileSync(PYTHON, ['-m', 'resmem_jax.train', '--run', jaxRun, '--steps', '14', '--quiet'],
       { cwd: ROOT, env: { ...process.env, PYTHONPATH: path.join(ROOT, 'python') } });

@@ -135,17 +135,21 @@ pub fn App() -> impl IntoView {
         selftest: RwSignal::new(None),
     };
 
+    let look = move || {
+        residual_open.get().then(|| Look {
+            seq: residual_seq.get(),
+            token: residual_token.get(),
+            ablate: residual_ablate.get(),
+            how: residual_how.get(),
+            patch: residual_patch.get(),
+        })
+    };
+    let look_untracked = move || untrack(look);
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
     Effect::new(move |_| {
         let steering = Steering {
             stop: !page.training.get(),
-            residuals: residual_open.get().then(|| Look {
-                seq: residual_seq.get(),
-                token: residual_token.get(),
-                ablate: residual_ablate.get(),
-                how: residual_how.get(),
-                patch: residual_patch.get(),
-            }),
+            residuals: look(),
             prompt: page.prompt.get(),
         };
         // Tracked so that a worker, once ready, is told too.
@@ -154,6 +158,44 @@ pub fn App() -> impl IntoView {
         if cpu {
             CPU.with(|w| w.borrow().as_ref().map(|w| w.steer(steering)));
         }
+    });
+
+    // The viewer's question that the shown residuals answer. A training job answers each new
+    // one at its next read, an import the one asked when it started; a question the device
+    // is free to answer and nobody has reads the focused run's checkpoint again.
+    let answered = StoredValue::new(None::<Look>);
+    Effect::new(move |_| {
+        let now = look();
+        if page.busy.get() {
+            if page.training.get() {
+                answered.set_value(now);
+            }
+            return;
+        }
+        let Some(asked) = now.filter(|now| answered.with_value(|a| a.as_ref() != Some(now))) else {
+            return;
+        };
+        let run = (page.focus.get_untracked())
+            .or(page.runs.with_untracked(|r| r.last().map(|r| r.id)))
+            .and_then(|id| page.run(id));
+        let Some((run, kept)) = run.and_then(|r| r.checkpoint.clone().map(|k| (r, k))) else {
+            return;
+        };
+        let patched = residuals.with_untracked(|r| match r.as_ref()?.interventions.patching.clone()? {
+            Ok(p) if p.ask == asked.patch && p.step == kept.step => Some(p),
+            _ => None,
+        });
+        answered.set_value(Some(asked));
+        submit(
+            page,
+            Job::Look {
+                id: run.id,
+                data: run.setup.data,
+                step: kept.step,
+                checkpoint: kept.bytes,
+                patched,
+            },
+        );
     });
 
     // The link always says what the controls say.
@@ -257,6 +299,7 @@ pub fn App() -> impl IntoView {
         })
     };
     let import = move |name: String, bytes: Vec<u8>| {
+        answered.set_value(look_untracked());
         submit(Job::Import {
             id: page.next_id(),
             name,

@@ -5,7 +5,7 @@
 //! page applies to what it shows.
 
 use crate::dataset::Dataset;
-use crate::residual::{Look, Residuals};
+use crate::residual::{Look, Patching, Residuals};
 use crate::runs::RunState;
 use crate::sample;
 use crate::session::{check_limits, Session};
@@ -46,6 +46,17 @@ pub enum Job {
         step: usize,
         #[serde(skip)]
         checkpoint: Arc<Vec<u8>>,
+    },
+    /// Run `id`'s checkpoint, of `step`, read again as the viewer now asks (the sequence, the
+    /// token, the ablation, the prompts to patch), on its first held-out batch.
+    Look {
+        id: usize,
+        data: Dataset,
+        step: usize,
+        #[serde(skip)]
+        checkpoint: Arc<Vec<u8>>,
+        /// The patching shown for this checkpoint, kept where the prompts did not change.
+        patched: Option<Box<Patching>>,
     },
     /// Every kernel family on the device against its CPU twin (`engine::selftest`).
     Selftest,
@@ -150,6 +161,13 @@ pub async fn run<B: Backend + 'static>(mut be: B, limit: u64, job: Job, tell: Te
             step,
             checkpoint,
         } => be = sample_from(be, limit, id, data, step, &checkpoint, tell).await,
+        Job::Look {
+            id,
+            data,
+            step,
+            checkpoint,
+            patched,
+        } => be = look_again(be, limit, (id, data, step), &checkpoint, patched, tell).await,
         Job::Selftest => {
             tell(Report::Status("Checking every kernel against the CPU…".into()));
             let families = engine::selftest::run(&be)
@@ -369,7 +387,6 @@ async fn import<B: Backend + 'static>(
     let views = async {
         let loss = session.inspect().await?;
         event(Event::Loss { step, loss });
-        let read = session.residuals(seq, token).await?;
         let hits = session.bucket_counts().await?;
         if let Some(rows) = session.mixing(seq, token).await? {
             event(Event::Mixing { step, rows });
@@ -377,13 +394,7 @@ async fn import<B: Backend + 'static>(
         if let Some(measured) = session.measure().await? {
             event(Event::Measured { step, measured });
         }
-        // Last: attribution and ablation run forwards of their own.
-        let interventions = session.intervene(&look).await?;
-        event(Event::Residuals(Residuals {
-            step,
-            interventions,
-            ..read
-        }));
+        event(Event::Residuals(read_residuals(&mut session, step, &look).await?));
         event(Event::Buckets(hits));
         event(Event::Sample(
             sample::draw(&mut session, step, &steering().prompt).await?,
@@ -396,6 +407,69 @@ async fn import<B: Backend + 'static>(
             session.be.describe()
         ))),
         Err(e) => refuse(e),
+    }
+    session.be
+}
+
+/// The residuals `look` asks for, on the batch the session read last: read first, then the
+/// interventions, which run forwards of their own.
+async fn read_residuals<B: Backend + 'static>(
+    session: &mut Session<B>,
+    step: usize,
+    look: &Look,
+) -> Result<Residuals, String> {
+    let read = session.residuals(look.seq, look.token).await?;
+    let interventions = session.intervene(look).await?;
+    Ok(Residuals {
+        step,
+        interventions,
+        ..read
+    })
+}
+
+/// Run `id`'s checkpoint, read again on its first held-out batch as the viewer asks now.
+async fn look_again<B: Backend + 'static>(
+    be: B,
+    limit: u64,
+    (id, data, step): (usize, Dataset, usize),
+    bytes: &[u8],
+    patched: Option<Box<Patching>>,
+    tell: Tell<'_>,
+) -> B {
+    let fail = |e: String| tell(Report::Status(format!("Cannot read run #{id} again: {e}")));
+    let cfg = match checkpoint_config(bytes) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            fail(e);
+            return be;
+        }
+    };
+    let mut session = match Session::open(be, cfg, data, limit, Some(bytes)).await {
+        Ok(s) => s,
+        Err((back, e)) => {
+            fail(e);
+            return back;
+        }
+    };
+    if let Some(patched) = patched {
+        session.reuse_patching(patched);
+    }
+    let look = steering().residuals.unwrap_or_default();
+    let read = async {
+        session.inspect().await?;
+        read_residuals(&mut session, step, &look).await
+    };
+    match read.await {
+        Ok(residuals) => {
+            tell(Report::Event {
+                id,
+                event: Event::Residuals(residuals),
+            });
+            tell(Report::Status(format!(
+                "Read run #{id}'s checkpoint of step {step} again, on its first held-out batch."
+            )));
+        }
+        Err(e) => fail(e),
     }
     session.be
 }

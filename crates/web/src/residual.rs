@@ -62,7 +62,8 @@ impl PatchAsk {
 /// Activation patching of the two prompts, as `resmem analyze patch` computes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Patching {
-    /// The step of the weights it was computed with.
+    /// What was asked, and the step of the weights it was computed with.
+    pub ask: PatchAsk,
     pub step: usize,
     /// The clean prompt's tokens: the table's columns.
     pub words: Vec<String>,
@@ -637,8 +638,8 @@ fn InterventionsView(
                 typical size, so the effect is of its information, not of its scale). Sites: embedding, block0.attn, \
                 block1.ff, block0.attn.head2, slot3 or stream1 (at every depth), block0.ff.slot3 (after one depth), \
                 block1.attn.resid (the whole residual after a depth). An ablation's effect is causal; an attribution \
-                or an attention weight is not. Ablations apply at the next read; for an imported checkpoint, set \
-                them before importing. The same numbers as resmem analyze ablate." />
+                or an attention weight is not. Ablations apply at a training run's next read, and at once to a \
+                finished or imported run, whose checkpoint is read again. The same numbers as resmem analyze ablate." />
         <div class="controls">
             <label>"Ablate "
                 <input id="residual-ablate" type="text" placeholder="block0.attn, slot3"

@@ -292,6 +292,11 @@ impl<B: Backend + 'static> Session<B> {
         patching
     }
 
+    /// A patching table computed earlier for these weights, kept rather than computed again.
+    pub fn reuse_patching(&mut self, patching: Box<Patching>) {
+        self.patched = Some((patching.ask.clone(), patching.step, Ok(patching)));
+    }
+
     async fn patch(&mut self, ask: &PatchAsk, seq: usize, step: usize) -> Result<Box<Patching>, String> {
         use models::interventions::{drive, Agreement, Pair, Patcher, Points, Site};
         let err = |e: models::ModelError| e.to_string();
@@ -354,6 +359,7 @@ impl<B: Backend + 'static> Session<B> {
             rows.push(patcher.site(be, model, on, site, &targets).await.map_err(err)?);
         }
         Ok(Box::new(Patching {
+            ask: ask.clone(),
             step,
             words: clean[..valid].iter().map(|&t| tokenizer.decode(&[t])).collect(),
             token,

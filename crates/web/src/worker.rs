@@ -39,7 +39,9 @@ trait Carries {
 impl Carries for ToWorker {
     fn bytes(&mut self) -> Option<&mut Arc<Vec<u8>>> {
         match self {
-            ToWorker::Job(Job::Continue { checkpoint, .. } | Job::Sample { checkpoint, .. }) => Some(checkpoint),
+            ToWorker::Job(
+                Job::Continue { checkpoint, .. } | Job::Sample { checkpoint, .. } | Job::Look { checkpoint, .. },
+            ) => Some(checkpoint),
             ToWorker::Job(Job::Import { bytes, .. }) => Some(bytes),
             _ => None,
         }
