@@ -5,9 +5,7 @@
 struct Params { tokens: u32, n: u32, kind: u32, iters: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-const SINKHORN: u32 = 0u;
-const TANH: u32 = 2u;
-const HEAD: u32 = 3u;
+// SINKHORN, PERMUTATIONS, TANH and HEAD (the mixing, `kind`) come from ops/hyper.rs.
 
 fn sigmoid(z: f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
 

@@ -465,8 +465,15 @@ await test('the playground trains the hybrid and shows its variance view and buc
     // The memory block's ML1 hashes τ = 4 bits: 16 buckets.
     const m = /entropy ([\d.]+) · dead buckets (\d+) of (\d+)/.exec(stats);
     if (!m || m[3] !== '16') throw new Error(`no bucket statistics of a 16-bucket table: ${stats}`);
-    const rects = (await page.$$('#variance-chart svg rect')).length;
-    if (rects < 8) throw new Error(`the hybrid's variance chart has ${rects} rects, not 8 bars`);
+    // The variance grid: one cell per site and direction, each labelled, each a measured ratio.
+    const cells = await page.$$eval('#variance-chart rect.vcell', (rs) => rs.map((r) => ({
+      at: `${r.dataset.block} ${r.dataset.site}`, dir: r.dataset.dir, ratio: parseFloat(r.dataset.ratio) })));
+    const sites = [...new Set(cells.map((c) => c.at))];
+    console.log(`     variance grid: ${sites.length} sites, ${cells.length} cells (${sites.join(', ')})`);
+    if (sites.length < 4 || cells.length !== 2 * sites.length
+      || sites.some((at) => cells.filter((c) => c.at === at).map((c) => c.dir).sort().join() !== 'backward,forward')
+      || cells.some((c) => !(c.ratio > 0 && Number.isFinite(c.ratio))))
+      throw new Error(`the hybrid's variance grid: ${JSON.stringify(cells)}`);
   } finally {
     await browser.close();
   }

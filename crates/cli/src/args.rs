@@ -117,6 +117,10 @@ pub enum Analyze {
     /// Bucket use of the hash tables of a trained MemoryFormer or hybrid (MemoryFormer paper
     /// Figure 4).
     Buckets(BucketsArgs),
+    /// A sweep's hash-table collapse, from its summary.json (or a committed copy): per arm, how
+    /// many tables collapse and in which layers, and the test loss of its runs with a collapsed
+    /// table against those without.
+    Collapse(CollapseArgs),
     /// Each token's residual stream at every depth: an RMT's D_k×D_v matrix with its norm,
     /// singular values and effective rank, or another model's residual vector.
     Residual(ResidualArgs),
@@ -333,6 +337,15 @@ pub struct BucketsArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Print a list of objects with layer, table, entropy, dead_buckets and counts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CollapseArgs {
+    /// A sweep directory, or a summary.json (`docs/experiments/memoryformer-collapse.json`).
+    pub summary: PathBuf,
+    /// Print the rows as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -601,6 +614,7 @@ impl PaperDims {
 
     /// --preset as a paper preset (a Pythia one for MemoryFormer), else as a training preset.
     fn preset_config(&self) -> anyhow::Result<ModelConfig> {
+        let dims = || Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium"));
         let paper = match self.arch {
             Arch::MemoryFormer => {
                 let name = self.preset.as_deref().unwrap_or("pythia-70m");
@@ -613,11 +627,9 @@ impl PaperDims {
                     "`{name}` is no paper preset for --arch hc"
                 ))),
             },
-            arch => Dims::preset(self.preset.as_deref().unwrap_or("gpt2-medium")).map(|d| match arch {
-                Arch::Transformer => ModelConfig::Transformer(d.transformer()),
-                Arch::Rmt => ModelConfig::Rmt(d.rmt()),
-                _ => ModelConfig::Hybrid(d.hybrid()),
-            }),
+            Arch::Transformer => dims().map(|d| ModelConfig::Transformer(d.transformer())),
+            Arch::Rmt => dims().map(|d| ModelConfig::Rmt(d.rmt())),
+            Arch::Hybrid => dims().map(|d| ModelConfig::Hybrid(d.hybrid())),
         };
         let Some(name) = self.preset.as_deref() else {
             return Ok(paper?);

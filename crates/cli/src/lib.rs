@@ -78,6 +78,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             a.backend = choose_backend(a.backend, Some(&a.run));
             buckets::run(a)
         }
+        args::Command::Analyze(args::Analyze::Collapse(a)) => sweep::collapse_of(&a),
         args::Command::Analyze(args::Analyze::Residual(mut a)) => {
             a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
             residual::run(a)

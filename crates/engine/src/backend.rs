@@ -259,7 +259,7 @@ pub trait Backend {
 
     /// A zero-filled tensor of `len` values. Fails with a clear message when it does not fit.
     fn zeros(&self, what: &str, len: usize) -> Result<Self::Tensor>;
-    /// `len` values of `t` from `offset`. On the GPU, `offset` must be a multiple of 64 values.
+    /// `len` values of `t` from `offset`, a multiple of [`crate::VIEW_ALIGN`] values.
     fn view(&self, t: &Self::Tensor, offset: usize, len: usize) -> Self::Tensor;
     fn len(&self, t: &Self::Tensor) -> usize;
     /// Whether tensors hold values: false for [`crate::counting::CountingBackend`], which only
@@ -267,6 +267,10 @@ pub trait Backend {
     /// write (the initial parameters), whose host memory grows with the model.
     fn holds_values(&self) -> bool {
         true
+    }
+    /// Why the device was lost, where it was and said so; None for a backend that cannot be.
+    fn lost(&self) -> Option<String> {
+        None
     }
     /// Runs `f` with every tunable op at its default configuration, measuring nothing: for
     /// launches at sizes chosen by time, whose tuned choices would tie the cache to the load.
@@ -280,10 +284,10 @@ pub trait Backend {
     /// Reads `t` back. On the GPU this waits for earlier work; in the browser it never blocks.
     fn read(&self, t: &Self::Tensor) -> impl Future<Output = Result<Vec<f32>>>;
     /// Reads `len` values of `t` from `offset`, where `offset` need not be aligned: the view
-    /// starts at the multiple of [`crate::gpu::VIEW_ALIGN`] at or before it, and the values
+    /// starts at the multiple of [`crate::VIEW_ALIGN`] at or before it, and the values
     /// before `offset` are dropped once read. For one row of a large tensor (a token's logits).
     fn read_range(&self, t: &Self::Tensor, offset: usize, len: usize) -> impl Future<Output = Result<Vec<f32>>> {
-        let start = offset / crate::gpu::VIEW_ALIGN * crate::gpu::VIEW_ALIGN;
+        let start = offset / crate::VIEW_ALIGN * crate::VIEW_ALIGN;
         let view = self.view(t, start, offset - start + len);
         async move {
             let mut values = self.read(&view).await?;

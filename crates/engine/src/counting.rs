@@ -93,6 +93,11 @@ impl Backend for CountingBackend {
     }
     fn view(&self, t: &Counted, offset: usize, len: usize) -> Counted {
         assert!(
+            offset.is_multiple_of(crate::VIEW_ALIGN),
+            "views start at multiples of {} values, not {offset}",
+            crate::VIEW_ALIGN
+        );
+        assert!(
             offset.checked_add(len).is_some_and(|end| end <= t.len),
             "view {offset}+{len} past the end of a tensor of {}",
             t.len
@@ -148,7 +153,7 @@ mod tests {
         });
         assert_eq!(be.buffers(), want);
         // Views and ops allocate nothing.
-        let v = be.view(&a, 4, 6);
+        let v = be.view(&a, 0, 6);
         assert_eq!(be.len(&v), 6);
         be.matmul(&a, &v, &v, MatmulDims::new(1, 1, 1));
         be.norm_forward(

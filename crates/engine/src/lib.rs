@@ -39,6 +39,11 @@ pub mod shaders;
 mod backend;
 
 pub use backend::Backend;
+
+/// Values per alignment unit of a view's offset: 256 bytes, WebGPU's largest
+/// `min_storage_buffer_offset_alignment`. Every backend's `view` asserts it, so that code the
+/// CPU runs also runs on a GPU.
+pub const VIEW_ALIGN: usize = 64;
 pub use error::{EngineError, Result};
 pub use ops::{
     attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims, embedding::TokenBuckets,

@@ -248,6 +248,9 @@ impl<B: Replay> Backend for Profiled<B> {
     fn view(&self, t: &B::Tensor, offset: usize, len: usize) -> B::Tensor {
         self.inner.view(t, offset, len)
     }
+    fn lost(&self) -> Option<String> {
+        self.inner.lost()
+    }
     fn len(&self, t: &B::Tensor) -> usize {
         self.inner.len(t)
     }

@@ -354,16 +354,84 @@ fn embedding_scatter_add() {
     check("embedding.wpe", &wpe, &dwpe, |x| fwd(&wte, x));
 }
 
+/// out = a + b: its backward adds the incoming gradient into both inputs' (`add_assign`),
+/// checked by finite differences of L = Σ w ⊙ (a + b).
 #[test]
 fn residual_add() {
-    let (a, b) = ([1.0, 2.0, 3.0], [0.5, -1.0, 2.0]);
-    let mut out = [0.0; 3];
-    elementwise::cpu_add(&mut out, &a, &b);
-    assert_eq!(out, [1.5, 1.0, 5.0]);
-    // d(a+b)/da = d(a+b)/db = 1: the backward is add_assign of the incoming gradient.
-    let mut g = [1.0, 1.0, 1.0];
-    elementwise::cpu_add_assign(&mut g, &[0.25, 0.5, 0.75]);
-    assert_eq!(g, [1.25, 1.5, 1.75]);
+    let mut rng = SmallRng::seed_from_u64(21);
+    let (a, b, w) = (
+        rand_vec(&mut rng, 7, 1.0),
+        rand_vec(&mut rng, 7, 1.0),
+        rand_vec(&mut rng, 7, 1.0),
+    );
+    let fwd = |a: &[f64], b: &[f64]| {
+        let mut out = vec![0.0; a.len()];
+        elementwise::cpu_add(&mut out, a, b);
+        dot(&out, &w)
+    };
+    // Each input's gradient buffer already holds a value: the backward accumulates into it.
+    let held = rand_vec(&mut rng, 7, 1.0);
+    let (mut da, mut db) = (held.clone(), held.clone());
+    elementwise::cpu_add_assign(&mut da, &w);
+    elementwise::cpu_add_assign(&mut db, &w);
+    let minus_held = |g: &[f64]| g.iter().zip(&held).map(|(g, h)| g - h).collect::<Vec<f64>>();
+    check("residual_add.a", &a, &minus_held(&da), |x| fwd(x, &b));
+    check("residual_add.b", &b, &minus_held(&db), |x| fwd(&a, x));
+}
+
+/// AdamW's update against the textbook one, written out for three values at step 2: decay on
+/// the first only (decay_end 1), the learning rate boosted on the first two (boost_end 2), and
+/// the gradient clipped to a global norm of 1.
+#[test]
+fn adamw_is_the_textbook_update() {
+    use resmem_engine::ops::optim::{cpu_adamw, Hyper};
+    use resmem_engine::AdamWDims;
+    let h = Hyper {
+        lr: 0.01,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 2,
+        max_grad_norm: 1.0,
+        lr_boost: 3.0,
+    };
+    let hyper: Vec<f64> = h.to_array().iter().map(|&x| f64::from(x)).collect();
+    let (p0, m0, v0, g) = ([0.5, -1.0, 2.0], [0.1, -0.2, 0.0], [0.01, 0.04, 0.0], [3.0, -4.0, 0.0]);
+    let (mut p, mut m, mut v) = (p0.to_vec(), m0.to_vec(), v0.to_vec());
+    let norm: f64 = 5.0; // √(3² + 4²): the gradient is scaled by 1/5
+    cpu_adamw(
+        &mut p,
+        &mut m,
+        &mut v,
+        &g,
+        &hyper,
+        norm * norm,
+        AdamWDims {
+            n: 3,
+            decay_end: 1,
+            boost_end: 2,
+        },
+    );
+    let (b1, b2) = (f64::from(h.beta1), f64::from(h.beta2));
+    for i in 0..3 {
+        let gi = g[i] / norm;
+        let mi = b1 * m0[i] + (1.0 - b1) * gi;
+        let vi = b2 * v0[i] + (1.0 - b2) * gi * gi;
+        let (m_hat, v_hat) = (mi / (1.0 - b1.powi(2)), vi / (1.0 - b2.powi(2)));
+        let lr = f64::from(h.lr) * if i < 2 { f64::from(h.lr_boost) } else { 1.0 };
+        let decay = if i < 1 { f64::from(h.weight_decay) } else { 0.0 };
+        let want = p0[i] - lr * (m_hat / (v_hat.sqrt() + f64::from(h.eps)) + decay * p0[i]);
+        // Hyper::to_array computes the bias corrections in f32, whose rounding (1e-8 relative)
+        // is all that may differ.
+        assert!((p[i] - want).abs() < 1e-8, "value {i}: {} against {want}", p[i]);
+        assert!(
+            (m[i] - mi).abs() < 1e-15 && (v[i] - vi).abs() < 1e-15,
+            "value {i}'s moments"
+        );
+    }
+    // A value with no gradient and no moments stays where it is, but for its decay (none here).
+    assert_eq!(p[2], 2.0);
 }
 
 /// Storage and the normed retrieval against their backward ops, on a shape with both full

@@ -65,7 +65,10 @@ impl Arch {
 
     /// It has hyper-connections' mixing matrices to read (`observe::mixing`).
     pub fn has_mixing(self) -> bool {
-        self == Arch::Hc
+        match self {
+            Arch::Hc => true,
+            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid => false,
+        }
     }
 
     /// It has hash tables whose bucket use can be read.

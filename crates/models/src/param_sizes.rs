@@ -7,7 +7,7 @@ use crate::{
     Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig,
     Trunk,
 };
-use engine::gpu::VIEW_ALIGN;
+use engine::VIEW_ALIGN;
 
 /// Bytes of one value: tensors are f32 and indices u32 on every backend the CLI and page use.
 const VALUE_BYTES: u64 = engine::counting::VALUE_BYTES;

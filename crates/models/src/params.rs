@@ -7,8 +7,8 @@
 //! Every view starts at a multiple of 64 values, the GPU's binding alignment.
 
 use crate::memory::{GRADIENTS, PARAMETERS};
-use engine::gpu::VIEW_ALIGN;
 use engine::Backend;
+use engine::VIEW_ALIGN;
 use rand::SeedableRng;
 // Xoshiro256++ by name, not rand's SmallRng, which is another generator on 32-bit targets: the
 // page (wasm32) would draw other weights and batches than the CLI from the same seed.

@@ -6,8 +6,8 @@
 //! one tiny read, in the browser too.
 
 use crate::Result;
-use engine::gpu::VIEW_ALIGN;
 use engine::Backend;
+use engine::VIEW_ALIGN;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 

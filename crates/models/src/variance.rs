@@ -63,6 +63,27 @@ fn from_maps(model: &'static str, maps: &[Map], init: InitScheme, std: f64, out_
         .collect()
 }
 
+/// The sites every model has: storages and retrievals (the transformer's maps in their places),
+/// not the RMT's own W1 and W2, so that distances of different models compare.
+pub fn shared_site(op: Op) -> bool {
+    match op {
+        Op::Storage | Op::Retrieval => true,
+        Op::W1 | Op::W2 => false,
+    }
+}
+
+/// How far ratios sit from 1, as one factor: exp of the mean |ln ratio| (1 when every ratio is
+/// 1; 2 when they are off by 2× on average, either way). None when there are none, or when one
+/// is missing, not positive or not finite: a distance over some of the sites would not compare
+/// with one over all of them.
+pub fn distance_from_one(ratios: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    let logs: Option<Vec<f64>> = (ratios.into_iter())
+        .map(|r| r.filter(|r| *r > 0.0 && r.is_finite()).map(|r| r.ln().abs()))
+        .collect();
+    let logs = logs.filter(|l| !l.is_empty())?;
+    Some((logs.iter().sum::<f64>() / logs.len() as f64).exp())
+}
+
 /// The RMT's storages and retrievals, then its own W1 (R·D_v → D_FF) and W2 (D_FF → R·D_v),
 /// neither output-scaled.
 pub fn rmt(cfg: &RmtConfig, init: InitScheme) -> Vec<ClosedForm> {

@@ -11,7 +11,6 @@ use crate::sample;
 use crate::session::{check_limits, Session};
 use crate::setup::Setup;
 use crate::training::{self, Event, Wants};
-use engine::gpu::GpuBackend;
 use engine::Backend;
 use models::checkpoint;
 use models::count::thousands;
@@ -321,20 +320,19 @@ async fn train_run<B: Backend + 'static>(
     (be, false)
 }
 
-/// Why a GPU backend's device was lost, after a failure; None for the CPU, which cannot be.
+/// Why the backend's device was lost, after a failure; None for the CPU, which cannot be.
 /// The browser may report the loss after the failed read that revealed it (or not to wgpu at
 /// all), so a one-value round trip decides: a live device reads back what was written.
 async fn be_lost<B: Backend + 'static>(be: &B) -> Option<String> {
-    let gpu = (be as &dyn std::any::Any).downcast_ref::<GpuBackend>()?;
-    if let Some(reason) = gpu.lost() {
+    if let Some(reason) = be.lost() {
         return Some(reason);
     }
-    let probe = gpu.zeros("device check", 1).ok()?;
-    gpu.write(&probe, &[1.0]);
-    match gpu.read(&probe).await {
+    let probe = be.zeros("device check", 1).ok()?;
+    be.write(&probe, &[1.0]);
+    match be.read(&probe).await {
         Ok(v) if v == [1.0] => None,
         Ok(v) => Some(format!("it read back {v:?} for [1.0]")),
-        Err(e) => Some(gpu.lost().unwrap_or(e.to_string())),
+        Err(e) => Some(be.lost().unwrap_or(e.to_string())),
     }
 }
 

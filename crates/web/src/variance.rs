@@ -9,7 +9,7 @@ use crate::save::ChartExport;
 use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
 use models::probes::{Layer, Measured, Op};
-use models::variance::{self, ClosedForm, InitScheme};
+use models::variance::{self, distance_from_one, shared_site, ClosedForm, InitScheme};
 use models::RunConfig;
 
 /// The closed form of the paper's Table 1 for `cfg`'s dims and init (none for a model
@@ -51,27 +51,12 @@ pub fn ratio_color(ratio: Option<f64>) -> String {
     format!("#{:02x}{:02x}{:02x}", mix(cr), mix(cg), mix(cb))
 }
 
-/// exp(mean |ln ratio|): how far, as a factor, the ratios sit from 1 on average.
-pub fn distance_from_one(ratios: impl Iterator<Item = f64>) -> Option<f64> {
-    let logs: Vec<f64> = ratios
-        .filter(|r| *r > 0.0 && r.is_finite())
-        .map(|r| r.ln().abs())
-        .collect();
-    (!logs.is_empty()).then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp())
-}
-
-/// The sites every model has: storages and retrievals (the transformer's maps in their places),
-/// not the RMT's own W1 and W2, so that the distances of models compare.
-fn shared_site(op: Op) -> bool {
-    matches!(op, Op::Storage | Op::Retrieval)
-}
-
 /// The forward and backward distances from 1 of one measurement, over the shared sites.
 pub fn distances(measured: &[Measured]) -> (Option<f64>, Option<f64>) {
     let shared = || measured.iter().filter(|m| shared_site(m.site.op));
     (
-        distance_from_one(shared().filter_map(|m| m.forward_ratio)),
-        distance_from_one(shared().filter_map(|m| m.backward_ratio)),
+        distance_from_one(shared().map(|m| m.forward_ratio)),
+        distance_from_one(shared().map(|m| m.backward_ratio)),
     )
 }
 
@@ -202,7 +187,7 @@ pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedFor
                 .get()
                 .iter()
                 .filter(|c| shared_site(c.op))
-                .flat_map(|c| [c.forward_ratio, c.backward_ratio]),
+                .flat_map(|c| [Some(c.forward_ratio), Some(c.backward_ratio)]),
         );
         let x = |d: Option<f64>| d.map_or("–".to_string(), |d| format!("{d:.2}×"));
         format!(

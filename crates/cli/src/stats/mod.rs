@@ -58,6 +58,43 @@ pub fn t_interval(values: &[f64]) -> Option<MeanInterval> {
     })
 }
 
+/// Welch's interval of mean(a) − mean(b) for two independent samples.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Welch {
+    pub difference: f64,
+    pub low: f64,
+    pub high: f64,
+    /// Welch–Satterthwaite degrees of freedom.
+    pub df: f64,
+}
+
+/// Welch's `LEVEL` interval of mean(a) − mean(b); None below 2 values in either sample, with a
+/// non-finite one, or where both samples are constant.
+pub fn welch_interval(a: &[f64], b: &[f64]) -> Option<Welch> {
+    let moments = |x: &[f64]| {
+        let n = x.len() as f64;
+        let mean = x.iter().sum::<f64>() / n;
+        (mean, x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0) / n)
+    };
+    if a.len() < 2 || b.len() < 2 || a.iter().chain(b).any(|v| !v.is_finite()) {
+        return None;
+    }
+    let ((ma, qa), (mb, qb)) = (moments(a), moments(b));
+    let se2 = qa + qb;
+    if se2 <= 0.0 {
+        return None;
+    }
+    let df = se2 * se2 / (qa * qa / (a.len() - 1) as f64 + qb * qb / (b.len() - 1) as f64);
+    let half = t_quantile(0.5 + LEVEL / 2.0, df)? * se2.sqrt();
+    let difference = ma - mb;
+    Some(Welch {
+        difference,
+        low: difference - half,
+        high: difference + half,
+        df,
+    })
+}
+
 /// The smallest n at which a two-sided paired t-test at 1 − `LEVEL` detects the effect `mean`
 /// with spread `sd` with probability `POWER`: the usual approximation
 /// n ≥ ((t_{1−α/2, n−1} + t_{power, n−1}) · sd / |mean|)², solved by counting up.
@@ -153,6 +190,22 @@ mod tests {
             assert!(close(got, want, 5e-4), "df {df}: {got} against {want}");
         }
         assert!(close(t_quantile(0.80, 7.0).unwrap(), 0.896, 5e-4));
+    }
+
+    /// By hand: a = 1, 2, 3 (mean 2, variance 1), b = 4, 6 (mean 5, variance 2); squared
+    /// standard errors 1/3 and 1, df = (4/3)² / ((1/3)²/2 + 1²/1) = 1.777…/1.0555… = 1.68421;
+    /// half-width t(0.975, 1.68421) · √(4/3).
+    #[test]
+    fn welch_interval_by_hand() {
+        let w = welch_interval(&[1.0, 2.0, 3.0], &[4.0, 6.0]).unwrap();
+        assert!(close(w.difference, -3.0, 1e-12));
+        assert!(close(w.df, 1.684_210_526, 1e-8), "{}", w.df);
+        let half = t_quantile(0.975, w.df).unwrap() * (4.0f64 / 3.0).sqrt();
+        assert!(close(w.high - w.difference, half, 1e-12) && close(w.difference - w.low, half, 1e-12));
+        // Between the tables' t for df 1 (12.706) and 2 (4.303).
+        assert!(half > 4.303 * 1.1547 && half < 12.706 * 1.1547, "{half}");
+        assert_eq!(welch_interval(&[1.0], &[2.0, 3.0]), None);
+        assert_eq!(welch_interval(&[1.0, 1.0], &[2.0, 2.0]), None);
     }
 
     /// The issue's own example, by hand: differences −0.074, −0.009, +0.008.

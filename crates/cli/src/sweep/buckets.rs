@@ -113,3 +113,121 @@ pub(super) fn bucket_use(
         per_table,
     })
 }
+
+/// One arm's collapse: how many of its runs' tables collapse and in which layers, and the
+/// loss of its runs with a collapsed table against those without (do they explain its gap?).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Collapse {
+    pub arm: String,
+    pub runs: usize,
+    /// Tables per run, and collapsed tables over all runs.
+    pub tables: usize,
+    pub collapsed: usize,
+    /// Runs with at least one collapsed table.
+    pub runs_with: usize,
+    /// Per layer: its collapsed tables over all runs, and its tables over all runs.
+    pub layers: Vec<(String, usize, usize)>,
+    /// Mean test loss of the runs with a collapsed table and of those without.
+    pub loss_with: Option<f64>,
+    pub loss_without: Option<f64>,
+    /// with − without, Welch's interval.
+    pub difference: Option<crate::stats::Welch>,
+}
+
+/// [`Collapse`] of every arm whose points measured their tables (a variant, or a point's
+/// label where there are none), in the order they first appear.
+pub fn collapse(points: &[super::summary::PointSummary]) -> Vec<Collapse> {
+    let arm = |p: &super::summary::PointSummary| match p.settings.get("variant").and_then(serde_json::Value::as_str) {
+        Some(v) => v.to_string(),
+        None => p.label.clone(),
+    };
+    let mut arms: Vec<String> = vec![];
+    for p in points
+        .iter()
+        .filter(|p| p.buckets.as_ref().is_some_and(|b| !b.per_table.is_empty()))
+    {
+        if !arms.contains(&arm(p)) {
+            arms.push(arm(p));
+        }
+    }
+    arms.into_iter()
+        .map(|name| {
+            let runs: Vec<(&BucketUse, Option<f64>)> = (points.iter())
+                .filter(|p| arm(p) == name)
+                .filter_map(|p| Some((p.buckets.as_ref().filter(|b| !b.per_table.is_empty())?, p.test_loss)))
+                .collect();
+            let mut layers: Vec<(String, usize, usize)> = vec![];
+            for t in runs.iter().flat_map(|(b, _)| &b.per_table) {
+                let i = match layers.iter().position(|l| l.0 == t.layer) {
+                    Some(i) => i,
+                    None => {
+                        layers.push((t.layer.clone(), 0, 0));
+                        layers.len() - 1
+                    }
+                };
+                layers[i].1 += usize::from(t.effective_rows <= COLLAPSED_ROWS);
+                layers[i].2 += 1;
+            }
+            let losses = |with: bool| -> Vec<f64> {
+                (runs.iter())
+                    .filter(|(b, _)| (b.collapsed > 0) == with)
+                    .filter_map(|(_, l)| *l)
+                    .collect()
+            };
+            let (with, without) = (losses(true), losses(false));
+            let mean = |x: &[f64]| (!x.is_empty()).then(|| x.iter().sum::<f64>() / x.len() as f64);
+            Collapse {
+                arm: name,
+                runs: runs.len(),
+                tables: runs.first().map_or(0, |(b, _)| b.tables),
+                collapsed: runs.iter().map(|(b, _)| b.collapsed).sum(),
+                runs_with: runs.iter().filter(|(b, _)| b.collapsed > 0).count(),
+                layers,
+                loss_with: mean(&with),
+                loss_without: mean(&without),
+                difference: crate::stats::welch_interval(&with, &without),
+            }
+        })
+        .collect()
+}
+
+/// The collapse table, as the sweep prints it and `resmem analyze collapse` reprints it.
+pub fn print_collapse(rows: &[Collapse]) {
+    if rows.is_empty() {
+        return;
+    }
+    out!(
+        "hash-table collapse (at most {COLLAPSED_ROWS} effective rows, exp of the entropy of a table's bucket use over the test slice):"
+    );
+    for c in rows {
+        let share = c.collapsed as f64 / (c.runs * c.tables).max(1) as f64;
+        out!(
+            "{}: {} of {} tables collapsed ({:.1}%) over {} runs; {} runs have at least one",
+            c.arm,
+            c.collapsed,
+            c.runs * c.tables,
+            100.0 * share,
+            c.runs,
+            c.runs_with
+        );
+        let layers: Vec<String> = (c.layers.iter())
+            .map(|(layer, collapsed, tables)| format!("{layer} {collapsed}/{tables}"))
+            .collect();
+        out!("  by layer: {}", layers.join(", "));
+        let loss = |l: Option<f64>| l.map_or("–".to_string(), |l| format!("{l:.4}"));
+        let difference = match c.difference {
+            Some(w) => format!(
+                "{:+.4} [{:+.4}, {:+.4}] (Welch, df {:.1})",
+                w.difference, w.low, w.high, w.df
+            ),
+            None => "not computable (fewer than 2 runs on a side)".to_string(),
+        };
+        out!(
+            "  test loss with a collapsed table {} ({} runs), without {} ({} runs): with − without {difference}",
+            loss(c.loss_with),
+            c.runs_with,
+            loss(c.loss_without),
+            c.runs - c.runs_with
+        );
+    }
+}

@@ -18,7 +18,7 @@
 //! (`crate::eval::slice_loss`), and every summary records the commit and machine
 //! (`crate::provenance`) beside curves.csv.
 
-mod buckets;
+pub mod buckets;
 mod compare;
 mod equal_loss;
 mod experiment;
@@ -168,6 +168,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         swept,
         points: vec![],
         variance: vec![],
+        collapse: vec![],
         equal_loss: vec![],
         comparisons: vec![],
         trends: vec![],
@@ -255,6 +256,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         if experiment.variance {
             summary.variance = variance_rows(&out, &summary)?;
         }
+        summary.collapse = buckets::collapse(&summary.points);
         for reference in experiment.reference.labels() {
             let rows = equal_loss(&out, &summary, &reference)?;
             summary.equal_loss.extend(rows);
@@ -280,6 +282,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     }
     print_table(&summary);
     print_variance(&summary.variance);
+    buckets::print_collapse(&summary.collapse);
     for reference in experiment.reference.labels() {
         let rows: Vec<EqualLoss> = summary
             .equal_loss
@@ -506,3 +509,26 @@ const EVALUATION: &str = "test_loss: each finished run's final model on every wi
      test slice (its last 80%), once, in the strict class; tuning: on the tuning slice (its first 20%), which \
      no comparison reads; val_loss and best_val_loss: the run's own evaluations during training, on eval_batches \
      batches spread over the whole validation split (what tokens_to_target reads)";
+
+/// `resmem analyze collapse`: the collapse table of a sweep's summary, recomputed from its points.
+pub fn collapse_of(args: &crate::args::CollapseArgs) -> Result<()> {
+    let path = match args.summary.is_dir() {
+        true => args.summary.join(SUMMARY_JSON),
+        false => args.summary.clone(),
+    };
+    let text = data::read_small_text(&path, 1 << 30).with_context(|| format!("cannot read {}", path.display()))?;
+    let summary: Summary =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a sweep's summary.json", path.display()))?;
+    let rows = buckets::collapse(&summary.points);
+    if rows.is_empty() {
+        bail!(
+            "{} has no point whose hash tables were measured per table (a MemoryFormer or hybrid sweep since 8aa7778)",
+            path.display()
+        );
+    }
+    match args.json {
+        true => out!("{}", serde_json::to_string_pretty(&rows)?),
+        false => buckets::print_collapse(&rows),
+    }
+    Ok(())
+}

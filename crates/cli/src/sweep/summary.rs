@@ -79,6 +79,9 @@ pub struct Summary {
     /// With `variance = true`: per variant and site, the closed form and the measured ratios.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variance: Vec<VarianceRow>,
+    /// Per arm with hash tables: how many collapse, and the loss with and without.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collapse: Vec<super::buckets::Collapse>,
     /// With a `reference` variant: each other variant at the reference's final loss.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub equal_loss: Vec<EqualLoss>,

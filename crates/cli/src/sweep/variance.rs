@@ -82,15 +82,6 @@ pub(super) fn variance_rows(out: &Path, summary: &Summary) -> Result<Vec<Varianc
     Ok(rows)
 }
 
-/// How far a variant's ratios are from 1, as one factor: exp of the mean |ln ratio| over its
-/// sites (1 when every ratio is 1; 2 when they are off by 2× on average, either way). None when
-/// a ratio is missing.
-fn distance_from_one(ratios: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let logs: Option<Vec<f64>> = ratios.map(|r| r.filter(|r| *r > 0.0).map(|r| r.ln().abs())).collect();
-    let logs = logs.filter(|l| !l.is_empty())?;
-    Some((logs.iter().sum::<f64>() / logs.len() as f64).exp())
-}
-
 pub(super) fn print_variance(rows: &[VarianceRow]) {
     if rows.is_empty() {
         return;
@@ -134,10 +125,8 @@ pub(super) fn print_variance(rows: &[VarianceRow]) {
     }
     for v in variants {
         let of = |pick: fn(&VarianceRow) -> Option<f64>| {
-            let sites = rows
-                .iter()
-                .filter(|r| r.variant == v && matches!(r.op, Op::Storage | Op::Retrieval));
-            distance_from_one(sites.map(pick))
+            let sites = rows.iter().filter(|r| r.variant == v && variance::shared_site(r.op));
+            variance::distance_from_one(sites.map(pick))
         };
         out!(
             "{:<14} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",

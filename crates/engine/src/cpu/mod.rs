@@ -154,6 +154,11 @@ impl<T: Scalar> Backend for CpuBackend<T> {
     }
     fn view(&self, t: &CpuTensor<T>, offset: usize, len: usize) -> CpuTensor<T> {
         assert!(
+            offset.is_multiple_of(crate::VIEW_ALIGN),
+            "views start at multiples of {} values, as on a GPU, not {offset}",
+            crate::VIEW_ALIGN
+        );
+        assert!(
             offset + len <= t.len,
             "view {offset}+{len} past the end of a tensor of {}",
             t.len

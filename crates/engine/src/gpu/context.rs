@@ -539,8 +539,8 @@ impl GpuBackend {
     }
 
     /// Why the device was lost, once it has been: every later launch fails, and the page must
-    /// make a new backend.
-    pub fn lost(&self) -> Option<String> {
+    /// make a new backend (`Backend::lost`).
+    pub(crate) fn lost_reason(&self) -> Option<String> {
         self.lost.lock().unwrap().clone()
     }
 

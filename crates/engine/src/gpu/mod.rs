@@ -16,9 +16,7 @@ pub use context::{probe_adapter, GpuBackend, GpuOptions};
 use std::future::Future;
 pub use tuning::{Candidate, Choice};
 
-/// Values per alignment unit of a view's offset: 256 bytes, WebGPU's largest
-/// `min_storage_buffer_offset_alignment`.
-pub const VIEW_ALIGN: usize = 64;
+pub use crate::VIEW_ALIGN;
 
 /// A view of f32 values in a GPU buffer.
 #[derive(Clone, Debug)]
@@ -161,6 +159,10 @@ impl Backend for GpuBackend {
     fn zeros(&self, what: &str, len: usize) -> Result<GpuTensor> {
         let buffer = self.storage_buffer(what, len)?;
         Ok(GpuTensor { buffer, offset: 0, len })
+    }
+
+    fn lost(&self) -> Option<String> {
+        self.lost_reason()
     }
 
     fn view(&self, t: &GpuTensor, offset: usize, len: usize) -> GpuTensor {

@@ -184,7 +184,7 @@ impl GpuBackend {
         // A candidate that recorded nothing (its scratch could not be allocated) cannot be timed.
         let refused = self.error.lock().unwrap().is_some() || launches.iter().any(Vec::is_empty);
         let times = if refused { None } else { self.time_candidates(&launches) };
-        let failed = self.error.lock().unwrap().take().is_some() || self.lost().is_some();
+        let failed = self.error.lock().unwrap().take().is_some() || self.lost_reason().is_some();
         *self.error.lock().unwrap() = earlier;
         (times.filter(|_| !failed), whole)
     }

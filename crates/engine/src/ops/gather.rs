@@ -73,7 +73,7 @@ fn params(d: &GatherDims, rows: &Range<usize>) -> [u32; 4] {
 fn too_wide(gpu: &GpuBackend, d: &GatherDims) {
     gpu.refuse(format!(
         "gather: {} rows of {} values do not fit this device's binding of {} values",
-        crate::gpu::VIEW_ALIGN,
+        crate::VIEW_ALIGN,
         d.c,
         gpu.max_binding_values()
     ))

@@ -49,7 +49,18 @@ pub const MAX_PERMUTED_STREAMS: usize = 4;
 /// The most Sinkhorn rounds: the backward keeps each step's divisors in a GPU thread's array.
 pub const MAX_ITERS: u32 = 32;
 
+/// `kind` in the shader's uniform: the mixing.
+const SINKHORN: u32 = 0;
+const PERMUTATIONS: u32 = 1;
+const TANH: u32 = 2;
+const HEAD: u32 = 3;
+
+/// What `shaders/hyper.wgsl` reads from here.
 pub const DEFINES: &[Define] = &[
+    Define::u32("SINKHORN", SINKHORN),
+    Define::u32("PERMUTATIONS", PERMUTATIONS),
+    Define::u32("TANH", TANH),
+    Define::u32("HEAD", HEAD),
     Define::u32("MAX_MIX", (MAX_STREAMS * MAX_STREAMS) as u32),
     Define::f32("HC_EPS", EPS),
     Define::u32("MAX_DIVISORS", (2 * MAX_ITERS - 1) * MAX_STREAMS as u32),
@@ -527,10 +538,10 @@ pub use cpu_twin::*;
 
 fn params(d: &HyperDims) -> [u32; 4] {
     let kind = match d.mixing {
-        Mixing::Sinkhorn { .. } => 0,
-        Mixing::Permutations => 1,
-        Mixing::Tanh => 2,
-        Mixing::Head => 3,
+        Mixing::Sinkhorn { .. } => SINKHORN,
+        Mixing::Permutations => PERMUTATIONS,
+        Mixing::Tanh => TANH,
+        Mixing::Head => HEAD,
     };
     [d.tokens as u32, d.n as u32, kind, d.iters()]
 }
