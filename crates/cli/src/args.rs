@@ -8,6 +8,10 @@ use models::settings::{Setting, SETTINGS};
 use models::{Arch, ModelConfig, RunConfig};
 use std::path::PathBuf;
 
+/// The most steps a view trains a fresh model for before it reads (`analyze … --step`,
+/// `analyze variance --measured --steps`): a bound before the work, not after it.
+pub const MAX_PROBE_STEPS: u64 = 10_000;
+
 #[derive(Parser)]
 #[command(
     name = "resmem",
@@ -304,8 +308,10 @@ pub struct ForwardArgs {
     pub seq_len: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Without --run: the residuals of this training step's forward (1: the initial weights).
-    #[arg(long, default_value_t = 1)]
+    /// Without --run: the residuals of this training step's forward (1: the initial weights),
+    /// after training a fresh model that far: at most 10,000 steps (a longer run is `resmem
+    /// train`'s, read with --run).
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_PROBE_STEPS))]
     pub step: usize,
     /// Which sequence of the batch.
     #[arg(long, default_value_t = 0)]
@@ -704,8 +710,9 @@ pub struct VarianceArgs {
     /// Measured: the task of the batch.
     #[arg(long, default_value = "copy")]
     pub task: Task,
-    /// Measured: training steps before the measurement (0 measures at init).
-    #[arg(long, default_value_t = 0)]
+    /// Measured: training steps before the measurement (0 measures at init), at most 10,000
+    /// (a longer run is `resmem train`'s, measured with --run).
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_PROBE_STEPS))]
     pub steps: usize,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,

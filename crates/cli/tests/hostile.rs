@@ -205,9 +205,57 @@ fn absurd_sizes_are_refused_before_anything_is_allocated() {
             &["sample", "--backend", "cpu", "--run", run, "--tokens", "1000000000000"],
             &["--tokens"],
         ),
+        // A solve from 10⁸ would scan 3.2·10⁹ values of d_ff; it ran past 120 s.
+        (
+            &[
+                "count",
+                "--arch",
+                "transformer",
+                "--d-ff",
+                "100000000",
+                "--match",
+                "tiny-rmt",
+                "--hold",
+                "params",
+                "--solve",
+                "d_ff",
+            ],
+            &["d_ff", "100000000", "1048576"],
+        ),
     ];
     for (args, expect) in cases {
         refused_in_small_memory(args, expect);
+    }
+}
+
+/// A view that trains a fresh model before it reads takes at most 10,000 steps, refused by
+/// the flag's name before anything trains: `analyze lens --step 100000` and `analyze variance
+/// --measured --steps 2⁶⁴−1` used to train for minutes, or for ever.
+#[test]
+fn views_train_a_bounded_number_of_steps() {
+    for args in [
+        &["analyze", "lens", "--backend", "cpu", "--step", "100000"][..],
+        &["analyze", "attribute", "--backend", "cpu", "--step", "10001"],
+        &[
+            "analyze",
+            "variance",
+            "--measured",
+            "--backend",
+            "cpu",
+            "--steps",
+            "18446744073709551615",
+        ],
+    ] {
+        let mut c = resmem();
+        c.args(args);
+        let o = within(c, 5);
+        let err = stderr(&o);
+        let flag = args[args.len() - 2];
+        assert_eq!(o.status.code(), Some(2), "resmem {args:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("10000"),
+            "resmem {args:?} should name {flag} and its bound: {err}"
+        );
     }
 }
 

@@ -126,8 +126,20 @@ fn costs_at(model: &ModelConfig, key: &str, value: u64, seq_len: usize) -> Optio
 /// enough to match a dense core to a hash-table model's parameters (the small hybrid needs the
 /// small RMT's D_FF 21× larger); each candidate is one count, cheap.
 fn range(model: &ModelConfig, key: &str) -> Result<std::ops::RangeInclusive<u64>> {
-    Ok(1..=size(model, key)?.saturating_mul(32).max(64))
+    let start = size(model, key)?;
+    let end = start.saturating_mul(32).max(64);
+    if end > MAX_SCAN {
+        return Err(ModelError::Config(format!(
+            "solving {key} from {start} would scan its values up to {end} (32× the start), past the {MAX_SCAN} \
+             a solve scans: start from a {key} nearer the answer"
+        )));
+    }
+    Ok(1..=end)
 }
+
+/// The most values of one size a solve scans, so that a start given as 10⁸ is refused at once
+/// rather than scanned for hours: 32× the start must stay under it.
+const MAX_SCAN: u64 = 1 << 20;
 
 /// Solves `keys` (one or two) of `model` so that the `hold` costs match `target`'s at T =
 /// `seq_len`, each within `tolerance` (relative): the closest match, and of equally close ones
