@@ -95,6 +95,50 @@ pub fn welch_interval(a: &[f64], b: &[f64]) -> Option<Welch> {
     })
 }
 
+/// A least-squares line y = intercept + slope·x, each coefficient with its `LEVEL` t interval
+/// (n − 2 degrees of freedom).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Line {
+    pub n: usize,
+    pub slope: f64,
+    pub slope_low: f64,
+    pub slope_high: f64,
+    pub intercept: f64,
+    pub intercept_low: f64,
+    pub intercept_high: f64,
+}
+
+/// The least-squares line through (x, y); None below 3 points, with a non-finite value, or
+/// where x does not vary.
+pub fn line(x: &[f64], y: &[f64]) -> Option<Line> {
+    let n = x.len();
+    if n < 3 || n != y.len() || x.iter().chain(y).any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
+    let (mx, my) = (mean(x), mean(y));
+    let sxx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let slope = sxy / sxx;
+    let intercept = my - slope * mx;
+    let residual: f64 = x.iter().zip(y).map(|(a, b)| (b - intercept - slope * a).powi(2)).sum();
+    let s = (residual / (n - 2) as f64).sqrt();
+    let t = t_quantile(0.5 + LEVEL / 2.0, (n - 2) as f64)?;
+    let (se_slope, se_intercept) = (s / sxx.sqrt(), s * (1.0 / n as f64 + mx * mx / sxx).sqrt());
+    Some(Line {
+        n,
+        slope,
+        slope_low: slope - t * se_slope,
+        slope_high: slope + t * se_slope,
+        intercept,
+        intercept_low: intercept - t * se_intercept,
+        intercept_high: intercept + t * se_intercept,
+    })
+}
+
 /// The smallest n at which a two-sided paired t-test at 1 − `LEVEL` detects the effect `mean`
 /// with spread `sd` with probability `POWER`: the usual approximation
 /// n ≥ ((t_{1−α/2, n−1} + t_{power, n−1}) · sd / |mean|)², solved by counting up.
@@ -206,6 +250,20 @@ mod tests {
         assert!(half > 4.303 * 1.1547 && half < 12.706 * 1.1547, "{half}");
         assert_eq!(welch_interval(&[1.0], &[2.0, 3.0]), None);
         assert_eq!(welch_interval(&[1.0, 1.0], &[2.0, 2.0]), None);
+    }
+
+    /// By hand: (0, 1), (1, 3), (2, 2), (3, 5): x̄ 1.5, ȳ 2.75, Sxx 5, Sxy 5.5, so slope 1.1 and
+    /// intercept 1.1; residuals −0.1, +0.8, −1.3, +0.6 sum to 2.7 squared, s = √(2.7/2) =
+    /// 1.161895; se(slope) = s/√5 = 0.519615, se(intercept) = s·√(1/4 + 2.25/5) = 0.972111;
+    /// t(0.975, 2) = 4.302653.
+    #[test]
+    fn a_line_by_hand() {
+        let l = line(&[0.0, 1.0, 2.0, 3.0], &[1.0, 3.0, 2.0, 5.0]).unwrap();
+        assert!(close(l.slope, 1.1, 1e-12) && close(l.intercept, 1.1, 1e-12), "{l:?}");
+        assert!(close(l.slope_high - l.slope, 4.302653 * 0.519615, 1e-5), "{l:?}");
+        assert!(close(l.intercept - l.intercept_low, 4.302653 * 0.972111, 1e-5), "{l:?}");
+        assert_eq!(line(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
+        assert_eq!(line(&[1.0, 2.0], &[1.0, 2.0]), None);
     }
 
     /// The issue's own example, by hand: differences −0.074, −0.009, +0.008.

@@ -132,6 +132,10 @@ pub struct Collapse {
     pub loss_without: Option<f64>,
     /// with − without, Welch's interval.
     pub difference: Option<crate::stats::Welch>,
+    /// Test loss against the number of collapsed tables, over runs: the slope is the loss a
+    /// collapsed table costs, the intercept the loss the fit gives a run with none.
+    #[serde(default)]
+    pub per_table: Option<crate::stats::Line>,
 }
 
 /// [`Collapse`] of every arm whose points measured their tables (a variant, or a point's
@@ -175,6 +179,9 @@ pub fn collapse(points: &[super::summary::PointSummary]) -> Vec<Collapse> {
                     .collect()
             };
             let (with, without) = (losses(true), losses(false));
+            let (counts, all): (Vec<f64>, Vec<f64>) = (runs.iter())
+                .filter_map(|(b, l)| Some((b.collapsed as f64, (*l)?)))
+                .unzip();
             let mean = |x: &[f64]| (!x.is_empty()).then(|| x.iter().sum::<f64>() / x.len() as f64);
             Collapse {
                 arm: name,
@@ -186,6 +193,7 @@ pub fn collapse(points: &[super::summary::PointSummary]) -> Vec<Collapse> {
                 loss_with: mean(&with),
                 loss_without: mean(&without),
                 difference: crate::stats::welch_interval(&with, &without),
+                per_table: crate::stats::line(&counts, &all),
             }
         })
         .collect()
@@ -229,5 +237,21 @@ pub fn print_collapse(rows: &[Collapse]) {
             loss(c.loss_without),
             c.runs - c.runs_with
         );
+        match c.per_table {
+            Some(l) => out!(
+                "  test loss against collapsed tables, over {} runs: {:+.4} [{:+.4}, {:+.4}] a table; with none the line \
+                 gives {:.4} [{:.4}, {:.4}], {:+.4} from the runs' mean at {:.1} collapsed tables",
+                l.n,
+                l.slope,
+                l.slope_low,
+                l.slope_high,
+                l.intercept,
+                l.intercept_low,
+                l.intercept_high,
+                l.slope * c.collapsed as f64 / c.runs as f64,
+                c.collapsed as f64 / c.runs as f64
+            ),
+            None => out!("  test loss against collapsed tables: no line (fewer than 3 runs, or every run alike)"),
+        }
     }
 }
