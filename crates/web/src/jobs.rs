@@ -425,6 +425,19 @@ async fn read_residuals<B: Backend + 'static>(
     })
 }
 
+/// A session on the weights of a checkpoint the page keeps, or why not (the device comes back).
+async fn open_checkpoint<B: Backend + 'static>(
+    be: B,
+    limit: u64,
+    data: Dataset,
+    bytes: &[u8],
+) -> Result<Session<B>, (B, String)> {
+    match checkpoint_config(bytes) {
+        Ok(cfg) => Session::open(be, cfg, data, limit, Some(bytes)).await,
+        Err(e) => Err((be, e)),
+    }
+}
+
 /// Run `id`'s checkpoint, read again on its first held-out batch as the viewer asks now.
 async fn look_again<B: Backend + 'static>(
     be: B,
@@ -435,14 +448,7 @@ async fn look_again<B: Backend + 'static>(
     tell: Tell<'_>,
 ) -> B {
     let fail = |e: String| tell(Report::Status(format!("Cannot read run #{id} again: {e}")));
-    let cfg = match checkpoint_config(bytes) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            fail(e);
-            return be;
-        }
-    };
-    let mut session = match Session::open(be, cfg, data, limit, Some(bytes)).await {
+    let mut session = match open_checkpoint(be, limit, data, bytes).await {
         Ok(s) => s,
         Err((back, e)) => {
             fail(e);
@@ -483,14 +489,7 @@ async fn sample_from<B: Backend + 'static>(
     tell: Tell<'_>,
 ) -> B {
     let fail = |e: String| tell(Report::Status(format!("Cannot sample from run #{id}: {e}")));
-    let cfg = match checkpoint_config(bytes) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            fail(e);
-            return be;
-        }
-    };
-    let mut session = match Session::open(be, cfg, data, limit, Some(bytes)).await {
+    let mut session = match open_checkpoint(be, limit, data, bytes).await {
         Ok(s) => s,
         Err((back, e)) => {
             fail(e);
