@@ -654,9 +654,9 @@ fn runs_of_two_architectures_are_labelled_by_arch_not_by_its_dimensions() {
     }
 }
 
-/// `--x comparison`: each declared comparison of a sweep's summary as a labelled row, coloured
-/// by its verdict (blue where a is better, grey where the interval does not say); a summary
-/// with none is refused with what to declare.
+/// `--x comparison`: each declared comparison of a sweep's summary (its directory, or the
+/// summary file) as a labelled row, coloured by its verdict (blue where a is better, grey where
+/// the interval does not say); a summary with none is refused with what to declare.
 #[test]
 fn declared_comparisons_are_drawn_as_intervals() {
     let tmp = tempfile::tempdir().unwrap();
@@ -708,6 +708,25 @@ fn declared_comparisons_are_drawn_as_intervals() {
     assert!(
         colours.iter().any(|c| c == "#808080"),
         "the unresolved row is grey: {colours:?}"
+    );
+    // The summary kept as a file elsewhere (docs/experiments/NAME.json) draws the same figure.
+    let kept = tmp.path().join("kept.json");
+    std::fs::copy(sweep.join("summary.json"), &kept).unwrap();
+    let again = tmp.path().join("again.svg");
+    ok(&[
+        "plot",
+        s(&kept),
+        "--x",
+        "comparison",
+        "--y",
+        "val_loss",
+        "--out",
+        s(&again),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&again).unwrap(),
+        text,
+        "a summary file and its sweep directory"
     );
     // These comparisons have no test_loss: the error names the loss they have.
     let o = resmem(&[

@@ -146,8 +146,13 @@ pub(super) struct Sweep {
 }
 
 impl Sweep {
+    /// The sweep of `dir`, or of a summary file kept elsewhere (docs/experiments/NAME.json),
+    /// whose runs are read from the directory holding it: a plot of its points alone needs none.
     fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join(SUMMARY_FILE);
+        let (path, dir) = match dir.is_file() {
+            true => (dir.to_path_buf(), dir.parent().unwrap_or(Path::new(".")).to_path_buf()),
+            false => (dir.join(SUMMARY_FILE), dir.to_path_buf()),
+        };
         let text = data::read_text(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let summary = serde_json::from_str(&text).with_context(|| {
             format!(
@@ -156,10 +161,7 @@ impl Sweep {
                 path.display()
             )
         })?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            summary,
-        })
+        Ok(Self { dir, summary })
     }
 
     /// Its experiment's name, else its directory's.
@@ -204,14 +206,14 @@ pub(super) fn inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
         if !seen.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
             continue;
         }
-        if path.join(SUMMARY_FILE).is_file() {
+        if path.join(SUMMARY_FILE).is_file() || (path.is_file() && path.extension().is_some_and(|e| e == "json")) {
             inputs.push(Input::Sweep(Sweep::read(path)?));
         } else if path.join(CONFIG_FILE).is_file() {
             inputs.push(Input::Run(path.clone()));
         } else {
             bail!(
                 "{} is neither a run directory (it has no {CONFIG_FILE}, which `resmem train` writes) nor a sweep \
-                 directory (it has no {SUMMARY_FILE}, which `resmem sweep` writes)",
+                 directory or summary (it has no {SUMMARY_FILE}, which `resmem sweep` writes)",
                 path.display()
             );
         }
