@@ -160,9 +160,11 @@ pub fn App() -> impl IntoView {
         }
     });
 
-    // The viewer's question that the shown residuals answer. A training job answers each new
-    // one at its next read, an import the one asked when it started; a question the device
-    // is free to answer and nobody has reads the focused run's checkpoint again.
+    // The interventions that the shown residuals answer (sites to ablate, how, prompts to
+    // patch). A training job answers new ones at its next read, an import those asked when it
+    // started; ones the device is free to answer and nobody has read the focused run's
+    // checkpoint again. Another token or sequence is read from the residuals already shown.
+    let asks = |l: &Look| (l.ablate.clone(), l.how, l.patch.clone());
     let answered = StoredValue::new(None::<Look>);
     Effect::new(move |_| {
         let now = look();
@@ -172,7 +174,8 @@ pub fn App() -> impl IntoView {
             }
             return;
         }
-        let Some(asked) = now.filter(|now| answered.with_value(|a| a.as_ref() != Some(now))) else {
+        let new = |now: &Look| answered.with_value(|a| a.as_ref().map(asks) != Some(asks(now)));
+        let Some(asked) = now.filter(new) else {
             return;
         };
         let run = (page.focus.get_untracked())

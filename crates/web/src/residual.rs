@@ -639,7 +639,7 @@ fn InterventionsView(
                 block1.ff, block0.attn.head2, slot3 or stream1 (at every depth), block0.ff.slot3 (after one depth), \
                 block1.attn.resid (the whole residual after a depth). An ablation's effect is causal; an attribution \
                 or an attention weight is not. Ablations apply at a training run's next read, and at once to a \
-                finished or imported run, whose checkpoint is read again. The same numbers as resmem analyze ablate." />
+                finished or imported run, whose checkpoint is read again on its first held-out batch. The same numbers as resmem analyze ablate." />
         <div class="controls">
             <label>"Ablate "
                 <input id="residual-ablate" type="text" placeholder="block0.attn, slot3"
