@@ -466,7 +466,7 @@ await test('the playground trains the hybrid and shows its variance view and buc
     const m = /entropy ([\d.]+) · dead buckets (\d+) of (\d+)/.exec(stats);
     if (!m || m[3] !== '16') throw new Error(`no bucket statistics of a 16-bucket table: ${stats}`);
     // The variance grid: one cell per site and direction, each labelled, each a measured ratio.
-    const cells = await page.$$eval('#variance-chart rect.vcell', (rs) => rs.map((r) => ({
+    const cells = await page.$$eval('#variance-grid rect.vcell', (rs) => rs.map((r) => ({
       at: `${r.dataset.block} ${r.dataset.site}`, dir: r.dataset.dir, ratio: parseFloat(r.dataset.ratio) })));
     const sites = [...new Set(cells.map((c) => c.at))];
     console.log(`     variance grid: ${sites.length} sites, ${cells.length} cells (${sites.join(', ')})`);
