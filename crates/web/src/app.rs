@@ -186,7 +186,7 @@ pub fn App() -> impl IntoView {
         };
         let patched = residuals.with_untracked(|r| match r.as_ref()?.interventions.patching.clone()? {
             Ok(p) if p.ask == asked.patch && p.step == kept.step => Some(p),
-            _ => None,
+            Ok(_) | Err(_) => None,
         });
         answered.set_value(Some(asked));
         submit(
