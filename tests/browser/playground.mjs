@@ -670,11 +670,14 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     await ready(page, errors);
     const pageAbl = JSON.parse(await page.$eval('#residual-ablation', (e) => e.dataset.ablation || 'null'));
     if (!pageAbl?.Ok) throw new Error(`the imported run's ablation: ${JSON.stringify(pageAbl)} (${await page.textContent('#residual-ablation')})`);
-    const cliAbl = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn,slot1', '--how', 'mean', '--token', dlaToken,
-      '--target', `#${target}`, '--backend', 'cpu', '--json']));
+    // The read that answered reads the viewer's token now (3), and its top prediction.
+    const ablToken = await page.$eval('#residual-dla', (e) => e.dataset.token);
+    const ablTarget = await page.$eval('#residual-dla', (e) => e.dataset.target);
+    const cliAbl = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn,slot1', '--how', 'mean', '--token', ablToken,
+      '--target', `#${ablTarget}`, '--backend', 'cpu', '--json']));
     const both = cliAbl.ablations.at(-1);
     const ablWorst = Math.max(Math.abs(pageAbl.Ok.loss_change - both.loss_change), Math.abs(pageAbl.Ok.logit_change - both.logit_change));
-    console.log(`     imported mean-ablation of block0.attn and slot1: loss ${pageAbl.Ok.loss_change.toFixed(4)}, logit ${pageAbl.Ok.logit_change.toFixed(4)}; `
+    console.log(`     imported mean-ablation of block0.attn and slot1 at token ${ablToken}: loss ${pageAbl.Ok.loss_change.toFixed(4)}, logit ${pageAbl.Ok.logit_change.toFixed(4)}; `
       + `worst difference from the CLI ${ablWorst.toExponential(2)}`);
     if (!(ablWorst < 2e-3) || pageAbl.Ok.loss_change === 0) throw new Error('the imported run\'s ablation is not the CLI\'s');
     // Two prompts to patch between, and two sites: each costs (positions + 1) forwards of the
@@ -716,8 +719,8 @@ await test('a link restores its settings and trains the CLI\'s losses; checkpoin
     await page.waitForFunction(() => JSON.parse(document.querySelector('#residual-ablation')?.dataset.ablation || 'null')?.Ok?.sites?.join() === 'block0.attn',
       null, { timeout: 120_000 });
     const reread = JSON.parse(await page.$eval('#residual-ablation', (e) => e.dataset.ablation)).Ok;
-    const cliAgain = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn', '--how', 'mean', '--token', dlaToken,
-      '--target', `#${target}`, '--backend', 'cpu', '--json'])).ablations.at(-1);
+    const cliAgain = JSON.parse(cli(['analyze', 'ablate', '--run', cliRun, '--sites', 'block0.attn', '--how', 'mean', '--token', ablToken,
+      '--target', `#${ablTarget}`, '--backend', 'cpu', '--json'])).ablations.at(-1);
     console.log(`     read again with block0.attn alone: loss ${reread.loss_change.toFixed(4)} (CLI ${cliAgain.loss_change.toFixed(4)}); ${await page.textContent('#status')}`);
     if (!(Math.abs(reread.loss_change - cliAgain.loss_change) < 2e-3)) throw new Error('the imported run read again is not the CLI\'s');
     const sampled = await page.$eval('#sample', (e) => e.dataset.text);
