@@ -276,7 +276,7 @@ pub fn patch(args: PatchArgs) -> Result<()> {
             bail!("the clean and corrupted prompts give the same {} ({clean_ld:.4}): nothing for a patch to recover; choose --target and --versus", read.describe(&words));
         }
         let pair = Pair { from, to, valid: seq.valid, token: read.token, target: read.target, versus: read.versus };
-        let patcher = pollster::block_on(Patcher::new(be, model, on, pair))?;
+        let patcher = pollster::block_on(Patcher::new(be, model, on, pair, &base))?;
         let mut rows = Vec::new();
         for (site, targets) in &sites {
             crate::train::check_stop("the patches")?;

@@ -117,7 +117,7 @@ pub fn App() -> impl IntoView {
     // The sites the residual viewer ablates, and how.
     let residual_ablate = RwSignal::new(Vec::<String>::new());
     let residual_how = RwSignal::new(models::interventions::Ablation::Zero);
-    let residual_patch = RwSignal::new(crate::residual::PatchAsk::default());
+    let residual_patch = RwSignal::new(crate::interventions::PatchAsk::default());
     let page = Page {
         status: set_status,
         busy: RwSignal::new(false),

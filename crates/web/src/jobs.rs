@@ -5,7 +5,8 @@
 //! page applies to what it shows.
 
 use crate::dataset::Dataset;
-use crate::residual::{Look, Patching, Residuals};
+use crate::interventions::Patching;
+use crate::residual::{Look, Residuals};
 use crate::runs::RunState;
 use crate::sample;
 use crate::session::{check_limits, Session};

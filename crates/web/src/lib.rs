@@ -16,6 +16,7 @@ mod corpus;
 mod costs;
 mod dataset;
 mod help;
+mod interventions;
 pub mod jobs;
 mod link;
 mod mixing;

@@ -3,7 +3,8 @@
 //! page sees plain numbers; and the limit check every config passes before it is built.
 
 use crate::dataset::Dataset;
-use crate::residual::{Ablated, Interventions, Look, PatchAsk, Patching, Residuals};
+use crate::interventions::{Ablated, Interventions, PatchAsk, Patching};
+use crate::residual::{Look, Residuals};
 use data::{Batch, BatchSource, DataError, DataSource};
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
@@ -47,8 +48,9 @@ pub struct Session<B: Backend + 'static> {
     pub params: usize,
     last_batch: Option<Batch>,
     sampler: Option<Sampler<B>>,
-    /// The last patching: what was asked, at which step, and what it gave.
-    patched: Option<(PatchAsk, usize, Result<Box<Patching>, String>)>,
+    /// The last patching table (it holds what was asked and at which step); a refusal is cheap
+    /// to give again.
+    patched: Option<Box<Patching>>,
 }
 
 impl<B: Backend + 'static> Session<B> {
@@ -282,19 +284,21 @@ impl<B: Backend + 'static> Session<B> {
     /// `PATCH_EVERY` steps of training.
     async fn patching(&mut self, ask: &PatchAsk, seq: usize) -> Result<Box<Patching>, String> {
         let step = self.trainer.step;
-        if let Some((asked, at, patching)) = &self.patched {
-            if asked == ask && step < at + PATCH_EVERY {
-                return patching.clone();
-            }
+        if let Some(kept) = self
+            .patched
+            .as_ref()
+            .filter(|p| p.ask == *ask && step < p.step + PATCH_EVERY)
+        {
+            return Ok(kept.clone());
         }
-        let patching = self.patch(ask, seq, step).await;
-        self.patched = Some((ask.clone(), step, patching.clone()));
-        patching
+        let patching = self.patch(ask, seq, step).await?;
+        self.patched = Some(patching.clone());
+        Ok(patching)
     }
 
     /// A patching table computed earlier for these weights, kept rather than computed again.
     pub fn reuse_patching(&mut self, patching: Box<Patching>) {
-        self.patched = Some((patching.ask.clone(), patching.step, Ok(patching)));
+        self.patched = Some(patching);
     }
 
     async fn patch(&mut self, ask: &PatchAsk, seq: usize, step: usize) -> Result<Box<Patching>, String> {
@@ -341,7 +345,7 @@ impl<B: Backend + 'static> Session<B> {
             target,
             versus,
         };
-        let patcher = Patcher::new(be, model, on, pair).await.map_err(err)?;
+        let patcher = Patcher::new(be, model, on, pair, &base).await.map_err(err)?;
         let points = Points::of(&model.edit_points(), model.residual_groups());
         let sites: Vec<Site> = match ask.sites.is_empty() {
             true => (points.sites().into_iter())

@@ -27,6 +27,14 @@ pub struct Pair {
     pub versus: Option<u32>,
 }
 
+impl Pair {
+    /// The rows a patching forward reads, in windows of `t`: the clean prompt's token, then the
+    /// corrupted prompt's.
+    pub fn rows(&self, t: usize) -> [usize; 2] {
+        [self.from * t + self.token, self.to * t + self.token]
+    }
+}
+
 /// One site's patches: the fraction of the logit difference recovered at each position, then
 /// at all of them; and attribution patching's first-order estimates of the same.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,18 +88,19 @@ pub struct Patcher {
 }
 
 impl Patcher {
-    /// One forward for the two logit differences, one for every point's values, one backward
-    /// at the corrupted prompt's token. Fails where the two prompts give the same difference:
-    /// a patch would have nothing to recover.
+    /// From `base`, the unedited forward's logits at the two prompts' token (clean first, as
+    /// [`Pair::rows`] lists them), which the caller has read to choose the logits: one forward
+    /// for every point's values and one backward at the corrupted prompt's token. Fails where
+    /// the two prompts give the same difference: a patch would have nothing to recover.
     pub async fn new<B: Backend, M: LanguageModel<B>>(
         be: &B,
         model: &mut M,
         on: (&Batch, Option<u32>),
         pair: Pair,
+        base: &Outcome,
     ) -> Result<Self> {
         let t = model.batch_shape().1;
-        let base = drive::forward(be, model, on, &BTreeMap::new(), &rows(pair, t)).await?;
-        let (clean, corrupt) = differences(&base, pair);
+        let (clean, corrupt) = differences(base, pair);
         if clean == corrupt {
             return Err(ModelError::Config(format!(
                 "the clean and corrupted prompts give the same logit difference ({clean:.4}): nothing for a patch to recover"
@@ -150,14 +159,9 @@ impl Patcher {
         on: (&Batch, Option<u32>),
         edits: &BTreeMap<Point, Edit>,
     ) -> Result<f64> {
-        let o = drive::forward(be, model, on, edits, &rows(self.pair, self.t)).await?;
+        let o = drive::forward(be, model, on, edits, &self.pair.rows(self.t)).await?;
         Ok((differences(&o, self.pair).1 - self.corrupt) / (self.clean - self.corrupt))
     }
-}
-
-/// The rows read: the clean prompt's token, then the corrupted prompt's.
-fn rows(pair: Pair, t: usize) -> [usize; 2] {
-    [pair.from * t + pair.token, pair.to * t + pair.token]
 }
 
 /// The logit differences of the clean and the corrupted prompt in a forward of `rows`.
