@@ -191,6 +191,43 @@ fn memory_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     y[i] = bias[o] + acc;
 }
 
+// memory_parts(parts, codes, weights, tables): parts[t][k][o] = p[t][k] · T[k][code][o], each
+// term of memory_forward's sum on its own (an intervention on one table edits it).
+@group(0) @binding(1) var<storage, read_write> parts_out: array<f32>;  // (tokens, K, d_out)
+@group(0) @binding(2) var<storage, read> pt_codes: array<u32>;         // (tokens, K)
+@group(0) @binding(3) var<storage, read> pt_weights: array<f32>;       // (tokens, K)
+@group(0) @binding(4) var<storage, read> pt_tables: array<f32>;        // (K, 2^τ, d_out)
+
+@compute @workgroup_size(WG)
+fn memory_parts(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= p.tokens * p.k * p.d_out) { return; }
+    let tk = i / p.d_out;
+    let o = i % p.d_out;
+    let k = tk % p.k;
+    let row = k * (1u << p.tau) + pt_codes[tk];
+    parts_out[i] = pt_weights[tk] * pt_tables[row * p.d_out + o];
+}
+
+// memory_sum(y, parts, bias): y[t][o] = b[o] + Σ_k parts[t][k][o], in memory_forward's order, so
+// unedited parts give its bits.
+@group(0) @binding(1) var<storage, read_write> s_y: array<f32>;     // (tokens, d_out)
+@group(0) @binding(2) var<storage, read> s_parts: array<f32>;       // (tokens, K, d_out)
+@group(0) @binding(3) var<storage, read> s_bias: array<f32>;        // (d_out)
+
+@compute @workgroup_size(WG)
+fn memory_sum(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= p.tokens * p.d_out) { return; }
+    let t = i / p.d_out;
+    let o = i % p.d_out;
+    var acc = 0.0;
+    for (var k = 0u; k < p.k; k = k + 1u) {
+        acc = acc + s_parts[(t * p.k + k) * p.d_out + o];
+    }
+    s_y[i] = s_bias[o] + acc;
+}
+
 // memory_table_grad(dtables, dy, weights, rows, starts): one thread per table value, summing the
 // bucket's rows in row order; buckets no row hit get 0.
 @group(0) @binding(1) var<storage, read_write> dtables: array<f32>;  // (K, 2^τ, d_out)

@@ -80,14 +80,14 @@ fn sites_of<B: Backend>(model: &dyn LanguageModel<B>) -> Points {
 
 pub fn attribute(args: AttributeArgs) -> Result<()> {
     let (cfg, what, a, read, seq) = crate::with_backend!(args.at.backend, be => {
-        let (cfg, what, trainer, seq) = forward(be, &args.at)?;
+        let (cfg, what, mut trainer, seq) = forward(be, &args.at)?;
         let t = cfg.data.seq_len();
         let words = Words::of(&cfg)?;
         let token = args.logit.token.unwrap_or(seq.valid - 1);
         check_token(token, seq.valid)?;
         let logits = pollster::block_on(logits_of(be, &*trainer.model, args.at.seq * t + token))?;
         let read = Read::of(&args.logit, &seq, &words, &logits)?;
-        let a = pollster::block_on(interventions::attribute(be, &*trainer.model, (args.at.seq, t, read.token), read.target, read.versus))?
+        let a = pollster::block_on(interventions::attribute(be, &mut trainer.model, (&seq.batch, seq.separator), (args.at.seq, t, read.token), read.target, read.versus))?
             .context("this model's read-out is not linear once its norm is frozen (hyper-connections' gated `head` collapse): use `resmem analyze ablate` or `patch`")?;
         anyhow::Ok((cfg, what, a, read, seq))
     })?;
@@ -109,6 +109,7 @@ pub fn attribute(args: AttributeArgs) -> Result<()> {
         ("writes", &a.writes),
         ("heads", &a.heads),
         ("slots or streams", &a.groups),
+        ("ML2 tables and biases (a block's add up to its FF write)", &a.tables),
     ] {
         if shares.is_empty() {
             continue;

@@ -722,14 +722,15 @@ fn views_show_text_and_probe_your_own() {
     assert!(!o.status.success() && err.contains("past the 3 tokens"), "{err}");
 }
 
-/// `analyze attribute`, `ablate` and `patch` on tiny runs of an RMT and a transformer trained 60
-/// steps of copy: the attribution adds up to the logit over the writes and over the key slots,
-/// an ablation's and a patch's numbers agree on the CPU and the GPU, and patching the whole last
+/// `analyze attribute`, `ablate` and `patch` on tiny runs of an RMT, a transformer and a
+/// MemoryFormer trained 60 steps of copy: the attribution adds up to the logit over the writes
+/// and over the key slots, and a block's ML2 tables and bias to its FF's write; an ablation's and
+/// a patch's numbers agree on the CPU and the GPU, tables included; and patching the whole last
 /// residual (or the embedding's) at every position recovers all of the difference.
 #[test]
 fn attribute_ablate_and_patch_agree_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
-    for preset in ["tiny-rmt", "tiny-transformer"] {
+    for preset in ["tiny-rmt", "tiny-transformer", "tiny-memoryformer"] {
         let run = trained(dir.path(), preset);
         let run = run.to_str().unwrap();
         let on = |backend: &str, args: &[&str]| {
@@ -748,11 +749,28 @@ fn attribute_ablate_and_patch_agree_on_both_backends() {
         if preset == "tiny-rmt" {
             close(sum(&cpu["groups"]), num(&cpu, "logit"), "the slots' sum");
         }
+        if preset == "tiny-memoryformer" {
+            let shares = |v: &Value, prefix: &str| -> Vec<f64> {
+                (v.as_array().unwrap().iter())
+                    .filter(|s| s["site"].as_str().unwrap().starts_with(prefix))
+                    .map(|s| num(s, "logit"))
+                    .collect()
+            };
+            let ff = shares(&cpu["writes"], "block0.ff")[0];
+            close(
+                shares(&cpu["tables"], "block0.ml2.").iter().sum(),
+                ff,
+                "block 0's ML2 tables' sum",
+            );
+            for (g, c) in shares(&gpu["tables"], "").iter().zip(shares(&cpu["tables"], "")) {
+                close(*g, c, "a table's share");
+            }
+        }
 
-        let sites = if preset == "tiny-rmt" {
-            "block0.attn,slot1"
-        } else {
-            "block0.attn,block1.attn.head0"
+        let sites = match preset {
+            "tiny-rmt" => "block0.attn,slot1",
+            "tiny-memoryformer" => "block0.attn,block0.ml2.table1",
+            _ => "block0.attn,block1.attn.head0",
         };
         let ablate = ["ablate", "--sites", sites, "--how", "mean"];
         let (cpu, gpu) = (on("cpu", &ablate), on("gpu", &ablate));
@@ -775,7 +793,11 @@ fn attribute_ablate_and_patch_agree_on_both_backends() {
             "--corrupt",
             "abcdefgx",
             "--sites",
-            "embedding.resid,block1.ff.resid,block0.attn",
+            if preset == "tiny-memoryformer" {
+                "embedding.resid,block1.ff.resid,block0.attn,block0.qkv.table0"
+            } else {
+                "embedding.resid,block1.ff.resid,block0.attn"
+            },
             "--target",
             "#104",
         ];

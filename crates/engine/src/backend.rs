@@ -141,6 +141,12 @@ macro_rules! declare_ops {
         /// y (tokens, d_out) = Σ_k p_k · tables[k][code_k] + bias
         memory::memory_forward(y: Tensor, codes: Index, p: Tensor, tables: Tensor, bias: Tensor, dims: MemoryDims)
             cost(dims);
+        /// parts (tokens, K, d_out) = p_k · tables[k][code_k]: each table's share of y, for an
+        /// intervention on one table.
+        memory::memory_parts(parts: Tensor, codes: Index, p: Tensor, tables: Tensor, dims: MemoryDims) cost(dims);
+        /// y (tokens, d_out) = Σ_k parts[k] + bias, in `memory_forward`'s order: the same bits
+        /// from unedited parts.
+        memory::memory_sum(y: Tensor, parts: Tensor, bias: Tensor, dims: MemoryDims) cost(dims);
         /// dx (tokens, d_in), dtables (written, 0 where no row hit), dbias, from dy (tokens, d_out).
         memory::memory_backward(
             dx: Tensor, dtables: Tensor, dbias: Tensor, dy: Tensor, x: Tensor, codes: Index, p: Tensor, rows: Index,

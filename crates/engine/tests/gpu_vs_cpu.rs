@@ -812,7 +812,7 @@ const SPLIT: GpuOptions = GpuOptions {
 
 /// Ops over buffers larger than one binding run as several launches over windows, and give the
 /// same bits as one launch: matmul in every layout (split along M, N and K), the elementwise
-/// ops, the embedding and the gather (split along the table), cross-entropy (along rows), the sum of
+/// ops, a Memory Layer's table terms and their sum (along tokens), the embedding and the gather (split along the table), cross-entropy (along rows), the sum of
 /// squares (windows of whole blocks) and AdamW (with decay and boost ends inside windows).
 #[test]
 fn split_launches_give_the_same_bits() {
@@ -865,6 +865,24 @@ fn split_launches_give_the_same_bits() {
     let (a, b) = (rand_vec(&mut rng, 70_001, 4.0), rand_vec(&mut rng, 70_001, 1.0));
     let want = elementwise_case(&whole, &a, &b);
     assert_same_bits("split elementwise", &elementwise_case(&split, &a, &b), &want);
+
+    // A Memory Layer's table terms (22,800 values) in windows of 192 tokens.
+    let d = MemoryDims {
+        tokens: 300,
+        d_in: 23,
+        tau: 5,
+        k: 4,
+        d_out: 19,
+        temperature: 1.0,
+        l1: false,
+    };
+    let [x, tables, bias, dy] = cases::memory_inputs(&mut rng, d);
+    let want = memory_case(&whole, &x, &tables, &bias, &dy, d).2;
+    assert_same_bits(
+        "split memory",
+        &memory_case(&split, &x, &tables, &bias, &dy, d).2,
+        &want,
+    );
 
     let d = EmbeddingDims {
         bt: 3 * 13,
@@ -1034,6 +1052,14 @@ fn memory_layer_hash_bucket_forward_backward() {
         assert_eq!(gc, cc, "codes differ");
         assert_eq!(gb, cb, "bucket starts or rows differ");
         assert_close(&format!("memory {d:?}"), &g, &c, 1e-5);
+        // Summed from its unedited parts, y is memory_forward's own, bit for bit on the CPU (a
+        // GPU compiler may fuse the forward's multiply-add).
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&c[6]),
+            bits(&c[1]),
+            "the CPU's sum of parts differs from its forward"
+        );
     }
 }
 

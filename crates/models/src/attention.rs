@@ -9,6 +9,7 @@
 
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;
+use crate::interventions::{MemoryLayer, Tap};
 use crate::memory::values;
 use crate::memory_layer::{Hashed, MemoryBlock, MemoryParams};
 use crate::params::{Init, LayoutBuilder, ParamId};
@@ -173,7 +174,8 @@ pub trait AttentionMaps<K: FfCore> {
     fn map<T>(p: &Self::Params<ParamId>, f: &impl Fn(ParamId) -> T) -> Self::Params<T>;
     fn acts<B: Backend>(&self, be: &B) -> engine::Result<Self::Acts<B>>;
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<Self::Scratch<B>>;
-    /// qkv = in(x).
+    /// qkv = in(x); `tap` reaches its Memory Layer's tables, if it is one.
+    #[allow(clippy::too_many_arguments)]
     fn qkv_forward<B: Backend>(
         &self,
         be: &B,
@@ -182,6 +184,7 @@ pub trait AttentionMaps<K: FfCore> {
         a: &Self::Acts<B>,
         shared: &K::Shared<B>,
         p: &Self::Params<B::Tensor>,
+        tap: Tap<'_, B>,
     );
     /// What the residual adds for attention's output `y`: written into `out` and returned, or
     /// `y` itself when there is no output map.
@@ -213,7 +216,12 @@ pub trait AttentionMaps<K: FfCore> {
         x: &B::Tensor,
         a: &Self::Acts<B>,
         p: &Self::Params<B::Tensor>,
+        tap: Tap<'_, B>,
     );
+    /// Its Memory Layer, whose tables are sites; none for dense maps.
+    fn tables(&self) -> Vec<(MemoryLayer, engine::MemoryDims)> {
+        vec![]
+    }
     /// Whether both maps are matrix products, which the variance probes measure.
     fn is_dense(&self) -> bool {
         false
@@ -287,6 +295,7 @@ impl<K: FfCore> AttentionMaps<K> for Projections {
         _a: &(),
         _shared: &K::Shared<B>,
         p: &ProjectionParams<B::Tensor>,
+        _tap: Tap<'_, B>,
     ) {
         let (bt, c, hd) = (self.tokens, self.d_model, self.width);
         be.matmul(qkv, x, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
@@ -328,6 +337,7 @@ impl<K: FfCore> AttentionMaps<K> for Projections {
         x: &B::Tensor,
         _a: &(),
         p: &ProjectionParams<B::Tensor>,
+        _tap: Tap<'_, B>,
     ) {
         let (bt, c, hd) = (self.tokens, self.d_model, self.width);
         be.matmul(&dp.w_qkv, dqkv, x, MatmulDims::new(3 * hd, c, bt).trans_a());
@@ -364,7 +374,7 @@ impl AttentionMaps<MemoryBlock> for HashedQkv {
     }
 
     fn acts<B: Backend>(&self, be: &B) -> engine::Result<Hashed<B>> {
-        Hashed::new(be, self.dims)
+        Hashed::new(be, self.dims, MemoryLayer::Qkv)
     }
 
     fn scratch<B: Backend>(&self, _be: &B) -> engine::Result<()> {
@@ -379,8 +389,9 @@ impl AttentionMaps<MemoryBlock> for HashedQkv {
         a: &Hashed<B>,
         cursor: &B::Index,
         p: &MemoryParams<B::Tensor>,
+        tap: Tap<'_, B>,
     ) {
-        a.forward(be, qkv, x, p, cursor);
+        a.forward(be, qkv, x, p, cursor, tap);
     }
 
     fn output_forward<'a, B: Backend>(
@@ -414,8 +425,13 @@ impl AttentionMaps<MemoryBlock> for HashedQkv {
         x: &B::Tensor,
         a: &Hashed<B>,
         p: &MemoryParams<B::Tensor>,
+        tap: Tap<'_, B>,
     ) {
-        a.backward(be, dx, dp, dqkv, x, p);
+        a.backward(be, dx, dp, dqkv, x, p, tap);
+    }
+
+    fn tables(&self) -> Vec<(MemoryLayer, engine::MemoryDims)> {
+        vec![(MemoryLayer::Qkv, self.dims)]
     }
 
     fn hashed_layers<'a, B: Backend>(&self, a: &'a Hashed<B>, prefix: &str) -> Vec<HashedLayer<'a, B>> {

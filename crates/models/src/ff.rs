@@ -11,6 +11,7 @@
 //! `residual_vector::ResidualVector`) are the same for both.
 
 use crate::buckets::HashedLayer;
+use crate::interventions::{MemoryLayer, Tap};
 use crate::memory::values;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use engine::{Backend, MatmulDims};
@@ -32,7 +33,8 @@ pub trait FfCore {
     fn acts<B: Backend>(&self, be: &B) -> engine::Result<Self::Acts<B>>;
     fn shared<B: Backend>(&self, be: &B) -> engine::Result<Self::Shared<B>>;
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<Self::Scratch<B>>;
-    /// f = core(x).
+    /// f = core(x); `tap` reaches its Memory Layers' tables, if it has any.
+    #[allow(clippy::too_many_arguments)]
     fn forward<B: Backend>(
         &self,
         be: &B,
@@ -41,6 +43,7 @@ pub trait FfCore {
         a: &Self::Acts<B>,
         shared: &Self::Shared<B>,
         p: &Self::Params<B::Tensor>,
+        tap: Tap<'_, B>,
     );
     /// dx (written) and the core's parameter gradients from df. dx may be df's own buffer: df
     /// is read before dx is written.
@@ -55,7 +58,12 @@ pub trait FfCore {
         x: &B::Tensor,
         a: &Self::Acts<B>,
         p: &Self::Params<B::Tensor>,
+        tap: Tap<'_, B>,
     );
+    /// Its Memory Layers, in forward order, whose tables are sites; none for a dense core.
+    fn tables(&self) -> Vec<(MemoryLayer, engine::MemoryDims)> {
+        vec![]
+    }
     /// Whether the core has dense maps of its own (W1, W2) for the variance probes.
     fn has_dense_maps(&self) -> bool {
         false
@@ -165,6 +173,7 @@ impl FfCore for Dense {
         a: &DenseActs<B>,
         _shared: &(),
         p: &DenseParams<B::Tensor>,
+        _tap: Tap<'_, B>,
     ) {
         let (bt, rv, ff) = (self.tokens, self.width, self.d_ff);
         be.matmul(&a.fch, x, &p.w1, MatmulDims::new(bt, ff, rv).trans_b());
@@ -182,6 +191,7 @@ impl FfCore for Dense {
         x: &B::Tensor,
         a: &DenseActs<B>,
         p: &DenseParams<B::Tensor>,
+        _tap: Tap<'_, B>,
     ) {
         let (bt, rv, ff) = (self.tokens, self.width, self.d_ff);
         be.matmul(&dp.w2, df, &a.fch_gelu, MatmulDims::new(rv, ff, bt).trans_a());

@@ -27,7 +27,7 @@ use crate::attention::{
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::{Dense, DenseActs, DenseParams, DenseScratch, FfCore};
-use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut};
+use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut, Tap};
 use crate::loss::{LossHead, Unembedding};
 use crate::observe::{self, Inside, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout, ParamStore};
@@ -962,6 +962,7 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &(),
                 &(),
                 &p.maps,
+                Tap::new(&self.edits, l),
             );
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
             edit(Point::Heads(l), &a.attention.atty);
@@ -979,7 +980,8 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             let x = &a.attn.out;
             self.gates_in(be, &a.ff.gates, x, &p.ff_hc, cfg.site_dims(bt));
             be.norm_forward(&a.ff.ln, &a.ff.ln_stats, &a.ff.gates.u, &p.ln2, cfg.branch_norm(bt));
-            self.core.forward(be, &a.ff.f, &a.ff.ln, &a.core, &(), &p.core);
+            self.core
+                .forward(be, &a.ff.f, &a.ff.ln, &a.core, &(), &p.core, Tap::new(&self.edits, l));
             edit(Point::Write(l, Layer::Ff), &a.ff.f);
             self.site_out(be, &a.ff, x);
             edit(Point::Residual(2 * l + 2), &a.ff.out);
@@ -1047,8 +1049,9 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
             grad(Point::Residual(2 * l + 2), g);
             self.site_out_backward(be, s, g, h, &a.ff, x);
             grad(Point::Write(l, Layer::Ff), &s.df);
+            let tap = Tap::new(&self.edits, l);
             self.core
-                .backward(be, &s.core, &s.dln, &dp.core, &s.df, &a.ff.ln, &a.core, &p.core);
+                .backward(be, &s.core, &s.dln, &dp.core, &s.df, &a.ff.ln, &a.core, &p.core, tap);
             be.fill(&s.du, 0.0);
             be.norm_backward(
                 &s.du,
@@ -1087,6 +1090,7 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 &a.attn.ln,
                 &(),
                 &p.maps,
+                tap,
             );
             be.fill(&s.du, 0.0);
             be.norm_backward(
@@ -1149,6 +1153,7 @@ impl<B: Backend> LanguageModel<B> for HyperConnections<B> {
                 [(&a.attn.f, d), (&a.ff.f, d)],
                 [&a.attn.out, &a.ff.out],
                 (n * d, n),
+                [vec![], vec![]],
             ));
         }
         points

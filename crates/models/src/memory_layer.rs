@@ -9,6 +9,7 @@
 
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;
+use crate::interventions::{MemoryLayer, Point, Tap};
 use crate::memory::values;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::Hashing;
@@ -70,28 +71,50 @@ pub struct Hashed<B: Backend> {
     rows: B::Index,   // (K, BT)
     starts: B::Index, // (K, 2^τ + 1)
     pub dims: MemoryDims,
+    /// Which of its block's Memory Layers it is, for an intervention's tap.
+    layer: MemoryLayer,
 }
 
 impl<B: Backend> Hashed<B> {
-    pub fn new(be: &B, dims: MemoryDims) -> engine::Result<Self> {
+    pub fn new(be: &B, dims: MemoryDims, layer: MemoryLayer) -> engine::Result<Self> {
         Ok(Self {
             codes: be.index("the hash codes (batch × seq_len × K)", values(&[dims.tokens, dims.k]))?,
             p: be.zeros("the hash weights (batch × seq_len × K)", values(&[dims.tokens, dims.k]))?,
             rows: be.index("the bucket rows (K × batch × seq_len)", values(&[dims.k, dims.tokens]))?,
             starts: be.index("the bucket starts (K × 2^tau)", dims.starts_len())?,
             dims,
+            layer,
         })
     }
 
     /// y = ML(x): hash, group rows by bucket (for the backward and the statistics), gather.
-    /// `cursor` is the sort's scratch of at least `dims.sort_scratch()` values.
-    pub fn forward(&self, be: &B, y: &B::Tensor, x: &B::Tensor, m: &MemoryParams<B::Tensor>, cursor: &B::Index) {
+    /// `cursor` is the sort's scratch of at least `dims.sort_scratch()` values. Where `tap`
+    /// asks for the tables' terms, they are written apart, edited, then summed: the same bits
+    /// as the gather on the CPU, within rounding on a GPU.
+    pub fn forward(
+        &self,
+        be: &B,
+        y: &B::Tensor,
+        x: &B::Tensor,
+        m: &MemoryParams<B::Tensor>,
+        cursor: &B::Index,
+        tap: Tap<'_, B>,
+    ) {
         be.memory_hash(&self.codes, &self.p, x, self.dims);
         be.memory_bucket(&self.rows, &self.starts, cursor, &self.codes, self.dims);
-        be.memory_forward(y, &self.codes, &self.p, &m.tables, &m.bias, self.dims);
+        let point = Point::Tables(tap.block, self.layer);
+        match tap.scratch(point) {
+            None => be.memory_forward(y, &self.codes, &self.p, &m.tables, &m.bias, self.dims),
+            Some(parts) => {
+                be.memory_parts(parts, &self.codes, &self.p, &m.tables, self.dims);
+                tap.apply(be, point, parts);
+                be.memory_sum(y, parts, &m.bias, self.dims);
+            }
+        }
     }
 
     /// dx (written) and the tables' and bias's gradients from dy.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         be: &B,
@@ -100,7 +123,10 @@ impl<B: Backend> Hashed<B> {
         dy: &B::Tensor,
         x: &B::Tensor,
         m: &MemoryParams<B::Tensor>,
+        tap: Tap<'_, B>,
     ) {
+        // Every table's term has the output's gradient.
+        tap.grad(be, Point::Tables(tap.block, self.layer), dy);
         let (codes, p, rows, starts) = (&self.codes, &self.p, &self.rows, &self.starts);
         be.memory_backward(
             dx, &dm.tables, &dm.bias, dy, x, codes, p, rows, starts, &m.tables, self.dims,
@@ -219,12 +245,12 @@ impl FfCore for MemoryBlock {
     fn acts<B: Backend>(&self, be: &B) -> engine::Result<MemoryBlockActs<B>> {
         let n = values(&[self.ml1.tokens, self.norm.c]);
         Ok(MemoryBlockActs {
-            h1: Hashed::new(be, self.ml1)?,
+            h1: Hashed::new(be, self.ml1, MemoryLayer::Ml1)?,
             hid: be.zeros("the ml1 output (batch × seq_len × d_hidden)", n)?,
             ln3: be.zeros("ln3 (batch × seq_len × d_hidden)", n)?,
             ln3_stats: be.zeros("the norm statistics (batch × seq_len)", values(&[self.ml1.tokens, 2]))?,
             gelu: self.gelu(be, "the GELU of ln3 (batch × seq_len × d_hidden)", n)?,
-            h2: Hashed::new(be, self.ml2)?,
+            h2: Hashed::new(be, self.ml2, MemoryLayer::Ml2)?,
         })
     }
 
@@ -250,8 +276,9 @@ impl FfCore for MemoryBlock {
         a: &MemoryBlockActs<B>,
         cursor: &B::Index,
         p: &MemoryBlockParams<B::Tensor>,
+        tap: Tap<'_, B>,
     ) {
-        a.h1.forward(be, &a.hid, x, &p.ml1, cursor);
+        a.h1.forward(be, &a.hid, x, &p.ml1, cursor, tap);
         be.norm_forward(&a.ln3, &a.ln3_stats, &a.hid, &p.ln3, self.norm);
         let ml2_in = match &a.gelu {
             Some(g) => {
@@ -260,7 +287,7 @@ impl FfCore for MemoryBlock {
             }
             None => &a.ln3,
         };
-        a.h2.forward(be, out, ml2_in, &p.ml2, cursor);
+        a.h2.forward(be, out, ml2_in, &p.ml2, cursor, tap);
     }
 
     fn backward<B: Backend>(
@@ -273,17 +300,22 @@ impl FfCore for MemoryBlock {
         x: &B::Tensor,
         a: &MemoryBlockActs<B>,
         p: &MemoryBlockParams<B::Tensor>,
+        tap: Tap<'_, B>,
     ) {
         match (&a.gelu, &s.dgelu) {
             (Some(g), Some(dg)) => {
-                a.h2.backward(be, dg, &dp.ml2, dout, g, &p.ml2);
+                a.h2.backward(be, dg, &dp.ml2, dout, g, &p.ml2, tap);
                 be.gelu_backward(&s.dln3, dg, &a.ln3);
             }
-            _ => a.h2.backward(be, &s.dln3, &dp.ml2, dout, &a.ln3, &p.ml2),
+            _ => a.h2.backward(be, &s.dln3, &dp.ml2, dout, &a.ln3, &p.ml2, tap),
         }
         be.fill(&s.dhid, 0.0);
         be.norm_backward(&s.dhid, &dp.ln3, &s.dln3, &a.hid, &p.ln3, &a.ln3_stats, self.norm);
-        a.h1.backward(be, dx, &dp.ml1, &s.dhid, x, &p.ml1);
+        a.h1.backward(be, dx, &dp.ml1, &s.dhid, x, &p.ml1, tap);
+    }
+
+    fn tables(&self) -> Vec<(MemoryLayer, MemoryDims)> {
+        vec![(MemoryLayer::Ml1, self.ml1), (MemoryLayer::Ml2, self.ml2)]
     }
 
     /// ML1's and ML2's bucket use, named `{prefix}.ml1` and `{prefix}.ml2`.

@@ -24,7 +24,7 @@ use crate::batch::BatchTensors;
 use crate::config::{Position, Trunk};
 use crate::embedding::{MatrixEmbedding, MatrixEmbeddingActs, MatrixEmbeddingParams};
 use crate::ff::FfCore;
-use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut};
+use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut, Tap};
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
 use crate::observe::{self, Inside, Observe, Shape};
@@ -541,7 +541,8 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 gain: &q.ln2,
             };
             self.retrieve_from_norm(be, probing, site(Layer::Ff, Op::Retrieval), &a.xff, &q.r_ff, n2);
-            self.core.forward(be, &a.f, &a.xff, &a.core, &self.shared, &q.core);
+            let tap = Tap::new(&self.edits, l);
+            self.core.forward(be, &a.f, &a.xff, &a.core, &self.shared, &q.core, tap);
             if let (Some((probes, _)), Some(maps)) = (probing, self.core.dense_maps(&a.xff, &a.f, &a.core)) {
                 for (op, (input, output)) in [Op::W1, Op::W2].into_iter().zip(maps) {
                     let at = probes::core_site_index(self.trunk.n_layers, l, op);
@@ -592,8 +593,9 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
             if let Some(probes) = dense {
                 probes.record(be, core_site(Op::W2), Quantity::GradOut, &s.dvec);
             }
+            let tap = Tap::new(&self.edits, l);
             self.core
-                .backward(be, &s.core, &s.dvec, &dq.core, &s.dvec, &a.xff, &a.core, &q.core);
+                .backward(be, &s.core, &s.dvec, &dq.core, &s.dvec, &a.xff, &a.core, &q.core, tap);
             if let (Some(probes), Some([d_w1_out, d_w2_in])) = (dense, self.core.dense_grads(&s.core)) {
                 probes.record(be, core_site(Op::W2), Quantity::GradIn, d_w2_in);
                 probes.record(be, core_site(Op::W1), Quantity::GradOut, d_w1_out);
@@ -659,6 +661,7 @@ impl<B: Backend, C: ResidualMatrixConfig> LanguageModel<B> for ResidualMatrix<B,
                 [(atty, r * dv), (&a.f, r * dv)],
                 [&a.res_att, &a.res_ff],
                 (dk * dv, dk),
+                [vec![], self.core.tables()],
             ));
         }
         points

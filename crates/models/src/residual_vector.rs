@@ -14,7 +14,7 @@ use crate::attention::{Attention, AttentionActs, AttentionMaps, AttentionNames, 
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::ff::FfCore;
-use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut};
+use crate::interventions::{edits, sites, EditPoint, Edits, Group, Point, ReadOut, Tap};
 use crate::loss::{LossHead, Unembedding};
 use crate::memory::values;
 use crate::observe::{self, Inside, Observe, Shape};
@@ -377,7 +377,9 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             // X ← X + out(attention(in(Norm(X))))
             be.norm_forward(&a.ln1, &a.ln1_stats, x, &p.ln1, self.norm());
             let qkv = &a.attention.qkv;
-            self.maps.qkv_forward(be, qkv, &a.ln1, &a.maps, &self.shared, &p.maps);
+            let tap = Tap::new(&self.edits, l);
+            self.maps
+                .qkv_forward(be, qkv, &a.ln1, &a.maps, &self.shared, &p.maps, tap);
             probe(
                 be,
                 probes,
@@ -398,7 +400,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             edit(Point::Residual(2 * l + 1), &a.res_att);
             // X ← X + core(Norm(X)); W1 and W2 of a dense core are its retrieval and storage.
             be.norm_forward(&a.ln2, &a.ln2_stats, &a.res_att, &p.ln2, self.norm());
-            self.core.forward(be, out, &a.ln2, &a.core, &self.shared, &p.core);
+            self.core.forward(be, out, &a.ln2, &a.core, &self.shared, &p.core, tap);
             if let Some([(w1_in, w1_out), (w2_in, w2_out)]) = self.core.dense_maps(&a.ln2, out, &a.core) {
                 probe(
                     be,
@@ -449,8 +451,18 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
             grad(Point::Residual(2 * l + 2), &s.dresidual);
             grad(Point::Write(l, Layer::Ff), &s.dresidual);
             // Core: dresidual flows through the add unchanged into its output.
-            self.core
-                .backward(be, &s.core, &s.dln, &dp.core, &s.dresidual, &a.ln2, &a.core, &p.core);
+            let tap = Tap::new(&self.edits, l);
+            self.core.backward(
+                be,
+                &s.core,
+                &s.dln,
+                &dp.core,
+                &s.dresidual,
+                &a.ln2,
+                &a.core,
+                &p.core,
+                tap,
+            );
             if let Some([d_w1_out, d_w2_in]) = self.core.dense_grads(&s.core) {
                 probe(
                     be,
@@ -492,7 +504,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                 .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
             let dqkv = &s.attention.dqkv;
             self.maps
-                .qkv_backward(be, &s.dln, &dp.maps, dqkv, &a.ln1, &a.maps, &p.maps);
+                .qkv_backward(be, &s.dln, &dp.maps, dqkv, &a.ln1, &a.maps, &p.maps, tap);
             probe(
                 be,
                 probes,
@@ -528,6 +540,7 @@ impl<B: Backend, C: ResidualVectorConfig> LanguageModel<B> for ResidualVector<B,
                 [(self.output(l), d), (self.output(l), d)],
                 [&a.res_att, &a.res_ff],
                 (d, 1),
+                [self.maps.tables(), self.core.tables()],
             ));
         }
         points

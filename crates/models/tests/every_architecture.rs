@@ -549,8 +549,9 @@ fn every_read_out() -> Vec<(String, ModelConfig)> {
 /// Interventions keep their identities on every architecture: an edit that selects nothing
 /// changes nothing, bit for bit; patching the embedding and every layer's write from a clean
 /// sequence into another makes that sequence's logits the clean one's; direct logit attribution
-/// adds up to the logit over the writes, over the key slots or streams, and over a block's
-/// heads to that block's attention; and zeroing a write moves the loss.
+/// adds up to the logit over the writes, over the key slots or streams, over a block's heads to
+/// that block's attention, and over its ML2's tables and bias to its FF's; zeroing a write or
+/// a table moves the loss; and patching every table of a Memory Layer is patching its output.
 #[test]
 fn interventions_keep_their_identities() {
     use resmem_models::interventions::{self, drive, Edit, Point, Points, Site};
@@ -613,11 +614,44 @@ fn interventions_keep_their_identities() {
         .unwrap();
         assert_ne!(run(model, &zeroed).loss, clean.loss, "{}", arch);
 
+        // A Memory Layer's tables: patching every one of block 0's ML2 tables is patching its
+        // output, the FF's write; zeroing one moves the loss.
+        let ml2: Vec<_> = (points.sites().into_iter())
+            .filter(|s| s.to_string().starts_with("block0.ml2.table"))
+            .collect();
+        let has_tables = points.sites().iter().any(|s| matches!(s, Site::Table { .. }));
+        assert_eq!(
+            has_tables,
+            arch.contains("memoryformer") || arch.contains("hybrid"),
+            "{arch}: tables"
+        );
+        if !ml2.is_empty() {
+            let every = (0..t).collect::<Vec<_>>();
+            let tables: Vec<_> = ml2.iter().flat_map(|&s| points.targets(s).unwrap()).collect();
+            let ff = points
+                .targets(Site::Write(0, resmem_models::probes::Layer::Ff))
+                .unwrap();
+            let by_tables = run(model, &drive::patch(&values, &tables, (0, 1), &every, t).unwrap());
+            let by_write = run(model, &drive::patch(&values, &ff, (0, 1), &every, t).unwrap());
+            assert!(
+                (by_tables.logits.concat().iter().zip(&by_write.logits.concat())).all(|(&a, &b)| close(a, b)),
+                "{arch}: patching every ML2 table is not patching ML2's output"
+            );
+            let one = drive::ablation(
+                &values,
+                &points.targets(ml2[0]).unwrap(),
+                drive::Ablation::Zero,
+                &every,
+                (2, t),
+            );
+            assert_ne!(run(model, &one.unwrap()).loss, clean.loss, "{arch}: zeroing {}", ml2[0]);
+        }
+
         // Direct logit attribution, on the clean forward.
-        run(model, &BTreeMap::new());
         let row = &clean.logits[0];
         let target = (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap() as u32;
-        let dla = pollster::block_on(interventions::attribute(&be, &**model, (0, t, 7), target, None)).unwrap();
+        let dla = interventions::attribute(&be, model, (&batch, None), (0, t, 7), target, None);
+        let dla = pollster::block_on(dla).unwrap();
         // mHC's gated head reads the streams with gates made from them: not linear.
         let Some(dla) = dla else {
             assert_eq!(arch, "hc", "{arch}: no attribution");
@@ -643,6 +677,22 @@ fn interventions_keep_their_identities() {
                 sum(&dla.groups),
                 dla.logit
             );
+        }
+        // A block's ML2 tables and bias add up to its FF's write.
+        assert_eq!(!dla.tables.is_empty(), !ml2.is_empty(), "{arch}: table shares");
+        for (l, ff) in dla.writes.iter().filter(|w| w.site.ends_with(".ff")).enumerate() {
+            let tables: Vec<_> = (dla.tables.iter())
+                .filter(|s| s.site.starts_with(&format!("block{l}.ml2.")))
+                .cloned()
+                .collect();
+            if !tables.is_empty() {
+                assert!(
+                    near(sum(&tables), ff.logit),
+                    "{arch}: block {l}'s ML2 tables {} of {}",
+                    sum(&tables),
+                    ff.logit
+                );
+            }
         }
         for (l, attn) in dla.writes.iter().filter(|w| w.site.ends_with(".attn")).enumerate() {
             let heads: Vec<_> = (dla.heads.iter())
@@ -692,8 +742,9 @@ fn attribution_patching_reads_each_points_true_gradient() {
         // Small enough that no hashed layer takes another bucket for it.
         let eps = 1e-3;
         let mut moved = 0;
-        for (k, (point, (g, width))) in grads.iter().enumerate() {
-            let (v, _) = &values[point];
+        for (k, (point, (g, g_width))) in grads.iter().enumerate() {
+            // A Memory Layer's tables share the layer output's gradient, one group wide.
+            let (v, width) = &values[point];
             // The value of token t − 3 of the row's sequence (a key the row attends to), and the
             // row itself, at a column that differs from point to point.
             for r in [t + t - 3, row] {
@@ -708,7 +759,7 @@ fn attribution_patching_reads_each_points_true_gradient() {
                         .difference(0, target, None)
                 };
                 let fd = (logit(eps) - logit(-eps)) / (2.0 * eps);
-                let g = f64::from(g[r * width + c]);
+                let g = f64::from(g[r * g_width + c % g_width]);
                 assert!(
                     (fd - g).abs() <= 1e-3 + 1e-2 * g.abs(),
                     "{arch} {point:?} row {r} column {c}: the gradient {g}, a central difference {fd}"

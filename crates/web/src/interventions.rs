@@ -5,7 +5,7 @@
 use crate::help::ViewTitle;
 use crate::residual::{diverging, glyph, Residuals};
 use leptos::prelude::*;
-use models::interventions::{Ablation, Agreement, Attribution, Patched, Share};
+use models::interventions::{Ablation, Agreement, Attribution, Patched, Share, Site};
 use serde::{Deserialize, Serialize};
 
 /// Two prompts typed in the page to patch between, and the sites to patch (none: the
@@ -73,7 +73,8 @@ pub struct Ablated {
 }
 
 /// One row of attribution bars: a site, its share of the logit as a bar (red up, blue down),
-/// and a click that adds it to the ablation or takes it out.
+/// and a click that adds it to the ablation or takes it out (a share that is no site, ML2's
+/// bias, has none).
 fn share_rows(shares: Vec<Share>, most: f64, ablate: RwSignal<Vec<String>>) -> impl IntoView {
     shares
         .into_iter()
@@ -85,7 +86,11 @@ fn share_rows(shares: Vec<Share>, most: f64, ablate: RwSignal<Vec<String>>) -> i
                 let site = site.clone();
                 move || ablate.with(|a| a.contains(&site))
             };
+            let is_site = site.parse::<Site>().is_ok();
             let toggle = move |_| {
+                if !is_site {
+                    return;
+                }
                 ablate.update(|a| match a.iter().position(|x| *x == site) {
                     Some(i) => {
                         a.remove(i);
@@ -95,7 +100,7 @@ fn share_rows(shares: Vec<Share>, most: f64, ablate: RwSignal<Vec<String>>) -> i
             };
             view! {
                 <tr class="dla-row" class:chosen=chosen data-site=s.site.clone() on:click=toggle
-                    title="Click to ablate this site (or to stop ablating it)">
+                    title=if is_site { "Click to ablate this site (or to stop ablating it)" } else { "A bias: not a site" }>
                     <td>{s.site.clone()}</td>
                     <td class="num">{format!("{:+.4}", s.logit)}</td>
                     <td><span class="bar" style=format!("display:inline-block;height:10px;width:{width}px;background:{colour}")></span></td>
@@ -121,7 +126,7 @@ pub(crate) fn InterventionsView(
         let Some(a) = i.attribution else {
             return vec![];
         };
-        let most = [&a.writes, &a.heads, &a.groups]
+        let most = [&a.writes, &a.heads, &a.groups, &a.tables]
             .iter()
             .flat_map(|f| f.iter().map(|s| s.logit.abs()))
             .fold(1e-12, f64::max);
@@ -129,6 +134,10 @@ pub(crate) fn InterventionsView(
             ("what each layer writes", a.writes),
             ("each head", a.heads),
             ("each key slot or stream", a.groups),
+            (
+                "each table of ML2, and its bias (a block's add up to its FF write)",
+                a.tables,
+            ),
         ]
         .into_iter()
         .filter(|(_, shares)| !shares.is_empty())

@@ -235,7 +235,7 @@ impl<B: Backend + 'static> Session<B> {
         let none = std::collections::BTreeMap::new();
         let clean = drive::forward(be, model, on, &none, &row).await.map_err(err)?;
         let target = top(&clean.logits[0]);
-        let attribution = interventions::attribute(be, &**model, (seq, t, token), target, None)
+        let attribution = interventions::attribute(be, model, on, (seq, t, token), target, None)
             .await
             .map_err(err)?;
         let ablation = match look.ablate.is_empty() {

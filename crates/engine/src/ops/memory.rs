@@ -13,6 +13,7 @@
 
 use crate::gpu::{AsArg, GpuBackend, GpuIndex, GpuTensor};
 use crate::shaders::{SUM_COLS, WG};
+use crate::VIEW_ALIGN;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryDims {
@@ -37,6 +38,10 @@ impl MemoryDims {
     }
     pub fn table_values(&self) -> usize {
         self.k * self.buckets() * self.d_out
+    }
+    /// Values of `memory_parts`' output: a row of d_out per token and table.
+    pub fn parts_len(&self) -> usize {
+        self.tokens * self.k * self.d_out
     }
     /// Values of `starts`: per table, 2^τ + 1 bucket boundaries.
     pub fn starts_len(&self) -> usize {
@@ -152,6 +157,31 @@ mod cpu_twin {
         });
     }
 
+    /// parts (tokens, K, d_out): each table's term of `cpu_forward`'s sum, the same product.
+    pub fn cpu_parts<T: Scalar>(parts: &mut [T], codes: &[u32], p: &[T], tables: &[T], d: MemoryDims) {
+        assert_eq!(parts.len(), d.parts_len(), "memory parts: parts");
+        assert_eq!(tables.len(), d.table_values(), "memory parts: tables");
+        let nb = d.buckets();
+        parts.par_chunks_mut(d.d_out).enumerate().for_each(|(i, part)| {
+            let (t, k) = (i / d.k, i % d.k);
+            let row = (k * nb + codes[t * d.k + k] as usize) * d.d_out;
+            for (o, v) in part.iter_mut().enumerate() {
+                *v = p[t * d.k + k] * tables[row + o];
+            }
+        });
+    }
+
+    /// y = bias + Σ_k parts[k], summed as `cpu_forward` sums its terms.
+    pub fn cpu_sum<T: Scalar>(y: &mut [T], parts: &[T], bias: &[T], d: MemoryDims) {
+        assert_eq!(y.len(), d.tokens * d.d_out, "memory sum: y");
+        assert_eq!(parts.len(), d.parts_len(), "memory sum: parts");
+        y.par_chunks_mut(d.d_out).enumerate().for_each(|(t, y)| {
+            for (o, y) in y.iter_mut().enumerate() {
+                *y = bias[o] + (0..d.k).map(|k| parts[(t * d.k + k) * d.d_out + o]).sum::<T>();
+            }
+        });
+    }
+
     /// dtables from the buckets, in row order; dx of the hashed values (0 past K·τ); dbias.
     #[allow(clippy::too_many_arguments)]
     pub fn cpu_backward<T: Scalar>(
@@ -255,6 +285,7 @@ fn params(d: &MemoryDims) -> [u32; 9] {
 /// launches.
 pub mod gpu {
     use super::*;
+    use crate::Backend;
 
     pub fn memory_hash(gpu: &GpuBackend, codes: &GpuIndex, p: &GpuTensor, x: &GpuTensor, d: MemoryDims) {
         d.check(x.len, codes.len, p.len);
@@ -307,6 +338,74 @@ pub mod gpu {
             &args,
             gpu.grid_1d(d.tokens * d.d_out, WG),
         );
+    }
+
+    /// Token windows whose parts fit one binding, each starting at a multiple of 64 tokens so
+    /// that every view is aligned: (first token, tokens), or None where 64 tokens do not fit.
+    fn windows(gpu: &GpuBackend, d: &MemoryDims) -> Option<Vec<(usize, usize)>> {
+        let per = gpu.max_binding_values() / (d.k * d.d_out).max(1) / VIEW_ALIGN * VIEW_ALIGN;
+        (per > 0).then(|| {
+            (0..d.tokens)
+                .step_by(per)
+                .map(|start| (start, (start + per).min(d.tokens) - start))
+                .collect()
+        })
+    }
+
+    fn too_wide(gpu: &GpuBackend, op: &str, d: &MemoryDims) {
+        gpu.refuse(format!(
+            "`{op}`: 64 tokens of {} tables × {} values are more than this device binds at once; \
+             intervene on a smaller model or on the CPU",
+            d.k, d.d_out
+        ))
+    }
+
+    pub fn memory_parts(
+        gpu: &GpuBackend,
+        parts: &GpuTensor,
+        codes: &GpuIndex,
+        p: &GpuTensor,
+        tables: &GpuTensor,
+        d: MemoryDims,
+    ) {
+        assert_eq!(parts.len, d.parts_len(), "memory parts: parts");
+        assert_eq!(tables.len, d.table_values(), "memory parts: tables");
+        let Some(windows) = windows(gpu, &d) else {
+            return too_wide(gpu, "memory_parts", &d);
+        };
+        for (start, n) in windows {
+            let w = MemoryDims { tokens: n, ..d };
+            let (out, c, pw) = (
+                gpu.view(parts, start * d.k * d.d_out, w.parts_len()),
+                codes.window(start * d.k, n * d.k),
+                gpu.view(p, start * d.k, n * d.k),
+            );
+            let args = [out.arg(), c.arg(), pw.arg(), tables.arg()];
+            gpu.dispatch(
+                "memory",
+                "memory_parts",
+                &params(&w),
+                &args,
+                gpu.grid_1d(w.parts_len(), WG),
+            );
+        }
+    }
+
+    pub fn memory_sum(gpu: &GpuBackend, y: &GpuTensor, parts: &GpuTensor, bias: &GpuTensor, d: MemoryDims) {
+        assert_eq!(y.len, d.tokens * d.d_out, "memory sum: y");
+        assert_eq!(parts.len, d.parts_len(), "memory sum: parts");
+        let Some(windows) = windows(gpu, &d) else {
+            return too_wide(gpu, "memory_sum", &d);
+        };
+        for (start, n) in windows {
+            let w = MemoryDims { tokens: n, ..d };
+            let (out, pv) = (
+                gpu.view(y, start * d.d_out, n * d.d_out),
+                gpu.view(parts, start * d.k * d.d_out, w.parts_len()),
+            );
+            let args = [out.arg(), pv.arg(), bias.arg()];
+            gpu.dispatch("memory", "memory_sum", &params(&w), &args, gpu.grid_1d(n * d.d_out, WG));
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -386,6 +485,25 @@ pub mod cpu {
     ) {
         cpu_forward(&mut y.get_mut(), &codes.get(), &p.get(), &tables.get(), &bias.get(), d)
     }
+    pub fn memory_parts<T: Scalar>(
+        _: &CpuBackend<T>,
+        parts: &CpuTensor<T>,
+        codes: &CpuIndex,
+        p: &CpuTensor<T>,
+        tables: &CpuTensor<T>,
+        d: MemoryDims,
+    ) {
+        cpu_parts(&mut parts.get_mut(), &codes.get(), &p.get(), &tables.get(), d)
+    }
+    pub fn memory_sum<T: Scalar>(
+        _: &CpuBackend<T>,
+        y: &CpuTensor<T>,
+        parts: &CpuTensor<T>,
+        bias: &CpuTensor<T>,
+        d: MemoryDims,
+    ) {
+        cpu_sum(&mut y.get_mut(), &parts.get(), &bias.get(), d)
+    }
     #[allow(clippy::too_many_arguments)]
     pub fn memory_backward<T: Scalar>(
         _: &CpuBackend<T>,
@@ -434,6 +552,15 @@ pub mod cost {
         // Codes and p read, one table row gathered per (row, table), y written, the bias.
         let bytes = W * (rows * (2.0 * k + k * out + out) + out);
         Family::Memory.cost(flops, bytes)
+    }
+    pub fn memory_parts(d: MemoryDims) -> Cost {
+        let (rows, k, out) = (f(d.tokens), f(d.k), f(d.d_out));
+        // Codes and p read, one table row gathered and one part written per (row, table).
+        Family::Memory.cost(rows * k * out, W * rows * k * (2.0 + 2.0 * out))
+    }
+    pub fn memory_sum(d: MemoryDims) -> Cost {
+        let (rows, k, out) = (f(d.tokens), f(d.k), f(d.d_out));
+        Family::Memory.cost(rows * k * out, W * (rows * (k * out + out) + out))
     }
     pub fn memory_backward(d: MemoryDims) -> Cost {
         let (n, k, out) = (f(d.tokens), f(d.k), f(d.d_out));

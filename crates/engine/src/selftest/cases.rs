@@ -268,7 +268,8 @@ pub async fn residual_matrix<B: Backend>(
 }
 
 /// What a Memory Layer's hash and bucket sort wrote (the codes; the bucket starts then rows),
-/// and its values: p, y, dx, the table and bias gradients.
+/// and its values: p, y, dx, the table and bias gradients, each table's part of y and y summed
+/// from its parts.
 pub type MemoryOutputs = (Vec<u32>, Vec<u32>, Vec<Vec<f32>>);
 
 /// Hash, bucket, forward and backward of one Memory Layer.
@@ -294,7 +295,11 @@ pub async fn memory<B: Backend>(
     be.memory_bucket(&rows, &starts, &cursor, &codes, d);
     be.memory_forward(&y, &codes, &p, &tables, &bias, d);
     be.memory_backward(&dx, &dt, &db, &dy, &x, &codes, &p, &rows, &starts, &tables, d);
-    let values = read(be, &[&p, &y, &dx, &dt, &db]).await?;
+    let parts = be.zeros("parts", d.parts_len())?;
+    let summed = be.zeros("y from its parts", d.tokens * d.d_out)?;
+    be.memory_parts(&parts, &codes, &p, &tables, d);
+    be.memory_sum(&summed, &parts, &bias, d);
+    let values = read(be, &[&p, &y, &dx, &dt, &db, &parts, &summed]).await?;
     let codes = be.read_index(&codes).await?;
     let mut bucketed = be.read_index(&starts).await?;
     bucketed.extend(be.read_index(&rows).await?);

@@ -63,10 +63,33 @@ pub async fn read_points<B: Backend, M: LanguageModel<B>>(
     copied(be, model, on, Edits::capture(be, &points)?, &points, false).await
 }
 
+/// The values of the points `which` picks in the forward of `batch`, unedited: (values, width),
+/// in the points' order.
+pub async fn read_some<B: Backend, M: LanguageModel<B>>(
+    be: &B,
+    model: &mut M,
+    on: (&Batch, Option<u32>),
+    which: impl Fn(Point) -> bool,
+) -> Result<BTreeMap<Point, (Vec<f32>, usize)>> {
+    let points: Vec<_> = shapes(model).into_iter().filter(|(p, ..)| which(*p)).collect();
+    copied(be, model, on, Edits::capture(be, &points)?, &points, false).await
+}
+
 /// Each point of `model`: (point, rows, width).
 fn shapes<B: Backend, M: LanguageModel<B>>(model: &M) -> Vec<(Point, usize, usize)> {
     let (b, t) = model.batch_shape();
     model.edit_points().iter().map(|p| (p.point, b * t, p.width)).collect()
+}
+
+/// Each point's gradient: (point, rows, width), where a Memory Layer's tables have one group's
+/// width, the layer output's gradient, which each table's term shares.
+fn gradient_shapes<B: Backend, M: LanguageModel<B>>(model: &M) -> Vec<(Point, usize, usize)> {
+    let (b, t) = model.batch_shape();
+    let width = |p: &super::EditPoint<'_, B>| match p.point {
+        Point::Tables(..) => p.width / p.groups,
+        Point::Embedding | Point::Heads(_) | Point::Write(..) | Point::Residual(_) => p.width,
+    };
+    model.edit_points().iter().map(|p| (p.point, b * t, width(p))).collect()
 }
 
 /// The forward of `batch` with `edits` held (and its backward, with `backward`), then what they
@@ -124,7 +147,7 @@ pub async fn gradients<B: Backend, M: LanguageModel<B>>(
     if let Some(versus) = versus {
         seed[row * v + versus as usize] -= 1.0;
     }
-    let points = shapes(model);
+    let points = gradient_shapes(model);
     let edits = Edits::gradients(be, &points, &seed)?;
     copied(be, model, on, edits, &points, true).await
 }
@@ -132,7 +155,8 @@ pub async fn gradients<B: Backend, M: LanguageModel<B>>(
 /// Attribution patching: the first-order estimate of what patching `targets` at `positions` of
 /// sequence `to` from sequence `from` changes the logit difference by, Σ (clean − corrupted) ·
 /// gradient over the patched values, from one forward (`values`) and one backward (`grads`,
-/// taken at the corrupted sequence's row).
+/// taken at the corrupted sequence's row). A gradient narrower than its point's values (a Memory
+/// Layer's, which every table shares) is read at the column within its group.
 pub fn estimate(
     values: &BTreeMap<Point, (Vec<f32>, usize)>,
     grads: &BTreeMap<Point, (Vec<f32>, usize)>,
@@ -144,14 +168,15 @@ pub fn estimate(
     let mut sum = 0.0;
     for (point, cols) in targets {
         let missing = || ModelError::Config(format!("the forward has no point {point:?}"));
-        let ((x, width), (g, _)) = (
+        let ((x, width), (g, g_width)) = (
             values.get(point).ok_or_else(missing)?,
             grads.get(point).ok_or_else(missing)?,
         );
         for &p in positions {
             for c in cols.clone() {
                 let (clean, corrupted) = ((from * t + p) * width + c, (to * t + p) * width + c);
-                sum += f64::from(x[clean] - x[corrupted]) * f64::from(g[corrupted]);
+                let dx = g[(to * t + p) * g_width + c % g_width];
+                sum += f64::from(x[clean] - x[corrupted]) * f64::from(dx);
             }
         }
     }

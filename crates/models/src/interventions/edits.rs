@@ -40,6 +40,8 @@ impl Edit {
 /// (`captured`), for points whose buffers a later layer reuses.
 pub struct Edits<B: Backend> {
     at: BTreeMap<Point, [B::Tensor; 3]>,
+    /// Buffers for the points a forward computes only when asked (a Memory Layer's tables).
+    scratch: BTreeMap<Point, B::Tensor>,
     /// Each point's copy, and the all-ones masks that copy it whole.
     captures: BTreeMap<Point, [B::Tensor; 3]>,
     /// Each point's gradient in the backward, copied the same way.
@@ -51,8 +53,11 @@ pub struct Edits<B: Backend> {
 impl<B: Backend> Edits<B> {
     /// Copies `edits` onto the device.
     pub fn new(be: &B, edits: &BTreeMap<Point, Edit>) -> Result<Self> {
-        let mut at = BTreeMap::new();
+        let (mut at, mut scratch) = (BTreeMap::new(), BTreeMap::new());
         for (&point, e) in edits {
+            if asked_only(point) {
+                scratch.insert(point, be.zeros("a Memory Layer's table terms", e.value.len())?);
+            }
             at.insert(
                 point,
                 [
@@ -64,6 +69,7 @@ impl<B: Backend> Edits<B> {
         }
         Ok(Self {
             at,
+            scratch,
             captures: BTreeMap::new(),
             grads: BTreeMap::new(),
             seed: None,
@@ -72,8 +78,13 @@ impl<B: Backend> Edits<B> {
 
     /// No edit, and a copy of each of `points` (point, rows, width) after the forward.
     pub fn capture(be: &B, points: &[(Point, usize, usize)]) -> Result<Self> {
+        let mut scratch = BTreeMap::new();
+        for &(point, rows, width) in points.iter().filter(|(p, ..)| asked_only(*p)) {
+            scratch.insert(point, be.zeros("a Memory Layer's table terms", rows * width)?);
+        }
         Ok(Self {
             at: BTreeMap::new(),
+            scratch,
             captures: copies(be, points)?,
             grads: BTreeMap::new(),
             seed: None,
@@ -81,10 +92,12 @@ impl<B: Backend> Edits<B> {
     }
 
     /// No edit; a backward that starts from the logit gradient `seed` (rows × vocab) in place
-    /// of the loss's, and a copy of each of `points`' gradients.
+    /// of the loss's, and a copy of each of `points`' gradients (point, rows, the gradient's
+    /// width: a Memory Layer's tables share the layer output's).
     pub fn gradients(be: &B, points: &[(Point, usize, usize)], seed: &[f32]) -> Result<Self> {
         Ok(Self {
             at: BTreeMap::new(),
+            scratch: BTreeMap::new(),
             captures: BTreeMap::new(),
             grads: copies(be, points)?,
             seed: Some(filled(be, "logit gradient", seed)?),
@@ -122,6 +135,61 @@ impl<B: Backend> Edits<B> {
     /// The copy of `point`'s values, if one was asked for.
     pub fn captured(&self, point: Point) -> Option<&B::Tensor> {
         self.captures.get(&point).map(|[copy, ..]| copy)
+    }
+}
+
+/// Whether the forward computes `point` only when an edit or a copy asks for it.
+fn asked_only(point: Point) -> bool {
+    match point {
+        Point::Tables(..) => true,
+        Point::Embedding | Point::Heads(_) | Point::Write(..) | Point::Residual(_) => false,
+    }
+}
+
+/// What a unit (a Memory Layer) reaches inside its forward and backward with: the edits its
+/// model holds, and the block it is in. In training there are no edits, and nothing changes.
+pub struct Tap<'a, B: Backend> {
+    edits: Option<&'a Edits<B>>,
+    pub block: usize,
+}
+
+impl<B: Backend> Clone for Tap<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Tap<'_, B> {}
+
+impl<'a, B: Backend> Tap<'a, B> {
+    pub fn new(edits: &'a Option<Edits<B>>, block: usize) -> Self {
+        Self {
+            edits: edits.as_ref(),
+            block,
+        }
+    }
+
+    /// A tap that reaches nothing.
+    pub fn none() -> Self {
+        Self { edits: None, block: 0 }
+    }
+
+    /// The buffer a forward writes `point`'s values into when an edit or a copy asks for them;
+    /// None (compute it the usual way) otherwise.
+    pub fn scratch(&self, point: Point) -> Option<&'a B::Tensor> {
+        self.edits.and_then(|e| e.scratch.get(&point))
+    }
+
+    pub fn apply(&self, be: &B, point: Point, tensor: &B::Tensor) {
+        if let Some(e) = self.edits {
+            e.apply(be, point, tensor);
+        }
+    }
+
+    pub fn grad(&self, be: &B, point: Point, dtensor: &B::Tensor) {
+        if let Some(e) = self.edits {
+            e.apply_grad(be, point, dtensor);
+        }
     }
 }
 

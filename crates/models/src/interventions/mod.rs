@@ -10,9 +10,9 @@ pub mod sites;
 
 pub use dla::ReadOut;
 pub use drive::{Ablation, Outcome};
-pub use edits::{Edit, Edits};
+pub use edits::{Edit, Edits, Tap};
 pub use patching::{Agreement, Pair, Patched, Patcher};
-pub use sites::{EditPoint, Group, Point, Points, Site};
+pub use sites::{EditPoint, Group, MemoryLayer, Point, Points, Site};
 
 use crate::{LanguageModel, Result};
 use dla::{Frozen, Weights};
@@ -40,14 +40,19 @@ pub struct Attribution {
     pub heads: Vec<Share>,
     /// Each key slot (an RMT's row) or stream of the last residual: they add up to the logit.
     pub groups: Vec<Share>,
+    /// Each table of a block's ML2 (`block0.ml2.table3`) and its bias (`block0.ml2.bias`), where
+    /// ML2's output is the FF's write: a block's add up to its FF's share.
+    #[serde(default)]
+    pub tables: Vec<Share>,
 }
 
 /// Attributes logit `target` (minus `versus`'s) of token `token` of sequence `seq` (windows of
-/// `t`) after the model's last forward. None where the read-out is not linear once its norm is
-/// frozen (hyper-connections' gated head).
-pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
+/// `t`) in the forward of `batch`, which it runs. None where the read-out is not linear once its
+/// norm is frozen (hyper-connections' gated head).
+pub async fn attribute<B: Backend, M: LanguageModel<B>>(
     be: &B,
-    model: &M,
+    model: &mut M,
+    on: (&data::Batch, Option<u32>),
     (seq, t, token): (usize, usize, usize),
     target: u32,
     versus: Option<u32>,
@@ -56,6 +61,16 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
         return Ok(None);
     };
     let row = seq * t + token;
+    // The forward, with a copy of each ML2's table terms (the forward computes them apart only
+    // when asked); everything below reads this forward.
+    let ml2: Vec<usize> = (model.edit_points().iter())
+        .filter_map(|p| match p.point {
+            Point::Tables(l, MemoryLayer::Ml2) => Some(l),
+            _ => None,
+        })
+        .collect();
+    let terms = drive::read_some(be, model, on, |p| matches!(p, Point::Tables(_, MemoryLayer::Ml2))).await?;
+    let model = &*model;
     let inside = model.inside();
     let mut residuals = Vec::new();
     for r in &inside.residuals {
@@ -76,11 +91,14 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
     let head_maps: Vec<(&EditPoint<'_, B>, String)> = (points.iter())
         .filter_map(|p| match p.point {
             Point::Heads(l) => head_map(&store.layout, l).map(|name| (p, name)),
-            Point::Embedding | Point::Write(..) | Point::Residual(_) => None,
+            Point::Embedding | Point::Write(..) | Point::Residual(_) | Point::Tables(..) => None,
         })
         .collect();
     let mut names: Vec<String> = ["lnf", "w_u", "r_u"].map(String::from).to_vec();
     names.extend(head_maps.iter().map(|(_, n)| n.clone()));
+    for l in &ml2 {
+        names.extend([format!("blocks.{l}.w_ff"), ml2_bias(&store.layout, *l)?]);
+    }
     let weights = Weights::read(be, &store.layout, &store.params, &names).await?;
     let whole = residuals.last().cloned().unwrap_or_default();
     let frozen = Frozen::new(read, &weights, &whole, target, versus)?;
@@ -107,10 +125,10 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
     }
     let mut heads = Vec::new();
     for (p, name) in head_maps.iter().filter(|_| !streams) {
-        let (Point::Heads(l), width, groups) = (p.point, p.width, p.groups) else {
+        let (Point::Heads(l), width, groups, Some(tensor)) = (p.point, p.width, p.groups, p.tensor) else {
             continue;
         };
-        let z = f64s(&be.read_range(p.tensor, row * width, width).await?);
+        let z = f64s(&be.read_range(tensor, row * width, width).await?);
         let w_o = weights.get(name)?;
         let dh = width / groups;
         for h in 0..groups {
@@ -143,12 +161,52 @@ pub async fn attribute<B: Backend, M: LanguageModel<B> + ?Sized>(
             groups.push(share(site.to_string(), &part));
         }
     }
+    let mut tables = Vec::new();
+    for (point, (values, width)) in terms.iter().filter(|_| !streams) {
+        let Point::Tables(l, _) = *point else { continue };
+        let bias = weights.get(&ml2_bias(&store.layout, l)?)?;
+        let d_out = bias.len();
+        // What ML2 writes into the residual: itself (a vector), or stored along the FF's keys
+        // w_FF (an RMT's matrix, from R·D_v values).
+        let written = |c: &[f64]| -> Result<Vec<f64>> {
+            Ok(match read {
+                ReadOut::Keys { dk, dv, .. } => {
+                    let w_ff = weights.get(&format!("blocks.{l}.w_ff"))?;
+                    let r = d_out / dv;
+                    (0..dk * dv)
+                        .map(|ij| (0..r).map(|q| w_ff[q * dk + ij / dv] * c[q * dv + ij % dv]).sum())
+                        .collect()
+                }
+                ReadOut::Norm { .. } | ReadOut::EachNormed { .. } => c.to_vec(),
+            })
+        };
+        let row_terms = &values[row * width..(row + 1) * width];
+        for (k, c) in row_terms.chunks(d_out).enumerate() {
+            let site = Site::Table {
+                block: l,
+                layer: MemoryLayer::Ml2,
+                index: k,
+            };
+            tables.push(share(site.to_string(), &written(&f64s(c))?));
+        }
+        tables.push(share(format!("block{l}.ml2.bias"), &written(bias)?));
+    }
     Ok(Some(Attribution {
         logit,
         writes,
         heads,
         groups,
+        tables,
     }))
+}
+
+/// The name of block `l`'s ML2 bias.
+fn ml2_bias(layout: &crate::ParamLayout, l: usize) -> Result<String> {
+    let prefix = format!("blocks.{l}.");
+    (layout.specs.iter())
+        .find(|s| s.name.starts_with(&prefix) && s.name.ends_with("ml2.bias"))
+        .map(|s| s.name.clone())
+        .ok_or_else(|| crate::ModelError::Config(format!("block {l} has no ML2 bias")))
 }
 
 /// The name of block `l`'s attention output map where it is a plain weight (`blocks.{l}.w_o`

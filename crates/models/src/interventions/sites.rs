@@ -1,6 +1,6 @@
 //! Sites: the parts of a model an intervention addresses, by one name in the CLI, the JSON and
 //! the page (`embedding`, `block1.attn`, `block1.attn.head3`, `slot5`, `block0.ff.stream2`,
-//! `block0.ff.resid`), and the points of the forward where each lives.
+//! `block0.ff.resid`, `block0.ml2.table3`), and the points of the forward where each lives.
 
 use crate::probes::Layer;
 use crate::{ModelError, Result};
@@ -24,6 +24,37 @@ pub enum Point {
     /// The residual after depth d (0: the embedding's; 2l + 1: after block l's attention;
     /// 2l + 2: after its FF), its key slots (an RMT's rows) or streams as groups.
     Residual(usize),
+    /// Block l's Memory Layer: each table's term p_k · T_k[code_k] of its output, a table a
+    /// group (tokens, K·d_out). Its forward writes the terms apart only when an edit or a copy
+    /// asks for them; their gradient is the layer output's, the same for every table.
+    Tables(usize, MemoryLayer),
+}
+
+/// A block's Memory Layers, named as the bucket statistics name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemoryLayer {
+    /// MemoryFormer's ML_QKV, before attention.
+    Qkv,
+    /// The memory block's ML1 (d → (τ+e)·K).
+    Ml1,
+    /// The memory block's ML2, whose output the residual adds.
+    Ml2,
+}
+
+impl MemoryLayer {
+    pub fn word(self) -> &'static str {
+        match self {
+            MemoryLayer::Qkv => "qkv",
+            MemoryLayer::Ml1 => "ml1",
+            MemoryLayer::Ml2 => "ml2",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [MemoryLayer::Qkv, MemoryLayer::Ml1, MemoryLayer::Ml2]
+            .into_iter()
+            .find(|m| m.word() == s)
+    }
 }
 
 /// One point of a model's forward and its tensor.
@@ -31,7 +62,8 @@ pub struct EditPoint<'a, B: Backend> {
     pub point: Point,
     /// Where the forward computes it: a later layer may reuse the buffer (a vector residual's
     /// writes share one), so read a point's values after a forward through `Edits::capture`.
-    pub tensor: &'a B::Tensor,
+    /// None for a Memory Layer's tables, whose terms exist only where an edit asks.
+    pub tensor: Option<&'a B::Tensor>,
     /// Values a token.
     pub width: usize,
     /// Equal groups of columns: heads at `Heads`, key slots or streams at `Residual`, else 1.
@@ -42,9 +74,19 @@ impl<'a, B: Backend> EditPoint<'a, B> {
     pub fn new(point: Point, tensor: &'a B::Tensor, width: usize, groups: usize) -> Self {
         Self {
             point,
-            tensor,
+            tensor: Some(tensor),
             width,
             groups,
+        }
+    }
+
+    /// Block `l`'s Memory Layer `layer` of K tables `dims.k` writing d_out each.
+    pub fn tables(l: usize, (layer, dims): (MemoryLayer, engine::MemoryDims)) -> Self {
+        Self {
+            point: Point::Tables(l, layer),
+            tensor: None,
+            width: dims.k * dims.d_out,
+            groups: dims.k,
         }
     }
 }
@@ -61,8 +103,9 @@ pub fn embedding_points<'a, B: Backend>(
     ]
 }
 
-/// Block `l`'s points in forward order: its heads (tensor, width, heads), its attention's write,
-/// the residual after it, its FF's write and the residual after it; the writes (tensor, width),
+/// Block `l`'s points in forward order: its Memory Layers before attention (`tables[0]`), its
+/// heads (tensor, width, heads), its attention's write, the residual after it, its FF's Memory
+/// Layers (`tables[1]`), its FF's write and the residual after it; the writes (tensor, width),
 /// the residuals `residual` (width, groups) wide.
 pub fn block_points<'a, B: Backend>(
     l: usize,
@@ -70,14 +113,21 @@ pub fn block_points<'a, B: Backend>(
     [(attn, attn_width), (ff, ff_width)]: [(&'a B::Tensor, usize); 2],
     [after_attn, after_ff]: [&'a B::Tensor; 2],
     (width, groups): (usize, usize),
-) -> [EditPoint<'a, B>; 5] {
-    [
+    tables: [Vec<(MemoryLayer, engine::MemoryDims)>; 2],
+) -> Vec<EditPoint<'a, B>> {
+    let [before_attn, in_ff] = tables.map(|t| t.into_iter().map(move |t| EditPoint::tables(l, t)));
+    let mut points: Vec<EditPoint<'a, B>> = before_attn.collect();
+    points.extend([
         EditPoint::new(Point::Heads(l), heads, heads_width, n_heads),
         EditPoint::new(Point::Write(l, Layer::Attn), attn, attn_width, 1),
         EditPoint::new(Point::Residual(2 * l + 1), after_attn, width, groups),
+    ]);
+    points.extend(in_ff);
+    points.extend([
         EditPoint::new(Point::Write(l, Layer::Ff), ff, ff_width, 1),
         EditPoint::new(Point::Residual(2 * l + 2), after_ff, width, groups),
-    ]
+    ]);
+    points
 }
 
 /// What a residual's groups are called.
@@ -116,6 +166,12 @@ pub enum Site {
     },
     /// `block0.ff.resid`, `embedding.resid`: the whole residual after that depth.
     Residual(usize),
+    /// `block0.ml2.table3`: one table of a block's Memory Layer, its term of the layer's output.
+    Table {
+        block: usize,
+        layer: MemoryLayer,
+        index: usize,
+    },
 }
 
 /// The name of the residual after depth `d`, as `resmem analyze residual` names it.
@@ -150,6 +206,7 @@ impl fmt::Display for Site {
                 depth: Some(d),
             } => write!(f, "{}.{}{index}", depth_name(d), group.word()),
             Site::Residual(d) => write!(f, "{}.resid", depth_name(d)),
+            Site::Table { block, layer, index } => write!(f, "block{block}.{}.table{index}", layer.word()),
         }
     }
 }
@@ -194,6 +251,13 @@ impl std::str::FromStr for Site {
                 .zip(numbered(head, "head"))
                 .map(|(l, h)| Site::Head(l, h)),
             [at @ .., "resid"] => depth_of(at).map(Site::Residual),
+            [block, layer, table] if table.starts_with("table") => {
+                let (block, index) = (numbered(block, "block"), numbered(table, "table"));
+                block
+                    .zip(index)
+                    .zip(MemoryLayer::parse(layer))
+                    .map(|((block, index), layer)| Site::Table { block, layer, index })
+            }
             [at @ .., last] => depth_of(at).zip(group(last)).map(|(d, (group, index))| Site::Group {
                 group,
                 index,
@@ -205,7 +269,7 @@ impl std::str::FromStr for Site {
             ModelError::Config(format!(
                 "no site `{s}`: sites are named embedding, block1.attn, block0.ff, block1.attn.head3, slot5 or \
                  stream2 (at every depth), block0.attn.slot5 (after one depth), block0.ff.resid (the whole \
-                 residual after a depth)"
+                 residual after a depth), block0.ml2.table3 (a Memory Layer's table)"
             ))
         })
     }
@@ -243,15 +307,18 @@ impl Points {
             .count()
     }
 
-    /// Every site of this model, in forward order: the embedding, each block's heads and
-    /// writes, each group at every depth, and the residual after each depth.
+    /// Every site of this model, in forward order: the embedding, each block's tables, heads
+    /// and writes, each group at every depth, and the residual after each depth.
     pub fn sites(&self) -> Vec<Site> {
         let mut sites = vec![Site::Embedding];
         for &(point, _, groups) in &self.all {
             match point {
                 Point::Heads(l) => sites.extend((0..groups).map(|h| Site::Head(l, h))),
                 Point::Write(l, layer) => sites.push(Site::Write(l, layer)),
-                _ => {}
+                Point::Tables(block, layer) => {
+                    sites.extend((0..groups).map(|index| Site::Table { block, layer, index }))
+                }
+                Point::Embedding | Point::Residual(_) => {}
             }
         }
         if let (Some(group), Some((_, n))) = (self.group, self.get(Point::Residual(0))) {
@@ -268,7 +335,20 @@ impl Points {
     /// The points and columns `site` lives at in this model, or why it has none.
     pub fn targets(&self, site: Site) -> Result<Vec<Target>> {
         let missing = || {
-            let names: Vec<String> = self.sites().iter().map(Site::to_string).collect();
+            // A layer's tables as one range: a MemoryFormer has dozens.
+            let mut names: Vec<String> = Vec::new();
+            for s in self.sites() {
+                match s {
+                    Site::Table { block, layer, index } if index > 0 => {
+                        let first = format!("block{block}.{}.table0", layer.word());
+                        match names.last_mut() {
+                            Some(last) if last.starts_with(&first) => *last = format!("{first}-{index}"),
+                            _ => names.push(s.to_string()),
+                        }
+                    }
+                    s => names.push(s.to_string()),
+                }
+            }
             ModelError::Config(format!(
                 "this model has no site `{site}`; its sites are {}",
                 names.join(", ")
@@ -287,6 +367,7 @@ impl Points {
             Site::Write(l, layer) => whole(Point::Write(l, layer)),
             Site::Head(l, h) => Ok(vec![group_of(Point::Heads(l), h)?]),
             Site::Residual(d) => whole(Point::Residual(d)),
+            Site::Table { block, layer, index } => Ok(vec![group_of(Point::Tables(block, layer), index)?]),
             Site::Group { group, index, depth } => {
                 if self.group != Some(group) {
                     return Err(missing());
@@ -330,6 +411,16 @@ mod tests {
             },
             Site::Residual(3),
             Site::Residual(0),
+            Site::Table {
+                block: 1,
+                layer: MemoryLayer::Ml2,
+                index: 7,
+            },
+            Site::Table {
+                block: 0,
+                layer: MemoryLayer::Qkv,
+                index: 0,
+            },
         ];
         for site in sites {
             assert_eq!(site.to_string().parse::<Site>().unwrap(), site, "{site}");
@@ -343,6 +434,9 @@ mod tests {
             "block1.ff.head0",
             "slot",
             "x.resid",
+            "block0.ml3.table1",
+            "block0.ml2.table",
+            "ml2.table1",
         ] {
             assert!(bad.parse::<Site>().is_err(), "{bad}");
         }
