@@ -11,6 +11,8 @@ use std::path::PathBuf;
 /// The most steps a view trains a fresh model for before it reads (`analyze … --step`,
 /// `analyze variance --measured --steps`): a bound before the work, not after it.
 pub const MAX_PROBE_STEPS: u64 = 10_000;
+/// The most tokens `sample` draws in one call: a forward each, minutes on the CPU.
+pub const MAX_SAMPLE_TOKENS: u64 = 100_000;
 
 #[derive(Parser)]
 #[command(
@@ -403,8 +405,8 @@ pub struct SampleArgs {
     pub run: PathBuf,
     #[arg(long, default_value = "\n")]
     pub prompt: String,
-    /// Tokens to generate.
-    #[arg(long, default_value_t = 200)]
+    /// Tokens to generate, at most 100,000: each is one forward of the model's context.
+    #[arg(long, default_value_t = 200, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_SAMPLE_TOKENS))]
     pub tokens: usize,
     /// Softmax temperature; 0 always takes the likeliest token.
     #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]

@@ -38,6 +38,7 @@ impl CorpusIdentity {
             let name = path
                 .file_name()
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            data::check_input(&path).with_context(|| format!("cannot read {}", path.display()))?;
             let mut file = std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
             let (mut crc, mut bytes, mut buf) = (0u32, 0u64, vec![0u8; 1 << 20]);
             loop {
@@ -74,7 +75,7 @@ pub fn check(run: &RunDir, corpus: &Path, resuming: bool, changed_is_meant: bool
     if !resuming || !path.exists() || changed_is_meant {
         return Ok(Some(now));
     }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = data::read_text(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let then: CorpusIdentity =
         serde_json::from_str(&text).with_context(|| format!("{} is not a corpus record", path.display()))?;
     let changed: Vec<String> = (then.files.iter())

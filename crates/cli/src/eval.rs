@@ -156,7 +156,7 @@ pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice, quick: boo
         .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
     let cache = cache_file(run, slice);
-    if let Ok(text) = std::fs::read_to_string(&cache) {
+    if let Ok(text) = data::read_text(&cache) {
         if let Ok(cached) = serde_json::from_str::<SliceLoss>(&text) {
             let same_model = cached.model_bytes == meta.len() && cached.model_modified_ns == modified;
             if cached.slice == slice && cached.quick == quick && same_model {

@@ -83,7 +83,7 @@ pub fn attach(gpu: &engine::gpu::GpuBackend) {
 /// The cache, empty where there is none. A file that cannot be read as one is moved aside to
 /// `tuning.json.bad` with a warning, and the cache starts anew.
 fn read(path: &PathBuf) -> Cache {
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(text) = data::read_text(path) else {
         return Cache::new();
     };
     serde_json::from_str(&text).unwrap_or_else(|e| {

@@ -260,6 +260,83 @@ fn views_train_a_bounded_number_of_steps() {
 }
 
 /// Runs `c` and kills it if it has not finished after `secs` seconds, failing the test.
+/// Work a user sizes is refused before it starts, naming what to change: `sample --tokens 10⁸`
+/// (it drew for minutes with no output), a sweep of 10⁵ seeds (it trained), and a named pipe
+/// given as a config, a token file or a corpus's file (its open waited for a writer for ever).
+#[test]
+fn user_sized_work_and_pipes_are_refused_before_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("pipe");
+    let made = Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .expect("mkfifo (coreutils) is needed");
+    assert!(made.success());
+    let pipe = pipe.to_str().unwrap();
+    // A corpus directory whose meta.json is a named pipe.
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(corpus.join("meta.json"))
+        .status()
+        .unwrap()
+        .success());
+    let corpus = corpus.to_str().unwrap();
+    let seeds: Vec<String> = (0..100_000).map(|s| s.to_string()).collect();
+    let sweep = dir.path().join("seeds.toml");
+    let file = format!(
+        "title = \"x\"\nseeds = [{}]\n[[variants]]\nlabel = \"a\"\npreset = \"tiny-rmt\"\n",
+        seeds.join(", ")
+    );
+    std::fs::write(&sweep, file).unwrap();
+    let sweep = sweep.to_str().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let params = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/official-rmt/rmt_official_small_params.safetensors");
+    let params = params.to_str().unwrap();
+    let cases: &[(&[&str], i32, &[&str])] = &[
+        (
+            &["sample", "--run", out, "--tokens", "100000000"],
+            2,
+            &["--tokens", "100000"],
+        ),
+        (
+            &["sweep", sweep, "--out", out],
+            1,
+            &["100000 runs", "seeds: 100000", "10000"],
+        ),
+        (
+            &["train", "--backend", "cpu", "--config", pipe, "--out", out],
+            1,
+            &["named pipe", pipe],
+        ),
+        (
+            &["import", "official", params, "--tokens", pipe, "--out", out],
+            1,
+            &["named pipe"],
+        ),
+        (
+            &["train", "--backend", "cpu", "--data", corpus, "--out", out],
+            1,
+            &["named pipe", "meta.json"],
+        ),
+    ];
+    for (args, code, expect) in cases {
+        let mut c = resmem();
+        c.args(*args);
+        let o = within(c, 10);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(*code), "resmem {args:?}: {err}");
+        for e in *expect {
+            assert!(
+                err.contains(e) && !err.contains("panicked"),
+                "resmem {args:?} should say {e}: {err}"
+            );
+        }
+    }
+}
+
 fn within(mut c: Command, secs: u64) -> Output {
     let mut child = c
         .stdout(std::process::Stdio::piped())

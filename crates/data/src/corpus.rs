@@ -78,7 +78,7 @@ impl Meta {
     /// The validated meta.json of the corpus in `dir`, without reading its tokens.
     pub fn read(dir: &Path) -> Result<Meta, DataError> {
         let meta_path = dir.join(META_FILE);
-        let file = match File::open(&meta_path) {
+        let file = match crate::check_input(&meta_path).and_then(|()| File::open(&meta_path)) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(DataError::Missing {
@@ -95,7 +95,7 @@ impl Meta {
                 format!("it is {size} bytes, too large to be ours"),
             ));
         }
-        let text = fs::read(&meta_path).map_err(DataError::io("read", &meta_path))?;
+        let text = crate::read_file(&meta_path).map_err(DataError::io("read", &meta_path))?;
         Meta::parse(&meta_path, &text)
     }
 
@@ -495,6 +495,7 @@ impl TokenFile {
     /// (2 or 4), each below `vocab`.
     pub fn open(path: &Path, token_bytes: u8, vocab: usize, expected: u64) -> Result<TokenFile, DataError> {
         let bad = |reason: String| DataError::corrupt(path, reason);
+        crate::check_input(path).map_err(|e| bad(e.to_string()))?;
         let file = File::open(path).map_err(|e| bad(format!("it cannot be opened ({e})")))?;
         let size = file.metadata().map_err(DataError::io("read the size of", path))?.len();
         let len = Self::check_size(path, size, token_bytes, expected)?;

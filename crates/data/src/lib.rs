@@ -20,24 +20,32 @@ pub use tokenizer::{ByteTokenizer, Tokenizer, TokenizerKind};
 /// A target that the loss does not count (e.g. the random prompt of a copy task).
 pub const IGNORE: u32 = u32::MAX;
 
-/// `std::fs::read`, refusing a character or block device (`/dev/full`, `/dev/zero`,
-/// `/dev/urandom`), which never ends and would be read until memory runs out. Pipes are read
-/// (`--config <(…)`), and so are regular files.
+/// `std::fs::read`, refusing what [`check_input`] refuses.
 pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    read_file_checks(path)?;
+    check_input(path)?;
     std::fs::read(path)
 }
 
-/// What [`read_file`] refuses before it opens a path.
-fn read_file_checks(path: &std::path::Path) -> std::io::Result<()> {
+/// Refuses, before it is opened, an input that would never end or never answer: a character or
+/// block device (`/dev/zero`, `/dev/urandom`), read until memory runs out; a named pipe
+/// (`mkfifo`), whose open waits for a writer forever; a socket. A pipe the shell passes as
+/// `/dev/fd/N` (`--config <(…)`) is read: its writer is already there.
+pub fn check_input(path: &std::path::Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;
         let kind = std::fs::metadata(path)?.file_type();
-        if kind.is_char_device() || kind.is_block_device() {
+        let passed = path.starts_with("/dev/fd") || path.starts_with("/proc/self/fd");
+        let refused = match () {
+            _ if kind.is_char_device() || kind.is_block_device() => Some("a device"),
+            _ if kind.is_fifo() && !passed => Some("a named pipe, whose open would wait for a writer"),
+            _ if kind.is_socket() => Some("a socket"),
+            _ => None,
+        };
+        if let Some(what) = refused {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                "it is a device, not a file",
+                format!("it is {what}, not a file; give a regular file"),
             ));
         }
     }
@@ -51,7 +59,7 @@ fn read_file_checks(path: &std::path::Path) -> std::io::Result<()> {
 /// 20 GB to parse before it failed. Pipes are read up to the limit.
 pub fn read_small_text(path: &std::path::Path, limit: u64) -> std::io::Result<String> {
     use std::io::Read;
-    read_file_checks(path)?;
+    check_input(path)?;
     let mut bytes = Vec::new();
     std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {

@@ -113,6 +113,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         Some(d) => Some(sequential::Schedule::new(d, seeds.len())?),
         None => None,
     };
+    points::check_count(variants.len(), &grid, seeds.len())?;
     let mut points = expand(&base, &variants, &grid, &seeds);
     points::check_distinct(&points, &seeds)?;
     // Under a sequential design, every arm's first look's seeds train first, then the next's.

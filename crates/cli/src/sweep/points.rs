@@ -112,15 +112,41 @@ pub(super) fn variants(tables: &[toml::Table]) -> Result<Vec<(String, Flags)>> {
     Ok(out)
 }
 
+/// The most runs one sweep (or its tuning) may ask for: at a few seconds a run on the smallest
+/// models that is a day of work, and its point list is allocated before anything trains.
+pub(super) const MAX_RUNS: usize = 10_000;
+
+/// Refuses a sweep of more than [`MAX_RUNS`] runs before its points are made: variants × every
+/// grid's values × seeds, each a count the experiment file or the flags give.
+pub(super) fn check_count(variants: usize, grid: &[(String, Vec<String>)], seeds: usize) -> Result<()> {
+    let mut factors = vec![("[[variants]]".to_string(), variants), ("seeds".to_string(), seeds)];
+    factors.extend(
+        grid.iter()
+            .map(|(name, values)| (format!("[grid] {name}"), values.len())),
+    );
+    let runs = (factors.iter()).try_fold(1usize, |n, (_, k)| n.checked_mul((*k).max(1)));
+    if runs.is_none_or(|n| n > MAX_RUNS) {
+        let sizes: Vec<String> = factors.iter().map(|(name, k)| format!("{name}: {k}")).collect();
+        bail!(
+            "the sweep asks for {} runs ({}), more than the {MAX_RUNS} one sweep may run; give fewer seeds or values, \
+             or split it into several sweeps",
+            runs.map_or("more than 2^64".to_string(), |n| n.to_string()),
+            sizes.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The first value of `values` that appeared before it.
+pub(super) fn first_repeat<T: std::hash::Hash + Eq>(values: &[T]) -> Option<&T> {
+    let mut seen = std::collections::HashSet::new();
+    values.iter().find(|v| !seen.insert(*v))
+}
+
 /// Refuses points that would share a run: the same seed listed twice, the same value twice in a
 /// grid, or labels that become one directory name once sanitized (`a/b` and `a_b`).
 pub(super) fn check_distinct(points: &[Point], seeds: &[u64]) -> Result<()> {
-    if let Some(s) = seeds
-        .iter()
-        .enumerate()
-        .find(|(i, s)| seeds[..*i].contains(s))
-        .map(|(_, s)| s)
-    {
+    if let Some(s) = first_repeat(seeds) {
         bail!("the seed {s} is listed twice; each seed is one run of each point, so list it once");
     }
     let mut seen: std::collections::HashMap<String, String> = Default::default();

@@ -101,13 +101,22 @@ fn combinations(d: &Declared, swept: &[String], main_seeds: &[u64]) -> Result<Ve
     if let Some(s) = d.seeds.iter().find(|s| main_seeds.contains(s)) {
         bail!("[tune] seed {s} is also a seed of the sweep; tuning seeds must be others, so that nothing is chosen on the runs compared");
     }
-    if let Some(s) = d
-        .seeds
-        .iter()
-        .enumerate()
-        .find_map(|(i, s)| d.seeds[..i].contains(s).then_some(s))
-    {
+    if let Some(s) = super::points::first_repeat(&d.seeds) {
         bail!("[tune] the seed {s} is listed twice");
+    }
+    // Refuse a grid too large to tune before its combinations are made.
+    let sizes = (d.grid.values()).map(|v| if let toml::Value::Array(a) = v { a.len() } else { 1 });
+    let runs = sizes
+        .chain([d.seeds.len()])
+        .try_fold(1usize, |n, k| n.checked_mul(k.max(1)));
+    if runs.is_none_or(|n| n > super::points::MAX_RUNS) {
+        bail!(
+            "[tune] asks for {} runs an arm (every combination of its values, on each of its {} seeds), more than \
+             the {} a sweep may run; give fewer values or seeds",
+            runs.map_or("more than 2^64".to_string(), |n| n.to_string()),
+            d.seeds.len(),
+            super::points::MAX_RUNS
+        );
     }
     let mut combos: Vec<Vec<(String, String)>> = vec![vec![]];
     for (name, values) in &d.grid {
