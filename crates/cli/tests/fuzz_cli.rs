@@ -6,7 +6,12 @@
 //!
 //! Work that would run for ever (`train --steps 18446744073709551615`) is not excluded: a
 //! watchdog requests a stop (as Ctrl-C does, through `resmem_cli::request_stop`) once an
-//! invocation has run for `DEADLINE`, and training loops end with an "interrupted" error.
+//! invocation has run for `DEADLINE`, and training loops end with an "interrupted" error. Every
+//! stop is reported, and one that no flag explains (a count of at least `LONG` that the user
+//! gave) fails the test: that work was unbounded.
+//!
+//! Each run draws a new seed, printed with its results; `RESMEM_FUZZ_SEED=…` repeats a run and
+//! `RESMEM_FUZZ_INVOCATIONS=…` sets its length (the long runs in bench/RESULTS.md).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -16,8 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const INVOCATIONS: usize = 10_000;
-/// How long an invocation runs before the watchdog asks it to stop.
-const DEADLINE: Duration = Duration::from_millis(30);
+/// How long an invocation runs before the watchdog asks it to stop: long enough for the tiny
+/// valid work the generator asks for to finish.
+const DEADLINE: Duration = Duration::from_secs(1);
+/// A flag value at least this large asks for long work (`--steps 1e6`): a stop it explains.
+const LONG: u64 = 1_000;
 /// No invocation may take longer than this, stop request or not: it would be a hang.
 const HANG: Duration = Duration::from_secs(20);
 
@@ -25,6 +33,15 @@ const HANG: Duration = Duration::from_secs(20);
 struct Rng(u64);
 
 impl Rng {
+    /// A generator whose state is splitmix64 of `seed`: every seed its own sequence (a state
+    /// of `seed | 1` made seeds 2k and 2k + 1 the same run), and never the zero state.
+    fn new(seed: u64) -> Self {
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Self((z ^ (z >> 31)).max(1))
+    }
+
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -169,17 +186,25 @@ fn hostile(rng: &mut Rng, f: &Fixtures) -> OsString {
 
 /// A value the flag `id` accepts, so that invocations get past parsing.
 fn valid(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> OsString {
+    valid_or_none(id, rng, f, possible).unwrap_or_else(|| panic!("the fuzzer has no valid value for --{id}"))
+}
+
+/// A value the flag `id` accepts, or None where the fuzzer knows none (a test refuses that).
+fn valid_or_none(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> Option<OsString> {
     if !possible.is_empty() {
         // The GPU (lavapipe in CI) takes long to start: rarely.
         let mut choices: Vec<&String> = possible.iter().filter(|v| v.as_str() != "gpu").collect();
         if choices.is_empty() || rng.chance(0.005) {
             choices = possible.iter().collect();
         }
-        return os(choices[rng.below(choices.len())]);
+        return Some(os(choices[rng.below(choices.len())]));
     }
+    // Settings' flags have hyphenated ids (`d-k`), the others their field's (`eval_batches`).
+    let id = id.replace('-', "_");
+    let id = id.as_str();
     let run = || f.runs[rng_index(id, f.runs.len())].clone().into_os_string();
     let pick = |rng: &mut Rng, xs: &[&str]| os(xs[rng.below(xs.len())]);
-    match id {
+    Some(match id {
         "steps" | "batch" | "batches" | "eval_batches" | "layers" | "keep" | "log_every" | "eval_every"
         | "checkpoint_every" | "step" => pick(rng, &["1", "2", "3"]),
         "seq_len" | "tokens" | "context" => pick(rng, &["4", "8", "16"]),
@@ -233,8 +258,32 @@ fn valid(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> OsString
         "experiment" => f.experiment.clone().into_os_string(),
         "params" => f.params.clone().into_os_string(),
         "tokens_file" => f.corpus.join("train.bin").into_os_string(),
-        _ => pick(rng, &["1", "x"]),
-    }
+        "init_from" => run(),
+        "summary" => match rng.below(2) {
+            0 => f.experiment.clone().into_os_string(),
+            _ => f.runs[0].clone().into_os_string(),
+        },
+        "task" => pick(rng, &["copy", "reverse", "mqar"]),
+        "tokenizer" => pick(rng, &["bytes", "gpt2"]),
+        "streams" | "sinkhorn_iters" | "expansion_bits" | "top" => pick(rng, &["1", "2", "4"]),
+        "sample_every" => pick(rng, &["0", "1", "2"]),
+        "block_gelu" => pick(rng, &["true", "false"]),
+        "table_lr_mult" => pick(rng, &["1", "10"]),
+        "sites" => pick(
+            rng,
+            &[
+                "embedding",
+                "block0.attn",
+                "block0.ff,slot1",
+                "block0.ml2.table1",
+                "nowhere",
+            ],
+        ),
+        "positions" => pick(rng, &["0", "0,1", "3"]),
+        "target" | "versus" => pick(rng, &["a", "#104", "e"]),
+        "corrupt" => pick(rng, &["hj", "\n", "tha"]),
+        _ => return None,
+    })
 }
 
 /// A run for `id`: a different one each call, without borrowing the generator.
@@ -408,6 +457,22 @@ fn names_something(message: &str, args: &[OsString]) -> bool {
         })
 }
 
+/// Whether `args` ask for long work: a command that trains at sizes the user chooses (`train`,
+/// `sweep`, `bench`, `analyze variance --measured`: their defaults take seconds), a number of
+/// at least `LONG` (steps, tokens, batches), or the GPU, which lavapipe emulates slowly. Every
+/// other command at the generator's sizes ends well within `DEADLINE`.
+fn asks_for_long_work(args: &[OsString]) -> bool {
+    let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let trains = matches!(words.get(1).map(String::as_str), Some("train" | "sweep" | "bench"))
+        || words.iter().any(|w| w == "--measured");
+    trains
+        || words.iter().any(|a| {
+            a == "gpu"
+                || a.split([',', '='])
+                    .any(|v| v.parse::<f64>().is_ok_and(|x| x.abs() >= LONG as f64 || x.is_nan()))
+        })
+}
+
 /// What the watchdog watches: when the current invocation started (None: between them).
 type Watched = Arc<Mutex<Option<Instant>>>;
 
@@ -422,6 +487,39 @@ fn watchdog(watched: Watched, done: Arc<std::sync::atomic::AtomicBool>) -> std::
             }
         }
     })
+}
+
+/// Every flag of every subcommand has valid values in the fuzzer, so that its invocations get
+/// past parsing: a new flag fails here until it has some.
+#[test]
+fn the_fuzzer_knows_a_valid_value_for_every_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixtures {
+        root: dir.path().to_path_buf(),
+        runs: vec![dir.path().join("run"), dir.path().join("rmt")],
+        checkpoint: dir.path().join("c"),
+        corpus: dir.path().join("corpus"),
+        text: dir.path().join("text"),
+        regular: dir.path().join("regular"),
+        config: dir.path().join("config"),
+        experiment: dir.path().join("experiment"),
+        params: dir.path().join("params"),
+        fresh: std::cell::Cell::new(0),
+    };
+    let mut all = vec![];
+    leaves(&resmem_cli::command(), vec![], &mut all);
+    let mut rng = Rng::new(1);
+    let mut missing: Vec<String> = (all.iter())
+        .flat_map(|(words, flags)| flags.iter().map(move |fl| (words, fl)))
+        .filter(|(_, fl)| fl.takes_value && valid_or_none(&fl.id, &mut rng, &f, &fl.possible).is_none())
+        .map(|(words, fl)| format!("{} --{}", words.join(" "), fl.id))
+        .collect();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "flags without a valid value in the fuzzer:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
@@ -487,18 +585,27 @@ fn the_cli_survives_generated_arguments() {
     let seed = std::env::var("RESMEM_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2222_u64);
-    let mut rng = Rng(seed | 1);
+        .unwrap_or_else(|| {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            now.map_or(1, |d| d.as_nanos() as u64)
+        });
+    let invocations: usize = std::env::var("RESMEM_FUZZ_INVOCATIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(INVOCATIONS);
+    eprintln!("fuzz_cli: seed {seed} (RESMEM_FUZZ_SEED={seed} repeats this run)");
+    let mut rng = Rng::new(seed);
     // Each invocation before it runs, for one that aborts the process.
     let trace = std::env::var_os("RESMEM_FUZZ_TRACE");
     let start = Instant::now();
     let mut panics: BTreeMap<String, (usize, String)> = BTreeMap::new();
     let mut vague: Vec<String> = vec![];
     let mut hangs: Vec<String> = vec![];
+    let mut unexplained: Vec<String> = vec![];
     let (mut ok, mut failed, mut stopped) = (0usize, 0usize, 0usize);
     let mut slowest = (Duration::ZERO, String::new());
     let mut per_leaf: BTreeMap<String, usize> = BTreeMap::new();
-    for i in 0..INVOCATIONS {
+    for i in 0..invocations {
         let leaf = &all[i % all.len()];
         let deep = rng.chance(0.06);
         let args = invocation(leaf, &mut rng, &f, deep);
@@ -534,6 +641,9 @@ fn the_cli_survives_generated_arguments() {
                 let message = format!("{e:#}");
                 if message.contains("interrupted") {
                     stopped += 1;
+                    if !asks_for_long_work(&args) {
+                        unexplained.push(format!("{took:?}: {}", show(&args)));
+                    }
                 }
                 let help = resmem_cli::clap_error(&e).is_some_and(|c| {
                     matches!(
@@ -569,7 +679,7 @@ fn the_cli_survives_generated_arguments() {
     use std::io::Write;
     let _ = writeln!(
         log,
-        "fuzz_cli: {count} invocations of {} subcommands in {:.1} s (seed {seed:#x}): {ok} succeeded, {failed} \
+        "fuzz_cli: {count} invocations of {} subcommands in {:.1} s (seed {seed}): {ok} succeeded, {failed} \
          failed cleanly ({stopped} stopped by the watchdog), {} panicked at {} sites; slowest {:.2} s: {}",
         all.len(),
         start.elapsed().as_secs_f64(),
@@ -579,7 +689,18 @@ fn the_cli_survives_generated_arguments() {
         slowest.1
     );
     let _ = writeln!(log, "fuzz_cli: per subcommand {per_leaf:?}");
-    assert!(count >= INVOCATIONS, "only {count} invocations ran");
+    let _ = writeln!(
+        log,
+        "fuzz_cli: {} invocations stopped by the watchdog, {} of them by no flag that asks for long work",
+        stopped,
+        unexplained.len()
+    );
+    assert!(count >= invocations, "only {count} invocations ran");
+    assert!(
+        unexplained.is_empty(),
+        "work the watchdog had to stop, which no flag asked for (seed {seed}):\n{}",
+        unexplained.join("\n")
+    );
     let panic_list: Vec<String> = panics.values().map(|(n, first)| format!("{n}× {first}")).collect();
     assert!(panics.is_empty(), "panics:\n{}", panic_list.join("\n"));
     assert!(hangs.is_empty(), "invocations past {HANG:?}:\n{}", hangs.join("\n"));
