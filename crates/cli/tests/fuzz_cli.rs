@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const INVOCATIONS: usize = 10_000;
+/// Each CI run: about three minutes on two cores; the long runs are in bench/RESULTS.md.
+const INVOCATIONS: usize = 5_000;
 /// How long an invocation runs before the watchdog asks it to stop: long enough for the tiny
 /// valid work the generator asks for to finish.
 const DEADLINE: Duration = Duration::from_secs(1);
@@ -77,6 +78,52 @@ impl Fixtures {
         self.fresh.set(n + 1);
         self.root.join(format!("out{n}"))
     }
+
+    /// A fresh copy of the file `from`, damaged as a disk, an editor or a hand does it.
+    fn mutated(&self, from: &Path, rng: &mut Rng) -> PathBuf {
+        let out = self.fresh().with_extension(from.extension().unwrap_or_default());
+        std::fs::write(&out, mutate(&std::fs::read(from).unwrap(), rng)).unwrap();
+        out
+    }
+
+    /// A fresh copy of the corpus with one of its files damaged.
+    fn mutated_corpus(&self, rng: &mut Rng) -> PathBuf {
+        let out = self.fresh();
+        std::fs::create_dir(&out).unwrap();
+        let files = ["meta.json", "train.bin", "val.bin"];
+        for f in files {
+            std::fs::copy(self.corpus.join(f), out.join(f)).unwrap();
+        }
+        let damaged = out.join(files[rng.below(files.len())]);
+        std::fs::write(&damaged, mutate(&std::fs::read(&damaged).unwrap(), rng)).unwrap();
+        out
+    }
+}
+
+/// `bytes` truncated, with a byte flipped, a number made hostile, a line repeated or garbage
+/// added.
+fn mutate(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    let at = rng.below(b.len().max(1));
+    match rng.below(5) {
+        0 => b.truncate(at),
+        1 if !b.is_empty() => b[at] ^= 1 << rng.below(8),
+        2 => {
+            // The first number at or after `at`, replaced.
+            let start = (at..b.len()).find(|&i| b[i].is_ascii_digit()).unwrap_or(b.len());
+            let end = (start..b.len()).find(|&i| !b[i].is_ascii_digit()).unwrap_or(b.len());
+            let hostile = ["18446744073709551615", "1e39", "-1", "nan", "0", "4294967296"][rng.below(6)];
+            b.splice(start..end, hostile.bytes()).for_each(drop);
+        }
+        3 => {
+            let line_start = b[..at].iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+            let line_end = (at..b.len()).find(|&i| b[i] == b'\n').map_or(b.len(), |i| i + 1);
+            let line = b[line_start..line_end].to_vec();
+            b.splice(line_end..line_end, line).for_each(drop);
+        }
+        _ => b.splice(at..at, b"\n[[[\x00\xff = = \n".iter().copied()).for_each(drop),
+    }
+    b
 }
 
 fn os(s: &str) -> OsString {
@@ -248,11 +295,15 @@ fn valid_or_none(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> 
             }
         }
         "run" | "resume" | "paths" => run(),
-        "checkpoint" => match rng.below(2) {
+        "checkpoint" => match rng.below(3) {
             0 => f.checkpoint.clone().into_os_string(),
+            1 => f.mutated(&f.checkpoint, rng).into_os_string(),
             _ => f.runs[1].join("model.safetensors").into_os_string(),
         },
+        "data" if rng.chance(0.3) => f.mutated_corpus(rng).into_os_string(),
         "data" => f.corpus.clone().into_os_string(),
+        "config" if rng.chance(0.3) => f.mutated(&f.config, rng).into_os_string(),
+        "experiment" if rng.chance(0.3) => f.mutated(&f.experiment, rng).into_os_string(),
         "text" => f.text.clone().into_os_string(),
         "config" => f.config.clone().into_os_string(),
         "experiment" => f.experiment.clone().into_os_string(),
@@ -300,6 +351,7 @@ struct Flag {
     long: Option<String>,
     takes_value: bool,
     possible: Vec<String>,
+    required: bool,
 }
 
 /// Every leaf subcommand (its words) with its flags.
@@ -319,6 +371,7 @@ fn leaves(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, Ve
             id: a.get_id().to_string(),
             long: a.get_long().map(str::to_string),
             takes_value: a.get_action().takes_values(),
+            required: a.is_required_set(),
             possible: a
                 .get_possible_values()
                 .iter()
@@ -343,7 +396,7 @@ fn value(flag: &Flag, rng: &mut Rng, f: &Fixtures, p_valid: f64) -> OsString {
 }
 
 /// An invocation of `leaf`: `hostile_count` flags hostile and the rest valid, or (`random`) each
-/// flag present by chance and hostile half the time.
+/// flag present by chance and hostile one time in seven, so that most invocations get past parsing.
 fn invocation(leaf: &(Vec<String>, Vec<Flag>), rng: &mut Rng, f: &Fixtures, deep: bool) -> Vec<OsString> {
     let (words, flags) = leaf;
     let mut args: Vec<OsString> = vec![os("resmem")];
@@ -387,9 +440,17 @@ fn invocation(leaf: &(Vec<String>, Vec<Flag>), rng: &mut Rng, f: &Fixtures, deep
         if let Some(flag) = flags.iter().find(|fl| fl.id == "backend") {
             chosen.push((flag, os("cpu")));
         }
+        // What the command requires, valid, so that most invocations reach its code.
+        for flag in flags.iter().filter(|fl| fl.required) {
+            chosen.push((flag, value(flag, rng, f, 1.0)));
+        }
         for _ in 0..rng.below(7) {
             let flag = &flags[rng.below(flags.len())];
-            chosen.push((flag, value(flag, rng, f, 0.5)));
+            // A flag given twice is a clean clap error: now and then.
+            if chosen.iter().any(|(fl, _)| fl.id == flag.id) && !rng.chance(0.05) {
+                continue;
+            }
+            chosen.push((flag, value(flag, rng, f, 0.85)));
         }
     }
     // Outputs go into the fixture directory unless hostile.
@@ -458,13 +519,15 @@ fn names_something(message: &str, args: &[OsString]) -> bool {
 }
 
 /// Whether `args` ask for long work: a command that trains at sizes the user chooses (`train`,
-/// `sweep`, `bench`, `analyze variance --measured`: their defaults take seconds), a number of
+/// `sweep`, `bench`, `analyze variance --measured`: their defaults take seconds), a patching
+/// table (a forward for each site and position of the prompt: every site by default), a number of
 /// at least `LONG` (steps, tokens, batches), or the GPU, which lavapipe emulates slowly. Every
 /// other command at the generator's sizes ends well within `DEADLINE`.
 fn asks_for_long_work(args: &[OsString]) -> bool {
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     let trains = matches!(words.get(1).map(String::as_str), Some("train" | "sweep" | "bench"))
-        || words.iter().any(|w| w == "--measured");
+        || words.iter().any(|w| w == "--measured")
+        || words.get(2).is_some_and(|w| w == "patch");
     trains
         || words.iter().any(|a| {
             a == "gpu"
@@ -494,6 +557,15 @@ fn watchdog(watched: Watched, done: Arc<std::sync::atomic::AtomicBool>) -> std::
 #[test]
 fn the_fuzzer_knows_a_valid_value_for_every_flag() {
     let dir = tempfile::tempdir().unwrap();
+    // Files for the damaged copies some values are.
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    for file in ["meta.json", "train.bin", "val.bin"] {
+        std::fs::write(corpus.join(file), "{}").unwrap();
+    }
+    for file in ["c", "config", "experiment"] {
+        std::fs::write(dir.path().join(file), "x = 1\n").unwrap();
+    }
     let f = Fixtures {
         root: dir.path().to_path_buf(),
         runs: vec![dir.path().join("run"), dir.path().join("rmt")],
@@ -602,12 +674,13 @@ fn the_cli_survives_generated_arguments() {
     let mut vague: Vec<String> = vec![];
     let mut hangs: Vec<String> = vec![];
     let mut unexplained: Vec<String> = vec![];
-    let (mut ok, mut failed, mut stopped) = (0usize, 0usize, 0usize);
+    let (mut ok, mut failed, mut stopped, mut parsing) = (0usize, 0usize, 0usize, 0usize);
     let mut slowest = (Duration::ZERO, String::new());
     let mut per_leaf: BTreeMap<String, usize> = BTreeMap::new();
+    let mut parse_kinds: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..invocations {
         let leaf = &all[i % all.len()];
-        let deep = rng.chance(0.06);
+        let deep = rng.chance(0.15);
         let args = invocation(leaf, &mut rng, &f, deep);
         *per_leaf.entry(leaf.0.join(" ")).or_default() += 1;
         {
@@ -639,6 +712,10 @@ fn the_cli_survives_generated_arguments() {
             Ok(Err(e)) => {
                 failed += 1;
                 let message = format!("{e:#}");
+                if let Some(c) = resmem_cli::clap_error(&e) {
+                    parsing += 1;
+                    *parse_kinds.entry(format!("{:?}", c.kind())).or_default() += 1;
+                }
                 if message.contains("interrupted") {
                     stopped += 1;
                     if !asks_for_long_work(&args) {
@@ -680,7 +757,8 @@ fn the_cli_survives_generated_arguments() {
     let _ = writeln!(
         log,
         "fuzz_cli: {count} invocations of {} subcommands in {:.1} s (seed {seed}): {ok} succeeded, {failed} \
-         failed cleanly ({stopped} stopped by the watchdog), {} panicked at {} sites; slowest {:.2} s: {}",
+         failed cleanly ({parsing} at argument parsing, {stopped} stopped by the watchdog), {} panicked at {} sites; \
+         slowest {:.2} s: {}",
         all.len(),
         start.elapsed().as_secs_f64(),
         count - ok - failed,
@@ -689,6 +767,7 @@ fn the_cli_survives_generated_arguments() {
         slowest.1
     );
     let _ = writeln!(log, "fuzz_cli: per subcommand {per_leaf:?}");
+    let _ = writeln!(log, "fuzz_cli: argument errors by kind {parse_kinds:?}");
     let _ = writeln!(
         log,
         "fuzz_cli: {} invocations stopped by the watchdog, {} of them by no flag that asks for long work",
