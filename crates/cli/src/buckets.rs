@@ -102,14 +102,21 @@ fn measure<B: Backend + 'static>(be: &B, args: &BucketsArgs) -> Result<()> {
     };
     say(&format!("{counted}; entropy is 1 when every bucket is used equally"));
     say(&format!(
-        "{:<12} {:>5} {:>8} {:>6}",
-        "layer", "table", "entropy", "dead"
+        "{:<12} {:>5} {:>8} {:>6} {:>6} {:>8}",
+        "layer", "table", "entropy", "dead", "rows", "chance*"
     ));
     for s in &stats {
+        let rows = s.counts.len();
+        // Rows that uniform use would leave empty in as many hits: rows · (1 − 1/rows)^hits.
+        let chance = rows as f64 * (1.0 - 1.0 / rows.max(1) as f64).powf(s.hits() as f64);
         say(&format!(
-            "{:<12} {:>5} {:>8.3} {:>6}",
-            s.layer, s.table, s.entropy, s.dead_buckets
+            "{:<12} {:>5} {:>8.3} {:>6} {:>6} {:>8.1}",
+            s.layer, s.table, s.entropy, s.dead_buckets, rows, chance
         ));
     }
+    say(
+        "(dead: rows no token hit, of the table's rows; * the rows uniform use would leave empty in as many hits. \
+         A table is the site `LAYER.tableN` of `resmem analyze ablate`.)",
+    );
     Ok(())
 }

@@ -162,4 +162,9 @@ pub(super) fn print_equal_loss(rows: &[EqualLoss]) {
             pct(Some(r.params_saving)),
         );
     }
+    out!(
+        "(−tokens, −FLOPs, −params: what a variant saves against {} to reach that loss; a negative saving is how much \
+         more it spends; never: it did not reach the loss)",
+        first.reference
+    );
 }
