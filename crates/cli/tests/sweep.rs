@@ -181,11 +181,16 @@ fn a_grid_trains_every_point_and_summarizes_what_the_runs_wrote() {
         assert_eq!(numbers(a), numbers(b));
     }
 
-    // The same --out with another setting is refused, not mixed in.
+    // The same --out with another setting is refused before anything trains, not mixed in,
+    // and the summary keeps every point (it was rewritten as `"points": []`).
     let mut other = args.clone();
     other[8] = "5";
-    let err = fails(&other);
+    let o = resmem(&other);
+    let (log, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("holds a run of another config"), "{err}");
+    assert!(!log.contains("[1/"), "a point trained before the refusal: {log}");
+    assert_eq!(summary(&out)["points"], again["points"]);
 }
 
 #[test]

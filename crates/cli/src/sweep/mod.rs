@@ -46,7 +46,7 @@ use flags::{base_flags, resolved, resume_args};
 use models::RunConfig;
 use points::{expand, grid, variants, Point};
 use std::path::Path;
-use summary::{print_table, summarize, write_summary, Summary};
+use summary::{print_table, summarize, write_progress, write_summary, Summary};
 use variance::{print_variance, variance_rows, PointVariance};
 
 pub const SUMMARY_JSON: &str = "summary.json";
@@ -129,9 +129,11 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     if let Some(t) = &experiment.tune {
         tune::check(t, &swept_names, &seeds, &variants)?;
     }
-    // Refuse a bad point before training any: each resolves as `resmem train` would.
+    // Refuse a bad point before training any: each resolves as `resmem train` would, and its
+    // directory holds nothing or its own run, never another config's.
     for p in &points {
-        resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
+        let (_, cfg) = resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
+        state(&out.join(p.dir_name()), &cfg)?;
     }
     // And a comparison that cannot pair its arms. --quick runs one seed, too few for an interval.
     let compare_now = !(args.quick && seeds.len() < 2);
@@ -180,7 +182,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     let stop = train::stop_flag()?;
     if let Some(t) = &experiment.tune {
         summary.tuning = tune::run(t, &mut points, &out, (&swept_names, &seeds), args.quick, &stop)?;
-        write_summary(&out, &summary)?;
+        write_progress(&out, &summary)?;
     }
     let mut failed = vec![];
     // The look after which every sequential test had stopped, from 0.
@@ -199,7 +201,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         let status = match train_point(p, &dir, &out, &format!("[{}/{}]", i + 1, points.len()), &stop) {
             Ok(status) => status,
             Err(e) => {
-                write_summary(&out, &summary)?;
+                write_progress(&out, &summary)?;
                 return Err(e);
             }
         };
@@ -230,7 +232,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
             });
         }
         summary.points.push(point);
-        write_summary(&out, &summary)?;
+        write_progress(&out, &summary)?;
         // At the end of a look, stop where every test has crossed its boundary.
         if let (Some(s), true, true) = (&schedule, failed.is_empty(), compare_now) {
             let look = s.look_of(seed_position(p, &seeds));

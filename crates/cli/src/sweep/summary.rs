@@ -157,6 +157,20 @@ pub(super) fn summarize(p: &Point, dir: &Path, status: String) -> Result<PointSu
     Ok(s)
 }
 
+/// `write_summary` of a sweep still under way, unless the summary already written holds more
+/// points (a resumed sweep summarises its finished points again as it passes them): a stop or a
+/// failure part-way never leaves less than there was.
+pub(super) fn write_progress(out: &Path, summary: &Summary) -> Result<()> {
+    let written = data::read_text(&out.join(SUMMARY_JSON)).ok().and_then(|text| {
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        Some(v["points"].as_array()?.len())
+    });
+    match written {
+        Some(n) if n > summary.points.len() => Ok(()),
+        _ => write_summary(out, summary),
+    }
+}
+
 pub(super) fn write_summary(out: &Path, summary: &Summary) -> Result<()> {
     let json = serde_json::to_string_pretty(summary)?;
     crate::run_dir::write_atomic(&out.join(SUMMARY_JSON), |tmp| {
