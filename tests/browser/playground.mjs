@@ -227,7 +227,11 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     // binds whole: a wide RMT (D_k 512, D_v 1, R 256) at T 64 has key-gradient partial sums of
     // 3 MiB a sequence, so a batch of a third of the limit in MiB outgrows the largest binding
     // (1 GiB on SwiftShader) while the whole (about 2 GiB) stays inside wasm32's 4 GiB.
-    const limitMiB = parseInt(/buffers up to ([\d,]+) MiB/.exec(await page.textContent('#status'))[1].replace(/,/g, ''));
+    const readyStatus = await page.textContent('#status');
+    // SwiftShader is a CPU emulating a GPU: the page says so, and offers its faster CPU engine.
+    if (!/CPU emulating a GPU/.test(readyStatus) || !/faster here/.test((await page.textContent('#use-cpu')) ?? ''))
+      throw new Error(`on SwiftShader the page should offer the CPU engine: status "${readyStatus}"`);
+    const limitMiB = parseInt(/buffers up to ([\d,]+) MiB/.exec(readyStatus)[1].replace(/,/g, ''));
     const batch = Math.ceil(limitMiB / 3) + 10;
     const wide = { d_k: 512, d_v: 1, rank: 256, d_ff: 4, seq_len: 64, batch };
     for (const [k, v] of Object.entries(wide)) await setControl(page, k, v);

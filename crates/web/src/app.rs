@@ -98,6 +98,7 @@ pub fn App() -> impl IntoView {
     let (status, set_status) = signal(String::from("Checking for WebGPU…"));
     let (ready, set_ready) = signal(false);
     let (offer_cpu, set_offer_cpu) = signal(false);
+    let (cpu_faster, set_cpu_faster) = signal(false);
     let (engine_kind, set_engine_kind) = signal(String::new());
     let setup = RwSignal::new(link.setup.clone());
     let hide_controls = link.hide_controls;
@@ -231,10 +232,14 @@ pub fn App() -> impl IntoView {
                 return;
             }
             match start_gpu().await {
-                Ok(text) => {
+                Ok((text, emulated)) => {
                     set_status.set(text);
                     set_engine_kind.set("gpu".into());
                     set_ready.set(true);
+                    // SwiftShader and llvmpipe run WebGPU on the CPU, far slower than the CPU
+                    // engine's own kernels: offer it, and say why.
+                    set_cpu_faster.set(emulated);
+                    set_offer_cpu.set(emulated);
                 }
                 Err(engine::EngineError::NoAdapter(_)) => {
                     set_status.set(NO_ADAPTER.into());
@@ -354,7 +359,7 @@ pub fn App() -> impl IntoView {
             spawn_local(async move {
                 set_status.set("Making a new GPU device…".into());
                 match start_gpu().await {
-                    Ok(text) => {
+                    Ok((text, _)) => {
                         page.lost.set(None);
                         set_status.set(format!(
                             "{text}. The runs kept their checkpoints: press \"continue\" on one to train on from it."
@@ -428,7 +433,12 @@ pub fn App() -> impl IntoView {
                 </ul>
             </Show>
             <Show when=move || offer_cpu.get()>
-                <button id="use-cpu" on:click=use_cpu>"Train on the CPU (slower)"</button>
+                <button id="use-cpu" on:click=use_cpu>
+                    {move || match cpu_faster.get() {
+                        true => "Train on the CPU (faster here)",
+                        false => "Train on the CPU (slower)",
+                    }}
+                </button>
             </Show>
             <Show when=move || page.lost.get().is_some()>
                 <p id="device-lost" class="error">"The GPU device was lost: " {move || page.lost.get().unwrap_or_default()}
@@ -497,8 +507,9 @@ pub fn App() -> impl IntoView {
 }
 
 /// Makes the GPU device and puts it in the slot; the test hook `window.resmemLoseDevice`
-/// destroys it, as a driver reset would.
-async fn start_gpu() -> Result<String, engine::EngineError> {
+/// destroys it, as a driver reset would. Returns what to say, and whether the adapter is a CPU
+/// emulating a GPU.
+async fn start_gpu() -> Result<(String, bool), engine::EngineError> {
     let be = GpuBackend::new().await?;
     let destroy = be.destroyer();
     let hook = wasm_bindgen::closure::Closure::<dyn Fn()>::new(destroy);
@@ -507,9 +518,16 @@ async fn start_gpu() -> Result<String, engine::EngineError> {
     }
     hook.forget();
     let mib = (be.max_binding_values() as u64 * 4) >> 20;
-    let text = format!("Ready: {} (buffers up to {} MiB)", be.describe(), thousands(mib));
+    let emulated = be.emulated();
+    let mut text = format!("Ready: {} (buffers up to {} MiB)", be.describe(), thousands(mib));
+    if emulated {
+        text.push_str(
+            ". This adapter is a CPU emulating a GPU (SwiftShader or llvmpipe): the page's own CPU engine \
+             trains many times faster here, so use it unless you are testing WebGPU.",
+        );
+    }
     GPU.with(|g| *g.borrow_mut() = Some(be));
-    Ok(text)
+    Ok((text, emulated))
 }
 
 /// Reads a picked or dropped file, then hands its bytes on.
