@@ -25,10 +25,11 @@ impl ByteTokenizer {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TokenizerKind {
     /// One token per UTF-8 byte, V = 256.
+    #[default]
     Bytes,
     /// GPT-2's byte-level BPE (tiktoken's r50k_base), V = 50,257.
     Gpt2,
@@ -165,6 +166,24 @@ impl Tokenizer {
         out
     }
 
+    /// One token as a view shows it: its text with spaces, newlines and tabs made visible
+    /// (`␣`, `↵`, `⇥`), or `#id` where it has no printable text of its own (a control byte, a
+    /// piece of a multi-byte character, an id past the vocabulary).
+    pub fn shown(&self, token: u32) -> String {
+        let text: String = (self.decode(&[token]).chars())
+            .map(|c| match c {
+                ' ' => '␣',
+                '\n' => '↵',
+                '\t' => '⇥',
+                c => c,
+            })
+            .collect();
+        match text.is_empty() || text.chars().any(|c| c.is_control() || c == '\u{FFFD}') {
+            true => format!("#{token}"),
+            false => text,
+        }
+    }
+
     /// The token that separates documents in a packed stream: `<|endoftext|>` for GPT-2.
     pub fn end_of_text(&self) -> Option<u32> {
         self.kind.end_of_text()
@@ -208,6 +227,24 @@ mod tests {
     }
 
     #[cfg(feature = "text")]
+    #[test]
+    fn a_token_shows_as_its_text_with_visible_whitespace() {
+        let bytes = Tokenizer::new(TokenizerKind::Bytes).unwrap();
+        assert_eq!(bytes.shown(u32::from(b'a')), "a");
+        assert_eq!(bytes.shown(u32::from(b' ')), "␣");
+        assert_eq!(bytes.shown(10), "↵");
+        assert_eq!(bytes.shown(7), "#7");
+        assert_eq!(bytes.shown(200), "#200");
+        assert_eq!(bytes.shown(300), "#300");
+        let gpt2 = Tokenizer::new(TokenizerKind::Gpt2).unwrap();
+        // 464 is "The", 383 " The", 198 a newline; 0 is "!", not byte 0.
+        assert_eq!(gpt2.shown(464), "The");
+        assert_eq!(gpt2.shown(383), "␣The");
+        assert_eq!(gpt2.shown(198), "↵");
+        assert_eq!(gpt2.shown(0), "!");
+        assert_eq!(gpt2.shown(60_000), "#60000");
+    }
+
     #[test]
     fn gpt2_round_trip() {
         let tok = Tokenizer::new(TokenizerKind::Gpt2).unwrap();

@@ -3,7 +3,7 @@
 //! of two typed prompts, with the numbers `resmem analyze attribute`, `ablate` and `patch` give.
 
 use crate::help::ViewTitle;
-use crate::residual::{diverging, glyph, Residuals};
+use crate::residual::{diverging, glyph, tokenizer_of, Residuals};
 use leptos::prelude::*;
 use models::interventions::{Ablation, Agreement, Attribution, Patched, Share, Site};
 use serde::{Deserialize, Serialize};
@@ -156,7 +156,7 @@ pub(crate) fn InterventionsView(
             Some(a) => format!(
                 "token {}: the logit of its top prediction {} is {:.4}",
                 i.token,
-                glyph(i.target),
+                glyph(i.target, tokenizer_of(residuals)),
                 a.logit
             ),
             None if residuals.with(|r| r.is_some()) => {
@@ -174,10 +174,10 @@ pub(crate) fn InterventionsView(
             a.sites.join(", "),
             a.loss,
             a.loss_change,
-            glyph(interventions().target),
+            glyph(interventions().target, tokenizer_of(residuals)),
             a.logit,
             a.logit_change,
-            glyph(a.top)
+            glyph(a.top, tokenizer_of(residuals))
         ),
     };
     view! {

@@ -7,6 +7,7 @@
 use crate::help::ViewTitle;
 use crate::interventions::{Interventions, InterventionsView, PatchAsk};
 use crate::save::ChartExport;
+use data::TokenizerKind;
 use leptos::prelude::*;
 use models::interventions::Ablation;
 use models::observe::{self, HeadPattern, KeySlot, LensRow, Shape, Snapshot};
@@ -32,6 +33,9 @@ pub struct Residuals {
     /// Attribution and ablation, from forwards of their own after every other read.
     #[serde(default)]
     pub interventions: Interventions,
+    /// What the token ids are: bytes, or GPT-2's BPE.
+    #[serde(default)]
+    pub tokenizer: TokenizerKind,
 }
 
 /// What the viewer asks of each read: the sequence, the token of its lens and attribution, and
@@ -227,12 +231,14 @@ pub fn spectrum_svg(sigma: &[f64]) -> String {
 }
 
 /// A byte as the character it stands for, or its number.
-pub(crate) fn glyph(token: u32) -> String {
-    match char::from_u32(token) {
-        Some(c) if token < 128 && !c.is_control() && c != ' ' => c.to_string(),
-        Some(' ') => "␣".into(),
-        _ => format!("#{token}"),
-    }
+/// A token as the views show it: `data::Tokenizer::shown`, as the CLI shows it.
+pub(crate) fn glyph(token: u32, kind: TokenizerKind) -> String {
+    data::Tokenizer::new(kind).map_or_else(|_| format!("#{token}"), |t| t.shown(token))
+}
+
+/// The tokenizer of the residuals shown, bytes before any.
+pub(crate) fn tokenizer_of(residuals: ReadSignal<Option<Residuals>>) -> TokenizerKind {
+    residuals.with(|r| r.as_ref().map(|r| r.tokenizer).unwrap_or_default())
 }
 
 #[component]
@@ -352,7 +358,7 @@ pub fn ResidualView(
                 .enumerate()
                 .map(|(i, &b)| {
                     let class = if i == t { "tok chosen" } else { "tok" };
-                    view! { <span class=class>{glyph(b)}</span> }
+                    view! { <span class=class>{glyph(b, r.tokenizer)}</span> }
                 })
                 .collect::<Vec<_>>()
         })
@@ -425,7 +431,8 @@ pub fn ResidualView(
                     data-lens=move || residuals.with(|r| r.as_ref().map(|r| serde_json::to_string(&r.lens).unwrap_or_default()))>
                     <tr><th>"depth"</th><th>"KL to final"</th><th>"top predictions"</th></tr>
                     {move || residuals.with(|r| r.as_ref().map(|r| r.lens.clone()).unwrap_or_default()).into_iter().map(|row| {
-                        let top = row.top.iter().map(|(tok, p)| format!("{} {:.3}", glyph(*tok), p)).collect::<Vec<_>>().join("  ");
+                        let kind = tokenizer_of(residuals);
+                        let top = row.top.iter().map(|(tok, p)| format!("{} {:.3}", glyph(*tok, kind), p)).collect::<Vec<_>>().join("  ");
                         view! { <tr><td>{row.depth}</td><td class="num">{format!("{:.4}", row.kl_to_final)}</td><td class="tok">{top}</td></tr> }
                     }).collect_view()}
                 </table>

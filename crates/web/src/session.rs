@@ -214,6 +214,7 @@ impl<B: Backend + 'static> Session<B> {
             lens,
             lens_token,
             interventions: Default::default(),
+            tokenizer: self.cfg.data.tokenizer(),
         })
     }
 
