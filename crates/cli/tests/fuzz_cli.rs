@@ -519,14 +519,15 @@ fn names_something(message: &str, args: &[OsString]) -> bool {
 }
 
 /// Whether `args` ask for long work: a command that trains at sizes the user chooses (`train`,
-/// `sweep`, `bench`, `analyze variance --measured`: their defaults take seconds), a patching
+/// `sweep`, `bench`, `analyze variance --measured`, a view that trains a fresh model `--step`
+/// steps first: their defaults take seconds on a busy machine), a patching
 /// table (a forward for each site and position of the prompt: every site by default), a number of
 /// at least `LONG` (steps, tokens, batches), or the GPU, which lavapipe emulates slowly. Every
 /// other command at the generator's sizes ends well within `DEADLINE`.
 fn asks_for_long_work(args: &[OsString]) -> bool {
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     let trains = matches!(words.get(1).map(String::as_str), Some("train" | "sweep" | "bench"))
-        || words.iter().any(|w| w == "--measured")
+        || words.iter().any(|w| w == "--measured" || w == "--step")
         || words.get(2).is_some_and(|w| w == "patch");
     trains
         || words.iter().any(|a| {
