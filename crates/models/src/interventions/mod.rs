@@ -63,12 +63,6 @@ pub async fn attribute<B: Backend, M: LanguageModel<B>>(
     let row = seq * t + token;
     // The forward, with a copy of each ML2's table terms (the forward computes them apart only
     // when asked); everything below reads this forward.
-    let ml2: Vec<usize> = (model.edit_points().iter())
-        .filter_map(|p| match p.point {
-            Point::Tables(l, MemoryLayer::Ml2) => Some(l),
-            _ => None,
-        })
-        .collect();
     let terms = drive::read_some(be, model, on, |p| matches!(p, Point::Tables(_, MemoryLayer::Ml2))).await?;
     let model = &*model;
     let inside = model.inside();
@@ -96,8 +90,11 @@ pub async fn attribute<B: Backend, M: LanguageModel<B>>(
         .collect();
     let mut names: Vec<String> = ["lnf", "w_u", "r_u"].map(String::from).to_vec();
     names.extend(head_maps.iter().map(|(_, n)| n.clone()));
-    for l in &ml2 {
-        names.extend([format!("blocks.{l}.w_ff"), ml2_bias(&store.layout, *l)?]);
+    // Each ML2's bias, and (an RMT's) the FF keys that store its output.
+    for point in terms.keys() {
+        if let Point::Tables(l, _) = point {
+            names.extend([format!("blocks.{l}.w_ff"), ml2_bias(&store.layout, *l)?]);
+        }
     }
     let weights = Weights::read(be, &store.layout, &store.params, &names).await?;
     let whole = residuals.last().cloned().unwrap_or_default();
