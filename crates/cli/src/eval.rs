@@ -143,26 +143,41 @@ fn cache_file(run: &Path, slice: EvalSlice) -> PathBuf {
     })
 }
 
+/// Whether the run in `run` was measured on a slice: only a finished run is, so a run carried
+/// without its weights (a sweep committed in pieces) still counts as finished.
+pub fn measured(run: &Path) -> bool {
+    [EvalSlice::Tuning, EvalSlice::Test]
+        .iter()
+        .any(|&s| cache_file(run, s).is_file())
+}
+
 /// [`SliceLoss`] of the run in `run`, measured once and then read from the run's directory
 /// while its model file is unchanged. Evaluated in the strict class whatever the run trained
 /// in, so that every arm is measured alike.
 pub fn slice_loss(run: &Path, backend: BackendKind, slice: EvalSlice, quick: bool) -> Result<SliceLoss> {
     let model_file = run.join(MODEL_FILE);
-    let meta = std::fs::metadata(&model_file)
-        .with_context(|| format!("cannot evaluate {}: it has no {MODEL_FILE}", run.display()))?;
+    let cache = cache_file(run, slice);
+    let cached = data::read_text(&cache)
+        .ok()
+        .and_then(|text| serde_json::from_str::<SliceLoss>(&text).ok())
+        .filter(|c| c.slice == slice && c.quick == quick);
+    let meta = match std::fs::metadata(&model_file) {
+        Ok(meta) => meta,
+        Err(e) => {
+            // A finished run carried to another machine without its weights (a sweep
+            // committed in pieces): its measurement came with it.
+            return cached
+                .ok_or(e)
+                .with_context(|| format!("cannot evaluate {}: it has no {MODEL_FILE}", run.display()));
+        }
+    };
     let modified = meta
         .modified()
         .ok()
         .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
-    let cache = cache_file(run, slice);
-    if let Ok(text) = data::read_text(&cache) {
-        if let Ok(cached) = serde_json::from_str::<SliceLoss>(&text) {
-            let same_model = cached.model_bytes == meta.len() && cached.model_modified_ns == modified;
-            if cached.slice == slice && cached.quick == quick && same_model {
-                return Ok(cached);
-            }
-        }
+    if let Some(cached) = cached.filter(|c| c.model_bytes == meta.len() && c.model_modified_ns == modified) {
+        return Ok(cached);
     }
     let cfg = load::config(run)?;
     let data = source::open(&cfg.data)?;

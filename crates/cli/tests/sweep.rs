@@ -651,6 +651,18 @@ fn each_arm_is_tuned_on_its_own_seeds() {
         "{curves}"
     );
 
+    // Carried to another machine as experiments/runs/ is committed (no weights, checkpoints
+    // or lock), the sweep trains nothing again and summarizes the same numbers.
+    let carried = tmp.path().join("carried");
+    copy_without_weights(&out, &carried);
+    let printed = ok(&["sweep", s(&file), "--out", s(&carried)]);
+    assert!(!printed.contains("step "), "nothing trains again: {printed}");
+    assert_eq!(printed.matches("done already").count(), 2 * 2 * 3 + 2, "{printed}");
+    let (was, is) = (summary(&out), summary(&carried));
+    for key in ["points", "tuning", "comparisons"] {
+        assert_eq!(was[key], is[key], "{key}");
+    }
+
     // Three values or more: the fitted minimum, the grid widened while the best mean is at an edge.
     let out = tmp.path().join("curve");
     std::fs::write(
@@ -700,6 +712,24 @@ fn each_arm_is_tuned_on_its_own_seeds() {
         ("[0]", "", "seeds = [100, 101, 100]\nlr = [0.001, 0.03]", "listed twice"),
     ] {
         refused(&file, &experiment(seeds, rmt_flags, tune), &bad, says);
+    }
+}
+
+/// Copies a sweep's directory as git carries experiments/runs/: without weights, checkpoints
+/// or lock files.
+fn copy_without_weights(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if ["model.safetensors", "checkpoints", ".resmem.lock"].contains(&name.to_str().unwrap()) {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_without_weights(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
     }
 }
 

@@ -1,6 +1,10 @@
 //! `resmem sweep`: a grid of `resmem train` runs, one directory per point, trained one after
 //! another; finished points are skipped and unfinished ones resumed, so re-running the same
-//! command continues a sweep. Writes summary.csv and summary.json after every point.
+//! command continues a sweep. Writes summary.csv and summary.json after every point. A point
+//! is finished when it has its weights, or its measurement (`eval-*.json`) and no checkpoints,
+//! so a sweep carried without weights and checkpoints (as experiments/runs/ is committed)
+//! continues on another machine: its finished points stay finished and its unfinished ones
+//! start again.
 //!
 //! A point's settings are `resmem train` flags by name (`d_k` or `d-k`), so a sweep can vary
 //! anything a run can set. They come, later winning, from an experiment file's `[flags]`, its
@@ -43,6 +47,7 @@ use data::EvalSlice;
 use equal_loss::{equal_loss, print_equal_loss, EqualLoss};
 use experiment::{read_experiment, Experiment};
 use flags::{base_flags, resolved, resume_args};
+use models::settings::{Setting, SETTINGS};
 use models::RunConfig;
 use points::{expand, grid, variants, Point};
 use std::path::Path;
@@ -131,9 +136,16 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     }
     // Refuse a bad point before training any: each resolves as `resmem train` would, and its
     // directory holds nothing or its own run, never another config's.
+    // Tuning has not chosen yet, so the settings it tunes are compared once it has.
+    let tuned: Vec<&Setting> = experiment
+        .tune
+        .iter()
+        .flat_map(|t| t.grid.keys())
+        .filter_map(|k| SETTINGS.iter().find(|s| s.flag == flags::flag_name(k)))
+        .collect();
     for p in &points {
         let (_, cfg) = resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
-        state(&out.join(p.dir_name()), &cfg)?;
+        state(&out.join(p.dir_name()), &cfg, &tuned)?;
     }
     // And a comparison that cannot pair its arms. --quick runs one seed, too few for an interval.
     let compare_now = !(args.quick && seeds.len() < 2);
@@ -221,6 +233,14 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
             .arch
             .as_deref()
             .is_some_and(|a| a == "memoryformer" || a == "hybrid");
+        if (hashed || experiment.variance) && point.status == "done" && !dir.join(MODEL_FILE).is_file() {
+            bail!(
+                "{} finished without its weights here ({MODEL_FILE} was not carried with its results), and this \
+                 experiment measures its buckets or variance from them; delete {} to train it again",
+                p.label(),
+                dir.display()
+            );
+        }
         if hashed && point.status == "done" {
             point.buckets = Some(bucket_use(&dir, backend_of(&p.flags, &dir), point.tokens, args.quick)?);
         }
@@ -443,7 +463,7 @@ fn train_point(
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<String> {
     let (train_args, cfg) = resolved(p, out)?;
-    let state = state(dir, &cfg)?;
+    let state = state(dir, &cfg, &[])?;
     if let State::Done = state {
         say(&format!("{progress} {}: done already", p.label()));
         return Ok("done".to_string());
@@ -471,8 +491,9 @@ enum State {
     Done,
 }
 
-/// Where the point's run stands, refusing a directory that holds another config's run.
-fn state(dir: &Path, cfg: &RunConfig) -> Result<State> {
+/// Where the point's run stands, refusing a directory that holds another config's run, whatever
+/// its `unknown` settings (those not chosen yet).
+fn state(dir: &Path, cfg: &RunConfig, unknown: &[&Setting]) -> Result<State> {
     let config = dir.join(CONFIG_FILE);
     if !config.is_file() {
         return Ok(State::New);
@@ -482,14 +503,26 @@ fn state(dir: &Path, cfg: &RunConfig) -> Result<State> {
     let mut wanted = cfg.clone();
     wanted.set_vocab(existing.vocab());
     existing.set_vocab(existing.vocab());
-    if existing.to_toml()? != wanted.to_toml()? {
+    let table = |c: &RunConfig| -> Result<toml::Table> {
+        let mut t: toml::Table = toml::from_str(&c.to_toml()?)?;
+        for s in unknown {
+            if let Some(toml::Value::Table(section)) = t.get_mut(s.table) {
+                section.remove(s.key);
+            }
+        }
+        Ok(t)
+    };
+    if table(&existing)? != table(&wanted)? {
         bail!(
             "{} holds a run of another config than this sweep's point; give the sweep another --out, or move that \
              run away",
             dir.display()
         );
     }
-    Ok(if dir.join(MODEL_FILE).is_file() {
+    // Carried without weights or checkpoints, a measured point is finished; with its
+    // checkpoints here, it resumes to write its weights again.
+    let carried = crate::eval::measured(dir) && !dir.join(crate::run_dir::CHECKPOINT_DIR).exists();
+    Ok(if dir.join(MODEL_FILE).is_file() || carried {
         State::Done
     } else {
         State::Resume
