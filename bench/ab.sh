@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two resmem binaries on one model, interleaved (A, B, A, B, …), each `resmem bench --json` with
 # the same flags; then each one's median step, and per kernel family (and, on a GPU with
-# timestamps, per kernel) the median ms a step of A and of B and B / A. On a noisy machine or a
-# borrowed GPU this is the comparison that holds: both sides see the same minutes.
+# timestamps, per kernel) the median ms a step of A and of B and B / A, with the noise band that
+# each binary's rounds show against each other (A/A, B/B). On a noisy machine or a borrowed GPU
+# this is the comparison that holds: both sides see the same minutes.
 #
 #   bench/ab.sh OLD NEW [resmem bench flags…]
 #   bench/ab.sh /tmp/resmem.old target/release/resmem --backend cpu --arch rmt --batch 32 --seq-len 128 --context 128
@@ -83,6 +84,15 @@ print("| step, ms (median of rounds) | {:.2f} | {:.2f} | {:.3f} |".format(
 print("| each round's step, ms | {} | {} | {} |".format(
     " · ".join(f"{v:.2f}" for v in step["A"]), " · ".join(f"{v:.2f}" for v in step["B"]),
     " · ".join(f"{b / a:.3f}" for a, b in zip(step["A"], step["B"]))))
+# The noise band: each side's rounds against each other (A/A and B/B), the ratios a binary
+# shows against itself on this machine in these minutes. A B / A inside it is no difference.
+self_ratios = [x / y for s in "AB" for i, x in enumerate(step[s]) for j, y in enumerate(step[s]) if i != j]
+print()
+if self_ratios:
+    print("Noise band (each side's rounds against each other, A/A and B/B): {:.3f} to {:.3f}; "
+          "a B / A inside it is not a difference.".format(min(self_ratios), max(self_ratios)))
+else:
+    print("Noise band: none with one round (ROUNDS=3 or more measures it); B / A alone is not a verdict.")
 for key, title in [("families", "family"), ("kernels", "kernel (family)")]:
     a, b = per("A", key), per("B", key)
     if not a and not b:
