@@ -10,9 +10,14 @@
 //! stop is reported, and one that no flag explains (a count of at least `LONG` that the user
 //! gave) fails the test: that work was unbounded.
 //!
+//! Configs and experiment files are damaged copies of valid ones, or written from scratch from
+//! the settings table and the experiment file's parts (`generated_config`,
+//! `generated_experiment`).
+//!
 //! Each run draws a new seed, printed with its results; `RESMEM_FUZZ_SEED=…` repeats a run and
 //! `RESMEM_FUZZ_INVOCATIONS=…` sets its length (the long runs in bench/RESULTS.md).
 
+use models::settings::{Kind, Setting, SETTINGS};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -97,6 +102,193 @@ impl Fixtures {
         let damaged = out.join(files[rng.below(files.len())]);
         std::fs::write(&damaged, mutate(&std::fs::read(&damaged).unwrap(), rng)).unwrap();
         out
+    }
+}
+
+impl Fixtures {
+    /// A run config written from scratch: a few settings of the table, each in its own table or
+    /// another, with a value of its kind, of another kind or a hostile one.
+    fn generated_config(&self, rng: &mut Rng) -> PathBuf {
+        let mut tables: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        if rng.chance(0.5) {
+            let presets = [
+                "tiny-rmt",
+                "tiny-transformer",
+                "tiny-hc",
+                "gpt2-small",
+                "no-such-preset",
+            ];
+            tables
+                .entry("")
+                .or_default()
+                .push(format!("preset = \"{}\"", presets[rng.below(presets.len())]));
+        }
+        for _ in 0..1 + rng.below(6) {
+            let s = &SETTINGS[rng.below(SETTINGS.len())];
+            let table = match rng.chance(0.9) {
+                true => s.table,
+                false => ["model", "train", "data", "cadence", "nowhere"][rng.below(5)],
+            };
+            tables
+                .entry(table)
+                .or_default()
+                .push(format!("{} = {}", s.key, toml_value(s, rng, self)));
+        }
+        let mut text = String::new();
+        for (table, lines) in &tables {
+            if !table.is_empty() {
+                text += &format!("[{table}]\n");
+            }
+            for line in lines {
+                text += &format!("{line}\n");
+            }
+        }
+        let out = self.fresh().with_extension("toml");
+        std::fs::write(&out, text).unwrap();
+        out
+    }
+
+    /// An experiment file written from scratch: each of its parts present by chance, with small
+    /// valid values most of the time (so that the sweep's checks, not its parser, meet them),
+    /// labels that name an arm or none, and counts past the sweep's bounds now and then.
+    fn generated_experiment(&self, rng: &mut Rng) -> PathBuf {
+        let labels = ["a", "b", "d_k=4", "nobody"];
+        let label = |rng: &mut Rng| labels[rng.below(labels.len())];
+        let list = |rng: &mut Rng, xs: &[&str]| {
+            format!(
+                "[{}]",
+                (0..rng.below(4))
+                    .map(|_| xs[rng.below(xs.len())])
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let seeds = ["0", "1", "2", "100", "101", "102", "-1", "18446744073709551615"];
+        let mut t = String::new();
+        if rng.chance(0.5) {
+            t += "title = \"generated\"\n";
+        }
+        match rng.below(8) {
+            0 => t += "seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\n",
+            1 => t += &format!("seeds = {}\n", list(rng, &seeds)),
+            2 => {}
+            _ => t += "seeds = [0, 1]\n",
+        }
+        if rng.chance(0.2) {
+            t += &format!("reference = \"{}\"\n", label(rng));
+        }
+        if rng.chance(0.1) {
+            t += "variance = true\n";
+        }
+        t += "[flags]\nbackend = \"cpu\"\nsteps = 2\nbatch = 2\neval_batches = 1\nlayers = 1\n";
+        for _ in 0..rng.below(3) {
+            let s = &SETTINGS[rng.below(SETTINGS.len())];
+            // [flags] names flags, as `resmem train` spells them (`d-k` or `d_k`).
+            if !["steps", "batch", "eval-batches", "layers"].contains(&s.flag) {
+                t += &format!("{} = {}\n", s.flag.replace('-', "_"), toml_value(s, rng, self));
+            }
+        }
+        if rng.chance(0.4) {
+            t += &format!("[grid]\nd_k = {}\n", list(rng, &["2", "4", "0", "1e39"]));
+        }
+        for name in ["a", "b"].iter().take(rng.below(3)) {
+            let presets = ["tiny-rmt", "tiny-transformer", "tiny-memoryformer", "tiny-hc", "nope"];
+            t += &format!(
+                "[[variants]]\nlabel = \"{name}\"\npreset = \"{}\"\n",
+                presets[rng.below(presets.len())]
+            );
+        }
+        if rng.chance(0.3) {
+            let widen = ["0", "1", "2", "1000000"][rng.below(4)];
+            let tune_seeds = ["[100, 101, 102]", "[100]", "[0, 1, 2]", "[100, 100, 101]"][rng.below(4)];
+            let lr = ["[0.001, 0.01]", "[0.001, 0.003, 0.01]", "[]", "[-1, 0, 1e39]"][rng.below(4)];
+            t += &format!("[tune]\nseeds = {tune_seeds}\nwiden = {widen}\nlr = {lr}\n");
+        }
+        if rng.chance(0.3) {
+            let looks = ["[1, 2]", "[2, 1]", "[0]", "[1000000]", "[]"][rng.below(5)];
+            let boundary = ["obrien-fleming", "pocock", "bonferroni"][rng.below(3)];
+            t += &format!("[sequential]\nlooks = {looks}\nboundary = \"{boundary}\"\n");
+        }
+        if rng.chance(0.2) {
+            let hold = ["[\"params\"]", "[\"flops\"]", "[\"params\", \"flops\"]", "[]"][rng.below(4)];
+            let solve = ["[\"d_ff\"]", "[\"rank\"]", "[\"d_model\", \"d_ff\"]", "[\"nothing\"]"][rng.below(4)];
+            let tolerance = ["0.01", "0", "-1", "nan"][rng.below(4)];
+            t += &format!(
+                "[[match]]\npoints = \"{}\"\nto = \"{}\"\nhold = {hold}\nsolve = {solve}\ntolerance = {tolerance}\n",
+                label(rng),
+                label(rng)
+            );
+        }
+        for _ in 0..rng.below(3) {
+            let metrics = [
+                "test_loss",
+                "final_val_loss",
+                "tokens_to_target",
+                "flops_to_target",
+                "wall_s",
+                "mood",
+            ];
+            // A metric no sweep knows, now and then.
+            let metrics: Vec<String> = (0..rng.below(3))
+                .map(|_| {
+                    let known = if rng.chance(0.05) { 6 } else { 5 };
+                    format!("\"{}\"", metrics[rng.below(known)])
+                })
+                .collect();
+            t += &format!(
+                "[[compare]]\na = \"{}\"\nb = \"{}\"\nmetrics = [{}]\n",
+                label(rng),
+                label(rng),
+                metrics.join(", ")
+            );
+        }
+        if rng.chance(0.2) {
+            let scale = ["log2", "linear", "cubic"][rng.below(3)];
+            t += &format!(
+                "[[trend]]\naxis = \"{}\"\nscale = \"{scale}\"\n",
+                ["d_k", "lr", "nothing"][rng.below(3)]
+            );
+        }
+        if rng.chance(0.1) {
+            let per = ["20", "0", "-1", "1e39"][rng.below(4)];
+            t += &format!(
+                "[scaling]\ntokens_per_param = {per}\nreference = \"{}\"\n[scaling.families]\na = [\"a\"]\n",
+                label(rng)
+            );
+        }
+        if rng.chance(0.3) {
+            t += "[quick]\nseeds = [0]\n[quick.flags]\nsteps = 1\n";
+        }
+        let out = self.fresh().with_extension("toml");
+        std::fs::write(&out, t).unwrap();
+        out
+    }
+}
+
+/// A TOML value for the setting `s`: mostly one `valid` would give, sometimes one of another
+/// kind or a hostile number.
+fn toml_value(s: &Setting, rng: &mut Rng, f: &Fixtures) -> String {
+    let hostile = [
+        "-1",
+        "0",
+        "1e39",
+        "nan",
+        "-inf",
+        "18446744073709551615",
+        "\"x\"",
+        "true",
+        "[1, 2]",
+    ];
+    if rng.chance(0.2) {
+        return hostile[rng.below(hostile.len())].to_string();
+    }
+    let text = valid_or_none(s.flag, rng, f, &[]).map(|v| v.to_string_lossy().into_owned());
+    match (s.kind, text) {
+        (Kind::Choice(options), _) => format!("\"{}\"", options[rng.below(options.len())]),
+        (Kind::Switch, _) => ["true", "false"][rng.below(2)].to_string(),
+        (Kind::Whole | Kind::Number, Some(v)) if v.parse::<f64>().is_ok() => v,
+        (Kind::Whole, _) => ["1", "2", "4"][rng.below(3)].to_string(),
+        (Kind::Number, _) => ["0.5", "0.01"][rng.below(2)].to_string(),
     }
 }
 
@@ -303,7 +495,9 @@ fn valid_or_none(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> 
         "data" if rng.chance(0.3) => f.mutated_corpus(rng).into_os_string(),
         "data" => f.corpus.clone().into_os_string(),
         "config" if rng.chance(0.3) => f.mutated(&f.config, rng).into_os_string(),
+        "config" if rng.chance(0.3) => f.generated_config(rng).into_os_string(),
         "experiment" if rng.chance(0.3) => f.mutated(&f.experiment, rng).into_os_string(),
+        "experiment" if rng.chance(0.4) => f.generated_experiment(rng).into_os_string(),
         "text" => f.text.clone().into_os_string(),
         "config" => f.config.clone().into_os_string(),
         "experiment" => f.experiment.clone().into_os_string(),

@@ -149,6 +149,10 @@ pub fn pair(declared: &Declared, points: &[Point]) -> Result<Vec<(String, usize,
         if hits.is_empty() {
             let mut labels: Vec<String> = points.iter().map(Point::arm_label).collect();
             labels.dedup();
+            labels.retain(|l| !l.is_empty());
+            if labels.is_empty() {
+                bail!("{what}: `{arm}` selects no point, and the sweep has one arm: declare [[variants]] or a [grid] to compare");
+            }
             bail!("{what}: `{arm}` selects no point; the arms are: {}", labels.join("; "));
         }
         Ok(hits)
