@@ -91,6 +91,10 @@ fn prepare(args: PrepareArgs) -> Result<()> {
         "  unigram entropy of train: {:.4} nats per token (a model that ignores context does no better)",
         entropy
     );
+    out!(
+        "  bigram entropy of train: {:.4} nats per token (a model that sees only the token before does no better)",
+        corpus.bigram_entropy()?
+    );
     out!("  in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! experiments/ but writes its own runs/ and docs/. A command that fails as written (a flag
 //! renamed, a run directory no earlier command makes) fails here, with the document and line.
 //!
-//! Scaled down: `train` to 4 steps; `sweep` to its experiment's [quick] variant; `bench` to one
+//! Scaled down: `train` to 4 steps; `sweep` to its experiment's [quick] variant (a sweep of
+//! flags alone to 4 steps); `bench` to one
 //! warm-up and one timed step; `sample` to 8 tokens; `analyze variance --measured` to one
 //! sequence of 16 tokens. Lines with placeholders (`DIR`, `[--data DIR | …]`) or shell variables
 //! are shown, not run.
@@ -135,6 +136,8 @@ fn shrink(mut args: Vec<String>) -> Vec<String> {
     let sub: Vec<&str> = args.iter().take(2).map(String::as_str).collect();
     match sub.as_slice() {
         ["train", ..] if !args.iter().any(|a| a == "--list-presets") => set(&mut args, "--steps", "4"),
+        // A sweep of flags alone has no [quick] variant: its steps shrink as train's do.
+        ["sweep", first] if first.starts_with("--") => set(&mut args, "--steps", "4"),
         ["sweep", ..] => args.push("--quick".into()),
         ["bench", ..] => {
             set(&mut args, "--warmup", "1");

@@ -734,6 +734,41 @@ impl Corpus {
     }
 }
 
+impl Corpus {
+    /// The conditional entropy in nats of a train token given the one before it: the loss of
+    /// the best bigram table, fitted on the train split. A model whose loss stays at or above it
+    /// has learned nothing that the previous token alone does not give.
+    pub fn bigram_entropy(&self) -> Result<f64, DataError> {
+        let v = self.meta.vocab as u64;
+        let mut pairs: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        let mut firsts = vec![0u64; self.meta.vocab];
+        let mut previous: Option<u32> = None;
+        self.train.scan(|t| {
+            if let Some(a) = previous {
+                *pairs.entry(a as u64 * v + t as u64).or_default() += 1;
+                if let Some(c) = firsts.get_mut(a as usize) {
+                    *c += 1;
+                }
+            }
+            previous = Some(t);
+        })?;
+        let n: u64 = firsts.iter().sum();
+        if n == 0 {
+            return Ok(0.0);
+        }
+        // Summed in key order, so that the result does not depend on the map's order.
+        let mut keys: Vec<(&u64, &u64)> = pairs.iter().collect();
+        keys.sort_unstable();
+        Ok(keys
+            .into_iter()
+            .map(|(&ab, &c)| {
+                let given = firsts[(ab / v) as usize] as f64;
+                -(c as f64 / n as f64) * (c as f64 / given).ln()
+            })
+            .sum())
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -827,6 +862,22 @@ pub(crate) mod tests {
             assert_eq!((tr, va), (corpus.train.len(), corpus.val.len()));
             let h = corpus.unigram_entropy().unwrap();
             assert!(h > 1.0 && h < (tok.vocab() as f64).ln());
+        }
+    }
+
+    /// "aab" repeated: after a, a or b alike (ln 2 nats); after b, always a (0). So the
+    /// bigram entropy is P(a first) · ln 2 = 2/3 · ln 2, and "ab" repeated has none.
+    #[test]
+    fn the_bigram_entropy_is_the_next_tokens_entropy_given_the_one_before() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (text, expected) in [("aab", 2.0 / 3.0 * 2f64.ln()), ("ab", 0.0)] {
+            let texts = tmp.path().join(format!("texts-{text}"));
+            fs::create_dir_all(&texts).unwrap();
+            fs::write(texts.join("t.txt"), text.repeat(3000)).unwrap();
+            let out = tmp.path().join(format!("corpus-{text}"));
+            prepare(std::slice::from_ref(&texts), TokenizerKind::Bytes, 0.1, &out, &mut noop).unwrap();
+            let h = Corpus::open(&out).unwrap().bigram_entropy().unwrap();
+            assert!((h - expected).abs() < 1e-3, "{text}: {h} against {expected}");
         }
     }
 

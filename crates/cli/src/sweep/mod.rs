@@ -189,6 +189,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         trends: vec![],
         scaling: None,
         tuning: vec![],
+        bigram_entropy: None,
     };
     train::set_resume_hint("run the same `resmem sweep` command again to continue the sweep".into());
     let stop = train::stop_flag()?;
@@ -274,6 +275,7 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     // Everything is computed and written before anything is printed.
     let references = experiment.reference.labels();
     matching::relative_costs(&mut summary.points, &points, references.first().map(String::as_str));
+    summary.bigram_entropy = bigram_entropy(&points)?;
     write_summary(&out, &summary)?;
     if failed.is_empty() {
         if experiment.variance {
@@ -527,6 +529,26 @@ fn state(dir: &Path, cfg: &RunConfig, unknown: &[&Setting]) -> Result<State> {
     } else {
         State::Resume
     })
+}
+
+/// The bigram entropy of the corpus every point trains on (None on a task, or on several
+/// corpora): the floor a summary reads its losses against.
+fn bigram_entropy(points: &[Point]) -> Result<Option<f64>> {
+    let mut dirs: Vec<&str> = points
+        .iter()
+        .filter_map(|p| p.flags.iter().find(|(k, _)| k == "data").map(|(_, v)| v.as_str()))
+        .collect();
+    dirs.dedup();
+    match (
+        dirs.as_slice(),
+        points.iter().all(|p| p.flags.iter().any(|(k, _)| k == "data")),
+    ) {
+        ([dir], true) => {
+            let corpus = data::Corpus::open(Path::new(dir)).with_context(|| format!("cannot read the corpus {dir}"))?;
+            Ok(Some(corpus.bigram_entropy()?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The backend a finished point is measured on: its flag's, else the one it trained on.

@@ -97,6 +97,10 @@ pub struct Summary {
     /// The experiment's `[tune]`: every arm's grid on the tuning seeds, and its choice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tuning: Vec<tune::Tuned>,
+    /// The bigram entropy of the corpus every point trained on: a loss at or above it learned
+    /// nothing that the token before does not give.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bigram_entropy: Option<f64>,
 }
 
 /// A number where the text reads as one.
@@ -380,5 +384,22 @@ pub(super) fn print_table(summary: &Summary) {
     }
     if let Some(r) = summary.points.iter().find_map(|p| p.cost_reference.as_ref()) {
         out!("(params× and FLOPs× are over the reference point's, e.g. {r}, of the same seed)");
+    }
+    if let Some(floor) = summary.bigram_entropy {
+        let ended: Vec<f64> = summary
+            .points
+            .iter()
+            .filter_map(|p| p.test_loss.or(p.final_val_loss))
+            .collect();
+        let above = ended.iter().filter(|&&l| l >= floor).count();
+        out!(
+            "(the corpus's bigram entropy, the loss of predicting each token from the one before alone, is {floor:.4} \
+             nats; {above} of {} points end at or above it{})",
+            ended.len(),
+            match above {
+                0 => String::new(),
+                _ => ": those learned nothing beyond it; train longer or at another rate".to_string(),
+            }
+        );
     }
 }
