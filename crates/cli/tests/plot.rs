@@ -1348,3 +1348,97 @@ fn curves_are_coloured_by_arm_with_the_legend_beside_the_plot() {
         .collect();
     assert_eq!(labels.len(), 12, "one entry per arm: {labels:?}");
 }
+
+/// `--x scaling` draws the committed scaling fit (docs/experiments/scaling.json): each size's
+/// mean where its parameters and loss put it on log scales, in both panels, and the legend's
+/// exponents and multiplier as the summary has them; other losses and sweeps without a fit
+/// are refused.
+#[test]
+fn the_scaling_fit_is_drawn_on_log_scales_with_its_intervals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let summary = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/experiments/scaling.json");
+    let fig = tmp.path().join("fit.svg");
+    let out = ok(&[
+        "plot",
+        s(&summary),
+        "--x",
+        "scaling",
+        "--y",
+        "test_loss",
+        "--out",
+        s(&fig),
+    ]);
+    assert!(out.contains("2 fitted power laws"), "{out}");
+    let svg = std::fs::read_to_string(&fig).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let families = json["scaling"]["families"].as_array().unwrap();
+    let text: String = texts(&svg).into_iter().map(|t| t.0 + " ").collect();
+    for f in families {
+        let fit = &f["params_fit"];
+        let alpha = format!(
+            "α {:.3} [{:.3}, {:.3}]",
+            fit["alpha"].as_f64().unwrap(),
+            fit["alpha_low"].as_f64().unwrap(),
+            fit["alpha_high"].as_f64().unwrap()
+        );
+        // The legend wraps its lines; the words are there in order.
+        assert!(text.contains(&alpha), "{alpha} in {text}");
+    }
+    let m = &json["scaling"]["multipliers"][0];
+    assert!(
+        text.contains(&format!("{:.2}×", m["params"].as_f64().unwrap())),
+        "{text}"
+    );
+    // Per family one colour of dots: its sizes' means in each panel (and one in the legend).
+    let dots = dots(&svg);
+    for f in families {
+        let sizes = f["sizes"].as_array().unwrap();
+        let colour = dots
+            .iter()
+            .map(|d| d.0.as_str())
+            .find(|&c| dots.iter().filter(|d| d.0 == c).count() == 2 * sizes.len() + 1)
+            .unwrap_or_else(|| panic!("no colour has {} dots: {dots:?}", 2 * sizes.len() + 1));
+        let mine: Vec<&(String, f64, f64)> = dots.iter().filter(|d| d.0 == colour).collect();
+        // The left panel's means: more parameters sit further right and, at a lower loss, lower
+        // down (SVG's y grows downwards).
+        let mut left: Vec<(f64, f64)> = mine.iter().map(|d| (d.1, d.2)).collect();
+        left.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let left = &left[..sizes.len()];
+        let losses: Vec<f64> = sizes.iter().map(|z| z["mean_test_loss"].as_f64().unwrap()).collect();
+        for k in 1..left.len() {
+            assert!(left[k].0 > left[k - 1].0);
+            assert_eq!(
+                left[k].1 > left[k - 1].1,
+                losses[k] < losses[k - 1],
+                "{left:?} {losses:?}"
+            );
+        }
+    }
+    fails(
+        &[
+            "plot",
+            s(&summary),
+            "--x",
+            "scaling",
+            "--y",
+            "val_loss",
+            "--out",
+            s(&fig),
+        ],
+        &["--y test_loss"],
+    );
+    let no_fit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/experiments/hybrid.json");
+    fails(
+        &[
+            "plot",
+            s(&no_fit),
+            "--x",
+            "scaling",
+            "--y",
+            "test_loss",
+            "--out",
+            s(&fig),
+        ],
+        &["has no [scaling] fit"],
+    );
+}

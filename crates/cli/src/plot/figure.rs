@@ -3,6 +3,7 @@
 
 use super::curves::{draw_curves, Curves};
 use super::intervals::{draw_intervals, IntervalPlot};
+use super::scaling::{draw_scaling, ScalingPlot};
 use super::setting::{draw_setting, SettingPlot};
 use super::tuning::{draw_tuning, TuningPlot};
 use anyhow::{anyhow, bail, Context, Result};
@@ -61,6 +62,7 @@ pub(super) enum Figure {
     Setting(SettingPlot),
     Intervals(IntervalPlot),
     Tuning(TuningPlot),
+    Scaling(ScalingPlot),
 }
 
 /// Plotters' errors as anyhow's, with what was being done.
@@ -99,6 +101,7 @@ impl Figure {
             Figure::Setting(s) => draw_setting(root, s),
             Figure::Intervals(p) => draw_intervals(root, p),
             Figure::Tuning(t) => draw_tuning(root, t),
+            Figure::Scaling(p) => draw_scaling(root, p),
         }
     }
 }

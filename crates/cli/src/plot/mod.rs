@@ -1,15 +1,16 @@
 //! `resmem plot`: runs' loss curves overlaid against step, tokens, training FLOPs or wall time
 //! (a colour per arm, its seeds together), each sweep's final or test losses against one of its
 //! settings (mean over seeds, min..max bars), (`--x comparison`) a sweep's declared comparisons
-//! and trends as intervals, or (`--x tuning`) its `[tune]` curves, as SVG or PNG. The font is
-//! embedded, so a PNG needs no system fonts; every legend sits right of its chart, never on
-//! the data.
+//! and trends as intervals, (`--x tuning`) its `[tune]` curves, or (`--x scaling`) its
+//! `[scaling]` fit, as SVG or PNG. The font is embedded, so a PNG needs no system fonts; every
+//! legend sits right of its chart, never on the data.
 //!
 //! This file holds the command: its flags, its axes and which figure they ask for. The PATHs it
 //! reads are `inputs.rs` (runs and sweeps' summaries) and `runs.rs` (a run's config and metrics);
 //! each figure is one file, its data and its drawing side by side: `curves.rs` (curves against
 //! step, tokens, FLOPs or time, labelled by `labels.rs`), `setting.rs` (final losses against a
-//! setting), `intervals.rs` (the declared comparisons and trends) and `tuning.rs` (the tuning);
+//! setting), `intervals.rs` (the declared comparisons and trends), `tuning.rs` (the tuning) and
+//! `scaling.rs` (the scaling fit);
 //! `figure.rs` writes any of them as SVG or PNG, with their titles and legends, and `axis.rs`
 //! holds the axes' ranges and tick labels.
 
@@ -20,6 +21,7 @@ mod inputs;
 mod intervals;
 mod labels;
 mod runs;
+mod scaling;
 mod setting;
 mod tuning;
 
@@ -31,6 +33,7 @@ use curves::curves;
 use figure::{format_of, write, Figure};
 use inputs::{inputs, Input, Sweep};
 use intervals::interval_plot;
+use scaling::scaling_plot;
 use setting::setting_plot;
 use std::path::{Path, PathBuf};
 use tuning::tuning_plot;
@@ -49,7 +52,9 @@ pub struct PlotArgs {
     /// interval and look, and its Holm verdict where the family has 2 tests or more; the
     /// declared trends' slopes in a second panel. tuning: each arm's [tune] on a log scale of
     /// the one numeric setting tuned, every seed's loss, their mean, the fitted parabola and the
-    /// value chosen (--y tuning_loss).
+    /// value chosen (--y tuning_loss). scaling: a [scaling] sweep's test loss against parameters
+    /// and training FLOPs on log scales, every seed, the means and each family's fitted power
+    /// law, with the exponents' intervals and the multiplier (--y test_loss).
     #[arg(long)]
     pub x: String,
     /// loss (training) or val_loss, for curves; against a setting, val_loss is each run's final
@@ -108,6 +113,8 @@ enum XAxis {
     Comparison,
     /// The `[tune]` of each arm.
     Tuning,
+    /// The `[scaling]` fit: loss against parameters and FLOPs.
+    Scaling,
     Setting(String),
 }
 
@@ -120,6 +127,7 @@ impl XAxis {
             "time" => XAxis::Time,
             "comparison" => XAxis::Comparison,
             "tuning" => XAxis::Tuning,
+            "scaling" => XAxis::Scaling,
             other => XAxis::Setting(other.to_string()),
         }
     }
@@ -132,6 +140,7 @@ impl XAxis {
             XAxis::Time => "time",
             XAxis::Comparison => "comparison",
             XAxis::Tuning => "tuning",
+            XAxis::Scaling => "scaling",
             XAxis::Setting(s) => s,
         }
     }
@@ -142,7 +151,7 @@ impl XAxis {
             XAxis::Tokens => "tokens (step × batch × T)".into(),
             XAxis::Flops => "training FLOPs (3× forward)".into(),
             XAxis::Time => "wall time (s)".into(),
-            XAxis::Comparison | XAxis::Tuning => self.name().into(),
+            XAxis::Comparison | XAxis::Tuning | XAxis::Scaling => self.name().into(),
             XAxis::Setting(s) => s.clone(),
         }
     }
@@ -179,6 +188,11 @@ pub fn run(args: PlotArgs) -> Result<()> {
                 n => format!("{}, {}", counted(plot.rows.len(), "comparison"), counted(n, "trend")),
             };
             (Figure::Intervals(plot), summary)
+        }
+        XAxis::Scaling => {
+            let plot = scaling_plot(&sweeps, runs.len(), args.y, title)?;
+            let summary = counted(plot.scaling.families.len(), "fitted power law");
+            (Figure::Scaling(plot), summary)
         }
         XAxis::Tuning => {
             let plot = tuning_plot(&sweeps, &runs, args.y, title)?;

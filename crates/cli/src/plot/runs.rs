@@ -42,7 +42,7 @@ impl Run {
             XAxis::Tokens => Some(tokens),
             XAxis::Flops => Some(tokens * flops_per_token),
             XAxis::Time => row.time,
-            XAxis::Setting(_) | XAxis::Comparison | XAxis::Tuning => None,
+            XAxis::Setting(_) | XAxis::Comparison | XAxis::Tuning | XAxis::Scaling => None,
         }
     }
 }
