@@ -51,56 +51,7 @@ pub(super) struct Summary {
     #[serde(default)]
     pub(super) tuning: Vec<Tuned>,
     #[serde(default)]
-    pub(super) scaling: Option<ScalingSummary>,
-}
-
-/// What `--x scaling` reads of a sweep's `[scaling]` fit.
-#[derive(Deserialize, Clone)]
-pub(super) struct ScalingSummary {
-    pub(super) seeds: usize,
-    pub(super) families: Vec<ScalingFamily>,
-    #[serde(default)]
-    pub(super) multipliers: Vec<ScalingMultiplier>,
-}
-
-#[derive(Deserialize, Clone)]
-pub(super) struct ScalingFamily {
-    pub(super) name: String,
-    pub(super) sizes: Vec<ScalingSize>,
-    pub(super) params_fit: ScalingFit,
-    pub(super) flops_fit: ScalingFit,
-}
-
-#[derive(Deserialize, Clone)]
-pub(super) struct ScalingSize {
-    pub(super) params: f64,
-    pub(super) train_flops: f64,
-    pub(super) mean_test_loss: Option<f64>,
-    #[serde(default)]
-    pub(super) per_seed: Vec<Option<f64>>,
-}
-
-/// ln L = a − α ln N, with α's bootstrap interval.
-#[derive(Deserialize, Clone)]
-pub(super) struct ScalingFit {
-    pub(super) a: f64,
-    pub(super) alpha: f64,
-    pub(super) alpha_low: f64,
-    pub(super) alpha_high: f64,
-}
-
-/// The reference family's cost over `family`'s at `family`'s loss at `at_params`.
-#[derive(Deserialize, Clone)]
-pub(super) struct ScalingMultiplier {
-    pub(super) family: String,
-    pub(super) reference: String,
-    pub(super) at_params: f64,
-    pub(super) params: f64,
-    pub(super) params_low: f64,
-    pub(super) params_high: f64,
-    pub(super) flops: f64,
-    pub(super) flops_low: f64,
-    pub(super) flops_high: f64,
+    pub(super) scaling: Option<Box<crate::sweep::scaling::Scaling>>,
 }
 
 /// What `--x comparison` reads of a declared comparison in summary.json.

@@ -5,8 +5,9 @@
 
 use super::axis::{compact, padded, span, TickedAxis};
 use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
-use super::inputs::{ScalingFit, ScalingSummary, Sweep, SUMMARY_FILE};
+use super::inputs::{Sweep, SUMMARY_FILE};
 use super::YAxis;
+use crate::sweep::scaling::{Family, PowerLaw, Scaling, Size};
 use anyhow::{bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -16,7 +17,7 @@ const INK: RGBColor = RGBColor(64, 64, 64);
 
 pub(super) struct ScalingPlot {
     pub(super) title: Option<String>,
-    pub(super) scaling: ScalingSummary,
+    pub(super) scaling: Scaling,
 }
 
 /// The one sweep's scaling fit, or an error that says what to give.
@@ -30,15 +31,18 @@ pub(super) fn scaling_plot(sweeps: &[&Sweep], runs: usize, y: YAxis, title: Opti
     let ([sweep], 0) = (sweeps, runs) else {
         bail!("--x scaling plots one sweep's [scaling] fit: give one sweep directory (or its summary.json)");
     };
-    let Some(scaling) = sweep.summary.scaling.clone() else {
+    let Some(scaling) = sweep.summary.scaling.as_deref().cloned() else {
         bail!(
             "{} has no [scaling] fit; declare [scaling] in the experiment file (experiments/scaling.toml is one) and \
              run it",
             sweep.dir.join(SUMMARY_FILE).display()
         );
     };
-    let measured = |f: &&super::inputs::ScalingFamily| f.sizes.iter().any(|s| s.mean_test_loss.is_some());
-    if !scaling.families.iter().any(|f| measured(&f)) {
+    if !scaling
+        .families
+        .iter()
+        .any(|f| f.sizes.iter().any(|z| z.mean_test_loss.is_finite()))
+    {
         bail!(
             "no size of the [scaling] families of {} has a test loss to plot",
             sweep.dir.display()
@@ -70,12 +74,12 @@ fn loss_ticks((lo, hi): (f64, f64)) -> Vec<(f64, String)> {
     ticks
 }
 
-fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: &ScalingSummary, cost: Cost) -> Result<()> {
-    let of = |size: &super::inputs::ScalingSize| match cost {
+fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: &Scaling, cost: Cost) -> Result<()> {
+    let of = |size: &Size| match cost {
         Cost::Params => size.params,
         Cost::Flops => size.train_flops,
     };
-    let fit_of = |f: &super::inputs::ScalingFamily| -> ScalingFit {
+    let fit_of = |f: &Family| -> PowerLaw {
         match cost {
             Cost::Params => f.params_fit.clone(),
             Cost::Flops => f.flops_fit.clone(),
@@ -95,7 +99,7 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: &ScalingSumm
         .flat_map(|f| {
             f.sizes
                 .iter()
-                .flat_map(|z| z.per_seed.iter().flatten().copied().chain(z.mean_test_loss))
+                .flat_map(|z| z.per_seed.iter().copied().chain([z.mean_test_loss]))
         })
         .filter(|&v| finite(v))
         .map(f64::ln);
@@ -143,7 +147,7 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: &ScalingSumm
     )?;
     for (i, f) in s.families.iter().enumerate() {
         let colour = colour(i);
-        let sizes: Vec<(f64, &super::inputs::ScalingSize)> = f
+        let sizes: Vec<(f64, &Size)> = f
             .sizes
             .iter()
             .filter(|z| finite(of(z)))
@@ -152,13 +156,13 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: &ScalingSumm
         drawn(chart.draw_series(sizes.iter().flat_map(|&(x, z)| {
             z.per_seed
                 .iter()
-                .flatten()
                 .filter(|&&l| finite(l))
                 .map(move |&l| Cross::new((x, l.ln()), 4, colour.stroke_width(1)))
         })))?;
         let means: Vec<(f64, f64)> = sizes
             .iter()
-            .filter_map(|&(x, z)| z.mean_test_loss.filter(|&m| finite(m)).map(|m| (x, m.ln())))
+            .filter(|(_, z)| finite(z.mean_test_loss))
+            .map(|&(x, z)| (x, z.mean_test_loss.ln()))
             .collect();
         drawn(chart.draw_series(means.iter().map(|&p| Circle::new(p, 5, colour.filled()))))?;
         // ln L = a − α ln N: a straight line here, over the sizes this family measured.
@@ -180,7 +184,7 @@ pub(super) fn draw_scaling<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p:
     let (left, right) = area.split_horizontally(w / 2);
     draw_panel(&left, &p.scaling, Cost::Params)?;
     draw_panel(&right, &p.scaling, Cost::Flops)?;
-    let interval = |f: &ScalingFit| format!("{:.3} [{:.3}, {:.3}]", f.alpha, f.alpha_low, f.alpha_high);
+    let interval = |f: &PowerLaw| format!("{:.3} [{:.3}, {:.3}]", f.alpha, f.alpha_low, f.alpha_high);
     let mut entries: Vec<Entry> = p
         .scaling
         .families
@@ -201,18 +205,7 @@ pub(super) fn draw_scaling<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p:
     for m in &p.scaling.multipliers {
         entries.push(Entry::new(
             vec![],
-            format!(
-                "{} needs {:.2}× [{:.2}, {:.2}] the parameters and {:.2}× [{:.2}, {:.2}] the training FLOPs for {}'s loss at {} parameters",
-                m.reference,
-                m.params,
-                m.params_low,
-                m.params_high,
-                m.flops,
-                m.flops_low,
-                m.flops_high,
-                m.family,
-                compact(m.at_params)
-            ),
+            format!("{} at {} parameters", m.sentence(2), compact(m.at_params)),
         ));
     }
     entries.push(Entry::new(vec![Mark::Cross(INK)], "one seed's final model"));

@@ -29,7 +29,7 @@ mod experiment;
 mod flags;
 mod matching;
 mod points;
-mod scaling;
+pub(crate) mod scaling;
 mod sequential;
 mod summary;
 mod trend;

@@ -91,6 +91,26 @@ pub struct Multiplier {
     pub flops_high: f64,
 }
 
+impl Multiplier {
+    /// "transformer needs 1.18× [1.11, 1.22] the parameters and … the training FLOPs of rmt for
+    /// its loss", to `digits` decimals.
+    pub fn sentence(&self, digits: usize) -> String {
+        format!(
+            "{} needs {:.d$}× [{:.d$}, {:.d$}] the parameters and {:.d$}× [{:.d$}, {:.d$}] the training FLOPs of {} for \
+             its loss",
+            self.reference,
+            self.params,
+            self.params_low,
+            self.params_high,
+            self.flops,
+            self.flops_low,
+            self.flops_high,
+            self.family,
+            d = digits
+        )
+    }
+}
+
 impl Declared {
     fn check(&self) -> Result<()> {
         if !(self.tokens_per_param.is_finite() && self.tokens_per_param > 0.0 && self.tokens_per_param <= 1e4) {
@@ -129,7 +149,7 @@ fn variant_of(p: &Point) -> Option<&str> {
 }
 
 /// Sets every point's steps from its parameters, before anything trains.
-pub fn apply(d: &Declared, points: &mut [Point], out: &Path, given_steps: bool) -> Result<()> {
+pub(super) fn apply(d: &Declared, points: &mut [Point], out: &Path, given_steps: bool) -> Result<()> {
     d.check()?;
     if given_steps {
         bail!("[scaling] sets each point's steps from tokens_per_param; leave --steps and steps out");
@@ -235,7 +255,7 @@ fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
 }
 
 /// The fits and multipliers from the finished points.
-pub fn compute(d: &Declared, points: &[Point], summaries: &[PointSummary]) -> Result<Scaling> {
+pub(super) fn compute(d: &Declared, points: &[Point], summaries: &[PointSummary]) -> Result<Scaling> {
     let mut seeds: Vec<String> = vec![];
     for p in points {
         if let Some((_, s)) = p.settings.iter().find(|(k, _)| k == "seed") {
@@ -391,16 +411,8 @@ pub fn print(s: &Option<Scaling>) {
     }
     for m in &s.multipliers {
         out!(
-            "  {} needs {:.3}× [{:.3}, {:.3}] the parameters and {:.3}× [{:.3}, {:.3}] the training FLOPs of {} for its \
-             loss (read at {}'s geometric-mean size, {} parameters)",
-            m.reference,
-            m.params,
-            m.params_low,
-            m.params_high,
-            m.flops,
-            m.flops_low,
-            m.flops_high,
-            m.family,
+            "  {} (read at {}'s geometric-mean size, {} parameters)",
+            m.sentence(3),
             m.family,
             models::count::thousands(m.at_params.round() as u64)
         );
