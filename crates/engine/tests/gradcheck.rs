@@ -434,6 +434,80 @@ fn adamw_is_the_textbook_update() {
     assert_eq!(p[2], 2.0);
 }
 
+/// Three AdamW steps from zero moments through the f32 CPU backend, as `models::optim::AdamW`
+/// runs them (`sum` of squares, then `adamw`), against the textbook update in f64: value 0
+/// decays and is boosted, value 1 is boosted, value 2 neither; the first step's gradient is
+/// clipped, the others are not, and the learning rate changes every step.
+#[test]
+fn adamw_three_steps_on_the_cpu_backend() {
+    use resmem_engine::cpu::CpuBackend;
+    use resmem_engine::{AdamWDims, Backend, Hyper};
+    let (beta1, beta2, eps, wd, max_norm, boost) = (0.9, 0.95, 1e-8, 0.1, 1.0, 3.0);
+    let grads = [[3.0, -4.0, 0.5], [0.2, 0.1, -0.3], [-0.5, 0.6, 0.0]];
+    let lrs = [0.01, 0.02, 0.015];
+    let p0 = [0.5, -1.0, 2.0];
+
+    let be = CpuBackend::<f32>::new();
+    let tensor = |what: &str, values: &[f64]| {
+        let t = be.zeros(what, values.len()).unwrap();
+        be.write(&t, &values.iter().map(|&x| x as f32).collect::<Vec<_>>());
+        t
+    };
+    let (p, m, v) = (tensor("p", &p0), tensor("m", &[0.0; 3]), tensor("v", &[0.0; 3]));
+    let (g, hyper, sumsq) = (
+        tensor("g", &[0.0; 3]),
+        tensor("hyper", &[0.0; Hyper::LEN]),
+        tensor("sumsq", &[0.0]),
+    );
+    let read = |t| pollster::block_on(be.read(t)).unwrap();
+    let dims = AdamWDims {
+        n: 3,
+        decay_end: 1,
+        boost_end: 2,
+    };
+
+    let (mut want_p, mut want_m, mut want_v) = (p0, [0.0f64; 3], [0.0f64; 3]);
+    for (t, (grad, lr)) in (1..).zip(grads.iter().zip(lrs)) {
+        let h = Hyper {
+            lr: lr as f32,
+            beta1: beta1 as f32,
+            beta2: beta2 as f32,
+            eps: eps as f32,
+            weight_decay: wd as f32,
+            step: t as u32,
+            max_grad_norm: max_norm as f32,
+            lr_boost: boost as f32,
+        };
+        be.write(&hyper, &h.to_array());
+        be.write(&g, &grad.map(|x| x as f32));
+        be.sum(&sumsq, &g, true);
+        be.adamw(&p, &m, &v, &g, &hyper, &sumsq, dims);
+
+        let norm = grad.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert_eq!(norm > max_norm, t == 1, "step {t} clips only the first gradient");
+        let scale = if norm > max_norm { max_norm / norm } else { 1.0 };
+        for i in 0..3 {
+            let gi = grad[i] * scale;
+            want_m[i] = beta1 * want_m[i] + (1.0 - beta1) * gi;
+            want_v[i] = beta2 * want_v[i] + (1.0 - beta2) * gi * gi;
+            let m_hat = want_m[i] / (1.0 - beta1.powi(t));
+            let v_hat = want_v[i] / (1.0 - beta2.powi(t));
+            let lr_i = if i < 2 { lr * boost } else { lr };
+            let wd_i = if i < 1 { wd } else { 0.0 };
+            want_p[i] -= lr_i * (m_hat / (v_hat.sqrt() + eps) + wd_i * want_p[i]);
+        }
+        for (name, t_, want) in [("p", &p, want_p), ("m", &m, want_m), ("v", &v, want_v)] {
+            let got = read(t_);
+            for i in 0..3 {
+                let err = (f64::from(got[i]) - want[i]).abs();
+                assert!(err < 1e-6, "step {t} {name}[{i}]: {} against {}", got[i], want[i]);
+            }
+        }
+    }
+    // Value 2's last gradient is 0, yet it still moves: by its first moment, not by decay.
+    assert!((want_p[2] - p0[2]).abs() > 1e-3);
+}
+
 /// Storage and the normed retrieval against their backward ops, on a shape with both full
 /// register blocks and tails (4-row blocks of 6 keys, 16-column blocks of D_v 19) and two
 /// chunks of the key gradient.
