@@ -74,8 +74,9 @@ pub fn shared_site(op: Op) -> bool {
 
 /// How far ratios sit from 1, as one factor: exp of the mean |ln ratio| (1 when every ratio is
 /// 1; 2 when they are off by 2× on average, either way). None when there are none, or when one
-/// is missing, not positive or not finite: a distance over some of the sites would not compare
-/// with one over all of them.
+/// is missing (a zero denominator, `probes::Measured`), not positive (ln has no value; a 0 would
+/// be infinitely far) or not finite: a distance over only some of the sites would not compare
+/// with one over all of them, so neither the CLI's table nor the page shows one.
 pub fn distance_from_one(ratios: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     let logs: Option<Vec<f64>> = (ratios.into_iter())
         .map(|r| r.filter(|r| *r > 0.0 && r.is_finite()).map(|r| r.ln().abs()))
@@ -205,4 +206,28 @@ pub fn transformer(cfg: &TransformerConfig, init: InitScheme) -> Vec<ClosedForm>
         1.0
     };
     from_maps("transformer", &maps, init, cfg.init_std as f64, out_scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distance_from_one;
+
+    #[test]
+    fn distance_from_one_by_policy() {
+        let d = |r: &[Option<f64>]| distance_from_one(r.iter().copied());
+        assert_eq!(d(&[Some(1.0), Some(1.0)]), Some(1.0));
+        // 2× up and 2× down are each a factor 2 away.
+        let two = d(&[Some(2.0), Some(0.5)]).unwrap();
+        assert!((two - 2.0).abs() < 1e-12, "{two}");
+        // 4× and 1×: exp((ln 4 + 0) / 2) = 2.
+        let mean = d(&[Some(4.0), Some(1.0)]).unwrap();
+        assert!((mean - 2.0).abs() < 1e-12, "{mean}");
+        // Undefined: no ratios, one missing, one not positive, one not finite.
+        assert_eq!(d(&[]), None);
+        assert_eq!(d(&[Some(2.0), None]), None);
+        assert_eq!(d(&[Some(2.0), Some(0.0)]), None);
+        assert_eq!(d(&[Some(2.0), Some(-1.0)]), None);
+        assert_eq!(d(&[Some(2.0), Some(f64::INFINITY)]), None);
+        assert_eq!(d(&[Some(2.0), Some(f64::NAN)]), None);
+    }
 }
