@@ -111,7 +111,6 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
             for needed in own {
                 assert!(names.contains(&needed), "{at}: no {needed} in {names:?}");
             }
-            let mut shares = 0.0;
             let mut counted = 0.0;
             for f in families {
                 let name = &f["family"];
@@ -120,12 +119,31 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
                 }
                 assert!(f["flops"].as_f64().is_some_and(|x| x >= 0.0), "{at} {name}");
                 assert!(f["of_matmul_peak"].as_f64().is_some_and(f64::is_finite), "{at} {name}");
-                shares += f["share"].as_f64().unwrap();
                 if f["in_model_count"] == true {
                     counted += f["flops"].as_f64().unwrap();
                 }
             }
-            assert!((shares - 1.0).abs() < 1e-6, "{at}: shares add to {shares}");
+            // Each share is its family's time over the rows' total, recomputed from the
+            // reported times: a time left out of the rows, or a share of another total, fails.
+            let ms_of = |v: &Value| v["ms_per_step"].as_f64().unwrap();
+            let timed: f64 = families.iter().map(ms_of).sum();
+            for f in families {
+                let (share, want) = (f["share"].as_f64().unwrap(), ms_of(f) / timed);
+                assert!(
+                    (share - want).abs() <= 1e-9,
+                    "{at} {}: share {share}, {want} of the time",
+                    f["family"]
+                );
+            }
+            // On the CPU each op is timed inside the timed steps, one after another, so the
+            // families' times add up to less than a step.
+            if backend == "cpu" {
+                let slowest = positive(&r["ms_per_step"], "max");
+                assert!(
+                    timed < slowest,
+                    "{at}: families {timed} ms in a step of at most {slowest} ms"
+                );
+            }
             let tokens = r["batch"].as_f64().unwrap() * r["seq_len"].as_f64().unwrap();
             // A step's products are three forwards' (the backward's twice the forward's); the
             // other families only add to them.
@@ -149,6 +167,14 @@ fn bench_json_has_every_field_and_the_counters_flops_on_cpu_and_gpu() {
                         (of_family - ms).abs() <= 1e-6 * ms,
                         "{at} {}: kernels {of_family} ms",
                         f["family"]
+                    );
+                }
+                for k in kernels {
+                    let (share, want) = (k["share"].as_f64().unwrap(), ms_of(k) / timed);
+                    assert!(
+                        (share - want).abs() <= 1e-9,
+                        "{at} {}: share {share}, {want}",
+                        k["kernel"]
                     );
                 }
                 let names: Vec<&str> = kernels.iter().filter_map(|k| k["kernel"].as_str()).collect();
