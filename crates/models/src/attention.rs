@@ -4,8 +4,11 @@
 //!   Attention     y_h = softmax(Q_h K_hᵀ · scale, causal) V_h from packed [Q | K | V] rows
 //!   Projections   qkv = W_QKV · x,   out = W_O · y              the transformer (SPEC §1)
 //!   HashedQkv     qkv = ML_QKV(x),   out = y                    MemoryFormer (SPEC §3)
+//!   Direct        qkv = x,           out = y                    the RMT and the hybrid
 //!
-//! The RMT's maps are retrievals and a storage on its matrix residual, in `residual_matrix.rs`.
+//! The RMT's maps are its residual's own read and write, retrievals and a storage
+//! (`residual/matrix.rs`): attention reads what the retrieval wrote and the storage takes its
+//! output, so its maps are `Direct`.
 
 use crate::buckets::HashedLayer;
 use crate::ff::FfCore;
@@ -186,6 +189,8 @@ pub trait AttentionMaps<K: FfCore> {
         p: &Self::Params<B::Tensor>,
         tap: Tap<'_, B>,
     );
+    /// Where `output_forward` leaves what the residual takes: `out`, or `y` itself.
+    fn output<'a, T>(&self, out: &'a T, y: &'a T) -> &'a T;
     /// What the residual adds for attention's output `y`: written into `out` and returned, or
     /// `y` itself when there is no output map.
     fn output_forward<'a, B: Backend>(
@@ -301,6 +306,10 @@ impl<K: FfCore> AttentionMaps<K> for Projections {
         be.matmul(qkv, x, &p.w_qkv, MatmulDims::new(bt, 3 * hd, c).trans_b());
     }
 
+    fn output<'a, T>(&self, out: &'a T, _y: &'a T) -> &'a T {
+        out
+    }
+
     fn output_forward<'a, B: Backend>(
         &self,
         be: &B,
@@ -394,6 +403,10 @@ impl AttentionMaps<MemoryBlock> for HashedQkv {
         a.forward(be, qkv, x, p, cursor, tap);
     }
 
+    fn output<'a, T>(&self, _out: &'a T, y: &'a T) -> &'a T {
+        y
+    }
+
     fn output_forward<'a, B: Backend>(
         &self,
         _be: &B,
@@ -436,5 +449,75 @@ impl AttentionMaps<MemoryBlock> for HashedQkv {
 
     fn hashed_layers<'a, B: Backend>(&self, a: &'a Hashed<B>, prefix: &str) -> Vec<HashedLayer<'a, B>> {
         vec![a.layer(format!("{prefix}.qkv"))]
+    }
+}
+
+/// No maps: the residual's read writes attention's qkv itself and its write takes attention's
+/// output as it is (the RMT's retrieval and storage keys, `residual::Matrix`).
+#[derive(Clone, Copy, Debug)]
+pub struct Direct;
+
+impl<K: FfCore> AttentionMaps<K> for Direct {
+    type Params<T> = ();
+    type Acts<B: Backend> = ();
+    type Scratch<B: Backend> = ();
+
+    fn declare(&self, _lb: &mut LayoutBuilder, _prefix: &str) {}
+
+    fn map<T>(_p: &(), _f: &impl Fn(ParamId) -> T) {}
+
+    fn acts<B: Backend>(&self, _be: &B) -> engine::Result<()> {
+        Ok(())
+    }
+
+    fn scratch<B: Backend>(&self, _be: &B) -> engine::Result<()> {
+        Ok(())
+    }
+
+    /// `x` is `qkv` itself: the residual read into it.
+    fn qkv_forward<B: Backend>(
+        &self,
+        _be: &B,
+        _qkv: &B::Tensor,
+        _x: &B::Tensor,
+        _a: &(),
+        _shared: &K::Shared<B>,
+        _p: &(),
+        _tap: Tap<'_, B>,
+    ) {
+    }
+
+    fn output<'a, T>(&self, _out: &'a T, y: &'a T) -> &'a T {
+        y
+    }
+
+    fn output_forward<'a, B: Backend>(&self, _be: &B, _out: &'a B::Tensor, y: &'a B::Tensor, _p: &()) -> &'a B::Tensor {
+        y
+    }
+
+    fn output_backward<'a, B: Backend>(
+        &self,
+        _be: &B,
+        _s: &'a (),
+        _dp: &(),
+        dout: &'a B::Tensor,
+        _y: &B::Tensor,
+        _p: &(),
+    ) -> &'a B::Tensor {
+        dout
+    }
+
+    /// `dx` is `dqkv` itself: the residual's read takes it.
+    fn qkv_backward<B: Backend>(
+        &self,
+        _be: &B,
+        _dx: &B::Tensor,
+        _dp: &(),
+        _dqkv: &B::Tensor,
+        _x: &B::Tensor,
+        _a: &(),
+        _p: &(),
+        _tap: Tap<'_, B>,
+    ) {
     }
 }

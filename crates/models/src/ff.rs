@@ -7,8 +7,7 @@
 //!   MemoryBlock   f = ML2(Norm(ML1(x)))           the hybrid (SPEC §5) and MemoryFormer, in
 //!                                                 memory_layer.rs
 //!
-//! The trunks around a core (`residual_matrix::ResidualMatrix`,
-//! `residual_vector::ResidualVector`) are the same for both.
+//! The trunk around a core (`trunk::Model`) is the same for both, whatever the residual.
 
 use crate::buckets::HashedLayer;
 use crate::interventions::{MemoryLayer, Tap};

@@ -1,5 +1,5 @@
 //! The hybrid (SPEC §5): an RMT whose feed-forward core is MemoryFormer's memory block. No paper
-//! has it; it is the residual-matrix trunk (`residual_matrix.rs`) with `memory_layer::MemoryBlock`
+//! has it; it is the trunk over the RMT's matrix residual (`residual::Matrix`) with `memory_layer::MemoryBlock`
 //! in place of W2·GELU(W1·x):
 //!
 //!   x_FF = concat_h(r_FF^(h) ·₁ Norm(X)) ∈ R^d,  d = R·D_v
@@ -11,24 +11,59 @@
 //! are those three. Keys and embeddings start as the RMT's, tables and biases as MemoryFormer's,
 //! and the tables learn at `table_lr_mult` times the learning rate.
 
-use crate::config::Trunk;
+use crate::attention::{Attention, AttentionNames, Direct};
 use crate::memory_layer::MemoryBlock;
-use crate::residual_matrix::{ResidualMatrix, ResidualMatrixConfig};
-use crate::{HybridConfig, ModelConfig};
+use crate::residual::Matrix;
+use crate::trunk::{Model, Parts};
+use crate::{HybridConfig, ModelConfig, Position};
 
-/// The hybrid: the RMT's trunk around a memory block.
-pub type Hybrid<B> = ResidualMatrix<B, HybridConfig>;
+/// The hybrid: the RMT's matrix residual around a memory block.
+pub type Hybrid<B> = Model<B, HybridConfig>;
 
-impl ResidualMatrixConfig for HybridConfig {
+impl Parts for HybridConfig {
+    type Residual = Matrix;
     type Core = MemoryBlock;
+    type Maps = Direct;
 
-    fn trunk(&self) -> Trunk {
-        HybridConfig::trunk(self)
+    fn residual(&self, b: usize, t: usize) -> Matrix {
+        Matrix::new(self.trunk(), b, t)
+    }
+
+    fn attention(&self, b: usize, t: usize) -> Attention {
+        let c = self.trunk();
+        Attention {
+            b,
+            t,
+            heads: c.rank,
+            head_dim: c.d_v,
+            layer_scale: c.attn_layer_scale,
+            alibi: c.position == Position::Alibi,
+            names: AttentionNames {
+                heads: "rank",
+                width: "rank·d_v",
+            },
+        }
+    }
+
+    fn maps(&self, _tokens: usize) -> Direct {
+        Direct
     }
 
     /// Its inner norm is the residual's kind and eps over ML1's (τ+2)·K outputs.
     fn core(&self, tokens: usize) -> MemoryBlock {
         MemoryBlock::new(self.hashing(), tokens, self.width(), self.norm.into(), self.norm_eps)
+    }
+
+    fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    fn z_loss(&self) -> f32 {
+        self.z_loss
     }
 
     fn model(&self) -> ModelConfig {

@@ -27,13 +27,13 @@ pub mod param_sizes;
 pub mod params;
 pub mod presets;
 pub mod probes;
-pub mod residual_matrix;
-pub mod residual_vector;
+pub mod residual;
 pub mod rmt;
 pub mod run;
 pub mod settings;
 pub mod train;
 pub mod transformer;
+pub mod trunk;
 pub mod variance;
 
 pub use arch::Arch;

@@ -7,43 +7,57 @@
 //!   X ← X + ML2(Norm(ML1(Norm(X))))                        ML1 expands to (τ+2)·K; no activation
 //!   logits = W_U · Norm(X)                                 dense
 //!
-//! The vector-residual trunk (`residual_vector.rs`) with ML_QKV before attention
+//! The trunk (`trunk.rs`) over a vector residual (`residual::Vector`) with ML_QKV before attention
 //! (`attention::HashedQkv`) and the memory block as its core (`memory_layer::MemoryBlock`).
 //! The tables learn at `table_lr_mult` times the learning rate.
 
-use crate::attention::{AttentionNames, HashedQkv};
+use crate::attention::{Attention, AttentionNames, HashedQkv};
+use crate::embedding::VectorEmbedding;
 use crate::memory_layer::{layer_dims, MemoryBlock};
 use crate::params::{Init, ParamLayout};
-use crate::residual_vector::{self, ResidualVector, ResidualVectorConfig, VectorTrunk};
+use crate::residual::Vector;
+use crate::trunk::{self, Model, Parts};
 use crate::{MemoryFormerConfig, ModelConfig};
 
-/// MemoryFormer: the vector trunk with hashed maps and a memory block.
-pub type MemoryFormer<B> = ResidualVector<B, MemoryFormerConfig>;
+/// MemoryFormer: the trunk over a vector residual with hashed maps and a memory block.
+pub type MemoryFormer<B> = Model<B, MemoryFormerConfig>;
 
-impl ResidualVectorConfig for MemoryFormerConfig {
+impl Parts for MemoryFormerConfig {
+    type Residual = Vector;
     type Core = MemoryBlock;
     type Maps = HashedQkv;
-    const CORE_OUTPUT_PER_BLOCK: bool = true;
 
     /// Embeddings ~ N(0, embed_std²); W_U from zero, so the first loss is exactly ln V.
-    fn trunk(&self) -> VectorTrunk {
-        VectorTrunk {
-            vocab: self.vocab,
-            seq_len: self.seq_len,
-            d_model: self.d_model,
+    fn residual(&self, b: usize, t: usize) -> Vector {
+        Vector {
+            embedding: VectorEmbedding {
+                tokens: b * t,
+                t,
+                d_model: self.d_model,
+                vocab: self.vocab,
+                seq_len: self.seq_len,
+                std: self.embed_std,
+            },
             n_layers: self.n_layers,
-            n_heads: self.n_heads,
-            head_dim: self.head_dim(),
             norm: self.norm,
             norm_eps: self.norm_eps,
-            attn_layer_scale: self.attn_layer_scale,
-            attention_names: AttentionNames {
+            unembedding_init: Init::Normal { std: 0.0 },
+            output_per_block: true,
+        }
+    }
+
+    fn attention(&self, b: usize, t: usize) -> Attention {
+        Attention {
+            b,
+            t,
+            heads: self.n_heads,
+            head_dim: self.head_dim(),
+            layer_scale: self.attn_layer_scale,
+            alibi: false,
+            names: AttentionNames {
                 heads: "n_heads",
                 width: "d_model",
             },
-            z_loss: self.z_loss,
-            embed_std: self.embed_std,
-            unembedding_init: Init::Normal { std: 0.0 },
         }
     }
 
@@ -61,6 +75,18 @@ impl ResidualVectorConfig for MemoryFormerConfig {
         MemoryBlock::new(self.hashing(), tokens, self.d_model, self.norm.into(), self.norm_eps)
     }
 
+    fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    fn z_loss(&self) -> f32 {
+        self.z_loss
+    }
+
     fn model(&self) -> ModelConfig {
         ModelConfig::MemoryFormer(self.clone())
     }
@@ -68,5 +94,5 @@ impl ResidualVectorConfig for MemoryFormerConfig {
 
 /// The parameter layout of the model `cfg` describes, without building it.
 pub fn layout(cfg: &MemoryFormerConfig) -> ParamLayout {
-    residual_vector::layout(cfg)
+    trunk::layout(cfg)
 }

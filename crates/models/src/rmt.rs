@@ -1,5 +1,5 @@
-//! The Residual Matrix Transformer (SPEC §2; RMT paper §2.2, eqs 14-27): the residual-matrix
-//! trunk (`residual_matrix.rs`) around the dense core W2 · GELU(W1 · x) (`ff::Dense`):
+//! The Residual Matrix Transformer (SPEC §2; RMT paper §2.2, eqs 14-27): the trunk (`trunk.rs`)
+//! over a matrix residual (`residual::Matrix`) around the dense core W2 · GELU(W1 · x) (`ff::Dense`):
 //!
 //!   x_FF = concat_h(r_FF^(h) ·₁ Norm(X)) ∈ R^{R·D_v}
 //!   f = W2 · GELU_tanh(W1 · x_FF)       W1 ∈ R^{D_FF×R·D_v}, both N(0, init_std²/fan_in)
@@ -7,20 +7,43 @@
 //!
 //! W2 has no extra output scaling: the storage keys w_FF carry the trunk's 1/sqrt(2L).
 
-use crate::config::Trunk;
+use crate::attention::{Attention, AttentionNames, Direct};
 use crate::ff::Dense;
 use crate::params::ParamLayout;
-use crate::residual_matrix::{self, ResidualMatrix, ResidualMatrixConfig};
-use crate::{ModelConfig, RmtConfig};
+use crate::residual::Matrix;
+use crate::trunk::{self, Model, Parts};
+use crate::{ModelConfig, Position, RmtConfig};
 
-/// The RMT: the trunk around a dense core.
-pub type Rmt<B> = ResidualMatrix<B, RmtConfig>;
+/// The RMT: the trunk over a matrix residual around a dense core.
+pub type Rmt<B> = Model<B, RmtConfig>;
 
-impl ResidualMatrixConfig for RmtConfig {
+impl Parts for RmtConfig {
+    type Residual = Matrix;
     type Core = Dense;
+    type Maps = Direct;
 
-    fn trunk(&self) -> Trunk {
-        RmtConfig::trunk(self)
+    fn residual(&self, b: usize, t: usize) -> Matrix {
+        Matrix::new(self.trunk(), b, t)
+    }
+
+    fn attention(&self, b: usize, t: usize) -> Attention {
+        let c = self.trunk();
+        Attention {
+            b,
+            t,
+            heads: c.rank,
+            head_dim: c.d_v,
+            layer_scale: c.attn_layer_scale,
+            alibi: c.position == Position::Alibi,
+            names: AttentionNames {
+                heads: "rank",
+                width: "rank·d_v",
+            },
+        }
+    }
+
+    fn maps(&self, _tokens: usize) -> Direct {
+        Direct
     }
 
     fn core(&self, tokens: usize) -> Dense {
@@ -34,6 +57,18 @@ impl ResidualMatrixConfig for RmtConfig {
         }
     }
 
+    fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    fn z_loss(&self) -> f32 {
+        self.z_loss
+    }
+
     fn model(&self) -> ModelConfig {
         ModelConfig::Rmt(self.clone())
     }
@@ -41,5 +76,5 @@ impl ResidualMatrixConfig for RmtConfig {
 
 /// The parameter layout of the model `cfg` describes, without building it.
 pub fn layout(cfg: &RmtConfig) -> ParamLayout {
-    residual_matrix::layout(cfg)
+    trunk::layout(cfg)
 }

@@ -5,17 +5,20 @@
 //!   X ← X + FF(Norm(X)),   FF(x) = W2 · GELU_tanh(W1 · x)
 //!   logits = W_U · Norm(X)
 //!
-//! No biases, no weight tying: the vector-residual trunk (`residual_vector.rs`) with dense
-//! projections around attention (`attention::Projections`) and a dense core (`ff::Dense`).
+//! No biases, no weight tying: the trunk (`trunk.rs`) over a vector residual
+//! (`residual::Vector`), with dense projections around attention (`attention::Projections`)
+//! and a dense core (`ff::Dense`).
 
-use crate::attention::{AttentionNames, Projections};
+use crate::attention::{Attention, AttentionNames, Projections};
+use crate::embedding::VectorEmbedding;
 use crate::ff::Dense;
 use crate::params::{Init, ParamLayout};
-use crate::residual_vector::{self, ResidualVector, ResidualVectorConfig, VectorTrunk};
+use crate::residual::Vector;
+use crate::trunk::{self, Model, Parts};
 use crate::{ModelConfig, TransformerConfig};
 
-/// The transformer: the vector trunk with dense maps and core.
-pub type Transformer<B> = ResidualVector<B, TransformerConfig>;
+/// The transformer: the trunk over a vector residual with dense maps and core.
+pub type Transformer<B> = Model<B, TransformerConfig>;
 
 impl TransformerConfig {
     /// W_O's and W2's extra init scale: 1/sqrt(2L), as GPT-2 does (SPEC §2), or 1.
@@ -27,40 +30,53 @@ impl TransformerConfig {
     }
 }
 
-impl ResidualVectorConfig for TransformerConfig {
+impl Parts for TransformerConfig {
+    type Residual = Vector;
     type Core = Dense;
     type Maps = Projections;
-    const CORE_OUTPUT_PER_BLOCK: bool = false;
 
-    /// Weights ~ N(0, init_std²/fan_in) (or Xavier's N(0, 2/(fan_in + fan_out))), embeddings
-    /// ~ N(0, init_std²), and W_U from zero so that the first loss is exactly ln V.
-    fn trunk(&self) -> VectorTrunk {
+    /// Embeddings ~ N(0, init_std²), and W_U from zero so that the first loss is exactly ln V
+    /// (a weight's init without `zero_unembedding`).
+    fn residual(&self, b: usize, t: usize) -> Vector {
         let unembedding_init = match self.zero_unembedding {
             true => Init::Normal { std: 0.0 },
             false => Init::Normal {
                 std: self.weight_init.std(self.init_std, self.d_model, self.vocab, 1.0),
             },
         };
-        VectorTrunk {
-            vocab: self.vocab,
-            seq_len: self.seq_len,
-            d_model: self.d_model,
+        Vector {
+            embedding: VectorEmbedding {
+                tokens: b * t,
+                t,
+                d_model: self.d_model,
+                vocab: self.vocab,
+                seq_len: self.seq_len,
+                std: self.init_std,
+            },
             n_layers: self.n_layers,
-            n_heads: self.n_heads,
-            head_dim: self.head_dim,
             norm: self.norm,
             norm_eps: self.norm_eps,
-            attn_layer_scale: self.attn_layer_scale,
-            attention_names: AttentionNames {
-                heads: "n_heads",
-                width: "n_heads·head_dim",
-            },
-            z_loss: self.z_loss,
-            embed_std: self.init_std,
             unembedding_init,
+            output_per_block: false,
         }
     }
 
+    fn attention(&self, b: usize, t: usize) -> Attention {
+        Attention {
+            b,
+            t,
+            heads: self.n_heads,
+            head_dim: self.head_dim,
+            layer_scale: self.attn_layer_scale,
+            alibi: false,
+            names: AttentionNames {
+                heads: "n_heads",
+                width: "n_heads·head_dim",
+            },
+        }
+    }
+
+    /// Weights ~ N(0, init_std²/fan_in) (or Xavier's N(0, 2/(fan_in + fan_out))).
     fn maps(&self, tokens: usize) -> Projections {
         Projections {
             tokens,
@@ -83,6 +99,18 @@ impl ResidualVectorConfig for TransformerConfig {
         }
     }
 
+    fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    fn z_loss(&self) -> f32 {
+        self.z_loss
+    }
+
     fn model(&self) -> ModelConfig {
         ModelConfig::Transformer(self.clone())
     }
@@ -90,5 +118,5 @@ impl ResidualVectorConfig for TransformerConfig {
 
 /// The parameter layout of the model `cfg` describes, without building it.
 pub fn layout(cfg: &TransformerConfig) -> ParamLayout {
-    residual_vector::layout(cfg)
+    trunk::layout(cfg)
 }
