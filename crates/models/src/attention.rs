@@ -67,7 +67,39 @@ pub struct AttentionScratch<B: Backend> {
     delta: B::Tensor,    // (B, H, T) dout·out per row
 }
 
+impl AttentionNames {
+    /// A transformer's: H heads of D_h.
+    pub const HEADS: AttentionNames = AttentionNames {
+        heads: "n_heads",
+        width: "n_heads·head_dim",
+    };
+    /// The RMT's: R heads of D_v.
+    pub const RANK: AttentionNames = AttentionNames {
+        heads: "rank",
+        width: "rank·d_v",
+    };
+}
+
 impl Attention {
+    /// `heads` heads of `head_dim` over batches of `b` sequences of `t` tokens, without ALiBi.
+    pub fn new(
+        b: usize,
+        t: usize,
+        (heads, head_dim): (usize, usize),
+        layer_scale: bool,
+        names: AttentionNames,
+    ) -> Self {
+        Attention {
+            b,
+            t,
+            heads,
+            head_dim,
+            layer_scale,
+            alibi: false,
+            names,
+        }
+    }
+
     /// The op's dims in block `layer`.
     pub fn dims(&self, layer: usize) -> AttentionDims {
         let mut scale = 1.0 / (self.head_dim as f32).sqrt();

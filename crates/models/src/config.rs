@@ -5,6 +5,7 @@
 //! their serde shape (`deny_unknown_fields`, the `arch` tag), and each is mostly documented
 //! fields: split by architecture, every file would import the same helpers for little gain.
 
+use crate::attention::{Attention, AttentionNames};
 use crate::{ModelError, Result};
 use serde::{Deserialize, Serialize};
 
@@ -297,6 +298,18 @@ pub struct Trunk {
     pub weight_init: WeightInit,
     pub zero_unembedding: bool,
     pub z_loss: f32,
+}
+
+impl Trunk {
+    /// R heads of D_v over batches of `b` sequences of `t` tokens: the attention of SPEC §2.
+    pub fn attention(&self, b: usize, t: usize) -> Attention {
+        let heads = (self.rank, self.d_v);
+        let attention = Attention::new(b, t, heads, self.attn_layer_scale, AttentionNames::RANK);
+        Attention {
+            alibi: self.position == Position::Alibi,
+            ..attention
+        }
+    }
 }
 
 impl Trunk {

@@ -11,11 +11,11 @@
 //! are those three. Keys and embeddings start as the RMT's, tables and biases as MemoryFormer's,
 //! and the tables learn at `table_lr_mult` times the learning rate.
 
-use crate::attention::{Attention, AttentionNames, Direct};
+use crate::attention::{Attention, Direct};
 use crate::memory_layer::MemoryBlock;
 use crate::residual::Matrix;
 use crate::trunk::{Model, Parts};
-use crate::{HybridConfig, ModelConfig, Position};
+use crate::{HybridConfig, ModelConfig};
 
 /// The hybrid: the RMT's matrix residual around a memory block.
 pub type Hybrid<B> = Model<B, HybridConfig>;
@@ -30,19 +30,7 @@ impl Parts for HybridConfig {
     }
 
     fn attention(&self, b: usize, t: usize) -> Attention {
-        let c = self.trunk();
-        Attention {
-            b,
-            t,
-            heads: c.rank,
-            head_dim: c.d_v,
-            layer_scale: c.attn_layer_scale,
-            alibi: c.position == Position::Alibi,
-            names: AttentionNames {
-                heads: "rank",
-                width: "rank·d_v",
-            },
-        }
+        self.trunk().attention(b, t)
     }
 
     fn maps(&self, _tokens: usize) -> Direct {
@@ -56,14 +44,6 @@ impl Parts for HybridConfig {
 
     fn n_layers(&self) -> usize {
         self.n_layers
-    }
-
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    fn z_loss(&self) -> f32 {
-        self.z_loss
     }
 
     fn model(&self) -> ModelConfig {

@@ -523,18 +523,7 @@ impl Parts for HcConfig {
     }
 
     fn attention(&self, b: usize, t: usize) -> Attention {
-        Attention {
-            b,
-            t,
-            heads: self.n_heads,
-            head_dim: self.head_dim,
-            layer_scale: false,
-            alibi: false,
-            names: AttentionNames {
-                heads: "n_heads",
-                width: "n_heads·head_dim",
-            },
-        }
+        Attention::new(b, t, (self.n_heads, self.head_dim), false, AttentionNames::HEADS)
     }
 
     /// Each site's branch is the transformer's: the same maps, core and init.
@@ -548,14 +537,6 @@ impl Parts for HcConfig {
 
     fn n_layers(&self) -> usize {
         self.n_layers
-    }
-
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    fn z_loss(&self) -> f32 {
-        self.z_loss
     }
 
     fn model(&self) -> crate::ModelConfig {

@@ -47,18 +47,11 @@ impl Parts for MemoryFormerConfig {
     }
 
     fn attention(&self, b: usize, t: usize) -> Attention {
-        Attention {
-            b,
-            t,
-            heads: self.n_heads,
-            head_dim: self.head_dim(),
-            layer_scale: self.attn_layer_scale,
-            alibi: false,
-            names: AttentionNames {
-                heads: "n_heads",
-                width: "d_model",
-            },
-        }
+        let names = AttentionNames {
+            heads: "n_heads",
+            width: "d_model",
+        };
+        Attention::new(b, t, (self.n_heads, self.head_dim()), self.attn_layer_scale, names)
     }
 
     /// ML_QKV: d → 3d in K chunks of τ bits.
@@ -77,14 +70,6 @@ impl Parts for MemoryFormerConfig {
 
     fn n_layers(&self) -> usize {
         self.n_layers
-    }
-
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    fn z_loss(&self) -> f32 {
-        self.z_loss
     }
 
     fn model(&self) -> ModelConfig {

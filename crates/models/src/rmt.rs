@@ -7,12 +7,12 @@
 //!
 //! W2 has no extra output scaling: the storage keys w_FF carry the trunk's 1/sqrt(2L).
 
-use crate::attention::{Attention, AttentionNames, Direct};
+use crate::attention::{Attention, Direct};
 use crate::ff::Dense;
 use crate::params::ParamLayout;
 use crate::residual::Matrix;
 use crate::trunk::{self, Model, Parts};
-use crate::{ModelConfig, Position, RmtConfig};
+use crate::{ModelConfig, RmtConfig};
 
 /// The RMT: the trunk over a matrix residual around a dense core.
 pub type Rmt<B> = Model<B, RmtConfig>;
@@ -27,19 +27,7 @@ impl Parts for RmtConfig {
     }
 
     fn attention(&self, b: usize, t: usize) -> Attention {
-        let c = self.trunk();
-        Attention {
-            b,
-            t,
-            heads: c.rank,
-            head_dim: c.d_v,
-            layer_scale: c.attn_layer_scale,
-            alibi: c.position == Position::Alibi,
-            names: AttentionNames {
-                heads: "rank",
-                width: "rank·d_v",
-            },
-        }
+        self.trunk().attention(b, t)
     }
 
     fn maps(&self, _tokens: usize) -> Direct {
@@ -59,14 +47,6 @@ impl Parts for RmtConfig {
 
     fn n_layers(&self) -> usize {
         self.n_layers
-    }
-
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    fn z_loss(&self) -> f32 {
-        self.z_loss
     }
 
     fn model(&self) -> ModelConfig {

@@ -62,18 +62,8 @@ impl Parts for TransformerConfig {
     }
 
     fn attention(&self, b: usize, t: usize) -> Attention {
-        Attention {
-            b,
-            t,
-            heads: self.n_heads,
-            head_dim: self.head_dim,
-            layer_scale: self.attn_layer_scale,
-            alibi: false,
-            names: AttentionNames {
-                heads: "n_heads",
-                width: "n_heads·head_dim",
-            },
-        }
+        let heads = (self.n_heads, self.head_dim);
+        Attention::new(b, t, heads, self.attn_layer_scale, AttentionNames::HEADS)
     }
 
     /// Weights ~ N(0, init_std²/fan_in) (or Xavier's N(0, 2/(fan_in + fan_out))).
@@ -101,14 +91,6 @@ impl Parts for TransformerConfig {
 
     fn n_layers(&self) -> usize {
         self.n_layers
-    }
-
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    fn z_loss(&self) -> f32 {
-        self.z_loss
     }
 
     fn model(&self) -> ModelConfig {

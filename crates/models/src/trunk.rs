@@ -41,8 +41,6 @@ pub trait Parts: Clone {
     /// The core for `tokens` rows.
     fn core(&self, tokens: usize) -> Self::Core;
     fn n_layers(&self) -> usize;
-    fn vocab(&self) -> usize;
-    fn z_loss(&self) -> f32;
     /// The config in the one enum of architectures.
     fn model(&self) -> ModelConfig;
 }
@@ -136,6 +134,7 @@ pub struct Model<B: Backend, C: Parts> {
     core: C::Core,
     b: usize,
     t: usize,
+    vocab: usize,
     store: ParamStore<B>,
     w: Views<B, C>,
     /// Gradient views; None for inference.
@@ -190,15 +189,15 @@ impl<B: Backend, C: Parts> Model<B, C> {
 
         let (residual, attention) = (cfg.residual(b, t), cfg.attention(b, t));
         let (maps, core) = (cfg.maps(bt), cfg.core(bt));
-        let ends = residual.end_acts(be)?;
+        let shared = residual.shared(be)?;
         let blocks = (0..l)
             .map(|block| {
                 let at = |layer| Site { block, layer };
                 Ok(BlockActs {
-                    attn: residual.site_acts(be, at(Layer::Attn), &ends)?,
+                    attn: residual.site_acts(be, at(Layer::Attn), &shared)?,
                     maps: maps.acts(be)?,
                     attention: attention.acts(be)?,
-                    ff: residual.site_acts(be, at(Layer::Ff), &ends)?,
+                    ff: residual.site_acts(be, at(Layer::Ff), &shared)?,
                     core: core.acts(be)?,
                 })
             })
@@ -224,10 +223,13 @@ impl<B: Backend, C: Parts> Model<B, C> {
             (true, Some(sites)) => Some(Probes::new(be, sites)?),
             _ => None,
         };
-        let unembedding = Unembedding::new(be, bt, cfg.vocab(), residual.head_width(), cfg.z_loss(), trainable)?;
+        let ends = residual.end_acts(be, shared)?;
+        let (vocab, z_loss) = (cfg.model().vocab(), cfg.model().z_loss());
+        let unembedding = Unembedding::new(be, bt, vocab, residual.head_width(), z_loss, trainable)?;
         Ok(Self {
             b,
             t,
+            vocab,
             store,
             w,
             dw,
@@ -274,7 +276,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
     }
 
     fn vocab(&self) -> usize {
-        self.cfg.vocab()
+        self.vocab
     }
 
     fn forward(&self, be: &B, batch: &BatchTensors<B>, observe: Observe) {
@@ -290,7 +292,13 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             let at = |layer, op| probes::site_index(l, layer, op);
             let atty = &a.attention.atty;
             // X ← write(X, out(attention(in(read(X)))))
-            let (site, x) = (Site { block: l, layer: Layer::Attn }, self.residual_in(l));
+            let (site, x) = (
+                Site {
+                    block: l,
+                    layer: Layer::Attn,
+                },
+                self.residual_in(l),
+            );
             let (qkv, input) = (&a.attention.qkv, r.input(&a.attn, &a.attention.qkv));
             r.read(be, &a.attn, x, input, &p.attn, site);
             self.maps
@@ -313,7 +321,13 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             }
             edit(Point::Residual(2 * l + 1), r.after(&a.attn));
             // X ← write(X, core(read(X)))
-            let (site, x) = (Site { block: l, layer: Layer::Ff }, r.after(&a.attn));
+            let (site, x) = (
+                Site {
+                    block: l,
+                    layer: Layer::Ff,
+                },
+                r.after(&a.attn),
+            );
             let (input, f) = (r.input(&a.ff, qkv), r.output(&a.ff).unwrap_or(atty));
             r.read(be, &a.ff, x, input, &p.ff, site);
             if let (Some((probes, s)), true) = (probing, keyed) {
@@ -367,13 +381,24 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             let at = |layer, op| probes::site_index(l, layer, op);
             let (atty, dqkv) = (&a.attention.atty, &s.attention.dqkv);
             // The FF's site.
-            let (site, x) = (Site { block: l, layer: Layer::Ff }, r.after(&a.attn));
+            let (site, x) = (
+                Site {
+                    block: l,
+                    layer: Layer::Ff,
+                },
+                r.after(&a.attn),
+            );
             let (input, f) = (r.input(&a.ff, &a.attention.qkv), r.output(&a.ff).unwrap_or(atty));
             let g = r.dresidual(rs, site.depth_out());
             grad(Point::Residual(2 * l + 2), g);
             let dout = r.write_backward(be, rs, &a.ff, x, f, (&p.ff, &dp.ff), site);
             if let (Some((probes, _)), true) = (probing, keyed) {
-                record(be, probes, at(Layer::Ff, Op::Storage), [(Quantity::GradOut, g), (Quantity::GradIn, dout)]);
+                record(
+                    be,
+                    probes,
+                    at(Layer::Ff, Op::Storage),
+                    [(Quantity::GradOut, g), (Quantity::GradIn, dout)],
+                );
             }
             grad(Point::Write(l, Layer::Ff), dout);
             let dinput = r.input_grad(rs, dqkv, site);
@@ -407,16 +432,20 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             }
             r.read_backward(be, rs, &a.ff, x, dinput, (&p.ff, &dp.ff), site);
             // Attention's site.
-            let (site, x) = (Site { block: l, layer: Layer::Attn }, self.residual_in(l));
+            let (site, x) = (
+                Site {
+                    block: l,
+                    layer: Layer::Attn,
+                },
+                self.residual_in(l),
+            );
             let input = r.input(&a.attn, &a.attention.qkv);
             let y = self.maps.output(r.output(&a.attn).unwrap_or(atty), atty);
             let g = r.dresidual(rs, site.depth_out());
             grad(Point::Residual(2 * l + 1), g);
             let dout = r.write_backward(be, rs, &a.attn, x, y, (&p.attn, &dp.attn), site);
             grad(Point::Write(l, Layer::Attn), dout);
-            let datty = self
-                .maps
-                .output_backward(be, &s.maps, &dp.maps, dout, atty, &p.maps);
+            let datty = self.maps.output_backward(be, &s.maps, &dp.maps, dout, atty, &p.maps);
             grad(Point::Heads(l), datty);
             if let Some((probes, _)) = probing {
                 // A keyed residual's storage writes the residual itself; otherwise W_O writes

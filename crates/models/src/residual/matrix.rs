@@ -154,6 +154,7 @@ impl Residual for Matrix {
     type Site<T> = MatrixSite<T>;
     type Ends<T> = MatrixEnds<T>;
     type SiteActs<B: Backend> = MatrixSiteActs<B>;
+    type Shared<B: Backend> = ();
     type EndActs<B: Backend> = MatrixEndActs<B>;
     type Scratch<B: Backend> = MatrixScratch<B>;
     const KEYED: bool = true;
@@ -171,9 +172,19 @@ impl Residual for Matrix {
             Layer::Ff => (2, r, "r_ff", "w_ff"),
         };
         let gain = lb.add(format!("blocks.{i}.ln{n}"), &[dk, dv], false, Init::ONE);
-        let retrieval = lb.add(format!("blocks.{i}.{read}"), &[keys, dk], true, self.weight(dk, keys, 1.0));
+        let retrieval = lb.add(
+            format!("blocks.{i}.{read}"),
+            &[keys, dk],
+            true,
+            self.weight(dk, keys, 1.0),
+        );
         let branch = branch(lb);
-        let storage = lb.add(format!("blocks.{i}.{write}"), &[r, dk], true, self.weight(r, dk, self.out_scale()));
+        let storage = lb.add(
+            format!("blocks.{i}.{write}"),
+            &[r, dk],
+            true,
+            self.weight(r, dk, self.out_scale()),
+        );
         let site = MatrixSite {
             gain,
             retrieval,
@@ -184,7 +195,11 @@ impl Residual for Matrix {
 
     /// The embedding's tables and keys, the blocks, then `lnf`, `r_u` and `w_u` (from zero with
     /// `zero_unembedding`, so that the first loss is exactly ln V).
-    fn declare_ends<P>(&self, lb: &mut LayoutBuilder, blocks: impl FnOnce(&mut LayoutBuilder) -> P) -> (MatrixEnds<ParamId>, P) {
+    fn declare_ends<P>(
+        &self,
+        lb: &mut LayoutBuilder,
+        blocks: impl FnOnce(&mut LayoutBuilder) -> P,
+    ) -> (MatrixEnds<ParamId>, P) {
         let c = &self.trunk;
         let (dk, dv, r, v) = (c.d_k, c.d_v, c.rank, c.vocab);
         let embedding = self.embedding.declare(lb);
@@ -222,7 +237,11 @@ impl Residual for Matrix {
         }
     }
 
-    fn end_acts<B: Backend>(&self, be: &B) -> engine::Result<MatrixEndActs<B>> {
+    fn shared<B: Backend>(&self, _be: &B) -> engine::Result<()> {
+        Ok(())
+    }
+
+    fn end_acts<B: Backend>(&self, be: &B, _shared: ()) -> engine::Result<MatrixEndActs<B>> {
         Ok(MatrixEndActs {
             embedded: self.embedding.acts(be)?,
             encoded: self.matrices(be, "the embeddings")?,
@@ -231,7 +250,7 @@ impl Residual for Matrix {
         })
     }
 
-    fn site_acts<B: Backend>(&self, be: &B, site: Site, _e: &MatrixEndActs<B>) -> engine::Result<MatrixSiteActs<B>> {
+    fn site_acts<B: Backend>(&self, be: &B, site: Site, _shared: &()) -> engine::Result<MatrixSiteActs<B>> {
         let ff = site.layer == Layer::Ff;
         Ok(MatrixSiteActs {
             stats: self.stats(be, "the norm statistics")?,

@@ -60,6 +60,9 @@ pub trait Residual {
     type Ends<T>;
     /// What one site keeps from the forward for the backward, the residual after it included.
     type SiteActs<B: Backend>;
+    /// What every site shares (a vector residual's branch output, constant ones), allocated
+    /// first and kept by the ends.
+    type Shared<B: Backend>;
     /// What the embedding and the head keep.
     type EndActs<B: Backend>;
     /// Backward scratch shared by every site, the residual's gradient among it.
@@ -87,9 +90,12 @@ pub trait Residual {
     fn map_site<T>(p: &Self::Site<ParamId>, f: &impl Fn(ParamId) -> T) -> Self::Site<T>;
     fn map_ends<T>(p: &Self::Ends<ParamId>, f: &impl Fn(ParamId) -> T) -> Self::Ends<T>;
 
-    fn end_acts<B: Backend>(&self, be: &B) -> engine::Result<Self::EndActs<B>>;
-    /// A site's buffers; `ends` holds what sites share (a vector residual's branch output).
-    fn site_acts<B: Backend>(&self, be: &B, site: Site, ends: &Self::EndActs<B>) -> engine::Result<Self::SiteActs<B>>;
+    fn shared<B: Backend>(&self, be: &B) -> engine::Result<Self::Shared<B>>;
+    /// A site's buffers, with views of what it shares.
+    fn site_acts<B: Backend>(&self, be: &B, site: Site, shared: &Self::Shared<B>) -> engine::Result<Self::SiteActs<B>>;
+    /// The ends' buffers, allocated after the sites': of equal buffers, the memory estimate names
+    /// the first, a residual's own.
+    fn end_acts<B: Backend>(&self, be: &B, shared: Self::Shared<B>) -> engine::Result<Self::EndActs<B>>;
     fn scratch<B: Backend>(&self, be: &B) -> engine::Result<Self::Scratch<B>>;
     /// The head's width, what W_U reads a row.
     fn head_width(&self) -> usize;

@@ -235,6 +235,7 @@ impl Residual for Streams {
     type Site<T> = StreamSite<T>;
     type Ends<T> = StreamEnds<T>;
     type SiteActs<B: Backend> = StreamSiteActs<B>;
+    type Shared<B: Backend> = Ones<B>;
     type EndActs<B: Backend> = StreamEndActs<B>;
     type Scratch<B: Backend> = StreamScratch<B>;
     const KEYED: bool = false;
@@ -260,7 +261,11 @@ impl Residual for Streams {
 
     /// The embedding, the blocks, the `head` collapse's gates, `lnf`, and W_U from zero: the
     /// first loss is exactly ln V.
-    fn declare_ends<P>(&self, lb: &mut LayoutBuilder, blocks: impl FnOnce(&mut LayoutBuilder) -> P) -> (StreamEnds<ParamId>, P) {
+    fn declare_ends<P>(
+        &self,
+        lb: &mut LayoutBuilder,
+        blocks: impl FnOnce(&mut LayoutBuilder) -> P,
+    ) -> (StreamEnds<ParamId>, P) {
         let cfg = &self.cfg;
         let embedding = self.embedding.declare(lb);
         let blocks = blocks(lb);
@@ -293,7 +298,12 @@ impl Residual for Streams {
         }
     }
 
-    fn end_acts<B: Backend>(&self, be: &B) -> engine::Result<StreamEndActs<B>> {
+    fn shared<B: Backend>(&self, be: &B) -> engine::Result<Ones<B>> {
+        let (n, d) = (self.cfg.streams, self.cfg.d_model);
+        Ones::new(be, n, n * d, self.bt())
+    }
+
+    fn end_acts<B: Backend>(&self, be: &B, ones: Ones<B>) -> engine::Result<StreamEndActs<B>> {
         let (cfg, bt) = (&self.cfg, self.bt());
         let (d, nd) = (cfg.d_model, cfg.streams * cfg.d_model);
         let z = |what: &str, len: usize| be.zeros(what, len);
@@ -304,14 +314,14 @@ impl Residual for Streams {
             head: (cfg.collapse() == HcCollapse::Head)
                 .then(|| Gates::new(be, cfg.head_dims(bt), d))
                 .transpose()?,
-            ones: Ones::new(be, cfg.streams, nd, bt)?,
+            ones,
             h: z("the collapsed streams", bt * d)?,
             lnf: z("the final norm", lnf_rows * d)?,
             lnf_stats: z("the final norm statistics", lnf_rows * 2)?,
         })
     }
 
-    fn site_acts<B: Backend>(&self, be: &B, _site: Site, e: &StreamEndActs<B>) -> engine::Result<StreamSiteActs<B>> {
+    fn site_acts<B: Backend>(&self, be: &B, _site: Site, ones: &Ones<B>) -> engine::Result<StreamSiteActs<B>> {
         let (cfg, bt) = (&self.cfg, self.bt());
         let d = cfg.d_model;
         let z = |what: &str, len: usize| be.zeros(what, len);
@@ -321,7 +331,7 @@ impl Residual for Streams {
             ln_stats: z("the branch's norm statistics", bt * 2)?,
             f: z("the branch's output", bt * d)?,
             out: z("the streams (batch × seq_len × streams·d_model)", bt * cfg.streams * d)?,
-            ones: e.ones.views(be),
+            ones: ones.views(be),
         })
     }
 

@@ -53,8 +53,8 @@ pub struct VectorSiteActs<B: Backend> {
 
 pub struct VectorEndActs<B: Backend> {
     encoded: B::Tensor, // (BT, D)
-    /// The branches' outputs: one buffer, or one a block.
-    outputs: Vec<B::Tensor>,
+    /// The branches' outputs, one buffer or one a block, owned here: the sites hold views.
+    _outputs: Vec<B::Tensor>,
     lnf: B::Tensor,       // (BT, D)
     lnf_stats: B::Tensor, // (BT, 2)
 }
@@ -93,6 +93,7 @@ impl Residual for Vector {
     type Site<T> = VectorSite<T>;
     type Ends<T> = VectorEnds<T>;
     type SiteActs<B: Backend> = VectorSiteActs<B>;
+    type Shared<B: Backend> = Vec<B::Tensor>;
     type EndActs<B: Backend> = VectorEndActs<B>;
     type Scratch<B: Backend> = VectorScratch<B>;
     const KEYED: bool = false;
@@ -108,11 +109,20 @@ impl Residual for Vector {
         (VectorSite { gain }, branch(lb))
     }
 
-    fn declare_ends<P>(&self, lb: &mut LayoutBuilder, blocks: impl FnOnce(&mut LayoutBuilder) -> P) -> (VectorEnds<ParamId>, P) {
+    fn declare_ends<P>(
+        &self,
+        lb: &mut LayoutBuilder,
+        blocks: impl FnOnce(&mut LayoutBuilder) -> P,
+    ) -> (VectorEnds<ParamId>, P) {
         let embedding = self.embedding.declare(lb);
         let blocks = blocks(lb);
         let lnf = lb.add("lnf", &[self.d()], false, Init::ONE);
-        let w_u = lb.add("w_u", &[self.embedding.vocab, self.d()], false, self.unembedding_init.clone());
+        let w_u = lb.add(
+            "w_u",
+            &[self.embedding.vocab, self.d()],
+            false,
+            self.unembedding_init.clone(),
+        );
         (VectorEnds { embedding, lnf, w_u }, blocks)
     }
 
@@ -128,22 +138,27 @@ impl Residual for Vector {
         }
     }
 
-    fn end_acts<B: Backend>(&self, be: &B) -> engine::Result<VectorEndActs<B>> {
+    /// The branches' outputs: one buffer, or one a block.
+    fn shared<B: Backend>(&self, be: &B) -> engine::Result<Vec<B::Tensor>> {
         let (n, what) = match self.output_per_block {
             true => (self.n_layers.max(1), "the ml2 output"),
             false => (1, "the projection"),
         };
+        (0..n).map(|_| self.zeros(be, what)).collect()
+    }
+
+    fn end_acts<B: Backend>(&self, be: &B, outputs: Vec<B::Tensor>) -> engine::Result<VectorEndActs<B>> {
         Ok(VectorEndActs {
             encoded: self.zeros(be, "the embeddings")?,
-            outputs: (0..n).map(|_| self.zeros(be, what)).collect::<engine::Result<_>>()?,
+            _outputs: outputs,
             lnf: self.zeros(be, "the final norm")?,
             lnf_stats: self.stats(be)?,
         })
     }
 
-    fn site_acts<B: Backend>(&self, be: &B, site: Site, e: &VectorEndActs<B>) -> engine::Result<VectorSiteActs<B>> {
-        // `end_acts` makes at least one.
-        let shared = e.outputs.get(site.block).unwrap_or(&e.outputs[0]);
+    fn site_acts<B: Backend>(&self, be: &B, site: Site, outputs: &Vec<B::Tensor>) -> engine::Result<VectorSiteActs<B>> {
+        // `shared` makes at least one.
+        let shared = outputs.get(site.block).unwrap_or(&outputs[0]);
         Ok(VectorSiteActs {
             ln: self.zeros(be, gain_name(site).rsplit('.').next().unwrap_or("ln"))?,
             stats: self.stats(be)?,
