@@ -26,6 +26,9 @@ pub use matrix::Matrix;
 pub use streams::Streams;
 pub use vector::Vector;
 
+/// Parameters' views and their gradients' views, side by side.
+pub type AndGrads<'a, P> = (&'a P, &'a P);
+
 /// One site: block `block`'s attention or feed-forward branch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Site {
@@ -158,7 +161,7 @@ pub trait Residual {
         s: &Self::Scratch<B>,
         e: &Self::EndActs<B>,
         x: &B::Tensor,
-        params: (&Self::Ends<B::Tensor>, &Self::Ends<B::Tensor>),
+        params: AndGrads<'_, Self::Ends<B::Tensor>>,
         head: &Unembedding<B>,
         batch: &BatchTensors<B>,
         seed: Option<&B::Tensor>,
@@ -173,7 +176,7 @@ pub trait Residual {
         a: &Self::SiteActs<B>,
         x: &B::Tensor,
         y: &B::Tensor,
-        params: (&Self::Site<B::Tensor>, &Self::Site<B::Tensor>),
+        params: AndGrads<'_, Self::Site<B::Tensor>>,
         site: Site,
     ) -> &'a B::Tensor;
     /// Where the branch writes its input's gradient: a buffer of the scratch, or attention's
@@ -189,7 +192,7 @@ pub trait Residual {
         a: &Self::SiteActs<B>,
         x: &B::Tensor,
         dinput: &B::Tensor,
-        params: (&Self::Site<B::Tensor>, &Self::Site<B::Tensor>),
+        params: AndGrads<'_, Self::Site<B::Tensor>>,
         site: Site,
     );
     /// The embedding's gradient from the first residual's: the same buffer, or the streams'
@@ -201,7 +204,7 @@ pub trait Residual {
         be: &B,
         s: &Self::Scratch<B>,
         e: &Self::EndActs<B>,
-        params: (&Self::Ends<B::Tensor>, &Self::Ends<B::Tensor>),
+        params: AndGrads<'_, Self::Ends<B::Tensor>>,
         batch: &BatchTensors<B>,
     );
 
