@@ -41,6 +41,18 @@ impl<T: Copy> VectorEmbeddingParams<T> {
 }
 
 impl VectorEmbedding {
+    /// V × D and N × D tables, N(0, std²), over batches of `b` sequences of `t` tokens.
+    pub fn new(b: usize, t: usize, (vocab, seq_len, d_model): (usize, usize, usize), std: f32) -> Self {
+        VectorEmbedding {
+            tokens: b * t,
+            t,
+            d_model,
+            vocab,
+            seq_len,
+            std,
+        }
+    }
+
     /// `wte` and `wpe`.
     pub fn declare(&self, lb: &mut LayoutBuilder) -> VectorEmbeddingParams<ParamId> {
         let (v, n, d) = (self.vocab, self.seq_len, self.d_model);

@@ -511,14 +511,7 @@ impl Parts for HcConfig {
     fn residual(&self, b: usize, t: usize) -> Streams {
         Streams {
             cfg: self.clone(),
-            embedding: VectorEmbedding {
-                tokens: b * t,
-                t,
-                d_model: self.d_model,
-                vocab: self.vocab,
-                seq_len: self.seq_len,
-                std: self.init_std,
-            },
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
         }
     }
 

@@ -45,14 +45,7 @@ impl Parts for TransformerConfig {
             },
         };
         Vector {
-            embedding: VectorEmbedding {
-                tokens: b * t,
-                t,
-                d_model: self.d_model,
-                vocab: self.vocab,
-                seq_len: self.seq_len,
-                std: self.init_std,
-            },
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
             n_layers: self.n_layers,
             norm: self.norm,
             norm_eps: self.norm_eps,
