@@ -54,8 +54,9 @@ impl Arch {
         }
     }
 
-    /// Its storages and retrievals (the transformer's linear maps in their places) have
-    /// variance probes and a closed form.
+    /// It has the variance view: probes at its storages and retrievals (the transformer's
+    /// linear maps in their places) and their closed form to draw them against. Hyper-connections
+    /// have probes (`resmem analyze variance` reads them) but no closed form.
     pub fn has_variance(self) -> bool {
         match self {
             Arch::Transformer | Arch::Rmt | Arch::Hybrid => true,

@@ -193,8 +193,8 @@ impl Attention {
     }
 }
 
-/// The maps around a vector block's attention: qkv = in(Norm(X)) before it, and after it the
-/// output the residual adds. `K` is the block's feed-forward core, whose forward scratch a
+/// The maps around a block's attention: qkv = in(read(X)) before it, and after it the output
+/// the residual's write takes. `K` is the block's feed-forward core, whose forward scratch a
 /// hashed map sorts with.
 pub trait AttentionMaps<K: FfCore> {
     /// One block's parameters: ids when declared, then views of the parameters or gradients.

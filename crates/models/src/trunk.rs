@@ -156,7 +156,7 @@ pub struct Model<B: Backend, C: Parts> {
 /// The probes and the residual's scratch, in a pass observing the variance.
 type Probing<'a, B, C> = Option<(&'a Probes<B>, &'a <<C as Parts>::Residual as Residual>::Scratch<B>)>;
 
-/// Records two quantities of block `l`'s site (`layer`, `op`) into `probes`.
+/// Records two quantities of the probe site `at` into `probes`.
 fn record<B: Backend>(be: &B, probes: &Probes<B>, at: usize, quantities: [(Quantity, &B::Tensor); 2]) {
     for (q, x) in quantities {
         probes.record(be, at, q, x);
@@ -248,7 +248,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
         })
     }
 
-    /// The residual entering block `l`; past the last block, the last.
+    /// The residual entering block `l`; at `l` = L, the last.
     fn residual_in(&self, l: usize) -> &B::Tensor {
         match l.checked_sub(1).and_then(|i| self.blocks.get(i)) {
             Some(a) => self.residual.after(&a.ff),

@@ -428,6 +428,13 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
             assert!(pollster::block_on(trainer.measure(&be, &batch)).unwrap().is_none());
             continue;
         };
+        // Probes where the variance view is, and in hyper-connections, whose branches are the
+        // transformer's (they have no closed form, so no view).
+        assert!(
+            f.arch.has_variance() || f.arch.has_mixing(),
+            "{}: probes without the view",
+            f.arch
+        );
         let untouched = pollster::block_on(probes.read(&be)).unwrap();
         assert!(
             untouched

@@ -401,8 +401,13 @@ impl<B: Backend + 'static> Session<B> {
     }
 
     /// Variance ratios of every storage and retrieval on the last step's batch; None for models
-    /// without probes or before the first step.
+    /// without the variance view (`Arch::has_variance`) or before the first step.
     pub async fn measure(&mut self) -> Result<Option<Vec<Measured>>, String> {
+        // Hyper-connections have probes but no closed form to draw them against: the page does
+        // not spend a forward and a backward on a view it does not show.
+        if !self.cfg.model.arch().has_variance() {
+            return Ok(None);
+        }
         let Some(batch) = self.last_batch.take() else {
             return Ok(None);
         };

@@ -210,8 +210,8 @@ pub trait Residual {
 
     /// For the variance probes, a keyed residual computes what its fused read and write never
     /// write out: Norm(x) (forward), the write alone (forward), and dNorm (backward), into its
-    /// scratch. The others return what they are given: their read is Norm(x) and their write
-    /// takes the branch's output as it is.
+    /// scratch. For the others the branch's own first and last maps are probed: these return
+    /// the branch's normalised input, the map's output and its input's gradient as they are.
     #[allow(clippy::too_many_arguments)]
     fn normed<'a, B: Backend>(
         &self,
