@@ -477,17 +477,12 @@ fn attention_backward_key(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The tiled kernels: the same tiles, chains and order as the row-per-thread kernels above, with
-// the work of a tile spread over TILE_THREADS threads instead of one thread per row. The
-// (row, key) dot products of a tile are PAIRS a thread, each a chain over the head dimensions
-// in order; each row's softmax is one thread's, as above; each output value (row, column) is one
-// thread's chain over the tile's keys (or queries) in order. So they give the same bits as the
-// kernels above (tests/gpu_vs_cpu.rs checks it), with a few registers a thread where those keep
-// COLUMNS outputs and ROWS logits: a GPU keeps more workgroups resident and every lane busy.
-// Tuning (ops/attention.rs) chooses between them per shape.
-
-const PAIRS: u32 = ROWS * ROWS / TILE_THREADS;  // (row, key) dot products a thread computes per tile
-const OUTS: u32 = ROWS * CHUNK / TILE_THREADS;  // (row, column) outputs a thread owns per chunk
+// The blocked kernels: the row-per-thread kernels' tiles, chains and order again (so the same
+// bits; tests/gpu_vs_cpu.rs checks it), with each thread's dot products and outputs a 2×4 block
+// of a tile: rows r0 = lid / 8 and r0 + 16, columns lid % 8 + 8·b. Each value read from
+// workgroup memory then feeds two or four multiply-adds, and the row state (rescale factor,
+// lse, delta, first key) sits in workgroup memory. BLOCK_THREADS (128, a define) threads; ROWS
+// and CHUNK are 32 (ops/attention.rs asserts both).
 
 // Per row of the tile: the forward's rescaling factor and final sum; the backward's lse, delta
 // and first key.
@@ -495,62 +490,9 @@ var<workgroup> row_a: array<f32, ROWS>;
 var<workgroup> row_b: array<f32, ROWS>;
 var<workgroup> row_first: array<u32, ROWS>;
 
-// Pair u of this thread: (row, key) of a tile, or (row, column) of a chunk for outputs.
-fn pair_row(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) / ROWS; }
-fn pair_key(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) % ROWS; }
-fn out_row(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) / CHUNK; }
-fn out_col(lid: u32, u: u32) -> u32 { return (lid + u * TILE_THREADS) % CHUNK; }
-
-// Continues this thread's pairs' dot products over the chunk's first w dimensions: a row of ta
-// (or of tc, `from_tc`) with a row of tb. A pair is (row, key) of the tile; the key kernel's
-// pairs are (key, query), so there its tb row is the pair's first index (`tb_first`).
-fn tile_dots(acc: ptr<function, array<f32, PAIRS>>, lid: u32, w: u32, from_tc: bool, tb_first: bool) {
-    for (var u = 0u; u < PAIRS; u = u + 1u) {
-        var r = pair_row(lid, u);
-        var c = pair_key(lid, u);
-        if (tb_first) {
-            let first = r;
-            r = c;
-            c = first;
-        }
-        var dot = (*acc)[u];
-        if (from_tc) {
-            for (var x = 0u; x < w; x = x + 1u) { dot = fma(tc[r * STRIDE + x], tb[c * STRIDE + x], dot); }
-        } else {
-            for (var x = 0u; x < w; x = x + 1u) { dot = fma(ta[r * STRIDE + x], tb[c * STRIDE + x], dot); }
-        }
-        (*acc)[u] = dot;
-    }
-}
-
-// The backward's two dot products for each of this thread's pairs, over every chunk of the
-// head: s = q·k and dp = dout·v, queries from i0 and keys from j0 (`tb_first`: the key
-// kernel's pairs, (key, query)). Leaves the last chunk's q in ta and dout in tc.
-fn backward_dots(
-    s: ptr<function, array<f32, PAIRS>>,
-    dp: ptr<function, array<f32, PAIRS>>,
-    b: u32, h: u32, i0: u32, j0: u32, lid: u32, tb_first: bool,
-) {
-    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
-    for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
-            ta[slot(e)] = qkv_in_value(b, h, 0u, i0, ch, e);
-            tb[slot(e)] = qkv_in_value(b, h, 1u, j0, ch, e);
-            tc[slot(e)] = dout_value(b, h, i0, ch, e);
-        }
-        workgroupBarrier();
-        tile_dots(s, lid, chunk_width(ch), false, tb_first);
-        workgroupBarrier();
-        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 2u, j0, ch, e); }
-        workgroupBarrier();
-        tile_dots(dp, lid, chunk_width(ch), true, tb_first);
-        workgroupBarrier();
-    }
-}
-
 // Row lid's step of the online softmax over a tile's n keys from j0, its dot products in tc's
-// row lid (the tiled and blocked forwards): they become the exps, row_a[lid] the factor for the
-// row's earlier outputs, and the running max m and sum l move on. `live`: the row is query i
+// row lid (the blocked forwards): they become the exps, row_a[lid] the factor for the row's
+// earlier outputs, and the running max m and sum l move on. `live`: the row is query i
 // of the sequence; `first`: its first key.
 fn tile_softmax(lid: u32, i: u32, live: bool, first: u32, j0: u32, n: u32, slope: f32, m: ptr<function, f32>, l: ptr<function, f32>) {
     let s = lid * STRIDE;
@@ -575,247 +517,6 @@ fn tile_softmax(lid: u32, i: u32, live: bool, first: u32, j0: u32, n: u32, slope
     *m = mx;
     row_a[lid] = alpha;
 }
-
-@compute @workgroup_size(TILE_THREADS)
-fn attention_forward_tiled(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let tile = tile_of(wid, nwg);
-    if (tile.x == NONE) { return; }
-    let b = tile.x;
-    let h = tile.y;
-    let i0 = tile.z;
-    let c0 = tile.w;
-    // Thread r < ROWS keeps row r's softmax state.
-    let i = i0 + lid;
-    let live = lid < ROWS && i < p.t;
-    var first = 0u;
-    if (live) { first = min(doc_start[b * p.t + i], i); }
-    let end = min(i0 + ROWS, p.t);
-    let slope = slope_of(h);
-    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
-    let once = chunks == 1u;
-    if (once) {
-        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { ta[slot(e)] = qkv_value(b, h, 0u, i0, 0u, e); }
-    }
-    var m = F32_LOWEST;
-    var l = 0.0;
-    var o: array<f32, CHUNKS * OUTS>;
-    for (var j0 = tile_first_key(b, i0, end); j0 < end; j0 = j0 + ROWS) {
-        let n = min(ROWS, end - j0);
-        var dots: array<f32, PAIRS>;
-        for (var ch = 0u; ch < chunks; ch = ch + 1u) {
-            for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
-                if (!once) { ta[slot(e)] = qkv_value(b, h, 0u, i0, ch, e); }
-                tb[slot(e)] = qkv_value(b, h, 1u, j0, ch, e);
-            }
-            workgroupBarrier();
-            tile_dots(&dots, lid, chunk_width(ch), false, false);
-            workgroupBarrier();
-        }
-        for (var u = 0u; u < PAIRS; u = u + 1u) { tc[pair_row(lid, u) * STRIDE + pair_key(lid, u)] = dots[u]; }
-        workgroupBarrier();
-        if (lid < ROWS) { tile_softmax(lid, i, live, first, j0, n, slope, &m, &l); }
-        workgroupBarrier();
-        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-            let cc = c0 + ch;
-            if (cc < chunks) {
-                for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_value(b, h, 2u, j0, cc, e); }
-                workgroupBarrier();
-                for (var u = 0u; u < OUTS; u = u + 1u) {
-                    let r = out_row(lid, u);
-                    let x = out_col(lid, u);
-                    var acc = o[ch * OUTS + u] * row_a[r];
-                    for (var c = 0u; c < n; c = c + 1u) { acc = fma(tc[r * STRIDE + c], tb[c * STRIDE + x], acc); }
-                    o[ch * OUTS + u] = acc;
-                }
-                workgroupBarrier();
-            }
-        }
-    }
-    if (lid < ROWS) {
-        row_b[lid] = l;
-        if (live && c0 == 0u) { lse[(b * p.h + h) * p.t + i] = m + log(l); }
-    }
-    workgroupBarrier();
-    for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-        for (var u = 0u; u < OUTS; u = u + 1u) {
-            let r = out_row(lid, u);
-            let d = (c0 + ch) * CHUNK + out_col(lid, u);
-            if (i0 + r < p.t && d < p.dh) {
-                out[(b * p.t + i0 + r) * p.h * p.dh + h * p.dh + d] = o[ch * OUTS + u] * (1.0 / row_b[r]);
-            }
-        }
-    }
-}
-
-// dq of one query tile: the (row, key) dot products dout·v and q·k a pair at a time, dS per
-// pair, then each dq value a chain over the tile's keys.
-@compute @workgroup_size(TILE_THREADS)
-fn attention_backward_query_tiled(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let tile = tile_of(wid, nwg);
-    if (tile.x == NONE) { return; }
-    let b = tile.x;
-    let h = tile.y;
-    let i0 = tile.z;
-    let c0 = tile.w;
-    if (lid < ROWS && i0 + lid < p.t) {
-        let i = i0 + lid;
-        row_first[lid] = min(doc_start_in[b * p.t + i], i);
-        row_a[lid] = lse_in[(b * p.h + h) * p.t + i];
-        row_b[lid] = delta_in[(b * p.h + h) * p.t + i];
-    }
-    let end = min(i0 + ROWS, p.t);
-    let slope = slope_of(h);
-    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
-    var dq: array<f32, CHUNKS * OUTS>;
-    for (var j0 = tile_first_key_in(b, i0, end); j0 < end; j0 = j0 + ROWS) {
-        let n = min(ROWS, end - j0);
-        var s: array<f32, PAIRS>;
-        var dp: array<f32, PAIRS>;
-        backward_dots(&s, &dp, b, h, i0, j0, lid, false);
-        // dS into tc, where dout was.
-        for (var u = 0u; u < PAIRS; u = u + 1u) {
-            let r = pair_row(lid, u);
-            let c = pair_key(lid, u);
-            let i = i0 + r;
-            let j = j0 + c;
-            var ds = 0.0;
-            if (c < n && i < p.t && row_first[r] <= j && j <= i) {
-                let pr = exp(logit(s[u], slope, i, j) - row_a[r]);
-                ds = pr * (dp[u] - row_b[r]);
-            }
-            tc[r * STRIDE + c] = ds;
-        }
-        for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-            let cc = c0 + ch;
-            if (cc < chunks) {
-                for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) { tb[slot(e)] = qkv_in_value(b, h, 1u, j0, cc, e); }
-                workgroupBarrier();
-                for (var u = 0u; u < OUTS; u = u + 1u) {
-                    let r = out_row(lid, u);
-                    let x = out_col(lid, u);
-                    var acc = dq[ch * OUTS + u];
-                    for (var c = 0u; c < n; c = c + 1u) { acc = fma(tc[r * STRIDE + c], tb[c * STRIDE + x], acc); }
-                    dq[ch * OUTS + u] = acc;
-                }
-                workgroupBarrier();
-            }
-        }
-        workgroupBarrier();
-    }
-    for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-        for (var u = 0u; u < OUTS; u = u + 1u) {
-            let i = i0 + out_row(lid, u);
-            let d = (c0 + ch) * CHUNK + out_col(lid, u);
-            if (i < p.t && d < p.dh) { dqkv[qkv_at(b, i, h, 0u) + d] = dq[ch * OUTS + u] * p.scale; }
-        }
-    }
-}
-
-// dk and dv of one key tile: for each query tile from the key tile on, the (query, key) dot
-// products q·k and dout·v a pair at a time, P and dS per pair, then each dk value a chain of
-// dS·q and each dv value a chain of P·dout over the tile's queries.
-@compute @workgroup_size(TILE_THREADS)
-fn attention_backward_key_tiled(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let tile = tile_of(wid, nwg);
-    if (tile.x == NONE) { return; }
-    let b = tile.x;
-    let h = tile.y;
-    let j0 = tile.z;
-    let c0 = tile.w;
-    let slope = slope_of(h);
-    let chunks = (p.dh + CHUNK - 1u) / CHUNK;
-    var dk: array<f32, CHUNKS * OUTS>;
-    var dv: array<f32, CHUNKS * OUTS>;
-    for (var i0 = j0; i0 < p.t; i0 = i0 + ROWS) {
-        let n = min(ROWS, p.t - i0);  // queries in this tile
-        if (lid < n) {
-            let i = i0 + lid;
-            row_first[lid] = min(doc_start_in[b * p.t + i], i);
-            row_a[lid] = lse_in[(b * p.h + h) * p.t + i];
-            row_b[lid] = delta_in[(b * p.h + h) * p.t + i];
-        }
-        // Pairs as (key row, query column): s = q·k, dp = dout·v.
-        var s: array<f32, PAIRS>;
-        var dp: array<f32, PAIRS>;
-        backward_dots(&s, &dp, b, h, i0, j0, lid, true);
-        // P in s, dS in dp.
-        for (var u = 0u; u < PAIRS; u = u + 1u) {
-            let k = pair_row(lid, u);
-            let q = pair_key(lid, u);
-            let i = i0 + q;
-            let j = j0 + k;
-            var pr = 0.0;
-            var ds = 0.0;
-            if (q < n && j < p.t && j <= i && row_first[q] <= j) {
-                pr = exp(logit(s[u], slope, i, j) - row_a[q]);
-                ds = pr * (dp[u] - row_b[q]);
-            }
-            s[u] = pr;
-            dp[u] = ds;
-        }
-        // dk: dS in tb, q in ta; then dv: P in tb, dout in tc.
-        for (var part = 0u; part < 2u; part = part + 1u) {
-            for (var u = 0u; u < PAIRS; u = u + 1u) {
-                tb[pair_row(lid, u) * STRIDE + pair_key(lid, u)] = select(s[u], dp[u], part == 0u);
-            }
-            for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-                let cc = c0 + ch;
-                if (cc < chunks) {
-                    if (chunks > 1u) {
-                        for (var e = lid; e < ROWS * CHUNK; e = e + TILE_THREADS) {
-                            if (part == 0u) { ta[slot(e)] = qkv_in_value(b, h, 0u, i0, cc, e); } else { tc[slot(e)] = dout_value(b, h, i0, cc, e); }
-                        }
-                    }
-                    workgroupBarrier();
-                    for (var u = 0u; u < OUTS; u = u + 1u) {
-                        let k = out_row(lid, u);
-                        let x = out_col(lid, u);
-                        if (part == 0u) {
-                            var acc = dk[ch * OUTS + u];
-                            for (var q = 0u; q < n; q = q + 1u) { acc = fma(tb[k * STRIDE + q], ta[q * STRIDE + x], acc); }
-                            dk[ch * OUTS + u] = acc;
-                        } else {
-                            var acc = dv[ch * OUTS + u];
-                            for (var q = 0u; q < n; q = q + 1u) { acc = fma(tb[k * STRIDE + q], tc[q * STRIDE + x], acc); }
-                            dv[ch * OUTS + u] = acc;
-                        }
-                    }
-                    workgroupBarrier();
-                }
-            }
-            workgroupBarrier();
-        }
-    }
-    for (var ch = 0u; ch < CHUNKS; ch = ch + 1u) {
-        for (var u = 0u; u < OUTS; u = u + 1u) {
-            let j = j0 + out_row(lid, u);
-            let d = (c0 + ch) * CHUNK + out_col(lid, u);
-            if (j < p.t && d < p.dh) {
-                dqkv[qkv_at(b, j, h, 1u) + d] = dk[ch * OUTS + u] * p.scale;
-                dqkv[qkv_at(b, j, h, 2u) + d] = dv[ch * OUTS + u];
-            }
-        }
-    }
-}
-
-// The blocked kernels: the tiled kernels' tiles, chains and order again (so the same bits;
-// tests/gpu_vs_cpu.rs checks it), with each thread's dot products and outputs a 2×4 block of
-// a tile: rows r0 = lid / 8 and r0 + 16, columns lid % 8 + 8·b. Each value read from workgroup
-// memory then feeds two or four multiply-adds, where the tiled kernels read two values for each
-// one. BLOCK_THREADS (128, a define) threads; ROWS and CHUNK are 32 (ops/attention.rs asserts
-// both).
 
 // A thread's 2×4 block: row r0's four columns, then row r0 + 16's.
 struct Block { lo: vec4<f32>, hi: vec4<f32> }
@@ -850,7 +551,7 @@ fn tc_rows(c0: u32, x: u32) -> vec4<f32> {
 }
 
 // Continues the block's dot products over the chunk's first w dimensions: rows of ta (or of tc,
-// `from_tc`: dout) with rows of tb, a pair (query row, key) as in `tile_dots`.
+// `from_tc`: dout) with rows of tb, a pair (query row, key).
 fn block_dots(acc: Block, lid: u32, w: u32, from_tc: bool) -> Block {
     let r0 = block_r0(lid) * STRIDE;
     let r1 = r0 + 16u * STRIDE;
@@ -1146,7 +847,7 @@ fn attention_forward_blocked(
     }
 }
 
-// dS of pair (query row r, key column c) from its two dot products, as the tiled query kernel.
+// dS of pair (query row r, key column c) from its two dot products: P ⊙ (dp − delta).
 fn query_ds(s: f32, dp: f32, r: u32, c: u32, n: u32, i0: u32, j0: u32, slope: f32) -> f32 {
     let i = i0 + r;
     let j = j0 + c;
@@ -1230,7 +931,7 @@ fn attention_backward_query_blocked(
     }
 }
 
-// P and dS of pair (key row k, query column q), as the tiled key kernel: (P, dS).
+// P and dS of pair (key row k, query column q): (P, dS).
 fn key_p_ds(s: f32, dp: f32, k: u32, q: u32, n: u32, i0: u32, j0: u32, slope: f32) -> vec2<f32> {
     let i = i0 + q;
     let j = j0 + k;

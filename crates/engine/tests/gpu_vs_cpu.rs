@@ -539,7 +539,7 @@ fn other_attention_kernels() -> Vec<(String, GpuBackend)> {
 /// workgroups of columns); with and without ALiBi and the layer scaling; plain causal and with
 /// documents. Every kernel tuning may choose gives the default's bits.
 #[test]
-fn tiled_attention_awkward_shapes() {
+fn every_attention_kernel_on_awkward_shapes() {
     let (default, kernels) = (gpu(), other_attention_kernels());
     let mut rng = SmallRng::seed_from_u64(15);
     // (b, t, h, dh, layer): the logits' scale is 1/sqrt(dh)/(layer + 1).

@@ -213,8 +213,9 @@ fn every_loop_ends_by_its_bounds() {
             );
         }
     }
+    // 199 when the tiled attention kernels were retired: far more than a scan that missed files.
     assert!(
-        loops > 200,
+        loops > 150,
         "only {loops} loops found: is the scan reading the shaders?"
     );
 }

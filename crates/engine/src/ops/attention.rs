@@ -489,7 +489,7 @@ fn tiles(gpu: &GpuBackend, d: &AttentionDims) -> [u32; 3] {
 }
 
 /// How the forward's and the backward's tiles are spread over a workgroup's threads: one thread
-/// per query row (or key), or [`Kernel::Tiled`]'s threads sharing each tile's dot products and
+/// per query row (or key), or [`Kernel::Blocked`]'s threads sharing each tile's dot products and
 /// outputs. Both compute every value as the same chain in the same order
 /// (`shaders/attention.wgsl`), so they differ only in speed, and tuning picks one per adapter
 /// and shape (`gpu/tuning.rs`).
@@ -497,8 +497,6 @@ fn tiles(gpu: &GpuBackend, d: &AttentionDims) -> [u32; 3] {
 pub enum Kernel {
     /// ROWS threads, each a row's logits, softmax and COLUMNS outputs in registers.
     RowPerThread,
-    /// This many threads a workgroup, a few dot products and outputs each.
-    Tiled(u32),
     /// [`BLOCK_THREADS`] threads, each a 2×4 block of a tile's dot products and outputs: a
     /// value read from workgroup memory feeds several multiply-adds.
     Blocked,
@@ -513,12 +511,13 @@ pub enum Kernel {
 const BLOCK_THREADS: u32 = 128;
 const _: () = assert!(ROWS == 32 && CHUNK == 32);
 
-/// Every kernel, the default first: the row-per-thread kernel needs the fewest threads; the
-/// tiled ones keep a few registers a thread, which a GPU with many lanes fills better.
+/// Every kernel, the default first: the row-per-thread kernel needs the fewest threads and a
+/// CPU-like adapter (lavapipe) keeps it; the blocked ones keep a few registers a thread, which a
+/// GPU with many lanes fills better (an H100 chose them at every shape). The tiled kernels, 256
+/// or 128 threads a few dot products each, are retired: the blocked ones replaced them on the
+/// H100 and no adapter measured since chose them (bench/RESULTS.md).
 pub const KERNELS: &[Kernel] = &[
     Kernel::RowPerThread,
-    Kernel::Tiled(256),
-    Kernel::Tiled(128),
     Kernel::Blocked,
     Kernel::BlockedSpread,
 ];
@@ -526,30 +525,20 @@ pub const KERNELS: &[Kernel] = &[
 /// The backward's kernels: [`KERNELS`] but the spread one, whose backward is the blocked one's.
 /// The first of [`KERNELS`] in the same order, so that a candidate's index is the same in both
 /// (tests force a kernel by its index in each).
-pub const BACKWARD_KERNELS: &[Kernel] = &[
-    Kernel::RowPerThread,
-    Kernel::Tiled(256),
-    Kernel::Tiled(128),
-    Kernel::Blocked,
-];
+pub const BACKWARD_KERNELS: &[Kernel] = &[Kernel::RowPerThread, Kernel::Blocked];
 
-/// The tiled kernels' switch: threads a workgroup (each tile's ROWS² dot products and ROWS·CHUNK
-/// outputs per chunk must split evenly among them).
-const TILE_THREADS: &str = "TILE_THREADS";
 /// The blocked forward's switch: its softmax step on every thread.
 const SPREAD: &str = "SPREAD";
-pub(crate) const SWITCHES: &[Define] = &[Define::u32(TILE_THREADS, 256), Define::bool(SPREAD, false)];
+pub(crate) const SWITCHES: &[Define] = &[Define::bool(SPREAD, false)];
 // The spread softmax gives each of a row's threads an equal share of a tile's keys.
 const _: () =
     assert!((BLOCK_THREADS as usize).is_multiple_of(ROWS) && ROWS.is_multiple_of(BLOCK_THREADS as usize / ROWS));
-const _: () = assert!((ROWS * ROWS).is_multiple_of(256) && (ROWS * CHUNK).is_multiple_of(256));
 
 impl Kernel {
     /// The switches of its shader variant.
     pub fn switches(&self) -> Vec<Define> {
         match self {
             Kernel::RowPerThread | Kernel::Blocked => vec![],
-            Kernel::Tiled(threads) => vec![Define::u32(TILE_THREADS, *threads)],
             Kernel::BlockedSpread => vec![Define::bool(SPREAD, true)],
         }
     }
@@ -560,9 +549,6 @@ impl Kernel {
             (Kernel::RowPerThread, Pass::Forward) => "attention_forward",
             (Kernel::RowPerThread, Pass::Query) => "attention_backward_query",
             (Kernel::RowPerThread, Pass::Key) => "attention_backward_key",
-            (Kernel::Tiled(_), Pass::Forward) => "attention_forward_tiled",
-            (Kernel::Tiled(_), Pass::Query) => "attention_backward_query_tiled",
-            (Kernel::Tiled(_), Pass::Key) => "attention_backward_key_tiled",
             (Kernel::Blocked | Kernel::BlockedSpread, Pass::Forward) => "attention_forward_blocked",
             (Kernel::Blocked | Kernel::BlockedSpread, Pass::Query) => "attention_backward_query_blocked",
             (Kernel::Blocked | Kernel::BlockedSpread, Pass::Key) => "attention_backward_key_blocked",
@@ -574,7 +560,6 @@ impl Candidate for Kernel {
     fn name(&self) -> String {
         match self {
             Kernel::RowPerThread => "row per thread".to_string(),
-            Kernel::Tiled(threads) => format!("tiled {threads}"),
             Kernel::Blocked => format!("blocked {BLOCK_THREADS}"),
             Kernel::BlockedSpread => format!("blocked {BLOCK_THREADS}, spread softmax"),
         }
@@ -584,11 +569,6 @@ impl Candidate for Kernel {
             Kernel::RowPerThread => true,
             Kernel::Blocked | Kernel::BlockedSpread => {
                 BLOCK_THREADS <= gpu.limits.max_compute_invocations_per_workgroup
-            }
-            Kernel::Tiled(threads) => {
-                *threads <= gpu.limits.max_compute_invocations_per_workgroup
-                    && (ROWS * ROWS).is_multiple_of(*threads as usize)
-                    && (ROWS * CHUNK).is_multiple_of(*threads as usize)
             }
         }
     }
