@@ -516,11 +516,7 @@ const _: () = assert!(ROWS == 32 && CHUNK == 32);
 /// GPU with many lanes fills better (an H100 chose them at every shape). The tiled kernels, 256
 /// or 128 threads a few dot products each, are retired: the blocked ones replaced them on the
 /// H100 and no adapter measured since chose them (bench/RESULTS.md).
-pub const KERNELS: &[Kernel] = &[
-    Kernel::RowPerThread,
-    Kernel::Blocked,
-    Kernel::BlockedSpread,
-];
+pub const KERNELS: &[Kernel] = &[Kernel::RowPerThread, Kernel::Blocked, Kernel::BlockedSpread];
 
 /// The backward's kernels: [`KERNELS`] but the spread one, whose backward is the blocked one's.
 /// The first of [`KERNELS`] in the same order, so that a candidate's index is the same in both
