@@ -157,7 +157,13 @@ pub const SHADERS: &[Shader] = &[
     family!("embedding", &[], &[]),
     family!("gather", &[], &[]),
     family!("norm", ops::norm::DEFINES, &[]),
-    family!("attention", ops::attention::DEFINES, ops::attention::SWITCHES),
+    family!("attention", ops::attention::DEFINES, &[], prelude "attention_common"),
+    family!(
+        "attention_blocked",
+        ops::attention::BLOCKED_DEFINES,
+        ops::attention::SWITCHES,
+        prelude "attention_common"
+    ),
     family!("cross_entropy", ops::cross_entropy::DEFINES, &[]),
     family!("optim", ops::optim::DEFINES, &[]),
     family!(

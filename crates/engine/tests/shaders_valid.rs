@@ -31,7 +31,10 @@ fn flipped(s: &Shader) -> impl Iterator<Item = Define> + '_ {
 fn candidates(s: &Shader) -> Vec<Vec<Define>> {
     match s.name {
         "matmul" => ops::matmul::TILES.iter().map(|t| t.defines().to_vec()).collect(),
-        "attention" => ops::attention::KERNELS.iter().map(|k| k.switches()).collect(),
+        "attention" | "attention_blocked" => (ops::attention::KERNELS.iter())
+            .filter(|k| k.shader() == s.name)
+            .map(|k| k.switches())
+            .collect(),
         "matmul_fast" => (ops::matmul::FAST_TILES.iter())
             .flat_map(|t| [t.defines(true).to_vec(), t.defines(false).to_vec()])
             .collect(),

@@ -6,7 +6,8 @@
 //! `P_ij = exp(logit_ij − lse_i)` from q, k and `lse`, with `D_i = Σ_d dout_i·out_i` (the
 //! softmax's row term, equal to Σ_j P_ij·dP_ij) computed first into the scratch `delta` (B, H, T).
 //!
-//! On the GPU (`shaders/attention.wgsl`) the forward runs one workgroup per (batch, head, tile of
+//! On the GPU (`shaders/attention.wgsl` and `attention_blocked.wgsl`, after their prelude
+//! `attention_common.wgsl`) the forward runs one workgroup per (batch, head, tile of
 //! [`ROWS`] query rows), a thread per row, walking the tiles of ROWS keys with an online softmax;
 //! q, k and v tiles sit in workgroup memory [`CHUNK`] head dimensions at a time (12.4 KiB in all,
 //! under WebGPU's default 16 KiB). A thread accumulates [`COLUMNS`] output columns; a wider head
@@ -28,8 +29,15 @@ pub const COLUMNS: usize = 128;
 // The shader accumulates COLUMNS / CHUNK whole chunks.
 const _: () = assert!(COLUMNS.is_multiple_of(CHUNK));
 
-/// What `shaders/attention.wgsl` reads from here.
+/// What `shaders/attention_common.wgsl` and `attention.wgsl` read from here.
 pub(crate) const DEFINES: &[Define] = &[
+    Define::u32("ROWS", ROWS as u32),
+    Define::u32("CHUNK", CHUNK as u32),
+    Define::u32("COLUMNS", COLUMNS as u32),
+];
+
+/// What `shaders/attention_blocked.wgsl` reads from here, beside its prelude's.
+pub(crate) const BLOCKED_DEFINES: &[Define] = &[
     Define::u32("ROWS", ROWS as u32),
     Define::u32("CHUNK", CHUNK as u32),
     Define::u32("COLUMNS", COLUMNS as u32),
@@ -491,7 +499,7 @@ fn tiles(gpu: &GpuBackend, d: &AttentionDims) -> [u32; 3] {
 /// How the forward's and the backward's tiles are spread over a workgroup's threads: one thread
 /// per query row (or key), or [`Kernel::Blocked`]'s threads sharing each tile's dot products and
 /// outputs. Both compute every value as the same chain in the same order
-/// (`shaders/attention.wgsl`), so they differ only in speed, and tuning picks one per adapter
+/// (`shaders/attention.wgsl`, `attention_blocked.wgsl`), so they differ only in speed, and tuning picks one per adapter
 /// and shape (`gpu/tuning.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -507,7 +515,7 @@ pub enum Kernel {
 }
 
 /// The blocked kernels' threads: 16 × 8, each rows r and r + 16 by columns c + 8·b of a 32 × 32
-/// tile (`shaders/attention.wgsl`).
+/// tile (`shaders/attention_blocked.wgsl`).
 const BLOCK_THREADS: u32 = 128;
 const _: () = assert!(ROWS == 32 && CHUNK == 32);
 
@@ -536,6 +544,15 @@ impl Kernel {
         match self {
             Kernel::RowPerThread | Kernel::Blocked => vec![],
             Kernel::BlockedSpread => vec![Define::bool(SPREAD, true)],
+        }
+    }
+
+    /// Its shader: `shaders/attention.wgsl` or `attention_blocked.wgsl`, each after the prelude
+    /// `attention_common.wgsl`.
+    pub fn shader(&self) -> &'static str {
+        match self {
+            Kernel::RowPerThread => "attention",
+            Kernel::Blocked | Kernel::BlockedSpread => "attention_blocked",
         }
     }
 
@@ -606,7 +623,7 @@ fn launch(
     args: &[(u32, crate::gpu::Arg<'_>)],
     d: &AttentionDims,
 ) {
-    gpu.dispatch_with_at("attention", k.entry(pass), &k.switches(), params, args, tiles(gpu, d));
+    gpu.dispatch_with_at(k.shader(), k.entry(pass), &k.switches(), params, args, tiles(gpu, d));
 }
 
 /// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
