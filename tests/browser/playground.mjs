@@ -447,14 +447,23 @@ await test('the playground trains a MemoryFormer and shows live bucket histogram
     // Bucket numbers are whole: no axis label reads 2.0.
     const axis = await page.$$eval('#histogram svg text', (ts) => ts.map((t) => t.textContent.trim()).filter((t) => /^[\d.]+$/.test(t)));
     if (!axis.includes('0') || axis.some((t) => t.includes('.'))) throw new Error(`bucket axis labels: ${axis}`);
-    const bars = async () => (await page.$$('#histogram svg rect')).length;
-    if ((await bars()) < 16) throw new Error(`the histogram has ${await bars()} rects, not 16 bars`);
+    // One bar a bucket, labelled with its bucket and hits, in bucket order; its bars at 0 hits
+    // are the statistics' dead buckets.
+    const bars = async (n) => {
+      const shown = await page.$$eval('#histogram svg rect.bar', (rs) => rs.map((r) => ({ bucket: +r.dataset.bucket, hits: +r.dataset.hits })));
+      if (shown.length !== n || shown.some((b, i) => b.bucket !== i)) throw new Error(`bars ${JSON.stringify(shown)} are not buckets 0 to ${n - 1}`);
+      const dead = +/dead buckets (\d+) of/.exec(await page.textContent('#bucket-stats'))[1];
+      const zero = shown.filter((b) => b.hits === 0).length;
+      if (zero !== dead) throw new Error(`${zero} bars at 0 hits, but the statistics say ${dead} dead buckets`);
+      if (!shown.some((b) => b.hits > 0)) throw new Error('every bar is at 0 hits');
+    };
+    await bars(16);
     // ML2 hashes τ + 2 = 6 bits: 64 buckets.
     const layers = await page.$$eval('#bucket-layer option', (o) => o.map((x) => x.textContent));
     if (layers.length !== 6 || layers[2] !== 'block0.ml2') throw new Error(`layers: ${layers}`);
     await page.selectOption('#bucket-layer', '2');
     await page.waitForFunction(() => /of 64$/.test(document.querySelector('#bucket-stats')?.textContent));
-    if ((await bars()) < 64) throw new Error(`ML2's histogram has ${await bars()} rects, not 64 bars`);
+    await bars(64);
   } finally {
     await browser.close();
   }
