@@ -95,15 +95,25 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     if args.train.resume.is_some() {
         bail!("a sweep resumes by itself: run the same `resmem sweep` command again");
     }
-    let (base, given) = base_flags(&experiment, matches)?;
-    let grid = grid(&experiment, &args.set, &given)?;
-    let variants = variants(&experiment.variants)?;
+    // What is wrong with an experiment file is said with the file's name: it is what to edit.
+    let file = args.experiment.clone();
+    let named = |e: anyhow::Error| match &file {
+        Some(path) => e.context(format!("the experiment file {}", path.display())),
+        None => e,
+    };
+    let (base, given) = base_flags(&experiment, matches).map_err(&named)?;
+    let grid = grid(&experiment, &args.set, &given).map_err(&named)?;
+    let variants = variants(&experiment.variants).map_err(&named)?;
     for r in experiment.reference.labels() {
         if !variants.iter().any(|(label, _)| *label == r) {
-            bail!("the reference `{r}` is not the label of one of the experiment's [[variants]]");
+            return Err(named(anyhow!(
+                "the reference `{r}` is not the label of one of the experiment's [[variants]]"
+            )));
         }
         if !grid.is_empty() {
-            bail!("a reference compares variants at equal loss; give it a sweep without a [grid]");
+            return Err(named(anyhow!(
+                "a reference compares variants at equal loss; give it a sweep without a [grid]"
+            )));
         }
     }
     let seeds = match (args.seeds.is_empty(), experiment.seeds.is_empty()) {
@@ -113,26 +123,28 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
     };
     let schedule = match &experiment.sequential {
         Some(_) if experiment.compare.is_empty() && experiment.trend.is_empty() => {
-            bail!("[sequential] decides the experiment's [[compare]] and [[trend]]; declare one")
+            return Err(named(anyhow!(
+                "[sequential] decides the experiment's [[compare]] and [[trend]]; declare one"
+            )))
         }
-        Some(d) => Some(sequential::Schedule::new(d, seeds.len())?),
+        Some(d) => Some(sequential::Schedule::new(d, seeds.len()).map_err(&named)?),
         None => None,
     };
-    points::check_count(variants.len(), &grid, seeds.len())?;
+    points::check_count(variants.len(), &grid, seeds.len()).map_err(&named)?;
     let mut points = expand(&base, &variants, &grid, &seeds);
-    points::check_distinct(&points, &seeds)?;
+    points::check_distinct(&points, &seeds).map_err(&named)?;
     // Under a sequential design, every arm's first look's seeds train first, then the next's.
     if let Some(s) = &schedule {
         points.sort_by_key(|p| s.look_of(seed_position(p, &seeds)));
     }
     let swept_names: Vec<String> = grid.iter().map(|(k, _)| k.clone()).collect();
-    let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names)?;
+    let matched = matching::apply(&experiment.matches, &mut points, &out, &swept_names).map_err(&named)?;
     if let Some(d) = &experiment.scaling {
         let steps_given = experiment.flags.contains_key("steps") || given.iter().any(|g| g == "steps");
-        scaling::apply(d, &mut points, &out, steps_given)?;
+        scaling::apply(d, &mut points, &out, steps_given).map_err(&named)?;
     }
     if let Some(t) = &experiment.tune {
-        tune::check(t, &swept_names, &seeds, &variants)?;
+        tune::check(t, &swept_names, &seeds, &variants).map_err(&named)?;
     }
     // Refuse a bad point before training any: each resolves as `resmem train` would, and its
     // directory holds nothing or its own run, never another config's.
@@ -144,17 +156,19 @@ pub fn run(args: SweepArgs, matches: &ArgMatches) -> Result<()> {
         .filter_map(|k| SETTINGS.iter().find(|s| s.flag == flags::flag_name(k)))
         .collect();
     for p in &points {
-        let (_, cfg) = resolved(p, &out).with_context(|| format!("in the sweep's point {}", p.label()))?;
+        let (_, cfg) = resolved(p, &out)
+            .with_context(|| format!("in the sweep's point {}", p.label()))
+            .map_err(&named)?;
         state(&out.join(p.dir_name()), &cfg, &tuned)?;
     }
     // And a comparison that cannot pair its arms. --quick runs one seed, too few for an interval.
     let compare_now = !(args.quick && seeds.len() < 2);
     if compare_now {
         for c in &experiment.compare {
-            compare::pair(c, &points)?;
+            compare::pair(c, &points).map_err(&named)?;
         }
         for t in &experiment.trend {
-            trend::group(t, &points)?;
+            trend::group(t, &points).map_err(&named)?;
         }
     }
     let mut swept: Vec<String> = variants.iter().take(1).map(|_| "variant".to_string()).collect();
