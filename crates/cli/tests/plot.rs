@@ -1442,3 +1442,69 @@ fn the_scaling_fit_is_drawn_on_log_scales_with_its_intervals() {
         &["has no [scaling] fit"],
     );
 }
+
+/// An arm's seeds on shared steps are one mean within a band; where one seed lacks an
+/// evaluation the others have, each seed is drawn alone and the legend says why.
+#[test]
+fn seeds_missing_an_evaluation_are_drawn_alone_and_say_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs: Vec<PathBuf> = ["0", "1"]
+        .iter()
+        .map(|seed| {
+            let out = tmp.path().join(format!("seed{seed}"));
+            ok(&[
+                "train",
+                "--backend",
+                "cpu",
+                "--preset",
+                "tiny-rmt",
+                "--task",
+                "copy",
+                "--steps",
+                "6",
+                "--eval-every",
+                "3",
+                "--seed",
+                seed,
+                "--out",
+                s(&out),
+            ]);
+            out
+        })
+        .collect();
+    let plot = |name: &str| {
+        let fig = tmp.path().join(name);
+        ok(&[
+            "plot",
+            s(&runs[0]),
+            s(&runs[1]),
+            "--x",
+            "step",
+            "--y",
+            "val_loss",
+            "--out",
+            s(&fig),
+        ]);
+        texts(&std::fs::read_to_string(&fig).unwrap())
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect::<Vec<_>>()
+            // The legend wraps a long label over lines.
+            .join(" ")
+    };
+    let together = plot("together.svg");
+    assert!(together.contains("band: the seeds"), "{together}");
+    assert!(!together.contains("each seed alone"), "{together}");
+    // Seed 1 loses its evaluation at step 3.
+    let metrics = runs[1].join("metrics.jsonl");
+    let kept: Vec<String> = std::fs::read_to_string(&metrics)
+        .unwrap()
+        .lines()
+        .filter(|l| !(l.contains("\"val_loss\"") && l.contains("\"step\":3,")))
+        .map(String::from)
+        .collect();
+    std::fs::write(&metrics, kept.join("\n") + "\n").unwrap();
+    let apart = plot("apart.svg");
+    assert!(apart.contains("each seed alone: their x values differ"), "{apart}");
+    assert!(!apart.contains("band: the seeds"), "{apart}");
+}

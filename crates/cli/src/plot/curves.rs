@@ -211,7 +211,10 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
             .draw(),
     )?;
     let mut banded = false;
-    for arm in 0..c.arms.len() {
+    // Arms of several seeds drawn one by one, which the legend says: their x values differ
+    // (wall seconds; or a run missing an evaluation, which a reader should see).
+    let mut alone = vec![false; c.arms.len()];
+    for (arm, alone) in alone.iter_mut().enumerate() {
         let colour = colour(arm);
         let members: Vec<&Series> = c.series.iter().filter(|s| s.arm == arm).collect();
         // Several seeds on shared x values: their mean, and a band from the lowest to the highest.
@@ -222,7 +225,10 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
                 banded = true;
                 vec![mean]
             }
-            None => members.iter().map(|s| s.points.clone()).collect(),
+            None => {
+                *alone = members.len() > 1;
+                members.iter().map(|s| s.points.clone()).collect()
+            }
         };
         for points in lines {
             drawn(chart.draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2))))?;
@@ -240,7 +246,10 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
             if c.markers {
                 marks.push(Mark::Dot(colour(i)));
             }
-            Entry::new(marks, label.as_str())
+            match alone[i] {
+                true => Entry::new(marks, format!("{label}; each seed alone: their x values differ")),
+                false => Entry::new(marks, label.as_str()),
+            }
         })
         .collect();
     if banded {
