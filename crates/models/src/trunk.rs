@@ -92,9 +92,8 @@ fn declare<C: Parts>(cfg: &C) -> (ParamLayout, Params<C, ParamId>) {
         (0..cfg.n_layers())
             .map(|block| {
                 let prefix = format!("blocks.{block}");
-                let at = |layer| Site { block, layer };
-                let (attn, maps) = residual.declare_site(lb, at(Layer::Attn), |lb| maps.declare(lb, &prefix));
-                let (ff, core) = residual.declare_site(lb, at(Layer::Ff), |lb| core.declare(lb, &prefix));
+                let (attn, maps) = residual.declare_site(lb, Site::attn(block), |lb| maps.declare(lb, &prefix));
+                let (ff, core) = residual.declare_site(lb, Site::ff(block), |lb| core.declare(lb, &prefix));
                 Block { attn, maps, ff, core }
             })
             .collect()
@@ -192,12 +191,11 @@ impl<B: Backend, C: Parts> Model<B, C> {
         let shared = residual.shared(be)?;
         let blocks = (0..l)
             .map(|block| {
-                let at = |layer| Site { block, layer };
                 Ok(BlockActs {
-                    attn: residual.site_acts(be, at(Layer::Attn), &shared)?,
+                    attn: residual.site_acts(be, Site::attn(block), &shared)?,
                     maps: maps.acts(be)?,
                     attention: attention.acts(be)?,
-                    ff: residual.site_acts(be, at(Layer::Ff), &shared)?,
+                    ff: residual.site_acts(be, Site::ff(block), &shared)?,
                     core: core.acts(be)?,
                 })
             })
@@ -292,13 +290,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             let at = |layer, op| probes::site_index(l, layer, op);
             let atty = &a.attention.atty;
             // X ← write(X, out(attention(in(read(X)))))
-            let (site, x) = (
-                Site {
-                    block: l,
-                    layer: Layer::Attn,
-                },
-                self.residual_in(l),
-            );
+            let (site, x) = (Site::attn(l), self.residual_in(l));
             let (qkv, input) = (&a.attention.qkv, r.input(&a.attn, &a.attention.qkv));
             r.read(be, &a.attn, x, input, &p.attn, site);
             self.maps
@@ -321,13 +313,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             }
             edit(Point::Residual(2 * l + 1), r.after(&a.attn));
             // X ← write(X, core(read(X)))
-            let (site, x) = (
-                Site {
-                    block: l,
-                    layer: Layer::Ff,
-                },
-                r.after(&a.attn),
-            );
+            let (site, x) = (Site::ff(l), r.after(&a.attn));
             let (input, f) = (r.input(&a.ff, qkv), r.output(&a.ff).unwrap_or(atty));
             r.read(be, &a.ff, x, input, &p.ff, site);
             if let (Some((probes, s)), true) = (probing, keyed) {
@@ -381,13 +367,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             let at = |layer, op| probes::site_index(l, layer, op);
             let (atty, dqkv) = (&a.attention.atty, &s.attention.dqkv);
             // The FF's site.
-            let (site, x) = (
-                Site {
-                    block: l,
-                    layer: Layer::Ff,
-                },
-                r.after(&a.attn),
-            );
+            let (site, x) = (Site::ff(l), r.after(&a.attn));
             let (input, f) = (r.input(&a.ff, &a.attention.qkv), r.output(&a.ff).unwrap_or(atty));
             let g = r.dresidual(rs, site.depth_out());
             grad(Point::Residual(2 * l + 2), g);
@@ -432,13 +412,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             }
             r.read_backward(be, rs, &a.ff, x, dinput, (&p.ff, &dp.ff), site);
             // Attention's site.
-            let (site, x) = (
-                Site {
-                    block: l,
-                    layer: Layer::Attn,
-                },
-                self.residual_in(l),
-            );
+            let (site, x) = (Site::attn(l), self.residual_in(l));
             let input = r.input(&a.attn, &a.attention.qkv);
             let y = self.maps.output(r.output(&a.attn).unwrap_or(atty), atty);
             let g = r.dresidual(rs, site.depth_out());

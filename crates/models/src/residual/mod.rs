@@ -37,6 +37,22 @@ pub struct Site {
 }
 
 impl Site {
+    /// Block `block`'s attention.
+    pub fn attn(block: usize) -> Self {
+        Site {
+            block,
+            layer: Layer::Attn,
+        }
+    }
+
+    /// Block `block`'s feed-forward branch.
+    pub fn ff(block: usize) -> Self {
+        Site {
+            block,
+            layer: Layer::Ff,
+        }
+    }
+
     /// The sites in forward order: block 0's attention, its FF, block 1's attention, …
     pub fn index(self) -> usize {
         2 * self.block + usize::from(self.layer == Layer::Ff)
