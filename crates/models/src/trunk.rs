@@ -219,7 +219,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
         };
         let probes = match (trainable, sites) {
             (true, Some(sites)) => Some(Probes::new(be, sites)?),
-            _ => None,
+            (false, _) | (_, None) => None,
         };
         let ends = residual.end_acts(be, shared)?;
         let (vocab, z_loss) = (cfg.model().vocab(), cfg.model().z_loss());
@@ -259,7 +259,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
     fn probing(&self, observe: Observe) -> Probing<'_, B, C> {
         match (&self.probes, &self.s, observe) {
             (Some(p), Some(s), Observe::Variance) => Some((p, &s.residual)),
-            _ => None,
+            (_, _, Observe::Loss) | (None, ..) | (_, None, _) => None,
         }
     }
 }

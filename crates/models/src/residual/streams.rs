@@ -209,7 +209,8 @@ impl Streams {
         be.matmul(&s.dxhat, &dm, &p.phi, MatmulDims::new(rows, k, cols));
         let (gain, dgain) = match (&p.gain, &dp.gain) {
             (Some(g), Some(dg)) => (g, dg),
-            _ => (&ones.nd, &s.dgain),
+            // mHC's statistic over n·D values has no gain (nor has the head's).
+            (None, _) | (Some(_), None) => (&ones.nd, &s.dgain),
         };
         be.norm_backward(h, dgain, &s.dxhat, x, gain, &a.xstats, dims.norm);
         // The bias's and the scales' gradients: column sums over the tokens, in token order.
@@ -221,7 +222,7 @@ impl Streams {
     fn head_input<'a, B: Backend>(&self, e: &'a StreamEndActs<B>) -> &'a B::Tensor {
         match self.cfg.collapse() {
             HcCollapse::NormThenSum => &e.h,
-            _ => &e.lnf,
+            HcCollapse::Sum | HcCollapse::Head | HcCollapse::Auto => &e.lnf,
         }
     }
 
@@ -445,7 +446,8 @@ impl Residual for Streams {
                 self.gates_in(be, gates, &e.ones, x, q, cfg.head_dims(bt));
                 be.norm_forward(&e.lnf, &e.lnf_stats, &gates.u, &p.lnf, norm);
             }
-            _ => {
+            // `sum` (`auto` is resolved by `collapse()`; the head always has its gates).
+            (HcCollapse::Sum | HcCollapse::Auto | HcCollapse::Head, ..) => {
                 be.matmul(&e.h, &e.ones.n, x, sum);
                 be.norm_forward(&e.lnf, &e.lnf_stats, &e.h, &p.lnf, norm);
             }
@@ -489,7 +491,7 @@ impl Residual for Streams {
                 self.gates_in_backward(be, s, g, (gates, &e.ones), x, (q, dq), cfg.head_dims(bt));
             }
             // W_U · Norm(Σ_j x_j): every stream gets dh.
-            _ => {
+            (HcCollapse::Sum | HcCollapse::Auto | HcCollapse::Head, ..) => {
                 be.fill(&s.dh, 0.0);
                 be.norm_backward(&s.dh, &dp.lnf, &s.dln, &e.h, &p.lnf, &e.lnf_stats, norm);
                 be.matmul(g, &e.ones.n, &s.dh, self.every_stream());
