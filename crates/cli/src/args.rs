@@ -638,6 +638,8 @@ impl PaperDims {
             Arch::Transformer => dims().map(|d| ModelConfig::Transformer(d.transformer())),
             Arch::Rmt => dims().map(|d| ModelConfig::Rmt(d.rmt())),
             Arch::Hybrid => dims().map(|d| ModelConfig::Hybrid(d.hybrid())),
+            // The paper size's transformer with 4 sub-blocks (Gemma 3n's K).
+            Arch::Altup => dims().map(|d| ModelConfig::Altup(models::AltupConfig::widening(&d.transformer(), 4))),
         };
         let Some(name) = self.preset.as_deref() else {
             return Ok(paper?);

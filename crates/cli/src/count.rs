@@ -116,6 +116,35 @@ pub fn run(args: CountArgs) -> Result<()> {
                 );
             })
         }
+        ModelConfig::Altup(c) => {
+            let counts = models::altup::counts(c)?;
+            c.validate()?;
+            let describe = format!(
+                "altup ({} active): L={} K={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
+                match c.active {
+                    models::AltupActive::Alternating => "alternating",
+                    models::AltupActive::Fixed => "fixed",
+                },
+                c.n_layers,
+                c.sub_blocks,
+                c.d_model,
+                c.n_heads,
+                c.head_dim,
+                c.d_ff,
+                c.vocab,
+                c.seq_len,
+                c.sub_blocks * c.d_model
+            );
+            show(args.json, &counts, || {
+                print(&describe, "AltUp paper (SPEC §7.2.6)", &counts, c.seq_len);
+                out!(
+                    "each of {} layers    {:>18} parameters (P and g), {} multiply-adds a token in the paper's convention",
+                    c.n_layers,
+                    c.sub_blocks * (c.sub_blocks + 1),
+                    thousands(((c.sub_blocks * c.sub_blocks + c.sub_blocks + 1) * c.d_model) as u64)
+                );
+            })
+        }
     }
 }
 

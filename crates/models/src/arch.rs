@@ -14,10 +14,18 @@ pub enum Arch {
     MemoryFormer,
     Hybrid,
     Hc,
+    Altup,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 5] = [Arch::Transformer, Arch::Rmt, Arch::MemoryFormer, Arch::Hybrid, Arch::Hc];
+    pub const ALL: [Arch; 6] = [
+        Arch::Transformer,
+        Arch::Rmt,
+        Arch::MemoryFormer,
+        Arch::Hybrid,
+        Arch::Hc,
+        Arch::Altup,
+    ];
 
     /// The `arch` of its config and the value of `--arch`.
     pub fn name(self) -> &'static str {
@@ -27,6 +35,7 @@ impl Arch {
             Arch::MemoryFormer => "memoryformer",
             Arch::Hybrid => "hybrid",
             Arch::Hc => "hc",
+            Arch::Altup => "altup",
         }
     }
 
@@ -38,6 +47,7 @@ impl Arch {
             Arch::MemoryFormer => "MemoryFormer",
             Arch::Hybrid => "Hybrid: RMT with a memory block",
             Arch::Hc => "Hyper-connections (HC, mHC, mHC-lite): n mixed streams",
+            Arch::Altup => "AltUp: K sub-blocks, one computed a layer, the others predicted and corrected",
         }
     }
 
@@ -50,7 +60,7 @@ impl Arch {
         // Every arm named, so that a new architecture must say.
         match self {
             Arch::Rmt | Arch::Hybrid => true,
-            Arch::Transformer | Arch::MemoryFormer | Arch::Hc => false,
+            Arch::Transformer | Arch::MemoryFormer | Arch::Hc | Arch::Altup => false,
         }
     }
 
@@ -60,7 +70,7 @@ impl Arch {
     pub fn has_variance(self) -> bool {
         match self {
             Arch::Transformer | Arch::Rmt | Arch::Hybrid => true,
-            Arch::MemoryFormer | Arch::Hc => false,
+            Arch::MemoryFormer | Arch::Hc | Arch::Altup => false,
         }
     }
 
@@ -68,7 +78,7 @@ impl Arch {
     pub fn has_mixing(self) -> bool {
         match self {
             Arch::Hc => true,
-            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid => false,
+            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid | Arch::Altup => false,
         }
     }
 
@@ -76,7 +86,7 @@ impl Arch {
     pub fn has_hash_tables(self) -> bool {
         match self {
             Arch::MemoryFormer | Arch::Hybrid => true,
-            Arch::Transformer | Arch::Rmt | Arch::Hc => false,
+            Arch::Transformer | Arch::Rmt | Arch::Hc | Arch::Altup => false,
         }
     }
 

@@ -754,6 +754,112 @@ macro_rules! has_hashing {
 
 has_hashing!(MemoryFormerConfig, HybridConfig);
 
+/// Which sub-block an AltUp layer computes on (SPEC §7.2.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AltupActive {
+    /// Layer ℓ computes on sub-block ℓ mod K, the paper's default: every sub-block is active
+    /// once L ≥ K, which breaks their symmetry.
+    #[default]
+    Alternating,
+    /// Every layer computes on sub-block 0: with the identity init the K − 1 others stay
+    /// equal forever, effectively K = 2 (SPEC §7.2.4; the symmetry test).
+    Fixed,
+}
+
+/// AltUp, the paper variant (SPEC §7.2.2, §7.2.7): the transformer of D, H, D_h, D_FF and L
+/// with a residual of K sub-blocks of D a token. Each layer computes on one sub-block and
+/// predicts and corrects the others with static K×K and K scalars; the embedding is copied
+/// into every sub-block and the head reads their sum.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AltupConfig {
+    pub vocab: usize,
+    pub seq_len: usize,
+    /// D, one sub-block's width and the layers' width.
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    /// K, the sub-blocks: the residual is K·D a token.
+    pub sub_blocks: usize,
+    #[serde(default)]
+    pub active: AltupActive,
+    pub norm: Norm,
+    pub norm_eps: f32,
+    pub init_std: f32,
+    pub z_loss: f32,
+}
+
+/// The most sub-blocks an AltUp residual may have: Gemma 3n uses 4, the paper 2 to 8.
+pub const MAX_SUB_BLOCKS: usize = 16;
+
+impl AltupConfig {
+    /// The copy task's tiny model: the tiny transformer with 4 sub-blocks.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        Self::widening(&TransformerConfig::tiny(vocab, seq_len), 4)
+    }
+
+    /// The transformer `t` with a residual of `sub_blocks` sub-blocks: its sizes, norm and init.
+    pub fn widening(t: &TransformerConfig, sub_blocks: usize) -> Self {
+        Self {
+            vocab: t.vocab,
+            seq_len: t.seq_len,
+            d_model: t.d_model,
+            n_layers: t.n_layers,
+            n_heads: t.n_heads,
+            head_dim: t.head_dim,
+            d_ff: t.d_ff,
+            sub_blocks,
+            active: AltupActive::Alternating,
+            norm: t.norm,
+            norm_eps: t.norm_eps,
+            init_std: t.init_std,
+            z_loss: t.z_loss,
+        }
+    }
+
+    /// The transformer each layer is: the same maps, core and init. The inverse of
+    /// [`Self::widening`].
+    pub fn transformer(&self) -> TransformerConfig {
+        TransformerConfig {
+            d_model: self.d_model,
+            n_layers: self.n_layers,
+            n_heads: self.n_heads,
+            head_dim: self.head_dim,
+            d_ff: self.d_ff,
+            norm: self.norm,
+            norm_eps: self.norm_eps,
+            attn_layer_scale: false,
+            scaled_output_init: true,
+            init_std: self.init_std,
+            weight_init: WeightInit::FanIn,
+            z_loss: self.z_loss,
+            ..TransformerConfig::tiny(self.vocab, self.seq_len)
+        }
+    }
+
+    /// j*(ℓ), the sub-block layer `layer` computes on.
+    pub fn active(&self, layer: usize) -> usize {
+        match self.active {
+            AltupActive::Alternating => layer % self.sub_blocks,
+            AltupActive::Fixed => 0,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_SUB_BLOCKS).contains(&self.sub_blocks) {
+            return Err(ModelError::Config(format!(
+                "sub_blocks must be 1 to {MAX_SUB_BLOCKS}, not {}",
+                self.sub_blocks
+            )));
+        }
+        self.transformer().validate()?;
+        crate::param_sizes::altup_params(self)?.addressable().map(|_| ())
+    }
+}
+
 /// Which architecture, with its config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "arch", rename_all = "lowercase")]
@@ -763,6 +869,7 @@ pub enum ModelConfig {
     MemoryFormer(MemoryFormerConfig),
     Hybrid(HybridConfig),
     Hc(crate::hyper_connections::HcConfig),
+    Altup(AltupConfig),
 }
 
 /// How to train: AdamW with warmup and cosine decay (SPEC §2, App. C of the RMT paper).

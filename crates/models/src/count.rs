@@ -396,6 +396,7 @@ pub fn try_model(cfg: &ModelConfig) -> Result<ModelCounts> {
         ModelConfig::Rmt(c) => try_rmt(c).map(|c| (c.params, c.flops_fwd))?,
         ModelConfig::Hybrid(c) => try_hybrid(c).map(|h| (h.counts.params, h.counts.flops_fwd))?,
         ModelConfig::Hc(c) => crate::hyper_connections::counts(c).map(|h| (h.model.params, h.model.flops_fwd))?,
+        ModelConfig::Altup(c) => crate::altup::counts(c).map(|c| (c.params, c.flops_fwd))?,
         ModelConfig::MemoryFormer(c) => try_memoryformer_model(c)?,
     };
     Ok(ModelCounts { params, flops_fwd })

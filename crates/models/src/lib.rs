@@ -2,6 +2,7 @@
 //! the Transformer, the RMT, the MemoryFormer and the hybrid (built from shared units), AdamW
 //! and the training step, the counters and the variance analysis.
 
+pub mod altup;
 pub mod arch;
 pub mod attention;
 pub mod batch;
@@ -36,11 +37,12 @@ pub mod transformer;
 pub mod trunk;
 pub mod variance;
 
+pub use altup::Altup;
 pub use arch::Arch;
 pub use batch::BatchTensors;
 pub use config::{
-    Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig,
-    Trunk, WeightInit,
+    AltupActive, AltupConfig, Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig,
+    TrainConfig, TransformerConfig, Trunk, WeightInit,
 };
 pub use hybrid::Hybrid;
 pub use hyper_connections::{HcConfig, HcMixing, HyperConnections};

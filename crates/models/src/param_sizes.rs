@@ -247,6 +247,19 @@ pub fn memoryformer_params(c: &MemoryFormerConfig) -> Result<ParamSizes> {
     param_sizes(&specs)
 }
 
+/// An AltUp model's parameters, as `altup::layout` declares them: its transformer's
+/// (`AltupConfig::transformer`), and each layer's predict P (sub_blocks²) and correct g
+/// (sub_blocks).
+pub fn altup_params(c: &crate::AltupConfig) -> Result<ParamSizes> {
+    let [l, k] = [c.n_layers, c.sub_blocks].map(|x| x as u64);
+    let mut specs = transformer_specs(&c.transformer())?;
+    specs.extend([
+        (l, "altup.predict (sub_blocks × sub_blocks)", vec![k, k]),
+        (l, "altup.correct (sub_blocks)", vec![k]),
+    ]);
+    param_sizes(&specs)
+}
+
 /// The parameters of any architecture.
 pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
     match cfg {
@@ -255,5 +268,6 @@ pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
         ModelConfig::MemoryFormer(c) => memoryformer_params(c),
         ModelConfig::Hybrid(c) => hybrid_params(c),
         ModelConfig::Hc(c) => hc_params(c),
+        ModelConfig::Altup(c) => altup_params(c),
     }
 }

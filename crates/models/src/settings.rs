@@ -34,8 +34,9 @@ pub struct Setting {
 
 const ALL: &[Arch] = &Arch::ALL;
 const RESIDUAL_MATRIX: &[Arch] = &[Arch::Rmt, Arch::Hybrid];
-const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer, Arch::Hc];
+const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer, Arch::Hc, Arch::Altup];
 const STREAMS: &[Arch] = &[Arch::Hc];
+const SUB_BLOCKS: &[Arch] = &[Arch::Altup];
 const HASHED: &[Arch] = &[Arch::MemoryFormer, Arch::Hybrid];
 
 /// A setting of the model's table, on the page unless `on_page` says otherwise.
@@ -117,7 +118,7 @@ pub const SETTINGS: &[Setting] = &[
         "D",
         Kind::Whole,
         VECTOR_WIDTH,
-        "the residual vector's width (the MemoryFormer's d; each of the hyper-connections' streams)",
+        "the residual vector's width (the MemoryFormer's d; each of the hyper-connections' streams and of AltUp's sub-blocks)",
     ),
     model("n_heads", "heads", "H", Kind::Whole, VECTOR_WIDTH, "attention heads"),
     model(
@@ -125,7 +126,7 @@ pub const SETTINGS: &[Setting] = &[
         "head-dim",
         "D_h",
         Kind::Whole,
-        &[Arch::Transformer, Arch::Hc],
+        &[Arch::Transformer, Arch::Hc, Arch::Altup],
         "width of each head",
     ),
     model(
@@ -133,7 +134,7 @@ pub const SETTINGS: &[Setting] = &[
         "d-ff",
         "D_FF",
         Kind::Whole,
-        &[Arch::Transformer, Arch::Rmt, Arch::Hc],
+        &[Arch::Transformer, Arch::Rmt, Arch::Hc, Arch::Altup],
         "the feed-forward hidden width",
     ),
     model(
@@ -183,6 +184,22 @@ pub const SETTINGS: &[Setting] = &[
         Kind::Whole,
         STREAMS,
         "rounds of mHC's row and column normalisations (DeepSeek-V4: 20)",
+    )),
+    model(
+        "sub_blocks",
+        "sub-blocks",
+        "K",
+        Kind::Whole,
+        SUB_BLOCKS,
+        "AltUp's sub-blocks of D each: a layer computes on one and predicts and corrects the others",
+    ),
+    off_page(model(
+        "active",
+        "active",
+        "active sub-block",
+        Kind::Choice(&["alternating", "fixed"]),
+        SUB_BLOCKS,
+        "the sub-block a layer computes on: layer ℓ mod K (the paper's), or always the first (its sub-blocks then stay alike: effectively K = 2)",
     )),
     model("n_layers", "layers", "L", Kind::Whole, ALL, "blocks"),
     model(

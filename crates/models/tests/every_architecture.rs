@@ -15,8 +15,8 @@ use engine::Backend;
 use resmem_models::arch::Arch;
 use resmem_models::hyper_connections::{HcCollapse, HcInit};
 use resmem_models::{
-    HcConfig, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose,
-    RmtConfig, TrainConfig, Trainer, TransformerConfig,
+    AltupActive, AltupConfig, HcConfig, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm,
+    Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig,
 };
 
 /// One architecture's shapes for the suites below.
@@ -51,6 +51,10 @@ fn families() -> Vec<Family> {
         norm,
         z_loss: 1e-2,
         ..TransformerConfig::tiny(11, 6)
+    };
+    let altup = |k, active| AltupConfig {
+        active,
+        ..AltupConfig::widening(&transformer(Norm::RmsNorm), k)
     };
     let rmt = |norm, position| RmtConfig {
         d_k: 3,
@@ -253,6 +257,28 @@ fn families() -> Vec<Family> {
             random_step: true,
             copy_steps: 300,
         },
+        Family {
+            arch: Arch::Altup,
+            // Random parameters, so P and g are far from I and 1: a transposed P or a lost
+            // correction shows.
+            gradcheck: vec![
+                ("K 3, alternating", M::Altup(altup(3, AltupActive::Alternating))),
+                ("K 3, fixed", M::Altup(altup(3, AltupActive::Fixed))),
+                ("K 1", M::Altup(altup(1, AltupActive::Alternating))),
+            ],
+            // 3 sub-blocks of 7, 2 heads of 3: K·D = 21 fits no tile.
+            awkward: vec![(
+                "3 sub-blocks of 7",
+                M::Altup(AltupConfig {
+                    d_model: 7,
+                    d_ff: 9,
+                    vocab: 256,
+                    ..altup(3, AltupActive::Alternating)
+                }),
+            )],
+            random_step: true,
+            copy_steps: 300,
+        },
     ]
 }
 
@@ -264,6 +290,7 @@ fn tiny(arch: Arch) -> ModelConfig {
         Arch::MemoryFormer => ModelConfig::MemoryFormer(MemoryFormerConfig::tiny(256, 16)),
         Arch::Hybrid => ModelConfig::Hybrid(HybridConfig::tiny(256, 16)),
         Arch::Hc => ModelConfig::Hc(HcConfig::tiny(256, 16)),
+        Arch::Altup => ModelConfig::Altup(AltupConfig::tiny(256, 16)),
     }
 }
 
@@ -414,6 +441,7 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
             ModelConfig::MemoryFormer(c) => c.n_layers,
             ModelConfig::Hybrid(c) => c.n_layers,
             ModelConfig::Hc(c) => c.n_layers,
+            ModelConfig::Altup(c) => c.n_layers,
         };
         let names: Vec<_> = inside.residuals.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names.len(), 1 + 2 * layers, "{}: {names:?}", f.arch);

@@ -137,6 +137,8 @@ pub enum Group {
     Slot,
     /// One of hyper-connections' n streams.
     Stream,
+    /// One of AltUp's K sub-blocks.
+    SubBlock,
 }
 
 impl Group {
@@ -144,6 +146,7 @@ impl Group {
         match self {
             Group::Slot => "slot",
             Group::Stream => "stream",
+            Group::SubBlock => "sub-block",
         }
     }
 }
@@ -236,7 +239,8 @@ impl std::str::FromStr for Site {
         let parts: Vec<&str> = s.split('.').collect();
         let group = |p: &str| {
             let slot = numbered(p, "slot").map(|i| (Group::Slot, i));
-            slot.or_else(|| numbered(p, "stream").map(|i| (Group::Stream, i)))
+            (slot.or_else(|| numbered(p, "stream").map(|i| (Group::Stream, i))))
+                .or_else(|| numbered(p, "sub-block").map(|i| (Group::SubBlock, i)))
         };
         let site = match parts.as_slice() {
             ["embedding"] => Some(Site::Embedding),
@@ -408,6 +412,11 @@ mod tests {
                 group: Group::Slot,
                 index: 0,
                 depth: Some(4),
+            },
+            Site::Group {
+                group: Group::SubBlock,
+                index: 3,
+                depth: Some(2),
             },
             Site::Residual(3),
             Site::Residual(0),

@@ -5,6 +5,7 @@
 //!   Vector    x ∈ R^D              read Norm(x)                 write x + y          transformer, MemoryFormer
 //!   Matrix    X ∈ R^{D_k×D_v}      read r ·₁ Norm(X)            write X + Σ w ⊗ y    RMT, hybrid
 //!   Streams   X ∈ R^{n×D}          read Norm(Σ_j pre_j x_j)     write Pᵀ X + post ⊗ y  HC, mHC, mHC-lite
+//!   SubBlocks X ∈ R^{K×D}          read Norm(x_j)               write P X + g ⊗ (y − x̂_j)  AltUp
 //!
 //! A site is one branch of one block: its attention, then its feed-forward core. The trunk
 //! (`trunk.rs`) runs every block over the sites; each kind also owns the model's two ends, the
@@ -12,6 +13,7 @@
 
 pub mod matrix;
 pub mod streams;
+pub mod sub_blocks;
 pub mod vector;
 
 use crate::batch::BatchTensors;
@@ -24,6 +26,7 @@ use engine::Backend;
 
 pub use matrix::Matrix;
 pub use streams::Streams;
+pub use sub_blocks::SubBlocks;
 pub use vector::Vector;
 
 /// Parameters' views and their gradients' views, side by side.

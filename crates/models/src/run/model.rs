@@ -4,8 +4,8 @@
 use crate::config::MAX_LAYERS;
 use crate::memory::Purpose;
 use crate::{
-    Arch, Hybrid, HyperConnections, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt, Transformer,
-    TransformerConfig,
+    Altup, Arch, Hybrid, HyperConnections, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt,
+    Transformer, TransformerConfig,
 };
 use engine::Backend;
 
@@ -20,6 +20,7 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(_) => Arch::MemoryFormer,
             ModelConfig::Hybrid(_) => Arch::Hybrid,
             ModelConfig::Hc(_) => Arch::Hc,
+            ModelConfig::Altup(_) => Arch::Altup,
         }
     }
 
@@ -37,6 +38,7 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => c.z_loss,
             ModelConfig::Hybrid(c) => c.z_loss,
             ModelConfig::Hc(c) => c.z_loss,
+            ModelConfig::Altup(c) => c.z_loss,
         }
     }
 
@@ -47,6 +49,7 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => c.validate(),
             ModelConfig::Hybrid(c) => c.validate(),
             ModelConfig::Hc(c) => c.validate(),
+            ModelConfig::Altup(c) => c.validate(),
         }
     }
 
@@ -58,6 +61,7 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => (c.vocab, c.seq_len),
             ModelConfig::Hybrid(c) => (c.vocab, c.seq_len),
             ModelConfig::Hc(c) => (c.vocab, c.seq_len),
+            ModelConfig::Altup(c) => (c.vocab, c.seq_len),
         }
     }
 
@@ -68,6 +72,7 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => (&mut c.vocab, &mut c.seq_len),
             ModelConfig::Hybrid(c) => (&mut c.vocab, &mut c.seq_len),
             ModelConfig::Hc(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::Altup(c) => (&mut c.vocab, &mut c.seq_len),
         }
     }
 
@@ -105,6 +110,7 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(c) => c.n_layers,
             ModelConfig::Hybrid(c) => c.n_layers,
             ModelConfig::Hc(c) => c.n_layers,
+            ModelConfig::Altup(c) => c.n_layers,
         };
         if n_layers > MAX_LAYERS {
             return Err(ModelError::Config(format!(
@@ -150,6 +156,8 @@ impl ModelConfig {
             (ModelConfig::Hybrid(c), Purpose::Infer) => Box::new(Hybrid::inference(be, c.clone(), b, t)?),
             (ModelConfig::Hc(c), Purpose::Train) => Box::new(HyperConnections::new(be, c.clone(), b, t, seed)?),
             (ModelConfig::Hc(c), Purpose::Infer) => Box::new(HyperConnections::inference(be, c.clone(), b, t)?),
+            (ModelConfig::Altup(c), Purpose::Train) => Box::new(Altup::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::Altup(c), Purpose::Infer) => Box::new(Altup::inference(be, c.clone(), b, t)?),
         })
     }
 
@@ -176,6 +184,8 @@ impl ModelConfig {
             ModelConfig::MemoryFormer(m) => Some(twin(m.d_model, m.n_layers, m.n_heads, m.head_dim(), 4 * m.d_model)),
             // The transformer its streams widen: what the sites are added to.
             ModelConfig::Hc(h) => Some(h.transformer()),
+            // The transformer each layer is.
+            ModelConfig::Altup(a) => Some(a.transformer()),
             ModelConfig::Transformer(_) => None,
         }
     }
@@ -218,6 +228,16 @@ impl ModelConfig {
                 c.d_ff,
                 c.n_layers,
                 c.streams * c.d_model
+            ),
+            ModelConfig::Altup(c) => format!(
+                "AltUp K={} D={} H={} D_h={} D_FF={} L={} (residual {})",
+                c.sub_blocks,
+                c.d_model,
+                c.n_heads,
+                c.head_dim,
+                c.d_ff,
+                c.n_layers,
+                c.sub_blocks * c.d_model
             ),
         }
     }

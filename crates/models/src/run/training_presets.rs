@@ -139,6 +139,11 @@ fn small_hc(mixing: crate::HcMixing) -> crate::HcConfig {
     crate::HcConfig::widening(&small_transformer(), 4, mixing)
 }
 
+/// AltUp at small-transformer's width: its D, H, D_h, D_FF, L and init with K = 4 sub-blocks.
+fn small_altup() -> crate::AltupConfig {
+    crate::AltupConfig::widening(&small_transformer(), 4)
+}
+
 fn dims(name: &str) -> Dims {
     Dims::preset(name).expect("every paper preset named below exists in presets::PRESETS")
 }
@@ -148,7 +153,8 @@ fn pythia(name: &str) -> MemoryFormerConfig {
 }
 
 /// The paper's dimensions `$name` as a transformer `$t`, an RMT `$r`, a hybrid `$name-hybrid`
-/// and the transformer widened to 4 mHC streams, `$name-mhc`.
+/// the transformer widened to 4 mHC streams, `$name-mhc`, and to 4 AltUp sub-blocks,
+/// `$name-altup`.
 macro_rules! paper_family {
     ($t:literal, $r:literal, $name:literal) => {
         [
@@ -173,6 +179,16 @@ macro_rules! paper_family {
                 build: || {
                     let t = dims($name).transformer();
                     paper(ModelConfig::Hc(crate::HcConfig::widening(&t, 4, crate::HcMixing::Mhc)))
+                },
+            },
+            Preset {
+                name: concat!($name, "-altup"),
+                about: concat!($name, ", the transformer with 4 AltUp sub-blocks"),
+                build: || {
+                    paper(ModelConfig::Altup(crate::AltupConfig::widening(
+                        &dims($name).transformer(),
+                        4,
+                    )))
                 },
             },
         ]
@@ -206,6 +222,11 @@ pub fn presets() -> Vec<Preset> {
             name: "tiny-hc",
             about: "mHC, 4 streams: learns the copy task in 300 steps (the default for --arch hc)",
             build: || tiny_task(ModelConfig::Hc(crate::HcConfig::tiny(256, 16))),
+        },
+        Preset {
+            name: "tiny-altup",
+            about: "AltUp, 4 sub-blocks: learns the copy task in 300 steps (the default for --arch altup)",
+            build: || tiny_task(ModelConfig::Altup(crate::AltupConfig::tiny(256, 16))),
         },
         Preset {
             name: "small-rmt",
@@ -257,6 +278,12 @@ pub fn presets() -> Vec<Preset> {
             name: "small-mhc-lite",
             about: "mHC-lite at small-transformer's width: L2, D64, 4×16, 4 streams mixed by the 24 permutations",
             build: || small_text(ModelConfig::Hc(small_hc(crate::HcMixing::MhcLite))),
+        },
+        Preset {
+            name: "small-altup",
+            about:
+                "AltUp at small-transformer's width: L2, D64, 4×16, 4 sub-blocks (residual 256), one computed a layer",
+            build: || small_text(ModelConfig::Altup(small_altup())),
         },
         Preset {
             name: "memoryformer-tiny",

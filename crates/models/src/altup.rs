@@ -1,0 +1,90 @@
+//! AltUp, the paper variant (Baykal et al., NeurIPS 2023; SPEC §7.2.2, §7.2.7): a residual of K
+//! sub-blocks of D a token, at the compute of width D. Each layer ℓ runs on one sub-block and
+//! predicts and corrects the others with K² + K static scalars.
+//!
+//!   X⁰ = (e, e, …, e)                    replicate (Recycled-AltUp)
+//!   j = ℓ mod K                          alternating (or 0: `fixed`)
+//!   x̂_i = Σ_k P_ℓ[i,k] x_k               predict, P_ℓ from I
+//!   y = T_ℓ(x_j)                         the transformer's layer on the old x_j
+//!   x'_i = x̂_i + g_ℓ,i (y − x̂_j)         correct, g_ℓ from 1
+//!   logits = W_U · Norm(Σ_k x_k)         sum
+//!
+//! With P = I and g = 1 every sub-block carries the transformer's residual: the model starts as
+//! the transformer of its D, H, D_h, D_FF and L (SPEC T-A2). The trunk (`trunk.rs`) over the
+//! sub-blocks (`residual::SubBlocks`), with the transformer's maps and core.
+
+use crate::attention::{Attention, AttentionNames, Projections};
+use crate::count::Counts;
+use crate::embedding::VectorEmbedding;
+use crate::ff::Dense;
+use crate::params::ParamLayout;
+use crate::residual::SubBlocks;
+use crate::trunk::{self, Model, Parts};
+use crate::{AltupConfig, ModelConfig, ModelError, Result};
+
+pub type Altup<B> = Model<B, AltupConfig>;
+
+impl Parts for AltupConfig {
+    type Residual = SubBlocks;
+    type Core = Dense;
+    type Maps = Projections;
+
+    fn residual(&self, b: usize, t: usize) -> SubBlocks {
+        SubBlocks {
+            cfg: self.clone(),
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
+        }
+    }
+
+    fn attention(&self, b: usize, t: usize) -> Attention {
+        Attention::new(b, t, (self.n_heads, self.head_dim), false, AttentionNames::HEADS)
+    }
+
+    /// Each layer is the transformer's: the same maps, core and init.
+    fn maps(&self, tokens: usize) -> Projections {
+        self.transformer().maps(tokens)
+    }
+
+    fn core(&self, tokens: usize) -> Dense {
+        self.transformer().core(tokens)
+    }
+
+    fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    fn model(&self) -> ModelConfig {
+        ModelConfig::Altup(self.clone())
+    }
+}
+
+/// The parameter layout of the model `cfg` describes, without building it.
+pub fn layout(cfg: &AltupConfig) -> ParamLayout {
+    trunk::layout(cfg)
+}
+
+/// The counts of the model `cfg` describes: its transformer's, plus K² + K parameters a layer.
+/// FLOPs as built count every product of a token's K×D state (a layer's 2K²D + 5KD
+/// multiply-adds: the two reads of x_j, attention's copy of X with y added to x_j, P X, and
+/// the FF's δ and g ⊗ δ; and the spread and the sum, KD each); in the paper's convention
+/// (SPEC §7.2.6) a layer costs (K² + K + 1)D and the sum KD.
+pub fn counts(cfg: &AltupConfig) -> Result<Counts> {
+    let base = crate::count::try_transformer(&cfg.transformer())?;
+    let overflow = || ModelError::Config("the AltUp model's counts overflow 64 bits".into());
+    let [k, d, l, n] = [cfg.sub_blocks, cfg.d_model, cfg.n_layers, cfg.seq_len].map(|x| x as u64);
+    // FLOPs a sequence: L layers of `layer` multiply-adds a token, and the ends' `ends`.
+    let flops = |layer: u64, ends: u64| -> Result<u64> {
+        let macs = l.checked_mul(layer).and_then(|m| m.checked_add(ends));
+        macs.and_then(|m| m.checked_mul(2 * n)).ok_or_else(overflow)
+    };
+    let built = flops((2 * k * k + 5 * k) * d, 2 * k * d)?;
+    let paper = flops((k * k + k + 1) * d, k * d)?;
+    let params = l.checked_mul(k * k + k).ok_or_else(overflow)?;
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
+    Ok(Counts {
+        params: add(base.params, params)?,
+        params_paper: add(base.params_paper, params)?,
+        flops_fwd: add(base.flops_fwd, built)?,
+        flops_fwd_paper: add(base.flops_fwd_paper, paper)?,
+    })
+}
