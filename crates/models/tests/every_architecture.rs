@@ -273,6 +273,7 @@ fn families() -> Vec<Family> {
                     d_model: 7,
                     d_ff: 9,
                     vocab: 256,
+                    seq_len: 13,
                     ..altup(3, AltupActive::Alternating)
                 }),
             )],
@@ -456,10 +457,10 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
             assert!(pollster::block_on(trainer.measure(&be, &batch)).unwrap().is_none());
             continue;
         };
-        // Probes where the variance view is, and in hyper-connections, whose branches are the
-        // transformer's (they have no closed form, so no view).
+        // Probes where the variance view is, and wherever the branches are the transformer's
+        // dense maps (hyper-connections, AltUp: no closed form, so no view); never at hashed maps.
         assert!(
-            f.arch.has_variance() || f.arch.has_mixing(),
+            f.arch.has_variance() || !f.arch.has_hash_tables(),
             "{}: probes without the view",
             f.arch
         );

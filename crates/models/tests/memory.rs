@@ -8,8 +8,9 @@ use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::param_sizes;
 use resmem_models::{
-    AdamW, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel, MemoryFormer, MemoryFormerConfig,
-    ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig, Transformer, TransformerConfig,
+    AdamW, AltupActive, AltupConfig, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel,
+    MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig, Transformer,
+    TransformerConfig,
 };
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,19 @@ fn hc(vocab: usize, n: usize, mixing: HcMixing) -> HcConfig {
     }
 }
 
+fn altup(vocab: usize, n: usize, active: AltupActive) -> AltupConfig {
+    AltupConfig {
+        d_model: 6,
+        n_heads: 2,
+        head_dim: 5,
+        d_ff: 7,
+        n_layers: 3,
+        sub_blocks: 3,
+        active,
+        ..AltupConfig::tiny(vocab, n)
+    }
+}
+
 /// Every architecture at a few awkward shapes: (config, b, t).
 fn cases() -> Vec<(ModelConfig, usize, usize)> {
     let mut cases = vec![];
@@ -83,6 +97,7 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::Hybrid(hybrid(vocab, n, Position::Alibi)), b, t));
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::Mhc)), b, t));
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::MhcLite)), b, t));
+        cases.push((ModelConfig::Altup(altup(vocab, n, AltupActive::Alternating)), b, t));
         // The memory block's Table 5 and 6 settings change what it allocates.
         let ablated = MemoryFormerConfig {
             expansion_bits: 0,

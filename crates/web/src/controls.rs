@@ -20,6 +20,8 @@ const PRESETS: &[PagePreset] = &[
     ("tiny hyper-connections (mHC, 4 streams)", Arch::Hc, &[]),
     ("mHC-lite, 4 streams", Arch::Hc, &[("mixing", "mhc-lite")]),
     ("HC (unconstrained), 4 streams", Arch::Hc, &[("mixing", "hc")]),
+    ("tiny AltUp (4 sub-blocks)", Arch::Altup, &[]),
+    ("AltUp, 2 sub-blocks", Arch::Altup, &[("sub_blocks", "2")]),
     ("RMT, 4× the residual (D_k 32)", Arch::Rmt, &[("d_k", "32")]),
     ("RMT with ALiBi", Arch::Rmt, &[("position", "alibi")]),
     ("deeper RMT (L 4)", Arch::Rmt, &[("n_layers", "4")]),

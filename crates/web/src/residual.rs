@@ -377,7 +377,9 @@ pub fn ResidualView(
                 help="For the RMT, a token's residual is a D_k×D_v matrix (red positive, blue negative, white 0) with \
                     singular values beside it. An effective rank near D_k means the matrix is fully used; one dominant \
                     singular value means a single direction carries everything. For hyper-connections it is the n \
-                    streams of D, one row a stream: rows that stay alike mean the streams never came apart. Scrub the depth: a healthy residual \
+                    streams of D, one row a stream: rows that stay alike mean the streams never came apart. For AltUp it is the K \
+                    sub-blocks of D, one row a sub-block: each layer computes on one row (layer ℓ on row ℓ mod K) and \
+                    predicts and corrects the others, so a row moves most at the depths whose layer computes on it. Scrub the depth: a healthy residual \
                     grows gently with depth, neither exploding nor fading to white. The logit lens reads the residual \
                     at each depth as the final head would: the KL to the output should fall towards the last depth." />
             <label><input id="residual-open" type="checkbox" prop:checked=open

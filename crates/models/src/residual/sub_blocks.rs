@@ -562,3 +562,60 @@ impl Residual for SubBlocks {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TransformerConfig;
+    use engine::cpu::CpuBackend;
+
+    /// SPEC §7.8 T-A3: K = 2, D = 2, x_0 = (1, 0), x_1 = (0, 2), P = [[0.5, 0.5], [0.25, 1]],
+    /// g = (1, 0.5), j = 0, and the toy layer T(x) = x + (1, 1) (attention's output (1, 1), the
+    /// FF's 0). Forward: X' = ((2, 1), (1, 2)); backward from dX' = ((1, 0), (0, 1)): dg = (1.5, 0),
+    /// dP = [[0, −1], [0, 2]], dx_0 = (1, 0.5), dx_1 = (0, 0.75).
+    #[test]
+    fn the_spec_worked_example_forward_and_backward() {
+        let be = CpuBackend::<f64>::new();
+        let cfg = AltupConfig {
+            d_model: 2,
+            n_layers: 1,
+            ..AltupConfig::widening(&TransformerConfig::tiny(5, 1), 2)
+        };
+        let r = SubBlocks {
+            embedding: VectorEmbedding::new(1, 1, (5, 1, 2), 0.02),
+            cfg,
+        };
+        let t = |values: &[f64]| {
+            let x = be.zeros("", values.len()).unwrap();
+            be.write(&x, &values.iter().map(|&v| v as f32).collect::<Vec<_>>());
+            x
+        };
+        let read = |x| pollster::block_on(be.read(x)).unwrap();
+        let shared = r.shared(&be).unwrap();
+        let (attn, ff) = (Site::attn(0), Site::ff(0));
+        let (a_attn, a_ff) = (
+            r.site_acts(&be, attn, &shared).unwrap(),
+            r.site_acts(&be, ff, &shared).unwrap(),
+        );
+        let s = r.scratch(&be).unwrap();
+        let p = |coefs| SubBlockSite {
+            gain: t(&[1.0, 1.0]),
+            coefs,
+        };
+        let (p_attn, p_ff) = (p(t(&[0.5, 0.5, 0.25, 1.0])), p(t(&[1.0, 0.5])));
+        let (dp_attn, dp_ff) = (p(t(&[0.0; 4])), p(t(&[0.0; 2])));
+        let x = t(&[1.0, 0.0, 0.0, 2.0]);
+        r.write(&be, &a_attn, &x, &t(&[1.0, 1.0]), &p_attn, attn);
+        r.write(&be, &a_ff, &a_attn.after, &t(&[0.0, 0.0]), &p_ff, ff);
+        assert_eq!(read(&a_ff.after), [2.0, 1.0, 1.0, 2.0]);
+        assert_eq!(read(a_ff.delta.as_ref().unwrap()), [1.5, 0.0]);
+        be.write(r.dresidual(&s, 2), &[1.0, 0.0, 0.0, 1.0]);
+        let y = t(&[0.0, 0.0]);
+        let dy = r.write_backward(&be, &s, &a_ff, &a_attn.after, &y, (&p_ff, &dp_ff), ff);
+        assert_eq!(read(dy), [1.0, 0.5]);
+        r.write_backward(&be, &s, &a_attn, &x, &y, (&p_attn, &dp_attn), attn);
+        assert_eq!(read(&dp_ff.coefs), [1.5, 0.0]);
+        assert_eq!(read(&dp_attn.coefs), [0.0, -1.0, 0.0, 2.0]);
+        assert_eq!(read(r.dresidual(&s, 0)), [1.0, 0.5, 0.0, 0.75]);
+    }
+}
