@@ -655,12 +655,12 @@ fn each_arm_is_tuned_on_its_own_seeds() {
         let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
         assert!(config.contains(&format!("lr = {best}\n")), "{config}");
     }
-    // Every tuning run's curve is in curves.csv.
+    // Every tuning run's curve is in curves.csv, its directory quoted (it holds commas).
     let curves = std::fs::read_to_string(out.join("curves.csv")).unwrap();
     assert!(
         curves
             .lines()
-            .any(|l| l.starts_with("tune/variant=rmt,lr=0.03,seed=102,4,")),
+            .any(|l| l.starts_with("\"tune/variant=rmt,lr=0.03,seed=102\",4,")),
         "{curves}"
     );
 

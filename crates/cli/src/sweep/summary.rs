@@ -228,7 +228,8 @@ fn curves_csv(out: &Path, summary: &Summary) -> Result<String> {
             // Gains reach 1e20 (HC's blow-up): in full, not to 6 decimals.
             let gain = |k: usize| row.mixing_gain.map_or(String::new(), |g| format!("{:e}", g[k]));
             lines.push(format!(
-                "{dir},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{}",
+                quote(&dir),
                 row.step,
                 row.step * per_step,
                 opt(row.loss),
@@ -240,6 +241,15 @@ fn curves_csv(out: &Path, summary: &Summary) -> Result<String> {
         }
     }
     Ok(lines.join("\n") + "\n")
+}
+
+/// A CSV field: quoted where it holds a comma (a run's directory, `variant=a,seed=0`), a
+/// quote or a line break.
+fn quote(s: &str) -> String {
+    match s.contains([',', '"', '\n']) {
+        true => format!("\"{}\"", s.replace('"', "\"\"")),
+        false => s.to_string(),
+    }
 }
 
 fn to_csv(summary: &Summary) -> String {
@@ -276,10 +286,6 @@ fn to_csv(summary: &Summary) -> String {
         .collect::<Vec<_>>()
         .join(",")];
     let opt = |v: Option<String>| v.unwrap_or_default();
-    let quote = |s: &str| match s.contains([',', '"', '\n']) {
-        true => format!("\"{}\"", s.replace('"', "\"\"")),
-        false => s.to_string(),
-    };
     for p in &summary.points {
         let mut cells: Vec<String> = names
             .iter()
