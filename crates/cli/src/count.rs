@@ -136,7 +136,7 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.sub_blocks * c.d_model
             );
             show(args.json, &counts, || {
-                print(&describe, "Table 7 + AltUp §7.2.6", &counts, c.seq_len);
+                print(&describe, "paper (Table 7 + AltUp's)", &counts, c.seq_len);
                 out!(
                     "each of {} layers    {:>18} parameters (P and g), {} multiply-adds a token in the paper's convention",
                     c.n_layers,
