@@ -27,8 +27,12 @@ pub fn run(args: CountArgs) -> Result<()> {
         ModelConfig::Transformer(c) => {
             let counts = count::try_transformer(c)?;
             c.validate()?;
+            let values = match c.value_residual {
+                models::ValueResidual::Off => "",
+                models::ValueResidual::Half => " (value residual: half)",
+            };
             let describe = format!(
-                "transformer: L={} D={} H={} D_h={} D_FF={} V={} N={}",
+                "transformer: L={} D={} H={} D_h={} D_FF={} V={} N={}{values}",
                 c.n_layers, c.d_model, c.n_heads, c.head_dim, c.d_ff, c.vocab, c.seq_len
             );
             show(args.json, &counts, || {

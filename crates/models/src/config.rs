@@ -105,6 +105,20 @@ pub struct TransformerConfig {
     pub zero_unembedding: bool,
     /// Weight of the z-loss 1e-4·(log Z)².
     pub z_loss: f32,
+    /// Every layer after the first attends with its values mixed with layer 0's (ResFormer's
+    /// value residual); older configs mean off.
+    #[serde(default)]
+    pub value_residual: ValueResidual,
+}
+
+/// The value residual's mix (`value_residual.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueResidual {
+    #[default]
+    Off,
+    /// V'_n = ½ V_n + ½ V_0 for n ≥ 1, the official code's fixed mix.
+    Half,
 }
 
 fn yes() -> bool {
@@ -135,6 +149,7 @@ impl TransformerConfig {
             weight_init: WeightInit::FanIn,
             zero_unembedding: true,
             z_loss: 1e-4,
+            value_residual: ValueResidual::Off,
         }
     }
 

@@ -117,13 +117,21 @@ pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
     let params = param_sizes::transformer_params(cfg)
         .map(|p| p.count)
         .or_else(|_| N(None).get(&settings))?;
+    // The value residual mixes the L − 1 later layers' values with layer 0's: as built, a
+    // token's 3×3 constants times two 3×H·D_h blocks (18·H·D_h multiply-adds); as the paper
+    // counts it, 2·H·D_h.
+    let mixed = dim(match cfg.value_residual {
+        crate::ValueResidual::Off => 0,
+        crate::ValueResidual::Half => cfg.n_layers.saturating_sub(1),
+    });
     Ok(Counts {
         params,
         params_paper: (d * (l * (n(4u8) * h * dh + n(2u8) * f) + v)).get(&settings)?,
-        flops_fwd: (l * layer + n(2u8) * n_ * v * d).get(&settings)?,
+        flops_fwd: (l * layer + n(2u8) * n_ * v * d + n(36u8) * mixed * n_ * h * dh).get(&settings)?,
         // 4N(V·D + L·D(2·D_h·H + D_FF) + L(N·D_h·H + ¾·N·H)); 4N·L·¾·N·H = 3·L·N²·H.
         flops_fwd_paper: (n(4u8) * n_ * (v * d + l * d * (n(2u8) * dh * h + f) + l * n_ * dh * h)
-            + n(3u8) * l * n_ * n_ * h)
+            + n(3u8) * l * n_ * n_ * h
+            + n(4u8) * mixed * n_ * h * dh)
             .get(&settings)?,
     })
 }

@@ -35,6 +35,7 @@ pub mod settings;
 pub mod train;
 pub mod transformer;
 pub mod trunk;
+pub mod value_residual;
 pub mod variance;
 
 pub use altup::Altup;
@@ -42,7 +43,7 @@ pub use arch::Arch;
 pub use batch::BatchTensors;
 pub use config::{
     AltupActive, AltupConfig, Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig,
-    TrainConfig, TransformerConfig, Trunk, WeightInit,
+    TrainConfig, TransformerConfig, Trunk, ValueResidual, WeightInit,
 };
 pub use hybrid::Hybrid;
 pub use hyper_connections::{HcConfig, HcMixing, HyperConnections};

@@ -186,6 +186,14 @@ pub const SETTINGS: &[Setting] = &[
         "rounds of mHC's row and column normalisations (DeepSeek-V4: 20)",
     )),
     model(
+        "value_residual",
+        "value-residual",
+        "value residual",
+        Kind::Choice(&["off", "half"]),
+        &[Arch::Transformer],
+        "every layer after the first attends with its values mixed half and half with layer 0's (ResFormer's value residual)",
+    ),
+    model(
         "sub_blocks",
         "sub-blocks",
         "K",

@@ -15,6 +15,7 @@ use crate::ff::Dense;
 use crate::params::{Init, ParamLayout};
 use crate::residual::Vector;
 use crate::trunk::{self, Model, Parts};
+use crate::value_residual::ValueMix;
 use crate::{ModelConfig, TransformerConfig};
 
 /// The transformer: the trunk over a vector residual with dense maps and core.
@@ -84,6 +85,14 @@ impl Parts for TransformerConfig {
 
     fn n_layers(&self) -> usize {
         self.n_layers
+    }
+
+    fn values(&self, tokens: usize) -> ValueMix {
+        ValueMix {
+            residual: self.value_residual,
+            tokens,
+            width: self.n_heads * self.head_dim,
+        }
     }
 
     fn model(&self) -> ModelConfig {

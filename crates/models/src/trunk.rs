@@ -24,6 +24,7 @@ use crate::params::{LayoutBuilder, ParamId, ParamLayout, ParamStore};
 use crate::probes::{self, Layer, Op, Probes, Quantity};
 use crate::residual::{Residual, Site};
 use crate::train::LanguageModel;
+use crate::value_residual::{ValueConstants, ValueMix, ValueScratch};
 use crate::{ModelConfig, Result};
 use engine::Backend;
 
@@ -41,6 +42,11 @@ pub trait Parts: Clone {
     /// The core for `tokens` rows.
     fn core(&self, tokens: usize) -> Self::Core;
     fn n_layers(&self) -> usize;
+    /// The value residual over `tokens` rows: off but where the config has it.
+    fn values(&self, tokens: usize) -> ValueMix {
+        let a = self.attention(0, 0);
+        ValueMix::off(tokens, a.heads * a.head_dim)
+    }
     /// The config in the one enum of architectures.
     fn model(&self) -> ModelConfig;
 }
@@ -111,6 +117,8 @@ struct BlockActs<B: Backend, C: Parts> {
     attn: <C::Residual as Residual>::SiteActs<B>,
     maps: <C::Maps as AttentionMaps<C::Core>>::Acts<B>,
     attention: AttentionActs<B>,
+    /// Where the maps write qkv before the value residual mixes it into attention's input.
+    premix: Option<B::Tensor>,
     ff: <C::Residual as Residual>::SiteActs<B>,
     core: <C::Core as FfCore>::Acts<B>,
 }
@@ -121,6 +129,7 @@ struct Scratch<B: Backend, C: Parts> {
     attention: AttentionScratch<B>,
     maps: <C::Maps as AttentionMaps<C::Core>>::Scratch<B>,
     core: <C::Core as FfCore>::Scratch<B>,
+    values: Option<ValueScratch<B>>,
 }
 
 /// The model of config `C`: `Transformer`, `Rmt`, `MemoryFormer`, `Hybrid` and
@@ -131,6 +140,9 @@ pub struct Model<B: Backend, C: Parts> {
     maps: C::Maps,
     attention: Attention,
     core: C::Core,
+    values: ValueMix,
+    /// The value residual's constants; None where it is off.
+    value_constants: Option<ValueConstants<B>>,
     b: usize,
     t: usize,
     vocab: usize,
@@ -187,7 +199,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
         let dw = store.trainable().then(|| map::<C, _>(&ids, |id| store.grad(be, id)));
 
         let (residual, attention) = (cfg.residual(b, t), cfg.attention(b, t));
-        let (maps, core) = (cfg.maps(bt), cfg.core(bt));
+        let (maps, core, values) = (cfg.maps(bt), cfg.core(bt), cfg.values(bt));
         let shared = residual.shared(be)?;
         let blocks = (0..l)
             .map(|block| {
@@ -195,6 +207,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
                     attn: residual.site_acts(be, Site::attn(block), &shared)?,
                     maps: maps.acts(be)?,
                     attention: attention.acts(be)?,
+                    premix: values.premix(be, block)?,
                     ff: residual.site_acts(be, Site::ff(block), &shared)?,
                     core: core.acts(be)?,
                 })
@@ -207,6 +220,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
                 attention: attention.scratch(be)?,
                 maps: maps.scratch(be)?,
                 core: core.scratch(be)?,
+                values: values.scratch(be)?,
             })
         };
         let s = trainable.then(scratch).transpose()?;
@@ -234,6 +248,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
             ends,
             blocks,
             shared: core.shared(be)?,
+            value_constants: values.constants(be)?,
             unembedding,
             s,
             probes,
@@ -243,6 +258,7 @@ impl<B: Backend, C: Parts> Model<B, C> {
             maps,
             attention,
             core,
+            values,
         })
     }
 
@@ -293,12 +309,17 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             let (site, x) = (Site::attn(l), self.residual_in(l));
             let (qkv, input) = (&a.attention.qkv, r.input(&a.attn, &a.attention.qkv));
             r.read(be, &a.attn, x, input, &p.attn, site);
+            let raw = a.premix.as_ref().unwrap_or(qkv);
             self.maps
-                .qkv_forward(be, qkv, input, &a.maps, &self.shared, &p.maps, tap);
+                .qkv_forward(be, raw, input, &a.maps, &self.shared, &p.maps, tap);
             if let Some((probes, s)) = probing {
                 let normed = r.normed(be, s, &a.attn, x, input, &p.attn, site);
-                let q = [(Quantity::In, normed), (Quantity::Out, qkv)];
+                let q = [(Quantity::In, normed), (Quantity::Out, raw)];
                 record(be, probes, at(Layer::Attn, Op::Retrieval), q);
+            }
+            // V'_l = ½ V_l + ½ V_0 (the value residual), where it is on.
+            if let (Some(premix), Some(c)) = (&a.premix, &self.value_constants) {
+                self.values.forward(be, c, qkv, premix, &self.blocks[0].attention.qkv);
             }
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
             edit(Point::Heads(l), atty);
@@ -430,6 +451,14 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             }
             self.attention
                 .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
+            // The value residual's backward: the unmixed qkv's gradient, and layer 0's share.
+            let dqkv = match (&a.premix, &self.value_constants, &s.values) {
+                (Some(_), Some(c), Some(vs)) => self.values.backward(be, c, vs, dqkv, l + 1 == self.blocks.len()),
+                _ => dqkv,
+            };
+            if let (0, Some(vs), true) = (l, &s.values, self.blocks.len() > 1) {
+                self.values.into_first(be, vs, dqkv);
+            }
             let dinput = r.input_grad(rs, dqkv, site);
             self.maps
                 .qkv_backward(be, dinput, &dp.maps, dqkv, input, &a.maps, &p.maps, tap);

@@ -16,7 +16,7 @@ use resmem_models::arch::Arch;
 use resmem_models::hyper_connections::{HcCollapse, HcInit};
 use resmem_models::{
     AltupActive, AltupConfig, HcConfig, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm,
-    Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig,
+    Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig, ValueResidual,
 };
 
 /// One architecture's shapes for the suites below.
@@ -133,17 +133,40 @@ fn families() -> Vec<Family> {
             gradcheck: vec![
                 ("LayerNorm", M::Transformer(transformer(LayerNorm))),
                 ("RmsNorm", M::Transformer(transformer(RmsNorm))),
+                // Three layers: two send V_0 their gradient.
+                (
+                    "value residual",
+                    M::Transformer(TransformerConfig {
+                        value_residual: ValueResidual::Half,
+                        n_layers: 3,
+                        ..transformer(RmsNorm)
+                    }),
+                ),
             ],
-            awkward: vec![(
-                "3 heads of 8",
-                M::Transformer(TransformerConfig {
-                    d_model: 24,
-                    n_heads: 3,
-                    head_dim: 8,
-                    d_ff: 40,
-                    ..TransformerConfig::tiny(256, 13)
-                }),
-            )],
+            awkward: vec![
+                (
+                    "3 heads of 8",
+                    M::Transformer(TransformerConfig {
+                        d_model: 24,
+                        n_heads: 3,
+                        head_dim: 8,
+                        d_ff: 40,
+                        ..TransformerConfig::tiny(256, 13)
+                    }),
+                ),
+                (
+                    "value residual, 3 heads of 5",
+                    M::Transformer(TransformerConfig {
+                        d_model: 24,
+                        n_heads: 3,
+                        head_dim: 5,
+                        d_ff: 40,
+                        n_layers: 3,
+                        value_residual: ValueResidual::Half,
+                        ..TransformerConfig::tiny(256, 13)
+                    }),
+                ),
+            ],
             random_step: true,
             copy_steps: 160,
         },

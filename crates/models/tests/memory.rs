@@ -10,7 +10,7 @@ use resmem_models::param_sizes;
 use resmem_models::{
     AdamW, AltupActive, AltupConfig, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel,
     MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig, Transformer,
-    TransformerConfig,
+    TransformerConfig, ValueResidual,
 };
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,12 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::Mhc)), b, t));
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::MhcLite)), b, t));
         cases.push((ModelConfig::Altup(altup(vocab, n, AltupActive::Alternating)), b, t));
+        let values = TransformerConfig {
+            n_layers: 3,
+            value_residual: ValueResidual::Half,
+            ..transformer(vocab, n)
+        };
+        cases.push((ModelConfig::Transformer(values), b, t));
         // The memory block's Table 5 and 6 settings change what it allocates.
         let ablated = MemoryFormerConfig {
             expansion_bits: 0,

@@ -15,6 +15,11 @@ type PagePreset = (&'static str, Arch, &'static [(&'static str, &'static str)]);
 const PRESETS: &[PagePreset] = &[
     ("tiny RMT", Arch::Rmt, &[]),
     ("tiny transformer", Arch::Transformer, &[]),
+    (
+        "transformer with the value residual",
+        Arch::Transformer,
+        &[("value_residual", "half")],
+    ),
     ("tiny MemoryFormer", Arch::MemoryFormer, &[]),
     ("tiny hybrid", Arch::Hybrid, &[]),
     ("tiny hyper-connections (mHC, 4 streams)", Arch::Hc, &[]),
