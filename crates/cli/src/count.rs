@@ -88,7 +88,7 @@ pub fn run(args: CountArgs) -> Result<()> {
             memoryformer(args.json, c)
         }
         ModelConfig::Hc(c) => {
-            let h = models::hyper_connections::counts(c)?;
+            let h = models::count::try_hc(c)?;
             c.validate()?;
             let describe = format!(
                 "hc ({}, {} init, {} collapse): L={} n={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
@@ -121,7 +121,7 @@ pub fn run(args: CountArgs) -> Result<()> {
             })
         }
         ModelConfig::Altup(c) => {
-            let counts = models::altup::counts(c)?;
+            let counts = models::count::try_altup(c)?;
             c.validate()?;
             let describe = format!(
                 "altup ({} active): L={} K={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",

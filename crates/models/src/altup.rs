@@ -14,13 +14,12 @@
 //! sub-blocks (`residual::SubBlocks`), with the transformer's maps and core.
 
 use crate::attention::{Attention, AttentionNames, Projections};
-use crate::count::Counts;
 use crate::embedding::VectorEmbedding;
 use crate::ff::Dense;
 use crate::params::ParamLayout;
 use crate::residual::SubBlocks;
 use crate::trunk::{self, Model, Parts};
-use crate::{AltupConfig, ModelConfig, ModelError, Result};
+use crate::{AltupConfig, ModelConfig};
 
 pub type Altup<B> = Model<B, AltupConfig>;
 
@@ -61,30 +60,4 @@ impl Parts for AltupConfig {
 /// The parameter layout of the model `cfg` describes, without building it.
 pub fn layout(cfg: &AltupConfig) -> ParamLayout {
     trunk::layout(cfg)
-}
-
-/// The counts of the model `cfg` describes: its transformer's, plus K² + K parameters a layer.
-/// FLOPs as built count every product of a token's K×D state (a layer's 2K²D + 5KD
-/// multiply-adds: the two reads of x_j, attention's copy of X with y added to x_j, P X, and
-/// the FF's δ and g ⊗ δ; and the spread and the sum, KD each); in the paper's convention
-/// (SPEC §7.2.6) a layer costs (K² + K + 1)D and the sum KD.
-pub fn counts(cfg: &AltupConfig) -> Result<Counts> {
-    let base = crate::count::try_transformer(&cfg.transformer())?;
-    let overflow = || ModelError::Config("the AltUp model's counts overflow 64 bits".into());
-    let [k, d, l, n] = [cfg.sub_blocks, cfg.d_model, cfg.n_layers, cfg.seq_len].map(|x| x as u64);
-    // FLOPs a sequence: L layers of `layer` multiply-adds a token, and the ends' `ends`.
-    let flops = |layer: u64, ends: u64| -> Result<u64> {
-        let macs = l.checked_mul(layer).and_then(|m| m.checked_add(ends));
-        macs.and_then(|m| m.checked_mul(2 * n)).ok_or_else(overflow)
-    };
-    let built = flops((2 * k * k + 5 * k) * d, 2 * k * d)?;
-    let paper = flops((k * k + k + 1) * d, k * d)?;
-    let params = l.checked_mul(k * k + k).ok_or_else(overflow)?;
-    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
-    Ok(Counts {
-        params: add(base.params, params)?,
-        params_paper: add(base.params_paper, params)?,
-        flops_fwd: add(base.flops_fwd, built)?,
-        flops_fwd_paper: add(base.flops_fwd_paper, paper)?,
-    })
 }

@@ -1,7 +1,7 @@
 //! Model and training configs: documented structs with named presets, shared by the CLI and the
 //! page, and saved with every run.
 //!
-//! One file over 600 lines because the four architectures' configs share their checks and
+//! One file over 600 lines because the architectures' configs share their checks and
 //! their serde shape (`deny_unknown_fields`, the `arch` tag), and each is mostly documented
 //! fields: split by architecture, every file would import the same helpers for little gain.
 
@@ -769,6 +769,224 @@ macro_rules! has_hashing {
 
 has_hashing!(MemoryFormerConfig, HybridConfig);
 
+/// How each site mixes the streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HcMixing {
+    /// HC: dynamic hyper-connections with tanh, P unconstrained.
+    #[serde(rename = "hc")]
+    Hc,
+    /// mHC: Sinkhorn's projection of n² logits (`sinkhorn_iters` rounds).
+    #[serde(rename = "mhc")]
+    Mhc,
+    /// mHC-lite: a mixture of the n! permutations, exactly doubly stochastic.
+    #[serde(rename = "mhc-lite")]
+    MhcLite,
+}
+
+impl HcMixing {
+    pub const ALL: [HcMixing; 3] = [HcMixing::Hc, HcMixing::Mhc, HcMixing::MhcLite];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HcMixing::Hc => "hc",
+            HcMixing::Mhc => "mhc",
+            HcMixing::MhcLite => "mhc-lite",
+        }
+    }
+}
+
+/// How the sites' gates start (SPEC §6.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HcInit {
+    /// Near the identity mixing, Φ = 0: HC's Eq. 14, mHC's and mHC-lite's published code.
+    #[default]
+    #[serde(rename = "identity")]
+    Identity,
+    /// Φ ~ N(0, 0.02²), b = 0: P near J/n (mHC and mHC-lite only).
+    #[serde(rename = "zero-bias")]
+    ZeroBias,
+}
+
+impl HcInit {
+    pub fn name(self) -> &'static str {
+        match self {
+            HcInit::Identity => "identity",
+            HcInit::ZeroBias => "zero-bias",
+        }
+    }
+}
+
+/// How the n streams become the head's one vector (SPEC §6.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HcCollapse {
+    /// The mixing's own (SPEC §6.12): HC `sum`, mHC `head`, mHC-lite `norm-then-sum`.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Σ_j x_j, then the final Norm (HC).
+    #[serde(rename = "sum")]
+    Sum,
+    /// Σ_j q_j x_j with learned gates q, then the final Norm (DeepSeek-V4's `hc_head`).
+    #[serde(rename = "head")]
+    Head,
+    /// The final Norm of each stream, then their sum (mHC-lite's code).
+    #[serde(rename = "norm-then-sum")]
+    NormThenSum,
+}
+
+impl HcCollapse {
+    pub fn name(self) -> &'static str {
+        match self {
+            HcCollapse::Auto => "auto",
+            HcCollapse::Sum => "sum",
+            HcCollapse::Head => "head",
+            HcCollapse::NormThenSum => "norm-then-sum",
+        }
+    }
+}
+
+/// A hyper-connected model's sizes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HcConfig {
+    pub vocab: usize,
+    pub seq_len: usize,
+    /// D, one stream's width.
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    /// n, the streams.
+    pub streams: usize,
+    pub mixing: HcMixing,
+    /// Sinkhorn's rounds (DeepSeek-V4: 20); unused by mHC-lite.
+    pub sinkhorn_iters: u32,
+    /// How the gates start (SPEC §6.12: `identity`).
+    #[serde(default)]
+    pub stream_init: HcInit,
+    /// The collapse before the head.
+    #[serde(default)]
+    pub collapse: HcCollapse,
+    pub norm: Norm,
+    pub norm_eps: f32,
+    pub init_std: f32,
+    pub z_loss: f32,
+}
+
+impl HcConfig {
+    /// The copy task's tiny model: the tiny transformer widened to 4 streams, 20 Sinkhorn rounds.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        Self::widening(&TransformerConfig::tiny(vocab, seq_len), 4, HcMixing::Mhc)
+    }
+
+    /// The transformer `t` with `streams` residual streams mixed by `mixing`: its sizes, norm
+    /// and init, 20 Sinkhorn rounds, and the mixing's init and collapse (SPEC §6.12).
+    pub fn widening(t: &TransformerConfig, streams: usize, mixing: HcMixing) -> Self {
+        Self {
+            vocab: t.vocab,
+            seq_len: t.seq_len,
+            d_model: t.d_model,
+            n_layers: t.n_layers,
+            n_heads: t.n_heads,
+            head_dim: t.head_dim,
+            d_ff: t.d_ff,
+            streams,
+            mixing,
+            sinkhorn_iters: 20,
+            stream_init: HcInit::Identity,
+            collapse: HcCollapse::Auto,
+            norm: t.norm,
+            norm_eps: t.norm_eps,
+            init_std: t.init_std,
+            z_loss: t.z_loss,
+        }
+    }
+
+    /// The transformer whose residual these streams widen: each site's branch is its block's
+    /// attention or FF (the same maps, core and init), and its counts are the base of
+    /// [`counts`]. The inverse of [`Self::widening`].
+    pub fn transformer(&self) -> TransformerConfig {
+        TransformerConfig {
+            d_model: self.d_model,
+            n_layers: self.n_layers,
+            n_heads: self.n_heads,
+            head_dim: self.head_dim,
+            d_ff: self.d_ff,
+            norm: self.norm,
+            norm_eps: self.norm_eps,
+            attn_layer_scale: false,
+            scaled_output_init: true,
+            init_std: self.init_std,
+            weight_init: WeightInit::FanIn,
+            z_loss: self.z_loss,
+            ..TransformerConfig::tiny(self.vocab, self.seq_len)
+        }
+    }
+
+    /// How the gates start.
+    pub fn init(&self) -> HcInit {
+        self.stream_init
+    }
+
+    /// The collapse before the head, `auto` resolved to the mixing's.
+    pub fn collapse(&self) -> HcCollapse {
+        match (self.collapse, self.mixing) {
+            (HcCollapse::Auto, HcMixing::Hc) => HcCollapse::Sum,
+            (HcCollapse::Auto, HcMixing::Mhc) => HcCollapse::Head,
+            (HcCollapse::Auto, HcMixing::MhcLite) => HcCollapse::NormThenSum,
+            (c, _) => c,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(ModelError::Config(why));
+        if [
+            self.vocab,
+            self.seq_len,
+            self.d_model,
+            self.n_layers,
+            self.n_heads,
+            self.head_dim,
+            self.d_ff,
+        ]
+        .contains(&0)
+        {
+            return bad("every size of an mHC model must be at least 1".into());
+        }
+        let most = match self.mixing {
+            HcMixing::Hc | HcMixing::Mhc => engine::ops::hyper::MAX_STREAMS,
+            HcMixing::MhcLite => engine::ops::hyper::MAX_PERMUTED_STREAMS,
+        };
+        if !(1..=most).contains(&self.streams) {
+            let mixing = self.mixing.name();
+            return bad(format!(
+                "streams must be 1 to {most} with mixing {mixing}, not {}",
+                self.streams
+            ));
+        }
+        if self.mixing == HcMixing::Hc && self.init() == HcInit::ZeroBias {
+            return bad(
+                "HC's gates are unconstrained: with b = 0 its pre would be 0; use stream_init identity \
+                 (zero-bias is for mHC and mHC-lite)"
+                    .into(),
+            );
+        }
+        if self.mixing == HcMixing::Hc && self.collapse() == HcCollapse::Head {
+            return bad("the head collapse's gates are mHC's; use collapse sum or norm-then-sum with HC".into());
+        }
+        let rounds = engine::ops::hyper::MAX_ITERS;
+        if self.mixing == HcMixing::Mhc && !(1..=rounds).contains(&self.sinkhorn_iters) {
+            return bad(format!(
+                "sinkhorn_iters must be 1 to {rounds}, not {}",
+                self.sinkhorn_iters
+            ));
+        }
+        crate::param_sizes::hc_params(self)?.addressable()?;
+        Ok(())
+    }
+}
+
 /// Which sub-block an AltUp layer computes on (SPEC §7.2.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -883,7 +1101,7 @@ pub enum ModelConfig {
     Rmt(RmtConfig),
     MemoryFormer(MemoryFormerConfig),
     Hybrid(HybridConfig),
-    Hc(crate::hyper_connections::HcConfig),
+    Hc(HcConfig),
     Altup(AltupConfig),
 }
 

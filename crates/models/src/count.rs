@@ -14,7 +14,8 @@
 
 use crate::param_sizes;
 use crate::{
-    HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position, Result, RmtConfig, TransformerConfig, Trunk,
+    AltupConfig, HcCollapse, HcConfig, HcMixing, HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position,
+    Result, RmtConfig, TransformerConfig, Trunk,
 };
 use serde::Serialize;
 use std::ops::{Add, Div, Mul};
@@ -381,6 +382,102 @@ fn memoryformer_block_parts(cfg: &MemoryFormerConfig, mac: N) -> (N, N) {
     (attention, per_row)
 }
 
+/// What a hyper-connected model costs beside the transformer of its D, H, D_h, D_FF and L
+/// (SPEC §6.8).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HcCounts {
+    /// The whole model: the transformer's counts plus its sites', as built and in the papers'
+    /// conventions; FLOPs per sequence of seq_len tokens, products only (2 a multiply-add).
+    pub model: Counts,
+    /// One site's parameters as built: Φ, its bias and α, (W)(n·D + 1) + 3; HC's W (n + 2 × D),
+    /// bias, α and its norm's gain, (n + 3)·D + n(n + 2) + 3.
+    pub site_params: u64,
+    /// The papers' conventions: mHC's Eq. 7 with the RMSNorm gain counted apart, n·D·W + n·D +
+    /// W + 3; HC's Eq. 25 with one s_α, (n + 3)·D + n(n + 2) + 2.
+    pub site_params_paper: u64,
+    /// One site's multiply-adds a token: the projection (mHC W·n·D, HC n(n + 2)·D), the norm,
+    /// the collapse, the mixing and the write-back: (n³ + 3n² + 3n)·D for Sinkhorn, (2n² + 5n)·D
+    /// for HC; the gates' own arithmetic not counted.
+    pub site_macs: u64,
+}
+
+/// The counts of the model `cfg` describes.
+pub fn try_hc(cfg: &HcConfig) -> Result<HcCounts> {
+    let base = try_transformer(&cfg.transformer())?;
+    let overflow = || ModelError::Config("the mHC model's counts overflow 64 bits".into());
+    let (n, d, w) = (cfg.streams as u64, cfg.d_model as u64, cfg.gate_width() as u64);
+    let sites = 2 * cfg.n_layers as u64;
+    let nd = n.checked_mul(d).ok_or_else(overflow)?;
+    // Φ (or W) with its bias and three scales, and HC's gain; the paper's convention.
+    let (phi, gain, paper) = match cfg.mixing {
+        HcMixing::Hc => ((n + 2) * d, d, -1i64),
+        _ => (w.checked_mul(nd).ok_or_else(overflow)?, 0, nd as i64),
+    };
+    let site_params = (phi.checked_add(w + 3 + gain)).ok_or_else(overflow)?;
+    let site_params_paper = site_params.checked_add_signed(paper).ok_or_else(overflow)?;
+    let (rows, cols, k) = cfg.projection(1);
+    let site_macs = ((rows * cols) as u64)
+        .checked_mul(k as u64)
+        .and_then(|x| x.checked_add(3 * nd + n * n * d))
+        .ok_or_else(overflow)?;
+    // The collapse before the head: the sum (n·D a token); the head's gates (Φ_h, n × n·D, its
+    // bias and α, and x̂'s norm) before it; or a norm of each stream.
+    let (collapse_params, collapse_macs) = match cfg.collapse() {
+        HcCollapse::Sum | HcCollapse::Auto => (0, nd),
+        HcCollapse::Head => {
+            let phi = n.checked_mul(nd).ok_or_else(overflow)?;
+            (phi + n + 1, phi + 2 * nd)
+        }
+        HcCollapse::NormThenSum => (0, 2 * nd),
+    };
+    // The expansion to n streams (n·D a token), the sites and the collapse.
+    let macs = sites
+        .checked_mul(site_macs)
+        .and_then(|x| x.checked_add(nd + collapse_macs))
+        .ok_or_else(overflow)?;
+    let flops = (cfg.seq_len as u64).checked_mul(2 * macs).ok_or_else(overflow)?;
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
+    let params = sites.checked_mul(site_params).ok_or_else(overflow)?;
+    let params_paper = sites.checked_mul(site_params_paper).ok_or_else(overflow)?;
+    Ok(HcCounts {
+        model: Counts {
+            params: add(base.params, add(params, collapse_params)?)?,
+            params_paper: add(base.params_paper, add(params_paper, collapse_params)?)?,
+            flops_fwd: add(base.flops_fwd, flops)?,
+            flops_fwd_paper: add(base.flops_fwd_paper, flops)?,
+        },
+        site_params,
+        site_params_paper,
+        site_macs,
+    })
+}
+
+/// The counts of the model `cfg` describes: its transformer's, plus K² + K parameters a layer.
+/// FLOPs as built count every product of a token's K×D state (a layer's 2K²D + 5KD
+/// multiply-adds: the two reads of x_j, attention's copy of X with y added to x_j, P X, and
+/// the FF's δ and g ⊗ δ; and the spread and the sum, KD each); in the paper's convention
+/// (SPEC §7.2.6) a layer costs (K² + K + 1)D and the sum KD.
+pub fn try_altup(cfg: &AltupConfig) -> Result<Counts> {
+    let base = try_transformer(&cfg.transformer())?;
+    let overflow = || ModelError::Config("the AltUp model's counts overflow 64 bits".into());
+    let [k, d, l, n] = [cfg.sub_blocks, cfg.d_model, cfg.n_layers, cfg.seq_len].map(|x| x as u64);
+    // FLOPs a sequence: L layers of `layer` multiply-adds a token, and the ends' `ends`.
+    let flops = |layer: u64, ends: u64| -> Result<u64> {
+        let macs = l.checked_mul(layer).and_then(|m| m.checked_add(ends));
+        macs.and_then(|m| m.checked_mul(2 * n)).ok_or_else(overflow)
+    };
+    let built = flops((2 * k * k + 5 * k) * d, 2 * k * d)?;
+    let paper = flops((k * k + k + 1) * d, k * d)?;
+    let params = l.checked_mul(k * k + k).ok_or_else(overflow)?;
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
+    Ok(Counts {
+        params: add(base.params, params)?,
+        params_paper: add(base.params_paper, params)?,
+        flops_fwd: add(base.flops_fwd, built)?,
+        flops_fwd_paper: add(base.flops_fwd_paper, paper)?,
+    })
+}
+
 /// A whole model as built at sequence length N = its context: parameters, and forward FLOPs
 /// per sequence at 2 FLOPs per multiply-add for every architecture, so that models of different
 /// kinds compare (a MemoryFormer's blocks converted from its paper's 1 per multiply-add).
@@ -403,8 +500,8 @@ pub fn try_model(cfg: &ModelConfig) -> Result<ModelCounts> {
         ModelConfig::Transformer(c) => try_transformer(c).map(|c| (c.params, c.flops_fwd))?,
         ModelConfig::Rmt(c) => try_rmt(c).map(|c| (c.params, c.flops_fwd))?,
         ModelConfig::Hybrid(c) => try_hybrid(c).map(|h| (h.counts.params, h.counts.flops_fwd))?,
-        ModelConfig::Hc(c) => crate::hyper_connections::counts(c).map(|h| (h.model.params, h.model.flops_fwd))?,
-        ModelConfig::Altup(c) => crate::altup::counts(c).map(|c| (c.params, c.flops_fwd))?,
+        ModelConfig::Hc(c) => try_hc(c).map(|h| (h.model.params, h.model.flops_fwd))?,
+        ModelConfig::Altup(c) => try_altup(c).map(|c| (c.params, c.flops_fwd))?,
         ModelConfig::MemoryFormer(c) => try_memoryformer_model(c)?,
     };
     Ok(ModelCounts { params, flops_fwd })

@@ -42,11 +42,11 @@ pub use altup::Altup;
 pub use arch::Arch;
 pub use batch::BatchTensors;
 pub use config::{
-    AltupActive, AltupConfig, Hashing, HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig,
-    TrainConfig, TransformerConfig, Trunk, ValueResidual, WeightInit,
+    AltupActive, AltupConfig, Hashing, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig, MemoryFormerConfig,
+    ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig, Trunk, ValueResidual, WeightInit,
 };
 pub use hybrid::Hybrid;
-pub use hyper_connections::{HcConfig, HcMixing, HyperConnections};
+pub use hyper_connections::HyperConnections;
 pub use memory::{MemoryEstimate, Purpose};
 pub use memoryformer::MemoryFormer;
 pub use observe::{Inside, Observe};

@@ -132,7 +132,7 @@ pub fn hc_params(c: &crate::HcConfig) -> Result<ParamSizes> {
         crate::HcMixing::Hc => (vec![sum("streams + 2", &[s, 2])?, d], 2 * l),
         _ => (vec![w, sd], 0),
     };
-    let head = u64::from(c.collapse() == crate::hyper_connections::HcCollapse::Head);
+    let head = u64::from(c.collapse() == crate::HcCollapse::Head);
     let mut specs = transformer_specs(&c.transformer())?;
     specs.extend([
         (2 * l, "hc_phi (gates × streams·d_model, or streams + 2 × d_model)", phi),

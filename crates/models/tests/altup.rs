@@ -6,7 +6,8 @@
 use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
-use resmem_models::altup::{counts, layout};
+use resmem_models::altup::layout;
+use resmem_models::count::try_altup as counts;
 use resmem_models::{
     Altup, AltupActive, AltupConfig, BatchTensors, LanguageModel, Observe, TrainConfig, Trainer, Transformer,
 };

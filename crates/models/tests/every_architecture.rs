@@ -13,10 +13,9 @@ use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::arch::Arch;
-use resmem_models::hyper_connections::{HcCollapse, HcInit};
 use resmem_models::{
-    AltupActive, AltupConfig, HcConfig, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig, ModelConfig, Norm,
-    Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig, ValueResidual,
+    AltupActive, AltupConfig, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig,
+    ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig, ValueResidual,
 };
 
 /// One architecture's shapes for the suites below.

@@ -8,9 +8,11 @@ use common::learn_copy;
 use data::{Task, TaskSampler};
 use engine::cpu::CpuBackend;
 use engine::Backend;
-use resmem_models::hyper_connections::{counts, layout, HcInit};
+use resmem_models::count::try_hc as counts;
+use resmem_models::hyper_connections::layout;
 use resmem_models::{
-    BatchTensors, HcConfig, HcMixing, HyperConnections, LanguageModel, Observe, TrainConfig, Trainer, Transformer,
+    BatchTensors, HcConfig, HcInit, HcMixing, HyperConnections, LanguageModel, Observe, TrainConfig, Trainer,
+    Transformer,
 };
 
 /// SPEC §6.8: the parameters counted are the ones built, and at n = 4 a block's two sites cost

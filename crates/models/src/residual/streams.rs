@@ -10,18 +10,19 @@
 //!            W_U · Σ_j Norm(x_j)                       `norm-then-sum`
 //!
 //! Every per-token product of streams is a batched matmul (a token's n×n, n×D or 1×n matrices),
-//! so the only op of its own is the gates'. The config, its inits and counts are in
-//! `hyper_connections.rs`.
+//! so the only op of its own is the gates'. The config and its inits are in `config.rs`, its
+//! counts in `count.rs`, the gates' dims and parameters in `hyper_connections.rs`.
 
 use super::{Residual, Site};
 use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
-use crate::hyper_connections::{GateDims, HcCollapse, HcConfig, SiteParams};
+use crate::hyper_connections::{GateDims, SiteParams};
 use crate::interventions::{Group, ReadOut};
 use crate::loss::Unembedding;
 use crate::observe::{MixingSite, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::probes::Layer;
+use crate::{HcCollapse, HcConfig};
 use engine::{Backend, MatmulDims};
 
 /// The streams of the config `cfg` over batches of `embedding.tokens` rows.
