@@ -16,11 +16,13 @@ hash_run() {
   w=$(sha256sum "$dir/$name/model.safetensors" | cut -c1-16)
   echo "$name losses=$m weights=$w"
 }
-for arch in transformer rmt memoryformer hybrid hc; do
+for arch in transformer rmt memoryformer hybrid hc altup; do
   for backend in cpu gpu; do
     hash_run "tiny-$arch-$backend" --arch "$arch" --backend "$backend" --task copy --steps 20
   done
 done
+# The transformer's value residual: an option that changes the trunk's attention input.
+hash_run tiny-transformer-values-cpu --arch transformer --value-residual half --backend cpu --task copy --steps 20
 if [ -d data/shakespeare-bytes ]; then
   hash_run small-rmt-shakespeare-cpu --preset small-rmt --data data/shakespeare-bytes --backend cpu --steps 10
 else
