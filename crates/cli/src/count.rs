@@ -124,10 +124,14 @@ pub fn run(args: CountArgs) -> Result<()> {
             let counts = models::count::try_altup(c)?;
             c.validate()?;
             let describe = format!(
-                "altup ({} active): L={} K={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
+                "altup ({} active, on the {}): L={} K={} D={} H={} D_h={} D_FF={} V={} N={} (residual {})",
                 match c.active {
                     models::AltupActive::Alternating => "alternating",
                     models::AltupActive::Fixed => "fixed",
+                },
+                match c.compute_on {
+                    models::AltupInput::Old => "old sub-block",
+                    models::AltupInput::Predicted => "prediction",
                 },
                 c.n_layers,
                 c.sub_blocks,

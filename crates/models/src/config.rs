@@ -1000,6 +1000,17 @@ pub enum AltupActive {
     Fixed,
 }
 
+/// Which value of the active sub-block an AltUp layer computes on (SPEC §7.2.2, §7.2.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AltupInput {
+    /// x_j before the prediction: the paper's (as CeresTrain implements it).
+    #[default]
+    Old,
+    /// x̂_j, the prediction: Gemma 3n's. The two differ unless row j of P is e_j.
+    Predicted,
+}
+
 /// AltUp, the paper variant (SPEC §7.2.2, §7.2.7): the transformer of D, H, D_h, D_FF and L
 /// with a residual of K sub-blocks of D a token. Each layer computes on one sub-block and
 /// predicts and corrects the others with static K×K and K scalars; the embedding is copied
@@ -1019,6 +1030,9 @@ pub struct AltupConfig {
     pub sub_blocks: usize,
     #[serde(default)]
     pub active: AltupActive,
+    /// What the active layer computes on; older configs mean `old`.
+    #[serde(default)]
+    pub compute_on: AltupInput,
     pub norm: Norm,
     pub norm_eps: f32,
     pub init_std: f32,
@@ -1046,6 +1060,7 @@ impl AltupConfig {
             d_ff: t.d_ff,
             sub_blocks,
             active: AltupActive::Alternating,
+            compute_on: AltupInput::Old,
             norm: t.norm,
             norm_eps: t.norm_eps,
             init_std: t.init_std,

@@ -42,8 +42,9 @@ pub use altup::Altup;
 pub use arch::Arch;
 pub use batch::BatchTensors;
 pub use config::{
-    AltupActive, AltupConfig, Hashing, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig, MemoryFormerConfig,
-    ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig, Trunk, ValueResidual, WeightInit,
+    AltupActive, AltupConfig, AltupInput, Hashing, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig,
+    MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig, Trunk, ValueResidual,
+    WeightInit,
 };
 pub use hybrid::Hybrid;
 pub use hyper_connections::HyperConnections;

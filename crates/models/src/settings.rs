@@ -209,6 +209,14 @@ pub const SETTINGS: &[Setting] = &[
         SUB_BLOCKS,
         "the sub-block a layer computes on: layer ℓ mod K (the paper's), or always the first (its sub-blocks then stay alike: effectively K = 2)",
     )),
+    off_page(model(
+        "compute_on",
+        "compute-on",
+        "AltUp's input",
+        Kind::Choice(&["old", "predicted"]),
+        SUB_BLOCKS,
+        "what a layer computes on: its sub-block before the prediction (the paper's) or the prediction (Gemma 3n's)",
+    )),
     model("n_layers", "layers", "L", Kind::Whole, ALL, "blocks"),
     model(
         "norm",

@@ -9,7 +9,8 @@ use engine::Backend;
 use resmem_models::altup::layout;
 use resmem_models::count::try_altup as counts;
 use resmem_models::{
-    Altup, AltupActive, AltupConfig, BatchTensors, LanguageModel, Observe, TrainConfig, Trainer, Transformer,
+    Altup, AltupActive, AltupConfig, AltupInput, BatchTensors, LanguageModel, Observe, TrainConfig, Trainer,
+    Transformer,
 };
 
 /// The parameters counted are the ones built; in the paper's convention a layer at K = 4 costs
@@ -49,16 +50,21 @@ fn counts_are_the_built_parameters_and_the_spec_table() {
 
 /// T-A1 and T-A2: with P = I, g = 1 and the copies of e, every sub-block carries the
 /// transformer's residual and the logits are the transformer's, up to the rounding of
-/// x̂_i + (y − x̂_j) against y (not bit for bit), for K = 1 and K = 4.
+/// x̂_i + (y − x̂_j) against y (not bit for bit), for K = 1 and K = 4, computing on the old x_j
+/// or on the prediction (P = I makes them one).
 #[test]
 fn altup_starts_as_its_transformer() {
-    for k in [1, 4] {
+    for (k, compute_on) in [(1, AltupInput::Old), (4, AltupInput::Old), (4, AltupInput::Predicted)] {
         let cfg = AltupConfig {
             sub_blocks: k,
+            compute_on,
             ..AltupConfig::tiny(256, 16)
         };
         let worst = against_transformer(&cfg);
-        assert!(worst < 1e-5, "K {k}: logits differ by {worst} of the largest");
+        assert!(
+            worst < 1e-5,
+            "K {k} {compute_on:?}: logits differ by {worst} of the largest"
+        );
     }
 }
 

@@ -14,8 +14,9 @@ use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::arch::Arch;
 use resmem_models::{
-    AltupActive, AltupConfig, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig, LanguageModel, MemoryFormerConfig,
-    ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig, ValueResidual,
+    AltupActive, AltupConfig, AltupInput, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig, LanguageModel,
+    MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig,
+    ValueResidual,
 };
 
 /// One architecture's shapes for the suites below.
@@ -286,19 +287,39 @@ fn families() -> Vec<Family> {
             gradcheck: vec![
                 ("K 3, alternating", M::Altup(altup(3, AltupActive::Alternating))),
                 ("K 3, fixed", M::Altup(altup(3, AltupActive::Fixed))),
+                (
+                    "K 3, on the prediction",
+                    M::Altup(AltupConfig {
+                        compute_on: AltupInput::Predicted,
+                        ..altup(3, AltupActive::Alternating)
+                    }),
+                ),
                 ("K 1", M::Altup(altup(1, AltupActive::Alternating))),
             ],
             // 3 sub-blocks of 7, 2 heads of 3: K·D = 21 fits no tile.
-            awkward: vec![(
-                "3 sub-blocks of 7",
-                M::Altup(AltupConfig {
-                    d_model: 7,
-                    d_ff: 9,
-                    vocab: 256,
-                    seq_len: 13,
-                    ..altup(3, AltupActive::Alternating)
-                }),
-            )],
+            awkward: vec![
+                (
+                    "3 sub-blocks of 7",
+                    M::Altup(AltupConfig {
+                        d_model: 7,
+                        d_ff: 9,
+                        vocab: 256,
+                        seq_len: 13,
+                        ..altup(3, AltupActive::Alternating)
+                    }),
+                ),
+                (
+                    "3 sub-blocks of 7, on the prediction",
+                    M::Altup(AltupConfig {
+                        d_model: 7,
+                        d_ff: 9,
+                        vocab: 256,
+                        seq_len: 13,
+                        compute_on: AltupInput::Predicted,
+                        ..altup(3, AltupActive::Alternating)
+                    }),
+                ),
+            ],
             random_step: true,
             copy_steps: 300,
         },

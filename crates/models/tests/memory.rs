@@ -8,7 +8,7 @@ use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::param_sizes;
 use resmem_models::{
-    AdamW, AltupActive, AltupConfig, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel,
+    AdamW, AltupActive, AltupConfig, AltupInput, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel,
     MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig, Transformer,
     TransformerConfig, ValueResidual,
 };
@@ -98,6 +98,11 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::Mhc)), b, t));
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::MhcLite)), b, t));
         cases.push((ModelConfig::Altup(altup(vocab, n, AltupActive::Alternating)), b, t));
+        let predicted = AltupConfig {
+            compute_on: AltupInput::Predicted,
+            ..altup(vocab, n, AltupActive::Fixed)
+        };
+        cases.push((ModelConfig::Altup(predicted), b, t));
         let values = TransformerConfig {
             n_layers: 3,
             value_residual: ValueResidual::Half,

@@ -4,13 +4,15 @@
 //!   X⁰ = (e, e, …, e)                                 e = W_E[token] + W_PE[position]
 //!   predict:  x̂_i = Σ_k P[i,k] x_k                    P ∈ R^{K×K}, row i the destination
 //!   compute:  y = T_ℓ(x_j)                            the transformer's layer, on the old x_j
+//!             y = T_ℓ(x̂_j)                            or on the prediction (`compute_on`)
 //!   correct:  x'_i = x̂_i + g_i (y − x̂_j)              g ∈ R^K
 //!   logits = W_U · Norm(Σ_k x_k)
 //!
 //! As sites: attention reads Norm(x_j) and writes the state with its output added to x_j,
 //! X^mid = X + e_j ⊗ y_attn, so that the FF reads Norm(x_j + y_attn) as in the transformer;
 //! the same write puts x̂ = P X into the layer's output. The FF's write then takes
-//! δ = X^mid_j + y_ff − x̂_j and adds g ⊗ δ. Every step is a batched matmul of a token's K×D
+//! δ = X^mid_j + y_ff − x̂_j and adds g ⊗ δ. Computing on the prediction, attention's read makes x̂
+//! first and reads x̂_j, and X^mid = x̂ + e_j ⊗ y_attn. Every step is a batched matmul of a token's K×D
 //! block by a constant or by P and g, so AltUp needs no op of its own.
 
 use super::{Residual, Site};
@@ -21,7 +23,7 @@ use crate::loss::Unembedding;
 use crate::observe::Shape;
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::probes::Layer;
-use crate::{AltupConfig, Norm};
+use crate::{AltupConfig, AltupInput, Norm};
 use engine::{Backend, MatmulDims, NormDims};
 
 /// The sub-blocks of the config `cfg` over batches of `embedding.tokens` rows.
@@ -179,6 +181,37 @@ impl SubBlocks {
 
     fn j(&self, site: Site) -> usize {
         self.cfg.active(site.block)
+    }
+
+    /// Whether the layer computes on the prediction x̂_j rather than the old x_j.
+    fn on_predicted(&self) -> bool {
+        match self.cfg.compute_on {
+            AltupInput::Old => false,
+            AltupInput::Predicted => true,
+        }
+    }
+
+    /// x̂ = P X's backward from dx̂ (the scratch's): dX (+)= Pᵀ dx̂ into `h`, dP = Σ_t dx̂ Xᵀ.
+    #[allow(clippy::too_many_arguments)]
+    fn predict_backward<B: Backend>(
+        &self,
+        be: &B,
+        s: &SubBlockScratch<B>,
+        a: &SubBlockSiteActs<B>,
+        h: &B::Tensor,
+        x: &B::Tensor,
+        (p, dp): (&SubBlockSite<B::Tensor>, &SubBlockSite<B::Tensor>),
+        accumulate: bool,
+    ) {
+        let (k, d, bt) = (self.cfg.sub_blocks, self.cfg.d_model, self.bt());
+        let onto = match accumulate {
+            true => self.mix().trans_a().accumulate(),
+            false => self.mix().trans_a(),
+        };
+        be.matmul(h, &p.coefs, &s.dpredicted, onto);
+        let per_token = MatmulDims::new(k, k, d).trans_b().batched(bt, false, false);
+        be.matmul(&s.dcoefs, &s.dpredicted, x, per_token);
+        self.sum_tokens(be, &dp.coefs, &a.c, &s.dcoefs, k * k);
     }
 
     /// Σ over the tokens of the per-token rows of `dcoefs` into a coefficient's gradient.
@@ -365,7 +398,8 @@ impl Residual for SubBlocks {
         Some(&a.y)
     }
 
-    /// Norm(x_j)
+    /// Norm(x_j); computing on the prediction, attention's read makes x̂ = P X first and reads
+    /// Norm(x̂_j).
     fn read<B: Backend>(
         &self,
         be: &B,
@@ -375,12 +409,20 @@ impl Residual for SubBlocks {
         p: &SubBlockSite<B::Tensor>,
         site: Site,
     ) {
+        let x = match (&a.predicted, self.on_predicted()) {
+            (Some(predicted), true) => {
+                be.matmul(predicted, &p.coefs, x, self.mix());
+                predicted
+            }
+            (Some(_), false) | (None, _) => x,
+        };
         be.matmul(&a.u, &a.c.select[self.j(site)], x, self.pick());
         be.norm_forward(input, &a.stats, &a.u, &p.gain, self.norm_dims());
     }
 
-    /// Attention: X^mid = X + e_j ⊗ y, and the layer's output starts as x̂ = P X.
-    /// The FF: δ = X^mid_j + y − x̂_j, then X' = x̂ + g ⊗ δ.
+    /// Attention: X^mid = X + e_j ⊗ y, and the layer's output starts as x̂ = P X (on the
+    /// prediction: X^mid = x̂ + e_j ⊗ y, x̂ made by the read). The FF: δ = X^mid_j + y − x̂_j, then
+    /// X' = x̂ + g ⊗ δ.
     fn write<B: Backend>(
         &self,
         be: &B,
@@ -393,9 +435,12 @@ impl Residual for SubBlocks {
         let j = self.j(site);
         match (&a.predicted, &a.delta) {
             (Some(predicted), _) => {
-                be.matmul(&a.after, &a.c.identity, x, self.mix());
+                let base = if self.on_predicted() { predicted } else { x };
+                be.matmul(&a.after, &a.c.identity, base, self.mix());
                 be.matmul(&a.after, &a.c.select[j], y, self.spread_row().accumulate());
-                be.matmul(predicted, &p.coefs, x, self.mix());
+                if !self.on_predicted() {
+                    be.matmul(predicted, &p.coefs, x, self.mix());
+                }
             }
             (None, Some(delta)) => {
                 be.matmul(delta, &a.c.select[j], x, self.pick());
@@ -445,7 +490,8 @@ impl Residual for SubBlocks {
         be.matmul(last, &e.c.ones, &s.dh, self.spread_row());
     }
 
-    /// Attention: dy = dX^mid_j, dX = dX^mid + Pᵀ dx̂, dP = Σ_t dx̂ Xᵀ.
+    /// Attention: dy = dX^mid_j, dX = dX^mid + Pᵀ dx̂, dP = Σ_t dx̂ Xᵀ (on the prediction,
+    /// dx̂ += dX^mid, and the read's backward takes dX and dP once it has added its own).
     /// The FF: dg = Σ_t ⟨dX', δ⟩, dδ = gᵀ dX' (the branch's gradient), dx̂ = dX' − e_j ⊗ dδ kept
     /// for attention, and dX^mid = e_j ⊗ dδ.
     fn write_backward<'a, B: Backend>(
@@ -465,13 +511,14 @@ impl Residual for SubBlocks {
             self.j(site),
         );
         match &a.delta {
+            None if self.on_predicted() => {
+                be.matmul(&s.dy, &a.c.select[j], g, self.pick());
+                be.matmul(&s.dpredicted, &a.c.identity, g, self.mix().accumulate());
+            }
             None => {
                 be.matmul(&s.dy, &a.c.select[j], g, self.pick());
                 be.matmul(h, &a.c.identity, g, self.mix());
-                be.matmul(h, &p.coefs, &s.dpredicted, self.mix().trans_a().accumulate());
-                let per_token = MatmulDims::new(k, k, d).trans_b().batched(bt, false, false);
-                be.matmul(&s.dcoefs, &s.dpredicted, x, per_token);
-                self.sum_tokens(be, &dp.coefs, &a.c, &s.dcoefs, k * k);
+                self.predict_backward(be, s, a, h, x, (p, dp), true);
             }
             Some(delta) => {
                 let dcoefs = be.view(&s.dcoefs, 0, bt * k);
@@ -495,13 +542,13 @@ impl Residual for SubBlocks {
         &s.dln
     }
 
-    /// Through the norm into dx_j.
+    /// Through the norm into dx_j (on the prediction, attention's into dx̂_j, then through P).
     fn read_backward<B: Backend>(
         &self,
         be: &B,
         s: &SubBlockScratch<B>,
         a: &SubBlockSiteActs<B>,
-        _x: &B::Tensor,
+        x: &B::Tensor,
         dinput: &B::Tensor,
         (p, dp): (&SubBlockSite<B::Tensor>, &SubBlockSite<B::Tensor>),
         site: Site,
@@ -509,7 +556,14 @@ impl Residual for SubBlocks {
         be.fill(&s.du, 0.0);
         be.norm_backward(&s.du, &dp.gain, dinput, &a.u, &p.gain, &a.stats, self.norm_dims());
         let h = self.dresidual(s, site.depth_in());
-        be.matmul(h, &a.c.select[self.j(site)], &s.du, self.spread_row().accumulate());
+        let select = &a.c.select[self.j(site)];
+        match (&a.predicted, self.on_predicted()) {
+            (Some(_), true) => {
+                be.matmul(&s.dpredicted, select, &s.du, self.spread_row().accumulate());
+                self.predict_backward(be, s, a, h, x, (p, dp), false);
+            }
+            (Some(_), false) | (None, _) => be.matmul(h, select, &s.du, self.spread_row().accumulate()),
+        }
     }
 
     /// de = Σ_k dX⁰_k
@@ -617,5 +671,21 @@ mod tests {
         assert_eq!(read(&dp_ff.coefs), [1.5, 0.0]);
         assert_eq!(read(&dp_attn.coefs), [0.0, -1.0, 0.0, 2.0]);
         assert_eq!(read(r.dresidual(&s, 0)), [1.0, 0.5, 0.0, 0.75]);
+
+        // Computing on the prediction (the same P and g): y = (1.5, 2), δ = (1, 1),
+        // X' = ((1.5, 2), (0.75, 2.5)).
+        let r = SubBlocks {
+            cfg: AltupConfig {
+                compute_on: AltupInput::Predicted,
+                ..r.cfg
+            },
+            ..r
+        };
+        let normed = be.zeros("", 2).unwrap();
+        r.read(&be, &a_attn, &x, &normed, &p_attn, attn);
+        r.write(&be, &a_attn, &x, &t(&[1.0, 1.0]), &p_attn, attn);
+        r.write(&be, &a_ff, &a_attn.after, &t(&[0.0, 0.0]), &p_ff, ff);
+        assert_eq!(read(a_ff.delta.as_ref().unwrap()), [1.0, 1.0]);
+        assert_eq!(read(&a_ff.after), [1.5, 2.0, 0.75, 2.5]);
     }
 }
