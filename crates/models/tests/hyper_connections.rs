@@ -111,54 +111,14 @@ fn one_stream_mhc_is_a_gated_transformer() {
     assert!(worst < 1e-4, "logits differ by {worst} of the largest");
 }
 
-/// The model of `cfg` (its parameters patched by `patch`, by name) and its transformer given its
-/// values of every parameter they share, on one batch: every depth's streams and residuals, and
-/// the largest difference of their logits relative to the largest logit.
+/// The model of `cfg` (its parameters patched by `patch`, by name) against its transformer
+/// (`common::against_transformer`).
 fn against_transformer(cfg: &HcConfig, patch: impl Fn(&str, &mut [f32])) -> (Vec<Vec<f32>>, Vec<Vec<f32>>, f32) {
     let be = CpuBackend::<f32>::new();
-    let (b, t) = (2, 16);
-    let hc = HyperConnections::new(&be, cfg.clone(), b, t, 3).unwrap();
-    let plain = Transformer::new(&be, cfg.transformer(), b, t, 4).unwrap();
-    let read = |x| pollster::block_on(be.read(x)).unwrap();
-    let mut from = read(&hc.store().params);
-    for spec in &hc.store().layout.specs {
-        patch(&spec.name, &mut from[spec.offset..spec.offset + spec.len()]);
-    }
-    let mut to = read(&plain.store().params);
-    for spec in &plain.store().layout.specs {
-        let there = (hc.store().layout.specs.iter())
-            .find(|s| s.name == spec.name)
-            .unwrap_or_else(|| panic!("the model has no {}", spec.name));
-        // W_U made nonzero, so that the logits say something.
-        if spec.name == "w_u" {
-            let w_u: Vec<f32> = (0..spec.len())
-                .map(|i| ((i * 7919) % 101) as f32 / 500.0 - 0.1)
-                .collect();
-            from[there.offset..there.offset + there.len()].copy_from_slice(&w_u);
-        }
-        to[spec.offset..spec.offset + spec.len()].copy_from_slice(&from[there.offset..there.offset + there.len()]);
-    }
-    be.write(&hc.store().params, &from);
-    be.write(&plain.store().params, &to);
-    let tensors = BatchTensors::new(&be, b, t, 256).unwrap();
-    tensors
-        .write(&be, &TaskSampler::new(Task::Copy, b, t, 0).unwrap().next_batch())
-        .unwrap();
-    hc.forward(&be, &tensors, Observe::Loss);
-    plain.forward(&be, &tensors, Observe::Loss);
-    let streams: Vec<Vec<f32>> = hc.inside().residuals.iter().map(|o| read(o.tensor)).collect();
-    let residuals: Vec<Vec<f32>> = plain.inside().residuals.iter().map(|o| read(o.tensor)).collect();
-    assert_eq!(streams.len(), residuals.len());
-    let (x, y) = (read(&hc.head().logits), read(&plain.head().logits));
-    let worst = x.iter().zip(&y).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-    let size = y.iter().fold(0f32, |m, v| m.max(v.abs()));
-    eprintln!(
-        "{} n {} against its transformer: logits within {worst:.2e} of {size:.2e}",
-        cfg.mixing.name(),
-        cfg.streams
-    );
-    assert!(size > 0.1, "the logits say nothing: largest {size}");
-    (streams, residuals, worst / size)
+    let hc = HyperConnections::new(&be, cfg.clone(), 2, 16, 3).unwrap();
+    let plain = Transformer::new(&be, cfg.transformer(), 2, 16, 4).unwrap();
+    let name = format!("{} n {}", cfg.mixing.name(), cfg.streams);
+    common::against_transformer(&name, &be, (&hc, &plain), patch)
 }
 
 #[test]

@@ -258,3 +258,51 @@ pub fn assert_variance_matches_closed_form(measured: &[Measured], closed: &[Clos
         }
     }
 }
+
+/// `model` and `plain`, a transformer, given `model`'s values of every parameter they share
+/// (patched first by `patch`, by name; W_U made nonzero so that the logits say something), on one
+/// copy-task batch: every depth's residual of each, and the largest difference of their logits
+/// relative to the largest logit. `name` labels what it prints.
+pub fn against_transformer<M: LanguageModel<CpuBackend<f32>>, T: LanguageModel<CpuBackend<f32>>>(
+    name: &str,
+    be: &CpuBackend<f32>,
+    (model, plain): (&M, &T),
+    patch: impl Fn(&str, &mut [f32]),
+) -> (Vec<Vec<f32>>, Vec<Vec<f32>>, f32) {
+    let read = |x| pollster::block_on(be.read(x)).unwrap();
+    let mut from = read(&model.store().params);
+    for spec in &model.store().layout.specs {
+        patch(&spec.name, &mut from[spec.offset..spec.offset + spec.len()]);
+    }
+    let mut to = read(&plain.store().params);
+    for spec in &plain.store().layout.specs {
+        let there = (model.store().layout.specs.iter())
+            .find(|s| s.name == spec.name)
+            .unwrap_or_else(|| panic!("{name} has no {}", spec.name));
+        if spec.name == "w_u" {
+            let w_u: Vec<f32> = (0..spec.len())
+                .map(|i| ((i * 7919) % 101) as f32 / 500.0 - 0.1)
+                .collect();
+            from[there.offset..there.offset + there.len()].copy_from_slice(&w_u);
+        }
+        to[spec.offset..spec.offset + spec.len()].copy_from_slice(&from[there.offset..there.offset + there.len()]);
+    }
+    be.write(&model.store().params, &from);
+    be.write(&plain.store().params, &to);
+    let (b, t) = model.batch_shape();
+    let tensors = BatchTensors::new(be, b, t, model.vocab()).unwrap();
+    tensors
+        .write(be, &TaskSampler::new(Task::Copy, b, t, 0).unwrap().next_batch())
+        .unwrap();
+    model.forward(be, &tensors, Observe::Loss);
+    plain.forward(be, &tensors, Observe::Loss);
+    let states: Vec<Vec<f32>> = model.inside().residuals.iter().map(|o| read(o.tensor)).collect();
+    let residuals: Vec<Vec<f32>> = plain.inside().residuals.iter().map(|o| read(o.tensor)).collect();
+    assert_eq!(states.len(), residuals.len());
+    let (x, y) = (read(&model.head().logits), read(&plain.head().logits));
+    let worst = x.iter().zip(&y).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let size = y.iter().fold(0f32, |m, v| m.max(v.abs()));
+    eprintln!("{name} against its transformer: logits within {worst:.2e} of {size:.2e}");
+    assert!(size > 0.1, "the logits say nothing: largest {size}");
+    (states, residuals, worst / size)
+}
