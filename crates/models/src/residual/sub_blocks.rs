@@ -11,9 +11,9 @@
 //! As sites: attention reads Norm(x_j) and writes the state with its output added to x_j,
 //! X^mid = X + e_j ⊗ y_attn, so that the FF reads Norm(x_j + y_attn) as in the transformer;
 //! the same write puts x̂ = P X into the layer's output. The FF's write then takes
-//! δ = X^mid_j + y_ff − x̂_j and adds g ⊗ δ. Computing on the prediction, attention's read makes x̂
-//! first and reads x̂_j, and X^mid = x̂ + e_j ⊗ y_attn. Every step is a batched matmul of a token's K×D
-//! block by a constant or by P and g, so AltUp needs no op of its own.
+//! δ = X^mid_j + y_ff − x̂_j and adds g ⊗ δ. Computing on the prediction, attention's read
+//! makes x̂ first and reads x̂_j, and X^mid = x̂ + e_j ⊗ y_attn. Every step is a batched matmul
+//! of a token's K×D block by a constant or by P and g, so AltUp needs no op of its own.
 
 use super::{Residual, Site};
 use crate::batch::BatchTensors;
