@@ -6,12 +6,14 @@
 //!   j = ℓ mod K                          alternating (or 0: `fixed`)
 //!   x̂_i = Σ_k P_ℓ[i,k] x_k               predict, P_ℓ from I
 //!   y = T_ℓ(x_j)                         the transformer's layer on the old x_j
+//!                                        (on x̂_j with `compute_on = predicted`, Gemma 3n's)
 //!   x'_i = x̂_i + g_ℓ,i (y − x̂_j)         correct, g_ℓ from 1
 //!   logits = W_U · Norm(Σ_k x_k)         sum
 //!
 //! With P = I and g = 1 every sub-block carries the transformer's residual: the model starts as
 //! the transformer of its D, H, D_h, D_FF and L (SPEC T-A2). The trunk (`trunk.rs`) over the
-//! sub-blocks (`residual::SubBlocks`), with the transformer's maps and core.
+//! sub-blocks (`residual::SubBlocks`), with the transformer's maps and core; its counts are
+//! `count::try_altup`.
 
 use crate::attention::{Attention, AttentionNames, Projections};
 use crate::embedding::VectorEmbedding;
