@@ -411,7 +411,7 @@ pub fn try_hc(cfg: &HcConfig) -> Result<HcCounts> {
     // Φ (or W) with its bias and three scales, and HC's gain; the paper's convention.
     let (phi, gain, paper) = match cfg.mixing {
         HcMixing::Hc => ((n + 2) * d, d, -1i64),
-        _ => (w.checked_mul(nd).ok_or_else(overflow)?, 0, nd as i64),
+        HcMixing::Mhc | HcMixing::MhcLite => (w.checked_mul(nd).ok_or_else(overflow)?, 0, nd as i64),
     };
     let site_params = (phi.checked_add(w + 3 + gain)).ok_or_else(overflow)?;
     let site_params_paper = site_params.checked_add_signed(paper).ok_or_else(overflow)?;

@@ -454,7 +454,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             // The value residual's backward: the unmixed qkv's gradient, and layer 0's share.
             let dqkv = match (&a.premix, &self.value_constants, &s.values) {
                 (Some(_), Some(c), Some(vs)) => self.values.backward(be, c, vs, dqkv, l + 1 == self.blocks.len()),
-                _ => dqkv,
+                (None, ..) | (_, None, _) | (_, _, None) => dqkv,
             };
             if let (0, Some(vs), true) = (l, &s.values, self.blocks.len() > 1) {
                 self.values.into_first(be, vs, dqkv);
