@@ -132,6 +132,17 @@ macro_rules! declare_ops {
             alpha: Tensor, bias: Tensor, dims: HyperDims,
         ) cost(dims);
 
+        // ---- attention over depth, Attention Residuals' read (ops/depth.rs) ----
+        /// h (tokens, D) = Σ_i α_i v_i over each token's first `sources` rows v_i of x (tokens,
+        /// rows, D), α = softmax_i((w ⊙ gain)·v_i / RMS(v_i)); alpha (tokens, sources) saved.
+        depth::depth_read(h: Tensor, alpha: Tensor, x: Tensor, w: Tensor, gain: Tensor, dims: DepthDims) cost(dims);
+        /// dx += ∂L/∂x over the sources; dw and dgain written, summed over the tokens in order.
+        /// `scratch` (`dims.scratch()` values) holds each token's dz_i·rstd_i after.
+        depth::depth_read_backward(
+            dx: Tensor, dw: Tensor, dgain: Tensor, scratch: Tensor, dh: Tensor, x: Tensor, alpha: Tensor, w: Tensor,
+            gain: Tensor, dims: DepthDims,
+        ) cost(dims);
+
         // ---- MemoryFormer's memory layer (ops/memory.rs) ----
         /// codes, p (tokens, K): each chunk's bucket and weight p(z).
         memory::memory_hash(codes: Index, p: Tensor, x: Tensor, dims: MemoryDims) cost(dims);

@@ -46,8 +46,8 @@ pub use backend::Backend;
 pub const VIEW_ALIGN: usize = 64;
 pub use error::{EngineError, Result};
 pub use ops::{
-    attention::AttentionDims, cross_entropy::CrossEntropyDims, embedding::EmbeddingDims, embedding::TokenBuckets,
-    gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims, memory::MemoryDims, norm::NormDims,
-    norm::NormKind, optim::AdamWDims, optim::Hyper, residual_matrix::ResidualDims,
+    attention::AttentionDims, cross_entropy::CrossEntropyDims, depth::DepthDims, embedding::EmbeddingDims,
+    embedding::TokenBuckets, gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims,
+    memory::MemoryDims, norm::NormDims, norm::NormKind, optim::AdamWDims, optim::Hyper, residual_matrix::ResidualDims,
 };
 pub use precision::Precision;

@@ -173,6 +173,7 @@ pub const SHADERS: &[Shader] = &[
     ),
     family!("memory", &[], &[]),
     family!("hyper", ops::hyper::DEFINES, &[]),
+    family!("depth", ops::depth::DEFINES, &[]),
     family!("matmul_fast", ops::matmul::FAST_DEFINES, ops::matmul::FAST_SWITCHES, prelude "matmul_operands"),
     family!("fast_scale", ops::matmul::SCALE_DEFINES, &[]),
 ];

@@ -92,6 +92,19 @@ fn hyper_case<B: Backend>(
     block(cases::hyper(be, logits, alpha, bias, dpre, dpost, dmix, d))
 }
 
+#[allow(clippy::too_many_arguments)]
+fn depth_case<B: Backend>(
+    be: &B,
+    x: &[f32],
+    w: &[f32],
+    gain: &[f32],
+    dh: &[f32],
+    dx0: &[f32],
+    d: DepthDims,
+) -> Vec<Vec<f32>> {
+    block(cases::depth(be, x, w, gain, dh, dx0, d))
+}
+
 fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
     block(cases::attention(be, qkv, dout, starts, d))
 }
@@ -484,6 +497,39 @@ fn hyper_connection_gates() {
             &format!("hyper {tokens} tokens n {n} {mixing:?}"),
             2e-5,
             hyper_case(&logits, alpha, &bias, &dpre, &dpost, &dmix, d)
+        );
+    }
+}
+
+/// Attention over depth: one source (α = 1), a read of fewer sources than rows, widths below,
+/// at and past a workgroup, token counts that leave the column pass part-empty, and logits large
+/// enough that the softmax is nearly one-hot.
+#[test]
+fn depth_attention() {
+    let mut rng = SmallRng::seed_from_u64(22);
+    for (tokens, rows, sources, width, scale) in [
+        (5, 1, 1, 7, 1.0),
+        (37, 5, 4, 64, 0.3),
+        (300, 9, 9, 133, 0.3),
+        (13, 17, 6, 200, 3.0),
+    ] {
+        let d = DepthDims {
+            tokens,
+            rows,
+            sources,
+            width,
+            eps: 1e-8,
+        };
+        let x = rand_vec(&mut rng, tokens * rows * width, 2.0);
+        let (w, gain) = (rand_vec(&mut rng, width, scale), rand_vec(&mut rng, width, 1.0));
+        let (dh, dx0) = (
+            rand_vec(&mut rng, tokens * width, 1.0),
+            rand_vec(&mut rng, x.len(), 1.0),
+        );
+        both!(
+            &format!("depth {tokens} tokens, {sources} of {rows} rows of {width}"),
+            2e-5,
+            depth_case(&x, &w, &gain, &dh, &dx0, d)
         );
     }
 }

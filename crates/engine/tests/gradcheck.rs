@@ -3,10 +3,10 @@
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use resmem_engine::ops::{
-    attention, cross_entropy, elementwise, embedding, gather, matmul, memory, norm, residual_matrix,
+    attention, cross_entropy, depth, elementwise, embedding, gather, matmul, memory, norm, residual_matrix,
 };
 use resmem_engine::{
-    AttentionDims, CrossEntropyDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims, NormKind,
+    AttentionDims, CrossEntropyDims, DepthDims, EmbeddingDims, GatherDims, MatmulDims, MemoryDims, NormDims, NormKind,
     ResidualDims, TokenBuckets,
 };
 
@@ -165,6 +165,101 @@ fn norms() {
         check(&format!("{kind:?}.x"), &x, &dx, |x| fwd(x, &gain));
         check(&format!("{kind:?}.gain"), &gain, &dg, |g| fwd(&x, g));
     }
+}
+
+/// Attention over depth: every source row's gradient (the rows past `sources` get none), and
+/// the pseudo-query's and the key gain's, over tokens with 1, 3 and all 5 of 5 rows.
+#[test]
+fn depth_attention() {
+    let mut rng = SmallRng::seed_from_u64(9);
+    for sources in [1, 3, 5] {
+        let d = DepthDims {
+            tokens: 3,
+            rows: 5,
+            sources,
+            width: 7,
+            eps: 1e-6,
+        };
+        let (nx, nh) = (d.tokens * d.rows * d.width, d.tokens * d.width);
+        let x = rand_vec(&mut rng, nx, 2.0);
+        let (w, gain) = (rand_vec(&mut rng, 7, 1.0), rand_vec(&mut rng, 7, 1.0));
+        let weights = rand_vec(&mut rng, nh, 1.0);
+        let fwd = |x: &[f64], w: &[f64], g: &[f64]| {
+            let (mut h, mut alpha) = (vec![0.0; nh], vec![0.0; d.scratch()]);
+            depth::cpu_forward(&mut h, &mut alpha, x, w, g, d);
+            dot(&h, &weights)
+        };
+        let (mut h, mut alpha) = (vec![0.0; nh], vec![0.0; d.scratch()]);
+        depth::cpu_forward(&mut h, &mut alpha, &x, &w, &gain, d);
+        for a in alpha.chunks(sources) {
+            assert!((a.iter().sum::<f64>() - 1.0).abs() < 1e-12 && a.iter().all(|&a| a >= 0.0));
+        }
+        let (mut dx, mut dw, mut dg) = (vec![0.5; nx], vec![0.0; 7], vec![0.0; 7]);
+        let mut scratch = vec![0.0; d.scratch()];
+        depth::cpu_backward(
+            &mut dx,
+            &mut dw,
+            &mut dg,
+            &mut scratch,
+            &weights,
+            &x,
+            &alpha,
+            &w,
+            &gain,
+            d,
+        );
+        dx.iter_mut().for_each(|v| *v -= 0.5); // the sources' gradient accumulates
+        check(&format!("depth {sources}.x"), &x, &dx, |x| fwd(x, &w, &gain));
+        check(&format!("depth {sources}.w"), &w, &dw, |w| fwd(&x, w, &gain));
+        check(&format!("depth {sources}.gain"), &gain, &dg, |g| fwd(&x, &w, g));
+    }
+}
+
+/// SPEC §7.8 T-R2 and T-R3: one source reads as itself; v_0 = (1, 1), v_1 = (3, −1), w = (1, 0),
+/// γ = 1 gives α = (0.415411, 0.584589), h = (2.169178, −0.169178), and from dh = (1, 0)
+/// dw = (0.165931, −0.702896); with w = 0, h = (2, 0).
+#[test]
+fn depth_attention_spec_numbers() {
+    let read = |x: &[f64], sources, w: &[f64]| {
+        let d = DepthDims {
+            tokens: 1,
+            rows: 2,
+            sources,
+            width: 2,
+            eps: 0.0,
+        };
+        let (mut h, mut alpha) = (vec![0.0; 2], vec![0.0; sources]);
+        depth::cpu_forward(&mut h, &mut alpha, x, w, &[1.0, 1.0], d);
+        let (mut dx, mut dw, mut dg, mut scratch) = (vec![0.0; 4], vec![0.0; 2], vec![0.0; 2], vec![0.0; sources]);
+        depth::cpu_backward(
+            &mut dx,
+            &mut dw,
+            &mut dg,
+            &mut scratch,
+            &[1.0, 0.0],
+            x,
+            &alpha,
+            w,
+            &[1.0, 1.0],
+            d,
+        );
+        (h, alpha, dw)
+    };
+    let close = |got: &[f64], want: &[f64]| {
+        assert!(
+            got.iter().zip(want).all(|(g, w)| (g - w).abs() < 5e-7),
+            "{got:?} against {want:?}"
+        );
+    };
+    let v = [1.0, 1.0, 3.0, -1.0];
+    let (h, _, _) = read(&[0.3, -2.0, 9.0, 9.0], 1, &[1.0, 0.0]);
+    assert_eq!(h, [0.3, -2.0]);
+    let (h, alpha, dw) = read(&v, 2, &[1.0, 0.0]);
+    close(&alpha, &[0.415411, 0.584589]);
+    close(&h, &[2.169178, -0.169178]);
+    close(&dw, &[0.165931, -0.702896]);
+    let (h, alpha, _) = read(&v, 2, &[0.0, 0.0]);
+    assert_eq!((h, alpha), (vec![2.0, 0.0], vec![0.5, 0.5]));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod cross_entropy;
+pub mod depth;
 pub mod elementwise;
 pub mod embedding;
 pub mod gather;

@@ -360,7 +360,8 @@ pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> 
 /// documents, with ALiBi, at a head width past one tile; cross-entropy over more than two
 /// workgroup passes a row; the sum of squares with AdamW; the RMT's retrieval, storage and key
 /// gradient, plain and fused with the norm; the Memory Layer's hash, bucket sort, forward and
-/// backward; and hyper-connections' gates, forward and backward. Takes a few seconds on a GPU, and under a minute on an emulated one.
+/// backward; hyper-connections' gates, forward and backward; and attention over depth, forward and
+/// backward. Takes a few seconds on a GPU, and under a minute on an emulated one.
 pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
     let mut rng = SmallRng::seed_from_u64(0x5e1f);
     let mut checks = Vec::new();
@@ -503,5 +504,29 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
             hyper(&logits, &[0.7, 1.1, 0.9], &bias, &dpre, &dpost, &dmix, d)
         );
     }
+
+    // Attention over depth: a token count that leaves a column pass part-empty, a width past
+    // one workgroup, and a read of fewer sources than rows.
+    let d = crate::DepthDims {
+        tokens: 37,
+        rows: 5,
+        sources: 4,
+        width: 133,
+        eps: 1e-8,
+    };
+    let x = random(&mut rng, d.tokens * d.rows * d.width, 2.0);
+    let (w, gain) = (random(&mut rng, d.width, 0.3), random(&mut rng, d.width, 1.0));
+    let (dh, dx0) = (
+        random(&mut rng, d.tokens * d.width, 1.0),
+        random(&mut rng, x.len(), 1.0),
+    );
+    check!(
+        checks,
+        be,
+        "depth",
+        "37 tokens, 4 sources of 5 rows of 133",
+        2e-5,
+        depth(&x, &w, &gain, &dh, &dx0, d)
+    );
     Ok(checks)
 }
