@@ -6,12 +6,13 @@
 struct Params { tokens: u32, rows: u32, sources: u32, width: u32, eps: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
-// depth_read(h, alpha, x, w, gain)
+// depth_read(h, alpha, x, query): query (2, D) holds w, then γ.
 @group(0) @binding(1) var<storage, read_write> h: array<f32>;      // (tokens, D)
 @group(0) @binding(2) var<storage, read_write> alpha: array<f32>;  // (tokens, sources)
 @group(0) @binding(3) var<storage, read> x: array<f32>;            // (tokens, rows, D)
-@group(0) @binding(4) var<storage, read> w: array<f32>;            // (D)
-@group(0) @binding(5) var<storage, read> gain: array<f32>;         // (D)
+@group(0) @binding(4) var<storage, read> query: array<f32>;        // (2, D)
+
+fn q(c: u32) -> f32 { return query[c] * query[p.width + c]; }
 
 // One source's (rstd, z), which starts at `base` in x; every thread of the workgroup gets them.
 fn source_logit(lid: u32, base: u32) -> vec2<f32> {
@@ -20,7 +21,7 @@ fn source_logit(lid: u32, base: u32) -> vec2<f32> {
     for (var i = lid; i < p.width; i = i + WG) {
         let v = x[base + i];
         s2 = s2 + v * v;
-        qv = qv + w[i] * gain[i] * v;
+        qv = qv + q(i) * v;
     }
     let rstd = inverseSqrt(workgroup_sum(lid, s2) / f32(p.width) + p.eps);
     return vec2<f32>(rstd, workgroup_sum(lid, qv) * rstd);
@@ -54,7 +55,7 @@ fn depth_read(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_
     }
 }
 
-// depth_backward_sources(dx, scratch, x, w, gain, dh, alpha): dx += ∂L/∂x over the sources;
+// depth_backward_sources(dx, scratch, x, query, -, dh, alpha): dx += ∂L/∂x over the sources;
 // scratch (tokens, sources) = dz_i·rstd_i.
 @group(0) @binding(1) var<storage, read_write> dx: array<f32>;       // (tokens, rows, D)
 @group(0) @binding(2) var<storage, read_write> scratch: array<f32>;  // (tokens, sources)
@@ -88,18 +89,17 @@ fn depth_backward_sources(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
     let n = f32(p.width);
     for (var c = lid; c < p.width; c = c + WG) {
         let g = dh[t * p.width + c];
-        let q = w[c] * gain[c];
+        let qc = q(c);
         for (var i = 0u; i < p.sources; i = i + 1u) {
             let at = base + i * p.width + c;
-            dx[at] = dx[at] + saved[t * p.sources + i] * g + dz[i] * (q - x[at] * rstd[i] * z[i] / n);
+            dx[at] = dx[at] + saved[t * p.sources + i] * g + dz[i] * (qc - x[at] * rstd[i] * z[i] / n);
         }
     }
 }
 
-// depth_backward_query(dw, dgain, x, w, gain, -, -, scratch): s = Σ_t Σ_i scratch[t,i]·x[t,i,:],
+// depth_backward_query(dquery, -, x, query, -, -, -, scratch): s = Σ_t Σ_i scratch[t,i]·x[t,i,:],
 // a workgroup per SUM_COLS columns (`column_total` in common.wgsl); dw = γ ⊙ s, dγ = w ⊙ s.
-@group(0) @binding(1) var<storage, read_write> dw: array<f32>;      // (D)
-@group(0) @binding(2) var<storage, read_write> dgain: array<f32>;   // (D)
+@group(0) @binding(1) var<storage, read_write> dquery: array<f32>;  // (2, D)
 @group(0) @binding(8) var<storage, read> dzr: array<f32>;           // (tokens, sources)
 
 fn query_term(t: u32, col: u32) -> f32 {
@@ -120,7 +120,7 @@ fn depth_backward_query(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
     }
     let total = column_total(lid, acc);
     if (lid < SUM_COLS && col < p.width) {
-        dw[col] = gain[col] * total;
-        dgain[col] = w[col] * total;
+        dquery[col] = query[p.width + col] * total;
+        dquery[p.width + col] = query[col] * total;
     }
 }

@@ -640,6 +640,14 @@ impl PaperDims {
             Arch::Hybrid => dims().map(|d| ModelConfig::Hybrid(d.hybrid())),
             // The paper size's transformer with 4 sub-blocks (Gemma 3n's K).
             Arch::Altup => dims().map(|d| ModelConfig::Altup(models::AltupConfig::widening(&d.transformer(), 4))),
+            // The paper size's transformer over about 8 depth blocks (the paper's scaling runs).
+            Arch::AttnRes => dims().map(|d| {
+                let t = d.transformer();
+                ModelConfig::AttnRes(models::AttnResConfig::widening(
+                    &t,
+                    models::AttnResConfig::paper_blocks(t.n_layers),
+                ))
+            }),
         };
         let Some(name) = self.preset.as_deref() else {
             return Ok(paper?);

@@ -153,6 +153,35 @@ pub fn run(args: CountArgs) -> Result<()> {
                 );
             })
         }
+        ModelConfig::AttnRes(c) => {
+            let counts = models::count::try_attnres(c)?;
+            c.validate()?;
+            let sources = models::count::attnres_sources(c);
+            let describe = format!(
+                "attnres (Block, {} depth blocks of {} sites{}): L={} D={} H={} D_h={} D_FF={} V={} N={} (state {})",
+                c.depth_blocks,
+                c.block_sites(),
+                if c.depth_blocks == 2 * c.n_layers { ": Full" } else { "" },
+                c.n_layers,
+                c.d_model,
+                c.n_heads,
+                c.head_dim,
+                c.d_ff,
+                c.vocab,
+                c.seq_len,
+                (c.depth_blocks + 1) * c.d_model
+            );
+            show(args.json, &counts, || {
+                print(&describe, "paper (Table 7 + AttnRes's)", &counts, c.seq_len);
+                out!(
+                    "each of {} reads     {:>18} parameters (w and γ); {} sources in all, {} multiply-adds a token in the paper's convention",
+                    2 * c.n_layers + 1,
+                    2 * c.d_model,
+                    sources,
+                    thousands((2 * sources * c.d_model) as u64)
+                );
+            })
+        }
     }
 }
 

@@ -134,13 +134,14 @@ macro_rules! declare_ops {
 
         // ---- attention over depth, Attention Residuals' read (ops/depth.rs) ----
         /// h (tokens, D) = Σ_i α_i v_i over each token's first `sources` rows v_i of x (tokens,
-        /// rows, D), α = softmax_i((w ⊙ gain)·v_i / RMS(v_i)); alpha (tokens, sources) saved.
-        depth::depth_read(h: Tensor, alpha: Tensor, x: Tensor, w: Tensor, gain: Tensor, dims: DepthDims) cost(dims);
-        /// dx += ∂L/∂x over the sources; dw and dgain written, summed over the tokens in order.
+        /// rows, D), α = softmax_i((w ⊙ γ)·v_i / RMS(v_i)), query (2, D) = (w, γ); alpha (tokens,
+        /// sources) saved.
+        depth::depth_read(h: Tensor, alpha: Tensor, x: Tensor, query: Tensor, dims: DepthDims) cost(dims);
+        /// dx += ∂L/∂x over the sources; dquery (2, D) written, summed over the tokens in order.
         /// `scratch` (`dims.scratch()` values) holds each token's dz_i·rstd_i after.
         depth::depth_read_backward(
-            dx: Tensor, dw: Tensor, dgain: Tensor, scratch: Tensor, dh: Tensor, x: Tensor, alpha: Tensor, w: Tensor,
-            gain: Tensor, dims: DepthDims,
+            dx: Tensor, dquery: Tensor, scratch: Tensor, dh: Tensor, x: Tensor, alpha: Tensor, query: Tensor,
+            dims: DepthDims,
         ) cost(dims);
 
         // ---- MemoryFormer's memory layer (ops/memory.rs) ----

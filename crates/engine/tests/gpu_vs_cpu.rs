@@ -92,17 +92,8 @@ fn hyper_case<B: Backend>(
     block(cases::hyper(be, logits, alpha, bias, dpre, dpost, dmix, d))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn depth_case<B: Backend>(
-    be: &B,
-    x: &[f32],
-    w: &[f32],
-    gain: &[f32],
-    dh: &[f32],
-    dx0: &[f32],
-    d: DepthDims,
-) -> Vec<Vec<f32>> {
-    block(cases::depth(be, x, w, gain, dh, dx0, d))
+fn depth_case<B: Backend>(be: &B, x: &[f32], query: &[f32], dh: &[f32], dx0: &[f32], d: DepthDims) -> Vec<Vec<f32>> {
+    block(cases::depth(be, x, query, dh, dx0, d))
 }
 
 fn attention_case<B: Backend>(be: &B, qkv: &[f32], dout: &[f32], starts: &[u32], d: AttentionDims) -> Vec<Vec<f32>> {
@@ -521,7 +512,8 @@ fn depth_attention() {
             eps: 1e-8,
         };
         let x = rand_vec(&mut rng, tokens * rows * width, 2.0);
-        let (w, gain) = (rand_vec(&mut rng, width, scale), rand_vec(&mut rng, width, 1.0));
+        let mut query = rand_vec(&mut rng, width, scale);
+        query.extend(rand_vec(&mut rng, width, 1.0));
         let (dh, dx0) = (
             rand_vec(&mut rng, tokens * width, 1.0),
             rand_vec(&mut rng, x.len(), 1.0),
@@ -529,7 +521,7 @@ fn depth_attention() {
         both!(
             &format!("depth {tokens} tokens, {sources} of {rows} rows of {width}"),
             2e-5,
-            depth_case(&x, &w, &gain, &dh, &dx0, d)
+            depth_case(&x, &query, &dh, &dx0, d)
         );
     }
 }

@@ -168,7 +168,8 @@ fn norms() {
 }
 
 /// Attention over depth: every source row's gradient (the rows past `sources` get none), and
-/// the pseudo-query's and the key gain's, over tokens with 1, 3 and all 5 of 5 rows.
+/// the pseudo-query's and the key gain's (`query`'s two rows), over tokens with 1, 3 and all 5
+/// of 5 rows.
 #[test]
 fn depth_attention() {
     let mut rng = SmallRng::seed_from_u64(9);
@@ -182,36 +183,23 @@ fn depth_attention() {
         };
         let (nx, nh) = (d.tokens * d.rows * d.width, d.tokens * d.width);
         let x = rand_vec(&mut rng, nx, 2.0);
-        let (w, gain) = (rand_vec(&mut rng, 7, 1.0), rand_vec(&mut rng, 7, 1.0));
+        let query = rand_vec(&mut rng, 14, 1.0);
         let weights = rand_vec(&mut rng, nh, 1.0);
-        let fwd = |x: &[f64], w: &[f64], g: &[f64]| {
+        let fwd = |x: &[f64], q: &[f64]| {
             let (mut h, mut alpha) = (vec![0.0; nh], vec![0.0; d.scratch()]);
-            depth::cpu_forward(&mut h, &mut alpha, x, w, g, d);
+            depth::cpu_forward(&mut h, &mut alpha, x, q, d);
             dot(&h, &weights)
         };
         let (mut h, mut alpha) = (vec![0.0; nh], vec![0.0; d.scratch()]);
-        depth::cpu_forward(&mut h, &mut alpha, &x, &w, &gain, d);
+        depth::cpu_forward(&mut h, &mut alpha, &x, &query, d);
         for a in alpha.chunks(sources) {
             assert!((a.iter().sum::<f64>() - 1.0).abs() < 1e-12 && a.iter().all(|&a| a >= 0.0));
         }
-        let (mut dx, mut dw, mut dg) = (vec![0.5; nx], vec![0.0; 7], vec![0.0; 7]);
-        let mut scratch = vec![0.0; d.scratch()];
-        depth::cpu_backward(
-            &mut dx,
-            &mut dw,
-            &mut dg,
-            &mut scratch,
-            &weights,
-            &x,
-            &alpha,
-            &w,
-            &gain,
-            d,
-        );
+        let (mut dx, mut dq, mut scratch) = (vec![0.5; nx], vec![0.0; 14], vec![0.0; d.scratch()]);
+        depth::cpu_backward(&mut dx, &mut dq, &mut scratch, &weights, &x, &alpha, &query, d);
         dx.iter_mut().for_each(|v| *v -= 0.5); // the sources' gradient accumulates
-        check(&format!("depth {sources}.x"), &x, &dx, |x| fwd(x, &w, &gain));
-        check(&format!("depth {sources}.w"), &w, &dw, |w| fwd(&x, w, &gain));
-        check(&format!("depth {sources}.gain"), &gain, &dg, |g| fwd(&x, &w, g));
+        check(&format!("depth {sources}.x"), &x, &dx, |x| fwd(x, &query));
+        check(&format!("depth {sources}.query"), &query, &dq, |q| fwd(&x, q));
     }
 }
 
@@ -220,7 +208,7 @@ fn depth_attention() {
 /// dw = (0.165931, −0.702896); with w = 0, h = (2, 0).
 #[test]
 fn depth_attention_spec_numbers() {
-    let read = |x: &[f64], sources, w: &[f64]| {
+    let read = |x: &[f64], sources, w: [f64; 2]| {
         let d = DepthDims {
             tokens: 1,
             rows: 2,
@@ -228,22 +216,12 @@ fn depth_attention_spec_numbers() {
             width: 2,
             eps: 0.0,
         };
+        let query = [w[0], w[1], 1.0, 1.0];
         let (mut h, mut alpha) = (vec![0.0; 2], vec![0.0; sources]);
-        depth::cpu_forward(&mut h, &mut alpha, x, w, &[1.0, 1.0], d);
-        let (mut dx, mut dw, mut dg, mut scratch) = (vec![0.0; 4], vec![0.0; 2], vec![0.0; 2], vec![0.0; sources]);
-        depth::cpu_backward(
-            &mut dx,
-            &mut dw,
-            &mut dg,
-            &mut scratch,
-            &[1.0, 0.0],
-            x,
-            &alpha,
-            w,
-            &[1.0, 1.0],
-            d,
-        );
-        (h, alpha, dw)
+        depth::cpu_forward(&mut h, &mut alpha, x, &query, d);
+        let (mut dx, mut dq, mut scratch) = (vec![0.0; 4], vec![0.0; 4], vec![0.0; sources]);
+        depth::cpu_backward(&mut dx, &mut dq, &mut scratch, &[1.0, 0.0], x, &alpha, &query, d);
+        (h, alpha, dq[..2].to_vec())
     };
     let close = |got: &[f64], want: &[f64]| {
         assert!(
@@ -252,13 +230,13 @@ fn depth_attention_spec_numbers() {
         );
     };
     let v = [1.0, 1.0, 3.0, -1.0];
-    let (h, _, _) = read(&[0.3, -2.0, 9.0, 9.0], 1, &[1.0, 0.0]);
+    let (h, _, _) = read(&[0.3, -2.0, 9.0, 9.0], 1, [1.0, 0.0]);
     assert_eq!(h, [0.3, -2.0]);
-    let (h, alpha, dw) = read(&v, 2, &[1.0, 0.0]);
+    let (h, alpha, dw) = read(&v, 2, [1.0, 0.0]);
     close(&alpha, &[0.415411, 0.584589]);
     close(&h, &[2.169178, -0.169178]);
     close(&dw, &[0.165931, -0.702896]);
-    let (h, alpha, _) = read(&v, 2, &[0.0, 0.0]);
+    let (h, alpha, _) = read(&v, 2, [0.0, 0.0]);
     assert_eq!((h, alpha), (vec![2.0, 0.0], vec![0.5, 0.5]));
 }
 

@@ -15,16 +15,18 @@ pub enum Arch {
     Hybrid,
     Hc,
     Altup,
+    AttnRes,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Transformer,
         Arch::Rmt,
         Arch::MemoryFormer,
         Arch::Hybrid,
         Arch::Hc,
         Arch::Altup,
+        Arch::AttnRes,
     ];
 
     /// The `arch` of its config and the value of `--arch`.
@@ -36,6 +38,7 @@ impl Arch {
             Arch::Hybrid => "hybrid",
             Arch::Hc => "hc",
             Arch::Altup => "altup",
+            Arch::AttnRes => "attnres",
         }
     }
 
@@ -48,6 +51,7 @@ impl Arch {
             Arch::Hybrid => "Hybrid: RMT with a memory block",
             Arch::Hc => "Hyper-connections (HC, mHC, mHC-lite): n mixed streams",
             Arch::Altup => "AltUp: K sub-blocks, one computed a layer, the others predicted and corrected",
+            Arch::AttnRes => "Block Attention Residuals: each site attends over the depth blocks before it",
         }
     }
 
@@ -60,7 +64,7 @@ impl Arch {
         // Every arm named, so that a new architecture must say.
         match self {
             Arch::Rmt | Arch::Hybrid => true,
-            Arch::Transformer | Arch::MemoryFormer | Arch::Hc | Arch::Altup => false,
+            Arch::Transformer | Arch::MemoryFormer | Arch::Hc | Arch::Altup | Arch::AttnRes => false,
         }
     }
 
@@ -70,7 +74,7 @@ impl Arch {
     pub fn has_variance(self) -> bool {
         match self {
             Arch::Transformer | Arch::Rmt | Arch::Hybrid => true,
-            Arch::MemoryFormer | Arch::Hc | Arch::Altup => false,
+            Arch::MemoryFormer | Arch::Hc | Arch::Altup | Arch::AttnRes => false,
         }
     }
 
@@ -78,7 +82,7 @@ impl Arch {
     pub fn has_mixing(self) -> bool {
         match self {
             Arch::Hc => true,
-            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid | Arch::Altup => false,
+            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid | Arch::Altup | Arch::AttnRes => false,
         }
     }
 
@@ -86,7 +90,7 @@ impl Arch {
     pub fn has_hash_tables(self) -> bool {
         match self {
             Arch::MemoryFormer | Arch::Hybrid => true,
-            Arch::Transformer | Arch::Rmt | Arch::Hc | Arch::Altup => false,
+            Arch::Transformer | Arch::Rmt | Arch::Hc | Arch::Altup | Arch::AttnRes => false,
         }
     }
 

@@ -1108,6 +1108,124 @@ impl AltupConfig {
     }
 }
 
+/// Block Attention Residuals (Kimi, 2026; SPEC §7.3): the transformer of D, H, D_h, D_FF and L,
+/// whose sites do not add to one stream but read a softmax over depth. The 2L sites fall into N
+/// depth blocks of S = 2L/N; the embedding is source b_0, each finished block's outputs summed
+/// are one more, and a site reads those and its own block's partial sum with a learned
+/// pseudo-query (from 0: uniform weights, the transformer up to the norms' ε). The head reads
+/// b_0 … b_N with its own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttnResConfig {
+    pub vocab: usize,
+    pub seq_len: usize,
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    /// N, the depth blocks: N divides 2L; N = 2L is Full AttnRes, N = 1 the transformer with
+    /// the embedding kept apart.
+    pub depth_blocks: usize,
+    pub norm: Norm,
+    /// The branches' and the head's norm ε: uniform weights over n sources scale it by n²
+    /// (SPEC §7.3.3), so the presets keep it at 1e-8 or below.
+    pub norm_eps: f32,
+    pub init_std: f32,
+    pub z_loss: f32,
+}
+
+/// The keys' RMSNorm ε (tokenbender's).
+pub const DEPTH_KEY_EPS: f32 = 1e-8;
+/// The largest norm ε an AttnRes preset keeps.
+pub const ATTNRES_NORM_EPS: f32 = 1e-8;
+
+impl AttnResConfig {
+    /// The copy task's tiny model: the tiny transformer, one depth block a layer.
+    pub fn tiny(vocab: usize, seq_len: usize) -> Self {
+        let t = TransformerConfig::tiny(vocab, seq_len);
+        Self::widening(&t, t.n_layers)
+    }
+
+    /// The transformer `t` read over `depth_blocks` depth blocks: its sizes, norm (its ε capped
+    /// at [`ATTNRES_NORM_EPS`]) and init.
+    pub fn widening(t: &TransformerConfig, depth_blocks: usize) -> Self {
+        Self {
+            vocab: t.vocab,
+            seq_len: t.seq_len,
+            d_model: t.d_model,
+            n_layers: t.n_layers,
+            n_heads: t.n_heads,
+            head_dim: t.head_dim,
+            d_ff: t.d_ff,
+            depth_blocks,
+            norm: t.norm,
+            norm_eps: t.norm_eps.min(ATTNRES_NORM_EPS),
+            init_std: t.init_std,
+            z_loss: t.z_loss,
+        }
+    }
+
+    /// The transformer each site's branch is: the same maps, core and init. The inverse of
+    /// [`Self::widening`] but for the norm ε.
+    pub fn transformer(&self) -> TransformerConfig {
+        TransformerConfig {
+            d_model: self.d_model,
+            n_layers: self.n_layers,
+            n_heads: self.n_heads,
+            head_dim: self.head_dim,
+            d_ff: self.d_ff,
+            norm: self.norm,
+            norm_eps: self.norm_eps,
+            attn_layer_scale: false,
+            scaled_output_init: true,
+            init_std: self.init_std,
+            weight_init: WeightInit::FanIn,
+            z_loss: self.z_loss,
+            ..TransformerConfig::tiny(self.vocab, self.seq_len)
+        }
+    }
+
+    /// The paper's ≈ 8 depth blocks at L layers: the divisor of 2L nearest 8, the smaller of two.
+    pub fn paper_blocks(n_layers: usize) -> usize {
+        let sites = 2 * n_layers.max(1);
+        (1..=sites)
+            .filter(|&n| sites.is_multiple_of(n))
+            .min_by_key(|&n| (n.abs_diff(8), n))
+            .unwrap_or(1)
+    }
+
+    /// S, the sites a depth block holds.
+    pub fn block_sites(&self) -> usize {
+        2 * self.n_layers / self.depth_blocks.max(1)
+    }
+
+    /// Site `index` (0 … 2L − 1)'s depth block n (1 … N) and its place i in it (0 … S − 1).
+    pub fn depth_block(&self, index: usize) -> (usize, usize) {
+        let s = self.block_sites().max(1);
+        (index / s + 1, index % s)
+    }
+
+    /// The sources site `index` reads: b_0 … b_{n−1}, and b_n's partial sum past its first site.
+    pub fn sources(&self, index: usize) -> usize {
+        let (n, i) = self.depth_block(index);
+        n + usize::from(i > 0)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let (l, n) = (self.n_layers, self.depth_blocks);
+        if n == 0 || n > 2 * l || (2 * l) % n != 0 || n + 1 > engine::ops::depth::MAX_SOURCES {
+            return Err(ModelError::Config(format!(
+                "depth_blocks must divide 2·n_layers = {} and be at most {}, not {n}",
+                2 * l,
+                (2 * l).min(engine::ops::depth::MAX_SOURCES - 1)
+            )));
+        }
+        self.transformer().validate()?;
+        crate::param_sizes::attnres_params(self)?.addressable().map(|_| ())
+    }
+}
+
 /// Which architecture, with its config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "arch", rename_all = "lowercase")]
@@ -1118,6 +1236,7 @@ pub enum ModelConfig {
     Hybrid(HybridConfig),
     Hc(HcConfig),
     Altup(AltupConfig),
+    AttnRes(AttnResConfig),
 }
 
 /// How to train: AdamW with warmup and cosine decay (SPEC §2, App. C of the RMT paper).

@@ -14,8 +14,8 @@
 
 use crate::param_sizes;
 use crate::{
-    AltupConfig, HcCollapse, HcConfig, HcMixing, HybridConfig, MemoryFormerConfig, ModelConfig, ModelError, Position,
-    Result, RmtConfig, TransformerConfig, Trunk,
+    AltupConfig, AttnResConfig, HcCollapse, HcConfig, HcMixing, HybridConfig, MemoryFormerConfig, ModelConfig,
+    ModelError, Position, Result, RmtConfig, TransformerConfig, Trunk,
 };
 use serde::Serialize;
 use std::ops::{Add, Div, Mul};
@@ -478,6 +478,42 @@ pub fn try_altup(cfg: &AltupConfig) -> Result<Counts> {
     })
 }
 
+/// The sources every depth read of the model `cfg` takes together, the head's included:
+/// L(N + 3) + 1 (SPEC §7.3.5).
+pub fn attnres_sources(cfg: &AttnResConfig) -> usize {
+    (0..2 * cfg.n_layers).map(|s| cfg.sources(s)).sum::<usize>() + cfg.depth_blocks + 1
+}
+
+/// The counts of the model `cfg` describes: its transformer's, plus a pseudo-query and a key
+/// gain (2D) at each of the 2L sites and at the head. In the paper's convention (SPEC §7.3.5) a
+/// read of n sources costs 2nD multiply-adds (the logits, then the weighted sum), 2D(L(N + 3) + 1)
+/// a token in all; as built it costs 3nD (the keys' squares too), and every write copies the
+/// token's (N + 1)·D state with y added to a row, as does the embedding's spread.
+pub fn try_attnres(cfg: &AttnResConfig) -> Result<Counts> {
+    let base = try_transformer(&cfg.transformer())?;
+    let overflow = || ModelError::Config("the AttnRes model's counts overflow 64 bits".into());
+    let [d, l, n, rows] = [cfg.d_model, cfg.n_layers, cfg.seq_len, cfg.depth_blocks + 1].map(|x| x as u64);
+    let sources = attnres_sources(cfg) as u64;
+    // FLOPs a sequence from multiply-adds a token.
+    let flops = |macs: Option<u64>| macs.and_then(|m| m.checked_mul(2 * n)).ok_or_else(overflow);
+    let writes = (2 * l + 1).checked_mul(rows).and_then(|w| w.checked_mul(d));
+    let built = flops(
+        sources
+            .checked_mul(3 * d)
+            .zip(writes)
+            .and_then(|(r, w)| r.checked_add(w)),
+    )?;
+    let paper = flops(sources.checked_mul(2 * d))?;
+    let params = (2 * l + 1).checked_mul(2 * d).ok_or_else(overflow)?;
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
+    Ok(Counts {
+        params: add(base.params, params)?,
+        params_paper: add(base.params_paper, params)?,
+        flops_fwd: add(base.flops_fwd, built)?,
+        flops_fwd_paper: add(base.flops_fwd_paper, paper)?,
+    })
+}
+
 /// A whole model as built at sequence length N = its context: parameters, and forward FLOPs
 /// per sequence at 2 FLOPs per multiply-add for every architecture, so that models of different
 /// kinds compare (a MemoryFormer's blocks converted from its paper's 1 per multiply-add).
@@ -502,6 +538,7 @@ pub fn try_model(cfg: &ModelConfig) -> Result<ModelCounts> {
         ModelConfig::Hybrid(c) => try_hybrid(c).map(|h| (h.counts.params, h.counts.flops_fwd))?,
         ModelConfig::Hc(c) => try_hc(c).map(|h| (h.model.params, h.model.flops_fwd))?,
         ModelConfig::Altup(c) => try_altup(c).map(|c| (c.params, c.flops_fwd))?,
+        ModelConfig::AttnRes(c) => try_attnres(c).map(|c| (c.params, c.flops_fwd))?,
         ModelConfig::MemoryFormer(c) => try_memoryformer_model(c)?,
     };
     Ok(ModelCounts { params, flops_fwd })

@@ -5,6 +5,7 @@
 pub mod altup;
 pub mod arch;
 pub mod attention;
+pub mod attnres;
 pub mod batch;
 pub mod buckets;
 pub mod checkpoint;
@@ -40,9 +41,10 @@ pub mod variance;
 
 pub use altup::Altup;
 pub use arch::Arch;
+pub use attnres::AttnRes;
 pub use batch::BatchTensors;
 pub use config::{
-    AltupActive, AltupConfig, AltupInput, Hashing, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig,
+    AltupActive, AltupConfig, AltupInput, AttnResConfig, Hashing, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig,
     MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig, Trunk, ValueResidual,
     WeightInit,
 };

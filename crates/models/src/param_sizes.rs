@@ -260,6 +260,19 @@ pub fn altup_params(c: &crate::AltupConfig) -> Result<ParamSizes> {
     param_sizes(&specs)
 }
 
+/// An AttnRes model's parameters, as `attnres::layout` declares them: its transformer's
+/// (`AttnResConfig::transformer`), and a pseudo-query and a key gain at each site and the head.
+pub fn attnres_params(c: &crate::AttnResConfig) -> Result<ParamSizes> {
+    let [l, d] = [c.n_layers, c.d_model].map(|x| x as u64);
+    let mut specs = transformer_specs(&c.transformer())?;
+    specs.extend([(
+        2 * l + 1,
+        "attnres (2 × d_model: the pseudo-query and the keys' gain)",
+        vec![2, d],
+    )]);
+    param_sizes(&specs)
+}
+
 /// The parameters of any architecture.
 pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
     match cfg {
@@ -269,5 +282,6 @@ pub fn params(cfg: &ModelConfig) -> Result<ParamSizes> {
         ModelConfig::Hybrid(c) => hybrid_params(c),
         ModelConfig::Hc(c) => hc_params(c),
         ModelConfig::Altup(c) => altup_params(c),
+        ModelConfig::AttnRes(c) => attnres_params(c),
     }
 }

@@ -34,9 +34,16 @@ pub struct Setting {
 
 const ALL: &[Arch] = &Arch::ALL;
 const RESIDUAL_MATRIX: &[Arch] = &[Arch::Rmt, Arch::Hybrid];
-const VECTOR_WIDTH: &[Arch] = &[Arch::Transformer, Arch::MemoryFormer, Arch::Hc, Arch::Altup];
+const VECTOR_WIDTH: &[Arch] = &[
+    Arch::Transformer,
+    Arch::MemoryFormer,
+    Arch::Hc,
+    Arch::Altup,
+    Arch::AttnRes,
+];
 const STREAMS: &[Arch] = &[Arch::Hc];
 const SUB_BLOCKS: &[Arch] = &[Arch::Altup];
+const DEPTH_BLOCKS: &[Arch] = &[Arch::AttnRes];
 const HASHED: &[Arch] = &[Arch::MemoryFormer, Arch::Hybrid];
 
 /// A setting of the model's table, on the page unless `on_page` says otherwise.
@@ -118,7 +125,7 @@ pub const SETTINGS: &[Setting] = &[
         "D",
         Kind::Whole,
         VECTOR_WIDTH,
-        "the residual vector's width (the MemoryFormer's d; each of the hyper-connections' streams and of AltUp's sub-blocks)",
+        "the residual vector's width (the MemoryFormer's d; each of the hyper-connections' streams, of AltUp's sub-blocks and of AttnRes's depth blocks)",
     ),
     model("n_heads", "heads", "H", Kind::Whole, VECTOR_WIDTH, "attention heads"),
     model(
@@ -126,7 +133,7 @@ pub const SETTINGS: &[Setting] = &[
         "head-dim",
         "D_h",
         Kind::Whole,
-        &[Arch::Transformer, Arch::Hc, Arch::Altup],
+        &[Arch::Transformer, Arch::Hc, Arch::Altup, Arch::AttnRes],
         "width of each head",
     ),
     model(
@@ -134,7 +141,7 @@ pub const SETTINGS: &[Setting] = &[
         "d-ff",
         "D_FF",
         Kind::Whole,
-        &[Arch::Transformer, Arch::Rmt, Arch::Hc, Arch::Altup],
+        &[Arch::Transformer, Arch::Rmt, Arch::Hc, Arch::Altup, Arch::AttnRes],
         "the feed-forward hidden width",
     ),
     model(
@@ -217,6 +224,14 @@ pub const SETTINGS: &[Setting] = &[
         SUB_BLOCKS,
         "what a layer computes on: its sub-block before the prediction (the paper's) or the prediction (Gemma 3n's)",
     )),
+    model(
+        "depth_blocks",
+        "depth-blocks",
+        "N",
+        Kind::Whole,
+        DEPTH_BLOCKS,
+        "Attention Residuals' depth blocks: each sums 2L/N sites' outputs, and every site reads a softmax over the blocks before it (N = 2L: Full AttnRes); N divides 2L",
+    ),
     model("n_layers", "layers", "L", Kind::Whole, ALL, "blocks"),
     model(
         "norm",

@@ -123,7 +123,7 @@ pub fn closed_form(cfg: &ModelConfig, init: InitScheme) -> Option<Vec<ClosedForm
         ModelConfig::Transformer(c) => Some(transformer(c, init)),
         ModelConfig::Rmt(c) => Some(rmt(c, init)),
         ModelConfig::Hybrid(c) => Some(hybrid(c, init)),
-        ModelConfig::Hc(_) | ModelConfig::Altup(_) => None,
+        ModelConfig::Hc(_) | ModelConfig::Altup(_) | ModelConfig::AttnRes(_) => None,
         ModelConfig::MemoryFormer(_) => None,
     }
 }

@@ -14,9 +14,9 @@ use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::arch::Arch;
 use resmem_models::{
-    AltupActive, AltupConfig, AltupInput, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig, LanguageModel,
-    MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig, Trainer, TransformerConfig,
-    ValueResidual,
+    AltupActive, AltupConfig, AltupInput, AttnResConfig, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig,
+    LanguageModel, MemoryFormerConfig, ModelConfig, Norm, Position, Purpose, RmtConfig, TrainConfig, Trainer,
+    TransformerConfig, ValueResidual,
 };
 
 /// One architecture's shapes for the suites below.
@@ -51,6 +51,11 @@ fn families() -> Vec<Family> {
         norm,
         z_loss: 1e-2,
         ..TransformerConfig::tiny(11, 6)
+    };
+    let attnres = |n_layers, depth_blocks| AttnResConfig {
+        n_layers,
+        depth_blocks,
+        ..AttnResConfig::widening(&transformer(Norm::RmsNorm), 1)
     };
     let altup = |k, active| AltupConfig {
         active,
@@ -323,6 +328,38 @@ fn families() -> Vec<Family> {
             random_step: true,
             copy_steps: 300,
         },
+        Family {
+            arch: Arch::AttnRes,
+            // Random parameters, so every pseudo-query is far from 0 and the weights from
+            // uniform: a lost key-norm path or a source counted twice shows. L 2: a depth block
+            // a layer (S 2), Full (S 1) and one block (S 4, reads of a partial sum at i 1 to 3).
+            gradcheck: vec![
+                ("N 2 (a block a layer)", M::AttnRes(attnres(2, 2))),
+                ("N 4 (Full)", M::AttnRes(attnres(2, 4))),
+                ("N 1", M::AttnRes(attnres(2, 1))),
+            ],
+            // D 7 and 2 heads of 3 at L 3: 4 rows of 7 (S 2) and 7 rows of 7 (Full) fit no
+            // tile, and S 3 reads partial sums at i 1 and 2.
+            awkward: [
+                (3, "4 depth blocks of 7"),
+                (6, "Full, 7 sources of 7"),
+                (2, "2 blocks of 3 sites"),
+            ]
+            .into_iter()
+            .map(|(n, name)| {
+                let cfg = AttnResConfig {
+                    d_model: 7,
+                    d_ff: 9,
+                    vocab: 256,
+                    seq_len: 13,
+                    ..attnres(3, n)
+                };
+                (name, M::AttnRes(cfg))
+            })
+            .collect(),
+            random_step: true,
+            copy_steps: 300,
+        },
     ]
 }
 
@@ -335,6 +372,7 @@ fn tiny(arch: Arch) -> ModelConfig {
         Arch::Hybrid => ModelConfig::Hybrid(HybridConfig::tiny(256, 16)),
         Arch::Hc => ModelConfig::Hc(HcConfig::tiny(256, 16)),
         Arch::Altup => ModelConfig::Altup(AltupConfig::tiny(256, 16)),
+        Arch::AttnRes => ModelConfig::AttnRes(AttnResConfig::tiny(256, 16)),
     }
 }
 
@@ -485,6 +523,7 @@ fn what_is_observed_is_chosen_when_a_plan_is_recorded() {
             ModelConfig::MemoryFormer(c) => c.n_layers,
             ModelConfig::Hybrid(c) => c.n_layers,
             ModelConfig::Hc(c) => c.n_layers,
+            ModelConfig::AttnRes(c) => c.n_layers,
             ModelConfig::Altup(c) => c.n_layers,
         };
         let names: Vec<_> = inside.residuals.iter().map(|o| o.name.as_str()).collect();
@@ -731,9 +770,10 @@ fn interventions_keep_their_identities() {
         let target = (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap() as u32;
         let dla = interventions::attribute(&be, model, (&batch, None), (0, t, 7), target, None);
         let dla = pollster::block_on(dla).unwrap();
-        // mHC's gated head reads the streams with gates made from them: not linear.
+        // mHC's gated head reads the streams with gates made from them, and AttnRes's head a
+        // softmax over the depth blocks: neither is linear.
         let Some(dla) = dla else {
-            assert_eq!(arch, "hc", "{arch}: no attribution");
+            assert!(matches!(arch.as_str(), "hc" | "attnres"), "{arch}: no attribution");
             continue;
         };
         let sum = |shares: &[interventions::Share]| shares.iter().map(|s| s.logit).sum::<f64>();

@@ -8,9 +8,9 @@ use engine::Backend;
 use resmem_models::memory::{self, check_fits, estimate, Purpose};
 use resmem_models::param_sizes;
 use resmem_models::{
-    AdamW, AltupActive, AltupConfig, AltupInput, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig, LanguageModel,
-    MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig, Transformer,
-    TransformerConfig, ValueResidual,
+    AdamW, AltupActive, AltupConfig, AltupInput, AttnResConfig, BatchTensors, HcConfig, HcMixing, Hybrid, HybridConfig,
+    LanguageModel, MemoryFormer, MemoryFormerConfig, ModelConfig, Observe, Position, Rmt, RmtConfig, TrainConfig,
+    Transformer, TransformerConfig, ValueResidual,
 };
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,19 @@ fn altup(vocab: usize, n: usize, active: AltupActive) -> AltupConfig {
     }
 }
 
+/// Block AttnRes at L 3 over `depth_blocks` blocks (3: a block a layer; 2: S 3; 6: Full).
+fn attnres(vocab: usize, n: usize, depth_blocks: usize) -> AttnResConfig {
+    AttnResConfig {
+        d_model: 6,
+        n_heads: 2,
+        head_dim: 5,
+        d_ff: 7,
+        n_layers: 3,
+        depth_blocks,
+        ..AttnResConfig::tiny(vocab, n)
+    }
+}
+
 /// Every architecture at a few awkward shapes: (config, b, t).
 fn cases() -> Vec<(ModelConfig, usize, usize)> {
     let mut cases = vec![];
@@ -98,6 +111,9 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::Mhc)), b, t));
         cases.push((ModelConfig::Hc(hc(vocab, n, HcMixing::MhcLite)), b, t));
         cases.push((ModelConfig::Altup(altup(vocab, n, AltupActive::Alternating)), b, t));
+        for depth_blocks in [2, 6] {
+            cases.push((ModelConfig::AttnRes(attnres(vocab, n, depth_blocks)), b, t));
+        }
         let predicted = AltupConfig {
             compute_on: AltupInput::Predicted,
             ..altup(vocab, n, AltupActive::Fixed)

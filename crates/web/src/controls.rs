@@ -27,6 +27,12 @@ const PRESETS: &[PagePreset] = &[
     ("HC (unconstrained), 4 streams", Arch::Hc, &[("mixing", "hc")]),
     ("tiny AltUp (4 sub-blocks)", Arch::Altup, &[]),
     ("AltUp, 2 sub-blocks", Arch::Altup, &[("sub_blocks", "2")]),
+    ("tiny Attention Residuals (a depth block a layer)", Arch::AttnRes, &[]),
+    (
+        "Full Attention Residuals (a depth block a site)",
+        Arch::AttnRes,
+        &[("depth_blocks", "4")],
+    ),
     ("RMT, 4× the residual (D_k 32)", Arch::Rmt, &[("d_k", "32")]),
     ("RMT with ALiBi", Arch::Rmt, &[("position", "alibi")]),
     ("deeper RMT (L 4)", Arch::Rmt, &[("n_layers", "4")]),

@@ -186,7 +186,8 @@ pub(crate) fn InterventionsView(
             help="The final norm's scale is frozen at its value on the whole residual, as TransformerLens's \
                 apply_ln_to_stack does, so the read-out is linear and the parts add up to the logit: what each \
                 layer writes (the embedding and every block), each head's part of its attention's write, and each \
-                RMT key slot (a row of the D_k×D_v matrix), hyper-connection stream or AltUp sub-block. A large bar is a large \
+                RMT key slot (a row of the D_k×D_v matrix), hyper-connection stream or AltUp sub-block (Attention Residuals' and \
+                mHC's heads read their residual non-linearly: no attribution). A large bar is a large \
                 direct effect, not a cause: a part can matter through later layers, which attribution does not \
                 see. Ablate it to find out. The same numbers as resmem analyze attribute." />
         <p class="readout">{headline}</p>
@@ -201,7 +202,7 @@ pub(crate) fn InterventionsView(
             help="Zero replaces a site's values with zeros, mean with their mean over the batch's tokens, resample \
                 with the same token's values in the next sequence of the batch (mean and resample keep the site's \
                 typical size, so the effect is of its information, not of its scale). Sites: embedding, block0.attn, \
-                block1.ff, block0.attn.head2, slot3, stream1 or sub-block1 (at every depth), block0.ff.slot3 (after one depth), \
+                block1.ff, block0.attn.head2, slot3, stream1, sub-block1 or depth-block1 (at every depth), block0.ff.slot3 (after one depth), \
                 block1.attn.resid (the whole residual after a depth). An ablation's effect is causal; an attribution \
                 or an attention weight is not. Ablations apply at a training run's next read, and at once to a \
                 finished or imported run, whose checkpoint is read again on its first held-out batch. The same numbers as resmem analyze ablate." />

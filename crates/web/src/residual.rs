@@ -379,7 +379,10 @@ pub fn ResidualView(
                     singular value means a single direction carries everything. For hyper-connections it is the n \
                     streams of D, one row a stream: rows that stay alike mean the streams never came apart. For AltUp it is the K \
                     sub-blocks of D, one row a sub-block: each layer computes on one row (layer ℓ on row ℓ mod K) and \
-                    predicts and corrects the others, so a row moves most at the depths whose layer computes on it. Scrub the depth: a healthy residual \
+                    predicts and corrects the others, so a row moves most at the depths whose layer computes on it. For Attention \
+                    Residuals it is the N + 1 depth blocks: row 0 the embedding, row n the sum of depth block n's outputs \
+                    (rows past the block being filled are 0), and each site reads a softmax over the rows before it; a \
+                    row that stays small is a block whose outputs cancel. Scrub the depth: a healthy residual \
                     grows gently with depth, neither exploding nor fading to white. The logit lens reads the residual \
                     at each depth as the final head would: the KL to the output should fall towards the last depth." />
             <label><input id="residual-open" type="checkbox" prop:checked=open

@@ -1,6 +1,7 @@
 //! Attention over depth, Attention Residuals' read (SPEC §7.3): a token's sources v_0 … v_{n−1},
 //! the first `sources` rows of its (rows, D) block, mixed by a softmax over one learned
-//! pseudo-query w with the keys' RMSNorm gain γ:
+//! pseudo-query w with the keys' RMSNorm gain γ, both in `query` (2, D): row 0 w, row 1 γ, so
+//! that their gradient is one tensor (a model's gradients are views of one buffer):
 //!
 //!   rstd_i = 1/sqrt(mean(v_i²) + ε)    z_i = (w ⊙ γ)·v_i · rstd_i    α = softmax(z)    h = Σ_i α_i v_i
 //!
@@ -35,7 +36,7 @@ pub struct DepthDims {
 }
 
 impl DepthDims {
-    fn check(&self, x: usize, query: usize, gain: usize, alpha: usize) {
+    fn check(&self, x: usize, query: usize, alpha: usize) {
         assert!(
             (1..=MAX_SOURCES).contains(&self.sources) && self.sources <= self.rows && self.width > 0,
             "depth: {self:?} reads 1 to {MAX_SOURCES} sources of its rows"
@@ -45,11 +46,7 @@ impl DepthDims {
             self.tokens * self.rows * self.width,
             "depth: x has {x} values for {self:?}"
         );
-        assert_eq!(
-            (query, gain),
-            (self.width, self.width),
-            "depth: query and gain for {self:?}"
-        );
+        assert_eq!(query, 2 * self.width, "depth: query (w and γ) for {self:?}");
         assert_eq!(
             alpha,
             self.tokens * self.sources,
@@ -96,15 +93,17 @@ mod cpu_twin {
             .collect()
     }
 
-    fn query<T: Scalar>(w: &[T], gain: &[T]) -> Vec<T> {
+    /// q = w ⊙ γ from `query`'s two rows.
+    fn product<T: Scalar>(query: &[T]) -> Vec<T> {
+        let (w, gain) = query.split_at(query.len() / 2);
         w.iter().zip(gain).map(|(&w, &g)| w * g).collect()
     }
 
     /// h (tokens, D) and alpha (tokens, sources) from x (tokens, rows, D).
-    pub fn cpu_forward<T: Scalar>(h: &mut [T], alpha: &mut [T], x: &[T], w: &[T], gain: &[T], d: DepthDims) {
-        d.check(x.len(), w.len(), gain.len(), alpha.len());
+    pub fn cpu_forward<T: Scalar>(h: &mut [T], alpha: &mut [T], x: &[T], query: &[T], d: DepthDims) {
+        d.check(x.len(), query.len(), alpha.len());
         assert_eq!(h.len(), d.tokens * d.width, "depth: h for {d:?}");
-        let q = query(w, gain);
+        let q = product(query);
         let (n, c, block) = (d.sources, d.width, d.rows * d.width);
         h.par_chunks_mut(TOKENS * c)
             .zip(alpha.par_chunks_mut(TOKENS * n))
@@ -129,29 +128,28 @@ mod cpu_twin {
             });
     }
 
-    /// dx += ∂L/∂x over each token's sources, dw and dgain written; `scratch` (tokens, sources)
-    /// ends holding dz_i·rstd_i.
+    /// dx += ∂L/∂x over each token's sources, dquery (dw, then dγ) written; `scratch` (tokens,
+    /// sources) ends holding dz_i·rstd_i.
     #[allow(clippy::too_many_arguments)]
     pub fn cpu_backward<T: Scalar>(
         dx: &mut [T],
-        dw: &mut [T],
-        dgain: &mut [T],
+        dquery: &mut [T],
         scratch: &mut [T],
         dh: &[T],
         x: &[T],
         alpha: &[T],
-        w: &[T],
-        gain: &[T],
+        query: &[T],
         d: DepthDims,
     ) {
-        d.check(x.len(), w.len(), gain.len(), alpha.len());
+        d.check(x.len(), query.len(), alpha.len());
+        assert_eq!(dquery.len(), query.len(), "depth: dquery for {d:?}");
         assert_eq!(
             (dx.len(), dh.len()),
             (x.len(), d.tokens * d.width),
             "depth: dx, dh for {d:?}"
         );
         assert_eq!(scratch.len(), d.scratch(), "depth: scratch for {d:?}");
-        let q = query(w, gain);
+        let q = product(query);
         let (n, c, block) = (d.sources, d.width, d.rows * d.width);
         let width = T::of(c as f64);
         dx.par_chunks_mut(TOKENS * block)
@@ -192,7 +190,9 @@ mod cpu_twin {
                 }
             }
         });
-        for (((dw, dg), &s), (&w, &g)) in dw.iter_mut().zip(dgain.iter_mut()).zip(&s).zip(w.iter().zip(gain)) {
+        let (w, gain) = query.split_at(c);
+        let (dw, dgain) = dquery.split_at_mut(c);
+        for (((dw, dg), &s), (&w, &g)) in dw.iter_mut().zip(dgain).zip(&s).zip(w.iter().zip(gain)) {
             *dw = g * s;
             *dg = w * s;
         }
@@ -210,13 +210,12 @@ pub mod gpu {
         h: &GpuTensor,
         alpha: &GpuTensor,
         x: &GpuTensor,
-        w: &GpuTensor,
-        gain: &GpuTensor,
+        query: &GpuTensor,
         d: DepthDims,
     ) {
-        d.check(x.len, w.len, gain.len, alpha.len);
+        d.check(x.len, query.len, alpha.len);
         assert_eq!(h.len, d.tokens * d.width, "depth: h for {d:?}");
-        let args = [h.arg(), alpha.arg(), x.arg(), w.arg(), gain.arg()];
+        let args = [h.arg(), alpha.arg(), x.arg(), query.arg()];
         gpu.dispatch("depth", "depth_read", &params(&d), &args, gpu.grid_1d(d.tokens, 1));
     }
 
@@ -224,38 +223,29 @@ pub mod gpu {
     pub fn depth_read_backward(
         gpu: &GpuBackend,
         dx: &GpuTensor,
-        dw: &GpuTensor,
-        dgain: &GpuTensor,
+        dquery: &GpuTensor,
         scratch: &GpuTensor,
         dh: &GpuTensor,
         x: &GpuTensor,
         alpha: &GpuTensor,
-        w: &GpuTensor,
-        gain: &GpuTensor,
+        query: &GpuTensor,
         d: DepthDims,
     ) {
-        d.check(x.len, w.len, gain.len, alpha.len);
+        d.check(x.len, query.len, alpha.len);
+        assert_eq!(dquery.len, query.len, "depth: dquery for {d:?}");
         assert_eq!((dx.len, dh.len), (x.len, d.tokens * d.width), "depth: dx, dh for {d:?}");
         assert_eq!(scratch.len, d.scratch(), "depth: scratch for {d:?}");
         let args = [
             (1, dx.arg()),
             (2, scratch.arg()),
             (3, x.arg()),
-            (4, w.arg()),
-            (5, gain.arg()),
+            (4, query.arg()),
             (6, dh.arg()),
             (7, alpha.arg()),
         ];
         let p = params(&d);
         gpu.dispatch_at("depth", "depth_backward_sources", &p, &args, gpu.grid_1d(d.tokens, 1));
-        let args = [
-            (1, dw.arg()),
-            (2, dgain.arg()),
-            (3, x.arg()),
-            (4, w.arg()),
-            (5, gain.arg()),
-            (8, scratch.arg()),
-        ];
+        let args = [(1, dquery.arg()), (3, x.arg()), (4, query.arg()), (8, scratch.arg())];
         let groups = gpu.grid_1d(d.width, SUM_COLS);
         gpu.dispatch_at("depth", "depth_backward_query", &p, &args, groups);
     }
@@ -273,44 +263,32 @@ pub mod cpu {
         h: &CpuTensor<T>,
         alpha: &CpuTensor<T>,
         x: &CpuTensor<T>,
-        w: &CpuTensor<T>,
-        gain: &CpuTensor<T>,
+        query: &CpuTensor<T>,
         d: DepthDims,
     ) {
-        cpu_forward(
-            &mut h.get_mut(),
-            &mut alpha.get_mut(),
-            &x.get(),
-            &w.get(),
-            &gain.get(),
-            d,
-        )
+        cpu_forward(&mut h.get_mut(), &mut alpha.get_mut(), &x.get(), &query.get(), d)
     }
 
     #[allow(clippy::too_many_arguments)]
     pub fn depth_read_backward<T: Scalar>(
         _: &CpuBackend<T>,
         dx: &CpuTensor<T>,
-        dw: &CpuTensor<T>,
-        dgain: &CpuTensor<T>,
+        dquery: &CpuTensor<T>,
         scratch: &CpuTensor<T>,
         dh: &CpuTensor<T>,
         x: &CpuTensor<T>,
         alpha: &CpuTensor<T>,
-        w: &CpuTensor<T>,
-        gain: &CpuTensor<T>,
+        query: &CpuTensor<T>,
         d: DepthDims,
     ) {
         cpu_backward(
             &mut dx.get_mut(),
-            &mut dw.get_mut(),
-            &mut dgain.get_mut(),
+            &mut dquery.get_mut(),
             &mut scratch.get_mut(),
             &dh.get(),
             &x.get(),
             &alpha.get(),
-            &w.get(),
-            &gain.get(),
+            &query.get(),
             d,
         )
     }

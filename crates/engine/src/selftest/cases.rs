@@ -148,27 +148,24 @@ pub async fn hyper<B: Backend>(
     read(be, &[&pre, &post, &mix, &dm, &dz, &dalpha]).await
 }
 
-/// Attention over depth and its backward: h, α, the sources' gradient (added to `dx0`), dw and
-/// the key gain's gradient.
-#[allow(clippy::too_many_arguments)]
+/// Attention over depth and its backward: h, α, the sources' gradient (added to `dx0`), and
+/// the query's (w's, then the key gain's).
 pub async fn depth<B: Backend>(
     be: &B,
     x: &[f32],
-    w: &[f32],
-    gain: &[f32],
+    query: &[f32],
     dh: &[f32],
     dx0: &[f32],
     d: crate::DepthDims,
 ) -> Result<Vec<Vec<f32>>> {
-    let (xt, wt, gt) = (upload(be, x)?, upload(be, w)?, upload(be, gain)?);
-    let (dht, dx) = (upload(be, dh)?, upload(be, dx0)?);
+    let (xt, qt, dht, dx) = (upload(be, x)?, upload(be, query)?, upload(be, dh)?, upload(be, dx0)?);
     let h = be.zeros("h", d.tokens * d.width)?;
     let alpha = be.zeros("alpha", d.scratch())?;
     let scratch = be.zeros("scratch", d.scratch())?;
-    let (dw, dgain) = (be.zeros("dw", d.width)?, be.zeros("dgain", d.width)?);
-    be.depth_read(&h, &alpha, &xt, &wt, &gt, d);
-    be.depth_read_backward(&dx, &dw, &dgain, &scratch, &dht, &xt, &alpha, &wt, &gt, d);
-    read(be, &[&h, &alpha, &dx, &dw, &dgain]).await
+    let dq = be.zeros("dquery", 2 * d.width)?;
+    be.depth_read(&h, &alpha, &xt, &qt, d);
+    be.depth_read_backward(&dx, &dq, &scratch, &dht, &xt, &alpha, &qt, d);
+    read(be, &[&h, &alpha, &dx, &dq]).await
 }
 
 /// Attention's output and log-sum-exps, and the qkv gradient.

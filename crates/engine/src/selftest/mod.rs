@@ -515,7 +515,8 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         eps: 1e-8,
     };
     let x = random(&mut rng, d.tokens * d.rows * d.width, 2.0);
-    let (w, gain) = (random(&mut rng, d.width, 0.3), random(&mut rng, d.width, 1.0));
+    let mut query = random(&mut rng, d.width, 0.3);
+    query.extend(random(&mut rng, d.width, 1.0));
     let (dh, dx0) = (
         random(&mut rng, d.tokens * d.width, 1.0),
         random(&mut rng, x.len(), 1.0),
@@ -526,7 +527,7 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
         "depth",
         "37 tokens, 4 sources of 5 rows of 133",
         2e-5,
-        depth(&x, &w, &gain, &dh, &dx0, d)
+        depth(&x, &query, &dh, &dx0, d)
     );
     Ok(checks)
 }

@@ -139,6 +139,8 @@ pub enum Group {
     Stream,
     /// One of AltUp's K sub-blocks.
     SubBlock,
+    /// One of Attention Residuals' N + 1 depth blocks: b_0 the embedding, b_n block n's outputs.
+    DepthBlock,
 }
 
 impl Group {
@@ -147,6 +149,7 @@ impl Group {
             Group::Slot => "slot",
             Group::Stream => "stream",
             Group::SubBlock => "sub-block",
+            Group::DepthBlock => "depth-block",
         }
     }
 }
@@ -241,6 +244,7 @@ impl std::str::FromStr for Site {
             let slot = numbered(p, "slot").map(|i| (Group::Slot, i));
             (slot.or_else(|| numbered(p, "stream").map(|i| (Group::Stream, i))))
                 .or_else(|| numbered(p, "sub-block").map(|i| (Group::SubBlock, i)))
+                .or_else(|| numbered(p, "depth-block").map(|i| (Group::DepthBlock, i)))
         };
         let site = match parts.as_slice() {
             ["embedding"] => Some(Site::Embedding),
@@ -417,6 +421,11 @@ mod tests {
                 group: Group::SubBlock,
                 index: 3,
                 depth: Some(2),
+            },
+            Site::Group {
+                group: Group::DepthBlock,
+                index: 0,
+                depth: Some(5),
             },
             Site::Residual(3),
             Site::Residual(0),

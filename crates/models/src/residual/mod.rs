@@ -6,11 +6,13 @@
 //!   Matrix    X ∈ R^{D_k×D_v}      read r ·₁ Norm(X)            write X + Σ w ⊗ y    RMT, hybrid
 //!   Streams   X ∈ R^{n×D}          read Norm(Σ_j pre_j x_j)     write Pᵀ X + post ⊗ y  HC, mHC, mHC-lite
 //!   SubBlocks X ∈ R^{K×D}          read Norm(x_j)               write P X + g ⊗ (y − x̂_j)  AltUp
+//!   DepthBlocks X ∈ R^{(N+1)×D}    read Norm(Σ_k α_k x_k)       write X + e_n ⊗ y    AttnRes
 //!
 //! A site is one branch of one block: its attention, then its feed-forward core. The trunk
 //! (`trunk.rs`) runs every block over the sites; each kind also owns the model's two ends, the
 //! embedding that makes the first residual and the head that reads the last.
 
+pub mod depth_blocks;
 pub mod matrix;
 pub mod streams;
 pub mod sub_blocks;
@@ -24,6 +26,7 @@ use crate::params::{LayoutBuilder, ParamId};
 use crate::probes::Layer;
 use engine::Backend;
 
+pub use depth_blocks::DepthBlocks;
 pub use matrix::Matrix;
 pub use streams::Streams;
 pub use sub_blocks::SubBlocks;

@@ -4,7 +4,7 @@
 use crate::config::MAX_LAYERS;
 use crate::memory::Purpose;
 use crate::{
-    Altup, Arch, Hybrid, HyperConnections, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt,
+    Altup, Arch, AttnRes, Hybrid, HyperConnections, LanguageModel, MemoryFormer, ModelConfig, ModelError, Result, Rmt,
     Transformer, TransformerConfig,
 };
 use engine::Backend;
@@ -21,6 +21,7 @@ impl ModelConfig {
             ModelConfig::Hybrid(_) => Arch::Hybrid,
             ModelConfig::Hc(_) => Arch::Hc,
             ModelConfig::Altup(_) => Arch::Altup,
+            ModelConfig::AttnRes(_) => Arch::AttnRes,
         }
     }
 
@@ -39,6 +40,7 @@ impl ModelConfig {
             ModelConfig::Hybrid(c) => c.z_loss,
             ModelConfig::Hc(c) => c.z_loss,
             ModelConfig::Altup(c) => c.z_loss,
+            ModelConfig::AttnRes(c) => c.z_loss,
         }
     }
 
@@ -50,6 +52,7 @@ impl ModelConfig {
             ModelConfig::Hybrid(c) => c.validate(),
             ModelConfig::Hc(c) => c.validate(),
             ModelConfig::Altup(c) => c.validate(),
+            ModelConfig::AttnRes(c) => c.validate(),
         }
     }
 
@@ -62,6 +65,7 @@ impl ModelConfig {
             ModelConfig::Hybrid(c) => (c.vocab, c.seq_len),
             ModelConfig::Hc(c) => (c.vocab, c.seq_len),
             ModelConfig::Altup(c) => (c.vocab, c.seq_len),
+            ModelConfig::AttnRes(c) => (c.vocab, c.seq_len),
         }
     }
 
@@ -73,6 +77,7 @@ impl ModelConfig {
             ModelConfig::Hybrid(c) => (&mut c.vocab, &mut c.seq_len),
             ModelConfig::Hc(c) => (&mut c.vocab, &mut c.seq_len),
             ModelConfig::Altup(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::AttnRes(c) => (&mut c.vocab, &mut c.seq_len),
         }
     }
 
@@ -111,6 +116,7 @@ impl ModelConfig {
             ModelConfig::Hybrid(c) => c.n_layers,
             ModelConfig::Hc(c) => c.n_layers,
             ModelConfig::Altup(c) => c.n_layers,
+            ModelConfig::AttnRes(c) => c.n_layers,
         };
         if n_layers > MAX_LAYERS {
             return Err(ModelError::Config(format!(
@@ -158,6 +164,8 @@ impl ModelConfig {
             (ModelConfig::Hc(c), Purpose::Infer) => Box::new(HyperConnections::inference(be, c.clone(), b, t)?),
             (ModelConfig::Altup(c), Purpose::Train) => Box::new(Altup::new(be, c.clone(), b, t, seed)?),
             (ModelConfig::Altup(c), Purpose::Infer) => Box::new(Altup::inference(be, c.clone(), b, t)?),
+            (ModelConfig::AttnRes(c), Purpose::Train) => Box::new(AttnRes::new(be, c.clone(), b, t, seed)?),
+            (ModelConfig::AttnRes(c), Purpose::Infer) => Box::new(AttnRes::inference(be, c.clone(), b, t)?),
         })
     }
 
@@ -186,6 +194,8 @@ impl ModelConfig {
             ModelConfig::Hc(h) => Some(h.transformer()),
             // The transformer each layer is.
             ModelConfig::Altup(a) => Some(a.transformer()),
+            // The transformer whose sites read over depth.
+            ModelConfig::AttnRes(a) => Some(a.transformer()),
             ModelConfig::Transformer(_) => None,
         }
     }
@@ -238,6 +248,17 @@ impl ModelConfig {
                 c.d_ff,
                 c.n_layers,
                 c.sub_blocks * c.d_model
+            ),
+            ModelConfig::AttnRes(c) => format!(
+                "AttnRes N={} (S={}) D={} H={} D_h={} D_FF={} L={} (residual {})",
+                c.depth_blocks,
+                c.block_sites(),
+                c.d_model,
+                c.n_heads,
+                c.head_dim,
+                c.d_ff,
+                c.n_layers,
+                (c.depth_blocks + 1) * c.d_model
             ),
         }
     }

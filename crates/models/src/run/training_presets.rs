@@ -144,6 +144,13 @@ fn small_altup() -> crate::AltupConfig {
     crate::AltupConfig::widening(&small_transformer(), 4)
 }
 
+/// Block AttnRes at small-transformer's width: its D, H, D_h, D_FF, L and init, one depth block
+/// a layer (SPEC §7.10: S = 2).
+fn small_attnres() -> crate::AttnResConfig {
+    let t = small_transformer();
+    crate::AttnResConfig::widening(&t, t.n_layers)
+}
+
 fn dims(name: &str) -> Dims {
     Dims::preset(name).expect("every paper preset named below exists in presets::PRESETS")
 }
@@ -154,7 +161,7 @@ fn pythia(name: &str) -> MemoryFormerConfig {
 
 /// The paper's dimensions `$name` as a transformer `$t`, an RMT `$r`, a hybrid `$name-hybrid`
 /// the transformer widened to 4 mHC streams, `$name-mhc`, and to 4 AltUp sub-blocks,
-/// `$name-altup`.
+/// `$name-altup`, and read over about 8 depth blocks (Block AttnRes), `$name-attnres`.
 macro_rules! paper_family {
     ($t:literal, $r:literal, $name:literal) => {
         [
@@ -189,6 +196,18 @@ macro_rules! paper_family {
                         &dims($name).transformer(),
                         4,
                     )))
+                },
+            },
+            Preset {
+                name: concat!($name, "-attnres"),
+                about: concat!(
+                    $name,
+                    ", the transformer read over about 8 depth blocks (Block AttnRes)"
+                ),
+                build: || {
+                    let t = dims($name).transformer();
+                    let n = crate::AttnResConfig::paper_blocks(t.n_layers);
+                    paper(ModelConfig::AttnRes(crate::AttnResConfig::widening(&t, n)))
                 },
             },
         ]
@@ -227,6 +246,11 @@ pub fn presets() -> Vec<Preset> {
             name: "tiny-altup",
             about: "AltUp, 4 sub-blocks: learns the copy task in 300 steps (the default for --arch altup)",
             build: || tiny_task(ModelConfig::Altup(crate::AltupConfig::tiny(256, 16))),
+        },
+        Preset {
+            name: "tiny-attnres",
+            about: "Block AttnRes, a depth block a layer: learns the copy task in 300 steps (the default for --arch attnres)",
+            build: || tiny_task(ModelConfig::AttnRes(crate::AttnResConfig::tiny(256, 16))),
         },
         Preset {
             name: "small-rmt",
@@ -284,6 +308,11 @@ pub fn presets() -> Vec<Preset> {
             about:
                 "AltUp at small-transformer's width: L2, D64, 4×16, 4 sub-blocks (residual 256), one computed a layer",
             build: || small_text(ModelConfig::Altup(small_altup())),
+        },
+        Preset {
+            name: "small-attnres",
+            about: "Block AttnRes at small-transformer's width: L2, D64, 4×16, a depth block a layer (3 sources and the head's)",
+            build: || small_text(ModelConfig::AttnRes(small_attnres())),
         },
         Preset {
             name: "memoryformer-tiny",
