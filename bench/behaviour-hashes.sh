@@ -16,7 +16,7 @@ hash_run() {
   w=$(sha256sum "$dir/$name/model.safetensors" | cut -c1-16)
   echo "$name losses=$m weights=$w"
 }
-for arch in transformer rmt memoryformer hybrid hc altup; do
+for arch in transformer rmt memoryformer hybrid hc altup attnres; do
   for backend in cpu gpu; do
     hash_run "tiny-$arch-$backend" --arch "$arch" --backend "$backend" --task copy --steps 20
   done
