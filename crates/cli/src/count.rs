@@ -30,6 +30,7 @@ pub fn run(args: CountArgs) -> Result<()> {
             let values = match c.value_residual {
                 models::ValueResidual::Off => "",
                 models::ValueResidual::Half => " (value residual: half)",
+                models::ValueResidual::Learnable => " (value residual: learnable)",
             };
             let describe = format!(
                 "transformer: L={} D={} H={} D_h={} D_FF={} V={} N={}{values}",

@@ -119,6 +119,9 @@ pub enum ValueResidual {
     Off,
     /// V'_n = ½ V_n + ½ V_0 for n ≥ 1, the official code's fixed mix.
     Half,
+    /// V'_n = (1 − λ_n) V_n + λ_n V_0 for n ≥ 1, λ_n from ½ (modded-nanogpt's tied form): L − 1
+    /// parameters, no decay.
+    Learnable,
 }
 
 fn yes() -> bool {

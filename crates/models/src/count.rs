@@ -123,11 +123,16 @@ pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
     // counts it, 2·H·D_h.
     let mixed = dim(match cfg.value_residual {
         crate::ValueResidual::Off => 0,
-        crate::ValueResidual::Half => cfg.n_layers.saturating_sub(1),
+        crate::ValueResidual::Half | crate::ValueResidual::Learnable => cfg.n_layers.saturating_sub(1),
     });
+    // The learnable mix's λ_n, one a mixed layer.
+    let learned = match cfg.value_residual {
+        crate::ValueResidual::Off | crate::ValueResidual::Half => n(0u8),
+        crate::ValueResidual::Learnable => mixed,
+    };
     Ok(Counts {
         params,
-        params_paper: (d * (l * (n(4u8) * h * dh + n(2u8) * f) + v)).get(&settings)?,
+        params_paper: (d * (l * (n(4u8) * h * dh + n(2u8) * f) + v) + learned).get(&settings)?,
         flops_fwd: (l * layer + n(2u8) * n_ * v * d + n(36u8) * mixed * n_ * h * dh).get(&settings)?,
         // 4N(V·D + L·D(2·D_h·H + D_FF) + L(N·D_h·H + ¾·N·H)); 4N·L·¾·N·H = 3·L·N²·H.
         flops_fwd_paper: (n(4u8) * n_ * (v * d + l * d * (n(2u8) * dh * h + f) + l * n_ * dh * h)

@@ -113,7 +113,16 @@ fn transformer_specs(c: &TransformerConfig) -> Result<Vec<Spec<'static>>> {
         (l, "w2 (d_model × d_ff)", vec![d, f]),
         (1, "lnf (d_model)", vec![d]),
         (1, "w_u (vocab × d_model)", vec![v, d]),
+        (learned_values(c), "the value residual's λ (1)", vec![1]),
     ])
+}
+
+/// The layers with a learnable value mix λ_n: every layer after the first.
+fn learned_values(c: &TransformerConfig) -> u64 {
+    match c.value_residual {
+        crate::ValueResidual::Off | crate::ValueResidual::Half => 0,
+        crate::ValueResidual::Learnable => c.n_layers.saturating_sub(1) as u64,
+    }
 }
 
 /// A hyper-connected model's parameters, as `hyper_connections::layout` declares them: its

@@ -196,9 +196,9 @@ pub const SETTINGS: &[Setting] = &[
         "value_residual",
         "value-residual",
         "value residual",
-        Kind::Choice(&["off", "half"]),
+        Kind::Choice(&["off", "half", "learnable"]),
         &[Arch::Transformer],
-        "every layer after the first attends with its values mixed half and half with layer 0's (ResFormer's value residual)",
+        "every layer after the first attends with its values mixed with layer 0's (ResFormer's value residual): half and half, or (1 − λ) and λ with a learned λ a layer from ½",
     ),
     model(
         "sub_blocks",

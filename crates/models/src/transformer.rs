@@ -92,6 +92,7 @@ impl Parts for TransformerConfig {
             residual: self.value_residual,
             tokens,
             width: self.n_heads * self.head_dim,
+            layers: self.n_layers,
         }
     }
 

@@ -56,20 +56,22 @@ type EndParams<C, T> = <<C as Parts>::Residual as Residual>::Ends<T>;
 type MapParams<C, T> = <<C as Parts>::Maps as AttentionMaps<<C as Parts>::Core>>::Params<T>;
 type CoreParams<C, T> = <<C as Parts>::Core as FfCore>::Params<T>;
 
-struct Block<S, M, K> {
+struct Block<S, M, K, T> {
     attn: S,
     maps: M,
+    /// The value residual's λ, where it is learnable (every block after the first).
+    values: Option<T>,
     ff: S,
     core: K,
 }
 
-struct Weights<E, S, M, K> {
+struct Weights<E, S, M, K, T> {
     ends: E,
-    blocks: Vec<Block<S, M, K>>,
+    blocks: Vec<Block<S, M, K, T>>,
 }
 
 /// The parameters (`T` = ParamId when declared, a tensor view after) of a model of config `C`.
-type Params<C, T> = Weights<EndParams<C, T>, SiteParams<C, T>, MapParams<C, T>, CoreParams<C, T>>;
+type Params<C, T> = Weights<EndParams<C, T>, SiteParams<C, T>, MapParams<C, T>, CoreParams<C, T>, T>;
 type Views<B, C> = Params<C, <B as Backend>::Tensor>;
 
 /// The same parameters seen through `f` (a parameter's or its gradient's view).
@@ -80,6 +82,7 @@ fn map<C: Parts, T>(ids: &Params<C, ParamId>, f: impl Fn(ParamId) -> T) -> Param
             .map(|b| Block {
                 attn: C::Residual::map_site(&b.attn, &f),
                 maps: <C::Maps as AttentionMaps<C::Core>>::map(&b.maps, &f),
+                values: b.values.map(&f),
                 ff: C::Residual::map_site(&b.ff, &f),
                 core: C::Core::map(&b.core, &f),
             })
@@ -92,15 +95,22 @@ fn map<C: Parts, T>(ids: &Params<C, ParamId>, f: impl Fn(ParamId) -> T) -> Param
 /// the head's.
 fn declare<C: Parts>(cfg: &C) -> (ParamLayout, Params<C, ParamId>) {
     // The layout does not depend on the batch.
-    let (residual, maps, core) = (cfg.residual(0, 0), cfg.maps(0), cfg.core(0));
+    let (residual, maps, core, values) = (cfg.residual(0, 0), cfg.maps(0), cfg.core(0), cfg.values(0));
     let mut lb = LayoutBuilder::default();
     let (ends, blocks) = residual.declare_ends(&mut lb, |lb| {
         (0..cfg.n_layers())
             .map(|block| {
                 let prefix = format!("blocks.{block}");
                 let (attn, maps) = residual.declare_site(lb, Site::attn(block), |lb| maps.declare(lb, &prefix));
+                let values = values.declare(lb, block);
                 let (ff, core) = residual.declare_site(lb, Site::ff(block), |lb| core.declare(lb, &prefix));
-                Block { attn, maps, ff, core }
+                Block {
+                    attn,
+                    maps,
+                    values,
+                    ff,
+                    core,
+                }
             })
             .collect()
     });
@@ -319,7 +329,8 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             }
             // V'_l = ½ V_l + ½ V_0 (the value residual), where it is on.
             if let (Some(premix), Some(c)) = (&a.premix, &self.value_constants) {
-                self.values.forward(be, c, qkv, premix, &self.blocks[0].attention.qkv);
+                let first = &self.blocks[0].attention.qkv;
+                self.values.forward(be, c, qkv, premix, first, l, p.values.as_ref());
             }
             self.attention.forward(be, &a.attention, &batch.doc_start, l);
             edit(Point::Heads(l), atty);
@@ -453,7 +464,10 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
                 .backward(be, &s.attention, datty, &a.attention, &batch.doc_start, l);
             // The value residual's backward: the unmixed qkv's gradient, and layer 0's share.
             let dqkv = match (&a.premix, &self.value_constants, &s.values) {
-                (Some(_), Some(c), Some(vs)) => self.values.backward(be, c, vs, dqkv, l + 1 == self.blocks.len()),
+                (Some(premix), Some(c), Some(vs)) => {
+                    let inputs = (premix, &self.blocks[0].attention.qkv);
+                    self.values.backward(be, c, vs, dqkv, inputs, l, dp.values.as_ref())
+                }
                 (None, ..) | (_, None, _) | (_, _, None) => dqkv,
             };
             if let (0, Some(vs), true) = (l, &s.values, self.blocks.len() > 1) {

@@ -147,6 +147,15 @@ fn families() -> Vec<Family> {
                         ..transformer(RmsNorm)
                     }),
                 ),
+                // Random parameters put each λ_n far from ½; its gradient sums over the tokens.
+                (
+                    "value residual, learnable",
+                    M::Transformer(TransformerConfig {
+                        value_residual: ValueResidual::Learnable,
+                        n_layers: 3,
+                        ..transformer(RmsNorm)
+                    }),
+                ),
             ],
             awkward: vec![
                 (
@@ -168,6 +177,18 @@ fn families() -> Vec<Family> {
                         d_ff: 40,
                         n_layers: 3,
                         value_residual: ValueResidual::Half,
+                        ..TransformerConfig::tiny(256, 13)
+                    }),
+                ),
+                (
+                    "learnable value residual, 3 heads of 5",
+                    M::Transformer(TransformerConfig {
+                        d_model: 24,
+                        n_heads: 3,
+                        head_dim: 5,
+                        d_ff: 40,
+                        n_layers: 3,
+                        value_residual: ValueResidual::Learnable,
                         ..TransformerConfig::tiny(256, 13)
                     }),
                 ),

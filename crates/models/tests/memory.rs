@@ -119,12 +119,14 @@ fn cases() -> Vec<(ModelConfig, usize, usize)> {
             ..altup(vocab, n, AltupActive::Fixed)
         };
         cases.push((ModelConfig::Altup(predicted), b, t));
-        let values = TransformerConfig {
-            n_layers: 3,
-            value_residual: ValueResidual::Half,
-            ..transformer(vocab, n)
-        };
-        cases.push((ModelConfig::Transformer(values), b, t));
+        for value_residual in [ValueResidual::Half, ValueResidual::Learnable] {
+            let values = TransformerConfig {
+                n_layers: 3,
+                value_residual,
+                ..transformer(vocab, n)
+            };
+            cases.push((ModelConfig::Transformer(values), b, t));
+        }
         // The memory block's Table 5 and 6 settings change what it allocates.
         let ablated = MemoryFormerConfig {
             expansion_bits: 0,
