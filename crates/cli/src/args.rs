@@ -143,6 +143,9 @@ pub enum Analyze {
     /// Hyper-connections' gates at every site for one token: pre, post and the mixing matrix
     /// P, with the composite gain of every P so far (the mHC paper's Amax).
     Mixing(MixingArgs),
+    /// Attention Residuals' reads over depth for one token: each site's (and the head's)
+    /// weights over the embedding and the depth blocks before it, with each source's RMS.
+    Depth(MixingArgs),
     /// Direct logit attribution: the logit (or difference of two) that each part of one
     /// token's last residual makes (the embedding and every write, each head, each key slot or
     /// stream), with the final norm's scale frozen at its value on the whole residual.
@@ -281,7 +284,7 @@ pub struct KeysArgs {
 pub struct MixingArgs {
     #[command(flatten)]
     pub at: ForwardArgs,
-    /// The token of the sequence whose gates are read.
+    /// The token of the sequence whose gates (or depth weights) are read.
     #[arg(long, default_value_t = 0)]
     pub token: usize,
     #[arg(long)]

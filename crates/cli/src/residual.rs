@@ -403,6 +403,42 @@ pub(crate) fn put_text(batch: &mut data::Batch, seq: usize, text: &str, tokenize
     Ok(())
 }
 
+/// `resmem analyze depth`: every read over depth of an Attention Residuals model for one token,
+/// its weights over its sources and their RMS. Routing mass is not a causal share (SPEC §7.9
+/// pitfall 14): `analyze ablate --sites depth-blockN` says what a source does.
+pub fn depth(args: MixingArgs) -> Result<()> {
+    let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, seq) = forward(be, &args.at)?;
+        let t = cfg.data.seq_len();
+        check_token(args.token, seq.valid)?;
+        let rows = pollster::block_on(observe::depth(be, &trainer.model, (args.at.seq, t, args.token)))?;
+        anyhow::Ok((cfg, what, rows))
+    })?;
+    let Some(rows) = rows else {
+        bail!(
+            "analyze depth reads Attention Residuals' weights over depth; {} has none (use --arch attnres)",
+            cfg.arch()
+        );
+    };
+    if args.json {
+        out!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    out!(
+        "{} ({what}), sequence {}, token {}: each read's weights over its sources (their RMS in brackets)",
+        cfg.arch(),
+        args.at.seq,
+        args.token
+    );
+    for r in &rows {
+        let parts: Vec<String> = (r.sources.iter().zip(&r.weights).zip(&r.rms))
+            .map(|((s, w), rms)| format!("{s} {w:.3} [{rms:.3}]"))
+            .collect();
+        out!("{:<12} {}", r.read, parts.join("  "));
+    }
+    Ok(())
+}
+
 /// `resmem analyze mixing`: every hyper-connection site's pre, post and P for one token, and the
 /// composite gain of the mixing so far.
 pub fn mixing(args: MixingArgs) -> Result<()> {

@@ -581,6 +581,91 @@ fn analyze_mixing_reads_every_site_on_both_backends() {
     assert!(!out.status.success() && err.contains("has none"), "{err}");
 }
 
+/// `analyze depth` on the tiny Block AttnRes (L 2, a depth block a layer) after 4 steps: a row
+/// per site and the head's, reading the SPEC's source lists (1, 2, 2, 3 sources, the head 3;
+/// the FFs' last a partial sum), weights that are a distribution, every source's RMS; the same
+/// from the CPU and the GPU. A model without depth reads is refused with a reason.
+#[test]
+fn analyze_depth_reads_every_site_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("attnres");
+    let run = run.to_str().unwrap();
+    let train = [
+        "train",
+        "--arch",
+        "attnres",
+        "--steps",
+        "4",
+        "--backend",
+        "cpu",
+        "--out",
+        run,
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(train).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = |backend: &str| {
+        let args = [
+            "analyze",
+            "depth",
+            "--run",
+            run,
+            "--token",
+            "5",
+            "--backend",
+            backend,
+            "--json",
+        ];
+        json(&args).as_array().unwrap().clone()
+    };
+    let (cpu, gpu) = (rows("cpu"), rows("gpu"));
+    let names: Vec<&str> = cpu.iter().map(|r| r["read"].as_str().unwrap()).collect();
+    assert_eq!(names, ["block0.attn", "block0.ff", "block1.attn", "block1.ff", "head"]);
+    let sources: Vec<Vec<&str>> = (cpu.iter())
+        .map(|r| {
+            r["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            vec!["b0"],
+            vec!["b0", "b1 (partial)"],
+            vec!["b0", "b1"],
+            vec!["b0", "b1", "b2 (partial)"],
+            vec!["b0", "b1", "b2"],
+        ]
+    );
+    let numbers =
+        |r: &Value, key: &str| -> Vec<f64> { r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+    for (a, b) in cpu.iter().zip(&gpu) {
+        let (w, rms) = (numbers(a, "weights"), numbers(a, "rms"));
+        assert!(
+            (w.iter().sum::<f64>() - 1.0).abs() < 1e-5 && w.iter().all(|&x| x >= 0.0),
+            "{a}"
+        );
+        assert!(rms.len() == w.len() && rms.iter().all(|&x| x > 0.0), "{a}");
+        for key in ["weights", "rms"] {
+            for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
+                assert!(
+                    (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                    "{key}: CPU {a} against GPU {b}"
+                );
+            }
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["analyze", "depth", "--preset", "tiny-transformer", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("has none"), "{err}");
+}
+
 /// Every view of one forward on the GPU (lavapipe) with GPT-2's vocabulary, at the second
 /// sequence and token 13: a token's row of V = 50,257 logits, and each sequence's rows of every
 /// other tensor, start at offsets that are no multiple of the GPU's 64-value view alignment

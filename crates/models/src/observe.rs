@@ -36,6 +36,31 @@ pub struct Inside<'a, B: Backend> {
     /// Hyper-connections' sites, in order: each token's pre, post and mixing matrix; empty for
     /// the other models.
     pub mixing: Vec<MixingSite<'a, B>>,
+    /// Attention Residuals' reads over depth, in order, the head's last: each token's weights
+    /// over its sources; empty for the other models.
+    pub depth: Vec<DepthRead<'a, B>>,
+}
+
+/// One read over depth after a forward: alpha (tokens, sources), the weights a token gives the
+/// first `sources` rows of the state before it.
+pub struct DepthRead<'a, B: Backend> {
+    /// `block0.attn`, `block0.ff`, …, `head`.
+    pub name: String,
+    pub sources: usize,
+    /// Whether the last source is a block still being filled (a site past its block's first).
+    pub partial: bool,
+    pub alpha: &'a B::Tensor,
+}
+
+/// One read's weights for one token, with what each source is and its RMS.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DepthRow {
+    pub read: String,
+    /// `b0` (the embedding), `b1`, …; a block still being filled is `b3 (partial)`.
+    pub sources: Vec<String>,
+    pub weights: Vec<f64>,
+    /// Each source's RMS for the token, what its key is normalised by.
+    pub rms: Vec<f64>,
 }
 
 /// One hyper-connection site's gates after a forward: (tokens, n), (tokens, n), (tokens, n, n).
@@ -105,6 +130,53 @@ pub async fn mixing<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
             composite_gain: gains(&composite, n),
             stream_norms,
             mix,
+        });
+    }
+    Ok(Some(rows))
+}
+
+/// Every read over depth of an Attention Residuals model for token `token` of sequence `seq`
+/// after a forward (batches of T = `t`): its weights over its sources and their RMS; None for a
+/// model without them.
+pub async fn depth<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t, token): (usize, usize, usize),
+) -> Result<Option<Vec<DepthRow>>> {
+    let Inside {
+        depth: reads,
+        residuals,
+        ..
+    } = model.inside();
+    if reads.is_empty() {
+        return Ok(None);
+    }
+    let at = seq * t + token;
+    let mut rows = Vec::new();
+    // Read s sees the state at depth s (the head: the last); its rows are D wide.
+    for (read, before) in reads.iter().zip(residuals.iter().chain(residuals.last())) {
+        let (size, d) = match before.shape {
+            Shape::Matrix { rows, cols } => (rows * cols, cols),
+            Shape::Vector { len } => (len, len),
+        };
+        let state = be.read(before.tensor).await?;
+        let token_rows = &state[at * size..(at + 1) * size];
+        // Whole tensors (a few values a token): a GPU view must start at an aligned offset.
+        let alpha = be.read(read.alpha).await?;
+        let n = read.sources;
+        let partial = |k: usize| read.partial && k + 1 == n;
+        rows.push(DepthRow {
+            read: read.name.clone(),
+            sources: (0..n)
+                .map(|k| match partial(k) {
+                    true => format!("b{k} (partial)"),
+                    false => format!("b{k}"),
+                })
+                .collect(),
+            weights: alpha[at * n..(at + 1) * n].iter().map(|&x| f64::from(x)).collect(),
+            rms: (token_rows.chunks(d).take(n))
+                .map(|v| (v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / d as f64).sqrt())
+                .collect(),
         });
     }
     Ok(Some(rows))

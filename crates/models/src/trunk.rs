@@ -541,9 +541,11 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
                 layers
             })
             .collect();
-        let sites = (self.blocks.iter().enumerate())
-            .flat_map(|(l, a)| [(format!("block{l}.attn"), &a.attn), (format!("block{l}.ff"), &a.ff)])
-            .collect();
+        let sites = || {
+            (self.blocks.iter().enumerate())
+                .flat_map(|(l, a)| [(format!("block{l}.attn"), &a.attn), (format!("block{l}.ff"), &a.ff)])
+                .collect()
+        };
         Inside {
             residuals: observe::residual_stream(
                 r.shape(),
@@ -553,7 +555,8 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             hashed,
             variance: self.probes.as_ref(),
             attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
-            mixing: r.mixing(sites),
+            mixing: r.mixing(sites()),
+            depth: r.depth(sites(), &self.ends),
         }
     }
 }

@@ -122,6 +122,27 @@ fn attnres_starts_as_its_transformer() {
     }
 }
 
+/// At init (every w = 0) each read's weights are uniform, 1/n over its n sources exactly: what
+/// `resmem analyze depth` shows before training.
+#[test]
+fn every_read_starts_uniform() {
+    let be = CpuBackend::<f32>::new();
+    let model = AttnRes::new(&be, at(2, 64, 2), 2, 16, 0).unwrap();
+    let tensors = BatchTensors::new(&be, 2, 16, 256).unwrap();
+    tensors
+        .write(&be, &TaskSampler::new(Task::Copy, 2, 16, 0).unwrap().next_batch())
+        .unwrap();
+    model.forward(&be, &tensors, Observe::Loss);
+    let rows = pollster::block_on(resmem_models::observe::depth(&be, &model, (1, 16, 9)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows.len(), 5);
+    for r in rows {
+        let n = r.weights.len() as f64;
+        assert!(r.weights.iter().all(|&w| w == (1.0 / n) as f32 as f64), "{r:?}");
+    }
+}
+
 /// The presets' norm ε stays at 1e-8 or below, where uniform weights over n sources (ε·n²)
 /// leave a toy model's first reads alone (SPEC §7.3.3).
 #[test]

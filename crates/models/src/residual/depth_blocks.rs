@@ -18,7 +18,7 @@ use crate::config::DEPTH_KEY_EPS;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::interventions::{Group, ReadOut};
 use crate::loss::Unembedding;
-use crate::observe::Shape;
+use crate::observe::{DepthRead, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::probes::Layer;
 use crate::AttnResConfig;
@@ -480,5 +480,27 @@ impl Residual for DepthBlocks {
     /// The head's softmax depends on the state: no linear read-out.
     fn linear_read_out(&self) -> Option<ReadOut> {
         None
+    }
+
+    fn depth<'a, B: Backend>(
+        &self,
+        sites: Vec<(String, &'a DepthSiteActs<B>)>,
+        ends: &'a DepthEndActs<B>,
+    ) -> Vec<DepthRead<'a, B>> {
+        let head = DepthRead {
+            name: "head".into(),
+            sources: self.rows(),
+            partial: false,
+            alpha: &ends.alpha,
+        };
+        (sites.into_iter().enumerate())
+            .map(|(index, (name, a))| DepthRead {
+                name,
+                sources: self.cfg.sources(index),
+                partial: self.cfg.depth_block(index).1 > 0,
+                alpha: &a.alpha,
+            })
+            .chain([head])
+            .collect()
     }
 }
