@@ -15,9 +15,7 @@
 //! The trunk (`trunk.rs`) over the depth blocks (`residual::DepthBlocks`), with the
 //! transformer's maps and core; its counts are `count::try_attnres`.
 
-use crate::attention::{Attention, AttentionNames, Projections};
 use crate::embedding::VectorEmbedding;
-use crate::ff::Dense;
 use crate::params::ParamLayout;
 use crate::residual::DepthBlocks;
 use crate::trunk::{self, Model, Parts};
@@ -27,31 +25,13 @@ pub type AttnRes<B> = Model<B, AttnResConfig>;
 
 impl Parts for AttnResConfig {
     type Residual = DepthBlocks;
-    type Core = Dense;
-    type Maps = Projections;
+    trunk::transformer_branches!();
 
     fn residual(&self, b: usize, t: usize) -> DepthBlocks {
         DepthBlocks {
             cfg: self.clone(),
             embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
         }
-    }
-
-    fn attention(&self, b: usize, t: usize) -> Attention {
-        Attention::new(b, t, (self.n_heads, self.head_dim), false, AttentionNames::HEADS)
-    }
-
-    /// Each branch is the transformer's: the same maps, core and init.
-    fn maps(&self, tokens: usize) -> Projections {
-        self.transformer().maps(tokens)
-    }
-
-    fn core(&self, tokens: usize) -> Dense {
-        self.transformer().core(tokens)
-    }
-
-    fn n_layers(&self) -> usize {
-        self.n_layers
     }
 
     fn model(&self) -> ModelConfig {

@@ -21,9 +21,7 @@
 //! α = 0.01, so that P starts near J/n and the model near a transformer, the random Φ breaking the
 //! symmetry. HC's α_pre and α_res are two scales, not the paper's one s_α (one scalar more a site).
 
-use crate::attention::{Attention, AttentionNames, Projections};
 use crate::embedding::VectorEmbedding;
-use crate::ff::Dense;
 use crate::params::{Init, LayoutBuilder, ParamId, ParamLayout};
 use crate::residual::Streams;
 use crate::trunk::{self, Model, Parts};
@@ -218,31 +216,13 @@ impl SiteParams<ParamId> {
 
 impl Parts for HcConfig {
     type Residual = Streams;
-    type Core = Dense;
-    type Maps = Projections;
+    trunk::transformer_branches!();
 
     fn residual(&self, b: usize, t: usize) -> Streams {
         Streams {
             cfg: self.clone(),
             embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
         }
-    }
-
-    fn attention(&self, b: usize, t: usize) -> Attention {
-        Attention::new(b, t, (self.n_heads, self.head_dim), false, AttentionNames::HEADS)
-    }
-
-    /// Each site's branch is the transformer's: the same maps, core and init.
-    fn maps(&self, tokens: usize) -> Projections {
-        self.transformer().maps(tokens)
-    }
-
-    fn core(&self, tokens: usize) -> Dense {
-        self.transformer().core(tokens)
-    }
-
-    fn n_layers(&self) -> usize {
-        self.n_layers
     }
 
     fn model(&self) -> crate::ModelConfig {

@@ -51,6 +51,34 @@ pub trait Parts: Clone {
     fn model(&self) -> ModelConfig;
 }
 
+/// The branches of the transformer that a config reroutes the residual of (its
+/// `transformer()`): its attention, maps, core and depth, in a `Parts` impl whose residual
+/// alone is its own (hyper-connections, AltUp, Attention Residuals).
+macro_rules! transformer_branches {
+    () => {
+        type Core = $crate::ff::Dense;
+        type Maps = $crate::attention::Projections;
+
+        fn attention(&self, b: usize, t: usize) -> $crate::attention::Attention {
+            self.transformer().attention(b, t)
+        }
+
+        /// Each site's branch is the transformer's: the same maps, core and init.
+        fn maps(&self, tokens: usize) -> $crate::attention::Projections {
+            self.transformer().maps(tokens)
+        }
+
+        fn core(&self, tokens: usize) -> $crate::ff::Dense {
+            self.transformer().core(tokens)
+        }
+
+        fn n_layers(&self) -> usize {
+            self.n_layers
+        }
+    };
+}
+pub(crate) use transformer_branches;
+
 type SiteParams<C, T> = <<C as Parts>::Residual as Residual>::Site<T>;
 type EndParams<C, T> = <<C as Parts>::Residual as Residual>::Ends<T>;
 type MapParams<C, T> = <<C as Parts>::Maps as AttentionMaps<<C as Parts>::Core>>::Params<T>;
