@@ -877,6 +877,55 @@ pub struct HcConfig {
     pub z_loss: f32,
 }
 
+/// A config that reroutes a transformer's residual (hyper-connections, AltUp, Attention
+/// Residuals) keeps the transformer's own settings under their names: `rerouting!(t, { own })`
+/// is `Self` with `t`'s and the config's `own` fields.
+macro_rules! rerouting {
+    ($t:expr, { $($own:tt)* }) => {{
+        let t: &TransformerConfig = $t;
+        Self {
+            vocab: t.vocab,
+            seq_len: t.seq_len,
+            d_model: t.d_model,
+            n_layers: t.n_layers,
+            n_heads: t.n_heads,
+            head_dim: t.head_dim,
+            d_ff: t.d_ff,
+            norm: t.norm,
+            norm_eps: t.norm_eps,
+            init_std: t.init_std,
+            z_loss: t.z_loss,
+            $($own)*
+        }
+    }};
+}
+
+/// Such a config's transformer, `rerouting!`'s inverse.
+macro_rules! rerouted_transformer {
+    () => {
+        /// The transformer whose residual this config reroutes: each site's branch is its
+        /// block's attention or FF, with the same maps, core and init; its counts are the base
+        /// of this config's. The inverse of [`Self::widening`] (but for a norm ε it caps).
+        pub fn transformer(&self) -> TransformerConfig {
+            TransformerConfig {
+                d_model: self.d_model,
+                n_layers: self.n_layers,
+                n_heads: self.n_heads,
+                head_dim: self.head_dim,
+                d_ff: self.d_ff,
+                norm: self.norm,
+                norm_eps: self.norm_eps,
+                attn_layer_scale: false,
+                scaled_output_init: true,
+                init_std: self.init_std,
+                weight_init: WeightInit::FanIn,
+                z_loss: self.z_loss,
+                ..TransformerConfig::tiny(self.vocab, self.seq_len)
+            }
+        }
+    };
+}
+
 impl HcConfig {
     /// The copy task's tiny model: the tiny transformer widened to 4 streams, 20 Sinkhorn rounds.
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
@@ -886,46 +935,16 @@ impl HcConfig {
     /// The transformer `t` with `streams` residual streams mixed by `mixing`: its sizes, norm
     /// and init, 20 Sinkhorn rounds, and the mixing's init and collapse (SPEC §6.12).
     pub fn widening(t: &TransformerConfig, streams: usize, mixing: HcMixing) -> Self {
-        Self {
-            vocab: t.vocab,
-            seq_len: t.seq_len,
-            d_model: t.d_model,
-            n_layers: t.n_layers,
-            n_heads: t.n_heads,
-            head_dim: t.head_dim,
-            d_ff: t.d_ff,
+        rerouting!(t, {
             streams,
             mixing,
             sinkhorn_iters: 20,
             stream_init: HcInit::Identity,
             collapse: HcCollapse::Auto,
-            norm: t.norm,
-            norm_eps: t.norm_eps,
-            init_std: t.init_std,
-            z_loss: t.z_loss,
-        }
+        })
     }
 
-    /// The transformer whose residual these streams widen: each site's branch is its block's
-    /// attention or FF (the same maps, core and init), and its counts are the base of
-    /// [`counts`]. The inverse of [`Self::widening`].
-    pub fn transformer(&self) -> TransformerConfig {
-        TransformerConfig {
-            d_model: self.d_model,
-            n_layers: self.n_layers,
-            n_heads: self.n_heads,
-            head_dim: self.head_dim,
-            d_ff: self.d_ff,
-            norm: self.norm,
-            norm_eps: self.norm_eps,
-            attn_layer_scale: false,
-            scaled_output_init: true,
-            init_std: self.init_std,
-            weight_init: WeightInit::FanIn,
-            z_loss: self.z_loss,
-            ..TransformerConfig::tiny(self.vocab, self.seq_len)
-        }
-    }
+    rerouted_transformer!();
 
     /// How the gates start.
     pub fn init(&self) -> HcInit {
@@ -1053,43 +1072,14 @@ impl AltupConfig {
 
     /// The transformer `t` with a residual of `sub_blocks` sub-blocks: its sizes, norm and init.
     pub fn widening(t: &TransformerConfig, sub_blocks: usize) -> Self {
-        Self {
-            vocab: t.vocab,
-            seq_len: t.seq_len,
-            d_model: t.d_model,
-            n_layers: t.n_layers,
-            n_heads: t.n_heads,
-            head_dim: t.head_dim,
-            d_ff: t.d_ff,
+        rerouting!(t, {
             sub_blocks,
             active: AltupActive::Alternating,
             compute_on: AltupInput::Old,
-            norm: t.norm,
-            norm_eps: t.norm_eps,
-            init_std: t.init_std,
-            z_loss: t.z_loss,
-        }
+        })
     }
 
-    /// The transformer each layer is: the same maps, core and init. The inverse of
-    /// [`Self::widening`].
-    pub fn transformer(&self) -> TransformerConfig {
-        TransformerConfig {
-            d_model: self.d_model,
-            n_layers: self.n_layers,
-            n_heads: self.n_heads,
-            head_dim: self.head_dim,
-            d_ff: self.d_ff,
-            norm: self.norm,
-            norm_eps: self.norm_eps,
-            attn_layer_scale: false,
-            scaled_output_init: true,
-            init_std: self.init_std,
-            weight_init: WeightInit::FanIn,
-            z_loss: self.z_loss,
-            ..TransformerConfig::tiny(self.vocab, self.seq_len)
-        }
-    }
+    rerouted_transformer!();
 
     /// j*(ℓ), the sub-block layer `layer` computes on.
     pub fn active(&self, layer: usize) -> usize {
@@ -1154,40 +1144,12 @@ impl AttnResConfig {
     /// at [`ATTNRES_NORM_EPS`]) and init.
     pub fn widening(t: &TransformerConfig, depth_blocks: usize) -> Self {
         Self {
-            vocab: t.vocab,
-            seq_len: t.seq_len,
-            d_model: t.d_model,
-            n_layers: t.n_layers,
-            n_heads: t.n_heads,
-            head_dim: t.head_dim,
-            d_ff: t.d_ff,
-            depth_blocks,
-            norm: t.norm,
             norm_eps: t.norm_eps.min(ATTNRES_NORM_EPS),
-            init_std: t.init_std,
-            z_loss: t.z_loss,
+            ..rerouting!(t, { depth_blocks })
         }
     }
 
-    /// The transformer each site's branch is: the same maps, core and init. The inverse of
-    /// [`Self::widening`] but for the norm ε.
-    pub fn transformer(&self) -> TransformerConfig {
-        TransformerConfig {
-            d_model: self.d_model,
-            n_layers: self.n_layers,
-            n_heads: self.n_heads,
-            head_dim: self.head_dim,
-            d_ff: self.d_ff,
-            norm: self.norm,
-            norm_eps: self.norm_eps,
-            attn_layer_scale: false,
-            scaled_output_init: true,
-            init_std: self.init_std,
-            weight_init: WeightInit::FanIn,
-            z_loss: self.z_loss,
-            ..TransformerConfig::tiny(self.vocab, self.seq_len)
-        }
-    }
+    rerouted_transformer!();
 
     /// The paper's ≈ 8 depth blocks at L layers: the divisor of 2L nearest 8, the smaller of two.
     pub fn paper_blocks(n_layers: usize) -> usize {
