@@ -510,7 +510,9 @@ fn valid_or_none(id: &str, rng: &mut Rng, f: &Fixtures, possible: &[String]) -> 
         },
         "task" => pick(rng, &["copy", "reverse", "mqar"]),
         "tokenizer" => pick(rng, &["bytes", "gpt2"]),
-        "streams" | "sub_blocks" | "sinkhorn_iters" | "expansion_bits" | "top" => pick(rng, &["1", "2", "4"]),
+        "streams" | "sub_blocks" | "depth_blocks" | "sinkhorn_iters" | "expansion_bits" | "top" => {
+            pick(rng, &["1", "2", "4"])
+        }
         "sample_every" => pick(rng, &["0", "1", "2"]),
         "block_gelu" => pick(rng, &["true", "false"]),
         "table_lr_mult" => pick(rng, &["1", "10"]),
