@@ -34,10 +34,10 @@ pub fn run(args: CountArgs) -> Result<()> {
             };
             let describe = format!(
                 "transformer: L={} D={} H={} D_h={} D_FF={} V={} N={}{values}",
-                c.n_layers, c.d_model, c.n_heads, c.head_dim, c.d_ff, c.vocab, c.seq_len
+                c.n_layers, c.d_model, c.n_heads, c.head_dim, c.d_ff, c.vocab, c.context
             );
             show(args.json, &counts, || {
-                print(&describe, "paper (Table 7)", &counts, c.seq_len)
+                print(&describe, "paper (Table 7)", &counts, c.context)
             })
         }
         ModelConfig::Rmt(c) => {
@@ -51,11 +51,11 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.rank,
                 c.d_ff,
                 c.vocab,
-                c.seq_len,
+                c.context,
                 c.residual()
             );
             show(args.json, &counts, || {
-                print(&describe, "paper (Table 7)", &counts, c.seq_len)
+                print(&describe, "paper (Table 7)", &counts, c.context)
             })
         }
         ModelConfig::Hybrid(c) => {
@@ -71,11 +71,11 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.chunks(),
                 c.d_hidden(),
                 c.vocab,
-                c.seq_len,
+                c.context,
                 c.residual()
             );
             show(args.json, &h, || {
-                print(&describe, "paper (docs/models.md)", &h.counts, c.seq_len);
+                print(&describe, "paper (docs/models.md)", &h.counts, c.context);
                 out!(
                     "hash tables          {:>18} ({:.1}% of the parameters, {:.1} MB in f32)",
                     thousands(h.table_params),
@@ -103,7 +103,7 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.head_dim,
                 c.d_ff,
                 c.vocab,
-                c.seq_len,
+                c.context,
                 c.streams * c.d_model
             );
             let paper = match c.mixing {
@@ -111,7 +111,7 @@ pub fn run(args: CountArgs) -> Result<()> {
                 _ => "mHC paper (Eq. 7, gain apart)",
             };
             show(args.json, &h, || {
-                print(&describe, paper, &h.model, c.seq_len);
+                print(&describe, paper, &h.model, c.context);
                 out!(
                     "each of {} sites    {:>18} parameters ({} in the paper's convention), {} multiply-adds a token",
                     2 * c.n_layers,
@@ -141,11 +141,11 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.head_dim,
                 c.d_ff,
                 c.vocab,
-                c.seq_len,
+                c.context,
                 c.sub_blocks * c.d_model
             );
             show(args.json, &counts, || {
-                print(&describe, "paper (Table 7 + AltUp's)", &counts, c.seq_len);
+                print(&describe, "paper (Table 7 + AltUp's)", &counts, c.context);
                 out!(
                     "each of {} layers    {:>18} parameters (P and g), {} multiply-adds a token in the paper's convention",
                     c.n_layers,
@@ -169,11 +169,11 @@ pub fn run(args: CountArgs) -> Result<()> {
                 c.head_dim,
                 c.d_ff,
                 c.vocab,
-                c.seq_len,
+                c.context,
                 (c.depth_blocks + 1) * c.d_model
             );
             show(args.json, &counts, || {
-                print(&describe, "paper (Table 7 + AttnRes's)", &counts, c.seq_len);
+                print(&describe, "paper (Table 7 + AttnRes's)", &counts, c.context);
                 out!(
                     "each of {} reads     {:>18} parameters (w and γ); {} sources in all, {} multiply-adds a token in the paper's convention",
                     2 * c.n_layers + 1,
@@ -279,7 +279,7 @@ fn memoryformer(json: bool, c: &MemoryFormerConfig) -> Result<()> {
         c.tau,
         c.chunks(),
         c.d_hidden(),
-        c.seq_len
+        c.context
     );
     out!("FLOPs per block, one per multiply-accumulate (the paper's convention):");
     out!(
@@ -368,7 +368,7 @@ fn table3() -> Result<()> {
             tau,
             ..models::presets::memoryformer("pythia-70m")?
         };
-        let (k, d, s) = (c.chunks() as u64, c.d_model as u64, c.seq_len as u64);
+        let (k, d, s) = (c.chunks() as u64, c.d_model as u64, c.context as u64);
         let b = count::try_memoryformer_block(&c)?;
         out!(
             "{:>5} {:>4} {:>5} {:>18} {:>13.1} MB",

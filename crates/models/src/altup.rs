@@ -30,7 +30,7 @@ impl Parts for AltupConfig {
     fn residual(&self, b: usize, t: usize) -> SubBlocks {
         SubBlocks {
             cfg: self.clone(),
-            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.context, self.d_model), self.init_std),
         }
     }
 

@@ -76,7 +76,8 @@ pub struct TransformerConfig {
     /// V
     pub vocab: usize,
     /// N, the context length: the learned position table has this many rows.
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     /// D
     pub d_model: usize,
     /// L
@@ -138,7 +139,7 @@ impl TransformerConfig {
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
         Self {
             vocab,
-            seq_len,
+            context: seq_len,
             d_model: 64,
             n_layers: 2,
             n_heads: 8,
@@ -185,7 +186,7 @@ impl TransformerConfig {
     pub fn validate(&self) -> Result<()> {
         require_positive(&[
             ("vocab", self.vocab),
-            ("seq_len", self.seq_len),
+            ("context", self.context),
             ("d_model", self.d_model),
             ("n_layers", self.n_layers),
             ("n_heads", self.n_heads),
@@ -219,7 +220,8 @@ pub struct RmtConfig {
     /// V
     pub vocab: usize,
     /// N, the context length.
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     /// D_k: rows of each token's residual matrix, the dimension keys contract over.
     pub d_k: usize,
     /// D_v: columns of the residual matrix; also the attention head width.
@@ -302,7 +304,7 @@ impl WeightInit {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Trunk {
     pub vocab: usize,
-    pub seq_len: usize,
+    pub context: usize,
     pub d_k: usize,
     pub d_v: usize,
     pub rank: usize,
@@ -335,7 +337,7 @@ impl Trunk {
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
         Self {
             vocab,
-            seq_len,
+            context: seq_len,
             d_k: 8,
             d_v: 16,
             rank: 8,
@@ -368,7 +370,7 @@ impl Trunk {
     fn validate(&self, sizes: &[(&str, usize)]) -> Result<()> {
         require_positive(&[
             ("vocab", self.vocab),
-            ("seq_len", self.seq_len),
+            ("context", self.context),
             ("d_k", self.d_k),
             ("d_v", self.d_v),
             ("rank", self.rank),
@@ -484,7 +486,8 @@ pub struct MemoryFormerConfig {
     /// V
     pub vocab: usize,
     /// N, the context length: the learned position table has this many rows.
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     /// d: the width of the residual stream.
     pub d_model: usize,
     /// L
@@ -525,7 +528,7 @@ impl MemoryFormerConfig {
     pub fn tiny(vocab: usize, seq_len: usize) -> Self {
         Self {
             vocab,
-            seq_len,
+            context: seq_len,
             d_model: 64,
             n_layers: 2,
             n_heads: 8,
@@ -562,7 +565,7 @@ impl MemoryFormerConfig {
     pub fn validate(&self) -> Result<()> {
         require_positive(&[
             ("vocab", self.vocab),
-            ("seq_len", self.seq_len),
+            ("context", self.context),
             ("d_model", self.d_model),
             ("n_layers", self.n_layers),
             ("n_heads", self.n_heads),
@@ -592,7 +595,8 @@ pub struct HybridConfig {
     /// V
     pub vocab: usize,
     /// N, the context length.
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     /// D_k: rows of each token's residual matrix.
     pub d_k: usize,
     /// D_v: columns of the residual matrix; also the attention head width.
@@ -695,7 +699,7 @@ macro_rules! trunk_and_core {
             pub fn trunk(&self) -> Trunk {
                 Trunk {
                     vocab: self.vocab,
-                    seq_len: self.seq_len,
+                    context: self.context,
                     d_k: self.d_k,
                     d_v: self.d_v,
                     rank: self.rank,
@@ -716,7 +720,7 @@ macro_rules! trunk_and_core {
             fn from_parts(t: Trunk, $($field: $ty),*) -> Self {
                 Self {
                     vocab: t.vocab,
-                    seq_len: t.seq_len,
+                    context: t.context,
                     d_k: t.d_k,
                     d_v: t.d_v,
                     rank: t.rank,
@@ -853,7 +857,8 @@ impl HcCollapse {
 #[serde(deny_unknown_fields)]
 pub struct HcConfig {
     pub vocab: usize,
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     /// D, one stream's width.
     pub d_model: usize,
     pub n_layers: usize,
@@ -885,7 +890,7 @@ macro_rules! rerouting {
         let t: &TransformerConfig = $t;
         Self {
             vocab: t.vocab,
-            seq_len: t.seq_len,
+            context: t.context,
             d_model: t.d_model,
             n_layers: t.n_layers,
             n_heads: t.n_heads,
@@ -920,7 +925,7 @@ macro_rules! rerouted_transformer {
                 init_std: self.init_std,
                 weight_init: WeightInit::FanIn,
                 z_loss: self.z_loss,
-                ..TransformerConfig::tiny(self.vocab, self.seq_len)
+                ..TransformerConfig::tiny(self.vocab, self.context)
             }
         }
     };
@@ -965,7 +970,7 @@ impl HcConfig {
         let bad = |why: String| Err(ModelError::Config(why));
         if [
             self.vocab,
-            self.seq_len,
+            self.context,
             self.d_model,
             self.n_layers,
             self.n_heads,
@@ -1041,7 +1046,8 @@ pub enum AltupInput {
 #[serde(deny_unknown_fields)]
 pub struct AltupConfig {
     pub vocab: usize,
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     /// D, one sub-block's width and the layers' width.
     pub d_model: usize,
     pub n_layers: usize,
@@ -1111,7 +1117,8 @@ impl AltupConfig {
 #[serde(deny_unknown_fields)]
 pub struct AttnResConfig {
     pub vocab: usize,
-    pub seq_len: usize,
+    #[serde(alias = "seq_len")]
+    pub context: usize,
     pub d_model: usize,
     pub n_layers: usize,
     pub n_heads: usize,

@@ -104,7 +104,7 @@ pub fn transformer(cfg: &TransformerConfig) -> Counts {
 pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
     let settings = [
         ("vocab", cfg.vocab),
-        ("seq_len", cfg.seq_len),
+        ("context", cfg.context),
         ("d_model", cfg.d_model),
         ("layers", cfg.n_layers),
         ("heads", cfg.n_heads),
@@ -147,7 +147,7 @@ pub fn try_transformer(cfg: &TransformerConfig) -> Result<Counts> {
 fn trunk_settings(t: &Trunk, core: (&'static str, usize)) -> [(&'static str, usize); 7] {
     [
         ("vocab", t.vocab),
-        ("seq_len", t.seq_len),
+        ("context", t.context),
         ("d_k", t.d_k),
         ("d_v", t.d_v),
         ("rank", t.rank),
@@ -158,7 +158,7 @@ fn trunk_settings(t: &Trunk, core: (&'static str, usize)) -> [(&'static str, usi
 
 /// Table 7's RMT formulas without the feed-forward core's terms: (parameters, FLOPs).
 fn trunk_paper(t: &Trunk) -> (N, N) {
-    let [v, n_, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(dim);
+    let [v, n_, dk, dv, r, l] = [t.vocab, t.context, t.d_k, t.d_v, t.rank, t.n_layers].map(dim);
     let params = r * (n(2u8) * dk * (n(3u8) * l + n(1u8)) + dv * (v + n_));
     let flops =
         n(6u8) * n_ * r * dk * dv * (n(1u8) + l) + n_ * r * (n(4u8) * v * dv + l * (n(4u8) * n_ * dv + n(3u8) * n_));
@@ -168,7 +168,7 @@ fn trunk_paper(t: &Trunk) -> (N, N) {
 /// A residual-matrix model's forward FLOPs per sequence as built, around a feed-forward core
 /// of `core` FLOPs per layer and sequence.
 fn residual_matrix_flops(t: &Trunk, core: N) -> N {
-    let [v, n_, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(dim);
+    let [v, n_, dk, dv, r, l] = [t.vocab, t.context, t.d_k, t.d_v, t.rank, t.n_layers].map(dim);
     let causal = n_ * (n_ + n(1u8)) / n(2u8);
     // One retrieval or storage of R vectors over N tokens.
     let rs = n(2u8) * n_ * r * dk * dv;
@@ -195,7 +195,7 @@ pub fn rmt(cfg: &RmtConfig) -> Counts {
 pub fn try_rmt(cfg: &RmtConfig) -> Result<Counts> {
     let t = cfg.trunk();
     let settings = trunk_settings(&t, ("d_ff", cfg.d_ff));
-    let [n_, dv, r, l, f] = [t.seq_len, t.d_v, t.rank, t.n_layers, cfg.d_ff].map(dim);
+    let [n_, dv, r, l, f] = [t.context, t.d_v, t.rank, t.n_layers, cfg.d_ff].map(dim);
     // W1 and W2: 2·R·D_v·D_FF multiply-adds per token.
     let dense = n(4u8) * n_ * r * dv * f;
     let (trunk_params, trunk_flops) = trunk_paper(&t);
@@ -260,7 +260,7 @@ pub fn try_hybrid(cfg: &HybridConfig) -> Result<HybridCounts> {
     let t = cfg.trunk();
     let settings = trunk_settings(&t, ("tau", cfg.tau));
     let [n_, l, tau, d, k, dh] = [
-        t.seq_len,
+        t.context,
         t.n_layers,
         cfg.tau,
         cfg.width(),
@@ -351,7 +351,7 @@ fn table_memory(cfg: &MemoryFormerConfig) -> TableMemory {
 /// One MemoryFormer block, or an error naming the setting that makes a count overflow.
 pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
     let settings = [
-        ("seq_len", cfg.seq_len),
+        ("context", cfg.context),
         ("d_model", cfg.d_model),
         ("heads", cfg.n_heads),
         ("tau", cfg.tau),
@@ -375,7 +375,7 @@ pub fn try_memoryformer_block(cfg: &MemoryFormerConfig) -> Result<BlockCounts> {
 /// (QKᵀ and AV over the triangle, 3 per probability for the softmax) and its Memory Layers per
 /// row (ML_QKV, ML1 and ML2).
 fn memoryformer_block_parts(cfg: &MemoryFormerConfig, mac: N) -> (N, N) {
-    let [s, d, h, tau] = [cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.tau].map(dim);
+    let [s, d, h, tau] = [cfg.context, cfg.d_model, cfg.n_heads, cfg.tau].map(dim);
     let (k, dh) = (dim(cfg.chunks()), dim(cfg.d_hidden()));
     // (bits hashed per chunk, output width) of ML_QKV, ML1, ML2.
     let layers = [(tau, n(3u8) * d), (tau, dh), (dim(cfg.hashing().ml2_bits()), d)];
@@ -440,7 +440,7 @@ pub fn try_hc(cfg: &HcConfig) -> Result<HcCounts> {
         .checked_mul(site_macs)
         .and_then(|x| x.checked_add(nd + collapse_macs))
         .ok_or_else(overflow)?;
-    let flops = (cfg.seq_len as u64).checked_mul(2 * macs).ok_or_else(overflow)?;
+    let flops = (cfg.context as u64).checked_mul(2 * macs).ok_or_else(overflow)?;
     let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(overflow);
     let params = sites.checked_mul(site_params).ok_or_else(overflow)?;
     let params_paper = sites.checked_mul(site_params_paper).ok_or_else(overflow)?;
@@ -465,7 +465,7 @@ pub fn try_hc(cfg: &HcConfig) -> Result<HcCounts> {
 pub fn try_altup(cfg: &AltupConfig) -> Result<Counts> {
     let base = try_transformer(&cfg.transformer())?;
     let overflow = || ModelError::Config("the AltUp model's counts overflow 64 bits".into());
-    let [k, d, l, n] = [cfg.sub_blocks, cfg.d_model, cfg.n_layers, cfg.seq_len].map(|x| x as u64);
+    let [k, d, l, n] = [cfg.sub_blocks, cfg.d_model, cfg.n_layers, cfg.context].map(|x| x as u64);
     // FLOPs a sequence: L layers of `layer` multiply-adds a token, and the ends' `ends`.
     let flops = |layer: u64, ends: u64| -> Result<u64> {
         let macs = l.checked_mul(layer).and_then(|m| m.checked_add(ends));
@@ -497,7 +497,7 @@ pub fn attnres_sources(cfg: &AttnResConfig) -> usize {
 pub fn try_attnres(cfg: &AttnResConfig) -> Result<Counts> {
     let base = try_transformer(&cfg.transformer())?;
     let overflow = || ModelError::Config("the AttnRes model's counts overflow 64 bits".into());
-    let [d, l, n, rows] = [cfg.d_model, cfg.n_layers, cfg.seq_len, cfg.depth_blocks + 1].map(|x| x as u64);
+    let [d, l, n, rows] = [cfg.d_model, cfg.n_layers, cfg.context, cfg.depth_blocks + 1].map(|x| x as u64);
     let sources = attnres_sources(cfg) as u64;
     // FLOPs a sequence from multiply-adds a token.
     let flops = |macs: Option<u64>| macs.and_then(|m| m.checked_mul(2 * n)).ok_or_else(overflow);
@@ -554,7 +554,7 @@ pub fn try_model(cfg: &ModelConfig) -> Result<ModelCounts> {
 fn try_memoryformer_model(cfg: &MemoryFormerConfig) -> Result<(u64, u64)> {
     let settings = [
         ("vocab", cfg.vocab),
-        ("seq_len", cfg.seq_len),
+        ("context", cfg.context),
         ("d_model", cfg.d_model),
         ("layers", cfg.n_layers),
         ("heads", cfg.n_heads),

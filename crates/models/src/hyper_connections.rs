@@ -221,7 +221,7 @@ impl Parts for HcConfig {
     fn residual(&self, b: usize, t: usize) -> Streams {
         Streams {
             cfg: self.clone(),
-            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.context, self.d_model), self.init_std),
         }
     }
 

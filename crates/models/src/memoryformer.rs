@@ -30,7 +30,7 @@ impl Parts for MemoryFormerConfig {
     /// Embeddings ~ N(0, embed_std²); W_U from zero, so the first loss is exactly ln V.
     fn residual(&self, b: usize, t: usize) -> Vector {
         Vector {
-            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.embed_std),
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.context, self.d_model), self.embed_std),
             n_layers: self.n_layers,
             norm: self.norm,
             norm_eps: self.norm_eps,

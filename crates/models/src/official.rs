@@ -218,7 +218,7 @@ impl OfficialDims {
 pub fn official_conventions(seq_len: usize) -> RmtConfig {
     RmtConfig {
         vocab: 50257,
-        seq_len,
+        context: seq_len,
         d_k: 16,
         d_v: 16,
         rank: 4,
@@ -238,7 +238,7 @@ pub fn official_conventions(seq_len: usize) -> RmtConfig {
 
 /// Checks that `cfg` computes what the official code computes, naming what differs.
 pub fn check_conventions(cfg: &RmtConfig) -> Result<()> {
-    let want = official_conventions(cfg.seq_len);
+    let want = official_conventions(cfg.context);
     let mut differ = vec![];
     if cfg.norm != want.norm {
         differ.push("norm = \"rmsnorm\"");

@@ -99,7 +99,7 @@ pub fn transformer_params(c: &TransformerConfig) -> Result<ParamSizes> {
 
 fn transformer_specs(c: &TransformerConfig) -> Result<Vec<Spec<'static>>> {
     let [v, n, d, l, h, dh, f] =
-        [c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff].map(|x| x as u64);
+        [c.vocab, c.context, c.d_model, c.n_layers, c.n_heads, c.head_dim, c.d_ff].map(|x| x as u64);
     let hd = product("n_heads × head_dim", &[h, dh])?;
     let qkv = product("3 × n_heads × head_dim", &[3, hd])?;
     Ok(vec![
@@ -163,7 +163,7 @@ fn trunk_width(t: &Trunk) -> Result<u64> {
 /// The parameters of a residual-matrix model, as `rmt::layout` declares them: the trunk's,
 /// and `core`, the feed-forward core's views.
 fn residual_matrix_params(t: &Trunk, core: Vec<Spec<'static>>) -> Result<ParamSizes> {
-    let [v, n, dk, dv, r, l] = [t.vocab, t.seq_len, t.d_k, t.d_v, t.rank, t.n_layers].map(|x| x as u64);
+    let [v, n, dk, dv, r, l] = [t.vocab, t.context, t.d_k, t.d_v, t.rank, t.n_layers].map(|x| x as u64);
     let rv = trunk_width(t)?;
     let r3 = product("3 × rank", &[3, r])?;
     let learned = u64::from(t.position == Position::Learned);
@@ -235,7 +235,7 @@ fn memory_block_params(l: u64, d: u64, h: &Hashing) -> Result<Vec<Spec<'static>>
 
 /// MemoryFormer's parameters, as `memoryformer::layout` declares them.
 pub fn memoryformer_params(c: &MemoryFormerConfig) -> Result<ParamSizes> {
-    let [v, n, d, l, tau] = [c.vocab, c.seq_len, c.d_model, c.n_layers, c.tau].map(|x| x as u64);
+    let [v, n, d, l, tau] = [c.vocab, c.context, c.d_model, c.n_layers, c.tau].map(|x| x as u64);
     let (k, _) = hashed_widths(d, &c.hashing())?;
     let d3 = product("3 × d_model", &[3, d])?;
     let mut specs = vec![

@@ -130,7 +130,7 @@ impl Dims {
     pub fn transformer(&self) -> TransformerConfig {
         TransformerConfig {
             vocab: self.vocab,
-            seq_len: self.seq_len,
+            context: self.seq_len,
             d_model: self.d_model,
             n_layers: self.layers,
             n_heads: self.heads,

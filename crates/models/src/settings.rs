@@ -282,7 +282,7 @@ pub const SETTINGS: &[Setting] = &[
         "the hash tables learn at this multiple of the learning rate (MemoryFormer paper Table 4; 3)",
     )),
     off_page(model(
-        "seq_len",
+        "context",
         "context",
         "N",
         Kind::Whole,

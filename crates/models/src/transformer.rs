@@ -46,7 +46,7 @@ impl Parts for TransformerConfig {
             },
         };
         Vector {
-            embedding: VectorEmbedding::new(b, t, (self.vocab, self.seq_len, self.d_model), self.init_std),
+            embedding: VectorEmbedding::new(b, t, (self.vocab, self.context, self.d_model), self.init_std),
             n_layers: self.n_layers,
             norm: self.norm,
             norm_eps: self.norm_eps,

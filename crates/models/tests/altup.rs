@@ -38,7 +38,7 @@ fn counts_are_the_built_parameters_and_the_spec_table() {
             counts(&cfg).unwrap(),
             resmem_models::count::try_transformer(&cfg.transformer()).unwrap(),
         );
-        let (l, n, k) = (cfg.n_layers as f64, cfg.seq_len as f64, cfg.sub_blocks as f64);
+        let (l, n, k) = (cfg.n_layers as f64, cfg.context as f64, cfg.sub_blocks as f64);
         let block = 12.0 * (d * d) as f64;
         let p = (c.params - base.params) as f64 / l / block;
         // The paper's FLOPs a sequence, less the final sum's K·D a token.

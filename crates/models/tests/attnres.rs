@@ -51,7 +51,7 @@ fn counts_are_the_built_parameters_and_the_spec_table() {
         let (c, base) = (counts(&cfg).unwrap(), try_transformer(&cfg.transformer()).unwrap());
         let layers = 8.0 * 12.0 * (d * d) as f64;
         let p = (c.params - base.params) as f64 / layers;
-        let m = (c.flops_fwd_paper - base.flops_fwd_paper) as f64 / (2.0 * cfg.seq_len as f64) / layers;
+        let m = (c.flops_fwd_paper - base.flops_fwd_paper) as f64 / (2.0 * cfg.context as f64) / layers;
         assert!(
             (p - params).abs() < 0.00005 && (m - macs).abs() < 0.0006,
             "D {d}, N {n}: +{p:.5} parameters, +{m:.4} MACs"

@@ -62,7 +62,7 @@ fn doubling_the_rmt_residual() {
 fn rmt_exact_params_follow_the_spec_formula() {
     for name in ["gpt2-small", "gpt2-medium", "table9-46m", "table9-305m"] {
         let c = Dims::preset(name).unwrap().rmt();
-        let [v, n, dk, dv, r, l, f] = [c.vocab, c.seq_len, c.d_k, c.d_v, c.rank, c.n_layers, c.d_ff].map(|x| x as u64);
+        let [v, n, dk, dv, r, l, f] = [c.vocab, c.context, c.d_k, c.d_v, c.rank, c.n_layers, c.d_ff].map(|x| x as u64);
         let formula =
             l * (6 * r * dk + 2 * r * dv * f) + 2 * r * v * dv + r * n * dv + 3 * r * dk + (2 * l + 1) * dk * dv;
         assert_eq!(count::rmt(&c).params, formula, "{name}");
@@ -242,7 +242,7 @@ fn hybrid_counts_follow_the_spec_formulas() {
         let d_ff = 1000; // any: it cancels
         let rmt = count::rmt(&resmem_models::RmtConfig::new(h.trunk(), d_ff));
         let c = count::try_hybrid(&h).unwrap();
-        let [n, dv, r, l, tau, f] = [h.seq_len, h.d_v, h.rank, h.n_layers, h.tau, d_ff].map(|x| x as u64);
+        let [n, dv, r, l, tau, f] = [h.context, h.d_v, h.rank, h.n_layers, h.tau, d_ff].map(|x| x as u64);
         let d = r * dv;
         let k = d / tau;
         let dh = (tau + 2) * k;

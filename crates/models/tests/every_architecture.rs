@@ -330,7 +330,7 @@ fn families() -> Vec<Family> {
                         d_model: 7,
                         d_ff: 9,
                         vocab: 256,
-                        seq_len: 13,
+                        context: 13,
                         ..altup(3, AltupActive::Alternating)
                     }),
                 ),
@@ -340,7 +340,7 @@ fn families() -> Vec<Family> {
                         d_model: 7,
                         d_ff: 9,
                         vocab: 256,
-                        seq_len: 13,
+                        context: 13,
                         compute_on: AltupInput::Predicted,
                         ..altup(3, AltupActive::Alternating)
                     }),
@@ -372,7 +372,7 @@ fn families() -> Vec<Family> {
                     d_model: 7,
                     d_ff: 9,
                     vocab: 256,
-                    seq_len: 13,
+                    context: 13,
                     ..attnres(3, n)
                 };
                 (name, M::AttnRes(cfg))

@@ -79,7 +79,7 @@ impl Setup {
             data.insert("task".into(), toml::Value::String(task.name().into()));
         }
         if let Some(t) = data.get("seq_len") {
-            model.insert("seq_len".into(), t.clone());
+            model.insert("context".into(), t.clone());
         }
         let vocab = self.data.tokenizer().vocab();
         model.insert("vocab".into(), toml::Value::Integer(vocab as i64));

@@ -84,7 +84,7 @@ impl Matrix {
             },
             t,
             vocab: trunk.vocab,
-            seq_len: trunk.seq_len,
+            seq_len: trunk.context,
             position: trunk.position,
             init_std: trunk.init_std,
             weight_init: trunk.weight_init,

@@ -42,7 +42,7 @@ fn retagged_base(base: &toml::Table, over: &toml::Table) -> Result<toml::Table> 
         return Ok(over.clone());
     };
     let mut table = to_table(&preset.model)?;
-    for key in ["vocab", "seq_len"] {
+    for key in ["vocab", "context"] {
         if let Some(v) = base.get(key) {
             table.insert(key.into(), v.clone());
         }
@@ -59,8 +59,13 @@ const UNSET_WHEN_DEFAULT: &[&str] = &["train.restarts", "train.init_from", "cade
 /// [`UNSET_WHEN_DEFAULT`].
 pub(super) fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> Result<()> {
     for (key, value) in over {
+        // A model's context was called `seq_len` before 2026-11-28: older overrides still say so.
+        let key: &str = match (path, key.as_str()) {
+            ("model", "seq_len") if base.contains_key("context") => "context",
+            (_, key) => key,
+        };
         let name = if path.is_empty() {
-            key.clone()
+            key.to_string()
         } else {
             format!("{path}.{key}")
         };
@@ -84,7 +89,7 @@ pub(super) fn merge(base: &mut toml::Table, over: &toml::Table, path: &str) -> R
             }
             (Some(slot), v) => *slot = v.clone(),
             (None, v) if UNSET_WHEN_DEFAULT.contains(&name.as_str()) => {
-                base.insert(key.clone(), v.clone());
+                base.insert(key.to_string(), v.clone());
             }
             (None, _) => {
                 let known: Vec<&str> = base.keys().map(String::as_str).collect();

@@ -59,25 +59,25 @@ impl ModelConfig {
     /// (V, N): the vocabulary and the context length, which every architecture has.
     fn sizes(&self) -> (usize, usize) {
         match self {
-            ModelConfig::Transformer(c) => (c.vocab, c.seq_len),
-            ModelConfig::Rmt(c) => (c.vocab, c.seq_len),
-            ModelConfig::MemoryFormer(c) => (c.vocab, c.seq_len),
-            ModelConfig::Hybrid(c) => (c.vocab, c.seq_len),
-            ModelConfig::Hc(c) => (c.vocab, c.seq_len),
-            ModelConfig::Altup(c) => (c.vocab, c.seq_len),
-            ModelConfig::AttnRes(c) => (c.vocab, c.seq_len),
+            ModelConfig::Transformer(c) => (c.vocab, c.context),
+            ModelConfig::Rmt(c) => (c.vocab, c.context),
+            ModelConfig::MemoryFormer(c) => (c.vocab, c.context),
+            ModelConfig::Hybrid(c) => (c.vocab, c.context),
+            ModelConfig::Hc(c) => (c.vocab, c.context),
+            ModelConfig::Altup(c) => (c.vocab, c.context),
+            ModelConfig::AttnRes(c) => (c.vocab, c.context),
         }
     }
 
     fn sizes_mut(&mut self) -> (&mut usize, &mut usize) {
         match self {
-            ModelConfig::Transformer(c) => (&mut c.vocab, &mut c.seq_len),
-            ModelConfig::Rmt(c) => (&mut c.vocab, &mut c.seq_len),
-            ModelConfig::MemoryFormer(c) => (&mut c.vocab, &mut c.seq_len),
-            ModelConfig::Hybrid(c) => (&mut c.vocab, &mut c.seq_len),
-            ModelConfig::Hc(c) => (&mut c.vocab, &mut c.seq_len),
-            ModelConfig::Altup(c) => (&mut c.vocab, &mut c.seq_len),
-            ModelConfig::AttnRes(c) => (&mut c.vocab, &mut c.seq_len),
+            ModelConfig::Transformer(c) => (&mut c.vocab, &mut c.context),
+            ModelConfig::Rmt(c) => (&mut c.vocab, &mut c.context),
+            ModelConfig::MemoryFormer(c) => (&mut c.vocab, &mut c.context),
+            ModelConfig::Hybrid(c) => (&mut c.vocab, &mut c.context),
+            ModelConfig::Hc(c) => (&mut c.vocab, &mut c.context),
+            ModelConfig::Altup(c) => (&mut c.vocab, &mut c.context),
+            ModelConfig::AttnRes(c) => (&mut c.vocab, &mut c.context),
         }
     }
 
