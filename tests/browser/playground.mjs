@@ -249,7 +249,7 @@ await test('controls, the cost table, a refusal, two runs overlaid, the residual
     await page.click('#check-gpu');
     await page.waitForSelector('#selftest', { timeout: 240_000 });
     const families = await page.$$eval('#selftest tbody tr', (rows) => rows.map((r) => [r.dataset.family, r.dataset.result]));
-    const wanted = ['matmul', 'elementwise', 'embedding', 'norm', 'attention', 'cross_entropy', 'optim', 'residual_matrix', 'memory', 'hyper'];
+    const wanted = ['matmul', 'elementwise', 'embedding', 'norm', 'attention', 'cross_entropy', 'optim', 'residual_matrix', 'memory', 'hyper', 'depth'];
     if (JSON.stringify(families.map(([f]) => f)) !== JSON.stringify(wanted) || families.some(([, r]) => r !== 'pass'))
       throw new Error(`selftest rows: ${JSON.stringify(families)}; status "${await page.textContent('#status')}"`);
     if (!/Every kernel on .* matches the CPU/.test(await page.textContent('#status')))
@@ -955,43 +955,31 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     const atInit = await page.$eval('#mixing-grid g.site', (g) => JSON.parse(g.dataset.mix));
     if (!atInit.every((v, i) => (i % 5 === 0 ? v > 0.99 : v < 0.01))) throw new Error(`P at step 1: ${atInit}`);
     await page.screenshot({ path: path.join(shots, 'mixing.png'), fullPage: true });
-    // AltUp (4 sub-blocks) and Block Attention Residuals (a depth block a layer), the two newest
-    // residuals, train in the worker with the CLI's losses, 8 steps each (runs 5 and 6).
-    await page.fill('#ctl-steps', '8');
-    for (const [arch, run] of [['altup', 5], ['attnres', 6]]) {
-      await page.selectOption('#arch', arch);
-      await page.click('#start');
-      await page.waitForFunction((n) => ['done', 'failed'].some((s) => document.querySelector(`#run-list tr[data-run="${n}"] .run-state`)?.textContent.startsWith(s)),
-        run, { timeout: 240_000 });
-      if ((await page.textContent(`#run-list tr[data-run="${run}"] .run-state`)) !== 'done') throw new Error(await page.textContent('#status'));
-      cli(['train', '--preset', `tiny-${arch}`, '--seed', '5', '--steps', '8', '--log-every', '1', '--backend', 'cpu', '--out', path.join(tmp, arch)]);
-      sameLosses(await pageLosses(page, run), metricsByStep(path.join(tmp, arch)), 1e-4, `${arch} in the page (CPU, wasm32) against the CLI`);
-    }
     await page.selectOption('#arch', 'rmt');
     // GPT-2 BPE (V = 50,257): its checkpoint, over 128 MiB with the moments, is one value
     // IndexedDB refuses, so it is kept as a Blob; it survives a reload.
     await page.selectOption('#task', 'shakespeare-gpt2');
     await page.fill('#ctl-steps', '5');
     await page.click('#start');
-    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="7"] .run-state')?.textContent.startsWith(s)),
+    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="5"] .run-state')?.textContent.startsWith(s)),
       null, { timeout: 300_000 });
-    const bpe = await pageLosses(page, 7);
+    const bpe = await pageLosses(page, 5);
     const bpeSample = await page.$eval('#sample', (e) => e.dataset.text);
     console.log(`     Shakespeare (GPT-2 BPE) on the CPU fallback: loss ${bpe[0][1]} → ${bpe.at(-1)[1]} by step 5; sample ${JSON.stringify(bpeSample)}`);
     if (!(bpe.at(-1)[1] < bpe[0][1] - 0.5) || !bpeSample) throw new Error(`GPT-2 BPE: losses ${JSON.stringify(bpe)}, sample ${bpeSample}`);
     const storedBytes = () => page.evaluate(() => new Promise((ok, no) => {
       const r = indexedDB.open('resmem', 1);
-      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/7'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
+      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/5'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
       r.onerror = () => no(r.error);
     }));
     let stored = 0;
     for (let i = 0; i < 120 && !stored && !/could not be kept/.test(await page.textContent('#status')); i++) { await page.waitForTimeout(500); stored = await storedBytes(); }
-    console.log(`     run 7's checkpoint kept in IndexedDB: ${stored} bytes`);
+    console.log(`     run 5's checkpoint kept in IndexedDB: ${stored} bytes`);
     if (!(stored > 128 * 2 ** 20)) throw new Error(`the GPT-2 checkpoint was not kept: ${stored} bytes; status ${await page.textContent('#status')}`);
     await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
     await page.reload();
-    await page.waitForSelector('#run-list tr[data-run="7"] .run-checkpoint', { timeout: 60_000 });
-    if (await page.isDisabled('#run-list tr[data-run="7"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
+    await page.waitForSelector('#run-list tr[data-run="5"] .run-checkpoint', { timeout: 60_000 });
+    if (await page.isDisabled('#run-list tr[data-run="5"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
     if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();
