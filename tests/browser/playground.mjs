@@ -955,31 +955,76 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     const atInit = await page.$eval('#mixing-grid g.site', (g) => JSON.parse(g.dataset.mix));
     if (!atInit.every((v, i) => (i % 5 === 0 ? v > 0.99 : v < 0.01))) throw new Error(`P at step 1: ${atInit}`);
     await page.screenshot({ path: path.join(shots, 'mixing.png'), fullPage: true });
+    // Block Attention Residuals: every read's weights over the blocks before it, as `resmem
+    // analyze depth` reads them from the same training on the CPU; uniform at init (each
+    // pseudo-query starts at zero), a distribution at every read.
+    await page.selectOption('#arch', 'attnres');
+    await page.fill('#ctl-steps', '300');
+    await page.click('#start');
+    await page.waitForFunction(() => Number(document.querySelector('#dstep-value')?.textContent) >= 20
+      || /^failed/.test(document.querySelector('#run-list tr[data-run="5"] .run-state')?.textContent), null, { timeout: 240_000 });
+    await page.click('#stop');
+    await page.waitForFunction(() => /^(done|failed)/.test(document.querySelector('#run-list tr[data-run="5"] .run-state')?.textContent),
+      null, { timeout: 120_000 });
+    if ((await page.textContent('#run-list tr[data-run="5"] .run-state')) !== 'done') throw new Error(await page.textContent('#status'));
+    const depthReads = () => page.$$eval('#depth-grid g.read', (gs) => gs.map((g) => ({
+      read: g.dataset.read, sources: g.dataset.sources.split(','), weights: JSON.parse(g.dataset.weights),
+    })));
+    await page.fill('#dstep', '2');
+    await page.waitForFunction(() => document.querySelector('#dstep-value')?.textContent === '20');
+    const reads = await depthReads();
+    const cliDepth = JSON.parse(execFileSync(RESMEM, ['analyze', 'depth', '--preset', 'tiny-attnres', '--batch', '32', '--seq-len', '16', '--seed', '5',
+      '--step', '20', '--seq', '0', '--token', '0', '--backend', 'cpu', '--json']).toString());
+    console.log(`     AttnRes at step 20: ${reads.length} reads; the head's weights ${reads.at(-1)?.weights.map((v) => v.toFixed(3))} over ${reads.at(-1)?.sources}`);
+    if (reads.length !== cliDepth.length || reads.length < 3) throw new Error(`${reads.length} reads on the page; the CLI reads ${cliDepth.length}`);
+    reads.forEach((r, i) => {
+      const c = cliDepth[i];
+      const worst = Math.max(...r.weights.map((v, k) => Math.abs(v - c.weights[k])));
+      if (r.read !== c.read || r.sources.join() !== c.sources.join() || !(worst < 1e-4))
+        throw new Error(`${r.read} over ${r.sources}: the page's weights are ${worst} from the CLI's ${c.read} over ${c.sources}`);
+      const sum = r.weights.reduce((a, b) => a + b, 0);
+      if (!(Math.abs(sum - 1) < 1e-5)) throw new Error(`${r.read}: its weights sum to ${sum}`);
+    });
+    await page.fill('#dstep', '0');
+    await page.waitForFunction(() => document.querySelector('#dstep-value')?.textContent === '1');
+    for (const r of await depthReads()) {
+      if (!r.weights.every((v) => Math.abs(v - 1 / r.weights.length) < 1e-6)) throw new Error(`${r.read} at step 1 is not uniform: ${r.weights}`);
+    }
+    await page.screenshot({ path: path.join(shots, 'depth.png'), fullPage: true });
+    // AltUp trains the CLI's losses in the worker too (8 steps: the schedule is the CLI's).
+    await page.selectOption('#arch', 'altup');
+    await page.fill('#ctl-steps', '8');
+    await page.click('#start');
+    await page.waitForFunction(() => /^(done|failed)/.test(document.querySelector('#run-list tr[data-run="6"] .run-state')?.textContent),
+      null, { timeout: 120_000 });
+    const altupDir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'resmem-altup-')), 'r');
+    cli(['train', '--preset', 'tiny-altup', '--seed', '5', '--steps', '8', '--log-every', '1', '--backend', 'cpu', '--out', altupDir]);
+    sameLosses(await pageLosses(page, 6), metricsByStep(altupDir), 1e-4, 'AltUp: page (CPU, wasm32) against CLI (CPU)');
     await page.selectOption('#arch', 'rmt');
     // GPT-2 BPE (V = 50,257): its checkpoint, over 128 MiB with the moments, is one value
     // IndexedDB refuses, so it is kept as a Blob; it survives a reload.
     await page.selectOption('#task', 'shakespeare-gpt2');
     await page.fill('#ctl-steps', '5');
     await page.click('#start');
-    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="5"] .run-state')?.textContent.startsWith(s)),
+    await page.waitForFunction(() => ['done', 'failed'].some((s) => document.querySelector('#run-list tr[data-run="7"] .run-state')?.textContent.startsWith(s)),
       null, { timeout: 300_000 });
-    const bpe = await pageLosses(page, 5);
+    const bpe = await pageLosses(page, 7);
     const bpeSample = await page.$eval('#sample', (e) => e.dataset.text);
     console.log(`     Shakespeare (GPT-2 BPE) on the CPU fallback: loss ${bpe[0][1]} → ${bpe.at(-1)[1]} by step 5; sample ${JSON.stringify(bpeSample)}`);
     if (!(bpe.at(-1)[1] < bpe[0][1] - 0.5) || !bpeSample) throw new Error(`GPT-2 BPE: losses ${JSON.stringify(bpe)}, sample ${bpeSample}`);
     const storedBytes = () => page.evaluate(() => new Promise((ok, no) => {
       const r = indexedDB.open('resmem', 1);
-      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/5'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
+      r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('checkpoint/7'); g.onsuccess = () => ok(g.result?.size ?? 0); g.onerror = () => no(g.error); };
       r.onerror = () => no(r.error);
     }));
     let stored = 0;
     for (let i = 0; i < 120 && !stored && !/could not be kept/.test(await page.textContent('#status')); i++) { await page.waitForTimeout(500); stored = await storedBytes(); }
-    console.log(`     run 5's checkpoint kept in IndexedDB: ${stored} bytes`);
+    console.log(`     run 7's checkpoint kept in IndexedDB: ${stored} bytes`);
     if (!(stored > 128 * 2 ** 20)) throw new Error(`the GPT-2 checkpoint was not kept: ${stored} bytes; status ${await page.textContent('#status')}`);
     await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
     await page.reload();
-    await page.waitForSelector('#run-list tr[data-run="5"] .run-checkpoint', { timeout: 60_000 });
-    if (await page.isDisabled('#run-list tr[data-run="5"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
+    await page.waitForSelector('#run-list tr[data-run="7"] .run-checkpoint', { timeout: 60_000 });
+    if (await page.isDisabled('#run-list tr[data-run="7"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
     if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();

@@ -86,6 +86,14 @@ impl Arch {
         }
     }
 
+    /// It reads its residual over depth with learned queries (`observe::depth`).
+    pub fn has_depth_reads(self) -> bool {
+        match self {
+            Arch::AttnRes => true,
+            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid | Arch::Hc | Arch::Altup => false,
+        }
+    }
+
     /// It has hash tables whose bucket use can be read.
     pub fn has_hash_tables(self) -> bool {
         match self {

@@ -10,49 +10,28 @@
 //! One file over 600 lines, because it is the composition: every view is its own component
 //! file, and what stays here is the state they share and the one lending of the device.
 
-use crate::arch::Arch;
 use crate::browser::{self, store};
 use crate::buckets::BucketView;
 use crate::controls::Controls;
 use crate::costs::costs;
-use crate::jobs::{self, Job, Report, Steering};
+use crate::depth::DepthView;
+use crate::device::{has_webgpu, DeviceSlot, Lent, NO_ADAPTER, NO_WEBGPU};
+use crate::jobs::{self, Job, Report};
 use crate::link::Link;
-use crate::mixing::{Mixed, MixingView};
+use crate::mixing::MixingView;
+use crate::observed::Kind;
 use crate::residual::{Look, ResidualView, Residuals};
-use crate::runs::{Kept, LossChart, Run, RunList, RunState, Saved};
+use crate::run_store::RunStore;
+use crate::runs::{Kept, LossChart, Run, RunList, RunState};
 use crate::sample::{self, SampleView};
 use crate::setup::Setup;
-use crate::training::Event;
-use crate::variance::{Snapshot, VarianceView};
-use crate::worker::CpuWorker;
-use engine::gpu::GpuBackend;
+use crate::training::{Event, Steering};
+use crate::variance::VarianceView;
 use engine::Backend;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use models::count::thousands;
-use std::cell::RefCell;
 use std::sync::Arc;
-
-/// Whether this browser exposes WebGPU at all (`navigator.gpu`).
-fn has_webgpu() -> bool {
-    let navigator = web_sys::window().map(|w| w.navigator());
-    navigator.is_some_and(|n| js_sys::Reflect::has(&n, &"gpu".into()).unwrap_or(false))
-}
-
-const NO_WEBGPU: &str = "This browser does not offer WebGPU. You can train on the CPU instead, in \
-    WebAssembly: slower, but every view works. For the GPU, open the page in a recent Chrome or Edge, or \
-    turn WebGPU on in your browser's settings.";
-
-const NO_ADAPTER: &str = "This browser knows WebGPU but found no GPU it may use (WebGPU may be switched off, \
-    or the GPU blocked). You can train on the CPU instead, in WebAssembly: slower, but every view works. \
-    For the GPU, turn WebGPU on in the browser's settings or flags, or update the graphics driver.";
-
-thread_local! {
-    /// The GPU, lent to one job at a time (empty while a job holds it).
-    static GPU: RefCell<Option<GpuBackend>> = const { RefCell::new(None) };
-    /// The CPU engine's worker, once the page falls back to it.
-    static CPU: RefCell<Option<CpuWorker>> = const { RefCell::new(None) };
-}
 
 /// The page's state that jobs write: signals are handles, so this is Copy.
 #[derive(Clone, Copy)]
@@ -60,11 +39,9 @@ struct Page {
     status: WriteSignal<String>,
     busy: RwSignal<bool>,
     training: RwSignal<bool>,
-    runs: RwSignal<Vec<Run>>,
-    focus: RwSignal<Option<usize>>,
-    step: WriteSignal<usize>,
-    loss: WriteSignal<Option<f32>>,
-    speed: WriteSignal<Option<(f64, usize)>>,
+    runs: RunStore,
+    device: DeviceSlot,
+    readout: RwSignal<Readout>,
     residuals: WriteSignal<Option<Residuals>>,
     prompt: RwSignal<String>,
     /// The device was lost: the page makes a new one.
@@ -76,21 +53,16 @@ struct Page {
     selftest: RwSignal<Option<SelftestResult>>,
 }
 
-type SelftestResult = (String, Result<Vec<engine::selftest::Family>, String>);
-
-impl Page {
-    fn update(self, id: usize, f: impl Fn(&mut Run)) {
-        self.runs.update(|rs| rs.iter_mut().filter(|r| r.id == id).for_each(&f));
-    }
-
-    fn next_id(self) -> usize {
-        self.runs.with_untracked(|r| r.iter().map(|r| r.id).max().unwrap_or(0)) + 1
-    }
-
-    fn run(self, id: usize) -> Option<Run> {
-        self.runs.with_untracked(|rs| rs.iter().find(|r| r.id == id).cloned())
-    }
+/// The header's line: the step, the last loss read, and the speed (milliseconds a step,
+/// averaged over the recent steps, and tokens a step).
+#[derive(Clone, Copy, Default)]
+struct Readout {
+    step: usize,
+    loss: Option<f32>,
+    speed: Option<(f64, usize)>,
 }
+
+type SelftestResult = (String, Result<Vec<engine::selftest::Family>, String>);
 
 #[component]
 pub fn App() -> impl IntoView {
@@ -103,10 +75,7 @@ pub fn App() -> impl IntoView {
     let setup = RwSignal::new(link.setup.clone());
     let hide_controls = link.hide_controls;
     let link_problems = link.problems.clone();
-    let (step, set_step) = signal(0usize);
-    let (loss, set_loss) = signal(None::<f32>);
-    // Milliseconds per step, averaged over the recent steps, and tokens per step.
-    let (speed, set_speed) = signal(None::<(f64, usize)>);
+    let readout = RwSignal::new(Readout::default());
     // The residual viewer: what was read last, whether it is open, and which sequence.
     let (residuals, set_residuals) = signal(None::<Residuals>);
     // On a first visit (no link) the residual view is on: the residual matrix is what the page
@@ -123,11 +92,9 @@ pub fn App() -> impl IntoView {
         status: set_status,
         busy: RwSignal::new(false),
         training: RwSignal::new(false),
-        runs: RwSignal::new(vec![]),
-        focus: RwSignal::new(None),
-        step: set_step,
-        loss: set_loss,
-        speed: set_speed,
+        runs: RunStore::new(),
+        device: DeviceSlot::new(),
+        readout,
         residuals: set_residuals,
         prompt: RwSignal::new(sample::default_prompt(link.setup.data).to_string()),
         lost: RwSignal::new(None),
@@ -148,17 +115,11 @@ pub fn App() -> impl IntoView {
     let look_untracked = move || untrack(look);
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
     Effect::new(move |_| {
-        let steering = Steering {
+        page.device.steer(Steering {
             stop: !page.training.get(),
             residuals: look(),
             prompt: page.prompt.get(),
-        };
-        // Tracked so that a worker, once ready, is told too.
-        let cpu = engine_kind.with(|e| e == "cpu");
-        jobs::set_steering(steering.clone());
-        if cpu {
-            CPU.with(|w| w.borrow().as_ref().map(|w| w.steer(steering)));
-        }
+        })
     });
 
     // The interventions that the shown residuals answer (sites to ablate, how, prompts to
@@ -179,9 +140,7 @@ pub fn App() -> impl IntoView {
         let Some(asked) = now.filter(new) else {
             return;
         };
-        let run = (page.focus.get_untracked())
-            .or(page.runs.with_untracked(|r| r.last().map(|r| r.id)))
-            .and_then(|id| page.run(id));
+        let run = page.runs.shown_now();
         let Some((run, kept)) = run.and_then(|r| r.checkpoint.clone().map(|k| (r, k))) else {
             return;
         };
@@ -213,14 +172,8 @@ pub fn App() -> impl IntoView {
 
     // The last session's runs, with their checkpoints.
     spawn_local(async move {
-        match restore_runs().await {
-            Ok(runs) if !runs.is_empty() => page.runs.update(|rs| {
-                let mut kept = runs;
-                kept.append(rs);
-                *rs = kept;
-            }),
-            Ok(_) => {}
-            Err(e) => web_sys::console::warn_1(&format!("the last session's runs could not be read: {e}").into()),
+        if let Err(e) = page.runs.restore().await {
+            web_sys::console::warn_1(&format!("the last session's runs could not be read: {e}").into());
         }
     });
 
@@ -231,7 +184,7 @@ pub fn App() -> impl IntoView {
                 set_offer_cpu.set(true);
                 return;
             }
-            match start_gpu().await {
+            match page.device.start_gpu().await {
                 Ok((text, emulated)) => {
                     set_status.set(text);
                     set_engine_kind.set("gpu".into());
@@ -257,18 +210,17 @@ pub fn App() -> impl IntoView {
     let use_cpu = move |_| {
         set_offer_cpu.set(false);
         set_status.set("Starting the CPU engine…".into());
-        match CpuWorker::start(move |r| apply(page, r)) {
-            Ok(worker) => CPU.with(|w| *w.borrow_mut() = Some(worker)),
-            Err(e) => set_status.set(format!(
+        if let Err(e) = page.device.start_cpu(move |r| apply(page, r)) {
+            set_status.set(format!(
                 "The CPU engine could not start: {e}. Reload the page, or open it in a browser with WebGPU."
-            )),
+            ));
         }
     };
 
     let submit = move |job: Job| submit(page, job);
     let train = move |setups: Vec<Setup>| {
         submit(Job::Train {
-            first_id: page.next_id(),
+            first_id: page.runs.next_id(),
             setups,
         })
     };
@@ -278,7 +230,7 @@ pub fn App() -> impl IntoView {
         Err(e) => set_status.set(format!("Cannot compare: {e}")),
     };
     let on_continue = UnsyncCallback::new(move |id: usize| {
-        if let Some(run) = page.run(id) {
+        if let Some(run) = page.runs.run(id) {
             match run.checkpoint {
                 Some(kept) => submit(Job::Continue {
                     id,
@@ -289,17 +241,12 @@ pub fn App() -> impl IntoView {
             }
         }
     });
-    let on_delete = UnsyncCallback::new(move |id: usize| {
-        spawn_local(async move {
-            let _ = store::delete(&Run::checkpoint_key(id)).await;
-            save_runs(page).await;
-        })
-    });
+    let on_delete = UnsyncCallback::new(move |id: usize| spawn_local(page.runs.delete(id)));
     let clear = move |_| {
         spawn_local(async move {
             match store::clear().await {
                 Ok(()) => {
-                    page.runs.update(|rs| rs.retain(|r| r.state == RunState::Training));
+                    page.runs.runs.update(|rs| rs.retain(|r| r.state == RunState::Training));
                     set_status.set("Cleared the runs kept in this browser.".into());
                 }
                 Err(e) => set_status.set(format!("Cannot clear the stored runs: {e}")),
@@ -309,7 +256,7 @@ pub fn App() -> impl IntoView {
     let import = move |name: String, bytes: Vec<u8>| {
         answered.set_value(look_untracked());
         submit(Job::Import {
-            id: page.next_id(),
+            id: page.runs.next_id(),
             name,
             bytes: Arc::new(bytes),
         })
@@ -336,11 +283,7 @@ pub fn App() -> impl IntoView {
     };
     let sample_now = {
         UnsyncCallback::new(move |()| {
-            let id = page
-                .focus
-                .get_untracked()
-                .or(page.runs.with_untracked(|r| r.last().map(|r| r.id)));
-            let Some(run) = id.and_then(|id| page.run(id)) else {
+            let Some(run) = page.runs.shown_now() else {
                 return set_status.set("Train or import a run first, then sample from it.".into());
             };
             match run.checkpoint {
@@ -358,7 +301,7 @@ pub fn App() -> impl IntoView {
         move |_| {
             spawn_local(async move {
                 set_status.set("Making a new GPU device…".into());
-                match start_gpu().await {
+                match page.device.start_gpu().await {
                     Ok((text, _)) => {
                         page.lost.set(None);
                         set_status.set(format!(
@@ -385,20 +328,13 @@ pub fn App() -> impl IntoView {
     };
 
     // The run the views show.
-    let runs = page.runs;
-    let focus = page.focus;
-    let focused = Memo::new(move |_| {
-        runs.with(|rs| {
-            let id = focus.get();
-            rs.iter().find(|r| Some(r.id) == id).or(rs.last()).cloned()
-        })
-    });
-    let history = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.history.clone()).unwrap_or_default()));
+    let (runs, focus) = (page.runs.runs, page.runs.focus);
+    let focused = page.runs.shown();
+    let readings = move |kind| RunStore::readings(focused, kind);
     let closed = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.closed.clone()).unwrap_or_default()));
-    let hits = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.hits.clone()).unwrap_or_default()));
-    let mixing = Signal::derive(move || focused.with(|r| r.as_ref().map(|r| r.mixing.clone()).unwrap_or_default()));
     let shown_sample = Signal::derive(move || focused.with(|r| r.as_ref().and_then(|r| r.sample.clone())));
     let focused_arch = move || focused.with(|r| r.as_ref().map(|r| r.setup.arch));
+    let shows = move |kind: Kind| move || focused_arch().is_some_and(|a| kind.shown_for(a));
     let busy = page.busy;
     let idle = move || !busy.get() && ready.get();
     // New data, new default prompt, unless someone typed their own.
@@ -419,9 +355,9 @@ pub fn App() -> impl IntoView {
             <header class="top">
                 <h1>"resmem playground"</h1>
                 <p class="readout">
-                    "step " <span id="step">{step}</span>
-                    " · loss " <span id="loss">{move || loss.get().map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
-                    " · " <span id="speed">{move || speed.get().map_or("–".to_string(), |(ms, tokens)| {
+                    "step " <span id="step">{move || readout.get().step}</span>
+                    " · loss " <span id="loss">{move || readout.get().loss.map_or("–".to_string(), |l| format!("{l:.4}"))}</span>
+                    " · " <span id="speed">{move || readout.get().speed.map_or("–".to_string(), |(ms, tokens)| {
                         format!("{ms:.0} ms/step · {} tokens/s", thousands((tokens as f64 * 1000.0 / ms.max(1e-3)).round() as u64))
                     })}</span>
                 </p>
@@ -487,47 +423,31 @@ pub fn App() -> impl IntoView {
                             token=residual_token set_token=set_residual_token ablate=residual_ablate how=residual_how patch=residual_patch />
                     </section>
                     <section class="pane pane-inside">
-                        <Show when=move || focused_arch().is_some_and(Arch::has_variance)>
-                            <VarianceView history closed />
+                        <Show when=shows(Kind::Variance)>
+                            <VarianceView readings=readings(Kind::Variance) closed />
                         </Show>
-                        <Show when=move || focused_arch().is_some_and(Arch::has_hash_tables)>
-                            <BucketView hits />
+                        <Show when=shows(Kind::Buckets)>
+                            <BucketView readings=readings(Kind::Buckets) />
+                        </Show>
+                        <Show when=shows(Kind::Mixing)>
+                            <MixingView readings=readings(Kind::Mixing) />
+                        </Show>
+                        <Show when=shows(Kind::Depth)>
+                            <DepthView readings=readings(Kind::Depth) />
                         </Show>
                         <Show when=move || focused_arch().is_none()>
-                            <p class="note">"Start a run: its variance grid (or, for the MemoryFormer, its bucket use) shows here."</p>
+                            <p class="note">"Start a run: what it reads inside (its variance grid, bucket use, mixing of \
+                                streams or attention over depth) shows here."</p>
                         </Show>
-                        <Show when=move || focused_arch().is_some_and(Arch::has_mixing)>
-                            <MixingView history=mixing />
+                        <Show when=move || focused_arch().is_some_and(|a| Kind::ALL.iter().all(|k| !k.shown_for(a)))>
+                            <p class="note">"This run's model has no view of its own here yet: its residual stream, attention \
+                                and logit lens are in the residual view."</p>
                         </Show>
                     </section>
                 </div>
             </div>
         </main>
     }
-}
-
-/// Makes the GPU device and puts it in the slot; the test hook `window.resmemLoseDevice`
-/// destroys it, as a driver reset would. Returns what to say, and whether the adapter is a CPU
-/// emulating a GPU.
-async fn start_gpu() -> Result<(String, bool), engine::EngineError> {
-    let be = GpuBackend::new().await?;
-    let destroy = be.destroyer();
-    let hook = wasm_bindgen::closure::Closure::<dyn Fn()>::new(destroy);
-    if let Some(w) = web_sys::window() {
-        let _ = js_sys::Reflect::set(&w, &"resmemLoseDevice".into(), hook.as_ref());
-    }
-    hook.forget();
-    let mib = (be.max_binding_values() as u64 * 4) >> 20;
-    let emulated = be.emulated();
-    let mut text = format!("Ready: {} (buffers up to {} MiB)", be.describe(), thousands(mib));
-    if emulated {
-        text.push_str(
-            ". This adapter is a CPU emulating a GPU (SwiftShader or llvmpipe): the page's own CPU engine \
-             trains many times faster here, so use it unless you are testing WebGPU.",
-        );
-    }
-    GPU.with(|g| *g.borrow_mut() = Some(be));
-    Ok((text, emulated))
 }
 
 /// Reads a picked or dropped file, then hands its bytes on.
@@ -549,22 +469,30 @@ fn submit(page: Page, job: Job) {
             .status
             .set("The device is busy; wait for it, or press Stop.".into());
     }
-    if CPU.with(|w| w.borrow().is_some()) {
-        page.busy.set(true);
-        CPU.with(|w| w.borrow().as_ref().map(|w| w.submit(job)));
-        return;
-    }
-    let Some(be) = GPU.with(|g| g.borrow_mut().take()) else {
-        return page.status.set("The device is not ready yet.".into());
+    let (be, steer) = match page.device.lend(job.clone()) {
+        Lent::Cpu => return page.busy.set(true),
+        Lent::Nothing => return page.status.set("The device is not ready yet.".into()),
+        Lent::Gpu(be, steer) => (*be, steer),
     };
     page.busy.set(true);
     spawn_local(async move {
         let limit = be.max_binding_values() as u64 * 4;
-        let be = jobs::run(be, limit, job, &move |r| apply(page, r)).await;
-        match page.lost.get_untracked().or(be.lost()) {
-            // A lost device is never lent again: the page offers to make a new one.
-            Some(reason) => page.lost.set(Some(reason)),
-            None => GPU.with(|g| *g.borrow_mut() = Some(be)),
+        let tell = move |r| apply(page, r);
+        let be = jobs::run(
+            be,
+            limit,
+            job,
+            jobs::Page {
+                steer: &steer,
+                tell: &tell,
+            },
+        )
+        .await;
+        // A lost device is never lent again: the page offers to make a new one.
+        let lost = page.lost.get_untracked().or(be.lost());
+        page.device.give_back(be, lost.is_some());
+        if let Some(reason) = lost {
+            page.lost.set(Some(reason));
         }
     });
 }
@@ -582,24 +510,20 @@ fn apply(page: Page, report: Report) {
         Report::Status(text) => page.status.set(text),
         Report::Training(on) => page.training.set(on),
         Report::Begin { id, new } => {
-            page.focus.set(None);
-            page.step.set(0);
-            page.loss.set(None);
-            page.speed.set(None);
+            page.runs.focus.set(None);
+            page.readout.set(Readout::default());
             page.residuals.set(None);
             if let Some((setup, model)) = new {
-                page.runs.update(|r| r.push(Run::new(id, setup, model)));
+                page.runs.add(Run::new(id, setup, model));
             }
         }
         // A run continued from step k forgets what it read after k, as `resmem train
         // --resume` does: it will read those steps again.
-        Report::Built { id, params, step } => page.update(id, |r| {
+        Report::Built { id, params, step } => page.runs.update(id, |r| {
             r.params = params;
             r.state = RunState::Training;
             r.step = step;
-            r.points.retain(|p| p.0 <= step);
-            r.history.retain(|h| h.step <= step);
-            r.mixing.retain(|m| m.step <= step);
+            r.forget_after(step);
         }),
         Report::Imported {
             id,
@@ -613,11 +537,11 @@ fn apply(page: Page, report: Report) {
             run.params = params;
             run.step = step;
             run.state = RunState::Imported(name);
-            page.runs.update(|r| r.push(run));
-            page.focus.set(Some(id));
+            page.runs.add(run);
+            page.runs.focus.set(Some(id));
         }
         Report::Event { id, event } => show(page, id, event),
-        Report::State { id, state } => page.update(id, |r| r.state = state.clone()),
+        Report::State { id, state } => page.runs.update(id, |r| r.state = state.clone()),
         Report::Selftest { device, families } => {
             page.status.set(match &families {
                 Ok(fs) => match fs.iter().map(|f| f.failed).sum::<usize>() {
@@ -631,13 +555,13 @@ fn apply(page: Page, report: Report) {
         Report::Lost(reason) => page.lost.set(Some(reason)),
         Report::Done => {
             page.busy.set(false);
-            spawn_local(save_runs(page));
+            spawn_local(page.runs.save());
         }
         Report::Crashed(what) => {
             page.status.set(format!(
                 "The CPU engine hit a bug and stopped: {what}. Reload the page to start again, and please report it."
             ));
-            CPU.with(|w| w.borrow_mut().take().map(|w| w.stop()));
+            page.device.stop_cpu();
             page.training.set(false);
             page.ready.set(false);
             page.busy.set(false);
@@ -647,79 +571,37 @@ fn apply(page: Page, report: Report) {
 
 /// What run `id` read, shown.
 fn show(page: Page, id: usize, event: Event) {
+    let runs = page.runs;
     match event {
         Event::Step(n) => {
-            page.step.set(n);
-            page.update(id, |r| r.step = n);
+            page.readout.update(|r| r.step = n);
+            runs.update(id, |r| r.step = n);
         }
         Event::Loss { step, loss } => {
-            page.loss.set(Some(loss));
-            page.update(id, |r| r.points.push((step, loss)));
+            page.readout.update(|r| r.loss = Some(loss));
+            runs.update(id, |r| r.points.push((step, loss)));
         }
-        Event::Speed { ms, tokens } => page.speed.set(Some((ms, tokens))),
-        Event::Measured { step, measured } => page.update(id, |r| {
-            r.history.push(Snapshot {
-                step,
-                measured: measured.clone(),
-            })
-        }),
-        Event::Mixing { step, rows } => page.update(id, |r| {
-            r.mixing.push(Mixed {
-                step,
-                rows: rows.clone(),
-            })
-        }),
-        Event::Buckets(hits) => page.update(id, |r| r.hits = hits.clone()),
+        Event::Speed { ms, tokens } => page.readout.update(|r| r.speed = Some((ms, tokens))),
+        Event::Observed(o) => runs.update(id, |r| r.observe(o.clone())),
         Event::Residuals(read) => page.residuals.set(Some(read)),
         Event::Checkpoint { step, bytes } => {
-            page.update(id, |r| {
+            runs.update(id, |r| {
                 r.checkpoint = Some(Kept {
                     step,
                     bytes: bytes.clone(),
                 })
             });
-            spawn_local(save_checkpoint(page, id));
+            spawn_local(async move {
+                if let Err(e) = runs.save_checkpoint(id).await {
+                    page.status.set(format!(
+                        "Run #{id}'s checkpoint could not be kept for your next visit ({e}); its \"checkpoint\" \
+                         button downloads it."
+                    ));
+                }
+            });
         }
-        Event::Sample(s) => page.update(id, |r| r.sample = Some(s.clone())),
+        Event::Sample(s) => runs.update(id, |r| r.sample = Some(s.clone())),
     }
-}
-
-/// The store's key for the list of runs.
-const RUNS_KEY: &str = "runs";
-
-/// Keeps the runs (not their checkpoints: `save_checkpoint`) for the next visit.
-async fn save_runs(page: Page) {
-    let saved: Vec<Saved> = page.runs.with_untracked(|rs| rs.iter().map(Run::saved).collect());
-    if let Err(e) = store::put_value(RUNS_KEY, &saved).await {
-        web_sys::console::warn_1(&format!("the runs could not be kept for the next visit: {e}").into());
-    }
-}
-
-async fn save_checkpoint(page: Page, id: usize) {
-    let Some(kept) = page.run(id).and_then(|r| r.checkpoint) else {
-        return;
-    };
-    if let Err(e) = store::put_bytes(&Run::checkpoint_key(id), &kept.bytes).await {
-        page.status.set(format!(
-            "Run #{id}'s checkpoint could not be kept for your next visit ({e}); its \"checkpoint\" button \
-             downloads it."
-        ));
-    }
-    save_runs(page).await;
-}
-
-/// The runs the last visit kept, with their checkpoints.
-async fn restore_runs() -> Result<Vec<Run>, String> {
-    let Some(saved) = store::get_value::<Vec<Saved>>(RUNS_KEY).await? else {
-        return Ok(vec![]);
-    };
-    let mut runs = vec![];
-    for s in saved {
-        let id = s.id();
-        let bytes = store::get_bytes(&Run::checkpoint_key(id)).await?;
-        runs.push(Run::restored(s, bytes));
-    }
-    Ok(runs)
 }
 
 /// What the chosen config costs beside a transformer of matching dimensions, by the counters

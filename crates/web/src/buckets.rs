@@ -3,13 +3,27 @@
 
 use crate::chart::histogram_svg;
 use crate::help::ViewTitle;
+use crate::observed::{Observed, Rows, BUCKET_WINDOW};
 use crate::save::ChartExport;
-use crate::training::BUCKET_WINDOW;
 use leptos::prelude::*;
 use models::buckets::{normalised_entropy, BucketCounts};
 
+/// Hits of every layer and table, summed over the readings kept (the last steps').
+fn summed(readings: &[Observed]) -> Vec<BucketCounts> {
+    let mut sum: Option<Vec<BucketCounts>> = None;
+    for o in readings {
+        let Rows::Buckets(hits) = &o.rows else { continue };
+        match &mut sum {
+            None => sum = Some(hits.clone()),
+            Some(sum) => sum.iter_mut().zip(hits).for_each(|(a, b)| a.accumulate(b)),
+        }
+    }
+    sum.unwrap_or_default()
+}
+
 #[component]
-pub fn BucketView(hits: Signal<Vec<BucketCounts>>) -> impl IntoView {
+pub fn BucketView(readings: Signal<Vec<Observed>>) -> impl IntoView {
+    let hits = Memo::new(move |_| readings.with(|r| summed(r)));
     let (layer, set_layer) = signal(0usize);
     let (table, set_table) = signal(0usize);
     let selected = move || {

@@ -1,23 +1,24 @@
 //! What a device does for the page, and what it tells the page as it goes: training runs,
 //! continuing one from its checkpoint, importing a checkpoint, sampling. The same code runs on
 //! the page's thread for the GPU and in the CPU engine's Web Worker (`worker.rs`), so a job
-//! takes plain data in ([`Job`], [`Steering`]) and gives plain data out ([`Report`]), which the
-//! page applies to what it shows.
+//! takes plain data in ([`Job`], and what the page wants as it changes, through a [`Steer`]
+//! handle) and gives plain data out ([`Report`]), which the page applies to what it shows.
 
 use crate::dataset::Dataset;
 use crate::interventions::Patching;
+use crate::observed::{self, Kind, Observed};
 use crate::residual::{Look, Residuals};
 use crate::runs::RunState;
 use crate::sample;
 use crate::session::{check_limits, Session};
 use crate::setup::Setup;
-use crate::training::{self, Event, Wants};
+use crate::training::{self, Event, Steer};
 use engine::Backend;
 use models::checkpoint;
 use models::count::thousands;
 use models::RunConfig;
 use serde::{Deserialize, Serialize};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// What the page asks of the device.
@@ -60,30 +61,6 @@ pub enum Job {
     },
     /// Every kernel family on the device against its CPU twin (`engine::selftest`).
     Selftest,
-}
-
-/// What the page wants while a job runs; it may change at any time.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Steering {
-    /// Stop after the current step.
-    pub stop: bool,
-    /// What a residual viewer wants read, while one is open.
-    pub residuals: Option<Look>,
-    /// The prompt a sample continues.
-    pub prompt: String,
-}
-
-thread_local! {
-    static STEERING: RefCell<Steering> = RefCell::new(Steering::default());
-}
-
-/// What the page wants, as the running job reads it.
-pub fn set_steering(s: Steering) {
-    STEERING.with(|cell| *cell.borrow_mut() = s);
-}
-
-fn steering() -> Steering {
-    STEERING.with(|cell| cell.borrow().clone())
 }
 
 /// What the device tells the page.
@@ -141,33 +118,47 @@ pub enum Report {
 /// How a report reaches the page.
 pub type Tell<'a> = &'a dyn Fn(Report);
 
+/// What a job is handed besides its device: what the page wants, and how to tell it.
+#[derive(Clone, Copy)]
+pub struct Page<'a> {
+    pub steer: &'a Steer,
+    pub tell: Tell<'a>,
+}
+
+impl Page<'_> {
+    fn tell(&self, report: Report) {
+        (self.tell)(report)
+    }
+}
+
 /// Does `job` on `be`, whose buffers may be up to `limit` bytes, telling the page as it goes,
 /// and gives the backend back. Every job ends with [`Report::Done`].
-pub async fn run<B: Backend + 'static>(mut be: B, limit: u64, job: Job, tell: Tell<'_>) -> B {
+pub async fn run<B: Backend + 'static>(mut be: B, limit: u64, job: Job, page: Page<'_>) -> B {
+    let tell = page.tell;
     match job {
-        Job::Train { first_id, setups } => be = train(be, limit, first_id, setups, tell).await,
+        Job::Train { first_id, setups } => be = train(be, limit, first_id, setups, page).await,
         Job::Continue { id, data, checkpoint } => match checkpoint_config(&checkpoint) {
             Ok(cfg) => {
-                start_training(tell);
-                (be, _) = train_run(be, limit, id, cfg, data, None, Some(checkpoint), tell).await;
+                start_training(page);
+                (be, _) = train_run(be, limit, id, cfg, data, None, Some(checkpoint), page).await;
                 tell(Report::Training(false));
             }
             Err(e) => tell(Report::Status(format!("Cannot continue run #{id}: {e}"))),
         },
-        Job::Import { id, name, bytes } => be = import(be, limit, id, &name, bytes, tell).await,
+        Job::Import { id, name, bytes } => be = import(be, limit, id, &name, bytes, page).await,
         Job::Sample {
             id,
             data,
             step,
             checkpoint,
-        } => be = sample_from(be, limit, id, data, step, &checkpoint, tell).await,
+        } => be = sample_from(be, limit, id, data, step, &checkpoint, page).await,
         Job::Look {
             id,
             data,
             step,
             checkpoint,
             patched,
-        } => be = look_again(be, limit, (id, data, step), &checkpoint, patched, tell).await,
+        } => be = look_again(be, limit, (id, data, step), &checkpoint, patched, page).await,
         Job::Selftest => {
             tell(Report::Status("Checking every kernel against the CPU…".into()));
             let families = engine::selftest::run(&be)
@@ -184,13 +175,14 @@ pub async fn run<B: Backend + 'static>(mut be: B, limit: u64, job: Job, tell: Te
     be
 }
 
-fn start_training(tell: Tell) {
-    STEERING.with(|s| s.borrow_mut().stop = false);
-    tell(Report::Training(true));
+fn start_training(page: Page) {
+    page.steer.go();
+    page.tell(Report::Training(true));
 }
 
 /// New runs, one after another, until one fails or Stop.
-async fn train<B: Backend + 'static>(mut be: B, limit: u64, first_id: usize, setups: Vec<Setup>, tell: Tell<'_>) -> B {
+async fn train<B: Backend + 'static>(mut be: B, limit: u64, first_id: usize, setups: Vec<Setup>, page: Page<'_>) -> B {
+    let tell = page.tell;
     // Every config is checked, against the device's limits too, before anything is built.
     let mut planned = vec![];
     for s in setups {
@@ -204,15 +196,15 @@ async fn train<B: Backend + 'static>(mut be: B, limit: u64, first_id: usize, set
             }
         }
     }
-    start_training(tell);
+    start_training(page);
     for (id, (s, cfg)) in (first_id..).zip(planned) {
-        if steering().stop {
+        if page.steer.stopping() {
             break;
         }
         let model = cfg.model.describe();
         let data = s.data;
         let ok;
-        (be, ok) = train_run(be, limit, id, cfg, data, Some((s, model)), None, tell).await;
+        (be, ok) = train_run(be, limit, id, cfg, data, Some((s, model)), None, page).await;
         if !ok {
             break;
         }
@@ -238,8 +230,9 @@ async fn train_run<B: Backend + 'static>(
     data: Dataset,
     new: Option<(Setup, String)>,
     from: Option<Arc<Vec<u8>>>,
-    tell: Tell<'_>,
+    page: Page<'_>,
 ) -> (B, bool) {
+    let tell = page.tell;
     let label = cfg.arch().label();
     tell(Report::Begin { id, new });
     let mut session = match Session::open(be, cfg, data, limit, from.as_deref().map(|b| &b[..])).await {
@@ -276,15 +269,7 @@ async fn train_run<B: Backend + 'static>(
         }
         tell(Report::Event { id, event })
     };
-    let stop = || steering().stop;
-    let look = || steering().residuals;
-    let prompt = || steering().prompt;
-    let wants = Wants {
-        stop: &stop,
-        residuals: &look,
-        prompt: &prompt,
-    };
-    let outcome = training::train(&mut session, wants, &emit).await;
+    let outcome = training::train(&mut session, page.steer, &emit).await;
     let n = session.trainer.step;
     let be = session.be;
     let Err(e) = outcome else {
@@ -345,8 +330,9 @@ async fn import<B: Backend + 'static>(
     id: usize,
     name: &str,
     bytes: Arc<Vec<u8>>,
-    tell: Tell<'_>,
+    page: Page<'_>,
 ) -> B {
+    let tell = page.tell;
     let refuse = |e: String| tell(Report::Status(format!("Cannot import {name}: {e}")));
     let cfg = match checkpoint_config(&bytes) {
         Ok(cfg) => cfg,
@@ -381,22 +367,17 @@ async fn import<B: Backend + 'static>(
     });
     let event = |event: Event| tell(Report::Event { id, event });
     event(Event::Checkpoint { step, bytes });
-    let look = steering().residuals.unwrap_or_default();
-    let (seq, token) = (look.seq, look.token);
+    let look = page.steer.look();
     let views = async {
         let loss = session.inspect().await?;
         event(Event::Loss { step, loss });
-        let hits = session.bucket_counts().await?;
-        if let Some(rows) = session.mixing(seq, token).await? {
-            event(Event::Mixing { step, rows });
-        }
-        if let Some(measured) = session.measure().await? {
-            event(Event::Measured { step, measured });
-        }
+        // Every kind of reading, then the residuals: the variance probes' forward is of the
+        // same batch and weights as the inspection's.
+        let observed = |o: Observed| event(Event::Observed(o));
+        observed::observe_each(&mut session, Kind::ALL, step, &look, &observed).await?;
         event(Event::Residuals(read_residuals(&mut session, step, &look).await?));
-        event(Event::Buckets(hits));
         event(Event::Sample(
-            sample::draw(&mut session, step, &steering().prompt).await?,
+            sample::draw(&mut session, step, &page.steer.get().prompt).await?,
         ));
         Ok::<f32, String>(loss)
     };
@@ -446,8 +427,9 @@ async fn look_again<B: Backend + 'static>(
     (id, data, step): (usize, Dataset, usize),
     bytes: &[u8],
     patched: Option<Box<Patching>>,
-    tell: Tell<'_>,
+    page: Page<'_>,
 ) -> B {
+    let tell = page.tell;
     let fail = |e: String| tell(Report::Status(format!("Cannot read run #{id} again: {e}")));
     let mut session = match open_checkpoint(be, limit, data, bytes).await {
         Ok(s) => s,
@@ -459,7 +441,7 @@ async fn look_again<B: Backend + 'static>(
     if let Some(patched) = patched {
         session.reuse_patching(patched);
     }
-    let look = steering().residuals.unwrap_or_default();
+    let look = page.steer.look();
     let read = async {
         session.inspect().await?;
         read_residuals(&mut session, step, &look).await
@@ -487,8 +469,9 @@ async fn sample_from<B: Backend + 'static>(
     data: Dataset,
     step: usize,
     bytes: &[u8],
-    tell: Tell<'_>,
+    page: Page<'_>,
 ) -> B {
+    let tell = page.tell;
     let fail = |e: String| tell(Report::Status(format!("Cannot sample from run #{id}: {e}")));
     let mut session = match open_checkpoint(be, limit, data, bytes).await {
         Ok(s) => s,
@@ -497,7 +480,7 @@ async fn sample_from<B: Backend + 'static>(
             return back;
         }
     };
-    match sample::draw(&mut session, step, &steering().prompt).await {
+    match sample::draw(&mut session, step, &page.steer.get().prompt).await {
         Ok(s) => {
             tell(Report::Event {
                 id,

@@ -4,6 +4,7 @@
 
 use crate::chart::{lines_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
+use crate::observed::{Observed, Rows};
 use crate::save::ChartExport;
 use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
@@ -14,6 +15,18 @@ use models::observe::MixingRow;
 pub struct Mixed {
     pub step: usize,
     pub rows: Vec<MixingRow>,
+}
+
+/// A run's readings of the gates, oldest first.
+fn gates(readings: &[Observed]) -> Vec<Mixed> {
+    let of = |o: &Observed| {
+        let Rows::Mixing(rows) = &o.rows else { return None };
+        Some(Mixed {
+            step: o.step,
+            rows: rows.clone(),
+        })
+    };
+    readings.iter().filter_map(of).collect()
 }
 
 /// 0 white, positive blue and negative red, full at |v| = 1 (a doubly stochastic P's entries
@@ -135,7 +148,8 @@ pub fn gain_svg(history: &[Mixed]) -> String {
 
 /// The mixing view of one run: its reads of the gates.
 #[component]
-pub fn MixingView(history: Signal<Vec<Mixed>>) -> impl IntoView {
+pub fn MixingView(readings: Signal<Vec<Observed>>) -> impl IntoView {
+    let history = Memo::new(move |_| readings.with(|r| gates(r)));
     let chosen = RwSignal::new(None::<usize>);
     let count = Signal::derive(move || history.with(|h| h.len()));
     let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());

@@ -5,19 +5,19 @@ use crate::browser;
 use crate::chart::{loss_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
 use crate::link::Link;
-use crate::mixing::Mixed;
+use crate::observed::{Kind, Observed, Rows};
 use crate::sample::Sample;
 use crate::save::ChartExport;
 use crate::setup::Setup;
-use crate::variance::{closed_form, distances, Snapshot};
+use crate::variance::{closed_form, distances};
 use leptos::prelude::*;
-use models::buckets::BucketCounts;
 use models::count::thousands;
 use models::observe::MixingRow;
 use models::probes::Measured;
 use models::run::MetricsRow;
 use models::variance::ClosedForm;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,9 +63,14 @@ pub struct Saved {
     visible: bool,
     step: usize,
     points: Vec<(usize, f32)>,
-    history: Vec<(usize, Vec<Measured>)>,
-    /// Absent in runs stored before hyper-connections.
+    /// The readings of every kind the store keeps (`Kind::saved`); absent in runs stored
+    /// before one relay carried them.
     #[serde(default)]
+    observed: Vec<Observed>,
+    /// How runs stored before that kept their variance ratios and gates: read, never written.
+    #[serde(default, skip_serializing)]
+    history: Vec<(usize, Vec<Measured>)>,
+    #[serde(default, skip_serializing)]
     mixing: Vec<(usize, Vec<MixingRow>)>,
     checkpoint_step: Option<usize>,
 }
@@ -83,12 +88,9 @@ pub struct Run {
     pub visible: bool,
     pub step: usize,
     pub points: Vec<(usize, f32)>,
-    pub history: Vec<Snapshot>,
-    /// Hyper-connections' gates, read with the variance probes.
-    pub mixing: Vec<Mixed>,
+    /// What it read besides its loss, by kind, oldest first (`observed.rs`).
+    pub observed: BTreeMap<Kind, Vec<Observed>>,
     pub closed: Vec<ClosedForm>,
-    /// Bucket hits over the last steps, per hashed layer.
-    pub hits: Vec<BucketCounts>,
     pub checkpoint: Option<Kept>,
     pub sample: Option<Sample>,
 }
@@ -105,9 +107,7 @@ impl Run {
             visible: true,
             step: 0,
             points: vec![],
-            history: vec![],
-            mixing: vec![],
-            hits: vec![],
+            observed: BTreeMap::new(),
             checkpoint: None,
             sample: None,
         }
@@ -137,8 +137,12 @@ impl Run {
             visible: self.visible,
             step: self.step,
             points: self.points.clone(),
-            history: self.history.iter().map(|s| (s.step, s.measured.clone())).collect(),
-            mixing: self.mixing.iter().map(|m| (m.step, m.rows.clone())).collect(),
+            observed: (self.observed.iter())
+                .filter(|(kind, _)| kind.saved())
+                .flat_map(|(_, readings)| readings.iter().cloned())
+                .collect(),
+            history: vec![],
+            mixing: vec![],
             checkpoint_step: self.checkpoint.as_ref().map(|k| k.step),
         }
     }
@@ -147,6 +151,14 @@ impl Run {
     pub fn restored(saved: Saved, checkpoint: Option<Vec<u8>>) -> Run {
         let setup = Link::parse(&saved.query).setup;
         let closed = Run::closed_form(&setup);
+        let older = (saved.history.into_iter())
+            .map(|(step, measured)| (step, Rows::Variance(measured)))
+            .chain(saved.mixing.into_iter().map(|(step, rows)| (step, Rows::Mixing(rows))))
+            .map(|(step, rows)| Observed { step, rows });
+        let mut observed = BTreeMap::new();
+        for o in older.chain(saved.observed) {
+            keep(&mut observed, o);
+        }
         Run {
             id: saved.id,
             setup,
@@ -156,22 +168,30 @@ impl Run {
             visible: saved.visible,
             step: saved.step,
             points: saved.points,
-            history: saved
-                .history
-                .into_iter()
-                .map(|(step, measured)| Snapshot { step, measured })
-                .collect(),
-            mixing: (saved.mixing.into_iter())
-                .map(|(step, rows)| Mixed { step, rows })
-                .collect(),
+            observed,
             closed,
-            hits: vec![],
             checkpoint: saved.checkpoint_step.zip(checkpoint).map(|(step, bytes)| Kept {
                 step,
                 bytes: Arc::new(bytes),
             }),
             sample: None,
         }
+    }
+
+    /// Keeps a reading, and as many of its kind before it as the kind keeps.
+    pub fn observe(&mut self, o: Observed) {
+        keep(&mut self.observed, o);
+    }
+
+    /// Its readings of `kind`, oldest first.
+    pub fn readings(&self, kind: Kind) -> &[Observed] {
+        self.observed.get(&kind).map_or(&[], Vec::as_slice)
+    }
+
+    /// Forgets what it read after `step`, as a run continued from there will read it again.
+    pub fn forget_after(&mut self, step: usize) {
+        self.points.retain(|p| p.0 <= step);
+        self.observed.values_mut().for_each(|r| r.retain(|o| o.step <= step));
     }
 
     /// Whether it can train on from its checkpoint.
@@ -235,6 +255,15 @@ impl Run {
     }
 }
 
+/// Adds `o` to its kind's readings, keeping the newest `Kind::keep`.
+fn keep(observed: &mut BTreeMap<Kind, Vec<Observed>>, o: Observed) {
+    let kind = o.rows.kind();
+    let readings = observed.entry(kind).or_default();
+    readings.push(o);
+    let over = readings.len().saturating_sub(kind.keep());
+    readings.drain(..over);
+}
+
 fn hex(c: plotters::style::RGBColor) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
@@ -279,8 +308,11 @@ pub fn RunList(
     let row = move |r: Run, first: Run, focused: bool| {
         let id = r.id;
         let last = r.points.last().map_or("–".to_string(), |p| format!("{:.4}", p.1));
-        let variance = r.history.last().map_or("–".to_string(), |s| {
-            let (f, b) = distances(&s.measured);
+        let variance = r.readings(Kind::Variance).last().map_or("–".to_string(), |o| {
+            let Rows::Variance(measured) = &o.rows else {
+                return "–".to_string();
+            };
+            let (f, b) = distances(measured);
             let x = |d: Option<f64>| d.map_or("–".to_string(), |d| format!("{d:.2}×"));
             format!("{} / {}", x(f), x(b))
         });

@@ -7,11 +7,9 @@ use crate::interventions::{Ablated, Interventions, PatchAsk, Patching};
 use crate::residual::{Look, Residuals};
 use data::{Batch, BatchSource, DataError, DataSource};
 use engine::Backend;
-use models::buckets::{self, BucketCounts};
 use models::checkpoint::{self, TrainState};
 use models::generate::{self, Drawn, Sampling};
 use models::memory::{self, Purpose};
-use models::observe::MixingRow;
 use models::probes::Measured;
 use models::{Evaluator, LanguageModel, RunConfig, Trainer};
 
@@ -377,27 +375,9 @@ impl<B: Backend + 'static> Session<B> {
         }))
     }
 
-    /// Every hyper-connection site's gates for token `token` of sequence `seq` in the last
-    /// step's forward, with the composite gain by depth; None for models without them or before
-    /// the first step.
-    pub async fn mixing(&self, seq: usize, token: usize) -> Result<Option<Vec<MixingRow>>, String> {
-        let Some(batch) = &self.last_batch else {
-            return Ok(None);
-        };
-        let (seq, token) = (seq.min(batch.b.saturating_sub(1)), token.min(batch.t.saturating_sub(1)));
-        models::observe::mixing(&self.be, &*self.trainer.model, (seq, batch.t, token))
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    /// Bucket hits of every hash table in the last step's forward, in one readback; empty for
-    /// models without tables.
-    pub async fn bucket_counts(&self) -> Result<Vec<BucketCounts>, String> {
-        let layers = self.trainer.model.inside().hashed;
-        if layers.is_empty() {
-            return Ok(vec![]);
-        }
-        buckets::read(&self.be, &layers).await.map_err(|e| e.to_string())
+    /// The last forward's batch and window (B, T); None before the first step.
+    pub fn last_shape(&self) -> Option<(usize, usize)> {
+        self.last_batch.as_ref().map(|b| (b.b.max(1), b.t.max(1)))
     }
 
     /// Variance ratios of every storage and retrieval on the last step's batch; None for models

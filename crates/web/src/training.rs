@@ -1,31 +1,26 @@
 //! One run on the page: `resmem train`'s loop (`models::run::train_loop`), driven by the page,
 //! which steps until the schedule ends or it is asked to stop, and emits what it reads as
-//! events. It reads the loss every few steps, not every step, the bucket counts of every table
-//! in one readback a step, the residuals only while a viewer wants them, the variance probes
-//! every few steps, a sample every few hundred steps and at the end, and keeps a checkpoint in
-//! memory every few steps, so that a lost device loses little.
+//! events. It reads the loss every few steps, not every step, what `observed.rs` lists at each
+//! kind's cadence, the residuals only while a viewer wants them, a sample every few hundred
+//! steps and at the end, and keeps a checkpoint in memory every few steps, so that a lost device
+//! loses little.
 
+use crate::observed::{observe_each, Cadence, Kind, Observed};
 use crate::residual::{self, Look, Residuals};
 use crate::sample::{self, Sample};
 use crate::session::{Model, Session};
 use data::{Batch, DataError};
 use engine::Backend;
-use models::buckets::BucketCounts;
-use models::observe::MixingRow;
-use models::probes::Measured;
 use models::run::{train_loop, Driver, End, LoopCadence, MetricsRow, Parts, Written};
 use models::ModelError;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// How often the loss is read back, in steps (and after step 1 and the last step).
 pub const LOSS_EVERY: usize = 5;
-/// How often the variance probes run (after step 1, then every this many steps): each
-/// measurement costs about one more forward and backward.
-pub const MEASURE_EVERY: usize = 10;
-/// Steps whose bucket hits the histograms sum.
-pub const BUCKET_WINDOW: usize = 10;
 /// Steps the time per step is averaged over (whole loss-read intervals).
 const SPEED_WINDOW: usize = 10;
 /// How often the run's checkpoint is refreshed in memory (and at the end).
@@ -40,13 +35,9 @@ pub enum Event {
     Loss { step: usize, loss: f32 },
     /// Milliseconds a step, averaged over the recent steps, of `tokens` each.
     Speed { ms: f64, tokens: usize },
-    /// Variance ratios measured on a step's batch.
-    Measured { step: usize, measured: Vec<Measured> },
-    /// Hyper-connections' gates at every site for one token of a step's batch.
-    Mixing { step: usize, rows: Vec<MixingRow> },
-    /// Bucket hits of every hashed layer, summed over the last steps.
-    Buckets(Vec<BucketCounts>),
-    /// One sequence's residual stream at every depth.
+    /// A reading of one kind (`observed.rs`), which the run keeps.
+    Observed(Observed),
+    /// One sequence's residual stream at every depth, as the viewer asked: shown, not kept.
     Residuals(Residuals),
     /// The run's checkpoint, in the format `resmem train` writes.
     Checkpoint {
@@ -59,21 +50,51 @@ pub enum Event {
     Sample(Sample),
 }
 
-/// What the page asks of the loop while it runs.
-pub struct Wants<'a> {
+/// What the page wants while a job runs; it may change at any time.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Steering {
     /// Stop after the current step.
-    pub stop: &'a dyn Fn() -> bool,
+    pub stop: bool,
     /// What a residual viewer wants read, while one is open.
-    pub residuals: &'a dyn Fn() -> Option<Look>,
-    /// The prompt to continue when a sample is due.
-    pub prompt: &'a dyn Fn() -> String,
+    pub residuals: Option<Look>,
+    /// The prompt a sample continues.
+    pub prompt: String,
 }
 
-/// Trains until the schedule ends or `wants.stop`, yielding to the page between steps: the
+/// The handle through which a job reads what the page wants: the page (or, in the CPU
+/// engine's worker, the page's messages) writes it, the job reads it between steps.
+#[derive(Clone, Default)]
+pub struct Steer(Rc<RefCell<Steering>>);
+
+impl Steer {
+    pub fn set(&self, s: Steering) {
+        *self.0.borrow_mut() = s;
+    }
+
+    pub fn get(&self) -> Steering {
+        self.0.borrow().clone()
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.0.borrow().stop
+    }
+
+    /// A job that trains clears an old Stop.
+    pub fn go(&self) {
+        self.0.borrow_mut().stop = false;
+    }
+
+    /// The viewer's token, or the first sequence's first.
+    pub fn look(&self) -> Look {
+        self.0.borrow().residuals.clone().unwrap_or_default()
+    }
+}
+
+/// Trains until the schedule ends or the page asks it to stop, yielding to the page between steps: the
 /// loop `resmem train` runs, driven by the page (its readbacks awaited, never blocked on).
 pub async fn train<B: Backend + 'static>(
     session: &mut Session<B>,
-    wants: Wants<'_>,
+    steer: &Steer,
     emit: &dyn Fn(Event),
 ) -> Result<(), String> {
     // A continued run starts past step 0.
@@ -88,16 +109,15 @@ pub async fn train<B: Backend + 'static>(
     };
     let mut page = Page {
         session,
-        wants,
+        steer,
         emit,
-        window: VecDeque::new(),
         intervals: VecDeque::new(),
         sampled_at: first,
     };
     let end = train_loop::train(&mut page, &cadence).await.map_err(|Failure(e)| e)?;
     let Page {
         session,
-        wants,
+        steer,
         sampled_at,
         ..
     } = page;
@@ -115,7 +135,7 @@ pub async fn train<B: Backend + 'static>(
     // trained has its checkpoint (the loop's) and a sample.
     let n = session.trainer.step;
     if n > first && sampled_at != n {
-        emit(Event::Sample(sample::draw(session, n, &(wants.prompt)()).await?));
+        emit(Event::Sample(sample::draw(session, n, &steer.get().prompt).await?));
     }
     Ok(())
 }
@@ -138,10 +158,8 @@ impl From<String> for Failure {
 /// The page's driver of the loop: events for the views, and what the page wants.
 struct Page<'a, B: Backend + 'static> {
     session: &'a mut Session<B>,
-    wants: Wants<'a>,
+    steer: &'a Steer,
     emit: &'a dyn Fn(Event),
-    /// Bucket hits of the last steps.
-    window: VecDeque<Vec<BucketCounts>>,
     /// (steps, milliseconds) of each interval between loss reads.
     intervals: VecDeque<(usize, f64)>,
     sampled_at: usize,
@@ -167,7 +185,7 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
     }
 
     fn stop(&self) -> bool {
-        (self.wants.stop)()
+        self.steer.stopping()
     }
 
     async fn stepped(&mut self, step: usize, batch: &Batch) -> Result<(), Failure> {
@@ -175,15 +193,9 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
         (self.emit)(Event::Step(step));
         // Return to the event loop, so the page stays responsive, before awaiting any map.
         gloo_timers::future::TimeoutFuture::new(0).await;
-        let counts = self.session.bucket_counts().await?;
-        if !counts.is_empty() {
-            self.window.push_back(counts);
-            if self.window.len() > BUCKET_WINDOW {
-                self.window.pop_front();
-            }
-            (self.emit)(Event::Buckets(summed(&self.window)));
-        }
-        Ok(())
+        let emit = |o| (self.emit)(Event::Observed(o));
+        let kinds = Kind::due(Cadence::EveryStep, step);
+        Ok(observe_each(self.session, kinds, step, &self.steer.look(), &emit).await?)
     }
 
     async fn logged(&mut self, row: &MetricsRow, why: Written) -> Result<(), Failure> {
@@ -202,21 +214,14 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
             tokens: self.session.tokens_per_step(),
         });
         // Before the probes run a forward of their own: these are the step's residuals.
-        let look = (self.wants.residuals)().filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY));
+        let look = (self.steer.get().residuals).filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY));
         let read = match &look {
             Some(look) => Some(self.session.residuals(look.seq, look.token).await?),
             None => None,
         };
-        if n == 1 || n.is_multiple_of(MEASURE_EVERY) {
-            // The viewer's token, or the first sequence's first; before the probes' forward.
-            let Look { seq, token, .. } = (self.wants.residuals)().unwrap_or_default();
-            if let Some(rows) = self.session.mixing(seq, token).await? {
-                (self.emit)(Event::Mixing { step: n, rows });
-            }
-            if let Some(measured) = self.session.measure().await? {
-                (self.emit)(Event::Measured { step: n, measured });
-            }
-        }
+        let emit = |o| (self.emit)(Event::Observed(o));
+        let kinds = Kind::due(Cadence::Measured, n);
+        observe_each(self.session, kinds, n, &self.steer.look(), &emit).await?;
         // Last: attribution and ablation run forwards of their own.
         if let (Some(look), Some(read)) = (look, read) {
             let interventions = self.session.intervene(&look).await?;
@@ -228,7 +233,7 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
         }
         if n.is_multiple_of(sample::EVERY) {
             (self.emit)(Event::Sample(
-                sample::draw(self.session, n, &(self.wants.prompt)()).await?,
+                sample::draw(self.session, n, &self.steer.get().prompt).await?,
             ));
             self.sampled_at = n;
         }
@@ -247,13 +252,4 @@ async fn keep<B: Backend + 'static>(session: &Session<B>, emit: &dyn Fn(Event)) 
         bytes,
     });
     Ok(())
-}
-
-/// Hits of every layer and table, summed over the window's steps.
-fn summed(window: &VecDeque<Vec<BucketCounts>>) -> Vec<BucketCounts> {
-    let mut sum = window[0].clone();
-    for w in window.iter().skip(1) {
-        sum.iter_mut().zip(w).for_each(|(a, b)| a.accumulate(b));
-    }
-    sum
 }

@@ -5,6 +5,7 @@
 
 use crate::chart::variance_svg;
 use crate::help::ViewTitle;
+use crate::observed::{Observed, Rows};
 use crate::save::ChartExport;
 use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
@@ -23,6 +24,18 @@ pub fn closed_form(cfg: &RunConfig) -> Vec<ClosedForm> {
 pub struct Snapshot {
     pub step: usize,
     pub measured: Vec<Measured>,
+}
+
+/// A run's variance readings, oldest first.
+fn snapshots(readings: &[Observed]) -> Vec<Snapshot> {
+    let of = |o: &Observed| {
+        let Rows::Variance(measured) = &o.rows else { return None };
+        Some(Snapshot {
+            step: o.step,
+            measured: measured.clone(),
+        })
+    };
+    readings.iter().filter_map(of).collect()
 }
 
 /// The grid's columns: every block's four probed sites, in the order a block runs them.
@@ -162,7 +175,8 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
 
 /// The variance view of one run: its measurements and closed form.
 #[component]
-pub fn VarianceView(history: Signal<Vec<Snapshot>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
+pub fn VarianceView(readings: Signal<Vec<Observed>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
+    let history = Memo::new(move |_| readings.with(|r| snapshots(r)));
     let (block, set_block) = signal(0usize);
     // Which measurement is shown; None: the latest.
     let chosen = RwSignal::new(None::<usize>);

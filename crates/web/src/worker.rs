@@ -4,8 +4,9 @@
 //! A message is a JavaScript value (serde-wasm-bindgen: a NaN loss stays NaN, where JSON would
 //! lose it); a checkpoint's bytes travel beside it as a transferred buffer, never as numbers.
 
-use crate::jobs::{self, Job, Report, Steering};
+use crate::jobs::{self, Job, Report};
 use crate::training::Event;
+use crate::training::{Steer, Steering};
 use engine::cpu::CpuBackend;
 use engine::Backend;
 use js_sys::{Array, Uint8Array};
@@ -143,11 +144,6 @@ impl CpuWorker {
     }
 }
 
-thread_local! {
-    /// The worker's engine, lent to one job at a time.
-    static ENGINE: RefCell<Option<CpuBackend>> = const { RefCell::new(None) };
-}
-
 fn scope() -> DedicatedWorkerGlobalScope {
     js_sys::global().unchecked_into()
 }
@@ -165,25 +161,35 @@ pub fn crashed(info: String) {
     tell(Report::Crashed(info));
 }
 
-/// The worker's side: makes the CPU engine, says it is ready, and does the page's jobs.
+/// The worker's side: makes the CPU engine, says it is ready, and does the page's jobs, one at
+/// a time, each handed what the page wants through one steering handle.
 pub fn serve() {
-    let on_message = Closure::<dyn Fn(MessageEvent)>::new(|ev: MessageEvent| match decode(ev.data()) {
-        Ok(ToWorker::Steering(s)) => jobs::set_steering(s),
-        Ok(ToWorker::Job(job)) => wasm_bindgen_futures::spawn_local(async move {
-            let Some(be) = ENGINE.with(|e| e.borrow_mut().take()) else {
+    let be = CpuBackend::new();
+    let what = be.describe();
+    // The engine, lent to one job at a time (empty while a job holds it).
+    let engine: Rc<RefCell<Option<CpuBackend>>> = Rc::new(RefCell::new(Some(be)));
+    let steer = Steer::default();
+    let on_message = Closure::<dyn Fn(MessageEvent)>::new(move |ev: MessageEvent| match decode(ev.data()) {
+        Ok(ToWorker::Steering(s)) => steer.set(s),
+        Ok(ToWorker::Job(job)) => {
+            let Some(be) = engine.borrow_mut().take() else {
                 return tell(Report::Status("The CPU engine is busy with another job.".into()));
             };
-            let be = jobs::run(be, CPU_LIMIT_BYTES, job, &tell).await;
-            ENGINE.with(|e| *e.borrow_mut() = Some(be));
-        }),
+            let (engine, steer) = (engine.clone(), steer.clone());
+            wasm_bindgen_futures::spawn_local(async move {
+                let page = jobs::Page {
+                    steer: &steer,
+                    tell: &tell,
+                };
+                let be = jobs::run(be, CPU_LIMIT_BYTES, job, page).await;
+                *engine.borrow_mut() = Some(be);
+            })
+        }
         Err(e) => tell(Report::Crashed(format!(
             "the page sent a message the engine cannot read ({e})"
         ))),
     });
     scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     on_message.forget();
-    let be = CpuBackend::new();
-    let what = be.describe();
-    ENGINE.with(|e| *e.borrow_mut() = Some(be));
     tell(Report::Ready(what));
 }

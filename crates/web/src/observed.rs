@@ -1,0 +1,168 @@
+//! What the page reads of a run besides its loss, one kind at a time: the one relay from
+//! `models::observe` to a view. A run keeps its readings in a map by kind (`Run::observed`);
+//! the device sends each as one `Event::Observed`; a view takes the focused run's readings of
+//! its kind. A new view is its component and one arm of each `match` here
+//! (docs/adding-a-view.md).
+
+use crate::arch::Arch;
+use crate::residual::Look;
+use crate::session::Session;
+use engine::Backend;
+use models::buckets::{self, BucketCounts};
+use models::observe::{DepthRow, MixingRow};
+use models::probes::Measured;
+use serde::{Deserialize, Serialize};
+
+/// How often the measured kinds are read while training (after step 1, then every this many
+/// steps): the variance probes cost about one more forward and backward.
+pub const MEASURE_EVERY: usize = 10;
+/// Steps whose bucket hits the histograms sum.
+pub const BUCKET_WINDOW: usize = 10;
+
+/// A kind of reading, in the order a step reads them: the kinds that run a forward of their own
+/// come last, so that the others read the step's forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// Bucket hits of every hashed layer in a step's forward.
+    Buckets,
+    /// Hyper-connections' gates at every site, for the viewer's token.
+    Mixing,
+    /// Attention Residuals' weights over depth at every read, for the viewer's token.
+    Depth,
+    /// Variance ratios of every storage and retrieval (a forward and backward of their own).
+    Variance,
+}
+
+/// When a kind is read as a run trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cadence {
+    /// After every step, from its forward, before its loss is read: reads only.
+    EveryStep,
+    /// After step 1 and every `MEASURE_EVERY` steps, once the step's loss and residuals are
+    /// read: these may run forwards of their own.
+    Measured,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Buckets, Kind::Mixing, Kind::Depth, Kind::Variance];
+
+    pub fn cadence(self) -> Cadence {
+        match self {
+            Kind::Buckets => Cadence::EveryStep,
+            Kind::Mixing | Kind::Depth | Kind::Variance => Cadence::Measured,
+        }
+    }
+
+    /// The kinds of `cadence` that step `n` reads, in order.
+    pub fn due(cadence: Cadence, n: usize) -> impl Iterator<Item = Kind> {
+        let now = match cadence {
+            Cadence::EveryStep => true,
+            Cadence::Measured => n == 1 || n.is_multiple_of(MEASURE_EVERY),
+        };
+        Kind::ALL.into_iter().filter(move |k| now && k.cadence() == cadence)
+    }
+
+    /// How many readings a run keeps, the newest: a whole history for the views with a step
+    /// scrubber, a window for the histograms.
+    pub fn keep(self) -> usize {
+        match self {
+            Kind::Buckets => BUCKET_WINDOW,
+            Kind::Mixing | Kind::Depth | Kind::Variance => usize::MAX,
+        }
+    }
+
+    /// Whether a run of `arch` has readings of this kind, and the page its view.
+    pub fn shown_for(self, arch: Arch) -> bool {
+        match self {
+            Kind::Buckets => arch.has_hash_tables(),
+            Kind::Mixing => arch.has_mixing(),
+            Kind::Depth => arch.has_depth_reads(),
+            Kind::Variance => arch.has_variance(),
+        }
+    }
+
+    /// Whether the browser's store keeps it across reloads (the histograms' window is cheap to
+    /// read again and not worth the space).
+    pub fn saved(self) -> bool {
+        match self {
+            Kind::Buckets => false,
+            Kind::Mixing | Kind::Depth | Kind::Variance => true,
+        }
+    }
+}
+
+/// What one reading holds, by kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Rows {
+    Buckets(Vec<BucketCounts>),
+    Mixing(Vec<MixingRow>),
+    Depth(Vec<DepthRow>),
+    Variance(Vec<Measured>),
+}
+
+impl Rows {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Rows::Buckets(_) => Kind::Buckets,
+            Rows::Mixing(_) => Kind::Mixing,
+            Rows::Depth(_) => Kind::Depth,
+            Rows::Variance(_) => Kind::Variance,
+        }
+    }
+}
+
+/// One reading: what a run read of one kind after a step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    pub step: usize,
+    pub rows: Rows,
+}
+
+/// Reads `kind` of the session's last forward, at the token the residual viewer looks at (or
+/// the first sequence's first); None for a model without it, or before the first step.
+pub async fn observe<B: Backend + 'static>(
+    session: &mut Session<B>,
+    kind: Kind,
+    look: &Look,
+) -> Result<Option<Rows>, String> {
+    let err = |e: models::ModelError| e.to_string();
+    let Some((b, t)) = session.last_shape() else {
+        return Ok(None);
+    };
+    let at = (look.seq.min(b - 1), t, look.token.min(t - 1));
+    let (be, model) = (&session.be, &*session.trainer.model);
+    Ok(match kind {
+        Kind::Buckets => {
+            let layers = model.inside().hashed;
+            match layers.is_empty() {
+                true => None,
+                false => Some(Rows::Buckets(buckets::read(be, &layers).await.map_err(err)?)),
+            }
+        }
+        Kind::Mixing => models::observe::mixing(be, model, at)
+            .await
+            .map_err(err)?
+            .map(Rows::Mixing),
+        Kind::Depth => models::observe::depth(be, model, at)
+            .await
+            .map_err(err)?
+            .map(Rows::Depth),
+        Kind::Variance => session.measure().await?.map(Rows::Variance),
+    })
+}
+
+/// Reads each of `kinds` in turn after step `n`, handing each reading to `emit`.
+pub async fn observe_each<B: Backend + 'static>(
+    session: &mut Session<B>,
+    kinds: impl IntoIterator<Item = Kind>,
+    n: usize,
+    look: &Look,
+    emit: &dyn Fn(Observed),
+) -> Result<(), String> {
+    for kind in kinds {
+        if let Some(rows) = observe(session, kind, look).await? {
+            emit(Observed { step: n, rows });
+        }
+    }
+    Ok(())
+}
