@@ -5,30 +5,14 @@
 use crate::chart::{lines_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
 use crate::mixing::weight_color;
-use crate::observed::{Observed, Rows};
+use crate::observed::{series, Observed, Reading, Rows};
 use crate::save::ChartExport;
 use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
 use models::observe::DepthRow;
 
 /// Every read's weights for one token, read after one step.
-#[derive(Clone, Debug, PartialEq)]
-struct Read {
-    step: usize,
-    rows: Vec<DepthRow>,
-}
-
-/// A run's depth readings, oldest first.
-fn reads(readings: &[Observed]) -> Vec<Read> {
-    let of = |o: &Observed| {
-        let Rows::Depth(rows) = &o.rows else { return None };
-        Some(Read {
-            step: o.step,
-            rows: rows.clone(),
-        })
-    };
-    readings.iter().filter_map(of).collect()
-}
+type Read = Reading<Vec<DepthRow>>;
 
 /// The reads as SVG: a row per read, a cell per source (b0, the embedding, first) coloured by
 /// its weight, the weight written in it, and the source's RMS in its title. Each read's group
@@ -95,9 +79,15 @@ fn head_svg(history: &[Read]) -> String {
 }
 
 /// The depth view of one run: its reads over depth.
+/// The rows of this view's kind.
+fn weights(rows: &Rows) -> Option<&Vec<DepthRow>> {
+    let Rows::Depth(rows) = rows else { return None };
+    Some(rows)
+}
+
 #[component]
 pub fn DepthView(readings: Signal<Vec<Observed>>) -> impl IntoView {
-    let history = Memo::new(move |_| readings.with(|r| reads(r)));
+    let history = Memo::new(move |_| readings.with(|r| series(r, weights)));
     let chosen = RwSignal::new(None::<usize>);
     let count = Signal::derive(move || history.with(|h| h.len()));
     let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());

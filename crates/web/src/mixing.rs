@@ -4,30 +4,14 @@
 
 use crate::chart::{lines_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
-use crate::observed::{Observed, Rows};
+use crate::observed::{series, Observed, Reading, Rows};
 use crate::save::ChartExport;
 use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
 use models::observe::MixingRow;
 
 /// Every site's gates for one token of the batch, read after one step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Mixed {
-    pub step: usize,
-    pub rows: Vec<MixingRow>,
-}
-
-/// A run's readings of the gates, oldest first.
-fn gates(readings: &[Observed]) -> Vec<Mixed> {
-    let of = |o: &Observed| {
-        let Rows::Mixing(rows) = &o.rows else { return None };
-        Some(Mixed {
-            step: o.step,
-            rows: rows.clone(),
-        })
-    };
-    readings.iter().filter_map(of).collect()
-}
+pub type Mixed = Reading<Vec<MixingRow>>;
 
 /// 0 white, positive blue and negative red, full at |v| = 1 (a doubly stochastic P's entries
 /// lie in [0, 1]; HC's may leave it).
@@ -147,9 +131,15 @@ pub fn gain_svg(history: &[Mixed]) -> String {
 }
 
 /// The mixing view of one run: its reads of the gates.
+/// The rows of this view's kind.
+fn gates(rows: &Rows) -> Option<&Vec<MixingRow>> {
+    let Rows::Mixing(rows) = rows else { return None };
+    Some(rows)
+}
+
 #[component]
 pub fn MixingView(readings: Signal<Vec<Observed>>) -> impl IntoView {
-    let history = Memo::new(move |_| readings.with(|r| gates(r)));
+    let history = Memo::new(move |_| readings.with(|r| series(r, gates)));
     let chosen = RwSignal::new(None::<usize>);
     let count = Signal::derive(move || history.with(|h| h.len()));
     let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());

@@ -118,6 +118,24 @@ pub struct Observed {
     pub rows: Rows,
 }
 
+/// One reading as a view keeps it: its step and its kind's rows, typed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading<T> {
+    pub step: usize,
+    pub rows: T,
+}
+
+/// The readings whose rows `pick` takes (those of the view's kind), oldest first.
+pub fn series<T: Clone>(readings: &[Observed], pick: impl Fn(&Rows) -> Option<&T>) -> Vec<Reading<T>> {
+    let typed = |o: &Observed| {
+        pick(&o.rows).map(|rows| Reading {
+            step: o.step,
+            rows: rows.clone(),
+        })
+    };
+    readings.iter().filter_map(typed).collect()
+}
+
 /// Reads `kind` of the session's last forward, at the token the residual viewer looks at (or
 /// the first sequence's first); None for a model without it, or before the first step.
 pub async fn observe<B: Backend + 'static>(

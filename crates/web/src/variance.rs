@@ -5,7 +5,7 @@
 
 use crate::chart::variance_svg;
 use crate::help::ViewTitle;
-use crate::observed::{Observed, Rows};
+use crate::observed::{series, Observed, Rows};
 use crate::save::ChartExport;
 use crate::scrubber::{shown_index, Scrubber};
 use leptos::prelude::*;
@@ -17,25 +17,6 @@ use models::RunConfig;
 /// without storages and retrievals).
 pub fn closed_form(cfg: &RunConfig) -> Vec<ClosedForm> {
     variance::closed_form(&cfg.model, InitScheme::Default).unwrap_or_default()
-}
-
-/// Variance ratios measured after one step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Snapshot {
-    pub step: usize,
-    pub measured: Vec<Measured>,
-}
-
-/// A run's variance readings, oldest first.
-fn snapshots(readings: &[Observed]) -> Vec<Snapshot> {
-    let of = |o: &Observed| {
-        let Rows::Variance(measured) = &o.rows else { return None };
-        Some(Snapshot {
-            step: o.step,
-            measured: measured.clone(),
-        })
-    };
-    readings.iter().filter_map(of).collect()
 }
 
 /// The grid's columns: every block's four probed sites, in the order a block runs them.
@@ -174,28 +155,34 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
 }
 
 /// The variance view of one run: its measurements and closed form.
+/// The rows of this view's kind.
+fn ratios(rows: &Rows) -> Option<&Vec<Measured>> {
+    let Rows::Variance(rows) = rows else { return None };
+    Some(rows)
+}
+
 #[component]
 pub fn VarianceView(readings: Signal<Vec<Observed>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
-    let history = Memo::new(move |_| readings.with(|r| snapshots(r)));
+    let history = Memo::new(move |_| readings.with(|r| series(r, ratios)));
     let (block, set_block) = signal(0usize);
     // Which measurement is shown; None: the latest.
     let chosen = RwSignal::new(None::<usize>);
     let count = Signal::derive(move || history.with(|h| h.len()));
     let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());
     let step = Signal::derive(move || shown().map(|s| s.step));
-    let blocks = move || shown().map_or(0, |s| s.measured.iter().map(|m| m.site.block + 1).max().unwrap_or(0));
+    let blocks = move || shown().map_or(0, |s| s.rows.iter().map(|m| m.site.block + 1).max().unwrap_or(0));
     let empty = "<p>Measured after step 1, then every 10 steps.</p>".to_string();
-    let grid = move || shown().map_or(empty.clone(), |s| grid_svg(&s.measured, &closed.get()));
+    let grid = move || shown().map_or(empty.clone(), |s| grid_svg(&s.rows, &closed.get()));
     let bars = move || {
         shown().map_or(String::new(), |s| {
             let b = block.get();
-            let of_block: Vec<Measured> = s.measured.iter().filter(|m| m.site.block == b).copied().collect();
+            let of_block: Vec<Measured> = s.rows.iter().filter(|m| m.site.block == b).copied().collect();
             variance_svg(&of_block, &closed.get())
         })
     };
     let summary = move || {
         let Some(s) = shown() else { return String::new() };
-        let (f, b) = distances(&s.measured);
+        let (f, b) = distances(&s.rows);
         let cf = distance_from_one(
             closed
                 .get()

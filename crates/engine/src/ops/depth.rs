@@ -82,15 +82,15 @@ mod cpu_twin {
     /// Columns a task of the parameters' pass sums.
     const COLS: usize = 64;
 
-    /// One token's rstd_i and z_i, for its sources `v` (sources, D).
-    fn logits<T: Scalar>(v: &[T], q: &[T], d: &DepthDims) -> Vec<(T, T)> {
-        v.chunks(d.width)
-            .map(|v| {
-                let (_, rstd) = row_stats(v, NormKind::RmsNorm, d.eps);
-                let qv = v.iter().zip(q).fold(T::zero(), |a, (&v, &q)| a + q * v);
-                (rstd, qv * rstd)
-            })
-            .collect()
+    /// One token's rstd_i and z_i, for its sources `v` (sources, D), into `z` (a task's buffer,
+    /// so that the token loop does not allocate).
+    fn logits<T: Scalar>(z: &mut Vec<(T, T)>, v: &[T], q: &[T], d: &DepthDims) {
+        z.clear();
+        z.extend(v.chunks(d.width).map(|v| {
+            let (_, rstd) = row_stats(v, NormKind::RmsNorm, d.eps);
+            let qv = v.iter().zip(q).fold(T::zero(), |a, (&v, &q)| a + q * v);
+            (rstd, qv * rstd)
+        }));
     }
 
     /// q = w ⊙ γ from `query`'s two rows.
@@ -109,9 +109,10 @@ mod cpu_twin {
             .zip(alpha.par_chunks_mut(TOKENS * n))
             .zip(x.par_chunks(TOKENS * block))
             .for_each(|((h, alpha), x)| {
+                let mut z = Vec::with_capacity(n);
                 for ((h, a), x) in h.chunks_mut(c).zip(alpha.chunks_mut(n)).zip(x.chunks(block)) {
                     let v = &x[..n * c];
-                    let z = logits(v, &q, &d);
+                    logits(&mut z, v, &q, &d);
                     let top = z.iter().fold(T::neg_infinity(), |m, &(_, z)| m.max(z));
                     for (a, &(_, z)) in a.iter_mut().zip(&z) {
                         *a = (z - top).exp();
@@ -157,14 +158,13 @@ mod cpu_twin {
             .zip(dh.par_chunks(TOKENS * c))
             .zip(x.par_chunks(TOKENS * block).zip(alpha.par_chunks(TOKENS * n)))
             .for_each(|(((dx, scratch), dh), (x, alpha))| {
+                let (mut z, mut da) = (Vec::with_capacity(n), Vec::with_capacity(n));
                 let tokens = dx.chunks_mut(block).zip(scratch.chunks_mut(n)).zip(dh.chunks(c));
                 for (((dx, dzr), dh), (x, a)) in tokens.zip(x.chunks(block).zip(alpha.chunks(n))) {
                     let v = &x[..n * c];
-                    let z = logits(v, &q, &d);
-                    let da: Vec<T> = v
-                        .chunks(c)
-                        .map(|v| v.iter().zip(dh).fold(T::zero(), |s, (&v, &g)| s + v * g))
-                        .collect();
+                    logits(&mut z, v, &q, &d);
+                    da.clear();
+                    da.extend((v.chunks(c)).map(|v| v.iter().zip(dh).fold(T::zero(), |s, (&v, &g)| s + v * g)));
                     let mean = a.iter().zip(&da).fold(T::zero(), |s, (&a, &da)| s + a * da);
                     for i in 0..n {
                         let ((rstd, z), a) = (z[i], a[i]);
