@@ -991,15 +991,37 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
       if (!r.weights.every((v) => Math.abs(v - 1 / r.weights.length) < 1e-6)) throw new Error(`${r.read} at step 1 is not uniform: ${r.weights}`);
     }
     await page.screenshot({ path: path.join(shots, 'depth.png'), fullPage: true });
-    // AltUp trains the CLI's losses in the worker too (8 steps: the schedule is the CLI's).
+    // AltUp trains the CLI's losses in the worker too: the preset's 300 steps (the schedule is
+    // the CLI's), stopped once step 10 is read.
     await page.selectOption('#arch', 'altup');
-    await page.fill('#ctl-steps', '8');
+    await page.fill('#ctl-steps', '300');
     await page.click('#start');
+    await page.waitForFunction(() => Number(document.querySelector('#astep-value')?.textContent) >= 10
+      || /^failed/.test(document.querySelector('#run-list tr[data-run="6"] .run-state')?.textContent), null, { timeout: 120_000 });
+    await page.click('#stop');
     await page.waitForFunction(() => /^(done|failed)/.test(document.querySelector('#run-list tr[data-run="6"] .run-state')?.textContent),
       null, { timeout: 120_000 });
     const altupDir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'resmem-altup-')), 'r');
-    cli(['train', '--preset', 'tiny-altup', '--seed', '5', '--steps', '8', '--log-every', '1', '--backend', 'cpu', '--out', altupDir]);
+    cli(['train', '--preset', 'tiny-altup', '--seed', '5', '--log-every', '1', '--backend', 'cpu', '--out', altupDir]);
     sameLosses(await pageLosses(page, 6), metricsByStep(altupDir), 1e-4, 'AltUp: page (CPU, wasm32) against CLI (CPU)');
+    // Its view at step 10: each layer's P and g (the weights after step 10's update, which the
+    // CLI's forward of step 11 reads) and its sub-blocks' cosines (of step 10's forward).
+    await page.fill('#astep', '1');
+    await page.waitForFunction(() => document.querySelector('#astep-value')?.textContent === '10');
+    const layers = await page.$$eval('#altup-grid g.layer', (gs) => gs.map((g) => ({ layer: g.dataset.layer, active: Number(g.dataset.active),
+      predict: JSON.parse(g.dataset.predict), correct: JSON.parse(g.dataset.correct), cosine: JSON.parse(g.dataset.cosine) })));
+    const cliAltup = (step) => JSON.parse(execFileSync(RESMEM, ['analyze', 'altup', '--preset', 'tiny-altup', '--batch', '32', '--seq-len', '16',
+      '--seed', '5', '--step', String(step), '--seq', '0', '--token', '0', '--backend', 'cpu', '--json']).toString());
+    const [forward, after] = [cliAltup(10), cliAltup(11)];
+    console.log(`     AltUp at step 10: ${layers.length} layers computing on ${layers.map((l) => l.active)}; P of block0 ${layers[0]?.predict.map((v) => v.toFixed(3))}; cosines ${layers[0]?.cosine.map((v) => v.toFixed(4))}`);
+    if (layers.length !== 2 || after.length !== 2) throw new Error(`${layers.length} AltUp layers on the page, ${after.length} from the CLI`);
+    const identity = [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1];
+    layers.forEach((l, i) => {
+      const gap = (a, b) => Math.max(...a.map((v, k) => Math.abs(v - b[k])));
+      const worst = Math.max(gap(l.predict, after[i].predict), gap(l.correct, after[i].correct), gap(l.cosine, forward[i].cosine));
+      if (l.layer !== after[i].layer || l.active !== i || !(worst < 1e-4)) throw new Error(`${l.layer}: the page's AltUp reading is ${worst} from the CLI's`);
+      if (!(gap(l.predict, identity) > 1e-3)) throw new Error(`${l.layer}: P has not left I by step 10: ${l.predict}`);
+    });
     await page.selectOption('#arch', 'rmt');
     // GPT-2 BPE (V = 50,257): its checkpoint, over 128 MiB with the moments, is one value
     // IndexedDB refuses, so it is kept as a Blob; it survives a reload.

@@ -146,6 +146,10 @@ pub enum Analyze {
     /// Attention Residuals' reads over depth for one token: each site's (and the head's)
     /// weights over the embedding and the depth blocks before it, with each source's RMS.
     Depth(MixingArgs),
+    /// AltUp's coefficients at every layer: P, which predicts each sub-block from all of them,
+    /// g, how much of the computed block's correction each takes, and which sub-block the layer
+    /// computes on; with, for one token, the sub-blocks' cosine similarities after the layer.
+    Altup(MixingArgs),
     /// Direct logit attribution: the logit (or difference of two) that each part of one
     /// token's last residual makes (the embedding and every write, each head, each key slot or
     /// stream), with the final norm's scale frozen at its value on the whole residual.

@@ -103,6 +103,10 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
             residual::depth(a)
         }
+        args::Command::Analyze(args::Analyze::Altup(mut a)) => {
+            a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
+            residual::altup(a)
+        }
         args::Command::Analyze(args::Analyze::Attribute(mut a)) => {
             a.at.backend = choose_backend(a.at.backend, a.at.run.as_deref());
             intervene::attribute(a)

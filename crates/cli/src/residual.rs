@@ -439,6 +439,54 @@ pub fn depth(args: MixingArgs) -> Result<()> {
     Ok(())
 }
 
+/// `resmem analyze altup`: every AltUp layer's P and g, the sub-block it computes on, and how
+/// alike its sub-blocks are after it for one token.
+pub fn altup(args: MixingArgs) -> Result<()> {
+    let (cfg, what, rows) = crate::with_backend!(args.at.backend, be => {
+        let (cfg, what, trainer, seq) = forward(be, &args.at)?;
+        let t = cfg.data.seq_len();
+        check_token(args.token, seq.valid)?;
+        let rows = pollster::block_on(observe::altup(be, &trainer.model, (args.at.seq, t, args.token)))?;
+        anyhow::Ok((cfg, what, rows))
+    })?;
+    let Some(rows) = rows else {
+        bail!(
+            "analyze altup reads AltUp's coefficients; {} has none (use --arch altup)",
+            cfg.arch()
+        );
+    };
+    if args.json {
+        out!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    out!(
+        "{} ({what}), sequence {}, token {}: each layer's P (rows: the sub-block predicted), g, and the sub-blocks' \
+         cosines after it",
+        cfg.arch(),
+        args.at.seq,
+        args.token
+    );
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:6.3}")).collect::<Vec<_>>().join(" ");
+    for r in &rows {
+        let k = r.correct.len();
+        out!(
+            "{} (computes on sub-block {}): g = [{}]",
+            r.layer,
+            r.active,
+            list(&r.correct)
+        );
+        for i in 0..k {
+            out!(
+                "  P[{i}] [{}]   cos[{i}] [{}]   |x_{i}| {:.3}",
+                list(&r.predict[i * k..(i + 1) * k]),
+                list(&r.cosine[i * k..(i + 1) * k]),
+                r.norms[i]
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `resmem analyze mixing`: every hyper-connection site's pre, post and P for one token, and the
 /// composite gain of the mixing so far.
 pub fn mixing(args: MixingArgs) -> Result<()> {

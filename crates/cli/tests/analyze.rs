@@ -581,6 +581,98 @@ fn analyze_mixing_reads_every_site_on_both_backends() {
     assert!(!out.status.success() && err.contains("has none"), "{err}");
 }
 
+/// `analyze altup` on the tiny AltUp (K 4, L 2): at step 1 every layer's P is I and g is 1
+/// exactly, it computes on sub-block ℓ mod 4, and its four sub-blocks are copies (every cosine
+/// 1, SPEC T-A2); after 20 steps P has left I and the sub-blocks have parted (slightly: the
+/// cosines are 0.9999 there), the same from the CPU and the GPU. A model without sub-blocks is refused with a reason.
+#[test]
+fn analyze_altup_reads_every_layer_on_both_backends() {
+    let numbers =
+        |r: &Value, key: &str| -> Vec<f64> { r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+    let init = json(&[
+        "analyze",
+        "altup",
+        "--preset",
+        "tiny-altup",
+        "--step",
+        "1",
+        "--token",
+        "3",
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
+    let init = init.as_array().unwrap();
+    assert_eq!(init.len(), 2);
+    for (l, r) in init.iter().enumerate() {
+        assert_eq!(r["layer"], format!("block{l}"));
+        assert_eq!(r["active"], l);
+        let identity: Vec<f64> = (0..16).map(|ij| f64::from(ij % 5 == 0)).collect();
+        assert_eq!(numbers(r, "predict"), identity, "{r}");
+        assert_eq!(numbers(r, "correct"), [1.0; 4], "{r}");
+        assert!(numbers(r, "cosine").iter().all(|&c| (c - 1.0).abs() < 1e-6), "{r}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("altup");
+    let run = run.to_str().unwrap();
+    let train = [
+        "train",
+        "--arch",
+        "altup",
+        "--steps",
+        "20",
+        "--backend",
+        "cpu",
+        "--out",
+        run,
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(train).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = |backend: &str| {
+        let args = [
+            "analyze",
+            "altup",
+            "--run",
+            run,
+            "--token",
+            "5",
+            "--backend",
+            backend,
+            "--json",
+        ];
+        json(&args).as_array().unwrap().clone()
+    };
+    let (cpu, gpu) = (rows("cpu"), rows("gpu"));
+    for (a, b) in cpu.iter().zip(&gpu) {
+        let p = numbers(a, "predict");
+        assert!(
+            p.iter()
+                .enumerate()
+                .any(|(ij, &v)| (v - f64::from(ij % 5 == 0)).abs() > 1e-3),
+            "{a}"
+        );
+        let cos = numbers(a, "cosine");
+        assert!(
+            cos.iter().all(|&c| c.abs() <= 1.0 + 1e-9) && cos.iter().any(|&c| c < 1.0 - 1e-6),
+            "{a}"
+        );
+        for key in ["predict", "correct", "cosine", "norms"] {
+            for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
+                assert!(
+                    (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                    "{key}: CPU {a} against GPU {b}"
+                );
+            }
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["analyze", "altup", "--preset", "tiny-transformer", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("has none"), "{err}");
+}
+
 /// `analyze depth` on the tiny Block AttnRes (L 2, a depth block a layer) after 4 steps: a row
 /// per site and the head's, reading the SPEC's source lists (1, 2, 2, 3 sources, the head 3;
 /// the FFs' last a partial sum), weights that are a distribution, every source's RMS; the same

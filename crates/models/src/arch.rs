@@ -94,6 +94,15 @@ impl Arch {
         }
     }
 
+    /// Its residual is K sub-blocks, predicted and corrected by learned coefficients
+    /// (`observe::altup`).
+    pub fn has_sub_blocks(self) -> bool {
+        match self {
+            Arch::Altup => true,
+            Arch::Transformer | Arch::Rmt | Arch::MemoryFormer | Arch::Hybrid | Arch::Hc | Arch::AttnRes => false,
+        }
+    }
+
     /// It has hash tables whose bucket use can be read.
     pub fn has_hash_tables(self) -> bool {
         match self {

@@ -39,6 +39,37 @@ pub struct Inside<'a, B: Backend> {
     /// Attention Residuals' reads over depth, in order, the head's last: each token's weights
     /// over its sources; empty for the other models.
     pub depth: Vec<DepthRead<'a, B>>,
+    /// AltUp's coefficients at every layer; empty for the other models.
+    pub altup: Vec<SubBlockLayer<'a, B>>,
+}
+
+/// One AltUp layer's coefficients: P (K×K, row i predicts sub-block i) at its attention, g (K)
+/// at its FF, and the sub-block it computes on.
+pub struct SubBlockLayer<'a, B: Backend> {
+    /// `block0`, `block1`, …
+    pub name: String,
+    pub active: usize,
+    pub predict: &'a B::Tensor,
+    pub correct: &'a B::Tensor,
+}
+
+/// One AltUp layer after a forward: its coefficients and, for one token, how alike its
+/// sub-blocks are after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AltupRow {
+    pub layer: String,
+    /// The sub-block the layer computes on.
+    pub active: usize,
+    /// P, K×K row-major: x̂_i = Σ_k P[i,k] x_k (from I). P and g are read from the weights as
+    /// they are when read: in training, after the step's update, where the cosines are of the
+    /// step's forward.
+    pub predict: Vec<f64>,
+    /// g: x'_i = x̂_i + g_i (y − x̂_j) (from 1).
+    pub correct: Vec<f64>,
+    /// The sub-blocks' cosine similarities after the layer, K×K row-major, for the token.
+    pub cosine: Vec<f64>,
+    /// The sub-blocks' norms after the layer, for the token.
+    pub norms: Vec<f64>,
 }
 
 /// One read over depth after a forward: alpha (tokens, sources), the weights a token gives the
@@ -177,6 +208,58 @@ pub async fn depth<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
             rms: (token_rows.chunks(d).take(n))
                 .map(|v| (v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / d as f64).sqrt())
                 .collect(),
+        });
+    }
+    Ok(Some(rows))
+}
+
+/// Every AltUp layer's P and g and, for token `token` of sequence `seq` after a forward
+/// (batches of T = `t`), its sub-blocks' cosine similarities and norms after the layer; None for
+/// a model without them.
+pub async fn altup<B: Backend, M: crate::LanguageModel<B> + ?Sized>(
+    be: &B,
+    model: &M,
+    (seq, t, token): (usize, usize, usize),
+) -> Result<Option<Vec<AltupRow>>> {
+    let Inside {
+        altup: layers,
+        residuals,
+        ..
+    } = model.inside();
+    if layers.is_empty() {
+        return Ok(None);
+    }
+    let at = seq * t + token;
+    let mut rows = Vec::new();
+    // Layer l's state is the residual after its FF: depth 2l + 2 (depth 0: the embedding's).
+    for (l, layer) in layers.iter().enumerate() {
+        let after = &residuals[2 * l + 2];
+        // K sub-blocks, as many as g has entries, of D each.
+        let k = be.len(layer.correct);
+        let d = after.shape.size() / k;
+        let x = be.read(after.tensor).await?;
+        let blocks: Vec<Vec<f64>> = (x[at * k * d..(at + 1) * k * d].chunks(d))
+            .map(|v| v.iter().map(|&x| f64::from(x)).collect())
+            .collect();
+        let norms: Vec<f64> = blocks
+            .iter()
+            .map(|v| v.iter().map(|x| x * x).sum::<f64>().sqrt())
+            .collect();
+        let cosine = (0..k * k)
+            .map(|ij| {
+                let (i, j) = (ij / k, ij % k);
+                let dot: f64 = blocks[i].iter().zip(&blocks[j]).map(|(a, b)| a * b).sum();
+                dot / (norms[i] * norms[j]).max(f64::MIN_POSITIVE)
+            })
+            .collect();
+        let widen = |v: Vec<f32>| v.into_iter().map(f64::from).collect();
+        rows.push(AltupRow {
+            layer: layer.name.clone(),
+            active: layer.active,
+            predict: widen(be.read(layer.predict).await?),
+            correct: widen(be.read(layer.correct).await?),
+            cosine,
+            norms,
         });
     }
     Ok(Some(rows))

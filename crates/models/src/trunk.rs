@@ -585,6 +585,7 @@ impl<B: Backend, C: Parts> LanguageModel<B> for Model<B, C> {
             attention: self.attention.sites(self.blocks.iter().map(|a| &a.attention)),
             mixing: r.mixing(sites()),
             depth: r.depth(sites(), &self.ends),
+            altup: r.sub_blocks(self.w.blocks.iter().map(|b| [&b.attn, &b.ff]).collect()),
         }
     }
 }

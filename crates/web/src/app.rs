@@ -10,6 +10,7 @@
 //! One file over 600 lines, because it is the composition: every view is its own component
 //! file, and what stays here is the state they share and the one lending of the device.
 
+use crate::altup::AltupView;
 use crate::browser::{self, store};
 use crate::buckets::BucketView;
 use crate::controls::Controls;
@@ -435,9 +436,12 @@ pub fn App() -> impl IntoView {
                         <Show when=shows(Kind::Depth)>
                             <DepthView readings=readings(Kind::Depth) />
                         </Show>
+                        <Show when=shows(Kind::Altup)>
+                            <AltupView readings=readings(Kind::Altup) />
+                        </Show>
                         <Show when=move || focused_arch().is_none()>
                             <p class="note">"Start a run: what it reads inside (its variance grid, bucket use, mixing of \
-                                streams or attention over depth) shows here."</p>
+                                streams, attention over depth or AltUp's sub-blocks) shows here."</p>
                         </Show>
                         <Show when=move || focused_arch().is_some_and(|a| Kind::ALL.iter().all(|k| !k.shown_for(a)))>
                             <p class="note">"This run's model has no view of its own here yet: its residual stream, attention \

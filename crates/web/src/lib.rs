@@ -6,6 +6,7 @@
 //! `worker.rs` carries its messages between the two. Everything here is for the browser.
 #![cfg(target_arch = "wasm32")]
 
+mod altup;
 pub mod app;
 mod arch;
 mod browser;

@@ -9,7 +9,7 @@ use crate::residual::Look;
 use crate::session::Session;
 use engine::Backend;
 use models::buckets::{self, BucketCounts};
-use models::observe::{DepthRow, MixingRow};
+use models::observe::{AltupRow, DepthRow, MixingRow};
 use models::probes::Measured;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,8 @@ pub enum Kind {
     Mixing,
     /// Attention Residuals' weights over depth at every read, for the viewer's token.
     Depth,
+    /// AltUp's coefficients at every layer, and its sub-blocks' likeness at the viewer's token.
+    Altup,
     /// Variance ratios of every storage and retrieval (a forward and backward of their own).
     Variance,
 }
@@ -44,12 +46,12 @@ pub enum Cadence {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Buckets, Kind::Mixing, Kind::Depth, Kind::Variance];
+    pub const ALL: [Kind; 5] = [Kind::Buckets, Kind::Mixing, Kind::Depth, Kind::Altup, Kind::Variance];
 
     pub fn cadence(self) -> Cadence {
         match self {
             Kind::Buckets => Cadence::EveryStep,
-            Kind::Mixing | Kind::Depth | Kind::Variance => Cadence::Measured,
+            Kind::Mixing | Kind::Depth | Kind::Altup | Kind::Variance => Cadence::Measured,
         }
     }
 
@@ -67,7 +69,7 @@ impl Kind {
     pub fn keep(self) -> usize {
         match self {
             Kind::Buckets => BUCKET_WINDOW,
-            Kind::Mixing | Kind::Depth | Kind::Variance => usize::MAX,
+            Kind::Mixing | Kind::Depth | Kind::Altup | Kind::Variance => usize::MAX,
         }
     }
 
@@ -77,6 +79,7 @@ impl Kind {
             Kind::Buckets => arch.has_hash_tables(),
             Kind::Mixing => arch.has_mixing(),
             Kind::Depth => arch.has_depth_reads(),
+            Kind::Altup => arch.has_sub_blocks(),
             Kind::Variance => arch.has_variance(),
         }
     }
@@ -86,7 +89,7 @@ impl Kind {
     pub fn saved(self) -> bool {
         match self {
             Kind::Buckets => false,
-            Kind::Mixing | Kind::Depth | Kind::Variance => true,
+            Kind::Mixing | Kind::Depth | Kind::Altup | Kind::Variance => true,
         }
     }
 }
@@ -97,6 +100,7 @@ pub enum Rows {
     Buckets(Vec<BucketCounts>),
     Mixing(Vec<MixingRow>),
     Depth(Vec<DepthRow>),
+    Altup(Vec<AltupRow>),
     Variance(Vec<Measured>),
 }
 
@@ -106,6 +110,7 @@ impl Rows {
             Rows::Buckets(_) => Kind::Buckets,
             Rows::Mixing(_) => Kind::Mixing,
             Rows::Depth(_) => Kind::Depth,
+            Rows::Altup(_) => Kind::Altup,
             Rows::Variance(_) => Kind::Variance,
         }
     }
@@ -165,6 +170,10 @@ pub async fn observe<B: Backend + 'static>(
             .await
             .map_err(err)?
             .map(Rows::Depth),
+        Kind::Altup => models::observe::altup(be, model, at)
+            .await
+            .map_err(err)?
+            .map(Rows::Altup),
         Kind::Variance => session.measure().await?.map(Rows::Variance),
     })
 }

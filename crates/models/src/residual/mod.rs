@@ -21,7 +21,7 @@ pub mod vector;
 use crate::batch::BatchTensors;
 use crate::interventions::{Group, ReadOut};
 use crate::loss::Unembedding;
-use crate::observe::{DepthRead, MixingSite, Shape};
+use crate::observe::{DepthRead, MixingSite, Shape, SubBlockLayer};
 use crate::params::{LayoutBuilder, ParamId};
 use crate::probes::Layer;
 use engine::Backend;
@@ -284,6 +284,11 @@ pub trait Residual {
     fn linear_read_out(&self) -> Option<ReadOut>;
     /// Hyper-connections' gates at each site, for the mixing view; none for the others.
     fn mixing<'a, B: Backend>(&self, _sites: Vec<(String, &'a Self::SiteActs<B>)>) -> Vec<MixingSite<'a, B>> {
+        Vec::new()
+    }
+    /// AltUp's coefficients at each layer (its attention's and FF's sites) and the sub-block
+    /// it computes on, for the AltUp view; none for the others.
+    fn sub_blocks<'a, B: Backend>(&self, _layers: Vec<[&'a Self::Site<B::Tensor>; 2]>) -> Vec<SubBlockLayer<'a, B>> {
         Vec::new()
     }
     /// Attention Residuals' reads over depth at each site and the head's, for the depth view;

@@ -20,7 +20,7 @@ use crate::batch::BatchTensors;
 use crate::embedding::{VectorEmbedding, VectorEmbeddingParams};
 use crate::interventions::{Group, ReadOut};
 use crate::loss::Unembedding;
-use crate::observe::Shape;
+use crate::observe::{Shape, SubBlockLayer};
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::probes::Layer;
 use crate::{AltupConfig, AltupInput, Norm};
@@ -581,6 +581,17 @@ impl Residual for SubBlocks {
         batch: &BatchTensors<B>,
     ) {
         self.embedding.backward(be, &dp.embedding, &s.de, batch);
+    }
+
+    fn sub_blocks<'a, B: Backend>(&self, layers: Vec<[&'a SubBlockSite<B::Tensor>; 2]>) -> Vec<SubBlockLayer<'a, B>> {
+        (layers.into_iter().enumerate())
+            .map(|(l, [attn, ff])| SubBlockLayer {
+                name: format!("block{l}"),
+                active: self.cfg.active(l),
+                predict: &attn.coefs,
+                correct: &ff.coefs,
+            })
+            .collect()
     }
 
     fn shape(&self) -> Shape {

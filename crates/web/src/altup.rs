@@ -1,0 +1,161 @@
+//! AltUp while training: each layer's P (which predicts every sub-block from all of them), its
+//! g (how much of the computed block's correction each sub-block takes) and, for one token, how
+//! alike its K sub-blocks are after it, on a step scrubber; and the sub-blocks' likeness over
+//! training. Added by docs/adding-a-view.md's steps.
+
+use crate::chart::{lines_svg, Curve, PALETTE};
+use crate::help::ViewTitle;
+use crate::mixing::weight_color;
+use crate::observed::{series, Observed, Reading, Rows};
+use crate::save::ChartExport;
+use crate::scrubber::{shown_index, Scrubber};
+use leptos::prelude::*;
+use models::observe::AltupRow;
+
+/// Every layer's coefficients and its sub-blocks' cosines, read after one step.
+type Read = Reading<Vec<AltupRow>>;
+
+/// A K×K matrix as cells at (x, y), each coloured by its value and, up to 4 sub-blocks, with
+/// it written in.
+fn cells(m: &[f64], k: usize, (x, y): (usize, usize), cell: usize, class: &str, what: &str) -> String {
+    let mut svg = String::new();
+    for (ij, &v) in m.iter().enumerate() {
+        let (i, j) = (ij / k, ij % k);
+        let (cx, cy) = (x + j * cell, y + i * cell);
+        svg += &format!(
+            r##"<rect class="{class}" x="{cx}" y="{cy}" width="{}" height="{}" fill="{}" stroke="#fff"><title>{what}[{i},{j}] = {v:.4}</title></rect>"##,
+            cell - 1,
+            cell - 1,
+            weight_color(v)
+        );
+        if k <= 4 {
+            let ink = if v.abs() > 0.6 { "#fff" } else { "#222" };
+            svg += &format!(
+                r#"<text x="{}" y="{}" text-anchor="middle" fill="{ink}">{}</text>"#,
+                cx + cell / 2,
+                cy + cell / 2 + 4,
+                format!("{v:.2}").replace("0.", ".")
+            );
+        }
+    }
+    svg
+}
+
+/// The layers as SVG: a row per layer, its P and its sub-blocks' cosines side by side, g and the
+/// sub-blocks' norms under them. Each layer's group carries its values in data attributes.
+pub fn grid_svg(rows: &[AltupRow]) -> String {
+    let k = rows.first().map_or(1, |r| r.correct.len().max(1));
+    let cell = if k <= 4 { 28 } else { 112 / k };
+    let (half, left, top) = (212, 8, 8);
+    let layer_h = 18 + k * cell + 36;
+    let (w, h) = (left + 2 * half, top + rows.len() * layer_h);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ");
+    for (l, r) in rows.iter().enumerate() {
+        let y = top + l * layer_h;
+        svg += &format!(
+            r#"<g class="layer" data-layer="{}" data-active="{}" data-predict="{:?}" data-correct="{:?}" data-cosine="{:?}">"#,
+            r.layer, r.active, r.predict, r.correct, r.cosine
+        );
+        svg += &format!(
+            r#"<text x="{left}" y="{}">{}: computes on x{} · P</text><text x="{}" y="{}">cosines after it</text>"#,
+            y + 11,
+            r.layer,
+            r.active,
+            left + half,
+            y + 11
+        );
+        svg += &cells(&r.predict, k, (left, y + 18), cell, "pcell", "P");
+        svg += &cells(&r.cosine, k, (left + half, y + 18), cell, "ccell", "cos");
+        let below = y + 18 + k * cell;
+        svg += &format!(r#"<text x="{left}" y="{}">g {}</text>"#, below + 13, list(&r.correct));
+        svg += &format!(
+            r#"<text x="{}" y="{}">‖x‖ {}</text>"#,
+            left + half,
+            below + 13,
+            list(&r.norms)
+        );
+        svg += "</g>";
+    }
+    svg + "</svg>"
+}
+
+/// The mean cosine between distinct sub-blocks after each layer, at every step read: 1 while
+/// they are copies, lower as they part.
+fn likeness_svg(history: &[Read]) -> String {
+    let layers = history.last().map_or(0, |r| r.rows.len());
+    let mean_off = |r: &AltupRow| {
+        let k = r.correct.len();
+        let off: Vec<f64> = (r.cosine.iter().enumerate())
+            .filter(|(ij, _)| ij / k != ij % k)
+            .map(|(_, &c)| c)
+            .collect();
+        (!off.is_empty()).then(|| off.iter().sum::<f64>() / off.len() as f64)
+    };
+    let curves: Vec<Curve> = (0..layers)
+        .map(|l| Curve {
+            label: format!("block{l}"),
+            color: PALETTE[l % PALETTE.len()],
+            points: (history.iter())
+                .filter_map(|r| r.rows.get(l).and_then(mean_off).map(|c| (r.step, c as f32)))
+                .collect(),
+        })
+        .collect();
+    lines_svg(&curves, "mean cosine between sub-blocks", 160)
+}
+
+/// The rows of this view's kind.
+fn layers(rows: &Rows) -> Option<&Vec<AltupRow>> {
+    let Rows::Altup(rows) = rows else { return None };
+    Some(rows)
+}
+
+/// The AltUp view of one run: its coefficients and sub-blocks.
+#[component]
+pub fn AltupView(readings: Signal<Vec<Observed>>) -> impl IntoView {
+    let history = Memo::new(move |_| readings.with(|r| series(r, layers)));
+    let chosen = RwSignal::new(None::<usize>);
+    let count = Signal::derive(move || history.with(|h| h.len()));
+    let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());
+    let step = Signal::derive(move || shown().map(|r| r.step));
+    let empty = "<p>Read after step 1, then every 10 steps.</p>".to_string();
+    let grid = move || shown().map_or(empty.clone(), |r| grid_svg(&r.rows));
+    let likeness = move || history.with(|h| likeness_svg(h));
+    let summary = move || {
+        let Some(r) = shown() else { return String::new() };
+        let Some(last) = r.rows.last() else {
+            return String::new();
+        };
+        let k = last.correct.len();
+        let least = (0..k * k)
+            .filter(|ij| ij / k != ij % k)
+            .map(|ij| last.cosine[ij])
+            .fold(f64::INFINITY, f64::min);
+        format!(
+            "step {}: after the last layer the {k} sub-blocks' least cosine is {least:.3} (1: still copies)",
+            r.step
+        )
+    };
+    view! {
+        <section id="altup">
+            <ViewTitle title="AltUp's sub-blocks"
+                what="Each layer's P and g, and how alike its K sub-blocks are after it, for one token."
+                help="AltUp keeps K sub-blocks of width D and runs each layer on one of them (x_j, j = ℓ mod K): it \
+                    predicts every sub-block from all of them with P (row i predicts x_i; from the identity) and \
+                    corrects each with g_i times the computed block's change (from 1). At init the sub-blocks are \
+                    copies of the embedding and every cosine is 1, so the model is the transformer of width D. Cosines \
+                    that fall below 1 mean the sub-blocks carry different things: the wide state is in use. P far \
+                    from I, or a g near 0, says which sub-blocks a layer reads and which it leaves alone. P and g are \
+                    the weights after the step shown; the cosines are of its forward, at the residual viewer's token \
+                    (or the first)." />
+            <Scrubber id="a" count chosen step />
+            <p id="altup-summary" class="readout">{summary}</p>
+            <div id="altup-grid" inner_html=grid></div>
+            <ChartExport target="altup-grid" name="altup" />
+            <div id="altup-likeness" inner_html=likeness></div>
+            <ChartExport target="altup-likeness" name="altup-likeness" />
+        </section>
+    }
+}
