@@ -21,7 +21,7 @@ use crate::jobs::{self, Job, Report};
 use crate::link::Link;
 use crate::mixing::MixingView;
 use crate::observed::Kind;
-use crate::residual::{Look, ResidualView, Residuals};
+use crate::residual::{Look, ResidualView, Residuals, Viewer};
 use crate::run_store::RunStore;
 use crate::runs::{Kept, LossChart, Run, RunList, RunState};
 use crate::sample::{self, SampleView};
@@ -82,13 +82,7 @@ pub fn App() -> impl IntoView {
     // On a first visit (no link) the residual view is on: the residual matrix is what the page
     // is for. A link opens it with the checkbox.
     let first_visit = browser::address_query().trim_start_matches('?').is_empty();
-    let (residual_open, set_residual_open) = signal(first_visit);
-    let (residual_seq, set_residual_seq) = signal(0usize);
-    let (residual_token, set_residual_token) = signal(0usize);
-    // The sites the residual viewer ablates, and how.
-    let residual_ablate = RwSignal::new(Vec::<String>::new());
-    let residual_how = RwSignal::new(models::interventions::Ablation::Zero);
-    let residual_patch = RwSignal::new(crate::interventions::PatchAsk::default());
+    let viewer = Viewer::new(first_visit);
     let page = Page {
         status: set_status,
         busy: RwSignal::new(false),
@@ -104,15 +98,7 @@ pub fn App() -> impl IntoView {
         selftest: RwSignal::new(None),
     };
 
-    let look = move || {
-        residual_open.get().then(|| Look {
-            seq: residual_seq.get(),
-            token: residual_token.get(),
-            ablate: residual_ablate.get(),
-            how: residual_how.get(),
-            patch: residual_patch.get(),
-        })
-    };
+    let look = move || viewer.look();
     let look_untracked = move || untrack(look);
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
     Effect::new(move |_| {
@@ -420,8 +406,7 @@ pub fn App() -> impl IntoView {
                         <SampleView sample=shown_sample prompt=page.prompt busy=busy.into() on_sample=sample_now />
                     </section>
                     <section class="pane pane-residual">
-                        <ResidualView residuals open=residual_open set_open=set_residual_open seq=residual_seq set_seq=set_residual_seq
-                            token=residual_token set_token=set_residual_token ablate=residual_ablate how=residual_how patch=residual_patch />
+                        <ResidualView residuals viewer />
                     </section>
                     <section class="pane pane-inside">
                         <Show when=shows(Kind::Variance)>

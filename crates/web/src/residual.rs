@@ -49,6 +49,42 @@ pub struct Look {
     pub patch: PatchAsk,
 }
 
+/// What the viewer asks, as the page's parts share it: whether it is open, and each part of the
+/// [`Look`] it asks for.
+#[derive(Clone, Copy)]
+pub struct Viewer {
+    pub open: RwSignal<bool>,
+    pub seq: RwSignal<usize>,
+    pub token: RwSignal<usize>,
+    pub ablate: RwSignal<Vec<String>>,
+    pub how: RwSignal<Ablation>,
+    pub patch: RwSignal<PatchAsk>,
+}
+
+impl Viewer {
+    pub fn new(open: bool) -> Viewer {
+        Viewer {
+            open: RwSignal::new(open),
+            seq: RwSignal::new(0),
+            token: RwSignal::new(0),
+            ablate: RwSignal::new(vec![]),
+            how: RwSignal::new(Ablation::Zero),
+            patch: RwSignal::new(PatchAsk::default()),
+        }
+    }
+
+    /// What a job reads for the viewer while it is open (tracked).
+    pub fn look(self) -> Option<Look> {
+        self.open.get().then(|| Look {
+            seq: self.seq.get(),
+            token: self.token.get(),
+            ablate: self.ablate.get(),
+            how: self.how.get(),
+            patch: self.patch.get(),
+        })
+    }
+}
+
 /// What the viewer shows: the read's step and sequence, the depth's name and shape, the token
 /// and its values.
 type Shown = (usize, usize, String, Shape, usize, Vec<f32>);
@@ -242,18 +278,15 @@ pub(crate) fn tokenizer_of(residuals: ReadSignal<Option<Residuals>>) -> Tokenize
 }
 
 #[component]
-pub fn ResidualView(
-    residuals: ReadSignal<Option<Residuals>>,
-    open: ReadSignal<bool>,
-    set_open: WriteSignal<bool>,
-    seq: ReadSignal<usize>,
-    set_seq: WriteSignal<usize>,
-    token: ReadSignal<usize>,
-    set_token: WriteSignal<usize>,
-    ablate: RwSignal<Vec<String>>,
-    how: RwSignal<Ablation>,
-    patch: RwSignal<PatchAsk>,
-) -> impl IntoView {
+pub fn ResidualView(residuals: ReadSignal<Option<Residuals>>, viewer: Viewer) -> impl IntoView {
+    let Viewer {
+        open,
+        seq,
+        token,
+        ablate,
+        how,
+        patch,
+    } = viewer;
     let (depth, set_depth) = signal(0usize);
     let depths = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.depths.len()));
     let tokens = move || residuals.with(|r| r.as_ref().map_or(1, |r| r.inputs.len()));
@@ -386,13 +419,13 @@ pub fn ResidualView(
                     grows gently with depth, neither exploding nor fading to white. The logit lens reads the residual \
                     at each depth as the final head would: the KL to the output should fall towards the last depth." />
             <label><input id="residual-open" type="checkbox" prop:checked=open
-                on:change=move |ev| set_open.set(event_target_checked(&ev)) />
+                on:change=move |ev| open.set(event_target_checked(&ev)) />
                 " Look inside: read one sequence's residuals while training"</label>
             <Show when=move || open.get()>
                 <div class="controls">
                     <label>"Sequence "
                         <input id="residual-seq" type="number" min="0" prop:value=move || seq.get()
-                            on:change=move |ev| set_seq.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                            on:change=move |ev| seq.set(event_target_value(&ev).parse().unwrap_or(0)) />
                     </label>
                     <label>"Depth "
                         <input id="residual-depth" type="range" min="0"
@@ -405,7 +438,7 @@ pub fn ResidualView(
                         <input id="residual-token" type="range" min="0"
                             prop:max=move || tokens().saturating_sub(1)
                             prop:value=move || token.get()
-                            on:input=move |ev| set_token.set(event_target_value(&ev).parse().unwrap_or(0)) />
+                            on:input=move |ev| token.set(event_target_value(&ev).parse().unwrap_or(0)) />
                         <span id="residual-token-value">{move || token.get()}</span>
                     </label>
                 </div>
