@@ -1022,6 +1022,7 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
       if (l.layer !== after[i].layer || l.active !== i || !(worst < 1e-4)) throw new Error(`${l.layer}: the page's AltUp reading is ${worst} from the CLI's`);
       if (!(gap(l.predict, identity) > 1e-3)) throw new Error(`${l.layer}: P has not left I by step 10: ${l.predict}`);
     });
+    await page.screenshot({ path: path.join(shots, 'altup.png'), fullPage: true });
     await page.selectOption('#arch', 'rmt');
     // GPT-2 BPE (V = 50,257): its checkpoint, over 128 MiB with the moments, is one value
     // IndexedDB refuses, so it is kept as a Blob; it survives a reload.

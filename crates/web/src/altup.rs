@@ -134,8 +134,10 @@ pub fn AltupView(readings: Signal<Vec<Observed>>) -> impl IntoView {
             .map(|ij| last.cosine[ij])
             .fold(f64::INFINITY, f64::min);
         format!(
-            "step {}: after the last layer the {k} sub-blocks' least cosine is {least:.3} (1: still copies)",
-            r.step
+            "step {}: after the last layer the {k} sub-blocks' least cosine is {least:.5} (1 − cos = {:.1e}; 0 while \
+             they are copies)",
+            r.step,
+            1.0 - least
         )
     };
     view! {
