@@ -1045,9 +1045,35 @@ await test('a bad link is reported and its defaults stand; without WebGPU the CP
     console.log(`     run 7's checkpoint kept in IndexedDB: ${stored} bytes`);
     if (!(stored > 128 * 2 ** 20)) throw new Error(`the GPT-2 checkpoint was not kept: ${stored} bytes; status ${await page.textContent('#status')}`);
     await page.screenshot({ path: path.join(shots, 'cpu-fallback.png'), fullPage: true });
+    // Runs stored before the one relay of readings kept their variance ratios as `history` and
+    // the gates as `mixing`: the stored runs are rewritten so, and load with both.
+    const variance = await page.textContent('#run-list tr[data-run="1"] .run-variance');
+    const older = await page.evaluate(() => new Promise((ok, no) => {
+      const r = indexedDB.open('resmem', 1);
+      r.onsuccess = () => {
+        const store = r.result.transaction('kv', 'readwrite').objectStore('kv');
+        const g = store.get('runs');
+        g.onsuccess = () => {
+          const kept = (run, kind) => (run.observed ?? []).filter((o) => o.rows[kind]).map((o) => [o.step, o.rows[kind]]);
+          const runs = g.result.map(({ observed, ...run }) => ({ ...run, history: kept({ observed }, 'Variance'), mixing: kept({ observed }, 'Mixing') }));
+          const p = store.put(runs, 'runs');
+          p.onsuccess = () => ok(runs.map((run) => [run.id, run.history.length, run.mixing.length]));
+          p.onerror = () => no(p.error);
+        };
+        g.onerror = () => no(g.error);
+      };
+      r.onerror = () => no(r.error);
+    }));
+    console.log(`     stored runs rewritten as before the relay ([id, variance readings, gate readings]): ${JSON.stringify(older)}`);
+    if (!older.some(([id, h]) => id === 1 && h > 0) || !older.some(([id, , m]) => id === 4 && m === 3)) throw new Error(`the stored runs: ${JSON.stringify(older)}`);
     await page.reload();
     await page.waitForSelector('#run-list tr[data-run="7"] .run-checkpoint', { timeout: 60_000 });
     if (await page.isDisabled('#run-list tr[data-run="7"] .run-checkpoint')) throw new Error('the GPT-2 run lost its checkpoint in the reload');
+    const restored = await page.textContent('#run-list tr[data-run="1"] .run-variance');
+    if (restored !== variance || restored === '–') throw new Error(`run 1's variance was ${variance} before the reload and ${restored} after`);
+    await page.click('#run-list tr[data-run="4"] .run-focus');
+    await page.waitForFunction(() => document.querySelectorAll('#mixing-grid g.site').length === 4 && document.querySelector('#mstep-value')?.textContent === '20',
+      null, { timeout: 30_000 });
     if (errors.length) throw new Error(`console errors: ${errors.join('\n')}`);
   } finally {
     await browser.close();
