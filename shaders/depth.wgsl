@@ -3,7 +3,7 @@
 // (w ⊙ γ)·RMSNorm(v_i). One workgroup a token for the read and its sources' gradients; the
 // parameters' gradients sum the tokens up in a column pass.
 
-struct Params { tokens: u32, rows: u32, sources: u32, width: u32, eps: f32 }
+struct Params { tokens: u32, rows: u32, sources: u32, width: u32, eps: f32, normed_keys: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 
 // depth_read(h, alpha, x, query): query (2, D) holds w, then γ.
@@ -23,7 +23,8 @@ fn source_logit(lid: u32, base: u32) -> vec2<f32> {
         s2 = s2 + v * v;
         qv = qv + q(i) * v;
     }
-    let rstd = inverseSqrt(workgroup_sum(lid, s2) / f32(p.width) + p.eps);
+    // Raw keys (the paper's Table 4 ablation) have rstd 1.
+    let rstd = select(1.0, inverseSqrt(workgroup_sum(lid, s2) / f32(p.width) + p.eps), p.normed_keys != 0u);
     return vec2<f32>(rstd, workgroup_sum(lid, qv) * rstd);
 }
 
@@ -92,7 +93,8 @@ fn depth_backward_sources(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
         let qc = q(c);
         for (var i = 0u; i < p.sources; i = i + 1u) {
             let at = base + i * p.width + c;
-            dx[at] = dx[at] + saved[t * p.sources + i] * g + dz[i] * (qc - x[at] * rstd[i] * z[i] / n);
+            let through_norm = select(0.0, x[at] * rstd[i] * z[i] / n, p.normed_keys != 0u);
+            dx[at] = dx[at] + saved[t * p.sources + i] * g + dz[i] * (qc - through_norm);
         }
     }
 }

@@ -494,15 +494,17 @@ fn hyper_connection_gates() {
 
 /// Attention over depth: one source (α = 1), a read of fewer sources than rows, widths below,
 /// at and past a workgroup, token counts that leave the column pass part-empty, and logits large
-/// enough that the softmax is nearly one-hot.
+/// enough that the softmax is nearly one-hot; raw keys (the Table 4 ablation) at two of them.
 #[test]
 fn depth_attention() {
     let mut rng = SmallRng::seed_from_u64(22);
-    for (tokens, rows, sources, width, scale) in [
-        (5, 1, 1, 7, 1.0),
-        (37, 5, 4, 64, 0.3),
-        (300, 9, 9, 133, 0.3),
-        (13, 17, 6, 200, 3.0),
+    for (tokens, rows, sources, width, scale, normed_keys) in [
+        (5, 1, 1, 7, 1.0, true),
+        (37, 5, 4, 64, 0.3, true),
+        (300, 9, 9, 133, 0.3, true),
+        (13, 17, 6, 200, 3.0, true),
+        (37, 5, 4, 64, 0.3, false),
+        (13, 17, 6, 200, 0.3, false),
     ] {
         let d = DepthDims {
             tokens,
@@ -510,6 +512,7 @@ fn depth_attention() {
             sources,
             width,
             eps: 1e-8,
+            normed_keys,
         };
         let x = rand_vec(&mut rng, tokens * rows * width, 2.0);
         let mut query = rand_vec(&mut rng, width, scale);
@@ -519,7 +522,7 @@ fn depth_attention() {
             rand_vec(&mut rng, x.len(), 1.0),
         );
         both!(
-            &format!("depth {tokens} tokens, {sources} of {rows} rows of {width}"),
+            &format!("depth {tokens} tokens, {sources} of {rows} rows of {width}, normed keys {normed_keys}"),
             2e-5,
             depth_case(&x, &query, &dh, &dx0, d)
         );

@@ -169,17 +169,18 @@ fn norms() {
 
 /// Attention over depth: every source row's gradient (the rows past `sources` get none), and
 /// the pseudo-query's and the key gain's (`query`'s two rows), over tokens with 1, 3 and all 5
-/// of 5 rows.
+/// of 5 rows, with normed keys and raw.
 #[test]
 fn depth_attention() {
     let mut rng = SmallRng::seed_from_u64(9);
-    for sources in [1, 3, 5] {
+    for (sources, normed_keys) in [1, 3, 5].into_iter().flat_map(|n| [(n, true), (n, false)]) {
         let d = DepthDims {
             tokens: 3,
             rows: 5,
             sources,
             width: 7,
             eps: 1e-6,
+            normed_keys,
         };
         let (nx, nh) = (d.tokens * d.rows * d.width, d.tokens * d.width);
         let x = rand_vec(&mut rng, nx, 2.0);
@@ -198,23 +199,27 @@ fn depth_attention() {
         let (mut dx, mut dq, mut scratch) = (vec![0.5; nx], vec![0.0; 14], vec![0.0; d.scratch()]);
         depth::cpu_backward(&mut dx, &mut dq, &mut scratch, &weights, &x, &alpha, &query, d);
         dx.iter_mut().for_each(|v| *v -= 0.5); // the sources' gradient accumulates
-        check(&format!("depth {sources}.x"), &x, &dx, |x| fwd(x, &query));
-        check(&format!("depth {sources}.query"), &query, &dq, |q| fwd(&x, q));
+        check(&format!("depth {sources} {normed_keys}.x"), &x, &dx, |x| fwd(x, &query));
+        check(&format!("depth {sources} {normed_keys}.query"), &query, &dq, |q| {
+            fwd(&x, q)
+        });
     }
 }
 
 /// SPEC §7.8 T-R2 and T-R3: one source reads as itself; v_0 = (1, 1), v_1 = (3, −1), w = (1, 0),
 /// γ = 1 gives α = (0.415411, 0.584589), h = (2.169178, −0.169178), and from dh = (1, 0)
-/// dw = (0.165931, −0.702896); with w = 0, h = (2, 0).
+/// dw = (0.165931, −0.702896); with w = 0, h = (2, 0). With raw keys (by hand): z = (1, 3),
+/// α = (0.119203, 0.880797), h = (2.761594, −0.761594), dw = Σ dz_i v_i = (0.419974, −0.419974).
 #[test]
 fn depth_attention_spec_numbers() {
-    let read = |x: &[f64], sources, w: [f64; 2]| {
+    let read_keys = |x: &[f64], sources, w: [f64; 2], normed_keys| {
         let d = DepthDims {
             tokens: 1,
             rows: 2,
             sources,
             width: 2,
             eps: 0.0,
+            normed_keys,
         };
         let query = [w[0], w[1], 1.0, 1.0];
         let (mut h, mut alpha) = (vec![0.0; 2], vec![0.0; sources]);
@@ -223,6 +228,7 @@ fn depth_attention_spec_numbers() {
         depth::cpu_backward(&mut dx, &mut dq, &mut scratch, &[1.0, 0.0], x, &alpha, &query, d);
         (h, alpha, dq[..2].to_vec())
     };
+    let read = |x: &[f64], sources, w: [f64; 2]| read_keys(x, sources, w, true);
     let close = |got: &[f64], want: &[f64]| {
         assert!(
             got.iter().zip(want).all(|(g, w)| (g - w).abs() < 5e-7),
@@ -238,6 +244,10 @@ fn depth_attention_spec_numbers() {
     close(&dw, &[0.165931, -0.702896]);
     let (h, alpha, _) = read(&v, 2, [0.0, 0.0]);
     assert_eq!((h, alpha), (vec![2.0, 0.0], vec![0.5, 0.5]));
+    let (h, alpha, dw) = read_keys(&v, 2, [1.0, 0.0], false);
+    close(&alpha, &[0.119203, 0.880797]);
+    close(&h, &[2.761594, -0.761594]);
+    close(&dw, &[0.419974, -0.419974]);
 }
 
 #[test]

@@ -44,9 +44,9 @@ pub use arch::Arch;
 pub use attnres::AttnRes;
 pub use batch::BatchTensors;
 pub use config::{
-    AltupActive, AltupConfig, AltupInput, AttnResConfig, Hashing, HcCollapse, HcConfig, HcInit, HcMixing, HybridConfig,
-    MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig, Trunk, ValueResidual,
-    WeightInit,
+    AltupActive, AltupConfig, AltupInput, AttnResConfig, DepthKeys, Hashing, HcCollapse, HcConfig, HcInit, HcMixing,
+    HybridConfig, MemoryFormerConfig, ModelConfig, Norm, Position, RmtConfig, TrainConfig, TransformerConfig, Trunk,
+    ValueResidual, WeightInit,
 };
 pub use hybrid::Hybrid;
 pub use hyper_connections::HyperConnections;

@@ -232,6 +232,14 @@ pub const SETTINGS: &[Setting] = &[
         DEPTH_BLOCKS,
         "Attention Residuals' depth blocks: each sums 2L/N sites' outputs, and every site reads a softmax over the blocks before it (N = 2L: Full AttnRes); N divides 2L",
     ),
+    off_page(model(
+        "depth_keys",
+        "depth-keys",
+        "AttnRes keys",
+        Kind::Choice(&["normed", "raw"]),
+        DEPTH_BLOCKS,
+        "what each read over depth scores its sources by: their RMS-normalised values (the paper's) or the raw values (its Table 4 ablation, \"no key norm\")",
+    )),
     model("n_layers", "layers", "L", Kind::Whole, ALL, "blocks"),
     model(
         "norm",

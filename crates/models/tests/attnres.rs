@@ -11,7 +11,9 @@ use engine::cpu::CpuBackend;
 use engine::Backend;
 use resmem_models::attnres::layout;
 use resmem_models::count::{attnres_sources, try_attnres as counts, try_transformer};
-use resmem_models::{AttnRes, AttnResConfig, BatchTensors, LanguageModel, Observe, Transformer, TransformerConfig};
+use resmem_models::{
+    AttnRes, AttnResConfig, BatchTensors, DepthKeys, LanguageModel, Observe, Transformer, TransformerConfig,
+};
 
 fn at(depth_blocks: usize, d_model: usize, n_layers: usize) -> AttnResConfig {
     AttnResConfig {
@@ -86,15 +88,23 @@ fn the_source_lists_of_the_spec() {
 /// residual over its count of sources, and the norms make it the transformer's input: the
 /// logits and every gradient of the transformer's own parameters are the transformer's, to the
 /// rounding of the mixtures (and its norms' ε·n², 1e-8 here). For a block a layer, Full, and one
-/// block.
+/// block, and with raw keys (the paper's Table 4 ablation), whose logits are 0 too at w = 0.
 #[test]
 fn attnres_starts_as_its_transformer() {
-    for n in [2, 4, 1] {
-        let cfg = at(n, 64, 2);
+    for (n, depth_keys) in [
+        (2, DepthKeys::Normed),
+        (4, DepthKeys::Normed),
+        (1, DepthKeys::Normed),
+        (2, DepthKeys::Raw),
+    ] {
+        let cfg = AttnResConfig {
+            depth_keys,
+            ..at(n, 64, 2)
+        };
         let be = CpuBackend::<f32>::new();
         let model = AttnRes::new(&be, cfg.clone(), 2, 16, 3).unwrap();
         let plain = Transformer::new(&be, cfg.transformer(), 2, 16, 4).unwrap();
-        let name = format!("AttnRes N {n}");
+        let name = format!("AttnRes N {n}, {depth_keys:?} keys");
         let (_, _, worst) = common::against_transformer(&name, &be, (&model, &plain), |_, _| {});
         assert!(worst < 2e-5, "{name}: logits differ by {worst} of the largest");
 
@@ -150,4 +160,19 @@ fn the_norm_eps_is_capped() {
     let t = TransformerConfig::tiny(256, 16);
     assert!(t.norm_eps > 1e-8);
     assert_eq!(AttnResConfig::widening(&t, 2).norm_eps, 1e-8);
+}
+
+/// The keys are normed unless a config says `depth_keys = "raw"`; a config written before the
+/// option reads as normed.
+#[test]
+fn depth_keys_default_to_normed() {
+    let cfg = at(2, 64, 2);
+    assert_eq!(cfg.depth_keys, DepthKeys::Normed);
+    let mut table = toml::Table::try_from(&cfg).unwrap();
+    assert_eq!(table.remove("depth_keys"), Some(toml::Value::String("normed".into())));
+    assert_eq!(table.clone().try_into::<AttnResConfig>().unwrap(), cfg);
+    table.insert("depth_keys".into(), "raw".into());
+    let raw: AttnResConfig = table.try_into().unwrap();
+    assert_eq!(raw.depth_keys, DepthKeys::Raw);
+    assert!(raw.validate().is_ok());
 }

@@ -5,6 +5,9 @@
 //!
 //!   rstd_i = 1/sqrt(mean(v_i²) + ε)    z_i = (w ⊙ γ)·v_i · rstd_i    α = softmax(z)    h = Σ_i α_i v_i
 //!
+//! (with raw keys, the paper's Table 4 ablation, rstd_i = 1 and the backward's x̂_i z_i / D term
+//! goes)
+//!
 //! The keys are normalised for the logits only; the values are mixed raw. The backward
 //! (SPEC §7.3.4), with q = w ⊙ γ, x̂_i = v_i·rstd_i and dz_i = α_i (⟨dh, v_i⟩ − Σ_k α_k ⟨dh, v_k⟩):
 //!
@@ -33,6 +36,9 @@ pub struct DepthDims {
     pub width: usize,
     /// The keys' RMSNorm ε.
     pub eps: f32,
+    /// Whether the keys are RMS-normalised (the paper's); raw keys (rstd_i = 1) are its Table 4
+    /// ablation.
+    pub normed_keys: bool,
 }
 
 impl DepthDims {
@@ -60,13 +66,14 @@ impl DepthDims {
     }
 }
 
-fn params(d: &DepthDims) -> [u32; 5] {
+fn params(d: &DepthDims) -> [u32; 6] {
     [
         d.tokens as u32,
         d.rows as u32,
         d.sources as u32,
         d.width as u32,
         d.eps.to_bits(),
+        u32::from(d.normed_keys),
     ]
 }
 
@@ -87,7 +94,10 @@ mod cpu_twin {
     fn logits<T: Scalar>(z: &mut Vec<(T, T)>, v: &[T], q: &[T], d: &DepthDims) {
         z.clear();
         z.extend(v.chunks(d.width).map(|v| {
-            let (_, rstd) = row_stats(v, NormKind::RmsNorm, d.eps);
+            let rstd = match d.normed_keys {
+                true => row_stats(v, NormKind::RmsNorm, d.eps).1,
+                false => T::one(),
+            };
             let qv = v.iter().zip(q).fold(T::zero(), |a, (&v, &q)| a + q * v);
             (rstd, qv * rstd)
         }));
@@ -172,8 +182,13 @@ mod cpu_twin {
                         dzr[i] = dz * rstd;
                         let dx = &mut dx[i * c..(i + 1) * c];
                         let v = &v[i * c..(i + 1) * c];
+                        // Raw keys have no norm to pass the gradient through.
                         for (((dx, &g), &q), &v) in dx.iter_mut().zip(dh).zip(&q).zip(v) {
-                            *dx = *dx + a * g + dzr[i] * (q - v * rstd * z / width);
+                            let through_norm = match d.normed_keys {
+                                true => v * rstd * z / width,
+                                false => T::zero(),
+                            };
+                            *dx = *dx + a * g + dzr[i] * (q - through_norm);
                         }
                     }
                 }

@@ -506,28 +506,30 @@ pub async fn run<B: Backend>(be: &B) -> Result<Vec<Check>> {
     }
 
     // Attention over depth: a token count that leaves a column pass part-empty, a width past
-    // one workgroup, and a read of fewer sources than rows.
-    let d = crate::DepthDims {
-        tokens: 37,
-        rows: 5,
-        sources: 4,
-        width: 133,
-        eps: 1e-8,
-    };
-    let x = random(&mut rng, d.tokens * d.rows * d.width, 2.0);
-    let mut query = random(&mut rng, d.width, 0.3);
-    query.extend(random(&mut rng, d.width, 1.0));
-    let (dh, dx0) = (
-        random(&mut rng, d.tokens * d.width, 1.0),
-        random(&mut rng, x.len(), 1.0),
-    );
-    check!(
-        checks,
-        be,
-        "depth",
-        "37 tokens, 4 sources of 5 rows of 133",
-        2e-5,
-        depth(&x, &query, &dh, &dx0, d)
-    );
+    // one workgroup, and a read of fewer sources than rows; with normed keys and raw.
+    let (tokens, rows, width) = (37, 5, 133);
+    let x = random(&mut rng, tokens * rows * width, 2.0);
+    let mut query = random(&mut rng, width, 0.3);
+    query.extend(random(&mut rng, width, 1.0));
+    let (dh, dx0) = (random(&mut rng, tokens * width, 1.0), random(&mut rng, x.len(), 1.0));
+    for normed_keys in [true, false] {
+        let d = crate::DepthDims {
+            tokens,
+            rows,
+            sources: 4,
+            width,
+            eps: 1e-8,
+            normed_keys,
+        };
+        let keys = if normed_keys { "normed" } else { "raw" };
+        check!(
+            checks,
+            be,
+            "depth",
+            format!("37 tokens, 4 sources of 5 rows of 133, {keys} keys"),
+            2e-5,
+            depth(&x, &query, &dh, &dx0, d)
+        );
+    }
     Ok(checks)
 }

@@ -21,7 +21,7 @@ use crate::loss::Unembedding;
 use crate::observe::{DepthRead, Shape};
 use crate::params::{Init, LayoutBuilder, ParamId};
 use crate::probes::Layer;
-use crate::AttnResConfig;
+use crate::{AttnResConfig, DepthKeys};
 use engine::{Backend, DepthDims, MatmulDims, NormDims};
 
 /// The depth blocks of the config `cfg` over batches of `embedding.tokens` rows.
@@ -147,6 +147,10 @@ impl DepthBlocks {
             sources,
             width: self.d(),
             eps: DEPTH_KEY_EPS,
+            normed_keys: match self.cfg.depth_keys {
+                DepthKeys::Normed => true,
+                DepthKeys::Raw => false,
+            },
         }
     }
 
