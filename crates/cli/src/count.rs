@@ -159,10 +159,11 @@ pub fn run(args: CountArgs) -> Result<()> {
             c.validate()?;
             let sources = models::count::attnres_sources(c);
             let describe = format!(
-                "attnres (Block, {} depth blocks of {} sites{}): L={} D={} H={} D_h={} D_FF={} V={} N={} (state {})",
+                "attnres (Block, {} depth blocks of {} sites{}{}): L={} D={} H={} D_h={} D_FF={} V={} N={} (state {})",
                 c.depth_blocks,
                 c.block_sites(),
                 if c.depth_blocks == 2 * c.n_layers { ": Full" } else { "" },
+                c.depth_keys.described(),
                 c.n_layers,
                 c.d_model,
                 c.n_heads,

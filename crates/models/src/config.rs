@@ -1151,6 +1151,16 @@ pub enum DepthKeys {
     Raw,
 }
 
+impl DepthKeys {
+    /// What a model's one-line description adds: nothing for the paper's normed keys.
+    pub fn described(self) -> &'static str {
+        match self {
+            DepthKeys::Normed => "",
+            DepthKeys::Raw => ", raw keys",
+        }
+    }
+}
+
 /// The keys' RMSNorm ε (tokenbender's).
 pub const DEPTH_KEY_EPS: f32 = 1e-8;
 /// The largest norm ε an AttnRes preset keeps.

@@ -250,7 +250,7 @@ impl ModelConfig {
                 c.sub_blocks * c.d_model
             ),
             ModelConfig::AttnRes(c) => format!(
-                "AttnRes N={} (S={}) D={} H={} D_h={} D_FF={} L={} (residual {})",
+                "AttnRes N={} (S={}) D={} H={} D_h={} D_FF={} L={} (residual {}){}",
                 c.depth_blocks,
                 c.block_sites(),
                 c.d_model,
@@ -258,7 +258,8 @@ impl ModelConfig {
                 c.head_dim,
                 c.d_ff,
                 c.n_layers,
-                (c.depth_blocks + 1) * c.d_model
+                (c.depth_blocks + 1) * c.d_model,
+                c.depth_keys.described()
             ),
         }
     }
