@@ -486,8 +486,62 @@ fn analyze_keys_reads_every_slot_on_both_backends() {
             assert!((total - 1.0).abs() < 1e-9, "{preset} {block}: shares add to {total}");
         }
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_resmem"))
-        .args(["analyze", "keys", "--preset", "tiny-transformer", "--backend", "cpu"])
+    refused("keys", "tiny-transformer");
+}
+
+/// A run of `resmem train ARGS --backend cpu --out DIR/NAME`, trained; its directory.
+fn trained_with(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> String {
+    let run = dir.path().join(name).to_str().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .arg("train")
+        .args(args)
+        .args(["--backend", "cpu", "--out", &run])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    run
+}
+
+/// `resmem analyze VIEW --run RUN --token 5 --json`'s rows on the CPU and on the GPU.
+fn on_both_backends(view: &str, run: &str) -> (Vec<Value>, Vec<Value>) {
+    let rows = |backend: &str| {
+        let args = [
+            "analyze",
+            view,
+            "--run",
+            run,
+            "--token",
+            "5",
+            "--backend",
+            backend,
+            "--json",
+        ];
+        json(&args).as_array().unwrap().clone()
+    };
+    (rows("cpu"), rows("gpu"))
+}
+
+/// A row's numbers under `key`.
+fn numbers(r: &Value, key: &str) -> Vec<f64> {
+    r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+/// Every number under `keys` of the CPU's row within 1e-4 (relative, past 1) of the GPU's.
+fn same_on_both(a: &Value, b: &Value, keys: &[&str]) {
+    for key in keys {
+        for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
+            assert!(
+                (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                "{key}: CPU {a} against GPU {b}"
+            );
+        }
+    }
+}
+
+/// `resmem analyze VIEW --preset PRESET` is refused: the model has none of what it reads.
+fn refused(view: &str, preset: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
+        .args(["analyze", view, "--preset", preset, "--backend", "cpu"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -502,47 +556,14 @@ fn analyze_keys_reads_every_slot_on_both_backends() {
 fn analyze_mixing_reads_every_site_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
     for mixing in ["mhc", "mhc-lite"] {
-        let run = dir.path().join(mixing);
-        let run = run.to_str().unwrap();
-        let train = [
-            "train",
-            "--arch",
-            "hc",
-            "--mixing",
-            mixing,
-            "--steps",
-            "4",
-            "--backend",
-            "cpu",
-            "--out",
-            run,
-        ];
-        let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(train).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let rows = |backend: &str| {
-            let args = [
-                "analyze",
-                "mixing",
-                "--run",
-                run,
-                "--token",
-                "5",
-                "--backend",
-                backend,
-                "--json",
-            ];
-            json(&args).as_array().unwrap().clone()
-        };
-        let (cpu, gpu) = (rows("cpu"), rows("gpu"));
+        let run = trained_with(&dir, mixing, &["--arch", "hc", "--mixing", mixing, "--steps", "4"]);
+        let (cpu, gpu) = on_both_backends("mixing", &run);
         let names: Vec<&str> = cpu.iter().map(|r| r["site"].as_str().unwrap()).collect();
         assert_eq!(
             names,
             ["block0.attn", "block0.ff", "block1.attn", "block1.ff"],
             "{mixing}"
         );
-        let numbers = |r: &Value, key: &str| -> Vec<f64> {
-            r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-        };
         for (a, b) in cpu.iter().zip(&gpu) {
             let (pre, post, p) = (numbers(a, "pre"), numbers(a, "post"), numbers(a, "mix"));
             let n = pre.len();
@@ -563,22 +584,10 @@ fn analyze_mixing_reads_every_site_on_both_backends() {
             }
             let norms = numbers(a, "stream_norms");
             assert!(norms.len() == n && norms.iter().all(|&x| x > 0.0), "{a}");
-            for key in ["pre", "post", "mix", "composite_gain", "stream_norms"] {
-                for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
-                    assert!(
-                        (x - y).abs() <= 1e-4 * x.abs().max(1.0),
-                        "{mixing} {key}: CPU {a} against GPU {b}"
-                    );
-                }
-            }
+            same_on_both(a, b, &["pre", "post", "mix", "composite_gain", "stream_norms"]);
         }
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_resmem"))
-        .args(["analyze", "mixing", "--preset", "tiny-rmt", "--backend", "cpu"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("has none"), "{err}");
+    refused("mixing", "tiny-rmt");
 }
 
 /// `analyze altup` on the tiny AltUp (K 4, L 2): at step 1 every layer's P is I and g is 1
@@ -587,8 +596,6 @@ fn analyze_mixing_reads_every_site_on_both_backends() {
 /// cosines are 0.9999 there), the same from the CPU and the GPU. A model without sub-blocks is refused with a reason.
 #[test]
 fn analyze_altup_reads_every_layer_on_both_backends() {
-    let numbers =
-        |r: &Value, key: &str| -> Vec<f64> { r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
     let init = json(&[
         "analyze",
         "altup",
@@ -613,36 +620,8 @@ fn analyze_altup_reads_every_layer_on_both_backends() {
         assert!(numbers(r, "cosine").iter().all(|&c| (c - 1.0).abs() < 1e-6), "{r}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("altup");
-    let run = run.to_str().unwrap();
-    let train = [
-        "train",
-        "--arch",
-        "altup",
-        "--steps",
-        "20",
-        "--backend",
-        "cpu",
-        "--out",
-        run,
-    ];
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(train).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows = |backend: &str| {
-        let args = [
-            "analyze",
-            "altup",
-            "--run",
-            run,
-            "--token",
-            "5",
-            "--backend",
-            backend,
-            "--json",
-        ];
-        json(&args).as_array().unwrap().clone()
-    };
-    let (cpu, gpu) = (rows("cpu"), rows("gpu"));
+    let run = trained_with(&dir, "altup", &["--arch", "altup", "--steps", "20"]);
+    let (cpu, gpu) = on_both_backends("altup", &run);
     for (a, b) in cpu.iter().zip(&gpu) {
         let p = numbers(a, "predict");
         assert!(
@@ -656,21 +635,9 @@ fn analyze_altup_reads_every_layer_on_both_backends() {
             cos.iter().all(|&c| c.abs() <= 1.0 + 1e-9) && cos.iter().any(|&c| c < 1.0 - 1e-6),
             "{a}"
         );
-        for key in ["predict", "correct", "cosine", "norms"] {
-            for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
-                assert!(
-                    (x - y).abs() <= 1e-4 * x.abs().max(1.0),
-                    "{key}: CPU {a} against GPU {b}"
-                );
-            }
-        }
+        same_on_both(a, b, &["predict", "correct", "cosine", "norms"]);
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-        .args(["analyze", "altup", "--preset", "tiny-transformer", "--backend", "cpu"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("has none"), "{err}");
+    refused("altup", "tiny-transformer");
 }
 
 /// `analyze depth` on the tiny Block AttnRes (L 2, a depth block a layer) after 4 steps: a row
@@ -680,36 +647,8 @@ fn analyze_altup_reads_every_layer_on_both_backends() {
 #[test]
 fn analyze_depth_reads_every_site_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("attnres");
-    let run = run.to_str().unwrap();
-    let train = [
-        "train",
-        "--arch",
-        "attnres",
-        "--steps",
-        "4",
-        "--backend",
-        "cpu",
-        "--out",
-        run,
-    ];
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(train).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows = |backend: &str| {
-        let args = [
-            "analyze",
-            "depth",
-            "--run",
-            run,
-            "--token",
-            "5",
-            "--backend",
-            backend,
-            "--json",
-        ];
-        json(&args).as_array().unwrap().clone()
-    };
-    let (cpu, gpu) = (rows("cpu"), rows("gpu"));
+    let run = trained_with(&dir, "attnres", &["--arch", "attnres", "--steps", "4"]);
+    let (cpu, gpu) = on_both_backends("depth", &run);
     let names: Vec<&str> = cpu.iter().map(|r| r["read"].as_str().unwrap()).collect();
     assert_eq!(names, ["block0.attn", "block0.ff", "block1.attn", "block1.ff", "head"]);
     let sources: Vec<Vec<&str>> = (cpu.iter())
@@ -732,8 +671,6 @@ fn analyze_depth_reads_every_site_on_both_backends() {
             vec!["b0", "b1", "b2"],
         ]
     );
-    let numbers =
-        |r: &Value, key: &str| -> Vec<f64> { r[key].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
     for (a, b) in cpu.iter().zip(&gpu) {
         let (w, rms) = (numbers(a, "weights"), numbers(a, "rms"));
         assert!(
@@ -741,21 +678,9 @@ fn analyze_depth_reads_every_site_on_both_backends() {
             "{a}"
         );
         assert!(rms.len() == w.len() && rms.iter().all(|&x| x > 0.0), "{a}");
-        for key in ["weights", "rms"] {
-            for (x, y) in numbers(a, key).iter().zip(numbers(b, key)) {
-                assert!(
-                    (x - y).abs() <= 1e-4 * x.abs().max(1.0),
-                    "{key}: CPU {a} against GPU {b}"
-                );
-            }
-        }
+        same_on_both(a, b, &["weights", "rms"]);
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem"))
-        .args(["analyze", "depth", "--preset", "tiny-transformer", "--backend", "cpu"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("has none"), "{err}");
+    refused("depth", "tiny-transformer");
 }
 
 /// Every view of one forward on the GPU (lavapipe) with GPT-2's vocabulary, at the second
