@@ -72,6 +72,27 @@ pub struct AltupRow {
     pub norms: Vec<f64>,
 }
 
+impl AltupRow {
+    /// The cosines between distinct sub-blocks: 1 each while they are copies.
+    pub fn cosines_apart(&self) -> impl Iterator<Item = f64> + '_ {
+        let k = self.correct.len().max(1);
+        (self.cosine.iter().enumerate())
+            .filter(move |(ij, _)| ij / k != ij % k)
+            .map(|(_, &c)| c)
+    }
+
+    /// Their mean; None with one sub-block.
+    pub fn mean_cosine_apart(&self) -> Option<f64> {
+        let (sum, n) = self.cosines_apart().fold((0.0, 0), |(s, n), c| (s + c, n + 1));
+        (n > 0).then(|| sum / n as f64)
+    }
+
+    /// The least of them; None with one sub-block.
+    pub fn least_cosine_apart(&self) -> Option<f64> {
+        self.cosines_apart().reduce(f64::min)
+    }
+}
+
 /// One read over depth after a forward: alpha (tokens, sources), the weights a token gives the
 /// first `sources` rows of the state before it.
 pub struct DepthRead<'a, B: Backend> {

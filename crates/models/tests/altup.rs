@@ -143,3 +143,26 @@ fn against_transformer(cfg: &AltupConfig) -> f32 {
     }
     worst
 }
+
+/// The cosines between distinct sub-blocks, which the page's AltUp view draws: the
+/// off-diagonal of the K×K matrix, their mean and their least; none with one sub-block.
+#[test]
+fn cosines_apart_are_the_off_diagonal() {
+    let row = |correct: Vec<f64>, cosine: Vec<f64>| resmem_models::observe::AltupRow {
+        layer: "block0".into(),
+        active: 0,
+        predict: vec![],
+        correct,
+        cosine,
+        norms: vec![],
+    };
+    let three = row(vec![1.0; 3], vec![1.0, 0.2, 0.5, 0.2, 1.0, 0.8, 0.5, 0.8, 1.0]);
+    assert_eq!(
+        three.cosines_apart().collect::<Vec<_>>(),
+        [0.2, 0.5, 0.2, 0.8, 0.5, 0.8]
+    );
+    assert!((three.mean_cosine_apart().unwrap() - 0.5).abs() < 1e-12);
+    assert_eq!(three.least_cosine_apart(), Some(0.2));
+    let one = row(vec![1.0], vec![1.0]);
+    assert_eq!((one.mean_cosine_apart(), one.least_cosine_apart()), (None, None));
+}

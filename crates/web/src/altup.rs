@@ -86,20 +86,12 @@ pub fn grid_svg(rows: &[AltupRow]) -> String {
 /// they are copies, lower as they part.
 fn likeness_svg(history: &[Read]) -> String {
     let layers = history.last().map_or(0, |r| r.rows.len());
-    let mean_off = |r: &AltupRow| {
-        let k = r.correct.len();
-        let off: Vec<f64> = (r.cosine.iter().enumerate())
-            .filter(|(ij, _)| ij / k != ij % k)
-            .map(|(_, &c)| c)
-            .collect();
-        (!off.is_empty()).then(|| off.iter().sum::<f64>() / off.len() as f64)
-    };
     let curves: Vec<Curve> = (0..layers)
         .map(|l| Curve {
             label: format!("block{l}"),
             color: PALETTE[l % PALETTE.len()],
             points: (history.iter())
-                .filter_map(|r| r.rows.get(l).and_then(mean_off).map(|c| (r.step, c as f32)))
+                .filter_map(|r| r.rows.get(l)?.mean_cosine_apart().map(|c| (r.step, c as f32)))
                 .collect(),
         })
         .collect();
@@ -129,10 +121,9 @@ pub fn AltupView(readings: Signal<Vec<Observed>>) -> impl IntoView {
             return String::new();
         };
         let k = last.correct.len();
-        let least = (0..k * k)
-            .filter(|ij| ij / k != ij % k)
-            .map(|ij| last.cosine[ij])
-            .fold(f64::INFINITY, f64::min);
+        let Some(least) = last.least_cosine_apart() else {
+            return format!("step {}: one sub-block", r.step);
+        };
         format!(
             "step {}: after the last layer the {k} sub-blocks' least cosine is {least:.5} (1 − cos = {:.1e}; 0 while \
              they are copies)",
