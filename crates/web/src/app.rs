@@ -458,10 +458,10 @@ fn submit(page: Page, job: Job) {
             .status
             .set("The device is busy; wait for it, or press Stop.".into());
     }
-    let (be, steer) = match page.device.lend(job.clone()) {
+    let (be, steer, job) = match page.device.lend(job) {
         Lent::Cpu => return page.busy.set(true),
         Lent::Nothing => return page.status.set("The device is not ready yet.".into()),
-        Lent::Gpu(be, steer) => (*be, steer),
+        Lent::Gpu(be, steer, job) => (*be, steer, job),
     };
     page.busy.set(true);
     spawn_local(async move {

@@ -41,7 +41,8 @@ struct Slot {
 
 /// What the slot lends a job.
 pub enum Lent {
-    Gpu(Box<GpuBackend>, Steer),
+    /// The GPU and the steering handle, with the job to run on them.
+    Gpu(Box<GpuBackend>, Steer, Job),
     /// The job was posted to the CPU engine's worker.
     Cpu,
     /// No device is ready, or the GPU is lent already.
@@ -110,7 +111,7 @@ impl DeviceSlot {
                 Lent::Cpu
             }
             Device::Gpu(gpu) => match gpu.take() {
-                Some(be) => Lent::Gpu(be, s.steer.clone()),
+                Some(be) => Lent::Gpu(be, s.steer.clone(), job),
                 None => Lent::Nothing,
             },
             Device::None => Lent::Nothing,
