@@ -15,6 +15,16 @@ use models::observe::AltupRow;
 /// Every layer's coefficients and its sub-blocks' cosines, read after one step.
 type Read = Reading<Vec<AltupRow>>;
 
+/// A value in two decimals without its leading zero: .97, -.03, 1.03.
+fn short(v: f64) -> String {
+    let text = format!("{v:.2}");
+    match (text.strip_prefix("0."), text.strip_prefix("-0.")) {
+        (Some(rest), _) => format!(".{rest}"),
+        (None, Some(rest)) => format!("-.{rest}"),
+        (None, None) => text,
+    }
+}
+
 /// A K×K matrix as cells at (x, y), each coloured by its value and, up to 4 sub-blocks, with
 /// it written in.
 fn cells(m: &[f64], k: usize, (x, y): (usize, usize), cell: usize, class: &str, what: &str) -> String {
@@ -34,7 +44,7 @@ fn cells(m: &[f64], k: usize, (x, y): (usize, usize), cell: usize, class: &str, 
                 r#"<text x="{}" y="{}" text-anchor="middle" fill="{ink}">{}</text>"#,
                 cx + cell / 2,
                 cy + cell / 2 + 4,
-                format!("{v:.2}").replace("0.", ".")
+                short(v)
             );
         }
     }

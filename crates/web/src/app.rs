@@ -101,7 +101,9 @@ pub fn App() -> impl IntoView {
     let look = move || viewer.look();
     let look_untracked = move || untrack(look);
     // The running job reads what the page wants: whether to stop, which residuals, the prompt.
+    // Tracked on the engine too, so that the CPU worker is told again once it can listen.
     Effect::new(move |_| {
+        engine_kind.track();
         page.device.steer(Steering {
             stop: !page.training.get(),
             residuals: look(),

@@ -78,13 +78,13 @@ fn head_svg(history: &[Read]) -> String {
     lines_svg(&curves, "weight", 160)
 }
 
-/// The depth view of one run: its reads over depth.
 /// The rows of this view's kind.
 fn weights(rows: &Rows) -> Option<&Vec<DepthRow>> {
     let Rows::Depth(rows) = rows else { return None };
     Some(rows)
 }
 
+/// The depth view of one run: its reads over depth.
 #[component]
 pub fn DepthView(readings: Signal<Vec<Observed>>) -> impl IntoView {
     let history = Memo::new(move |_| readings.with(|r| series(r, weights)));

@@ -119,12 +119,16 @@ impl DeviceSlot {
         self.0.try_update_value(lend).unwrap_or(Lent::Nothing)
     }
 
-    /// The GPU comes back from a job; a lost one is dropped, and the page offers to make a new one.
+    /// The GPU comes back from a job to the slot it was lent from; a lost one is dropped, and
+    /// the page offers to make a new one. If the page moved to the CPU engine meanwhile, the
+    /// GPU is dropped and the worker stays.
     pub fn give_back(self, be: GpuBackend, lost: bool) {
         self.0.update_value(|s| {
-            s.device = match lost {
-                true => Device::None,
-                false => Device::Gpu(Some(Box::new(be))),
+            if let Device::Gpu(slot @ None) = &mut s.device {
+                match lost {
+                    true => s.device = Device::None,
+                    false => *slot = Some(Box::new(be)),
+                }
             }
         });
     }

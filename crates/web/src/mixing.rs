@@ -130,13 +130,13 @@ pub fn gain_svg(history: &[Mixed]) -> String {
     )
 }
 
-/// The mixing view of one run: its reads of the gates.
 /// The rows of this view's kind.
 fn gates(rows: &Rows) -> Option<&Vec<MixingRow>> {
     let Rows::Mixing(rows) = rows else { return None };
     Some(rows)
 }
 
+/// The mixing view of one run: its reads of the gates.
 #[component]
 pub fn MixingView(readings: Signal<Vec<Observed>>) -> impl IntoView {
     let history = Memo::new(move |_| readings.with(|r| series(r, gates)));

@@ -40,9 +40,11 @@ pub enum Kind {
 pub enum Cadence {
     /// After every step, from its forward, before its loss is read: reads only.
     EveryStep,
-    /// After step 1 and every `MEASURE_EVERY` steps, once the step's loss and residuals are
-    /// read: these may run forwards of their own.
+    /// After step 1 and every `MEASURE_EVERY` steps, once the step's loss is read and before
+    /// its residuals (whose logit lens rewrites the head's buffers): reads only.
     Measured,
+    /// At the same steps, after the residuals: these run a forward of their own.
+    MeasuredForward,
 }
 
 impl Kind {
@@ -51,7 +53,8 @@ impl Kind {
     pub fn cadence(self) -> Cadence {
         match self {
             Kind::Buckets => Cadence::EveryStep,
-            Kind::Mixing | Kind::Depth | Kind::Altup | Kind::Variance => Cadence::Measured,
+            Kind::Mixing | Kind::Depth | Kind::Altup => Cadence::Measured,
+            Kind::Variance => Cadence::MeasuredForward,
         }
     }
 
@@ -59,7 +62,7 @@ impl Kind {
     pub fn due(cadence: Cadence, n: usize) -> impl Iterator<Item = Kind> {
         let now = match cadence {
             Cadence::EveryStep => true,
-            Cadence::Measured => n == 1 || n.is_multiple_of(MEASURE_EVERY),
+            Cadence::Measured | Cadence::MeasuredForward => n == 1 || n.is_multiple_of(MEASURE_EVERY),
         };
         Kind::ALL.into_iter().filter(move |k| now && k.cadence() == cadence)
     }
@@ -84,8 +87,9 @@ impl Kind {
         }
     }
 
-    /// Whether the browser's store keeps it across reloads (the histograms' window is cheap to
-    /// read again and not worth the space).
+    /// Whether it outlives the job that read it: the browser's store keeps it across reloads
+    /// and a continued run keeps it (the histograms' window restarts with each job, as it is
+    /// cheap to read again and not worth the space).
     pub fn saved(self) -> bool {
         match self {
             Kind::Buckets => false,

@@ -188,9 +188,11 @@ impl Run {
         self.observed.get(&kind).map_or(&[], Vec::as_slice)
     }
 
-    /// Forgets what it read after `step`, as a run continued from there will read it again.
+    /// Forgets what it read after `step`, as a run continued from there will read it again,
+    /// and the readings that do not outlive a job (`Kind::saved`).
     pub fn forget_after(&mut self, step: usize) {
         self.points.retain(|p| p.0 <= step);
+        self.observed.retain(|kind, _| kind.saved());
         self.observed.values_mut().for_each(|r| r.retain(|o| o.step <= step));
     }
 

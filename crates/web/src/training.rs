@@ -213,15 +213,17 @@ impl<B: Backend + 'static> Driver<B, Model<B>> for Page<'_, B> {
             ms: ms / k.max(1) as f64,
             tokens: self.session.tokens_per_step(),
         });
-        // Before the probes run a forward of their own: these are the step's residuals.
+        // The step's forward is read first: the kinds that only read it, then the residuals
+        // (whose lens rewrites the head's buffers), then the kinds with a forward of their own.
+        let emit = |o| (self.emit)(Event::Observed(o));
+        let at = self.steer.look();
+        observe_each(self.session, Kind::due(Cadence::Measured, n), n, &at, &emit).await?;
         let look = (self.steer.get().residuals).filter(|_| n == 1 || n.is_multiple_of(residual::READ_EVERY));
         let read = match &look {
             Some(look) => Some(self.session.residuals(look.seq, look.token).await?),
             None => None,
         };
-        let emit = |o| (self.emit)(Event::Observed(o));
-        let kinds = Kind::due(Cadence::Measured, n);
-        observe_each(self.session, kinds, n, &self.steer.look(), &emit).await?;
+        observe_each(self.session, Kind::due(Cadence::MeasuredForward, n), n, &at, &emit).await?;
         // Last: attribution and ablation run forwards of their own.
         if let (Some(look), Some(read)) = (look, read) {
             let interventions = self.session.intervene(&look).await?;

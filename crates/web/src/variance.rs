@@ -154,13 +154,13 @@ pub fn grid_svg(measured: &[Measured], closed: &[ClosedForm]) -> String {
     svg + "</svg>"
 }
 
-/// The variance view of one run: its measurements and closed form.
 /// The rows of this view's kind.
 fn ratios(rows: &Rows) -> Option<&Vec<Measured>> {
     let Rows::Variance(rows) = rows else { return None };
     Some(rows)
 }
 
+/// The variance view of one run: its measurements and closed form.
 #[component]
 pub fn VarianceView(readings: Signal<Vec<Observed>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
     let history = Memo::new(move |_| readings.with(|r| series(r, ratios)));
