@@ -5,9 +5,9 @@
 use crate::chart::{lines_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
 use crate::mixing::weight_color;
-use crate::observed::{series, Observed, Reading, Rows};
+use crate::observed::{Observed, Reading, Rows};
 use crate::save::ChartExport;
-use crate::scrubber::{shown_index, Scrubber};
+use crate::scrubber::{Scrubbed, Scrubber};
 use leptos::prelude::*;
 use models::observe::DepthRow;
 
@@ -87,11 +87,14 @@ fn weights(rows: &Rows) -> Option<&Vec<DepthRow>> {
 /// The depth view of one run: its reads over depth.
 #[component]
 pub fn DepthView(readings: Signal<Vec<Observed>>) -> impl IntoView {
-    let history = Memo::new(move |_| readings.with(|r| series(r, weights)));
-    let chosen = RwSignal::new(None::<usize>);
-    let count = Signal::derive(move || history.with(|h| h.len()));
-    let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());
-    let step = Signal::derive(move || shown().map(|r| r.step));
+    let scrubbed = Scrubbed::new(readings, weights);
+    let Scrubbed {
+        history,
+        chosen,
+        count,
+        step,
+    } = scrubbed;
+    let shown = move || scrubbed.shown();
     let empty = "<p>Read after step 1, then every 10 steps.</p>".to_string();
     let grid = move || shown().map_or(empty.clone(), |r| grid_svg(&r.rows));
     let head = move || history.with(|h| head_svg(h));

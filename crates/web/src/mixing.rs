@@ -4,9 +4,9 @@
 
 use crate::chart::{lines_svg, Curve, PALETTE};
 use crate::help::ViewTitle;
-use crate::observed::{series, Observed, Reading, Rows};
+use crate::observed::{Observed, Reading, Rows};
 use crate::save::ChartExport;
-use crate::scrubber::{shown_index, Scrubber};
+use crate::scrubber::{Scrubbed, Scrubber};
 use leptos::prelude::*;
 use models::observe::MixingRow;
 
@@ -139,11 +139,14 @@ fn gates(rows: &Rows) -> Option<&Vec<MixingRow>> {
 /// The mixing view of one run: its reads of the gates.
 #[component]
 pub fn MixingView(readings: Signal<Vec<Observed>>) -> impl IntoView {
-    let history = Memo::new(move |_| readings.with(|r| series(r, gates)));
-    let chosen = RwSignal::new(None::<usize>);
-    let count = Signal::derive(move || history.with(|h| h.len()));
-    let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());
-    let step = Signal::derive(move || shown().map(|m| m.step));
+    let scrubbed = Scrubbed::new(readings, gates);
+    let Scrubbed {
+        history,
+        chosen,
+        count,
+        step,
+    } = scrubbed;
+    let shown = move || scrubbed.shown();
     let empty = "<p>Read after step 1, then every 10 steps.</p>".to_string();
     let grid = move || shown().map_or(empty.clone(), |m| grid_svg(&m.rows));
     let gain = move || history.with(|h| gain_svg(h));

@@ -1,10 +1,12 @@
-//! A step scrubber over a run's measurements, with a play button: the variance grid's and the
-//! mixing matrices'.
+//! A step scrubber over a run's readings of one kind, with a play button, and the readings it
+//! walks (`Scrubbed`): the variance grid's, the mixing matrices', the depth weights' and
+//! AltUp's.
 
+use crate::observed::{series, Observed, Reading, Rows};
 use leptos::prelude::*;
 
 /// Which measurement of `count` is shown: `chosen`, or the latest while none is.
-pub fn shown_index(chosen: Option<usize>, count: usize) -> usize {
+fn shown_index(chosen: Option<usize>, count: usize) -> usize {
     chosen.unwrap_or(count.saturating_sub(1))
 }
 
@@ -56,5 +58,44 @@ pub fn Scrubber(
                 " (" {move || index() + 1} " of " {count} ")"
             </label>
         </div>
+    }
+}
+
+/// A view's readings of its kind on a step scrubber: all of them (oldest first), the one chosen
+/// (None: the latest), how many there are, and the step of the one shown.
+pub struct Scrubbed<T: Send + Sync + 'static> {
+    pub history: Memo<Vec<Reading<T>>>,
+    pub chosen: RwSignal<Option<usize>>,
+    pub count: Signal<usize>,
+    pub step: Signal<Option<usize>>,
+}
+
+impl<T: Send + Sync + 'static> Clone for Scrubbed<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Send + Sync + 'static> Copy for Scrubbed<T> {}
+
+impl<T: Clone + PartialEq + Send + Sync + 'static> Scrubbed<T> {
+    /// The readings whose rows `pick` takes, typed (`observed::series`).
+    pub fn new(readings: Signal<Vec<Observed>>, pick: fn(&Rows) -> Option<&T>) -> Self {
+        let history = Memo::new(move |_| readings.with(|r| series(r, pick)));
+        let chosen = RwSignal::new(None::<usize>);
+        let count = Signal::derive(move || history.with(|h| h.len()));
+        let step = Signal::derive(move || history.with(|h| h.get(shown_index(chosen.get(), h.len())).map(|r| r.step)));
+        Scrubbed {
+            history,
+            chosen,
+            count,
+            step,
+        }
+    }
+
+    /// The reading shown.
+    pub fn shown(self) -> Option<Reading<T>> {
+        self.history
+            .with(|h| h.get(shown_index(self.chosen.get(), h.len())).cloned())
     }
 }

@@ -5,9 +5,9 @@
 
 use crate::chart::variance_svg;
 use crate::help::ViewTitle;
-use crate::observed::{series, Observed, Rows};
+use crate::observed::{Observed, Rows};
 use crate::save::ChartExport;
-use crate::scrubber::{shown_index, Scrubber};
+use crate::scrubber::{Scrubbed, Scrubber};
 use leptos::prelude::*;
 use models::probes::{Layer, Measured, Op};
 use models::variance::{self, distance_from_one, shared_site, ClosedForm, InitScheme};
@@ -163,13 +163,12 @@ fn ratios(rows: &Rows) -> Option<&Vec<Measured>> {
 /// The variance view of one run: its measurements and closed form.
 #[component]
 pub fn VarianceView(readings: Signal<Vec<Observed>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
-    let history = Memo::new(move |_| readings.with(|r| series(r, ratios)));
+    let scrubbed = Scrubbed::new(readings, ratios);
+    let Scrubbed {
+        chosen, count, step, ..
+    } = scrubbed;
+    let shown = move || scrubbed.shown();
     let (block, set_block) = signal(0usize);
-    // Which measurement is shown; None: the latest.
-    let chosen = RwSignal::new(None::<usize>);
-    let count = Signal::derive(move || history.with(|h| h.len()));
-    let shown = move || history.with(|h| h.get(shown_index(chosen.get(), count.get())).cloned());
-    let step = Signal::derive(move || shown().map(|s| s.step));
     let blocks = move || shown().map_or(0, |s| s.rows.iter().map(|m| m.site.block + 1).max().unwrap_or(0));
     let empty = "<p>Measured after step 1, then every 10 steps.</p>".to_string();
     let grid = move || shown().map_or(empty.clone(), |s| grid_svg(&s.rows, &closed.get()));
