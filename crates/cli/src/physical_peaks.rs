@@ -57,6 +57,19 @@ impl Physical {
 const H100_DATASHEET: &str = "NVIDIA H100 Tensor Core GPU datasheet (2023) and H100 architecture whitepaper";
 
 /// The devices with known peaks, each under the adapter names it goes by.
+/// An A100: every form factor has the datasheet's compute; memory and its bandwidth differ.
+const fn a100(device: &'static str, memory: &'static str, memory_gbps: f64) -> Physical {
+    Physical {
+        device,
+        source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
+        f32_gflops: 19_500.0,
+        tf32_tensor_gflops: 156_000.0,
+        f16_tensor_gflops: 312_000.0,
+        memory,
+        memory_gbps,
+    }
+}
+
 pub const TABLE: &[(&[&str], Physical)] = &[
     // NVIDIA H100 Tensor Core GPU datasheet, "H100 SXM" column: FP32 67 TFLOP/s, TF32 tensor
     // 989 and BF16/FP16 tensor 1,979 with sparsity, 3.35 TB/s; the whitepaper's table of H100
@@ -107,51 +120,19 @@ pub const TABLE: &[(&[&str], Physical)] = &[
     // 2,039 GB/s (80GB SXM), 1,555 GB/s (40GB SXM and PCIe), 1,935 GB/s (80GB PCIe).
     (
         &["NVIDIA A100-SXM4-80GB"],
-        Physical {
-            device: "NVIDIA A100 SXM 80GB",
-            source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
-            f32_gflops: 19_500.0,
-            tf32_tensor_gflops: 156_000.0,
-            f16_tensor_gflops: 312_000.0,
-            memory: "HBM2e",
-            memory_gbps: 2_039.0,
-        },
+        a100("NVIDIA A100 SXM 80GB", "HBM2e", 2_039.0),
     ),
     (
         &["NVIDIA A100-SXM4-40GB"],
-        Physical {
-            device: "NVIDIA A100 SXM 40GB",
-            source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
-            f32_gflops: 19_500.0,
-            tf32_tensor_gflops: 156_000.0,
-            f16_tensor_gflops: 312_000.0,
-            memory: "HBM2",
-            memory_gbps: 1_555.0,
-        },
+        a100("NVIDIA A100 SXM 40GB", "HBM2", 1_555.0),
     ),
     (
         &["NVIDIA A100 80GB PCIe"],
-        Physical {
-            device: "NVIDIA A100 PCIe 80GB",
-            source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
-            f32_gflops: 19_500.0,
-            tf32_tensor_gflops: 156_000.0,
-            f16_tensor_gflops: 312_000.0,
-            memory: "HBM2e",
-            memory_gbps: 1_935.0,
-        },
+        a100("NVIDIA A100 PCIe 80GB", "HBM2e", 1_935.0),
     ),
     (
         &["NVIDIA A100-PCIE-40GB"],
-        Physical {
-            device: "NVIDIA A100 PCIe 40GB",
-            source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
-            f32_gflops: 19_500.0,
-            tf32_tensor_gflops: 156_000.0,
-            f16_tensor_gflops: 312_000.0,
-            memory: "HBM2",
-            memory_gbps: 1_555.0,
-        },
+        a100("NVIDIA A100 PCIe 40GB", "HBM2", 1_555.0),
     ),
 ];
 

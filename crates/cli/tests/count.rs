@@ -2,20 +2,16 @@
 //! overflow, dimension flags the architecture has no use for, and non-finite settings. Each is a
 //! message and a failing exit status, never a panic or a wrapped number.
 
-use std::process::Command;
+mod common;
 
-/// Runs resmem, expects it to fail without panicking, and returns its stderr.
+use common::{resmem, stdout};
+
+/// Runs resmem, expects it to fail without panicking and without printing, and returns its
+/// stderr.
 fn fails(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(1), "resmem {args:?} should fail with 1: {err}");
-    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
-    assert!(
-        out.stdout.is_empty(),
-        "resmem {args:?} printed {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    err
+    let out = resmem(args);
+    assert!(out.stdout.is_empty(), "resmem {args:?} printed {}", stdout(&out));
+    common::failed(args, out)
 }
 
 #[test]
@@ -131,7 +127,6 @@ fn a_preset_of_another_arch_is_refused() {
 /// be held is refused with the closest.
 #[test]
 fn count_matches_costs_by_solving_sizes() {
-    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap();
     let base = [
         "count",
         "--arch",
@@ -149,7 +144,7 @@ fn count_matches_costs_by_solving_sizes() {
         "--json",
     ];
     for name in ["d_ff", "d-ff"] {
-        let out = run(&[&base[..], &["--solve", name]].concat());
+        let out = resmem(&[&base[..], &["--solve", name]].concat());
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         // 2·D·L = 256 parameters per unit of D_FF: D_FF 136 is 108,864 against the RMT's 108,736.

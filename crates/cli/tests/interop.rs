@@ -2,36 +2,15 @@
 //! the official RMT code imports into a run whose `resmem eval` gives the official loss, exports
 //! back to the same bytes, and bad inputs are messages.
 
+mod common;
+
+use common::{fails, ok, s};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn resmem(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = resmem(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "resmem {args:?} failed: {err}");
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = resmem(args);
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(1), "resmem {args:?} should fail: {err}");
-    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
-    err
-}
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/official-rmt")
         .join(name)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Every tensor's bytes of a safetensors file, by name.

@@ -2,31 +2,11 @@
 //! extents, error bars, a log2 axis), the seed table of a sweep, PNG output, and a clear error
 //! for every bad input.
 
+mod common;
+
+use common::{ok, resmem, s, stderr, stdout};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn resmem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_resmem")).args(args).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = resmem(args);
-    assert!(o.status.success(), "resmem {args:?} failed: {}", stderr(&o));
-    stdout(&o)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// Trains the tiny RMT on copy for 6 CPU steps at `lr`, evaluating at steps 3 and 6.
 fn train(out: &Path, lr: &str) {
@@ -677,19 +657,16 @@ fn declared_comparisons_are_drawn_as_intervals() {
     std::fs::write(sweep.join("summary.json"), summary.to_string()).unwrap();
     let svg = tmp.path().join("c.svg");
     let plot = || {
-        Command::new(env!("CARGO_BIN_EXE_resmem"))
-            .args([
-                "plot",
-                sweep.to_str().unwrap(),
-                "--x",
-                "comparison",
-                "--y",
-                "val_loss",
-                "--out",
-            ])
-            .arg(&svg)
-            .output()
-            .unwrap()
+        resmem(&[
+            "plot",
+            s(&sweep),
+            "--x",
+            "comparison",
+            "--y",
+            "val_loss",
+            "--out",
+            s(&svg),
+        ])
     };
     let out = plot();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -2,6 +2,9 @@
 //! runs' own, skipped when finished and resumed when not, bad grids refused with messages; and
 //! the experiments' quick variants re-run to the numbers committed in docs/experiments/.
 
+mod common;
+
+use common::s;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -27,11 +30,7 @@ fn ok(args: &[&str]) -> String {
 }
 
 fn fails(args: &[&str]) -> String {
-    let out = resmem(args);
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(1), "resmem {args:?} should fail: {err}");
-    assert!(!err.contains("panicked"), "resmem {args:?} panicked: {err}");
-    err
+    common::failed(args, resmem(args))
 }
 
 /// Writes `text` as the experiment `file` and expects the sweep refused, saying `says`, with
@@ -41,10 +40,6 @@ fn refused(file: &Path, text: &str, out: &Path, says: &str) {
     let err = fails(&["sweep", s(file), "--out", s(out)]);
     assert!(err.contains(says), "{text}: {err}");
     assert!(!out.exists(), "a refused sweep created {}", out.display());
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn summary(dir: &Path) -> Value {

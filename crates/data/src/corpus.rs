@@ -650,13 +650,7 @@ impl Corpus {
         let meta = Meta::read(dir)?;
         let train = TokenFile::open(&dir.join(TRAIN_FILE), meta.token_bytes, meta.vocab, meta.train_tokens)?;
         let val = TokenFile::open(&dir.join(VAL_FILE), meta.token_bytes, meta.vocab, meta.val_tokens)?;
-        Self::check_labelled(&meta, &train)?;
-        Ok(Corpus {
-            meta,
-            train,
-            val,
-            dir: dir.to_path_buf(),
-        })
+        Self::checked(meta, train, val, dir)
     }
 
     /// A corpus whose meta.json and token files are already in memory (the page fetches them),
@@ -671,6 +665,11 @@ impl Corpus {
             meta.train_tokens,
         )?;
         let val = TokenFile::from_bytes(&dir.join(VAL_FILE), val, meta.token_bytes, meta.vocab, meta.val_tokens)?;
+        Self::checked(meta, train, val, dir)
+    }
+
+    /// The corpus of files already checked against `meta`, once its labels are.
+    fn checked(meta: Meta, train: TokenFile, val: TokenFile, dir: &Path) -> Result<Corpus, DataError> {
         Self::check_labelled(&meta, &train)?;
         Ok(Corpus {
             meta,

@@ -131,15 +131,20 @@ impl<B: Backend> AdamW<B> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn warmup_then_cosine_to_the_floor() {
-        let cfg = TrainConfig {
+    /// 100 steps at a peak of 1, 5 of them warm-up, down to 0.1.
+    fn hundred_steps() -> TrainConfig {
+        TrainConfig {
             steps: 100,
             lr: 1.0,
             warmup_frac: 0.05,
             min_lr_frac: 0.1,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn warmup_then_cosine_to_the_floor() {
+        let cfg = hundred_steps();
         let s = Schedule::new(&cfg);
         assert_eq!(s.warmup(100), 5);
         assert!((s.lr(1) - 0.2).abs() < 1e-6);
@@ -153,13 +158,7 @@ mod tests {
     /// its new cycle and decays to the floor at the new end.
     #[test]
     fn an_extension_restarts_the_schedule() {
-        let cfg = TrainConfig {
-            steps: 100,
-            lr: 1.0,
-            warmup_frac: 0.05,
-            min_lr_frac: 0.1,
-            ..Default::default()
-        };
+        let cfg = hundred_steps();
         let (one, two) = (Schedule::new(&cfg), Schedule::new(&cfg.extended(300)));
         for step in 1..=100 {
             assert_eq!(one.lr(step).to_bits(), two.lr(step).to_bits(), "step {step}");

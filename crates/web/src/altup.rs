@@ -118,29 +118,19 @@ fn layers(rows: &Rows) -> Option<&Vec<AltupRow>> {
 #[component]
 pub fn AltupView(readings: Signal<Vec<Observed>>) -> impl IntoView {
     let scrubbed = Scrubbed::new(readings, layers);
-    let Scrubbed {
-        history,
-        chosen,
-        count,
-        step,
-    } = scrubbed;
-    let shown = move || scrubbed.shown();
-    let empty = "<p>Read after step 1, then every 10 steps.</p>".to_string();
-    let grid = move || shown().map_or(empty.clone(), |r| grid_svg(&r.rows));
-    let likeness = move || history.with(|h| likeness_svg(h));
+    let grid = move || scrubbed.drawn(|rows| grid_svg(rows));
+    let likeness = move || scrubbed.over_training(likeness_svg);
     let summary = move || {
-        let Some(r) = shown() else { return String::new() };
-        let Some(last) = r.rows.last() else {
+        let Some((step, last)) = scrubbed.last_row() else {
             return String::new();
         };
         let k = last.correct.len();
         let Some(least) = last.least_cosine_apart() else {
-            return format!("step {}: one sub-block", r.step);
+            return format!("step {step}: one sub-block");
         };
         format!(
-            "step {}: after the last layer the {k} sub-blocks' least cosine is {least:.5} (1 − cos = {:.1e}; 0 while \
-             they are copies)",
-            r.step,
+            "step {step}: after the last layer the {k} sub-blocks' least cosine is {least:.5} (1 − cos = {:.1e}; 0 \
+             while they are copies)",
             1.0 - least
         )
     };
@@ -156,7 +146,7 @@ pub fn AltupView(readings: Signal<Vec<Observed>>) -> impl IntoView {
                     from I, or a g near 0, says which sub-blocks a layer reads and which it leaves alone. P and g are \
                     the weights after the step shown; the cosines are of its forward, at the residual viewer's token \
                     (or the first)." />
-            <Scrubber id="a" count chosen step />
+            <Scrubber id="a" over=scrubbed />
             <p id="altup-summary" class="readout">{summary}</p>
             <div id="altup-grid" inner_html=grid></div>
             <ChartExport target="altup-grid" name="altup" />

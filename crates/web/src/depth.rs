@@ -88,19 +88,10 @@ fn weights(rows: &Rows) -> Option<&Vec<DepthRow>> {
 #[component]
 pub fn DepthView(readings: Signal<Vec<Observed>>) -> impl IntoView {
     let scrubbed = Scrubbed::new(readings, weights);
-    let Scrubbed {
-        history,
-        chosen,
-        count,
-        step,
-    } = scrubbed;
-    let shown = move || scrubbed.shown();
-    let empty = "<p>Read after step 1, then every 10 steps.</p>".to_string();
-    let grid = move || shown().map_or(empty.clone(), |r| grid_svg(&r.rows));
-    let head = move || history.with(|h| head_svg(h));
+    let grid = move || scrubbed.drawn(|rows| grid_svg(rows));
+    let head = move || scrubbed.over_training(head_svg);
     let summary = move || {
-        let Some(r) = shown() else { return String::new() };
-        let Some(last) = r.rows.last() else {
+        let Some((step, last)) = scrubbed.last_row() else {
             return String::new();
         };
         let (k, a) = (last.weights.iter().enumerate()).fold((0, f64::NEG_INFINITY), |m, (k, &a)| match a > m.1 {
@@ -108,8 +99,7 @@ pub fn DepthView(readings: Signal<Vec<Observed>>) -> impl IntoView {
             false => m,
         });
         format!(
-            "step {}: the head gives {} its largest weight, {a:.3}; uniform would be {:.3}",
-            r.step,
+            "step {step}: the head gives {} its largest weight, {a:.3}; uniform would be {:.3}",
             last.sources.get(k).map_or("–", String::as_str),
             1.0 / last.weights.len().max(1) as f64
         )
@@ -124,7 +114,7 @@ pub fn DepthView(readings: Signal<Vec<Observed>>) -> impl IntoView {
                     concentrates on one block is a layer that chose its input. A head that keeps the weight spread \
                     uses the depth; one that puts nearly all of it on the last block is close to the plain transformer. \
                     The token is the residual viewer's, or the first." />
-            <Scrubber id="d" count chosen step />
+            <Scrubber id="d" over=scrubbed />
             <p id="depth-summary" class="readout">{summary}</p>
             <div id="depth-grid" inner_html=grid></div>
             <ChartExport target="depth-grid" name="depth" />

@@ -140,18 +140,12 @@ fn gates(rows: &Rows) -> Option<&Vec<MixingRow>> {
 #[component]
 pub fn MixingView(readings: Signal<Vec<Observed>>) -> impl IntoView {
     let scrubbed = Scrubbed::new(readings, gates);
-    let Scrubbed {
-        history,
-        chosen,
-        count,
-        step,
-    } = scrubbed;
-    let shown = move || scrubbed.shown();
-    let empty = "<p>Read after step 1, then every 10 steps.</p>".to_string();
-    let grid = move || shown().map_or(empty.clone(), |m| grid_svg(&m.rows));
-    let gain = move || history.with(|h| gain_svg(h));
+    let grid = move || scrubbed.drawn(|rows| grid_svg(rows));
+    let gain = move || scrubbed.over_training(gain_svg);
     let summary = move || {
-        let Some(m) = shown() else { return String::new() };
+        let Some(m) = scrubbed.shown() else {
+            return String::new();
+        };
         let Some(last) = m.rows.last() else {
             return String::new();
         };
@@ -173,7 +167,7 @@ pub fn MixingView(readings: Signal<Vec<Observed>>) -> impl IntoView {
                     gain (the largest row or column sum of the product of every P so far, the mHC paper's Amax) stays \
                     near 1: healthy. HC's P is unconstrained, and a gain that grows with depth and training is what \
                     the mHC paper saw before HC's loss spiked. The token is the residual viewer's, or the first." />
-            <Scrubber id="m" count chosen step />
+            <Scrubber id="m" over=scrubbed />
             <p id="mixing-summary" class="readout">{summary}</p>
             <div id="mixing-grid" inner_html=grid></div>
             <ChartExport target="mixing-grid" name="mixing" />

@@ -10,16 +10,14 @@ fn shown_index(chosen: Option<usize>, count: usize) -> usize {
     chosen.unwrap_or(count.saturating_sub(1))
 }
 
-/// A range over `count` measurements that sets `chosen`, the step of the one shown, and Play,
+/// A range over a view's readings that sets the one chosen, the step of the one shown, and Play,
 /// which walks from the shown one (or the first, at the end) to the last. Its elements' ids
 /// start with `id`: `{id}play`, `{id}step` and `{id}step-value`.
 #[component]
-pub fn Scrubber(
-    id: &'static str,
-    count: Signal<usize>,
-    chosen: RwSignal<Option<usize>>,
-    step: Signal<Option<usize>>,
-) -> impl IntoView {
+pub fn Scrubber<T: Clone + PartialEq + Send + Sync + 'static>(id: &'static str, over: Scrubbed<T>) -> impl IntoView {
+    let Scrubbed {
+        chosen, count, step, ..
+    } = over;
     let (playing, set_playing) = signal(false);
     let index = move || shown_index(chosen.get(), count.get());
     let play = move |_| {
@@ -97,5 +95,27 @@ impl<T: Clone + PartialEq + Send + Sync + 'static> Scrubbed<T> {
     pub fn shown(self) -> Option<Reading<T>> {
         self.history
             .with(|h| h.get(shown_index(self.chosen.get(), h.len())).cloned())
+    }
+
+    /// The reading shown drawn by `draw`, or a word on when there will be one.
+    pub fn drawn(self, draw: impl Fn(&T) -> String) -> String {
+        (self.shown()).map_or_else(
+            || "<p>Read after step 1, then every 10 steps.</p>".into(),
+            |r| draw(&r.rows),
+        )
+    }
+
+    /// Every reading drawn by `draw`, for a chart over training.
+    pub fn over_training(self, draw: impl Fn(&[Reading<T>]) -> String) -> String {
+        self.history.with(|h| draw(h))
+    }
+}
+
+impl<R: Clone + PartialEq + Send + Sync + 'static> Scrubbed<Vec<R>> {
+    /// The step of the reading shown and its last row (the last layer's, or the head's): what a
+    /// view's one-line summary speaks of.
+    pub fn last_row(self) -> Option<(usize, R)> {
+        let r = self.shown()?;
+        Some((r.step, r.rows.last()?.clone()))
     }
 }

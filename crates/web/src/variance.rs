@@ -164,14 +164,10 @@ fn ratios(rows: &Rows) -> Option<&Vec<Measured>> {
 #[component]
 pub fn VarianceView(readings: Signal<Vec<Observed>>, closed: Signal<Vec<ClosedForm>>) -> impl IntoView {
     let scrubbed = Scrubbed::new(readings, ratios);
-    let Scrubbed {
-        chosen, count, step, ..
-    } = scrubbed;
     let shown = move || scrubbed.shown();
     let (block, set_block) = signal(0usize);
     let blocks = move || shown().map_or(0, |s| s.rows.iter().map(|m| m.site.block + 1).max().unwrap_or(0));
-    let empty = "<p>Measured after step 1, then every 10 steps.</p>".to_string();
-    let grid = move || shown().map_or(empty.clone(), |s| grid_svg(&s.rows, &closed.get()));
+    let grid = move || scrubbed.drawn(|rows| grid_svg(rows, &closed.get()));
     let bars = move || {
         shown().map_or(String::new(), |s| {
             let b = block.get();
@@ -207,7 +203,7 @@ pub fn VarianceView(readings: Signal<Vec<Observed>>, closed: Signal<Vec<ClosedFo
                     scale; red grows it, blue shrinks it. Healthy is near white; a deep colour that compounds block after \
                     block is what makes a deep model's signal or gradient explode or vanish. The strip on each cell's \
                     left and its \"cf\" are the closed form at init (RMT paper, Tables 1 and 2)." />
-            <Scrubber id="v" count chosen step />
+            <Scrubber id="v" over=scrubbed />
             <p id="variance-summary" class="readout">{summary}</p>
             <div id="variance-grid" inner_html=grid></div>
             <ChartExport target="variance-grid" name="variance-grid" />

@@ -306,35 +306,12 @@ impl Residual for DepthBlocks {
         self.d()
     }
 
-    /// e = W_E[token] + W_PE[position]
-    fn embed<B: Backend>(&self, be: &B, e: &DepthEndActs<B>, p: &DepthEnds<B::Tensor>, batch: &BatchTensors<B>) {
-        self.embedding.forward(be, &e.encoded, &p.embedding, batch);
-    }
-
-    fn embedded<'a, B: Backend>(&self, e: &'a DepthEndActs<B>) -> &'a B::Tensor {
-        &e.encoded
-    }
-
     /// b_0 = e, the other rows 0.
     fn spread<B: Backend>(&self, be: &B, e: &DepthEndActs<B>) {
         be.matmul(&e.state0, &e.rows.0[0], &e.encoded, self.put());
     }
 
-    fn first<'a, B: Backend>(&self, e: &'a DepthEndActs<B>) -> &'a B::Tensor {
-        &e.state0
-    }
-
-    fn after<'a, B: Backend>(&self, a: &'a DepthSiteActs<B>) -> &'a B::Tensor {
-        &a.after
-    }
-
-    fn input<'a, B: Backend>(&self, a: &'a DepthSiteActs<B>, _qkv: &'a B::Tensor) -> &'a B::Tensor {
-        &a.ln
-    }
-
-    fn output<'a, B: Backend>(&self, a: &'a DepthSiteActs<B>) -> Option<&'a B::Tensor> {
-        Some(&a.y)
-    }
+    rows_of_d!(first: state0);
 
     /// Norm(Σ_k α_k b_k) over the site's sources.
     fn read<B: Backend>(

@@ -12,6 +12,38 @@
 //! (`trunk.rs`) runs every block over the sites; each kind also owns the model's two ends, the
 //! embedding that makes the first residual and the head that reads the last.
 
+/// The accessors every residual over rows of D shares (all but the matrix): its embedding lands
+/// in its ends' `encoded`, its first residual is the ends' `$first`, and a site keeps what its
+/// branch reads in `ln`, what the branch writes in `y` and the residual after it in `after`.
+macro_rules! rows_of_d {
+    (first: $first:ident) => {
+        /// e = W_E[token] + W_PE[position]
+        fn embed<B: Backend>(&self, be: &B, e: &Self::EndActs<B>, p: &Self::Ends<B::Tensor>, batch: &BatchTensors<B>) {
+            self.embedding.forward(be, &e.encoded, &p.embedding, batch);
+        }
+
+        fn embedded<'a, B: Backend>(&self, e: &'a Self::EndActs<B>) -> &'a B::Tensor {
+            &e.encoded
+        }
+
+        fn first<'a, B: Backend>(&self, e: &'a Self::EndActs<B>) -> &'a B::Tensor {
+            &e.$first
+        }
+
+        fn after<'a, B: Backend>(&self, a: &'a Self::SiteActs<B>) -> &'a B::Tensor {
+            &a.after
+        }
+
+        fn input<'a, B: Backend>(&self, a: &'a Self::SiteActs<B>, _qkv: &'a B::Tensor) -> &'a B::Tensor {
+            &a.ln
+        }
+
+        fn output<'a, B: Backend>(&self, a: &'a Self::SiteActs<B>) -> Option<&'a B::Tensor> {
+            Some(&a.y)
+        }
+    };
+}
+
 pub mod depth_blocks;
 pub mod matrix;
 pub mod streams;

@@ -114,14 +114,14 @@ pub struct StreamSiteActs<B: Backend> {
     gates: Gates<B>,
     ln: B::Tensor, // (BT, D) Norm(u)
     ln_stats: B::Tensor,
-    f: B::Tensor,   // (BT, D) the branch's output
-    out: B::Tensor, // (BT, n, D) the streams after the site
+    y: B::Tensor,     // (BT, D) the branch's output
+    after: B::Tensor, // (BT, n, D) the streams after the site
     ones: Ones<B>,
 }
 
 pub struct StreamEndActs<B: Backend> {
-    encoded: B::Tensor,  // (BT, D) e
-    streams0: B::Tensor, // (BT, n, D) X⁰
+    encoded: B::Tensor, // (BT, D) e
+    state0: B::Tensor,  // (BT, n, D) X⁰
     /// The `head` collapse's gates.
     head: Option<Gates<B>>,
     ones: Ones<B>,
@@ -312,7 +312,7 @@ impl Residual for Streams {
         let lnf_rows = cfg.final_norm(bt).rows;
         Ok(StreamEndActs {
             encoded: z("the embeddings", bt * d)?,
-            streams0: z("the streams", bt * nd)?,
+            state0: z("the streams", bt * nd)?,
             head: (cfg.collapse() == HcCollapse::Head)
                 .then(|| Gates::new(be, cfg.head_dims(bt), d))
                 .transpose()?,
@@ -331,8 +331,8 @@ impl Residual for Streams {
             gates: Gates::new(be, cfg.site_dims(bt), d)?,
             ln: z("the branch's norm", bt * d)?,
             ln_stats: z("the branch's norm statistics", bt * 2)?,
-            f: z("the branch's output", bt * d)?,
-            out: z("the streams (batch × seq_len × streams·d_model)", bt * cfg.streams * d)?,
+            y: z("the branch's output", bt * d)?,
+            after: z("the streams (batch × seq_len × streams·d_model)", bt * cfg.streams * d)?,
             ones: ones.views(be),
         })
     }
@@ -366,35 +366,12 @@ impl Residual for Streams {
         self.cfg.d_model
     }
 
-    /// e = W_E[token] + W_PE[position]
-    fn embed<B: Backend>(&self, be: &B, e: &StreamEndActs<B>, p: &StreamEnds<B::Tensor>, batch: &BatchTensors<B>) {
-        self.embedding.forward(be, &e.encoded, &p.embedding, batch);
-    }
-
-    fn embedded<'a, B: Backend>(&self, e: &'a StreamEndActs<B>) -> &'a B::Tensor {
-        &e.encoded
-    }
-
     /// X⁰ = (e, …, e)
     fn spread<B: Backend>(&self, be: &B, e: &StreamEndActs<B>) {
-        be.matmul(&e.streams0, &e.ones.n, &e.encoded, self.every_stream());
+        be.matmul(&e.state0, &e.ones.n, &e.encoded, self.every_stream());
     }
 
-    fn first<'a, B: Backend>(&self, e: &'a StreamEndActs<B>) -> &'a B::Tensor {
-        &e.streams0
-    }
-
-    fn after<'a, B: Backend>(&self, a: &'a StreamSiteActs<B>) -> &'a B::Tensor {
-        &a.out
-    }
-
-    fn input<'a, B: Backend>(&self, a: &'a StreamSiteActs<B>, _qkv: &'a B::Tensor) -> &'a B::Tensor {
-        &a.ln
-    }
-
-    fn output<'a, B: Backend>(&self, a: &'a StreamSiteActs<B>) -> Option<&'a B::Tensor> {
-        Some(&a.f)
-    }
+    rows_of_d!(first: state0);
 
     /// Norm(u), u = Σ_j pre_j x_j
     fn read<B: Backend>(
@@ -422,8 +399,8 @@ impl Residual for Streams {
         _site: Site,
     ) {
         let (n, d) = (self.cfg.streams, self.cfg.d_model);
-        be.matmul(&a.out, &a.gates.mix, x, self.per_token(n, d, n).trans_a());
-        be.matmul(&a.out, &a.gates.post, y, self.per_token(n, d, 1).accumulate());
+        be.matmul(&a.after, &a.gates.mix, x, self.per_token(n, d, n).trans_a());
+        be.matmul(&a.after, &a.gates.post, y, self.per_token(n, d, 1).accumulate());
     }
 
     /// logits = W_U · Norm(Σ_j x_j), W_U · Norm(Σ_j q_j x_j) or W_U · Σ_j Norm(x_j)

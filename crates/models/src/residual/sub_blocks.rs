@@ -368,35 +368,12 @@ impl Residual for SubBlocks {
         self.cfg.d_model
     }
 
-    /// e = W_E[token] + W_PE[position]
-    fn embed<B: Backend>(&self, be: &B, e: &SubBlockEndActs<B>, p: &SubBlockEnds<B::Tensor>, batch: &BatchTensors<B>) {
-        self.embedding.forward(be, &e.encoded, &p.embedding, batch);
-    }
-
-    fn embedded<'a, B: Backend>(&self, e: &'a SubBlockEndActs<B>) -> &'a B::Tensor {
-        &e.encoded
-    }
-
     /// X⁰ = (e, …, e)
     fn spread<B: Backend>(&self, be: &B, e: &SubBlockEndActs<B>) {
         be.matmul(&e.state0, &e.c.ones, &e.encoded, self.spread_row());
     }
 
-    fn first<'a, B: Backend>(&self, e: &'a SubBlockEndActs<B>) -> &'a B::Tensor {
-        &e.state0
-    }
-
-    fn after<'a, B: Backend>(&self, a: &'a SubBlockSiteActs<B>) -> &'a B::Tensor {
-        &a.after
-    }
-
-    fn input<'a, B: Backend>(&self, a: &'a SubBlockSiteActs<B>, _qkv: &'a B::Tensor) -> &'a B::Tensor {
-        &a.ln
-    }
-
-    fn output<'a, B: Backend>(&self, a: &'a SubBlockSiteActs<B>) -> Option<&'a B::Tensor> {
-        Some(&a.y)
-    }
+    rows_of_d!(first: state0);
 
     /// Norm(x_j); computing on the prediction, attention's read makes x̂ = P X first and reads
     /// Norm(x̂_j).

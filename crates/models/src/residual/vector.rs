@@ -178,30 +178,7 @@ impl Residual for Vector {
         self.d()
     }
 
-    /// X⁰ = W_E[token] + W_PE[position]
-    fn embed<B: Backend>(&self, be: &B, e: &VectorEndActs<B>, p: &VectorEnds<B::Tensor>, batch: &BatchTensors<B>) {
-        self.embedding.forward(be, &e.encoded, &p.embedding, batch);
-    }
-
-    fn embedded<'a, B: Backend>(&self, e: &'a VectorEndActs<B>) -> &'a B::Tensor {
-        &e.encoded
-    }
-
-    fn first<'a, B: Backend>(&self, e: &'a VectorEndActs<B>) -> &'a B::Tensor {
-        &e.encoded
-    }
-
-    fn after<'a, B: Backend>(&self, a: &'a VectorSiteActs<B>) -> &'a B::Tensor {
-        &a.after
-    }
-
-    fn input<'a, B: Backend>(&self, a: &'a VectorSiteActs<B>, _qkv: &'a B::Tensor) -> &'a B::Tensor {
-        &a.ln
-    }
-
-    fn output<'a, B: Backend>(&self, a: &'a VectorSiteActs<B>) -> Option<&'a B::Tensor> {
-        Some(&a.y)
-    }
+    rows_of_d!(first: encoded);
 
     /// Norm(x)
     fn read<B: Backend>(

@@ -46,8 +46,8 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl DataConfig {
-    /// The token that starts a document when documents are masked apart.
-    pub fn separator(&self) -> Option<u32> {
+    /// The tokenizer of a text or token corpus whose documents are masked apart.
+    fn doc_masked(&self) -> Option<TokenizerKind> {
         match self {
             DataConfig::Text {
                 tokenizer,
@@ -58,23 +58,19 @@ impl DataConfig {
                 tokenizer,
                 doc_mask: true,
                 ..
-            } => tokenizer.end_of_text(),
+            } => Some(*tokenizer),
             _ => None,
         }
     }
 
+    /// The token that starts a document when documents are masked apart.
+    pub fn separator(&self) -> Option<u32> {
+        self.doc_masked()?.end_of_text()
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
-        match self {
-            DataConfig::Text {
-                tokenizer,
-                doc_mask: true,
-                ..
-            }
-            | DataConfig::Tokens {
-                tokenizer,
-                doc_mask: true,
-                ..
-            } if tokenizer.end_of_text().is_none() => Err(ModelError::Config(format!(
+        match self.doc_masked() {
+            Some(tokenizer) if tokenizer.end_of_text().is_none() => Err(ModelError::Config(format!(
                 "doc_mask needs a tokenizer with a document separator; the {tokenizer} tokenizer has none (gpt2 \
                      has <|endoftext|>)"
             ))),
