@@ -175,15 +175,12 @@ impl Report<'_> {
             return Ok(());
         }
         out!("{}", self.heading);
+        let [f, cf, b, cb] = RATIO_HEADS;
         out!(
-            "{:<6} {:<5} {:<10} {:>12} {:>12} {:>12} {:>12}",
+            "{:<6} {:<5} {:<10} {f:>12} {cf:>12} {b:>12} {cb:>12}",
             "block",
             "layer",
-            "op",
-            "σ²out/σ²in",
-            "closed",
-            "σ²gin/σ²gout",
-            "closed"
+            "op"
         );
         let show = |r: Option<f64>| r.map_or("n/a".to_string(), ratio);
         for m in rows {
@@ -206,6 +203,9 @@ impl Report<'_> {
     }
 }
 
+/// The variance tables' four columns of ratios: measured and closed form, forward and backward.
+const RATIO_HEADS: [&str; 4] = ["σ²out/σ²in", "closed", "σ²gin/σ²gout", "closed"];
+
 /// Each site kind's ratios over the blocks: geometric mean, lowest and highest, beside the
 /// closed form, which is the same in every block.
 fn over_blocks(rows: &[Measured], closed_of: impl Fn(&Measured) -> Option<variance::ClosedForm>) -> Result<()> {
@@ -216,15 +216,8 @@ fn over_blocks(rows: &[Measured], closed_of: impl Fn(&Measured) -> Option<varian
         }
     }
     out!("over the blocks: geometric mean [lowest, highest]");
-    out!(
-        "{:<5} {:<10} {:>30} {:>10} {:>30} {:>10}",
-        "layer",
-        "op",
-        "σ²out/σ²in",
-        "closed",
-        "σ²gin/σ²gout",
-        "closed"
-    );
+    let [f, cf, b, cb] = RATIO_HEADS;
+    out!("{:<5} {:<10} {f:>30} {cf:>10} {b:>30} {cb:>10}", "layer", "op");
     for (layer, op) in kinds {
         let of_kind: Vec<&Measured> = rows
             .iter()

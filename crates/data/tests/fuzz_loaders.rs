@@ -52,6 +52,17 @@ struct Harness {
 }
 
 impl Harness {
+    /// A harness that writes its cases into `dir`, made here.
+    fn new(dir: std::path::PathBuf) -> Harness {
+        fs::create_dir_all(&dir).unwrap();
+        Harness {
+            dir,
+            errs: 0,
+            oks: 0,
+            written: Default::default(),
+        }
+    }
+
     fn case(&mut self, what: &str, meta: &[u8], train: Option<&[u8]>, val: Option<&[u8]>) {
         for (i, (name, bytes)) in [("meta.json", Some(meta)), ("train.bin", train), ("val.bin", val)]
             .into_iter()
@@ -233,14 +244,7 @@ fn lie(meta: &Value, rng: &mut SmallRng) -> (String, Value) {
 fn corrupt_meta_json_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let good = valid(tmp.path());
-    let dir = tmp.path().join("case");
-    fs::create_dir_all(&dir).unwrap();
-    let mut h = Harness {
-        dir,
-        errs: 0,
-        oks: 0,
-        written: Default::default(),
-    };
+    let mut h = Harness::new(tmp.path().join("case"));
     let (train, val) = (Some(&good.train[..]), Some(&good.val[..]));
     h.case("the valid corpus", &good.meta, train, val);
     assert_eq!(h.oks, 1, "the unmutated corpus opens");
@@ -278,14 +282,7 @@ fn corrupt_meta_json_is_refused() {
 fn corrupt_token_files_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let good = valid(tmp.path());
-    let dir = tmp.path().join("case");
-    fs::create_dir_all(&dir).unwrap();
-    let mut h = Harness {
-        dir,
-        errs: 0,
-        oks: 0,
-        written: Default::default(),
-    };
+    let mut h = Harness::new(tmp.path().join("case"));
     let mut rng = SmallRng::seed_from_u64(2);
     let run = |h: &mut Harness, what: String, train: Option<&[u8]>, val: Option<&[u8]>| {
         h.case(&what, &good.meta, train, val);

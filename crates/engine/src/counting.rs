@@ -92,16 +92,7 @@ impl Backend for CountingBackend {
         Ok(self.count(what, len))
     }
     fn view(&self, t: &Counted, offset: usize, len: usize) -> Counted {
-        assert!(
-            offset.is_multiple_of(crate::VIEW_ALIGN),
-            "views start at multiples of {} values, not {offset}",
-            crate::VIEW_ALIGN
-        );
-        assert!(
-            offset.checked_add(len).is_some_and(|end| end <= t.len),
-            "view {offset}+{len} past the end of a tensor of {}",
-            t.len
-        );
+        crate::check_view(offset, len, t.len);
         Counted { len }
     }
     fn len(&self, t: &Counted) -> usize {

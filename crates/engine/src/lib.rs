@@ -44,6 +44,25 @@ pub use backend::Backend;
 /// `min_storage_buffer_offset_alignment`. Every backend's `view` asserts it, so that code the
 /// CPU runs also runs on a GPU.
 pub const VIEW_ALIGN: usize = 64;
+
+/// Refuses a view of `len` values at `offset` into a tensor of `total` that a GPU could not
+/// bind (an offset off [`VIEW_ALIGN`]) or that runs past the end: on every backend alike, so
+/// that the CPU catches what a GPU would.
+pub(crate) fn check_view(offset: usize, len: usize, total: usize) {
+    assert!(
+        offset.is_multiple_of(VIEW_ALIGN),
+        "views start at multiples of {VIEW_ALIGN} values, as on a GPU, not {offset}"
+    );
+    assert!(
+        offset.checked_add(len).is_some_and(|end| end <= total),
+        "view {offset}+{len} past the end of a tensor of {total}"
+    );
+}
+
+/// Refuses a write of `values` into a tensor of `len`: a write fills a whole tensor.
+pub(crate) fn check_write(values: usize, len: usize) {
+    assert_eq!(values, len, "write of {values} values into a tensor of {len}");
+}
 pub use error::{EngineError, Result};
 pub use ops::{
     attention::AttentionDims, cross_entropy::CrossEntropyDims, depth::DepthDims, embedding::EmbeddingDims,

@@ -43,6 +43,15 @@ struct Map {
     output: bool,
 }
 
+/// The output maps' weight variance factor: 1/(2L) with the scaled output init (its std ÷ √(2L)), 1
+/// without.
+fn output_scale(scaled: bool, n_layers: usize) -> f64 {
+    match scaled {
+        true => 1.0 / (2.0 * n_layers as f64),
+        false => 1.0,
+    }
+}
+
 fn from_maps(model: &'static str, maps: &[Map], init: InitScheme, std: f64, out_scale: f64) -> Vec<ClosedForm> {
     maps.iter()
         .map(|m| {
@@ -160,11 +169,7 @@ fn residual_matrix(model: &'static str, cfg: &Trunk, init: InitScheme) -> Vec<Cl
             output: true,
         },
     ];
-    let out_scale = if cfg.scaled_output_init {
-        1.0 / (2.0 * cfg.n_layers as f64)
-    } else {
-        1.0
-    };
+    let out_scale = output_scale(cfg.scaled_output_init, cfg.n_layers);
     from_maps(model, &maps, init, cfg.init_std as f64, out_scale)
 }
 
@@ -200,11 +205,7 @@ pub fn transformer(cfg: &TransformerConfig, init: InitScheme) -> Vec<ClosedForm>
             output: true,
         },
     ];
-    let out_scale = if cfg.scaled_output_init {
-        1.0 / (2.0 * cfg.n_layers as f64)
-    } else {
-        1.0
-    };
+    let out_scale = output_scale(cfg.scaled_output_init, cfg.n_layers);
     from_maps("transformer", &maps, init, cfg.init_std as f64, out_scale)
 }
 

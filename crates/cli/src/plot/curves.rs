@@ -3,7 +3,7 @@
 //! by their seed).
 
 use super::axis::{compact, decimals, padded, span};
-use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
+use super::figure::{chart_builder, colour, draw_legend, draw_mesh, drawn, titled, with_panel, Entry, Mark};
 use super::inputs::Input;
 use super::labels::legend_labels;
 use super::runs::{train_flops_per_token, Run};
@@ -199,17 +199,9 @@ pub(super) fn draw_curves<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: 
     let (y0, y1) = padded(c.y_span, 0.05);
     let digits = decimals((y0, y1));
     let mut chart = drawn(chart_builder(&area).build_cartesian_2d(x0..x1, y0..y1))?;
-    drawn(
-        chart
-            .configure_mesh()
-            .x_desc(c.x_desc.as_str())
-            .y_desc(c.y_desc.as_str())
-            .x_label_formatter(&|v| compact(*v))
-            .y_label_formatter(&|v| format!("{v:.digits$}"))
-            .label_style(("sans-serif", 15))
-            .axis_desc_style(("sans-serif", 16))
-            .draw(),
-    )?;
+    draw_mesh(&mut chart, (&c.x_desc, &c.y_desc), &|v| compact(*v), &|v| {
+        format!("{v:.digits$}")
+    })?;
     let mut banded = false;
     // Arms of several seeds drawn one by one, which the legend says: their x values differ
     // (wall seconds; or a run missing an evaluation, which a reader should see).

@@ -7,6 +7,7 @@ use super::scaling::{draw_scaling, ScalingPlot};
 use super::setting::{draw_setting, SettingPlot};
 use super::tuning::{draw_tuning, TuningPlot};
 use anyhow::{anyhow, bail, Context, Result};
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -63,6 +64,32 @@ pub(super) enum Figure {
     Intervals(IntervalPlot),
     Tuning(TuningPlot),
     Scaling(ScalingPlot),
+}
+
+/// The chart's mesh as every figure draws it: the axes' descriptions and their tick labels in
+/// the figures' font and sizes.
+pub(super) fn draw_mesh<DB, X, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    (x_desc, y_desc): (&str, &str),
+    x_label: &dyn Fn(&f64) -> String,
+    y_label: &dyn Fn(&f64) -> String,
+) -> Result<()>
+where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    drawn(
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(x_label)
+            .y_label_formatter(y_label)
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 16))
+            .draw(),
+    )
 }
 
 /// Plotters' errors as anyhow's, with what was being done.

@@ -4,7 +4,7 @@
 //! each exponent's bootstrap interval and the parameter multiplier in the legend.
 
 use super::axis::{compact, padded, span, TickedAxis};
-use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
+use super::figure::{chart_builder, colour, draw_legend, draw_mesh, drawn, titled, with_panel, Entry, Mark};
 use super::inputs::{Sweep, SUMMARY_FILE};
 use super::YAxis;
 use crate::sweep::scaling::{Family, PowerLaw, Scaling, Size};
@@ -131,19 +131,15 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, s: &Scaling, co
         },
     ))?;
     let label = |ticks: &[(f64, String)], v: f64| super::axis::tick_label(ticks, v);
-    drawn(
-        chart
-            .configure_mesh()
-            .x_desc(match cost {
-                Cost::Params => "parameters (log scale)",
-                Cost::Flops => "training FLOPs (log scale)",
-            })
-            .y_desc("test loss (log scale)")
-            .x_label_formatter(&|v| label(&kept, *v))
-            .y_label_formatter(&|v| label(&y_ticks, *v))
-            .label_style(("sans-serif", 15))
-            .axis_desc_style(("sans-serif", 16))
-            .draw(),
+    let x_desc = match cost {
+        Cost::Params => "parameters (log scale)",
+        Cost::Flops => "training FLOPs (log scale)",
+    };
+    draw_mesh(
+        &mut chart,
+        (x_desc, "test loss (log scale)"),
+        &|v| label(&kept, *v),
+        &|v| label(&y_ticks, *v),
     )?;
     for (i, f) in s.families.iter().enumerate() {
         let colour = colour(i);

@@ -3,7 +3,7 @@
 //! stdout, and its drawing.
 
 use super::axis::{decimals, padded, span, tick_label, TickedAxis};
-use super::figure::{chart_builder, colour, draw_legend, drawn, titled, with_panel, Entry, Mark};
+use super::figure::{chart_builder, colour, draw_legend, draw_mesh, drawn, titled, with_panel, Entry, Mark};
 use super::inputs::{Sweep, SUMMARY_FILE};
 use super::YAxis;
 use crate::console::warn;
@@ -313,17 +313,7 @@ pub(super) fn draw_setting<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, s:
         true => format!("{} (log scale)", s.setting),
         false => s.setting.clone(),
     };
-    drawn(
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(s.y_desc.as_str())
-            .x_label_formatter(&tick)
-            .y_label_formatter(&|v| format!("{v:.digits$}"))
-            .label_style(("sans-serif", 15))
-            .axis_desc_style(("sans-serif", 16))
-            .draw(),
-    )?;
+    draw_mesh(&mut chart, (&x_desc, &s.y_desc), &tick, &|v| format!("{v:.digits$}"))?;
     for (i, g) in s.groups.iter().enumerate() {
         let colour = colour(i);
         let style = colour.stroke_width(2);

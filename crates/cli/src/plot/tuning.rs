@@ -4,7 +4,7 @@
 //! drawing.
 
 use super::axis::{decimals, padded, span, tick_label, TickedAxis};
-use super::figure::{chart_builder, colour, draw_legend, drawn, star, titled, with_panel, Entry, Mark};
+use super::figure::{chart_builder, colour, draw_legend, draw_mesh, drawn, star, titled, with_panel, Entry, Mark};
 use super::inputs::{Sweep, Tuned, SUMMARY_FILE};
 use super::setting::MAX_TICKS;
 use super::YAxis;
@@ -243,17 +243,11 @@ pub(super) fn draw_tuning<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: 
         y0..y1,
     ))?;
     let tick = |v: &f64| tick_label(&t.ticks, *v);
-    drawn(
-        chart
-            .configure_mesh()
-            .x_desc(format!("{} (log scale)", t.setting))
-            .y_desc("loss on the tuning slice (final model)")
-            .x_label_formatter(&tick)
-            .y_label_formatter(&|v| format!("{v:.digits$}"))
-            .label_style(("sans-serif", 15))
-            .axis_desc_style(("sans-serif", 16))
-            .draw(),
-    )?;
+    let descs = (
+        &format!("{} (log scale)", t.setting)[..],
+        "loss on the tuning slice (final model)",
+    );
+    draw_mesh(&mut chart, descs, &tick, &|v| format!("{v:.digits$}"))?;
     for (i, (arm, curve)) in t.arms.iter().zip(&curves).enumerate() {
         let colour = colour(i);
         drawn(chart.draw_series(arm.cells.iter().flat_map(|c| {

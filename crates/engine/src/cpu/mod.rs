@@ -153,16 +153,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         })
     }
     fn view(&self, t: &CpuTensor<T>, offset: usize, len: usize) -> CpuTensor<T> {
-        assert!(
-            offset.is_multiple_of(crate::VIEW_ALIGN),
-            "views start at multiples of {} values, as on a GPU, not {offset}",
-            crate::VIEW_ALIGN
-        );
-        assert!(
-            offset + len <= t.len,
-            "view {offset}+{len} past the end of a tensor of {}",
-            t.len
-        );
+        crate::check_view(offset, len, t.len);
         CpuTensor {
             data: t.data.clone(),
             offset: t.offset + offset,
@@ -173,13 +164,7 @@ impl<T: Scalar> Backend for CpuBackend<T> {
         t.len
     }
     fn write(&self, t: &CpuTensor<T>, data: &[f32]) {
-        assert_eq!(
-            data.len(),
-            t.len,
-            "write of {} values into a tensor of {}",
-            data.len(),
-            t.len
-        );
+        crate::check_write(data.len(), t.len);
         for (o, &x) in t.get_mut().iter_mut().zip(data) {
             *o = T::of(x as f64);
         }

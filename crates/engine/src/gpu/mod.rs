@@ -166,15 +166,7 @@ impl Backend for GpuBackend {
     }
 
     fn view(&self, t: &GpuTensor, offset: usize, len: usize) -> GpuTensor {
-        assert!(
-            offset.is_multiple_of(VIEW_ALIGN),
-            "GPU views start at multiples of {VIEW_ALIGN} values, not {offset}"
-        );
-        assert!(
-            offset + len <= t.len,
-            "view {offset}+{len} past the end of a tensor of {}",
-            t.len
-        );
+        crate::check_view(offset, len, t.len);
         GpuTensor {
             buffer: t.buffer.clone(),
             offset: t.offset + offset,
@@ -187,13 +179,7 @@ impl Backend for GpuBackend {
     }
 
     fn write(&self, t: &GpuTensor, data: &[f32]) {
-        assert_eq!(
-            data.len(),
-            t.len,
-            "write of {} values into a tensor of {}",
-            data.len(),
-            t.len
-        );
+        crate::check_write(data.len(), t.len);
         self.write_bytes(&t.buffer, (t.offset * 4) as u64, bytemuck::cast_slice(data));
     }
 
