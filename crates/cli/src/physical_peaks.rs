@@ -56,7 +56,6 @@ impl Physical {
 
 const H100_DATASHEET: &str = "NVIDIA H100 Tensor Core GPU datasheet (2023) and H100 architecture whitepaper";
 
-/// The devices with known peaks, each under the adapter names it goes by.
 /// An A100: every form factor has the datasheet's compute; memory and its bandwidth differ.
 const fn a100(device: &'static str, memory: &'static str, memory_gbps: f64) -> Physical {
     Physical {
@@ -70,6 +69,7 @@ const fn a100(device: &'static str, memory: &'static str, memory_gbps: f64) -> P
     }
 }
 
+/// The devices with known peaks, each under the adapter names it goes by.
 pub const TABLE: &[(&[&str], Physical)] = &[
     // NVIDIA H100 Tensor Core GPU datasheet, "H100 SXM" column: FP32 67 TFLOP/s, TF32 tensor
     // 989 and BF16/FP16 tensor 1,979 with sparsity, 3.35 TB/s; the whitepaper's table of H100

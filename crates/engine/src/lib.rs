@@ -45,6 +45,14 @@ pub use backend::Backend;
 /// CPU runs also runs on a GPU.
 pub const VIEW_ALIGN: usize = 64;
 
+pub use error::{EngineError, Result};
+pub use ops::{
+    attention::AttentionDims, cross_entropy::CrossEntropyDims, depth::DepthDims, embedding::EmbeddingDims,
+    embedding::TokenBuckets, gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims,
+    memory::MemoryDims, norm::NormDims, norm::NormKind, optim::AdamWDims, optim::Hyper, residual_matrix::ResidualDims,
+};
+pub use precision::Precision;
+
 /// Refuses a view of `len` values at `offset` into a tensor of `total` that a GPU could not
 /// bind (an offset off [`VIEW_ALIGN`]) or that runs past the end: on every backend alike, so
 /// that the CPU catches what a GPU would.
@@ -63,10 +71,3 @@ pub(crate) fn check_view(offset: usize, len: usize, total: usize) {
 pub(crate) fn check_write(values: usize, len: usize) {
     assert_eq!(values, len, "write of {values} values into a tensor of {len}");
 }
-pub use error::{EngineError, Result};
-pub use ops::{
-    attention::AttentionDims, cross_entropy::CrossEntropyDims, depth::DepthDims, embedding::EmbeddingDims,
-    embedding::TokenBuckets, gather::GatherDims, hyper::HyperDims, hyper::Mixing, matmul::MatmulDims,
-    memory::MemoryDims, norm::NormDims, norm::NormKind, optim::AdamWDims, optim::Hyper, residual_matrix::ResidualDims,
-};
-pub use precision::Precision;

@@ -2,7 +2,7 @@
 //! walks (`Scrubbed`): the variance grid's, the mixing matrices', the depth weights' and
 //! AltUp's.
 
-use crate::observed::{series, Observed, Reading, Rows};
+use crate::observed::{series, Observed, Reading, Rows, MEASURE_EVERY};
 use leptos::prelude::*;
 
 /// Which measurement of `count` is shown: `chosen`, or the latest while none is.
@@ -99,10 +99,8 @@ impl<T: Clone + PartialEq + Send + Sync + 'static> Scrubbed<T> {
 
     /// The reading shown drawn by `draw`, or a word on when there will be one.
     pub fn drawn(self, draw: impl Fn(&T) -> String) -> String {
-        (self.shown()).map_or_else(
-            || "<p>Read after step 1, then every 10 steps.</p>".into(),
-            |r| draw(&r.rows),
-        )
+        let unread = || format!("<p>Read after step 1, then every {MEASURE_EVERY} steps.</p>");
+        (self.shown()).map_or_else(unread, |r| draw(&r.rows))
     }
 
     /// Every reading drawn by `draw`, for a chart over training.

@@ -243,10 +243,8 @@ pub(super) fn draw_tuning<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: 
         y0..y1,
     ))?;
     let tick = |v: &f64| tick_label(&t.ticks, *v);
-    let descs = (
-        &format!("{} (log scale)", t.setting)[..],
-        "loss on the tuning slice (final model)",
-    );
+    let x_desc = format!("{} (log scale)", t.setting);
+    let descs = (x_desc.as_str(), "loss on the tuning slice (final model)");
     draw_mesh(&mut chart, descs, &tick, &|v| format!("{v:.digits$}"))?;
     for (i, (arm, curve)) in t.arms.iter().zip(&curves).enumerate() {
         let colour = colour(i);

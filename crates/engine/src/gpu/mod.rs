@@ -40,7 +40,7 @@ impl GpuIndex {
     /// `len` indices from `offset` (a multiple of [`VIEW_ALIGN`]), for ops that bind a large
     /// index in windows.
     pub(crate) fn window(&self, offset: usize, len: usize) -> GpuIndex {
-        assert!(offset.is_multiple_of(VIEW_ALIGN) && offset + len <= self.len);
+        crate::check_view(offset, len, self.len);
         GpuIndex {
             buffer: self.buffer.clone(),
             offset: self.offset + offset,

@@ -388,7 +388,7 @@ impl Residual for Streams {
         be.norm_forward(input, &a.ln_stats, &a.gates.u, &p.gain, self.cfg.branch_norm(bt));
     }
 
-    /// out = Pᵀ x + post ⊗ y
+    /// after = Pᵀ x + post ⊗ y
     fn write<B: Backend>(
         &self,
         be: &B,
