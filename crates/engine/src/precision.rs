@@ -3,7 +3,8 @@
 //!
 //! - **strict**: every op in f32, every candidate kernel giving the same bits, the CPU a bitwise
 //!   twin of the GPU where the op promises it. The default, and what the tests and the page use.
-//! - **fast**: matrix products of at least [`FAST_MIN`] in every dimension take f16 multiplicands
+//! - **fast**: matrix products of at least [`FAST_MIN`] in every dimension, and attention's
+//!   products for heads of 16 to 64 dimensions (`ops::attention::fast`), take f16 multiplicands
 //!   into f32 sums, on the GPU's cooperative matrices (tensor cores). Everything else (weights,
 //!   optimizer state, norms, softmax statistics, residuals, losses, the products below the
 //!   minimum) stays f32. Each operand is first scaled by a power of two chosen from its largest
@@ -93,6 +94,15 @@ pub fn scale_exponent(amax: f32) -> Option<i32> {
     Some((SCALED_LOG2 - ceil_log2).clamp(-MAX_SCALE_EXPONENT, MAX_SCALE_EXPONENT))
 }
 
+/// The exponent with which the fast attention stages its gradient of the logits,
+/// dS = P·(dP − delta): |dS| ≤ 2·Dh·amax(dout)·amax(v) ≤ 2·Dh·2^(28 − sQ − sD), each amax being
+/// at most 2^(14 − s) once scaled, so sS = sQ + sD − 15 − ⌈log2 Dh⌉ keeps it within 2^14.
+/// `ds_exponent` in shaders/attention_fast.wgsl computes the same.
+pub fn gradient_exponent(sq: i32, sd: i32, dh: usize) -> i32 {
+    let ceil_log2 = dh.max(1).next_power_of_two().trailing_zeros() as i32;
+    (sq + sd - SCALED_LOG2 - 1 - ceil_log2).clamp(-MAX_SCALE_EXPONENT, MAX_SCALE_EXPONENT)
+}
+
 /// 2^s as an f32, exactly, for |s| ≤ [`MAX_SCALE_EXPONENT`].
 pub fn pow2(s: i32) -> f32 {
     debug_assert!(s.abs() <= MAX_SCALE_EXPONENT);
@@ -155,6 +165,16 @@ mod tests {
         for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
             assert_eq!(scale_exponent(bad), None, "{bad}");
         }
+    }
+
+    /// dS's staged bound is 2^14: at Dh 64 and scales 14 (amax 1), 2·64·1·1 = 2^7 goes to 2^14.
+    #[test]
+    fn the_gradient_exponent_stages_the_bound_at_2_to_the_14() {
+        assert_eq!(gradient_exponent(14, 14, 64), 7);
+        assert_eq!(gradient_exponent(14, 14, 48), 7);
+        assert_eq!(gradient_exponent(14, 14, 16), 9);
+        assert_eq!(gradient_exponent(126, 126, 16), MAX_SCALE_EXPONENT);
+        assert_eq!(gradient_exponent(-126, -126, 64), -MAX_SCALE_EXPONENT);
     }
 
     #[test]

@@ -176,6 +176,11 @@ pub const SHADERS: &[Shader] = &[
     family!("depth", ops::depth::DEFINES, &[]),
     family!("matmul_fast", ops::matmul::FAST_DEFINES, ops::matmul::FAST_SWITCHES, prelude "matmul_operands"),
     family!("fast_scale", ops::matmul::SCALE_DEFINES, &[]),
+    family!(
+        "attention_fast",
+        ops::attention::fast::FAST_DEFINES,
+        ops::attention::fast::FAST_SWITCHES
+    ),
 ];
 
 /// A digest of every kernel's source as built (defines, common helpers, each family's file): what

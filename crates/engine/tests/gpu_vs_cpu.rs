@@ -1563,12 +1563,28 @@ fn fast_selftest_passes_and_catches_a_broken_fast_kernel() {
             !checks.iter().any(|c| c.family == "matmul"),
             "no strict matmul checks on a fast backend"
         );
+        for c in checks.iter().filter(|c| !c.passed()) {
+            eprintln!(
+                "failed: {} {}: {} (tolerance {})",
+                c.family,
+                c.case,
+                c.relative(),
+                c.tolerance
+            );
+        }
         let mut families: Vec<&str> = checks.iter().filter(|c| !c.passed()).map(|c| c.family).collect();
         families.dedup();
         families
     };
     let fast = gpu_with(FAST);
     assert_eq!(failed(&fast), Vec::<&str>::new());
+    let attention = block(selftest::run(&fast));
+    let attention = attention.iter().filter(|c| c.family == "attention fast");
+    assert_eq!(
+        attention.count(),
+        4 * 2 * 3,
+        "four heads in the fast class, two masks, three outputs"
+    );
     let candidates = block(selftest::run_candidates(&fast));
     let label = format!("{}: ", ops::matmul::FAST_TILES[1].name());
     let checked = candidates.iter().filter(|c| c.case.starts_with(&label));
@@ -1579,4 +1595,120 @@ fn fast_selftest_passes_and_catches_a_broken_fast_kernel() {
         ..FAST
     });
     assert_eq!(failed(&broken), ["matmul fast"]);
+    // A fast attention whose tiles disagree with its launch: half of each tile's rows unwritten.
+    const HALF_TILES: &[shaders::Define] = &[shaders::Define::u32("OWN", 16)];
+    let broken = gpu_with(GpuOptions {
+        overrides: HALF_TILES,
+        ..FAST
+    });
+    assert_eq!(failed(&broken), ["attention fast"]);
+}
+
+/// The fast attention, its built-ins emulated, against its twin at awkward lengths, over
+/// documents, with ALiBi, at every head width it takes: within the bounds the selftest holds it
+/// to, its outputs differ from the strict kernels' (it does run in f16), a NaN or an infinity
+/// names the pass that met it, and a head outside the class (8, 80) runs the strict kernels on a
+/// fast backend, bit for bit.
+#[test]
+fn fast_attention_follows_its_twin_and_leaves_other_heads_strict() {
+    let mut rng = SmallRng::seed_from_u64(41);
+    let (fast, strict) = (gpu_with(FAST), gpu());
+    let twin = CpuBackend::fast_twin();
+    for (t, dh, alibi) in [
+        (1, 16, false),
+        (65, 16, true),
+        (29, 32, true),
+        (100, 48, false),
+        (64, 64, true),
+    ] {
+        let d = AttentionDims {
+            b: 2,
+            t,
+            h: 2,
+            dh,
+            scale: 1.0 / (dh as f32).sqrt(),
+            alibi,
+        };
+        let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+        let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+        let starts = documents(t, &[0, t as u32 / 2, t as u32 / 2 + 1]).repeat(d.b);
+        let (out, lse) = ops::attention::fast::forward_bounds(&qkv, &starts, d);
+        let got = attention_case(&fast, &qkv, &dout, &starts, d);
+        let want = attention_case(&twin, &qkv, &dout, &starts, d);
+        let within = |name: &str, got: &[f32], want: &[f32], bound: &[f64]| {
+            let worst = (got.iter().zip(want).zip(bound))
+                .map(|((g, w), b)| (f64::from(*g) - f64::from(*w)).abs() / b)
+                .fold(0.0, f64::max);
+            assert!(worst <= 1.0, "T {t}, Dh {dh}: {name} at {worst:.3} of its bound");
+            eprintln!("T {t}, Dh {dh}: {name} within {worst:.3} of its bound");
+        };
+        within("out", &got[0], &want[0], &out);
+        within("lse", &got[1], &want[1], &lse);
+        let dqkv = ops::attention::fast::backward_bounds(&qkv, &dout, &want[0], &want[1], &starts, d);
+        let back = |be: &dyn Fn() -> Vec<Vec<f32>>| be().remove(0);
+        let got = back(&|| {
+            block(cases::attention_backward(
+                &fast, &qkv, &dout, &want[0], &want[1], &starts, d,
+            ))
+        });
+        let twin_back = back(&|| {
+            block(cases::attention_backward(
+                &twin, &qkv, &dout, &want[0], &want[1], &starts, d,
+            ))
+        });
+        within("dqkv", &got, &twin_back, &dqkv);
+        let exact = attention_case(&strict, &qkv, &dout, &starts, d);
+        assert!(exact[0] != want[0], "T {t}, Dh {dh}: the twin gave the strict bits");
+        let rounded = attention_case(&fast, &qkv, &dout, &starts, d);
+        assert!(
+            exact[0] != rounded[0],
+            "T {t}, Dh {dh}: the fast backend gave the strict bits"
+        );
+    }
+    // A NaN in qkv names the forward, and one in dout alone the backward, on both.
+    let d = AttentionDims {
+        b: 1,
+        t: 40,
+        h: 2,
+        dh: 16,
+        scale: 0.25,
+        alibi: false,
+    };
+    let starts = vec![0; d.t];
+    for (what, at_qkv, at_dout) in [("forward", Some(77), None), ("backward", None, Some(5))] {
+        let mut qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+        let mut dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+        if let Some(i) = at_qkv {
+            qkv[i] = f32::NAN;
+        }
+        if let Some(i) = at_dout {
+            dout[i] = f32::INFINITY;
+        }
+        let named = Some(format!("attention {what} batch 1 T 40 heads 2×16"));
+        let fast = gpu_with(FAST);
+        attention_case(&fast, &qkv, &dout, &starts, d);
+        assert_eq!(block(fast.fast_fault()), named, "gpu");
+        let twin = CpuBackend::fast_twin();
+        attention_case(&twin, &qkv, &dout, &starts, d);
+        assert_eq!(block(twin.fast_fault()), named, "twin");
+    }
+    for dh in [8, 80] {
+        let d = AttentionDims {
+            b: 1,
+            t: 40,
+            h: 2,
+            dh,
+            scale: 0.2,
+            alibi: true,
+        };
+        let qkv = rand_vec(&mut rng, d.b * d.t * 3 * d.h * d.dh, 2.0);
+        let dout = rand_vec(&mut rng, d.b * d.t * d.h * d.dh, 1.0);
+        let starts = vec![0; d.t];
+        let name = format!("Dh {dh} on a fast backend");
+        assert_same_bits(
+            &name,
+            &attention_case(&fast, &qkv, &dout, &starts, d),
+            &attention_case(&strict, &qkv, &dout, &starts, d),
+        );
+    }
 }

@@ -38,6 +38,7 @@ fn candidates(s: &Shader) -> Vec<Vec<Define>> {
         "matmul_fast" => (ops::matmul::FAST_TILES.iter())
             .flat_map(|t| [t.defines(true).to_vec(), t.defines(false).to_vec()])
             .collect(),
+        "attention_fast" => [true, false].into_iter().flat_map(fast_attention_variants).collect(),
         _ => {
             let numbers: Vec<_> = s
                 .switches
@@ -54,6 +55,30 @@ fn candidates(s: &Shader) -> Vec<Vec<Define>> {
     }
 }
 
+/// The fast attention's variants: every head dimension it takes, with the cooperative built-ins
+/// or their emulation.
+fn fast_attention_variants(coop: bool) -> Vec<Vec<Define>> {
+    use ops::attention::fast::{fast_variant, FAST_MAX_DH, FAST_OWNS};
+    let dhs = (16..=FAST_MAX_DH).step_by(16);
+    dhs.flat_map(|dh| FAST_OWNS.map(|own| fast_variant(dh, own, coop).to_vec()))
+        .collect()
+}
+
+/// The fast families' variants on cooperative matrices, as a GPU that has them compiles them.
+fn cooperative_variants(s: &Shader) -> Vec<Vec<Define>> {
+    match s.name {
+        "matmul_fast" => ops::matmul::FAST_TILES
+            .iter()
+            .map(|t| t.defines(true).to_vec())
+            .collect(),
+        "attention_fast" => fast_attention_variants(true),
+        _ => vec![],
+    }
+}
+
+/// The families with a cooperative-matrix path.
+const FAST_FAMILIES: [&str; 2] = ["matmul_fast", "attention_fast"];
+
 fn caps(defines: &[Define]) -> Capabilities {
     match defines.contains(&Define::bool(SUBGROUPS, true)) {
         true => Capabilities::SUBGROUP,
@@ -61,17 +86,17 @@ fn caps(defines: &[Define]) -> Capabilities {
     }
 }
 
-/// What a family needs beside the switches' capabilities: the fast matmul is native only, f16
-/// always, cooperative matrices unless they are emulated. Every other family compiles in a
+/// What a family needs beside the switches' capabilities: the fast families are native only,
+/// f16 always, cooperative matrices unless they are emulated. Every other family compiles in a
 /// browser with none.
 fn family_caps(s: &Shader, defines: &[Define]) -> Capabilities {
     let fast = Capabilities::SHADER_FLOAT16;
-    match s.name {
-        "matmul_fast" if s.variant(defines).contains(&Define::bool(ops::matmul::COOP, true)) => {
-            fast | Capabilities::COOPERATIVE_MATRIX
-        }
-        "matmul_fast" => fast,
-        _ => Capabilities::empty(),
+    if !FAST_FAMILIES.contains(&s.name) {
+        return Capabilities::empty();
+    }
+    match s.variant(defines).contains(&Define::bool(ops::matmul::COOP, true)) {
+        true => fast | Capabilities::COOPERATIVE_MATRIX,
+        false => fast,
     }
 }
 
@@ -242,7 +267,7 @@ fn positive(module: &naga::Module, expr: &str) -> bool {
         })
 }
 
-/// The fast matmul's cooperative variants as the GPU backend would compile them: validated with
+/// The fast families' cooperative variants as the GPU backend would compile them: validated with
 /// the capabilities wgpu grants on Vulkan, written to SPIR-V (naga 30.0.1 panics there, not in
 /// validation, on a `coopStore` whose pointer index or stride is an inline expression), and
 /// holding only the cooperative types NVIDIA and AMD list: 16×16 f16 A and B, 16×16 f32 C
@@ -251,11 +276,11 @@ fn positive(module: &naga::Module, expr: &str) -> bool {
 #[test]
 fn the_fast_kernels_compile_to_spirv_with_the_tiles_devices_list() {
     use naga::{CooperativeRole, CooperativeSize, Scalar, TypeInner};
-    let s = shader("matmul_fast");
-    for tile in ops::matmul::FAST_TILES {
-        let defines = tile.defines(true);
-        let caps = family_caps(s, &defines);
-        let module = validate(s, &defines, caps);
+    let variants = FAST_FAMILIES.map(|name| (shader(name), cooperative_variants(shader(name))));
+    for (s, defines) in variants.iter().flat_map(|(s, v)| v.iter().map(move |d| (*s, d))) {
+        assert!(!defines.is_empty());
+        let caps = family_caps(s, defines);
+        let module = validate(s, defines, caps);
         let info = Validator::new(ValidationFlags::all(), caps)
             .validate(&module)
             .expect("validated above");
@@ -264,7 +289,7 @@ fn the_fast_kernels_compile_to_spirv_with_the_tiles_devices_list() {
             ..Default::default()
         };
         let words = naga::back::spv::write_vec(&module, &info, &options, None)
-            .unwrap_or_else(|e| panic!("matmul_fast {defines:?} does not write SPIR-V: {e}"));
+            .unwrap_or_else(|e| panic!("{} {defines:?} does not write SPIR-V: {e}", s.name));
         // OpCapability CooperativeMatrixKHR (6022) is declared.
         let declared = words.windows(2).any(|w| w[0] == (2 << 16 | 17) && w[1] == 6022);
         assert!(
@@ -296,17 +321,22 @@ fn the_fast_kernels_compile_to_spirv_with_the_tiles_devices_list() {
     }
 }
 
-/// The emulated variant, which lavapipe runs in tests/gpu_vs_cpu.rs, uses no cooperative
-/// matrix at all, and the cooperative one no emulation: the switch selects the whole path.
+/// The emulated variants, which lavapipe runs in tests/gpu_vs_cpu.rs, use no cooperative
+/// matrix at all, and the cooperative ones no emulation: the switch selects the whole path.
 #[test]
-fn the_emulated_fast_kernel_has_no_cooperative_types() {
-    let s = shader("matmul_fast");
-    let tile = ops::matmul::FAST_TILES[0];
-    let emulated = validate(s, &tile.defines(false), Capabilities::SHADER_FLOAT16);
-    let coop = (emulated.types.iter()).filter(|(_, t)| matches!(t.inner, naga::TypeInner::CooperativeMatrix { .. }));
-    assert_eq!(coop.count(), 0);
-    assert!(!s.source(&tile.defines(false)).contains("wgpu_cooperative_matrix"));
-    assert!(s
-        .source(&tile.defines(true))
-        .starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"));
+fn the_emulated_fast_kernels_have_no_cooperative_types() {
+    for name in FAST_FAMILIES {
+        let s = shader(name);
+        let off = [Define::bool(ops::matmul::COOP, false)];
+        let emulated = validate(s, &off, Capabilities::SHADER_FLOAT16);
+        let coop =
+            (emulated.types.iter()).filter(|(_, t)| matches!(t.inner, naga::TypeInner::CooperativeMatrix { .. }));
+        assert_eq!(coop.count(), 0, "{name}");
+        assert!(!s.source(&off).contains("wgpu_cooperative_matrix"), "{name}");
+        assert!(
+            s.source(&[])
+                .starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"),
+            "{name}"
+        );
+    }
 }

@@ -63,10 +63,11 @@ impl<T: Scalar> CpuBackend<T> {
         Self::default()
     }
 
-    /// Records that the fast product `d` met a NaN or an infinity, unless one already had.
-    pub(crate) fn fast_fault_at(&self, d: &crate::MatmulDims) {
+    /// Records that the fast product named by `class` met a NaN or an infinity, unless one
+    /// already had.
+    pub(crate) fn fast_fault_at(&self, class: impl FnOnce() -> String) {
         let mut fault = self.fault.lock().unwrap_or_else(|e| e.into_inner());
-        fault.get_or_insert_with(|| d.describe());
+        fault.get_or_insert_with(class);
     }
 
     /// Bytes of every tensor (`size_of::<T>()` a value) and index (4 a value) allocated so far.

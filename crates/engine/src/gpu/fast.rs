@@ -141,9 +141,8 @@ impl FastState {
         })
     }
 
-    /// The number of the product shape `d` (the same for every launch of that shape).
-    pub(crate) fn product_number(&self, d: &crate::MatmulDims) -> u32 {
-        let class = d.describe();
+    /// The number of the product shape `class` (the same for every launch of that shape).
+    fn product_number(&self, class: String) -> u32 {
         let mut products = self.products.borrow_mut();
         let i = match products.iter().position(|p| *p == class) {
             Some(i) => i,
@@ -161,5 +160,50 @@ impl FastState {
         Ok((word != NO_FAULT).then(|| {
             (self.products.borrow().get(word as usize).cloned()).unwrap_or_else(|| format!("product #{word}"))
         }))
+    }
+}
+
+impl GpuBackend {
+    /// The scales of a fast product's two operands, the first `na` values of `a` and `nb` of `b`
+    /// (`shaders/fast_scale.wgsl`): each reduced to partial maxima, a window of one binding at a
+    /// time, then both into the backend's scales, [2^sA, 2^sB, 2^-sA, 2^-sB], which the product's
+    /// launches read next. Launches run in order, so every product shares the one scales buffer.
+    /// An operand with a NaN or an infinity marks the fault word with the product `class`.
+    pub(crate) fn fast_scales(&self, a: (&GpuTensor, usize), b: (&GpuTensor, usize), class: impl FnOnce() -> String) {
+        use crate::gpu::AsArg;
+        use crate::ops::matmul::PARTIALS_B;
+        use crate::shaders::WG;
+        let Some(state) = self.fast.as_ref() else { return };
+        let class = class();
+        let mut used = [0usize; 2];
+        for (side, (x, n)) in [a, b].into_iter().enumerate() {
+            let Some(windows) = self.split(n, super::VIEW_ALIGN) else {
+                return self.refuse(format!("{class}: an operand cannot be bound"));
+            };
+            // Each window its share of the side's slots, at least one.
+            let share = (PARTIALS_B / windows.len()).max(1);
+            for w in windows {
+                let len = w.end - w.start;
+                let groups = len.div_ceil(WG).clamp(1, share);
+                let rounds = len.div_ceil(groups * WG);
+                let slot = side * PARTIALS_B + used[side];
+                if used[side] + groups > PARTIALS_B {
+                    return self.refuse(format!("{class}: an operand is too large to scale"));
+                }
+                let params = [len, slot, groups, rounds].map(|v| v as u32);
+                let x = crate::Backend::view(self, x, w.start, len);
+                let args = [(1, x.arg()), (2, state.partials.arg())];
+                self.dispatch_with_at("fast_scale", "amax_partial", &[], &params, &args, [groups as u32, 1, 1]);
+                used[side] += groups;
+            }
+        }
+        let product = state.product_number(class);
+        let params = [0, 0, 0, 0, product, used[0] as u32, used[1] as u32];
+        let args = [
+            (2, state.partials.arg()),
+            (3, state.scales.arg()),
+            (4, state.fault.arg()),
+        ];
+        self.dispatch_with_at("fast_scale", "fast_scales", &[], &params, &args, [1, 1, 1]);
     }
 }

@@ -186,6 +186,26 @@ pub async fn attention<B: Backend>(
     read(be, &[&out, &lse, &dqkv]).await
 }
 
+/// The attention backward alone, from a given out and lse: dqkv and delta. What compares two
+/// backends' backward where their forwards may differ (the fast class).
+#[allow(clippy::too_many_arguments)]
+pub async fn attention_backward<B: Backend>(
+    be: &B,
+    qkv: &[f32],
+    dout: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    starts: &[u32],
+    d: AttentionDims,
+) -> Result<Vec<Vec<f32>>> {
+    let (qkv, dout, starts) = (upload(be, qkv)?, upload(be, dout)?, upload_index(be, starts)?);
+    let (out, lse) = (upload(be, out)?, upload(be, lse)?);
+    let delta = be.zeros("delta", d.rows())?;
+    let dqkv = be.zeros("dqkv", d.b * d.t * 3 * d.h * d.dh)?;
+    be.attention_backward(&dqkv, &delta, &dout, &out, &qkv, &lse, &starts, d);
+    read(be, &[&dqkv, &delta]).await
+}
+
 /// Random logits, and targets of which every fourth is ignored.
 pub fn cross_entropy_inputs(rng: &mut rand::rngs::SmallRng, d: CrossEntropyDims) -> (Vec<f32>, Vec<u32>) {
     use rand::Rng;

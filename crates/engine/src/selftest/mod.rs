@@ -257,9 +257,24 @@ async fn fast_matmul_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, 
 }
 
 /// Attention causal and over documents, with ALiBi, at a head width past one tile; each case's
-/// name starts with `label`.
+/// name starts with `label`. On a fast backend a head in the fast class runs the fast kernels
+/// and is checked against the fast class's twin ([`fast_attention_check`]), with three more
+/// heads of 16, 32 and 48 at awkward lengths and operands far from 1.
 async fn attention_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, checks: &mut Vec<Check>) -> Result<()> {
-    for (b, t, h, dh, alibi) in [(2, 19, 3, 5, false), (2, 37, 3, 7, true), (1, 33, 2, 64, true)] {
+    let fast = be.precision() == crate::Precision::Fast;
+    let mut shapes = vec![
+        (2, 19, 3, 5, false, 2.0),
+        (2, 37, 3, 7, true, 2.0),
+        (1, 33, 2, 64, true, 2.0),
+    ];
+    if fast {
+        shapes.extend([
+            (2, 37, 2, 16, true, 0.01),
+            (1, 70, 1, 32, false, 2.0),
+            (1, 45, 2, 48, true, 300.0),
+        ]);
+    }
+    for (b, t, h, dh, alibi, magnitude) in shapes {
         let d = AttentionDims {
             b,
             t,
@@ -268,16 +283,89 @@ async fn attention_cases<B: Backend>(be: &B, rng: &mut SmallRng, label: &str, ch
             scale: 1.0 / (dh as f32).sqrt() / 2.0,
             alibi,
         };
-        let qkv = random(rng, b * t * 3 * h * dh, 2.0);
+        let qkv = random(rng, b * t * 3 * h * dh, magnitude);
         let dout = random(rng, b * t * h * dh, 1.0);
         let plain = vec![0u32; b * t];
         let docs = documents(t, &[0, t as u32 / 3, t as u32 / 3 + 1, t as u32 - 1]).repeat(b);
         for (mask, starts) in [("causal", &plain), ("documents", &docs)] {
             let case = format!("{label}B {b}, T {t}, H {h}, Dh {dh}, ALiBi {alibi}, {mask}");
-            check!(checks, be, "attention", case, 2e-5, attention(&qkv, &dout, starts, d));
+            if fast && d.in_fast_class() {
+                fast_attention_check(be, &qkv, &dout, starts, d, &case, checks).await?;
+            } else {
+                check!(checks, be, "attention", case, 2e-5, attention(&qkv, &dout, starts, d));
+            }
         }
     }
     Ok(())
+}
+
+/// The fast class's attention (`ops::attention::fast`) against its CPU twin: out and lse from
+/// the same qkv, and dqkv from the same qkv, dout, out and lse (the twin's), each value's error
+/// as a fraction of its own bound (`forward_bounds`, `backward_bounds`: f16 rounding and f32
+/// sums in any order), passing at most 1.
+async fn fast_attention_check<B: Backend>(
+    be: &B,
+    qkv: &[f32],
+    dout: &[f32],
+    starts: &[u32],
+    d: AttentionDims,
+    case: &str,
+    checks: &mut Vec<Check>,
+) -> Result<()> {
+    use crate::ops::attention::fast::{backward_bounds, forward_bounds};
+    let twin = CpuBackend::fast_twin();
+    let got = cases::attention(be, qkv, dout, starts, d).await?;
+    let want = cases::attention(&twin, qkv, dout, starts, d).await?;
+    let (out, lse) = forward_bounds(qkv, starts, d);
+    checks.push(bounded(
+        "attention fast",
+        &format!("{case}: out (error / bound)"),
+        &got[0],
+        &want[0],
+        &out,
+    ));
+    checks.push(bounded(
+        "attention fast",
+        &format!("{case}: lse (error / bound)"),
+        &got[1],
+        &want[1],
+        &lse,
+    ));
+    let got = cases::attention_backward(be, qkv, dout, &want[0], &want[1], starts, d).await?;
+    let back = cases::attention_backward(&twin, qkv, dout, &want[0], &want[1], starts, d).await?;
+    let dqkv = backward_bounds(qkv, dout, &want[0], &want[1], starts, d);
+    checks.push(bounded(
+        "attention fast",
+        &format!("{case}: dqkv (error / bound)"),
+        &got[0],
+        &back[0],
+        &dqkv,
+    ));
+    Ok(())
+}
+
+/// The largest |got − want| as a fraction of each value's own bound: passes at most 1.
+fn bounded(family: &'static str, case: &str, got: &[f32], want: &[f32], bound: &[f64]) -> Check {
+    let ratio = |((&g, &w), &b): ((&f32, &f32), &f64)| {
+        let err = (f64::from(g) - f64::from(w)).abs();
+        if err == 0.0 {
+            0.0
+        } else {
+            err / b.max(f64::MIN_POSITIVE)
+        }
+    };
+    let worst = match got.len() == want.len() && want.len() == bound.len() {
+        true => got.iter().zip(want).zip(bound).map(ratio).fold(0.0, f64::max),
+        false => f64::INFINITY,
+    };
+    Check {
+        family,
+        case: case.to_string(),
+        worst: worst as f32,
+        scale: 1.0,
+        tolerance: 1.0,
+        finite: got.iter().all(|x| x.is_finite()),
+    }
 }
 
 /// The RMT's retrieval, storage and key gradient, plain and fused with the norm, on shapes that

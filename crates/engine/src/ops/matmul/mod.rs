@@ -598,7 +598,8 @@ pub mod gpu {
     pub fn matmul(gpu: &GpuBackend, out: &GpuTensor, a: &GpuTensor, b: &GpuTensor, d: MatmulDims) {
         d.check(out.len, a.len, b.len);
         if gpu.fast.is_some() && d.in_fast_class() {
-            fast_scales(gpu, a, b, &d);
+            let (na, nb) = d.spans();
+            gpu.fast_scales((a, na), (b, nb), || d.describe());
             let class = || format!("fast {}", d.describe());
             let tile = gpu.tuned("matmul_fast", class, FAST_TILES, |tile, growth| {
                 let (part, whole) = d.for_tuning(growth);
@@ -621,45 +622,6 @@ pub mod gpu {
             whole
         });
         product(gpu, out, a, b, d, Kernel::Strict(tile))
-    }
-
-    /// The scales of a fast product's operands (`shaders/fast_scale.wgsl`): each operand's
-    /// span reduced to partial maxima, a window of one binding at a time, then both into the
-    /// backend's scales, which the product's launches read next. Launches run in order, so every
-    /// product shares the one scales buffer.
-    fn fast_scales(gpu: &GpuBackend, a: &GpuTensor, b: &GpuTensor, d: &MatmulDims) {
-        let Some(state) = gpu.fast.as_ref() else { return };
-        let product = state.product_number(d);
-        let (na, nb) = d.spans();
-        let mut used = [0usize; 2];
-        for (side, (x, n)) in [(a, na), (b, nb)].into_iter().enumerate() {
-            let Some(windows) = gpu.split(n, VIEW_ALIGN) else {
-                return gpu.refuse(format!("matmul: an operand of {} cannot be bound", d.describe()));
-            };
-            // Each window its share of the side's slots, at least one.
-            let share = (PARTIALS_B / windows.len()).max(1);
-            for w in windows {
-                let len = w.end - w.start;
-                let groups = len.div_ceil(WG).clamp(1, share);
-                let rounds = len.div_ceil(groups * WG);
-                let slot = side * PARTIALS_B + used[side];
-                if used[side] + groups > PARTIALS_B {
-                    return gpu.refuse(format!("matmul: an operand of {} is too large to scale", d.describe()));
-                }
-                let params = [len, slot, groups, rounds].map(|v| v as u32);
-                let x = gpu.view(x, w.start, len);
-                let args = [(1, x.arg()), (2, state.partials.arg())];
-                gpu.dispatch_with_at("fast_scale", "amax_partial", &[], &params, &args, [groups as u32, 1, 1]);
-                used[side] += groups;
-            }
-        }
-        let params = [0, 0, 0, 0, product, used[0] as u32, used[1] as u32];
-        let args = [
-            (2, state.partials.arg()),
-            (3, state.scales.arg()),
-            (4, state.fault.arg()),
-        ];
-        gpu.dispatch_with_at("fast_scale", "fast_scales", &[], &params, &args, [1, 1, 1]);
     }
 
     /// The product in one launch, or, when an operand is larger than one binding or the grid
@@ -802,7 +764,7 @@ pub mod cpu {
             return super::cpu(&mut out.get_mut(), &a.get(), &b.get(), d);
         }
         if !super::fast::cpu(&mut out.get_mut(), &a.get(), &b.get(), d) {
-            be.fast_fault_at(&d);
+            be.fast_fault_at(|| d.describe());
         }
     }
 }

@@ -14,9 +14,14 @@
 //! takes one workgroup per group of columns, each recomputing the logits. The backward is three
 //! launches without atomics: `delta`; per query tile, dq; per key tile (a thread per key), dk and
 //! dv. Each output value is written by one thread, summed in a fixed order.
+//!
+//! In the fast class (`crate::precision`) a head of 16 to 64 dimensions, a multiple of 16, runs
+//! [`fast`]'s kernels instead: the same passes with the products on cooperative matrices.
 
 use crate::gpu::{AsArg, Candidate, GpuBackend, GpuIndex, GpuTensor};
 use crate::shaders::{Define, WG};
+
+pub mod fast;
 
 /// Query rows (or keys) per workgroup of the GPU kernels, one thread each, and keys (or
 /// queries) per tile they sweep.
@@ -626,8 +631,28 @@ fn launch(
     gpu.dispatch_with_at(k.shader(), k.entry(pass), &k.switches(), params, args, tiles(gpu, d));
 }
 
+/// The fast kernels' variant for `d` on this backend, and the rows each workgroup owns: on a
+/// fast backend, for a head in the fast class, with the most rows a workgroup whose tiles fit
+/// the device's workgroup memory ([`fast::FAST_OWNS`]). None runs the strict kernels.
+fn fast_kernels(gpu: &GpuBackend, d: &AttentionDims) -> Option<([Define; 3], usize)> {
+    let state = gpu.fast.as_ref()?;
+    let limits = &gpu.limits;
+    let fits = |own: &&usize| {
+        fast::fast_shared_bytes(d.dh, **own) <= limits.max_compute_workgroup_storage_size as usize
+            && 2 * **own <= limits.max_compute_invocations_per_workgroup as usize
+    };
+    let own = *fast::FAST_OWNS.iter().find(fits).filter(|_| d.in_fast_class())?;
+    Some((fast::fast_variant(d.dh, own, state.coop), own))
+}
+
+/// The fast class's scales buffer, which `GpuBackend::fast_scales` has just written.
+fn fast_scales_arg(gpu: &GpuBackend) -> crate::gpu::Arg<'_> {
+    gpu.fast.as_ref().expect("a fast backend").scales.arg()
+}
+
 /// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
-/// launches, in the kernel tuned for its shape ([`KERNELS`]).
+/// launches, in the kernel tuned for its shape ([`KERNELS`]), or in the fast class the fast
+/// kernels where the head fits them ([`fast`]).
 pub mod gpu {
     use super::*;
     use crate::Backend;
@@ -641,6 +666,26 @@ pub mod gpu {
         d: AttentionDims,
     ) {
         d.check(qkv.len, out.len, lse.len, doc_start.len);
+        if let Some((defines, own)) = fast_kernels(gpu, &d) {
+            // q, k and v share one scale: the second operand's is unused.
+            gpu.fast_scales((qkv, qkv.len), (qkv, 0), || d.describe("forward"));
+            let args = [
+                (1, out.arg()),
+                (2, lse.arg()),
+                (3, qkv.arg()),
+                (4, doc_start.arg()),
+                (5, fast_scales_arg(gpu)),
+            ];
+            let groups = gpu.grid_1d(d.b * d.h * d.t.div_ceil(own), 1);
+            return gpu.dispatch_with_at(
+                "attention_fast",
+                "attention_forward_fast",
+                &defines,
+                &params(&d),
+                &args,
+                groups,
+            );
+        }
         let forward = |out: &GpuTensor, lse: &GpuTensor, d: &AttentionDims, k: Kernel| {
             let args = [(1, out.arg()), (2, lse.arg()), (3, qkv.arg()), (4, doc_start.arg())];
             launch(gpu, k, Pass::Forward, &params(d), &args, d)
@@ -679,6 +724,32 @@ pub mod gpu {
         assert_eq!(out.len, dout.len, "attention: out and dout differ in length");
         assert_eq!(dqkv.len, qkv.len, "attention: dqkv and qkv differ in length");
         assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
+        if let Some((defines, own)) = fast_kernels(gpu, &d) {
+            let p = params(&d);
+            let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
+            gpu.dispatch_at(
+                "attention",
+                "attention_backward_delta",
+                &p,
+                &rows,
+                gpu.grid_1d(d.rows(), WG),
+            );
+            gpu.fast_scales((qkv, qkv.len), (dout, dout.len), || d.describe("backward"));
+            let args = [
+                (1, dqkv.arg()),
+                (2, lse.arg()),
+                (3, qkv.arg()),
+                (4, doc_start.arg()),
+                (5, fast_scales_arg(gpu)),
+                (6, delta.arg()),
+                (7, dout.arg()),
+            ];
+            let groups = gpu.grid_1d(d.b * d.h * d.t.div_ceil(own), 1);
+            for entry in ["attention_backward_query_fast", "attention_backward_key_fast"] {
+                gpu.dispatch_with_at("attention_fast", entry, &defines, &p, &args, groups);
+            }
+            return;
+        }
         let backward = |dqkv: &GpuTensor, delta: &GpuTensor, d: &AttentionDims, k: Kernel| {
             let p = params(d);
             let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
@@ -725,20 +796,43 @@ pub mod cpu {
     use super::*;
     use crate::cpu::{CpuBackend, CpuIndex, CpuTensor};
     use crate::ops::Scalar;
+    use crate::Backend;
 
+    /// f32 copies of tensors, for the fast class's twin (which only `CpuBackend<f32>` runs).
+    fn f32s<T: Scalar>(x: &[T]) -> Vec<f32> {
+        x.iter().map(|v| v.f64() as f32).collect()
+    }
+
+    fn write_back<T: Scalar>(into: &CpuTensor<T>, x: &[f32]) {
+        for (o, &v) in into.get_mut().iter_mut().zip(x) {
+            *o = T::of(v as f64);
+        }
+    }
+
+    /// The strict forward, or on the fast class's twin its forward for the heads in that
+    /// class ([`fast::cpu_forward`]).
     pub fn attention_forward<T: Scalar>(
-        _: &CpuBackend<T>,
+        be: &CpuBackend<T>,
         out: &CpuTensor<T>,
         lse: &CpuTensor<T>,
         qkv: &CpuTensor<T>,
         doc_start: &CpuIndex,
         d: AttentionDims,
     ) {
-        cpu_forward(&mut out.get_mut(), &mut lse.get_mut(), &qkv.get(), &doc_start.get(), d)
+        if be.precision().is_strict() || !d.in_fast_class() {
+            return cpu_forward(&mut out.get_mut(), &mut lse.get_mut(), &qkv.get(), &doc_start.get(), d);
+        }
+        let (mut o, mut l) = (vec![0f32; out.get().len()], vec![0f32; lse.get().len()]);
+        if !fast::cpu_forward(&mut o, &mut l, &f32s(&qkv.get()), &doc_start.get(), d) {
+            be.fast_fault_at(|| d.describe("forward"));
+        }
+        write_back(out, &o);
+        write_back(lse, &l);
     }
+    /// The strict backward, or on the fast class's twin its backward ([`fast::cpu_backward`]).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward<T: Scalar>(
-        _: &CpuBackend<T>,
+        be: &CpuBackend<T>,
         dqkv: &CpuTensor<T>,
         delta: &CpuTensor<T>,
         dout: &CpuTensor<T>,
@@ -748,6 +842,15 @@ pub mod cpu {
         doc_start: &CpuIndex,
         d: AttentionDims,
     ) {
+        if !be.precision().is_strict() && d.in_fast_class() {
+            let (mut g, mut dl) = (vec![0f32; dqkv.get().len()], vec![0f32; delta.get().len()]);
+            let (go, o, x, l) = (f32s(&dout.get()), f32s(&out.get()), f32s(&qkv.get()), f32s(&lse.get()));
+            if !fast::cpu_backward(&mut g, &mut dl, &go, &o, &x, &l, &doc_start.get(), d) {
+                be.fast_fault_at(|| d.describe("backward"));
+            }
+            write_back(dqkv, &g);
+            return write_back(delta, &dl);
+        }
         cpu_backward(
             &mut dqkv.get_mut(),
             &mut delta.get_mut(),
