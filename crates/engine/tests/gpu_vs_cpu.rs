@@ -1589,6 +1589,10 @@ fn fast_selftest_passes_and_catches_a_broken_fast_kernel() {
     let label = format!("{}: ", ops::matmul::FAST_TILES[1].name());
     let checked = candidates.iter().filter(|c| c.case.starts_with(&label));
     assert!(checked.clone().count() >= 40 && checked.clone().all(|c| c.passed()));
+    let rows = candidates
+        .iter()
+        .filter(|c| c.case.starts_with("fast 32 rows: ") && c.family == "attention fast");
+    assert!(rows.clone().count() == 24 && rows.clone().all(|c| c.passed()));
     const BROKEN: &[shaders::Define] = &[shaders::Define::u32("MODE_WRITE", 1)];
     let broken = gpu_with(GpuOptions {
         overrides: BROKEN,
@@ -1664,6 +1668,12 @@ fn fast_attention_follows_its_twin_and_leaves_other_heads_strict() {
             exact[0] != rounded[0],
             "T {t}, Dh {dh}: the fast backend gave the strict bits"
         );
+        // Workgroups of 32 rows sum every value as those of 64 do.
+        let narrow = gpu_with(FAST);
+        narrow.force_candidate("attention_forward_fast", 1);
+        narrow.force_candidate("attention_backward_fast", 1);
+        let name = format!("T {t}, Dh {dh}, 32 rows");
+        assert_same_bits(&name, &attention_case(&narrow, &qkv, &dout, &starts, d), &rounded);
     }
     // A NaN in qkv names the forward, and one in dout alone the backward, on both.
     let d = AttentionDims {

@@ -413,6 +413,17 @@ pub async fn run_candidates(gpu: &crate::gpu::GpuBackend) -> Result<Vec<Check>> 
             fast_matmul_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
         }
         gpu.unforce("matmul_fast");
+        // The fast attention's other workgroup, 32 rows, which fits wherever the default does.
+        let (forward, backward) = ("attention_forward_fast", "attention_backward_fast");
+        gpu.force_candidate(forward, 1);
+        gpu.force_candidate(backward, 1);
+        let label = format!(
+            "{}: ",
+            crate::ops::attention::fast::FastAttentionTile::all(16)[1].name()
+        );
+        attention_cases(gpu, &mut SmallRng::seed_from_u64(0x5e1f), &label, &mut checks).await?;
+        gpu.unforce(forward);
+        gpu.unforce(backward);
     } else {
         for i in others(TILES.iter().map(|t| t.fits(gpu)).collect()) {
             gpu.force_candidate("matmul", i);

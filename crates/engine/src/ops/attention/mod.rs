@@ -484,7 +484,7 @@ mod cpu_twin {
 #[cfg(feature = "cpu")]
 pub use cpu_twin::*;
 
-fn params(d: &AttentionDims) -> [u32; 6] {
+pub(crate) fn params(d: &AttentionDims) -> [u32; 6] {
     [
         d.b as u32,
         d.t as u32,
@@ -593,7 +593,7 @@ impl Candidate for Kernel {
 }
 
 /// The shape class tuning measures once: the kernels' speed depends on B·H, T and Dh.
-fn class(pass: &str, d: &AttentionDims) -> String {
+pub(crate) fn class(pass: &str, d: &AttentionDims) -> String {
     format!("attention {pass} batch {} T {} heads {}×{}", d.b, d.t, d.h, d.dh)
 }
 
@@ -601,7 +601,7 @@ fn class(pass: &str, d: &AttentionDims) -> String {
 /// multiply-adds of the forward (q·k and p·v over the causal half) and its scratch outputs
 /// within 2^24 values (64 MiB): the kernels then read and write only those sequences' rows.
 /// Also says whether that is every sequence.
-fn for_tuning(d: &AttentionDims, growth: u32) -> (AttentionDims, bool) {
+pub(crate) fn for_tuning(d: &AttentionDims, growth: u32) -> (AttentionDims, bool) {
     let values = (d.t * 3 * d.h * d.dh).max(1);
     let work = (d.h * d.t * d.t * d.dh).max(1);
     let b =
@@ -631,25 +631,6 @@ fn launch(
     gpu.dispatch_with_at(k.shader(), k.entry(pass), &k.switches(), params, args, tiles(gpu, d));
 }
 
-/// The fast kernels' variant for `d` on this backend, and the rows each workgroup owns: on a
-/// fast backend, for a head in the fast class, with the most rows a workgroup whose tiles fit
-/// the device's workgroup memory ([`fast::FAST_OWNS`]). None runs the strict kernels.
-fn fast_kernels(gpu: &GpuBackend, d: &AttentionDims) -> Option<([Define; 3], usize)> {
-    let state = gpu.fast.as_ref()?;
-    let limits = &gpu.limits;
-    let fits = |own: &&usize| {
-        fast::fast_shared_bytes(d.dh, **own) <= limits.max_compute_workgroup_storage_size as usize
-            && 2 * **own <= limits.max_compute_invocations_per_workgroup as usize
-    };
-    let own = *fast::FAST_OWNS.iter().find(fits).filter(|_| d.in_fast_class())?;
-    Some((fast::fast_variant(d.dh, own, state.coop), own))
-}
-
-/// The fast class's scales buffer, which `GpuBackend::fast_scales` has just written.
-fn fast_scales_arg(gpu: &GpuBackend) -> crate::gpu::Arg<'_> {
-    gpu.fast.as_ref().expect("a fast backend").scales.arg()
-}
-
 /// The ops on the GPU, as `GpuBackend` runs them: each checks its shapes and records its
 /// launches, in the kernel tuned for its shape ([`KERNELS`]), or in the fast class the fast
 /// kernels where the head fits them ([`fast`]).
@@ -666,25 +647,8 @@ pub mod gpu {
         d: AttentionDims,
     ) {
         d.check(qkv.len, out.len, lse.len, doc_start.len);
-        if let Some((defines, own)) = fast_kernels(gpu, &d) {
-            // q, k and v share one scale: the second operand's is unused.
-            gpu.fast_scales((qkv, qkv.len), (qkv, 0), || d.describe("forward"));
-            let args = [
-                (1, out.arg()),
-                (2, lse.arg()),
-                (3, qkv.arg()),
-                (4, doc_start.arg()),
-                (5, fast_scales_arg(gpu)),
-            ];
-            let groups = gpu.grid_1d(d.b * d.h * d.t.div_ceil(own), 1);
-            return gpu.dispatch_with_at(
-                "attention_fast",
-                "attention_forward_fast",
-                &defines,
-                &params(&d),
-                &args,
-                groups,
-            );
+        if fast::runs_fast(gpu, &d) {
+            return fast::gpu_forward(gpu, out, lse, qkv, doc_start, d);
         }
         let forward = |out: &GpuTensor, lse: &GpuTensor, d: &AttentionDims, k: Kernel| {
             let args = [(1, out.arg()), (2, lse.arg()), (3, qkv.arg()), (4, doc_start.arg())];
@@ -724,31 +688,8 @@ pub mod gpu {
         assert_eq!(out.len, dout.len, "attention: out and dout differ in length");
         assert_eq!(dqkv.len, qkv.len, "attention: dqkv and qkv differ in length");
         assert_eq!(delta.len, lse.len, "attention: delta and lse differ in length");
-        if let Some((defines, own)) = fast_kernels(gpu, &d) {
-            let p = params(&d);
-            let rows = [(2, delta.arg()), (3, dout.arg()), (4, out.arg())];
-            gpu.dispatch_at(
-                "attention",
-                "attention_backward_delta",
-                &p,
-                &rows,
-                gpu.grid_1d(d.rows(), WG),
-            );
-            gpu.fast_scales((qkv, qkv.len), (dout, dout.len), || d.describe("backward"));
-            let args = [
-                (1, dqkv.arg()),
-                (2, lse.arg()),
-                (3, qkv.arg()),
-                (4, doc_start.arg()),
-                (5, fast_scales_arg(gpu)),
-                (6, delta.arg()),
-                (7, dout.arg()),
-            ];
-            let groups = gpu.grid_1d(d.b * d.h * d.t.div_ceil(own), 1);
-            for entry in ["attention_backward_query_fast", "attention_backward_key_fast"] {
-                gpu.dispatch_with_at("attention_fast", entry, &defines, &p, &args, groups);
-            }
-            return;
+        if fast::runs_fast(gpu, &d) {
+            return fast::gpu_backward(gpu, dqkv, delta, dout, out, qkv, lse, doc_start, d);
         }
         let backward = |dqkv: &GpuTensor, delta: &GpuTensor, d: &AttentionDims, k: Kernel| {
             let p = params(d);
