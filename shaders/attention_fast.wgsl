@@ -319,7 +319,8 @@ fn attention_forward_fast(
     let slope = slope_of(h);
     let sg = tid / 32u;
     let lane = tid % 32u;
-    // The invocation's row, and its half of each swept tile's columns.
+    // The invocation's row, and its half of each swept tile's columns, which it walks from a
+    // column of its own (c below) so that the 16 rows of a subgroup's half read 16 banks of ss.
     let r = sg * 16u + lane / 2u;
     let i = i0 + r;
     let c0 = (lane % 2u) * 16u;
@@ -338,13 +339,15 @@ fn attention_forward_fast(
         workgroupBarrier();
         var mx = m;
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let j = j0 + c0 + x;
-            if (sees(b, i, j)) { mx = max(mx, logit_at(r * SWEPT + c0 + x, uq, slope, i, j)); }
+            let c = c0 + (x + lane / 2u) % 16u;
+            let j = j0 + c;
+            if (sees(b, i, j)) { mx = max(mx, logit_at(r * SWEPT + c, uq, slope, i, j)); }
         }
         var sum = 0.0;
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let j = j0 + c0 + x;
-            if (sees(b, i, j)) { sum = sum + exp(logit_at(r * SWEPT + c0 + x, uq, slope, i, j) - mx); }
+            let c = c0 + (x + lane / 2u) % 16u;
+            let j = j0 + c;
+            if (sees(b, i, j)) { sum = sum + exp(logit_at(r * SWEPT + c, uq, slope, i, j) - mx); }
         }
         l = fma(l, exp(m - mx), sum);
         m = mx;
@@ -379,10 +382,11 @@ fn attention_forward_fast(
 #endif
         workgroupBarrier();
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let j = j0 + c0 + x;
+            let c = c0 + (x + lane / 2u) % 16u;
+            let j = j0 + c;
             var pr = 0.0;
-            if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c0 + x, uq, slope, i, j) - row_lse); }
-            ps[r * SP + c0 + x] = f16(pr * P_SCALE);
+            if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c, uq, slope, i, j) - row_lse); }
+            ps[r * SP + c] = f16(pr * P_SCALE);
         }
         workgroupBarrier();
 #if COOP
@@ -411,7 +415,7 @@ fn attention_forward_fast(
 #endif
 }
 
-// dq of the 64 queries a workgroup owns: for each tile of keys, P from lse, dout·vᵀ, dS, then
+// dq of the OWN queries a workgroup owns: for each tile of keys, P from lse, dout·vᵀ, dS, then
 // dq += dS·k.
 @compute @workgroup_size(THREADS)
 fn attention_backward_query_fast(
@@ -469,10 +473,11 @@ fn attention_backward_query_fast(
 #endif
         workgroupBarrier();
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let j = j0 + c0 + x;
+            let c = c0 + (x + lane / 2u) % 16u;
+            let j = j0 + c;
             var pr = 0.0;
-            if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c0 + x, uq, slope, i, j) - lse_i); }
-            ps[r * SP + c0 + x] = f16(pr * P_SCALE);
+            if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c, uq, slope, i, j) - lse_i); }
+            ps[r * SP + c] = f16(pr * P_SCALE);
         }
         workgroupBarrier();
 #if COOP
@@ -483,8 +488,9 @@ fn attention_backward_query_fast(
         workgroupBarrier();
         // dS = P · (dout·v − delta), P as staged; it replaces P in ps.
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let at = r * SP + c0 + x;
-            let g = (f32(ps[at]) * P_UNSCALE) * (((ss[r * SWEPT + c0 + x] * ud) * uq) - delta_i);
+            let c = c0 + (x + lane / 2u) % 16u;
+            let at = r * SP + c;
+            let g = (f32(ps[at]) * P_UNSCALE) * (((ss[r * SWEPT + c] * ud) * uq) - delta_i);
             ps[at] = f16(g * s_ds);
         }
         workgroupBarrier();
@@ -516,7 +522,7 @@ fn attention_backward_query_fast(
 #endif
 }
 
-// dk and dv of the 64 keys a workgroup owns: for each tile of queries from its first key on,
+// dk and dv of the OWN keys a workgroup owns: for each tile of queries from its first key on,
 // Pᵀ and dSᵀ (the transposed scores K·Qᵀ and V·doutᵀ), then dk += dSᵀ·q and dv += Pᵀ·dout.
 @compute @workgroup_size(THREADS)
 fn attention_backward_key_fast(
@@ -572,10 +578,11 @@ fn attention_backward_key_fast(
 #endif
         workgroupBarrier();
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let i = i0 + c0 + x;
+            let c = c0 + (x + lane / 2u) % 16u;
+            let i = i0 + c;
             var pr = 0.0;
-            if (j < p.t && sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c0 + x, uq, slope, i, j) - lse_in[(b * p.h + h) * p.t + i]); }
-            ps[r * SP + c0 + x] = f16(pr * P_SCALE);
+            if (j < p.t && sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c, uq, slope, i, j) - lse_in[(b * p.h + h) * p.t + i]); }
+            ps[r * SP + c] = f16(pr * P_SCALE);
         }
         workgroupBarrier();
 #if COOP
@@ -585,11 +592,12 @@ fn attention_backward_key_fast(
 #endif
         workgroupBarrier();
         for (var x = 0u; x < 16u; x = x + 1u) {
-            let i = i0 + c0 + x;
+            let c = c0 + (x + lane / 2u) % 16u;
+            let i = i0 + c;
             var delta_i = 0.0;
             if (i < p.t) { delta_i = delta[(b * p.h + h) * p.t + i]; }
-            let at = r * SP + c0 + x;
-            let g = (f32(ps[at]) * P_UNSCALE) * (((ss[r * SWEPT + c0 + x] * ud) * uq) - delta_i);
+            let at = r * SP + c;
+            let g = (f32(ps[at]) * P_UNSCALE) * (((ss[r * SWEPT + c] * ud) * uq) - delta_i);
             ds[at] = f16(g * s_ds);
         }
         workgroupBarrier();
