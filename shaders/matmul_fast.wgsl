@@ -33,7 +33,7 @@
 // scalar loops over the same staged tiles (each invocation a row of its subgroup's quarter), for
 // adapters without cooperative matrices: tests/gpu_vs_cpu.rs runs it on lavapipe, so staging,
 // scaling, edges, modes and windows are checked there against the CPU twin; only the built-ins'
-// layouts need a GPU that has them (resmem's coop_probe example).
+// layouts need a GPU that has them (`resmem selftest --precision fast`: integers, bit for bit).
 
 #if COOP
 enable f16;

@@ -1359,8 +1359,9 @@ fn selftest_checks_every_tuning_candidate() {
 // lavapipe has f16 but no cooperative matrices, so these run the fast kernels with the three
 // cooperative built-ins emulated (`GpuOptions::emulate_cooperative`): the staging (transposes,
 // batch strides, windows, scaling, rounding, zeros past the edges), the scale pass, the modes
-// and the stores, against the CPU twin. The built-ins' own layouts need a GPU that has them:
-// `resmem selftest --precision fast` and the coop_probe example check those there.
+// and the stores, against the CPU twin; the same for attention's two sweeps, masks and passes.
+// The built-ins' own layouts need a GPU that has them: `resmem selftest --precision fast` and
+// these tests, run there by bench/device-call.sh, check those on the real tiles.
 
 /// The fast class with emulated cooperative built-ins.
 const FAST: GpuOptions = GpuOptions {
