@@ -261,12 +261,12 @@ fast_timed = []
 for n in names:
     err = os.path.join(keep, f"resmem-{n}-fast.err")
     for line in open(err, errors="replace") if os.path.exists(err) else []:
-        if line.strip().startswith("fast matmul"):
+        if line.strip().startswith(("fast matmul", "attention fast")):
             fast_timed.append(f"- {n}: {line.strip()}")
 print()
-print("The fast matmul's candidates as tuning timed them (each candidate's best time, per shape):")
+print("The fast matmul's and the fast attention's candidates as tuning timed them (each candidate's best time, per shape):")
 print()
-print("\n".join(fast_timed[:40]) if fast_timed else "- none timed (no cooperative matrices, or the choices came from the tuning cache)")
+print("\n".join(fast_timed[:48]) if fast_timed else "- none timed (no cooperative matrices, or the choices came from the tuning cache)")
 print()
 print("RMT step time over its transformer twin's (below 1: the RMT is faster):")
 print()
