@@ -19,7 +19,8 @@
 // reads each operand four values at a time along its contiguous axis (one vec4 where aligned),
 // into registers first; with PREFETCH the next slice's reads are issued before this slice's
 // multiply-adds, so that their latency hides behind them (the H200 timed every tile without it
-// at 32-37 TFLOP/s, bench/RESULTS.md).
+// at 32-37 TFLOP/s, bench/RESULTS.md); with BUFFERS 2 the slice is staged into a second buffer
+// after them instead, while the others read the first, so a slice costs one barrier, not two.
 // Every tile runs the same 16-deep multiply-adds in the same K order, so the choice among them
 // changes no bit.
 //
@@ -52,8 +53,11 @@ enable f16;
 const THREADS: u32 = 128u;
 // The staged rows' stride in halves: BK + 8, a multiple of 8 halves (16 bytes).
 const SA: u32 = BK + 8u;
-var<workgroup> ta: array<f16, BM * SA>;  // [row][k]: f16(op(a) · 2^sA), zeros past the edges
-var<workgroup> tb: array<f16, BN * SA>;  // [col][k]: f16(op(bm) · 2^sB)
+// BUFFERS (1 or 2): the staged slices; with 2 the next slice is staged into one while the
+// multiply-adds read the other, one barrier a slice instead of two.
+const DOUBLE: bool = BUFFERS == 2u;
+var<workgroup> ta: array<f16, BM * SA * BUFFERS>;  // [row][k]: f16(op(a) · 2^sA), zeros past the edges
+var<workgroup> tb: array<f16, BN * SA * BUFFERS>;  // [col][k]: f16(op(bm) · 2^sB)
 #if COOP
 var<workgroup> cs: array<f32, 1024>;     // a 16×16 scratch per subgroup, for the checked stores
 #endif
@@ -94,12 +98,12 @@ fn fetch_a(tid: u32, l: u32, batch: u32, row0: u32, k0: u32) -> vec4<f32> {
     return load_a4(batch, row0 + e / (BK / 4u), k0 + e % (BK / 4u) * 4u);
 }
 
-fn place_a(tid: u32, l: u32, v: vec4<f32>) {
+fn place_a(tid: u32, l: u32, v: vec4<f32>, off: u32) {
     let e = tid + l * THREADS;
     if (p.trans_a != 0u) {
-        put_a(e % (BM / 4u) * 4u * SA + e / (BM / 4u), SA, v);
+        put_a(off + e % (BM / 4u) * 4u * SA + e / (BM / 4u), SA, v);
     } else {
-        put_a(e / (BK / 4u) * SA + e % (BK / 4u) * 4u, 1u, v);
+        put_a(off + e / (BK / 4u) * SA + e % (BK / 4u) * 4u, 1u, v);
     }
 }
 
@@ -111,12 +115,12 @@ fn fetch_b(tid: u32, l: u32, batch: u32, col0: u32, k0: u32) -> vec4<f32> {
     return load_b4(batch, k0 + e / (BN / 4u), col0 + e % (BN / 4u) * 4u);
 }
 
-fn place_b(tid: u32, l: u32, v: vec4<f32>) {
+fn place_b(tid: u32, l: u32, v: vec4<f32>, off: u32) {
     let e = tid + l * THREADS;
     if (p.trans_b != 0u) {
-        put_b(e / (BK / 4u) * SA + e % (BK / 4u) * 4u, 1u, v);
+        put_b(off + e / (BK / 4u) * SA + e % (BK / 4u) * 4u, 1u, v);
     } else {
-        put_b(e % (BN / 4u) * 4u * SA + e / (BN / 4u), SA, v);
+        put_b(off + e % (BN / 4u) * 4u * SA + e / (BN / 4u), SA, v);
     }
 }
 
@@ -150,31 +154,33 @@ fn hold(tid: u32, batch: u32, row0: u32, col0: u32, k0: u32) -> Held {
     return h;
 }
 
-// Stages what `hold` read, scaled and rounded to f16.
-fn stage(tid: u32, h: Held, sa: f32, sb: f32) {
-    place_a(tid, 0u, h.a0 * sa);
-    if (NA > 1u) { place_a(tid, 1u, h.a1 * sa); }
+// Stages what `hold` read, scaled and rounded to f16, into buffer `buf` of ta and tb.
+fn stage(tid: u32, h: Held, sa: f32, sb: f32, buf: u32) {
+    let oa = buf * BM * SA;
+    let ob = buf * BN * SA;
+    place_a(tid, 0u, h.a0 * sa, oa);
+    if (NA > 1u) { place_a(tid, 1u, h.a1 * sa, oa); }
     if (NA > 2u) {
-        place_a(tid, 2u, h.a2 * sa);
-        place_a(tid, 3u, h.a3 * sa);
+        place_a(tid, 2u, h.a2 * sa, oa);
+        place_a(tid, 3u, h.a3 * sa, oa);
     }
     if (NA > 4u) {
-        place_a(tid, 4u, h.a4 * sa);
-        place_a(tid, 5u, h.a5 * sa);
-        place_a(tid, 6u, h.a6 * sa);
-        place_a(tid, 7u, h.a7 * sa);
+        place_a(tid, 4u, h.a4 * sa, oa);
+        place_a(tid, 5u, h.a5 * sa, oa);
+        place_a(tid, 6u, h.a6 * sa, oa);
+        place_a(tid, 7u, h.a7 * sa, oa);
     }
-    place_b(tid, 0u, h.b0 * sb);
-    if (NB > 1u) { place_b(tid, 1u, h.b1 * sb); }
+    place_b(tid, 0u, h.b0 * sb, ob);
+    if (NB > 1u) { place_b(tid, 1u, h.b1 * sb, ob); }
     if (NB > 2u) {
-        place_b(tid, 2u, h.b2 * sb);
-        place_b(tid, 3u, h.b3 * sb);
+        place_b(tid, 2u, h.b2 * sb, ob);
+        place_b(tid, 3u, h.b3 * sb, ob);
     }
     if (NB > 4u) {
-        place_b(tid, 4u, h.b4 * sb);
-        place_b(tid, 5u, h.b5 * sb);
-        place_b(tid, 6u, h.b6 * sb);
-        place_b(tid, 7u, h.b7 * sb);
+        place_b(tid, 4u, h.b4 * sb, ob);
+        place_b(tid, 5u, h.b5 * sb, ob);
+        place_b(tid, 6u, h.b6 * sb, ob);
+        place_b(tid, 7u, h.b7 * sb, ob);
     }
 }
 
@@ -241,26 +247,38 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
     var c33 = Acc();
 #endif
     var h = hold(tid, batch, row0, col0, 0u);
-    for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
-        stage(tid, h, sa, sb);
+    if (DOUBLE) {
+        stage(tid, h, sa, sb, 0u);
         workgroupBarrier();
+    }
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
         let more = k0 + BK < p.k;
-        // PREFETCH: the next slice's reads are in flight during this slice's multiply-adds.
-        if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        // The buffer this slice's multiply-adds read.
+        let cur = select(0u, (k0 / BK) % 2u, DOUBLE);
+        if (DOUBLE) {
+            if (more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        } else {
+            stage(tid, h, sa, sb, 0u);
+            workgroupBarrier();
+            // PREFETCH: the next slice's reads are in flight during this slice's multiply-adds.
+            if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        }
+        let oa = cur * BM * SA;
+        let ob = cur * BN * SA;
         for (var kk = 0u; kk < BK; kk = kk + 16u) {
-            let a0: MatA = coopLoadT<MatA>(&ta[sr * SA + kk], SA);
-            let a1: MatA = coopLoadT<MatA>(&ta[(sr + 16u) * SA + kk], SA);
-            let b0: MatB = coopLoad<MatB>(&tb[sc * SA + kk], SA);
-            let b1: MatB = coopLoad<MatB>(&tb[(sc + 16u) * SA + kk], SA);
+            let a0: MatA = coopLoadT<MatA>(&ta[oa + sr * SA + kk], SA);
+            let a1: MatA = coopLoadT<MatA>(&ta[oa + (sr + 16u) * SA + kk], SA);
+            let b0: MatB = coopLoad<MatB>(&tb[ob + sc * SA + kk], SA);
+            let b1: MatB = coopLoad<MatB>(&tb[ob + (sc + 16u) * SA + kk], SA);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
 #if WIDE
-            let a2: MatA = coopLoadT<MatA>(&ta[(sr + 32u) * SA + kk], SA);
-            let a3: MatA = coopLoadT<MatA>(&ta[(sr + 48u) * SA + kk], SA);
-            let b2: MatB = coopLoad<MatB>(&tb[(sc + 32u) * SA + kk], SA);
-            let b3: MatB = coopLoad<MatB>(&tb[(sc + 48u) * SA + kk], SA);
+            let a2: MatA = coopLoadT<MatA>(&ta[oa + (sr + 32u) * SA + kk], SA);
+            let a3: MatA = coopLoadT<MatA>(&ta[oa + (sr + 48u) * SA + kk], SA);
+            let b2: MatB = coopLoad<MatB>(&tb[ob + (sc + 32u) * SA + kk], SA);
+            let b3: MatB = coopLoad<MatB>(&tb[ob + (sc + 48u) * SA + kk], SA);
             c02 = coopMultiplyAdd(a0, b2, c02);
             c03 = coopMultiplyAdd(a0, b3, c03);
             c12 = coopMultiplyAdd(a1, b2, c12);
@@ -275,8 +293,14 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
             c33 = coopMultiplyAdd(a3, b3, c33);
 #endif
         }
-        workgroupBarrier();
-        if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        if (DOUBLE) {
+            // Into the other buffer, which every subgroup finished reading before the last barrier.
+            if (more) { stage(tid, h, sa, sb, 1u - cur); }
+            workgroupBarrier();
+        } else {
+            workgroupBarrier();
+            if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        }
     }
     let ua = scales[2];
     let ub = scales[3];
@@ -349,21 +373,37 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
     // the subgroup's accumulators hold between them.
     var acc: array<f32, LANE_ROWS * COLS>;
     var h = hold(tid, batch, row0, col0, 0u);
-    for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
-        stage(tid, h, sa, sb);
+    if (DOUBLE) {
+        stage(tid, h, sa, sb, 0u);
         workgroupBarrier();
+    }
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
         let more = k0 + BK < p.k;
-        if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        let cur = select(0u, (k0 / BK) % 2u, DOUBLE);
+        if (DOUBLE) {
+            if (more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        } else {
+            stage(tid, h, sa, sb, 0u);
+            workgroupBarrier();
+            if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        }
+        let oa = cur * BM * SA;
+        let ob = cur * BN * SA;
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
             for (var r = 0u; r < LANE_ROWS; r = r + 1u) {
-                let av = f32(ta[(sr + lane + 32u * r) * SA + kk]);
+                let av = f32(ta[oa + (sr + lane + 32u * r) * SA + kk]);
                 for (var j = 0u; j < COLS; j = j + 1u) {
-                    acc[r * COLS + j] = acc[r * COLS + j] + av * f32(tb[(sc + j) * SA + kk]);
+                    acc[r * COLS + j] = acc[r * COLS + j] + av * f32(tb[ob + (sc + j) * SA + kk]);
                 }
             }
         }
-        workgroupBarrier();
-        if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        if (DOUBLE) {
+            if (more) { stage(tid, h, sa, sb, 1u - cur); }
+            workgroupBarrier();
+        } else {
+            workgroupBarrier();
+            if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
+        }
     }
     let ua = scales[2];
     let ub = scales[3];

@@ -10,13 +10,16 @@ use crate::shaders::Define;
 
 /// A fast kernel's shape: 64×64 or, `wide`, 128×128 of out a workgroup (2×2 or 4×4
 /// accumulators of 16×16 a subgroup), staging `bk` of K at a time, with the next slice's reads
-/// issued before this one's multiply-adds when `prefetch`. Every candidate runs the same 16-deep
-/// multiply-adds in the same K order, so the choice changes no bit.
+/// issued before this one's multiply-adds when `prefetch`, and, `double`, staged after them into
+/// a second buffer while the others read the first (one barrier a slice instead of two, for
+/// twice the workgroup memory). Every candidate runs the same 16-deep multiply-adds in the same
+/// K order, so the choice changes no bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastTile {
     pub wide: bool,
     pub bk: u32,
     pub prefetch: bool,
+    pub double: bool,
 }
 
 /// The switch that selects the cooperative built-ins (on) or their scalar emulation (off).
@@ -28,47 +31,68 @@ const FAST_THREADS: u32 = 128;
 /// Every fast candidate, the default first: 64×64 fits WebGPU's default 16 KiB of workgroup
 /// memory; 128×128 reuses each staged value twice as often, for the large products; the
 /// prefetching ones hide the reads' latency at the cost of registers (up to 8 vec4s of each
-/// operand an invocation, which bounds `bk` for each size).
+/// operand an invocation, which bounds `bk` for each size); the double-buffered ones also halve
+/// the barriers, within 32 KiB (lavapipe's limit, where the tests run every candidate).
 pub const FAST_TILES: &[FastTile] = &[
     FastTile {
         wide: false,
         bk: 32,
         prefetch: false,
+        double: false,
     },
     FastTile {
         wide: true,
         bk: 32,
         prefetch: false,
+        double: false,
     },
     FastTile {
         wide: false,
         bk: 16,
         prefetch: false,
+        double: false,
     },
     FastTile {
         wide: true,
         bk: 16,
         prefetch: false,
+        double: false,
     },
     FastTile {
         wide: false,
         bk: 32,
         prefetch: true,
+        double: false,
     },
     FastTile {
         wide: true,
         bk: 32,
         prefetch: true,
+        double: false,
     },
     FastTile {
         wide: true,
         bk: 16,
         prefetch: true,
+        double: false,
     },
     FastTile {
         wide: false,
         bk: 64,
         prefetch: true,
+        double: false,
+    },
+    FastTile {
+        wide: false,
+        bk: 32,
+        prefetch: true,
+        double: true,
+    },
+    FastTile {
+        wide: true,
+        bk: 16,
+        prefetch: true,
+        double: true,
     },
 ];
 
@@ -88,9 +112,10 @@ impl FastTile {
     }
     /// The variant's switches: `coop` where the device has cooperative matrices, the emulation
     /// otherwise (tests on lavapipe).
-    pub const fn defines(&self, coop: bool) -> [Define; 6] {
+    pub const fn defines(&self, coop: bool) -> [Define; 7] {
         let size = self.size() as u32;
         [
+            Define::u32("BUFFERS", if self.double { 2 } else { 1 }),
             Define::u32("BM", size),
             Define::u32("BN", size),
             Define::u32("BK", self.bk),
@@ -99,16 +124,19 @@ impl FastTile {
             Define::bool(COOP, coop),
         ]
     }
-    /// Workgroup memory: the two staged slices in f16, and the store scratch.
+    /// Workgroup memory: the two staged slices in f16 (twice when double-buffered), and the
+    /// store scratch.
     fn shared_bytes(&self) -> u32 {
-        2 * self.size() as u32 * (self.bk + 8) * 2 + 4 * 256 * 4
+        let buffers = if self.double { 2 } else { 1 };
+        2 * buffers * self.size() as u32 * (self.bk + 8) * 2 + 4 * 256 * 4
     }
 }
 
 impl Candidate for FastTile {
     fn name(&self) -> String {
         let prefetch = if self.prefetch { " prefetch" } else { "" };
-        format!("fast {0}x{0} k{1}{prefetch}", self.size(), self.bk)
+        let double = if self.double { " double" } else { "" };
+        format!("fast {0}x{0} k{1}{prefetch}{double}", self.size(), self.bk)
     }
     fn fits(&self, gpu: &crate::gpu::GpuBackend) -> bool {
         let limits = &gpu.limits;
