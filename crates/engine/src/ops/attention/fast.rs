@@ -317,11 +317,12 @@ impl Exact<'_> {
         let err = worst + (8.0 + 2.0 * n) * U32 + 8.0 * U32 + 6.0 * U32 * lse.abs();
         (row, lse, err)
     }
-    /// P and the bound on the relative difference of two f16 stagings of it: the logit's and
-    /// the lse's errors, exp's, and one f16 ulp.
+    /// P and the bound on the relative difference of two f16 stagings of it: e^δ − 1 for δ the
+    /// logit's and the lse's errors and exp's, and one f16 ulp.
     fn p(&self, x: f64, e: f64, lse: f64, lse_err: f64) -> (f64, f64) {
         let z = x - lse;
-        (z.exp(), (e + lse_err + (6.0 + 4.0 * z.abs()) * U32) * 1.01 + ULP16)
+        let delta = e + lse_err + (6.0 + 4.0 * z.abs()) * U32;
+        (z.exp(), delta.exp_m1() * 1.01 + ULP16)
     }
 }
 
