@@ -47,7 +47,8 @@ pub fn run(a: SelftestArgs) -> Result<()> {
                 (engine::Precision::Strict, engine::Precision::Strict) => {}
                 (_, engine::Precision::Fast) => say(
                     "fast class: the matrix products against their f16 CPU twin, bit for bit on integers and within \
-                     the f16 bound on real values (`matmul fast`'s error is a fraction of that bound); every other \
+                     the f16 bound on real values (`matmul fast`'s error is a fraction of that bound); attention's \
+                     heads of 16 to 64 within each value's own f16 bound (`attention fast`, likewise); every other \
                      family as in the strict class",
                 ),
             }
