@@ -109,6 +109,21 @@ fn logit_at(at: u32, u: f32, slope: f32, i: u32, j: u32) -> f32 {
     return fma((ss[at] * u) * u, p.scale, -(slope * f32(i - j)));
 }
 
+// Query i's probabilities over its half of the key tile from j0 (the invocation's row r of ss),
+// P = exp(logit − lse), staged into ps as f16(P · 2^14), 0 where i does not see the key. The
+// invocation walks its 16 columns from one of its own, so that the 16 rows of a subgroup's half
+// read 16 banks of ss, not one.
+fn stage_p(b: u32, r: u32, i: u32, j0: u32, lane: u32, uq: f32, slope: f32, row_lse: f32) {
+    let c0 = (lane % 2u) * 16u;
+    for (var x = 0u; x < 16u; x = x + 1u) {
+        let c = c0 + (x + lane / 2u) % 16u;
+        let j = j0 + c;
+        var pr = 0.0;
+        if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c, uq, slope, i, j) - row_lse); }
+        ps[r * SP + c] = f16(pr * P_SCALE);
+    }
+}
+
 // (batch, head, first owned row) of a workgroup, or x = NONE past the last.
 fn owned_tile(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
     let tiles = (p.t + OWN - 1u) / OWN;
@@ -148,8 +163,8 @@ fn pow2(s: i32) -> f32 {
 
 #if COOP
 // ss's rows of subgroup sg = its 16 rows of own_a · swept_aᵀ (or own_b · swept_bᵀ): the raw sums of
-// the staged products.
-fn scores_a(sg: u32) {
+// the staged products. (`lane` is the emulation's.)
+fn scores_a(sg: u32, lane: u32) {
     var s0 = Acc();
     var s1 = Acc();
     for (var d = 0u; d < DH; d = d + 16u) {
@@ -166,7 +181,7 @@ fn scores_a(sg: u32) {
     coopStoreT(s1, &ss[o1], st);
 }
 
-fn scores_b(sg: u32) {
+fn scores_b(sg: u32, lane: u32) {
     var s0 = Acc();
     var s1 = Acc();
     for (var d = 0u; d < DH; d = d + 16u) {
@@ -331,11 +346,7 @@ fn attention_forward_fast(
     for (var j0 = first; j0 < end; j0 = j0 + SWEPT) {
         for (var e = tid; e < SWEPT * DH; e = e + THREADS) { swept_a[slot(e)] = staged_qkv(b, h, 1u, j0, e, sq); }
         workgroupBarrier();
-#if COOP
-        scores_a(sg);
-#else
         scores_a(sg, lane);
-#endif
         workgroupBarrier();
         var mx = m;
         for (var x = 0u; x < 16u; x = x + 1u) {
@@ -375,19 +386,9 @@ fn attention_forward_fast(
             swept_b[slot(e)] = staged_qkv(b, h, 2u, j0, e, sq);
         }
         workgroupBarrier();
-#if COOP
-        scores_a(sg);
-#else
         scores_a(sg, lane);
-#endif
         workgroupBarrier();
-        for (var x = 0u; x < 16u; x = x + 1u) {
-            let c = c0 + (x + lane / 2u) % 16u;
-            let j = j0 + c;
-            var pr = 0.0;
-            if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c, uq, slope, i, j) - row_lse); }
-            ps[r * SP + c] = f16(pr * P_SCALE);
-        }
+        stage_p(b, r, i, j0, lane, uq, slope, row_lse);
         workgroupBarrier();
 #if COOP
         o0 = ps_b(o0, sg, 0u);
@@ -466,25 +467,11 @@ fn attention_backward_query_fast(
             swept_b[slot(e)] = staged_qkv(b, h, 2u, j0, e, sq);
         }
         workgroupBarrier();
-#if COOP
-        scores_a(sg);
-#else
         scores_a(sg, lane);
-#endif
         workgroupBarrier();
-        for (var x = 0u; x < 16u; x = x + 1u) {
-            let c = c0 + (x + lane / 2u) % 16u;
-            let j = j0 + c;
-            var pr = 0.0;
-            if (sees(b, i, j)) { pr = exp(logit_at(r * SWEPT + c, uq, slope, i, j) - lse_i); }
-            ps[r * SP + c] = f16(pr * P_SCALE);
-        }
+        stage_p(b, r, i, j0, lane, uq, slope, lse_i);
         workgroupBarrier();
-#if COOP
-        scores_b(sg);
-#else
         scores_b(sg, lane);
-#endif
         workgroupBarrier();
         // dS = P · (dout·v − delta), P as staged; it replaces P in ps.
         for (var x = 0u; x < 16u; x = x + 1u) {
@@ -571,11 +558,7 @@ fn attention_backward_key_fast(
             swept_b[slot(e)] = staged_dout(b, h, i0, e, sd);
         }
         workgroupBarrier();
-#if COOP
-        scores_a(sg);
-#else
         scores_a(sg, lane);
-#endif
         workgroupBarrier();
         for (var x = 0u; x < 16u; x = x + 1u) {
             let c = c0 + (x + lane / 2u) % 16u;
@@ -585,11 +568,7 @@ fn attention_backward_key_fast(
             ps[r * SP + c] = f16(pr * P_SCALE);
         }
         workgroupBarrier();
-#if COOP
-        scores_b(sg);
-#else
         scores_b(sg, lane);
-#endif
         workgroupBarrier();
         for (var x = 0u; x < 16u; x = x + 1u) {
             let c = c0 + (x + lane / 2u) % 16u;
