@@ -199,7 +199,8 @@ fn scores_b(sg: u32, lane: u32) {
 }
 
 // acc + (subgroup sg's 16 rows of ps or ds) · (columns 16c.. of swept_a or swept_b), over the
-// SWEPT rows: P·v, dS·k, dSᵀ·q, Pᵀ·dout.
+// SWEPT rows: P·v, dS·k, dSᵀ·q, Pᵀ·dout. One function per pair of arrays, here and in the
+// emulation: naga 30 rejects workgroup pointers as parameters, so the arrays cannot be passed.
 fn ps_b(acc: Acc, sg: u32, c: u32) -> Acc {
     var r = acc;
     for (var kk = 0u; kk < SWEPT; kk = kk + 16u) {

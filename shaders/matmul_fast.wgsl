@@ -184,6 +184,35 @@ fn stage(tid: u32, h: Held, sa: f32, sb: f32, buf: u32) {
     }
 }
 
+// Before a slice's multiply-adds: staged and behind a barrier (one buffer), or its successor's
+// reads issued (PREFETCH, DOUBLE) so that they are in flight during them. Returns the buffer the
+// multiply-adds read. Call from uniform control flow: it holds barriers.
+fn slice_begin(tid: u32, h: ptr<function, Held>, batch: u32, row0: u32, col0: u32, k0: u32, sa: f32, sb: f32) -> u32 {
+    let more = k0 + BK < p.k;
+    if (DOUBLE) {
+        if (more) { *h = hold(tid, batch, row0, col0, k0 + BK); }
+        return (k0 / BK) % 2u;
+    }
+    stage(tid, *h, sa, sb, 0u);
+    workgroupBarrier();
+    if (PREFETCH && more) { *h = hold(tid, batch, row0, col0, k0 + BK); }
+    return 0u;
+}
+
+// After them: with DOUBLE the next slice staged into the other buffer, which every subgroup
+// finished reading before the last barrier; else the barrier, then the next slice's reads when
+// they were not prefetched.
+fn slice_end(tid: u32, h: ptr<function, Held>, batch: u32, row0: u32, col0: u32, k0: u32, sa: f32, sb: f32, cur: u32) {
+    let more = k0 + BK < p.k;
+    if (DOUBLE) {
+        if (more) { stage(tid, *h, sa, sb, 1u - cur); }
+        workgroupBarrier();
+        return;
+    }
+    workgroupBarrier();
+    if (!PREFETCH && more) { *h = hold(tid, batch, row0, col0, k0 + BK); }
+}
+
 // out at (row, col) of the tile whose first value is `base`, `v` written or added by the mode,
 // nothing past the edges.
 fn put(base: u32, row: u32, col: u32, v: f32) {
@@ -252,17 +281,7 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
         workgroupBarrier();
     }
     for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
-        let more = k0 + BK < p.k;
-        // The buffer this slice's multiply-adds read.
-        let cur = select(0u, (k0 / BK) % 2u, DOUBLE);
-        if (DOUBLE) {
-            if (more) { h = hold(tid, batch, row0, col0, k0 + BK); }
-        } else {
-            stage(tid, h, sa, sb, 0u);
-            workgroupBarrier();
-            // PREFETCH: the next slice's reads are in flight during this slice's multiply-adds.
-            if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
-        }
+        let cur = slice_begin(tid, &h, batch, row0, col0, k0, sa, sb);
         let oa = cur * BM * SA;
         let ob = cur * BN * SA;
         for (var kk = 0u; kk < BK; kk = kk + 16u) {
@@ -293,14 +312,7 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
             c33 = coopMultiplyAdd(a3, b3, c33);
 #endif
         }
-        if (DOUBLE) {
-            // Into the other buffer, which every subgroup finished reading before the last barrier.
-            if (more) { stage(tid, h, sa, sb, 1u - cur); }
-            workgroupBarrier();
-        } else {
-            workgroupBarrier();
-            if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
-        }
+        slice_end(tid, &h, batch, row0, col0, k0, sa, sb, cur);
     }
     let ua = scales[2];
     let ub = scales[3];
@@ -378,15 +390,7 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
         workgroupBarrier();
     }
     for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
-        let more = k0 + BK < p.k;
-        let cur = select(0u, (k0 / BK) % 2u, DOUBLE);
-        if (DOUBLE) {
-            if (more) { h = hold(tid, batch, row0, col0, k0 + BK); }
-        } else {
-            stage(tid, h, sa, sb, 0u);
-            workgroupBarrier();
-            if (PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
-        }
+        let cur = slice_begin(tid, &h, batch, row0, col0, k0, sa, sb);
         let oa = cur * BM * SA;
         let ob = cur * BN * SA;
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
@@ -397,13 +401,7 @@ fn matmul_fast(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id)
                 }
             }
         }
-        if (DOUBLE) {
-            if (more) { stage(tid, h, sa, sb, 1u - cur); }
-            workgroupBarrier();
-        } else {
-            workgroupBarrier();
-            if (!PREFETCH && more) { h = hold(tid, batch, row0, col0, k0 + BK); }
-        }
+        slice_end(tid, &h, batch, row0, col0, k0, sa, sb, cur);
     }
     let ua = scales[2];
     let ub = scales[3];
